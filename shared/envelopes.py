@@ -1,0 +1,162 @@
+"""Internal envelopes: one pydantic model per work subject, versioned, discriminated on `kind`.
+
+The path of one turn (docs/architecture.md)::
+
+    router --AssembleContext--> memory --Generate--> llm --GenerationResult--> router
+    router --ExecuteTools--> tools --ToolsResult--> router
+
+Every envelope carries `step_id`, the idempotency key of the step: a redelivered
+envelope whose result is already recorded (Redis `lw:step:<step_id>`) is answered
+from the record instead of calling the model or the tool again. New fields may be
+added with defaults (older readers ignore them); a breaking change bumps `v`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+ENVELOPE_VERSION = 1
+
+
+class _Envelope(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    v: int = ENVELOPE_VERSION
+    session_id: str
+    run_id: str
+    step_id: str
+    """Idempotency key of this step: `<run_id>:<turn>:<g|t><attempt>`."""
+    turn: int = 0
+    trace: dict[str, str] = Field(default_factory=dict)
+    """W3C trace context (traceparent/tracestate) of the run's trace."""
+
+
+class ToolSpec(BaseModel):
+    """A tool as offered to the model."""
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+
+
+class ToolCall(BaseModel):
+    tool_use_id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    depends_on: list[str] = Field(default_factory=list)
+    """tool_use_ids this call waits for (set by callers that know the order)."""
+
+
+class ToolResultItem(BaseModel):
+    tool_use_id: str
+    name: str
+    content: str | list[dict[str, Any]] = ""
+    is_error: bool = False
+
+    def as_block(self) -> dict[str, Any]:
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": self.tool_use_id,
+                                 "content": self.content}
+        if self.is_error:
+            block["is_error"] = True
+        return block
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+    def total_input(self) -> int:
+        return self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+            cache_creation_input_tokens=self.cache_creation_input_tokens + other.cache_creation_input_tokens,
+        )
+
+
+class StepError(BaseModel):
+    """A failed step, as data (Temporal's ApplicationError, in spirit)."""
+
+    code: str
+    """`model_overloaded`, `rate_limited`, `bad_request`, `auth`, `timeout`, `connection`, `internal`..."""
+    message: str
+    retryable: bool = False
+    status: int | None = None
+    model: str | None = None
+
+
+# -- router -> memory ---------------------------------------------------------------------
+class AssembleContext(_Envelope):
+    kind: Literal["memory.assemble"] = "memory.assemble"
+    history_len: int
+    """Number of history messages (Redis `lw:history:<sid>`) this generation sees."""
+    system: str | None = None
+    ephemeral_notes: list[str] = Field(default_factory=list)
+    """System reminders for this generation only; never stored in the history."""
+    tools: list[str] | None = None
+    """Names the run may use (None: every known tool)."""
+    offer_tools: bool = True
+    """False for a converging last generation: the model must answer in text."""
+    models: list[str]
+    """Primary first, then fallbacks."""
+    max_tokens: int
+    temperature: float | None = None
+    extra_tools: list[ToolSpec] = Field(default_factory=list)
+    """Tools that are not served by the tools service (e.g. the reserved finish tool)."""
+
+
+# -- memory -> llm ------------------------------------------------------------------------
+class Generate(_Envelope):
+    kind: Literal["llm.generate"] = "llm.generate"
+    models: list[str]
+    system: str | None = None
+    messages: list[dict[str, Any]]
+    tools: list[ToolSpec] = Field(default_factory=list)
+    max_tokens: int
+    temperature: float | None = None
+
+
+# -- llm -> router ------------------------------------------------------------------------
+class GenerationResult(_Envelope):
+    kind: Literal["llm.result"] = "llm.result"
+    ok: bool = True
+    message: dict[str, Any] | None = None
+    """`{"role": "assistant", "content": [blocks]}`."""
+    stop_reason: str | None = None
+    model: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    error: StepError | None = None
+    fallbacks: list[dict[str, str]] = Field(default_factory=list)
+    """Model switches made while producing this result: {from_model, to_model, reason}."""
+
+
+# -- router -> tools ----------------------------------------------------------------------
+class ExecuteTools(_Envelope):
+    kind: Literal["tools.execute"] = "tools.execute"
+    calls: list[ToolCall]
+    denied: dict[str, str] = Field(default_factory=dict)
+    """tool_use_id -> reason for calls that must not run (permission `deny`)."""
+
+
+# -- tools -> router ----------------------------------------------------------------------
+class ToolsResult(_Envelope):
+    kind: Literal["tools.result"] = "tools.result"
+    results: list[ToolResultItem]
+    """One per call, in the model's order."""
+
+
+WorkEnvelope = Annotated[
+    AssembleContext | Generate | GenerationResult | ExecuteTools | ToolsResult,
+    Field(discriminator="kind"),
+]
+StepResult = Annotated[GenerationResult | ToolsResult, Field(discriminator="kind")]
+
+WORK_ADAPTER: TypeAdapter[Any] = TypeAdapter(WorkEnvelope)
+STEP_RESULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(StepResult)

@@ -1,0 +1,141 @@
+"""The per-session event log: `seq` assignment, storage and idempotent re-emission.
+
+Every event gets its `seq` from one counter per session (`lw:seq:<sid>`), assigned in
+the same Lua script that stores it, so seqs are strictly increasing, never reused (also
+across restarts) and the stored order is the seq order, whichever service emits.
+
+An event emitted with a dedup key (`<step_id>:<what>`) is stored once: a step that is
+redelivered after a crash re-emits its events with the same keys and gets the original
+seq and body back, so the transcript never shows an event twice. `text.delta` events are
+ephemeral: they take a seq but are not stored (they stay in the LOOPWIRE_EVENTS stream).
+
+Redis layout: `lw:seq:<sid>` counter, `lw:ek:<sid>` hash key -> seq, `lw:e:<sid>` stream
+whose entry ids are `<seq>-0` and whose field `e` is the event body without its seq.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+
+from . import codec
+
+
+def with_seq(body: dict[str, Any], seq: int) -> dict[str, Any]:
+    """Put `seq` back in its place among the common fields."""
+    out: dict[str, Any] = {}
+    for k, v in body.items():
+        if k == "seq":
+            continue
+        out[k] = v
+        if k == "run_id":
+            out["seq"] = seq
+    out.setdefault("seq", seq)
+    return out
+
+
+class EventLogStore(Protocol):
+    async def append(self, sid: str, body: dict[str, Any], key: str | None,
+                     store: bool = True) -> tuple[dict[str, Any], bool]:
+        """Assign a seq and store `body`; returns (event with seq, newly appended).
+        With a key seen before, returns the original event and False."""
+        ...
+
+    async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]: ...
+
+    async def last_seq(self, sid: str) -> int: ...
+
+    async def delete(self, sid: str) -> None: ...
+
+
+@dataclass
+class InMemoryEventLog:
+    seqs: dict[str, int] = field(default_factory=dict)
+    keys: dict[str, dict[str, int]] = field(default_factory=dict)
+    events: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+
+    async def append(self, sid: str, body: dict[str, Any], key: str | None,
+                     store: bool = True) -> tuple[dict[str, Any], bool]:
+        known = self.keys.setdefault(sid, {})
+        if key is not None and key in known:
+            seq = known[key]
+            return self.events[sid].get(seq, with_seq(body, seq)), False
+        seq = self.seqs.get(sid, 0) + 1
+        self.seqs[sid] = seq
+        if key is not None:
+            known[key] = seq
+        event = with_seq(body, seq)
+        if store:
+            self.events.setdefault(sid, {})[seq] = event
+        return event, True
+
+    async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+        stored = self.events.get(sid, {})
+        return [stored[s] for s in sorted(stored) if s > after_seq][:limit]
+
+    async def last_seq(self, sid: str) -> int:
+        return self.seqs.get(sid, 0)
+
+    async def delete(self, sid: str) -> None:
+        self.events.pop(sid, None)
+        self.keys.pop(sid, None)
+        # The counter stays: seqs are never reused.
+
+
+_APPEND_LUA = """
+if ARGV[1] ~= '' then
+  local s = redis.call('HGET', KEYS[2], ARGV[1])
+  if s then
+    local e = redis.call('XRANGE', KEYS[3], s .. '-0', s .. '-0')
+    local body = ''
+    if e[1] then body = e[1][2][2] end
+    return {tonumber(s), body, 0}
+  end
+end
+local seq = redis.call('INCR', KEYS[1])
+if ARGV[1] ~= '' then redis.call('HSET', KEYS[2], ARGV[1], seq) end
+if ARGV[3] == '1' then redis.call('XADD', KEYS[3], seq .. '-0', 'e', ARGV[2]) end
+local ttl = tonumber(ARGV[4])
+if ttl > 0 then
+  redis.call('EXPIRE', KEYS[2], ttl)
+  redis.call('EXPIRE', KEYS[3], ttl)
+end
+return {seq, '', 1}
+"""
+
+
+class RedisEventLog:
+    def __init__(self, redis: aioredis.Redis, ttl_s: int = 0) -> None:
+        self._r = redis
+        self._ttl = ttl_s
+        self._append = redis.register_script(_APPEND_LUA)
+
+    async def append(self, sid: str, body: dict[str, Any], key: str | None,
+                     store: bool = True) -> tuple[dict[str, Any], bool]:
+        stripped = {k: v for k, v in body.items() if k != "seq"}
+        seq, original, new = await self._append(
+            keys=[f"lw:seq:{sid}", f"lw:ek:{sid}", f"lw:e:{sid}"],
+            args=[key or "", codec.dumps(stripped), "1" if store else "0", str(self._ttl)],
+        )
+        seq = int(seq)
+        if not new and original:
+            return with_seq(codec.loads(original), seq), False
+        return with_seq(stripped, seq), bool(new)
+
+    async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+        entries = await self._r.xrange(f"lw:e:{sid}", min=f"({after_seq}-0" if after_seq else "-",
+                                       max="+", count=limit)
+        out = []
+        for entry_id, fields in entries:
+            seq = int(entry_id.split(b"-")[0])
+            out.append(with_seq(codec.loads(fields[b"e"]), seq))
+        return out
+
+    async def last_seq(self, sid: str) -> int:
+        raw = await self._r.get(f"lw:seq:{sid}")
+        return int(raw) if raw else 0
+
+    async def delete(self, sid: str) -> None:
+        await self._r.delete(f"lw:ek:{sid}", f"lw:e:{sid}")

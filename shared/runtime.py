@@ -1,0 +1,94 @@
+"""What every service is given: settings, stores, the broker and the publishing bus.
+
+A service is a class with `register(broker)` (its FastStream handlers), `start()` (after
+the connection is up: background tasks) and `stop()`. `loopwire up` runs all five on one
+broker connection; `loopwire serve NAME` runs one. See loopwire/launcher.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+from faststream import AckPolicy
+from faststream.nats import ConsumerConfig, JStream, NatsBroker
+
+from .bus import Bus
+from .event_log import EventLogStore, RedisEventLog
+from .redis_conn import connect_redis
+from .session_store import RedisSessionStore, SessionStore
+from .settings import Settings
+from .step_store import RedisStepStore, StepStore
+from .subjects import WORK_STREAM, INGRESS_STREAM, Subjects, stream_name
+
+
+@dataclass
+class ServiceContext:
+    settings: Settings
+    subjects: Subjects
+    redis: aioredis.Redis
+    sessions: SessionStore
+    steps: StepStore
+    events: EventLogStore
+    broker: NatsBroker
+    _bus: Bus | None = field(default=None, repr=False)
+
+    @property
+    def bus(self) -> Bus:
+        if self._bus is None:
+            raise RuntimeError("the bus exists once the broker is connected")
+        return self._bus
+
+    def attach_bus(self) -> Bus:
+        nc = self.broker._connection  # the nats-py client FastStream opened
+        if nc is None:
+            raise RuntimeError("broker is not connected")
+        self._bus = Bus(nc, self.subjects, self.events)
+        return self._bus
+
+    # -- subscriber helpers ----------------------------------------------------------------
+    def work_stream(self) -> JStream:
+        return JStream(name=stream_name(self.settings.subject_prefix, WORK_STREAM), declare=False)
+
+    def ingress_stream(self) -> JStream:
+        return JStream(name=stream_name(self.settings.subject_prefix, INGRESS_STREAM), declare=False)
+
+    def work_subscriber(self, subject: str, durable: str, max_workers: int = 64,
+                        stream: JStream | None = None) -> Any:
+        """A durable JetStream push consumer shared by every replica (deliver group =
+        durable), acked by the handler itself after its effects are durable."""
+        name = f"{self.settings.subject_prefix.replace('.', '_')}_{durable}"
+        return self.broker.subscriber(
+            subject,
+            stream=stream or self.work_stream(),
+            durable=name,
+            queue=name,
+            config=ConsumerConfig(ack_wait=self.settings.ack_wait_s, max_deliver=self.settings.max_deliver,
+                                  max_ack_pending=10_000),
+            ack_policy=AckPolicy.MANUAL,
+            max_workers=max_workers,
+        )
+
+
+def build_context(settings: Settings, broker: NatsBroker) -> ServiceContext:
+    redis = connect_redis(settings.redis_url)
+    return ServiceContext(
+        settings=settings,
+        subjects=Subjects(settings.subject_prefix),
+        redis=redis,
+        sessions=RedisSessionStore(redis, settings.session_ttl_s),
+        steps=RedisStepStore(redis, settings.step_result_ttl_s),
+        events=RedisEventLog(redis, settings.session_ttl_s),
+        broker=broker,
+    )
+
+
+class Service(Protocol):
+    name: str
+
+    def register(self, broker: NatsBroker) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...

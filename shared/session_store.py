@@ -1,0 +1,129 @@
+"""Session state behind a compare-and-set on a version, plus the session's message history.
+
+One Protocol, two backends (in-memory for unit tests, Redis for everything else), one
+conformance suite (tests/test_store_conformance.py) that both pass.
+
+State is an opaque JSON document owned by the router; the history is an append-only list
+of Anthropic-format messages. A commit writes both at once: in Redis one Lua script checks
+the version, replaces the state and appends the messages, so two router replicas can never
+both advance one session, and the history can never run ahead of the state that counts it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+
+from . import codec
+
+
+class SessionStore(Protocol):
+    async def load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
+        """The session's state and version (None, 0 when the session is new)."""
+        ...
+
+    async def commit(self, sid: str, expected_version: int, state: dict[str, Any],
+                     history_len_before: int, append: list[dict[str, Any]]) -> bool:
+        """Write `state` as version expected_version+1 and append `append` to the history,
+        truncated first to `history_len_before` messages; False when the version moved."""
+        ...
+
+    async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
+        """History messages [start, stop] (inclusive, like LRANGE)."""
+        ...
+
+    async def delete(self, sid: str) -> None: ...
+
+
+@dataclass
+class InMemorySessionStore:
+    states: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    histories: dict[str, list[bytes]] = field(default_factory=dict)
+
+    async def load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
+        if sid not in self.states:
+            return None, 0
+        version, raw = self.states[sid]
+        return codec.loads(raw), version
+
+    async def commit(self, sid: str, expected_version: int, state: dict[str, Any],
+                     history_len_before: int, append: list[dict[str, Any]]) -> bool:
+        current = self.states.get(sid, (0, b""))[0]
+        if current != expected_version:
+            return False
+        self.states[sid] = (expected_version + 1, codec.dumps(state))
+        hist = self.histories.setdefault(sid, [])
+        del hist[history_len_before:]
+        hist.extend(codec.dumps(m) for m in append)
+        return True
+
+    async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
+        hist = self.histories.get(sid, [])
+        end = len(hist) if stop == -1 else stop + 1
+        return [codec.loads(m) for m in hist[start:end]]
+
+    async def delete(self, sid: str) -> None:
+        self.states.pop(sid, None)
+        self.histories.pop(sid, None)
+
+
+_COMMIT_LUA = """
+local cur = redis.call('HGET', KEYS[1], 'ver')
+if (cur or '0') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'ver', ARGV[2], 'state', ARGV[3])
+local keep = tonumber(ARGV[4])
+if keep == 0 then
+  redis.call('DEL', KEYS[2])
+else
+  redis.call('LTRIM', KEYS[2], 0, keep - 1)
+end
+if #ARGV > 5 then
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 6))
+end
+local ttl = tonumber(ARGV[5])
+if ttl > 0 then
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[2], ttl)
+end
+return 1
+"""
+
+
+def session_key(sid: str) -> str:
+    return f"lw:s:{sid}"
+
+
+def history_key(sid: str) -> str:
+    return f"lw:h:{sid}"
+
+
+class RedisSessionStore:
+    """`lw:s:<sid>` hash {ver, state}; `lw:h:<sid>` list of message JSON."""
+
+    def __init__(self, redis: aioredis.Redis, ttl_s: int = 0) -> None:
+        self._r = redis
+        self._ttl = ttl_s
+        self._commit = redis.register_script(_COMMIT_LUA)
+
+    async def load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
+        ver, raw = await self._r.hmget(session_key(sid), ["ver", "state"])
+        if ver is None or raw is None:
+            return None, 0
+        return codec.loads(raw), int(ver)
+
+    async def commit(self, sid: str, expected_version: int, state: dict[str, Any],
+                     history_len_before: int, append: list[dict[str, Any]]) -> bool:
+        args: list[Any] = [str(expected_version), str(expected_version + 1), codec.dumps(state),
+                           str(history_len_before), str(self._ttl)]
+        args.extend(codec.dumps(m) for m in append)
+        ok = await self._commit(keys=[session_key(sid), history_key(sid)], args=args)
+        return bool(ok)
+
+    async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
+        raw = await self._r.lrange(history_key(sid), start, stop)
+        return [codec.loads(m) for m in raw]
+
+    async def delete(self, sid: str) -> None:
+        await self._r.delete(session_key(sid), history_key(sid))

@@ -1,0 +1,71 @@
+"""Settings from the environment (``LOOPWIRE_*``), one model for every service."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LOOPWIRE_", extra="ignore")
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    """NATS server URL (comma-separated for several)."""
+    nats_user: str | None = None
+    nats_password: str | None = None
+    nats_creds_file: str | None = None
+    """Path to a NATS credentials file (JWT + nkey seed)."""
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    subject_prefix: str = "loopwire"
+    metrics_port: int = 9464
+    """Prometheus /metrics (and /healthz, /readyz) of `loopwire up`; 0 disables."""
+    metrics_host: str = "0.0.0.0"
+
+    # -- durability ---------------------------------------------------------------------
+    ack_wait_s: float = 30.0
+    """JetStream AckWait for work consumers; long work sends in_progress() heartbeats."""
+    max_deliver: int = 20
+    """Deliveries before a work message is given up (and the run fails with an error)."""
+    dedup_window_s: float = 120.0
+    """Duplicate window of the ingress and work streams (Nats-Msg-Id)."""
+    stream_replicas: int = 1
+    step_result_ttl_s: int = 7 * 24 * 3600
+    """How long recorded step results (model answers, tool results) are kept for replay."""
+    session_ttl_s: int = 0
+    """Expire idle session state after this many seconds; 0 keeps it."""
+    events_max_age_s: float = 0
+    """Max age of LOOPWIRE_EVENTS messages; 0 keeps them."""
+
+    # -- limits ---------------------------------------------------------------------------
+    max_body_bytes: int = 256 * 1024
+    """Ingress bodies larger than this are rejected with an `error` event."""
+    default_model: str = "claude-sonnet-4-5"
+    default_max_tokens: int = 4096
+
+    # -- llm ------------------------------------------------------------------------------
+    llm_provider: str = "auto"
+    """`anthropic`, `scripted`, or `auto` (anthropic when ANTHROPIC_API_KEY or
+    ANTHROPIC_BASE_URL is set, otherwise the scripted offline model)."""
+    llm_timeout_s: float = 600.0
+    llm_max_retries: int = 2
+
+    # -- tools ----------------------------------------------------------------------------
+    tool_modules: list[str] = Field(default_factory=list)
+    """Python modules to import for in-process tools (comma separated or JSON list)."""
+    tool_timeout_s: float = 120.0
+    """Per-call timeout; a call that takes longer gets an error result."""
+    discovery_interval_s: float = 2.0
+    """How often tool providers are discovered with $SRV.INFO."""
+    discovery_misses: int = 3
+    """A provider that misses this many discovery rounds in a row is forgotten."""
+
+    # -- logging --------------------------------------------------------------------------
+    log_level: str = "INFO"
+    log_json: bool = False
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,78 @@
+"""JetStream streams and consumers, created at start-up when missing (idempotent)."""
+
+from __future__ import annotations
+
+import logging
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import BadRequestError, NotFoundError
+
+from .settings import Settings
+from .subjects import EVENTS_STREAM, INGRESS_STREAM, WORK_STREAM, Subjects, stream_name
+
+log = logging.getLogger("loopwire.streams")
+
+
+def stream_configs(settings: Settings) -> list[StreamConfig]:
+    subjects = Subjects(settings.subject_prefix)
+    prefix = settings.subject_prefix
+    return [
+        # Ingress keeps what users sent for a day (an audit trail and a replay source);
+        # the router's durable consumer tracks what it has applied.
+        StreamConfig(
+            name=stream_name(prefix, INGRESS_STREAM), subjects=[subjects.ingress_all],
+            retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
+            max_age=24 * 3600, duplicate_window=settings.dedup_window_s,
+            max_msg_size=max(settings.max_body_bytes * 4, 1024 * 1024),
+            num_replicas=settings.stream_replicas, discard=DiscardPolicy.OLD,
+        ),
+        StreamConfig(
+            name=stream_name(prefix, EVENTS_STREAM), subjects=[subjects.events_all],
+            retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
+            max_age=settings.events_max_age_s or None, duplicate_window=settings.dedup_window_s,
+            num_replicas=settings.stream_replicas, discard=DiscardPolicy.OLD,
+        ),
+        # Work between services: each message is taken by exactly one consumer and
+        # removed when acked.
+        StreamConfig(
+            name=stream_name(prefix, WORK_STREAM), subjects=[subjects.work_all],
+            retention=RetentionPolicy.WORK_QUEUE, storage=StorageType.FILE,
+            duplicate_window=settings.dedup_window_s,
+            num_replicas=settings.stream_replicas, discard=DiscardPolicy.OLD,
+        ),
+    ]
+
+
+async def ensure_streams(js: JetStreamContext, settings: Settings) -> None:
+    for cfg in stream_configs(settings):
+        try:
+            await js.stream_info(cfg.name)
+            try:
+                await js.update_stream(cfg)
+            except BadRequestError as exc:  # e.g. a retention change is not allowed
+                log.warning("stream %s exists with another config: %s", cfg.name, exc)
+        except NotFoundError:
+            try:
+                await js.add_stream(cfg)
+            except BadRequestError as exc:
+                # Another replica created it between our look and our add.
+                if "already in use" not in str(exc):
+                    raise
+
+
+def work_consumer_config(durable: str, subject: str, settings: Settings,
+                         max_ack_pending: int = 10_000) -> ConsumerConfig:
+    return ConsumerConfig(
+        durable_name=durable, filter_subject=subject, ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL, ack_wait=settings.ack_wait_s,
+        max_deliver=settings.max_deliver, max_ack_pending=max_ack_pending,
+    )

@@ -1,0 +1,110 @@
+"""Every NATS subject loopwire uses, in one place.
+
+Public subjects (``<prefix>.in.*``, ``<prefix>.out.*``, ``<prefix>.api.*``) are the wire
+contract in docs/protocol.md and may only grow. Work subjects (``<prefix>.work.*``) are
+internal: they carry the envelopes of :mod:`loopwire.shared.envelopes` between services.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SESSION_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+INGRESS_VERBS = ("start", "message", "steer", "abort", "decision")
+
+INGRESS_STREAM = "LOOPWIRE_INGRESS"
+EVENTS_STREAM = "LOOPWIRE_EVENTS"
+WORK_STREAM = "LOOPWIRE_WORK"
+
+
+def valid_session_id(sid: str) -> bool:
+    return bool(SESSION_ID_RE.match(sid))
+
+
+@dataclass(frozen=True)
+class Subjects:
+    """Subject names under one configurable prefix (``LOOPWIRE_SUBJECT_PREFIX``)."""
+
+    prefix: str = "loopwire"
+
+    # -- public: ingress (captured by LOOPWIRE_INGRESS) -------------------------------
+    @property
+    def ingress_all(self) -> str:
+        return f"{self.prefix}.in.>"
+
+    def ingress(self, sid: str, verb: str) -> str:
+        return f"{self.prefix}.in.{sid}.{verb}"
+
+    def parse_ingress(self, subject: str) -> tuple[str, str] | None:
+        """``loopwire.in.<sid>.<verb>`` -> (sid, verb); None when the shape is wrong."""
+        head = f"{self.prefix}.in."
+        if not subject.startswith(head):
+            return None
+        rest = subject[len(head):]
+        sid, dot, verb = rest.rpartition(".")
+        if not dot or not sid:
+            return None
+        return sid, verb
+
+    # -- public: egress (captured by LOOPWIRE_EVENTS) ----------------------------------
+    @property
+    def events_all(self) -> str:
+        return f"{self.prefix}.out.>"
+
+    def event(self, sid: str, kind: str) -> str:
+        return f"{self.prefix}.out.{sid}.{kind}"
+
+    def session_events(self, sid: str) -> str:
+        return f"{self.prefix}.out.{sid}.>"
+
+    # -- public: queries (core request/reply) ------------------------------------------
+    @property
+    def session_get(self) -> str:
+        return f"{self.prefix}.api.session.get"
+
+    @property
+    def transcript_get(self) -> str:
+        return f"{self.prefix}.api.transcript.get"
+
+    # -- internal: work between services (captured by LOOPWIRE_WORK) -------------------
+    @property
+    def work_all(self) -> str:
+        return f"{self.prefix}.work.>"
+
+    @property
+    def memory_assemble(self) -> str:
+        """router -> memory: build the context of one generation."""
+        return f"{self.prefix}.work.memory.assemble"
+
+    @property
+    def llm_generate(self) -> str:
+        """memory -> llm: one model call with an assembled context."""
+        return f"{self.prefix}.work.llm.generate"
+
+    @property
+    def tools_execute(self) -> str:
+        """router -> tools: the tool calls of one assistant message."""
+        return f"{self.prefix}.work.tools.execute"
+
+    @property
+    def router_result(self) -> str:
+        """llm/tools -> router: the outcome of a step."""
+        return f"{self.prefix}.work.router.result"
+
+    # -- internal: cancel notices to in-flight work (core NATS, best effort) -----------
+    def cancel(self, sid: str) -> str:
+        return f"{self.prefix}.ctl.{sid}.cancel"
+
+    @property
+    def cancel_all(self) -> str:
+        return f"{self.prefix}.ctl.*.cancel"
+
+
+def stream_name(prefix: str, base: str) -> str:
+    """Stream names carry the prefix when it is not the default, so two deployments
+    with different prefixes can share one NATS account without colliding."""
+    if prefix == "loopwire":
+        return base
+    return f"{base}_{re.sub(r'[^A-Za-z0-9_-]', '_', prefix).upper()}"

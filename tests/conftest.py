@@ -1,0 +1,48 @@
+"""Shared fixtures: real nats-server (JetStream) and redis-server on free ports.
+
+No test reaches a real model API: ANTHROPIC_API_KEY is removed for the whole run, and
+the llm path is tested against tests/fakes/anthropic_server.py.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from loopwire.testing.servers import ServerHandle, start_nats, start_redis
+
+os.environ.pop("ANTHROPIC_API_KEY", None)
+os.environ.pop("ANTHROPIC_BASE_URL", None)
+
+
+@pytest.fixture(scope="session")
+def nats_server() -> Iterator[ServerHandle]:
+    handle = start_nats()
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[ServerHandle]:
+    handle = start_redis()
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A subject prefix of this test's own, so streams and subjects never collide."""
+    return f"lwt{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def redis_client(redis_server: ServerHandle) -> AsyncIterator[object]:
+    from loopwire.shared.redis_conn import connect_redis
+
+    client = connect_redis(redis_server.url)
+    await client.flushdb()
+    yield client
+    await client.aclose()
