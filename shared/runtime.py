@@ -20,7 +20,7 @@ from .redis_conn import connect_redis
 from .session_store import RedisSessionStore, SessionStore
 from .settings import Settings
 from .step_store import RedisStepStore, StepStore
-from .subjects import WORK_STREAM, INGRESS_STREAM, Subjects, stream_name
+from .subjects import INGRESS_STREAM, WORK_STREAM, Subjects, stream_name
 
 
 @dataclass

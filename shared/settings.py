@@ -50,6 +50,11 @@ class Settings(BaseSettings):
     ANTHROPIC_BASE_URL is set, otherwise the scripted offline model)."""
     llm_timeout_s: float = 600.0
     llm_max_retries: int = 2
+    """Retries of a retryable error on one model before the next fallback is tried."""
+    llm_retry_base_delay_s: float = 0.5
+    """First backoff delay between retries; doubles each retry, with jitter."""
+    llm_retry_max_delay_s: float = 8.0
+    """Cap of one backoff delay (also of a server's retry-after)."""
 
     # -- tools ----------------------------------------------------------------------------
     tool_modules: list[str] = Field(default_factory=list)

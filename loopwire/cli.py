@@ -1,0 +1,185 @@
+"""The `loopwire` command (typer + rich).
+
+    loopwire up [--embedded] [--demo]   all five services in one process
+    loopwire serve NAME                 one service (router, llm, tools, memory, transcripts)
+    loopwire run "prompt"               start a run and show its events live
+    loopwire transcript SID             print a session's transcript
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import uuid
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from loopwire.shared.settings import Settings
+
+app = typer.Typer(help="loopwire: a distributed runtime for LLM agent loops over NATS and Redis.",
+                  no_args_is_help=True, add_completion=False)
+console = Console()
+
+DEMO_PROMPT = "What is 17 * 23 + 4? Use the calculator tool."
+
+
+def _setup(settings: Settings, level: str | None = None) -> None:
+    try:
+        from loopwire.shared.logs import setup_logging
+
+        setup_logging(level or settings.log_level, json=settings.log_json)
+    except ImportError:  # pragma: no cover - logs module always ships
+        logging.basicConfig(level=level or settings.log_level)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - not on Windows
+        pass
+
+
+@app.command()
+def up(
+    embedded: Annotated[bool, typer.Option(help="Start nats-server and redis-server from the pip "
+                                                 "packages when none answers.")] = False,
+    demo: Annotated[bool, typer.Option(help="Run the demo session once the services are up.")] = False,
+) -> None:
+    """Run all five services in this process."""
+    from loopwire.launcher import SERVICE_NAMES, serve_until_signal
+
+    settings = Settings()
+    _setup(settings, "WARNING" if demo else None)
+    servers = None
+    if embedded:
+        from loopwire.embedded import ensure_servers
+
+        servers = ensure_servers(settings.nats_url, settings.redis_url)
+        for line in servers.started:
+            console.print(f"[dim]started {line}[/dim]")
+
+    async def after_start(running: object) -> None:
+        port = settings.metrics_port
+        console.print(f"[green]loopwire up[/green]: router, llm, tools, memory, transcripts on "
+                      f"{settings.nats_url} / {settings.redis_url}"
+                      + (f"; metrics on :{port}/metrics" if port else ""))
+        if demo:
+            await _demo(settings)
+            console.print("[dim]services keep running; publish to loopwire.in.<sid>.start, "
+                          "or press Ctrl-C to stop[/dim]")
+
+    try:
+        asyncio.run(serve_until_signal(SERVICE_NAMES, settings, after_start))
+    finally:
+        if servers is not None:
+            servers.stop()
+
+
+@app.command()
+def serve(name: Annotated[str, typer.Argument(help="router, llm, tools, memory or transcripts")]) -> None:
+    """Run one service."""
+    from loopwire.launcher import SERVICE_NAMES, serve_until_signal
+
+    if name not in SERVICE_NAMES:
+        console.print(f"[red]unknown service {name!r}[/red]; choose from {', '.join(SERVICE_NAMES)}")
+        raise typer.Exit(2)
+    settings = Settings()
+    _setup(settings)
+    asyncio.run(serve_until_signal([name], settings))
+
+
+@app.command()
+def run(
+    prompt: Annotated[str, typer.Argument(help="What to ask.")],
+    profile: Annotated[str, typer.Option(help="agentic or conversational")] = "agentic",
+    model: Annotated[str | None, typer.Option(help="Primary model id.")] = None,
+    session: Annotated[str | None, typer.Option(help="Session id (a new one when omitted).")] = None,
+    tools: Annotated[str | None, typer.Option(help="Comma-separated tool names (default: all).")] = None,
+    max_turns: Annotated[int | None, typer.Option(help="limits.max_turns")] = None,
+    json_events: Annotated[bool, typer.Option("--json", help="Print raw events as JSON.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the run to end.")] = 600.0,
+) -> None:
+    """Start a run and render its events live."""
+    settings = Settings()
+    start: dict[str, object] = {"profile": profile, "input": prompt}
+    if model:
+        start["model"] = {"primary": model}
+    if tools is not None:
+        start["tools"] = [t.strip() for t in tools.split(",") if t.strip()]
+    if max_turns:
+        start["limits"] = {"max_turns": max_turns}
+    sid = session or f"cli-{uuid.uuid4().hex[:12]}"
+    ended = asyncio.run(_run(settings, sid, start, json_events, timeout))
+    raise typer.Exit(0 if ended.get("status") == "completed" else 1)
+
+
+@app.command()
+def transcript(
+    sid: Annotated[str, typer.Argument(help="Session id.")],
+    after_seq: Annotated[int, typer.Option(help="Only events after this seq.")] = 0,
+) -> None:
+    """Print a session's transcript (every stored event, in seq order)."""
+    from loopwire.client import LoopwireClient
+
+    settings = Settings()
+
+    async def main() -> None:
+        async with await LoopwireClient.connect(settings.nats_url, settings.subject_prefix) as lw:
+            after = after_seq
+            while True:
+                page = await lw.transcript_get(sid, after_seq=after)
+                if "error" in page:
+                    console.print(f"[red]{page['error']['code']}: {page['error']['message']}[/red]")
+                    raise typer.Exit(1)
+                for event in page["events"]:
+                    sys.stdout.write(json.dumps(event) + "\n")
+                if "next_after_seq" not in page:
+                    break
+                after = page["next_after_seq"]
+
+    asyncio.run(main())
+
+
+async def _run(settings: Settings, sid: str, start: dict[str, object], json_events: bool,
+               timeout: float) -> dict[str, object]:
+    from loopwire.client import LoopwireClient, RunFailedToStart
+    from loopwire.render import EventRenderer
+
+    renderer = EventRenderer(console, show_json=json_events)
+    async with await LoopwireClient.connect(settings.nats_url, settings.subject_prefix) as lw:
+        console.print(f"[dim]session {sid}[/dim]")
+        try:
+            return await lw.run(sid, start, on_event=renderer, timeout=timeout)
+        except RunFailedToStart as exc:
+            console.print(f"[bold red]rejected[/bold red] {exc}")
+            return {"status": "rejected"}
+        except TimeoutError:
+            console.print(f"[red]no run.ended within {timeout}s[/red]")
+            return {"status": "timeout"}
+
+
+async def _demo(settings: Settings) -> None:
+    from loopwire.llm.providers import provider_description, resolve_provider
+
+    which = resolve_provider(settings)
+    if which == "scripted":
+        console.rule("[bold]demo[/bold] — offline: the scripted model (no ANTHROPIC_API_KEY set)")
+        console.print("[yellow]No ANTHROPIC_API_KEY: the answers come from loopwire's deterministic scripted "
+                      "model, not from Claude.[/yellow]")
+    else:
+        console.rule(f"[bold]demo[/bold] — {provider_description(settings)}")
+    console.print(f"[bold]user ▸[/bold] {DEMO_PROMPT}")
+    await _run(settings, f"demo-{uuid.uuid4().hex[:8]}", {"input": DEMO_PROMPT, "tools": ["calculator"]},
+               json_events=False, timeout=300)
+    console.rule()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

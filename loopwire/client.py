@@ -1,0 +1,104 @@
+"""A small client of the public contract, on plain nats-py (what the CLI and
+loopwire.testing use; a user may use it or write the same in a few lines).
+
+    async with await LoopwireClient.connect("nats://127.0.0.1:4222") as lw:
+        ended = await lw.run("s1", {"input": "What is 2+2?"}, on_event=print)
+        print(ended["status"], ended["final_text"])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import nats
+import orjson
+from nats.aio.client import Client as NatsClient
+
+from loopwire.shared.subjects import Subjects
+
+EventCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
+
+
+class RunFailedToStart(RuntimeError):
+    """The router answered the start with an `error` event (bad input, busy session)."""
+
+    def __init__(self, event: dict[str, Any]) -> None:
+        super().__init__(f"{event.get('code')}: {event.get('message')}")
+        self.event = event
+
+
+class LoopwireClient:
+    def __init__(self, nc: NatsClient, prefix: str = "loopwire", own_connection: bool = False) -> None:
+        self.nc = nc
+        self.subjects = Subjects(prefix)
+        self._own = own_connection
+
+    @classmethod
+    async def connect(cls, url: str, prefix: str = "loopwire", **options: Any) -> LoopwireClient:
+        nc = await nats.connect(url, **options)
+        return cls(nc, prefix, own_connection=True)
+
+    async def __aenter__(self) -> LoopwireClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._own:
+            await self.nc.drain()
+
+    async def publish(self, sid: str, verb: str, body: dict[str, Any] | bytes,
+                      msg_id: str | None = None, timeout: float = 5.0) -> dict[str, Any]:
+        """Publish to `<prefix>.in.<sid>.<verb>` and wait for JetStream's acknowledgement
+        (`{"stream": ..., "seq": ..., "duplicate"?: true}`): durably accepted."""
+        data = body if isinstance(body, bytes) else orjson.dumps(body)
+        headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+        reply = await self.nc.request(self.subjects.ingress(sid, verb), data, timeout=timeout, headers=headers)
+        return orjson.loads(reply.data)
+
+    async def session_get(self, sid: str, timeout: float = 5.0) -> dict[str, Any]:
+        reply = await self.nc.request(self.subjects.session_get, orjson.dumps({"session_id": sid}), timeout=timeout)
+        return orjson.loads(reply.data)
+
+    async def transcript_get(self, sid: str, after_seq: int = 0, limit: int = 1000,
+                             timeout: float = 5.0) -> dict[str, Any]:
+        body = {"session_id": sid, "after_seq": after_seq, "limit": limit}
+        reply = await self.nc.request(self.subjects.transcript_get, orjson.dumps(body), timeout=timeout)
+        return orjson.loads(reply.data)
+
+    async def run(self, sid: str, start: dict[str, Any], on_event: EventCallback | None = None,
+                  timeout: float = 300.0) -> dict[str, Any]:
+        """Start a run and follow its events until its `run.ended`, which is returned."""
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        async def collect(msg: Any) -> None:
+            queue.put_nowait(orjson.loads(msg.data))
+
+        sub = await self.nc.subscribe(self.subjects.session_events(sid), cb=collect)
+        try:
+            await self.publish(sid, "start", {"v": 1, **start}, msg_id=uuid.uuid4().hex)
+            run_id: str | None = None
+            async with asyncio.timeout(timeout):
+                while True:
+                    event = await queue.get()
+                    if run_id is None:
+                        if event["kind"] == "run.started":
+                            run_id = event["run_id"]
+                        elif event["kind"] == "error" and event.get("run_id") is None:
+                            raise RunFailedToStart(event)
+                        else:
+                            continue
+                    if event.get("run_id") != run_id:
+                        continue
+                    if on_event is not None:
+                        maybe = on_event(event)
+                        if asyncio.iscoroutine(maybe):
+                            await maybe
+                    if event["kind"] == "run.ended":
+                        return event
+        finally:
+            await sub.unsubscribe()

@@ -1,0 +1,138 @@
+"""Run loopwire services in this process: `loopwire up` (all five) and `loopwire serve NAME`.
+
+Start-up order: connect NATS, create the streams (idempotent), open the publishing bus,
+start the FastStream consumers, start each service's background work, then serve
+/metrics, /healthz and /readyz. SIGTERM/SIGINT: stop taking new work, let in-flight
+handlers finish within the grace period (an unfinished one is redelivered by JetStream,
+because it never acked), close connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from faststream.nats import NatsBroker
+
+from loopwire.shared.http_server import Handle, start_http_server
+from loopwire.shared.runtime import Service, ServiceContext, build_context
+from loopwire.shared.settings import Settings
+from loopwire.shared.streams import ensure_streams
+
+log = logging.getLogger("loopwire.launcher")
+
+SERVICE_NAMES = ("router", "llm", "tools", "memory", "transcripts")
+
+
+def service_classes() -> dict[str, Callable[[ServiceContext], Service]]:
+    from loopwire.llm.service import LlmService
+    from loopwire.memory.service import MemoryService
+    from loopwire.router.service import RouterService
+    from loopwire.tools.service import ToolsService
+    from loopwire.transcripts.service import TranscriptsService
+
+    return {"router": RouterService, "llm": LlmService, "tools": ToolsService, "memory": MemoryService,
+            "transcripts": TranscriptsService}
+
+
+def make_broker(settings: Settings, graceful_timeout: float = 25.0) -> NatsBroker:
+    kwargs: dict[str, object] = {}
+    if settings.nats_user:
+        kwargs["user"] = settings.nats_user
+        kwargs["password"] = settings.nats_password or ""
+    if settings.nats_creds_file:
+        kwargs["user_credentials"] = settings.nats_creds_file
+    return NatsBroker(
+        settings.nats_url.split(","),
+        # Per-message access logs go to DEBUG: at hundreds of messages a second they cost
+        # more CPU than the work they describe.
+        log_level=logging.DEBUG,
+        graceful_timeout=graceful_timeout,
+        max_reconnect_attempts=-1,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+@dataclass
+class Running:
+    """A started set of services in this process."""
+
+    settings: Settings
+    ctx: ServiceContext
+    broker: NatsBroker
+    services: list[Service]
+    http: Handle | None = None
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def ready(self) -> dict[str, bool]:
+        nc = self.broker._connection
+        nats_ok = bool(nc is not None and nc.is_connected)
+        try:
+            redis_ok = bool(await self.ctx.redis.ping())
+        except Exception:
+            redis_ok = False
+        return {"nats": nats_ok, "redis": redis_ok}
+
+    async def stop(self) -> None:
+        if self.stopped.is_set():
+            return
+        log.info("stopping %s", ", ".join(s.name for s in self.services))
+        for service in self.services:
+            with contextlib.suppress(Exception):
+                await service.stop()
+        # FastStream stops consuming, then waits up to graceful_timeout for handlers in flight.
+        with contextlib.suppress(Exception):
+            await self.broker.stop()
+        if self.http is not None:
+            await self.http.close()
+        with contextlib.suppress(Exception):
+            await self.ctx.redis.aclose()
+        self.stopped.set()
+
+
+async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
+                         metrics_port: int | None = None) -> Running:
+    classes = service_classes()
+    unknown = [n for n in names if n not in classes]
+    if unknown:
+        raise ValueError(f"unknown service(s): {', '.join(unknown)}; choose from {', '.join(SERVICE_NAMES)}")
+    broker = make_broker(settings)
+    ctx = build_context(settings, broker)
+    services = [classes[name](ctx) for name in names]
+    for service in services:
+        service.register(broker)
+    await broker.connect()
+    await ensure_streams(broker._connection.jetstream(), settings)  # type: ignore[union-attr]
+    ctx.attach_bus()
+    await broker.start()
+    for service in services:
+        await service.start()
+    running = Running(settings=settings, ctx=ctx, broker=broker, services=services)
+    port = settings.metrics_port if metrics_port is None else metrics_port
+    if port:
+        try:
+            running.http = await start_http_server(settings.metrics_host, port, running.ready)
+        except OSError as exc:
+            log.error("cannot serve /metrics on port %s: %s", port, exc)
+    log.info("loopwire %s up (NATS %s, Redis %s)", ", ".join(names), settings.nats_url, settings.redis_url)
+    return running
+
+
+async def serve_until_signal(names: list[str] | tuple[str, ...], settings: Settings,
+                             after_start: Callable[[Running], Awaitable[None]] | None = None) -> None:
+    running = await start_services(names, settings)
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop_requested.set)
+    try:
+        if after_start is not None:
+            await after_start(running)
+        await stop_requested.wait()
+    finally:
+        await running.stop()

@@ -1,0 +1,131 @@
+"""The Anthropic Messages API as a `Model`, on the official SDK's streaming API.
+
+Text deltas go to `on_text` as they arrive; tool_use blocks are assembled by the SDK
+from their `input_json` deltas and read from its final message, as is the usage: the
+usage of a stream is cumulative (message_start, then totals in message_delta), so it is
+taken once from the final message and never summed per event.
+
+The SDK's own retries are off (`max_retries=0`): the fallback chain owns retrying, so
+one policy decides between "try again" and "switch model".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import anthropic
+from loopwire.shared.envelopes import Usage
+from loopwire.shared.settings import Settings
+
+from .errors import classify
+from .model import Model, ModelRequest, ModelResponse, TextCallback
+
+PLACEHOLDER_API_KEY = "loopwire-local-no-key"
+"""Sent when only ANTHROPIC_BASE_URL is set: a local or proxy server needs no real key,
+but the SDK refuses to build a request without some credential."""
+
+
+def build_client(settings: Settings, environ: Mapping[str, str] | None = None) -> anthropic.AsyncAnthropic:
+    """An AsyncAnthropic client honouring ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL."""
+    env = os.environ if environ is None else environ
+    api_key = env.get("ANTHROPIC_API_KEY") or None
+    base_url = env.get("ANTHROPIC_BASE_URL") or None
+    if api_key is None and base_url is not None and not env.get("ANTHROPIC_AUTH_TOKEN"):
+        api_key = PLACEHOLDER_API_KEY
+    return anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=0,
+                                    timeout=settings.llm_timeout_s)
+
+
+def _block_to_dict(block: Any) -> dict[str, Any]:
+    """An SDK content block as the plain dict the history stores (and sends back)."""
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        out: dict[str, Any] = {"type": "text", "text": block.text}
+        if getattr(block, "citations", None):
+            out["citations"] = [c.model_dump(mode="json", exclude_none=True) for c in block.citations]
+        return out
+    if kind == "tool_use":
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input or {})}
+    if kind == "thinking":
+        return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
+    if kind == "redacted_thinking":
+        return {"type": "redacted_thinking", "data": block.data}
+    dumped: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
+    dumped.pop("parsed_output", None)
+    return dumped
+
+
+def _usage(raw: Any) -> Usage:
+    return Usage(
+        input_tokens=raw.input_tokens or 0,
+        output_tokens=raw.output_tokens or 0,
+        cache_read_input_tokens=getattr(raw, "cache_read_input_tokens", None) or 0,
+        cache_creation_input_tokens=getattr(raw, "cache_creation_input_tokens", None) or 0,
+    )
+
+
+def request_params(request: ModelRequest) -> dict[str, Any]:
+    """The keyword arguments of `messages.stream` for one request."""
+    params: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": request.messages,
+    }
+    if request.system:
+        params["system"] = request.system
+    if request.tools:
+        params["tools"] = [
+            {"name": t.name, "input_schema": t.input_schema, **({"description": t.description} if t.description else {})}
+            for t in request.tools
+        ]
+    if request.temperature is not None:
+        # This SDK release dropped `temperature` from its typed parameters; the API
+        # still takes it in the body.
+        params["extra_body"] = {"temperature": request.temperature}
+    return params
+
+
+class AnthropicModel(Model):
+    """One client, any model id: the id travels in the request."""
+
+    name = "anthropic"
+
+    def __init__(self, client: anthropic.AsyncAnthropic) -> None:
+        self._client = client
+
+    @property
+    def base_url(self) -> str:
+        return str(self._client.base_url)
+
+    async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
+        # A failure of the caller's callback (e.g. publishing a delta) is not a model
+        # error: it leaves unchanged, after the stream is closed.
+        callback_error: Exception | None = None
+        try:
+            async with self._client.messages.stream(**request_params(request)) as stream:
+                async for event in stream:
+                    if (on_text is not None and event.type == "content_block_delta"
+                            and event.delta.type == "text_delta" and event.delta.text):
+                        try:
+                            await on_text(event.delta.text)
+                        except Exception as exc:
+                            callback_error = exc
+                            break
+                if callback_error is None:
+                    final = await stream.get_final_message()
+        except Exception as exc:  # every failure of the call leaves as a ModelCallError
+            raise classify(exc, request.model) from exc
+        if callback_error is not None:
+            raise callback_error
+        return ModelResponse(
+            message={"role": "assistant", "content": [_block_to_dict(b) for b in final.content]},
+            stop_reason=final.stop_reason,
+            model=final.model or request.model,
+            usage=_usage(final.usage),
+            response_id=final.id,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()

@@ -1,0 +1,57 @@
+"""Pure translation between the llm service's envelopes and the provider interface.
+
+`Generate` (from memory) -> `ModelRequest`; a `FallbackResult` or a `ModelCallError`
+-> `GenerationResult` (to the router). The result copies the request's identity
+(session, run, step, turn, trace) so the router can match it without a lookup.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loopwire.shared.envelopes import Generate, GenerationResult
+
+from .errors import ModelCallError
+from .fallback import FallbackResult
+from .model import ModelRequest
+
+
+def record_key(step_id: str) -> str:
+    """Step-store key of a recorded generation (`lw:step:gen:<step_id>` in Redis)."""
+    return f"gen:{step_id}"
+
+
+def result_msg_id(step_id: str) -> str:
+    """Nats-Msg-Id of the published result: a re-publish after a crash is deduplicated."""
+    return f"{step_id}:result"
+
+
+def model_chain(env: Generate, default_model: str) -> list[str]:
+    """Primary first, then fallbacks, without repeats; the default model when none is given."""
+    chain: list[str] = []
+    for model in env.models:
+        if model and model not in chain:
+            chain.append(model)
+    return chain or [default_model]
+
+
+def model_request(env: Generate, default_model: str) -> ModelRequest:
+    return ModelRequest(model=model_chain(env, default_model)[0], messages=env.messages,
+                        max_tokens=env.max_tokens, system=env.system, tools=list(env.tools),
+                        temperature=env.temperature)
+
+
+def _identity(env: Generate) -> dict[str, Any]:
+    return {"session_id": env.session_id, "run_id": env.run_id, "step_id": env.step_id,
+            "turn": env.turn, "trace": dict(env.trace)}
+
+
+def result_ok(env: Generate, outcome: FallbackResult) -> GenerationResult:
+    resp = outcome.response
+    return GenerationResult(**_identity(env), ok=True, message=resp.message, stop_reason=resp.stop_reason,
+                            model=resp.model, usage=resp.usage, fallbacks=list(outcome.fallbacks))
+
+
+def result_failed(env: Generate, error: ModelCallError) -> GenerationResult:
+    return GenerationResult(**_identity(env), ok=False, model=error.model, error=error.to_step_error(),
+                            fallbacks=list(error.fallbacks))

@@ -1,0 +1,239 @@
+"""Deterministic models: a scripted one for tests and an offline demo brain.
+
+Both are real `Model`s, so tests and the offline demo run the very same service code as
+the Anthropic provider (pydantic-ai's TestModel / FunctionModel, in spirit).
+
+- `ScriptedModel(responses=[...])` plays canned responses in order and fails loudly on
+  a call it has no response for (`ScriptExhausted`); `assert_done()` fails on responses
+  left unused.
+- `DemoModel` answers without any API: it calls a `calculator` tool for an arithmetic
+  question, reads tool results back, and otherwise quotes the prompt.
+
+Text is streamed through `on_text` in a few chunks, and usage is a rough word count, so
+streaming and token budgets behave as with a real model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from loopwire.shared.envelopes import Usage
+
+from .errors import ModelCallError
+from .model import Model, ModelRequest, ModelResponse, TextCallback
+
+
+class ScriptExhausted(AssertionError):
+    """A scripted model was called more often than it has responses."""
+
+
+@dataclass
+class ScriptedResponse:
+    """One canned answer (or failure)."""
+
+    text: str | None = None
+    tool_uses: list[dict[str, Any]] = field(default_factory=list)
+    """`{"name", "input", "id"?}`; ids default to a deterministic `toolu_...`."""
+    stop_reason: str | None = None
+    """Defaults to `tool_use` when there are tool uses, else `end_turn`."""
+    error: ModelCallError | None = None
+    """Raised instead of answering (after `delay_s`)."""
+    usage: Usage | None = None
+    """Overrides the word-count usage."""
+    delay_s: float = 0.0
+    """Pause before each text chunk (a slow stream) and before an error."""
+
+    @classmethod
+    def parse(cls, spec: ScriptedResponse | ModelCallError | dict[str, Any]) -> ScriptedResponse:
+        if isinstance(spec, ScriptedResponse):
+            return spec
+        if isinstance(spec, ModelCallError):
+            return cls(error=spec)
+        err = spec.get("error")
+        error = None
+        if isinstance(err, dict):
+            error = ModelCallError(err.get("code", "server_error"), err.get("message", "scripted failure"),
+                                   bool(err.get("retryable", False)), err.get("status"))
+        elif isinstance(err, ModelCallError):
+            error = err
+        usage = spec.get("usage")
+        return cls(text=spec.get("text"), tool_uses=list(spec.get("tool_use") or spec.get("tool_uses") or []),
+                   stop_reason=spec.get("stop_reason"), error=error,
+                   usage=Usage(**usage) if isinstance(usage, dict) else usage,
+                   delay_s=float(spec.get("delay_s", 0.0)))
+
+
+ScriptEntry = ScriptedResponse | ModelCallError | dict[str, Any] | Callable[[ModelRequest], Any]
+
+
+# -- helpers shared by both models -------------------------------------------------------
+def split_chunks(text: str, parts: int = 4) -> list[str]:
+    """`text` cut at word boundaries into at most `parts` pieces that join back to it."""
+    words = re.findall(r"\S+\s*|\s+", text)
+    if len(words) <= 1:
+        return [text] if text else []
+    size = max(1, -(-len(words) // parts))
+    return ["".join(words[i:i + size]) for i in range(0, len(words), size)]
+
+
+def _words(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value.split())
+    if isinstance(value, dict):
+        return sum(_words(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_words(v) for v in value)
+    return 1 if value is not None else 0
+
+
+def estimate_usage(request: ModelRequest, content: list[dict[str, Any]]) -> Usage:
+    """Rough tokens: one per word of the prompt (system, messages, tools) and of the answer."""
+    prompt = _words(request.system or "") + _words(request.messages)
+    prompt += sum(_words(t.name) + _words(t.description) for t in request.tools)
+    return Usage(input_tokens=max(1, prompt), output_tokens=max(1, _words(content)))
+
+
+def _stable_id(request: ModelRequest, salt: str) -> str:
+    """A tool_use id that is the same for the same request (replicas, redeliveries)."""
+    digest = hashlib.sha1(orjson.dumps(request.messages, option=orjson.OPT_SORT_KEYS) + salt.encode())
+    return f"toolu_{digest.hexdigest()[:20]}"
+
+
+async def _stream_text(text: str, on_text: TextCallback | None, delay_s: float = 0.0) -> None:
+    for piece in split_chunks(text):
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        if on_text is not None:
+            await on_text(piece)
+
+
+def _content(request: ModelRequest, text: str | None, tool_uses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    content: list[dict[str, Any]] = []
+    if text:
+        content.append({"type": "text", "text": text})
+    for i, tu in enumerate(tool_uses):
+        content.append({"type": "tool_use", "id": tu.get("id") or _stable_id(request, f"{i}:{tu['name']}"),
+                        "name": tu["name"], "input": dict(tu.get("input") or {})})
+    return content
+
+
+# -- the scripted model --------------------------------------------------------------------
+class ScriptedModel(Model):
+    """Plays `responses` in order, one per call; records every request."""
+
+    name = "scripted"
+
+    def __init__(self, responses: list[ScriptEntry] | None = None) -> None:
+        self._script: list[ScriptEntry] = list(responses or [])
+        self._next = 0
+        self.requests: list[ModelRequest] = []
+
+    @property
+    def remaining(self) -> int:
+        return len(self._script) - self._next
+
+    def add(self, *responses: ScriptEntry) -> None:
+        self._script.extend(responses)
+
+    def assert_done(self) -> None:
+        if self.remaining:
+            raise AssertionError(f"{self.remaining} scripted response(s) were never requested")
+
+    async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
+        self.requests.append(request)
+        if self._next >= len(self._script):
+            raise ScriptExhausted(
+                f"unexpected model call #{len(self.requests)} ({request.model}); the script has "
+                f"{len(self._script)} response(s). Last message: {str(request.messages[-1])[:300]}")
+        entry = self._script[self._next]
+        self._next += 1
+        spec = entry(request) if callable(entry) else entry
+        resp = ScriptedResponse.parse(spec)
+        if resp.error is not None:
+            if resp.delay_s:
+                await asyncio.sleep(resp.delay_s)
+            resp.error.model = resp.error.model or request.model
+            raise resp.error
+        if resp.text:
+            await _stream_text(resp.text, on_text, resp.delay_s)
+        content = _content(request, resp.text, resp.tool_uses)
+        stop = resp.stop_reason or ("tool_use" if resp.tool_uses else "end_turn")
+        return ModelResponse(message={"role": "assistant", "content": content}, stop_reason=stop,
+                             model=request.model, usage=resp.usage or estimate_usage(request, content),
+                             response_id=f"msg_scripted_{len(self.requests)}")
+
+
+# -- the offline demo brain ----------------------------------------------------------------
+_EXPR_RUN = re.compile(r"[0-9.+\-*/()^%\s]+")
+_HAS_OPERATION = re.compile(r"\d\s*[-+*/^%]\s*[\d(]")
+
+
+def find_expression(text: str) -> str | None:
+    """The first arithmetic expression in `text` (`What is 15 * 26 + 5?` -> `15 * 26 + 5`)."""
+    text = text.replace("×", "*").replace("÷", "/")
+    for match in _EXPR_RUN.finditer(text):
+        candidate = match.group().strip().rstrip(".").strip()
+        if _HAS_OPERATION.search(candidate):
+            return candidate
+    return None
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
+class DemoModel(Model):
+    """Deterministic answers without an API, good enough to show the loop working."""
+
+    name = "demo"
+
+    async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
+        last = request.messages[-1] if request.messages else {"role": "user", "content": ""}
+        content = last.get("content", "")
+        results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"] \
+            if isinstance(content, list) else []
+        tool_uses: list[dict[str, Any]] = []
+        text: str | None
+        if results:
+            text = self._answer_results(results)
+        else:
+            prompt = _text_of(content).strip()
+            expression = find_expression(prompt) if "calculator" in request.tool_names() else None
+            if expression is not None:
+                text = f"Let me calculate {expression}."
+                tool_uses = [{"name": "calculator", "input": {"expression": expression}}]
+            else:
+                quoted = prompt if len(prompt) <= 200 else prompt[:197] + "..."
+                text = (f'You said: "{quoted}". I am loopwire\'s offline demo model; '
+                        "set ANTHROPIC_API_KEY to talk to Claude.")
+        await _stream_text(text, on_text)
+        blocks = _content(request, text, tool_uses)
+        return ModelResponse(message={"role": "assistant", "content": blocks},
+                             stop_reason="tool_use" if tool_uses else "end_turn", model=request.model,
+                             usage=estimate_usage(request, blocks),
+                             response_id=_stable_id(request, "msg").replace("toolu_", "msg_demo_"))
+
+    @staticmethod
+    def _answer_results(results: list[dict[str, Any]]) -> str:
+        parts = []
+        for block in results:
+            value = _text_of(block.get("content", "")).strip().rstrip(".")
+            if block.get("is_error"):
+                parts.append(f"the tool reported an error: {value}")
+            else:
+                parts.append(value)
+        if len(parts) == 1:
+            if results[0].get("is_error"):
+                return f"Sorry, {parts[0]}."
+            return f"The result is {parts[0]}."
+        return "The results are: " + "; ".join(parts) + "."

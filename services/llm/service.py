@@ -1,0 +1,156 @@
+"""The llm service: `Generate` envelopes in, `GenerationResult` envelopes out.
+
+The handler is a thin shell::
+
+    decode -> recorded already? republish the record, ack (no model call)
+           -> redelivered? emit `retracted` (the earlier partial answer is void)
+           -> run the fallback chain, streaming `text.delta` events, `model.fallback`
+              on switches, heartbeats (in_progress) while it runs
+           -> record `gen:<step_id>` -> publish to the router -> ack
+
+Record before publish, ack after publish: a crash anywhere replays safely (the record
+answers the replay; the result's Nats-Msg-Id deduplicates a second publish).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from faststream.nats import NatsBroker
+from faststream.nats.annotations import NatsMessage
+from loopwire.shared import codec
+from loopwire.shared.envelopes import Generate, GenerationResult
+from loopwire.shared.runtime import ServiceContext
+from pydantic import ValidationError
+
+from .errors import ModelCallError
+from .fallback import BreakerGate, FallbackModel, RetryPolicy, Sleep
+from .generation import model_chain, model_request, record_key, result_failed, result_msg_id, result_ok
+from .model import Model
+from .providers import build_model_factory
+
+log = logging.getLogger("loopwire.llm")
+
+REDELIVERED_REASON = "redelivered: the partial answer is void"
+NACK_DELAY_S = 2.0
+"""Pause before a redelivery when an effect (Redis, NATS) failed."""
+
+
+class LlmService:
+    name = "llm"
+
+    def __init__(self, ctx: ServiceContext, model_factory: Callable[[str], Model] | None = None,
+                 breaker: BreakerGate | None = None, sleep: Sleep = asyncio.sleep) -> None:
+        self.ctx = ctx
+        self._owns_factory = model_factory is None
+        self.model_factory: Callable[[str], Model] = model_factory or build_model_factory(ctx.settings)
+        self.breaker = breaker
+        self._sleep = sleep
+        s = ctx.settings
+        self.policy = RetryPolicy(max_retries=s.llm_max_retries, base_delay_s=s.llm_retry_base_delay_s,
+                                  max_delay_s=s.llm_retry_max_delay_s)
+
+    # -- wiring ------------------------------------------------------------------------------
+    def register(self, broker: NatsBroker) -> None:
+        subscriber = self.ctx.work_subscriber(self.ctx.subjects.llm_generate, "llm")
+        subscriber(self.handle)
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        aclose = getattr(self.model_factory, "aclose", None)
+        if self._owns_factory and aclose is not None:
+            await aclose()
+
+    # -- the handler ---------------------------------------------------------------------------
+    async def handle(self, body: Any, msg: NatsMessage) -> None:
+        try:
+            env = Generate.model_validate(codec.loads(body) if isinstance(body, bytes | str) else body)
+        except (ValidationError, ValueError) as exc:
+            # Redelivering a body that can never decode would loop until max_deliver.
+            log.error("dropping a malformed llm.generate envelope: %s", exc)
+            await msg.reject()
+            return
+        try:
+            await self.process(env, delivered=_delivery_count(msg), heartbeat=msg.in_progress)
+        except Exception:
+            log.exception("llm step %s failed before its result was published; will be redelivered",
+                          env.step_id)
+            await msg.nack(delay=NACK_DELAY_S)
+            return
+        await msg.ack()
+
+    async def process(self, env: Generate, delivered: int = 1,
+                      heartbeat: Callable[[], Awaitable[None]] | None = None) -> GenerationResult:
+        """Answer one step: from its record when it has one, else from the model."""
+        ctx = self.ctx
+        recorded = await ctx.steps.get(record_key(env.step_id))
+        if recorded is not None:
+            await ctx.bus.publish_work(ctx.subjects.router_result, recorded, msg_id=result_msg_id(env.step_id))
+            return GenerationResult.model_validate(recorded)
+        if delivered > 1:
+            await ctx.bus.emit(env.session_id, env.run_id, "retracted", key=f"{env.step_id}:retract:{delivered}",
+                               turn=env.turn, reason=REDELIVERED_REASON)
+        beat = asyncio.create_task(self._heartbeat(heartbeat)) if heartbeat is not None else None
+        try:
+            result = await self._generate(env, delivered)
+        finally:
+            if beat is not None:
+                beat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await beat
+        await ctx.steps.put(record_key(env.step_id), result.model_dump(mode="json"))
+        await ctx.bus.publish_work(ctx.subjects.router_result, result, msg_id=result_msg_id(env.step_id))
+        return result
+
+    # -- the model call ----------------------------------------------------------------------
+    async def _generate(self, env: Generate, delivered: int) -> GenerationResult:
+        bus, sid, run_id = self.ctx.bus, env.session_id, env.run_id
+        default_model = self.ctx.settings.default_model
+        runner = FallbackModel(model_chain(env, default_model), self.model_factory, self.policy,
+                               self.breaker, self._sleep)
+        switches = 0
+        discards = 0
+
+        async def on_text(piece: str) -> None:
+            await bus.emit(sid, run_id, "text.delta", turn=env.turn, text=piece)
+
+        async def on_switch(switch: dict[str, str]) -> None:
+            nonlocal switches
+            await bus.emit(sid, run_id, "model.fallback", key=f"{env.step_id}:fallback:{switches}", **switch)
+            switches += 1
+
+        async def on_discard(model: str, reason: str) -> None:
+            nonlocal discards
+            discards += 1
+            await bus.emit(sid, run_id, "retracted", key=f"{env.step_id}:retract:{delivered}.{discards}",
+                           turn=env.turn, reason=f"{model} failed mid-answer ({reason}): the partial answer is void")
+
+        try:
+            outcome = await runner.run(model_request(env, default_model), on_text, on_switch, on_discard)
+        except ModelCallError as err:
+            log.warning("llm step %s failed: %r %s", env.step_id, err, err.message)
+            return result_failed(env, err)
+        return result_ok(env, outcome)
+
+    async def _heartbeat(self, beat: Callable[[], Awaitable[None]]) -> None:
+        """Tell JetStream the work is alive, so a long generation is not redelivered."""
+        interval = max(0.05, self.ctx.settings.ack_wait_s / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await beat()
+            except Exception as exc:  # a missed heartbeat only risks a redelivery
+                log.debug("in_progress failed: %s", exc)
+
+
+def _delivery_count(msg: Any) -> int:
+    try:
+        return int(msg.raw_message.metadata.num_delivered)
+    except Exception:  # not a JetStream message (e.g. a test broker)
+        return 1

@@ -1,0 +1,35 @@
+"""What the core asks the shell to do. Effects are data: stored in the session's outbox
+with the state that produced them and performed after the commit, so a crash between the
+two is repaired by performing the outbox again. Every effect is idempotent (events by
+dedup key, work by Nats-Msg-Id)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class EmitEvent(BaseModel):
+    type: Literal["emit"] = "emit"
+    kind: str
+    key: str
+    """Dedup key: the same key is emitted once per session."""
+    run_id: str | None = None
+    fields: dict[str, Any] = Field(default_factory=dict)
+
+
+class PublishWork(BaseModel):
+    type: Literal["work"] = "work"
+    target: Literal["memory.assemble", "tools.execute"]
+    envelope: dict[str, Any]
+    msg_id: str
+
+
+Effect = EmitEvent | PublishWork
+
+
+def effect_from_dict(raw: dict[str, Any]) -> Effect:
+    if raw.get("type") == "work":
+        return PublishWork.model_validate(raw)
+    return EmitEvent.model_validate(raw)

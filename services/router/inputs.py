@@ -1,0 +1,70 @@
+"""What the router's core reacts to: one model per input, decoded by the shell.
+
+Every input carries `input_id` (the redelivery key: `in:<ingress stream seq>` or the
+step id of a result), `new_id` (a fresh id the shell drew, so the core itself stays
+deterministic) and `now` is not needed: events are stamped when they are emitted.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from loopwire.shared.contract import Abort, Decision, FollowUp, StartRun
+from loopwire.shared.envelopes import GenerationResult, ToolsResult
+from pydantic import BaseModel, Field
+
+
+class _Input(BaseModel):
+    input_id: str
+    new_id: str = ""
+
+
+class StartInput(_Input):
+    kind: Literal["start"] = "start"
+    body: StartRun
+
+
+class MessageInput(_Input):
+    kind: Literal["message"] = "message"
+    body: FollowUp
+
+
+class SteerInput(_Input):
+    kind: Literal["steer"] = "steer"
+    body: FollowUp
+
+
+class AbortInput(_Input):
+    kind: Literal["abort"] = "abort"
+    body: Abort
+
+
+class DecisionInput(_Input):
+    kind: Literal["decision"] = "decision"
+    body: Decision
+
+
+class GenerationInput(_Input):
+    kind: Literal["generation"] = "generation"
+    result: GenerationResult
+
+
+class ToolsInput(_Input):
+    kind: Literal["tools"] = "tools"
+    result: ToolsResult
+
+
+class RejectedInput(_Input):
+    """Ingress that could not be decoded: it becomes an `error` event and nothing else."""
+
+    kind: Literal["rejected"] = "rejected"
+    code: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+RouterInput = Annotated[
+    StartInput | MessageInput | SteerInput | AbortInput | DecisionInput | GenerationInput
+    | ToolsInput | RejectedInput,
+    Field(discriminator="kind"),
+]

@@ -1,0 +1,48 @@
+"""Every profile in one table: its stages, its mode and its defaults.
+
+A profile is data: the list of post-generation stages (see stages.py), whether tools
+are offered, and the defaults a StartRun's `limits` may override (the seed's table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .stages import RoutingStage, Stage, TurnLimitStage
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    offers_tools: bool
+    stages: tuple[Stage, ...]
+    max_turns: int = 50
+    compaction_at_pct: float = 0.8
+    progress_injection: str = "system_reminder"
+    single_generation: bool = False
+    """One generation per run (conversational): follow-ups start new runs."""
+    implemented: bool = True
+    notes: str = field(default="", compare=False)
+
+
+_AGENTIC_STAGES: tuple[Stage, ...] = (TurnLimitStage(), RoutingStage())
+
+PROFILES: dict[str, Profile] = {
+    "agentic": Profile("agentic", offers_tools=True, stages=_AGENTIC_STAGES, max_turns=50,
+                       compaction_at_pct=0.8, progress_injection="system_reminder"),
+    "conversational": Profile("conversational", offers_tools=False, stages=(RoutingStage(),),
+                              max_turns=1, compaction_at_pct=0.85, progress_injection="none",
+                              single_generation=True),
+    # The profiles below are part of the contract; their own stages come with their issues.
+    # Until then a StartRun naming them is answered with a clear `error` event.
+    "agentic_planned": Profile("agentic_planned", True, _AGENTIC_STAGES, implemented=False),
+    "turn_by_turn": Profile("turn_by_turn", True, _AGENTIC_STAGES, implemented=False),
+    "claude_code": Profile("claude_code", True, _AGENTIC_STAGES, implemented=False),
+    "opencode": Profile("opencode", True, _AGENTIC_STAGES, implemented=False),
+    "codex": Profile("codex", True, _AGENTIC_STAGES, implemented=False),
+    "acp": Profile("acp", True, _AGENTIC_STAGES, implemented=False),
+}
+
+
+def get_profile(name: str) -> Profile:
+    return PROFILES[name]

@@ -1,0 +1,121 @@
+"""The router's shell: decode, call the core, commit, perform the effects, ack.
+
+Two durable consumers feed it: ingress (`<prefix>.in.>` in LOOPWIRE_INGRESS) and step
+results (`<prefix>.work.router.result` in LOOPWIRE_WORK). For each input the shell loads
+the session, asks `core.decide`, commits the new state with the history it appends in one
+compare-and-set (retrying on a conflict with another replica), performs the effects, and
+only then acks. A crash anywhere before the ack redelivers the input; the core recognises
+it and the outbox is performed again, idempotently.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import orjson
+from faststream.nats import NatsBroker, NatsMessage
+from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult
+from loopwire.shared.keyed_lock import KeyedLock
+from loopwire.shared.runtime import ServiceContext
+from pydantic import ValidationError
+
+from . import inputs as i
+from .core import CoreConfig, Decision, decide
+from .effects import Effect, EmitEvent
+from .ingress import check_session_id, decode_ingress
+from .state import SessionState
+
+log = logging.getLogger("loopwire.router")
+
+MAX_COMMIT_ATTEMPTS = 20
+
+
+class RouterService:
+    name = "router"
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self.core = CoreConfig(default_model=ctx.settings.default_model,
+                               default_max_tokens=ctx.settings.default_max_tokens)
+        self._locks = KeyedLock()
+
+    def register(self, broker: NatsBroker) -> None:
+        subjects = self.ctx.subjects
+        self.ctx.work_subscriber(subjects.ingress_all, "router_ingress",
+                                 stream=self.ctx.ingress_stream())(self.on_ingress)
+        self.ctx.work_subscriber(subjects.router_result, "router_results")(self.on_result)
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    # -- handlers ---------------------------------------------------------------------------
+    async def on_ingress(self, msg: NatsMessage) -> None:
+        raw = msg.raw_message
+        parsed = self.ctx.subjects.parse_ingress(raw.subject)
+        if parsed is None or not check_session_id(parsed[0]):
+            log.warning("ingress on %r dropped: the session id must be 1-128 characters of "
+                        "[A-Za-z0-9_-]", raw.subject)
+            await msg.term()
+            return
+        sid, verb = parsed
+        seq = raw.metadata.sequence.stream
+        inp = decode_ingress(verb, msg.body, input_id=f"in:{seq}", new_id=uuid.uuid4().hex[:16],
+                             max_bytes=self.ctx.settings.max_body_bytes)
+        if isinstance(inp, i.RejectedInput):
+            log.warning("session %s: %s rejected: %s", sid, verb, inp.message)
+        await self._apply_and_ack(sid, inp, msg)
+
+    async def on_result(self, msg: NatsMessage) -> None:
+        try:
+            result = STEP_RESULT_ADAPTER.validate_python(orjson.loads(msg.body))
+        except (orjson.JSONDecodeError, ValidationError) as exc:
+            log.error("malformed step result dropped: %s", exc)
+            await msg.term()
+            return
+        inp: i._Input
+        if isinstance(result, GenerationResult):
+            inp = i.GenerationInput(input_id=result.step_id, result=result)
+        else:
+            inp = i.ToolsInput(input_id=result.step_id, result=result)
+        await self._apply_and_ack(result.session_id, inp, msg)
+
+    # -- the shell --------------------------------------------------------------------------
+    async def _apply_and_ack(self, sid: str, inp: i._Input, msg: NatsMessage) -> None:
+        try:
+            await self.apply(sid, inp)
+        except Exception:
+            log.exception("session %s: applying %s failed; it will be redelivered", sid, inp.input_id)
+            await msg.nack(delay=1.0)
+            return
+        await msg.ack()
+
+    async def apply(self, sid: str, inp: i._Input) -> Decision:
+        async with self._locks.hold(sid):
+            for _ in range(MAX_COMMIT_ATTEMPTS):
+                raw, version = await self.ctx.sessions.load(sid)
+                state = SessionState.load(raw, sid)
+                decision = decide(state, inp, self.core)
+                if decision.state is not None:
+                    committed = await self.ctx.sessions.commit(
+                        sid, version, decision.state.dump(), decision.history_len_before, decision.append)
+                    if not committed:
+                        continue  # another replica advanced the session: decide again on its state
+                await self.perform(sid, decision.effects)
+                return decision
+        raise RuntimeError(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
+
+    async def perform(self, sid: str, effects: list[Effect]) -> None:
+        bus = self.ctx.bus
+        subjects = self.ctx.subjects
+        for effect in effects:
+            if isinstance(effect, EmitEvent):
+                await bus.emit(sid, effect.run_id, effect.kind, key=effect.key, **effect.fields)
+            else:
+                subject = subjects.memory_assemble if effect.target == "memory.assemble" else subjects.tools_execute
+                await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id)
+
+

@@ -1,0 +1,169 @@
+"""The tool catalog: in-process tools and discovered providers, as one view.
+
+The tools service keeps it in memory (the executor resolves names through it) and
+publishes it to Redis after every discovery round, so other services (the memory
+service builds the model's tool list from it) read it without a hop::
+
+    HSET lw:tools:catalog <tool name> '{"name", "description", "input_schema",
+                                        "source": "python"|"nats", "exclusive", "seen_at"}'
+
+`seen_at` is when the entry was last confirmed (each round for in-process tools; the
+provider's last answer for NATS tools). Readers ignore entries older than
+`catalog_max_age(settings)`; writers delete the entries they forgot and any entry that
+is past that age (a writer that died leaves nothing behind for long).
+
+An in-process tool wins over a provider of the same name; when providers of one name
+listen on different subjects, the first in (service name, instance id) order is used.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+import redis.asyncio as aioredis
+from loopwire.shared.envelopes import ToolSpec
+from loopwire.shared.settings import Settings
+
+from .discovery import DiscoveredTool, ProviderTable
+from .registry import PythonTool, ToolRegistry
+
+log = logging.getLogger("loopwire.tools.catalog")
+
+CATALOG_KEY = "lw:tools:catalog"
+
+ResolvedTool = PythonTool | DiscoveredTool
+
+
+def catalog_max_age(settings: Settings) -> float:
+    """How old a catalog entry may be before readers ignore it."""
+    return settings.discovery_interval_s * settings.discovery_misses * 2
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    source: Literal["python", "nats"]
+    exclusive: bool
+    seen_at: float
+
+    def to_json(self) -> bytes:
+        return orjson.dumps({"name": self.name, "description": self.description,
+                             "input_schema": self.input_schema, "source": self.source,
+                             "exclusive": self.exclusive, "seen_at": self.seen_at})
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name=self.name, description=self.description, input_schema=self.input_schema)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> CatalogEntry:
+        d = orjson.loads(raw)
+        return cls(name=d["name"], description=d.get("description", ""),
+                   input_schema=d.get("input_schema") or {"type": "object"},
+                   source=d.get("source", "nats"), exclusive=bool(d.get("exclusive", False)),
+                   seen_at=float(d.get("seen_at", 0)))
+
+
+class Catalog:
+    """The tools service's own view: registry + provider table, resolved by name."""
+
+    def __init__(self, registry: ToolRegistry, providers: ProviderTable | None = None) -> None:
+        self.registry = registry
+        self.providers = providers
+        self._published: dict[str, bytes] = {}
+        self._conflicts_told: set[str] = set()
+
+    def resolve(self, name: str) -> ResolvedTool | None:
+        found = self.registry.get(name)
+        if found is not None:
+            return found
+        if self.providers is None:
+            return None
+        instances = self.providers.tools_by_name().get(name)
+        if not instances:
+            return None
+        self._tell_conflict(name, instances)
+        return instances[0][0]
+
+    def entries(self, now: float | None = None) -> dict[str, CatalogEntry]:
+        now = time.time() if now is None else now
+        out: dict[str, CatalogEntry] = {}
+        if self.providers is not None:
+            for name, instances in self.providers.tools_by_name().items():
+                first = instances[0][0]
+                out[name] = CatalogEntry(name, first.description, first.input_schema, "nats",
+                                         first.exclusive, max(seen for _, seen in instances))
+        for t in self.registry.all():
+            if t.name in out:
+                self._tell_conflict(t.name, None)
+            out[t.name] = CatalogEntry(t.name, t.description, t.input_schema, "python", t.exclusive, now)
+        return dict(sorted(out.items()))
+
+    def specs(self) -> dict[str, ToolSpec]:
+        return {name: e.spec() for name, e in self.entries().items()}
+
+    async def publish(self, redis: aioredis.Redis, max_age_s: float, now: float | None = None) -> None:
+        """Write this view to Redis; delete what this writer forgot and what is stale."""
+        now = time.time() if now is None else now
+        entries = {name: e.to_json() for name, e in self.entries(now).items()}
+        existing = await redis.hgetall(CATALOG_KEY)
+        delete: list[str] = []
+        for raw_name, raw in existing.items():
+            name = raw_name.decode() if isinstance(raw_name, bytes) else raw_name
+            if name in entries:
+                continue
+            if self._published.get(name) == raw:
+                delete.append(name)  # ours, and nobody refreshed it since
+                continue
+            try:
+                stale = CatalogEntry.from_json(raw).seen_at < now - max_age_s
+            except Exception:
+                stale = True
+            if stale:
+                delete.append(name)
+        pipe = redis.pipeline(transaction=False)
+        if entries:
+            pipe.hset(CATALOG_KEY, mapping=entries)  # type: ignore[arg-type]
+        if delete:
+            pipe.hdel(CATALOG_KEY, *delete)
+        await pipe.execute()
+        self._published = entries
+
+    def _tell_conflict(self, name: str, instances: list[tuple[DiscoveredTool, float]] | None) -> None:
+        if name in self._conflicts_told:
+            return
+        if instances is None:
+            self._conflicts_told.add(name)
+            log.warning("tool %s is both an in-process tool and a NATS provider's; the in-process one is used",
+                        name)
+        elif len({t.subject for t, _ in instances}) > 1:
+            self._conflicts_told.add(name)
+            log.warning("tool %s is served on several subjects (%s); calls go to %s", name,
+                        ", ".join(sorted({t.subject for t, _ in instances})), instances[0][0].subject)
+
+
+async def read_catalog_entries(redis: aioredis.Redis, max_age_s: float,
+                               now: float | None = None) -> dict[str, CatalogEntry]:
+    """Every fresh entry of the published catalog, by name (sorted)."""
+    now = time.time() if now is None else now
+    out: dict[str, CatalogEntry] = {}
+    for raw_name, raw in (await redis.hgetall(CATALOG_KEY)).items():
+        try:
+            entry = CatalogEntry.from_json(raw)
+        except Exception:
+            log.warning("unreadable catalog entry %r ignored", raw_name)
+            continue
+        if entry.seen_at >= now - max_age_s:
+            out[entry.name] = entry
+    return dict(sorted(out.items()))
+
+
+async def read_catalog(redis: aioredis.Redis, max_age_s: float) -> dict[str, ToolSpec]:
+    """The tools known to the tools service now, as offered to the model (for the
+    memory service). `max_age_s` is normally `catalog_max_age(settings)`."""
+    return {name: e.spec() for name, e in (await read_catalog_entries(redis, max_age_s)).items()}

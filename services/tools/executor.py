@@ -1,0 +1,204 @@
+"""Executing the tool calls of one assistant message (an ExecuteTools envelope).
+
+For each call, in this order of checks: a recorded result is replayed (never executed
+twice); a denied call, an unknown tool or an input that fails the tool's JSON Schema
+gets an error result without reaching the tool; otherwise the tool runs under its
+timeout. Every outcome, failures included, becomes a result the model can read:
+nothing a tool does crashes the service.
+
+Calls run concurrently, except that an `exclusive` tool runs alone (the calls before
+it finish first, the calls after it wait) and a call waits for the earlier calls named
+in its `depends_on`. Each result is recorded under `tool:<sid>:<tool_use_id>` the
+moment it exists, then handed to `on_result` (the service emits `tool.result` there);
+the list returned is in the model's order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from jsonschema.exceptions import best_match
+from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem
+from loopwire.shared.step_store import StepStore
+from nats.aio.client import Client as NatsClient
+from opentelemetry import propagate, trace
+
+from .catalog import Catalog, ResolvedTool
+from .invoke import Outcome, ProviderUnavailable, call_provider, call_python
+from .registry import PythonTool, ToolError
+
+log = logging.getLogger("loopwire.tools.executor")
+tracer = trace.get_tracer("loopwire.tools")
+
+ResultCallback = Callable[[ToolResultItem], Awaitable[None]]
+
+
+def step_key(session_id: str, tool_use_id: str) -> str:
+    """Where one call's result is recorded (the StepStore adds its own `lw:step:`)."""
+    return f"tool:{session_id}:{tool_use_id}"
+
+
+class Cancelled(Exception):
+    """The session asked to stop in-flight tools (a steer or an abort)."""
+
+
+class Executor:
+    def __init__(self, catalog: Catalog, steps: StepStore, nc: NatsClient | None,
+                 default_timeout_s: float,
+                 refresh: Callable[[], Awaitable[Any]] | None = None) -> None:
+        self.catalog = catalog
+        self.steps = steps
+        self.nc = nc
+        self.default_timeout_s = default_timeout_s
+        self.refresh = refresh
+        """Runs one discovery round; used once per envelope when a tool is unknown, so a
+        provider that started a moment ago is found before its call fails."""
+
+    async def execute(self, env: ExecuteTools, on_result: ResultCallback | None = None,
+                      cancel: asyncio.Event | None = None) -> list[ToolResultItem]:
+        calls = env.calls
+        recorded = await self.steps.get_many([step_key(env.session_id, c.tool_use_id) for c in calls])
+        tools = [self.catalog.resolve(c.name) for c in calls]
+        if self.refresh is not None and any(
+                rec is None and t is None and c.tool_use_id not in env.denied
+                for c, t, rec in zip(calls, tools, recorded, strict=True)):
+            await self.refresh()
+            tools = [self.catalog.resolve(c.name) for c in calls]
+
+        prereqs = _prerequisites(calls, tools, env.denied)
+        finished = [asyncio.Event() for _ in calls]
+
+        async def run(i: int) -> ToolResultItem:
+            try:
+                if recorded[i] is not None:
+                    item = ToolResultItem.model_validate(recorded[i])
+                else:
+                    for j in prereqs[i]:
+                        await finished[j].wait()
+                    item, keep = await self._run_one(env, calls[i], tools[i], cancel)
+                    if keep:
+                        await self.steps.put(step_key(env.session_id, item.tool_use_id),
+                                             item.model_dump(mode="json"))
+                if on_result is not None:
+                    await on_result(item)
+                return item
+            finally:
+                finished[i].set()
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(run(i)) for i in range(len(calls))]
+        except BaseExceptionGroup as group:
+            # A failure here is ours (recording, emitting), not a tool's: surface the first.
+            raise group.exceptions[0] from None
+        return [t.result() for t in tasks]
+
+    async def _run_one(self, env: ExecuteTools, call: ToolCall, tool: ResolvedTool | None,
+                       cancel: asyncio.Event | None) -> tuple[ToolResultItem, bool]:
+        """One call's result, and whether to record it (a cancelled call is not: the same
+        tool_use_id may be asked for again and must then really run)."""
+        def error(text: str) -> tuple[ToolResultItem, bool]:
+            return ToolResultItem(tool_use_id=call.tool_use_id, name=call.name, content=text,
+                                  is_error=True), True
+
+        if call.tool_use_id in env.denied:
+            return error(f"tool {call.name} was not run: {env.denied[call.tool_use_id] or 'denied'}")
+        if tool is None:
+            return error(f"unknown tool: {call.name}")
+        problem = validation_problem(tool, call.input)
+        if problem is not None:
+            return error(f"invalid input for tool {call.name}: {problem}")
+        if cancel is not None and cancel.is_set():
+            return error(f"tool {call.name} was cancelled before it ran")[0], False
+
+        timeout = (tool.timeout_s if isinstance(tool, PythonTool) else None) or self.default_timeout_s
+        deadline = asyncio.timeout(timeout)
+        with tracer.start_as_current_span(f"execute_tool {call.name}", context=propagate.extract(env.trace),
+                                          attributes={"gen_ai.operation.name": "execute_tool",
+                                                      "gen_ai.tool.name": call.name,
+                                                      "gen_ai.tool.call.id": call.tool_use_id,
+                                                      "gen_ai.conversation.id": env.session_id}) as span:
+            try:
+                async with deadline:
+                    outcome = await _unless_cancelled(self._invoke(env, call, tool, timeout), cancel)
+            except Cancelled:
+                return error(f"tool {call.name} was cancelled")[0], False
+            except TimeoutError:
+                if deadline.expired():
+                    return error(f"tool {call.name} timed out after {timeout:g}s")
+                return error(f"tool {call.name} failed: timed out")
+            except ToolError as exc:
+                return error(str(exc))
+            except ProviderUnavailable:
+                return error(f"tool {call.name} is unavailable: no provider answered")
+            except Exception as exc:  # a tool's own failure: the model reads it
+                log.info("tool %s raised %s", call.name, exc, exc_info=True)
+                return error(f"tool {call.name} failed: {type(exc).__name__}: {exc}")
+            if outcome.is_error:
+                span.set_attribute("error.type", "tool_error")
+        return ToolResultItem(tool_use_id=call.tool_use_id, name=call.name, content=outcome.content,
+                              is_error=outcome.is_error), True
+
+    async def _invoke(self, env: ExecuteTools, call: ToolCall, tool: ResolvedTool,
+                      timeout: float) -> Outcome:
+        if isinstance(tool, PythonTool):
+            return await call_python(tool, call.input)
+        if self.nc is None:
+            raise ProviderUnavailable("no NATS connection")
+        # Our own deadline fires first; nats' request timeout is only a backstop.
+        return await call_provider(self.nc, tool.subject, call.input, session_id=env.session_id,
+                                   tool_use_id=call.tool_use_id, timeout_s=timeout + 1.0)
+
+
+def validation_problem(tool: ResolvedTool, arguments: dict[str, Any]) -> str | None:
+    """None when `arguments` satisfy the tool's schema, else what is wrong (the most
+    relevant error, with its place)."""
+    validator = tool.validator
+    if validator is None:
+        return None
+    err = best_match(validator.iter_errors(arguments))
+    if err is None:
+        return None
+    where = "/".join(str(p) for p in err.absolute_path)
+    return f"{err.message} (at /{where})" if where else err.message
+
+
+def _prerequisites(calls: list[ToolCall], tools: list[ResolvedTool | None],
+                   denied: dict[str, str]) -> list[set[int]]:
+    """For each call, the indexes of the calls that must finish before it starts.
+    Only earlier calls count, so there is never a cycle."""
+    index = {c.tool_use_id: i for i, c in enumerate(calls)}
+    exclusive = [t is not None and t.exclusive and c.tool_use_id not in denied
+                 for c, t in zip(calls, tools, strict=True)]
+    out: list[set[int]] = []
+    for i, call in enumerate(calls):
+        pre = {j for j in range(i) if exclusive[i] or exclusive[j]}
+        for dep in call.depends_on:
+            j = index.get(dep)
+            if j is not None and j < i:
+                pre.add(j)
+            else:
+                log.debug("call %s depends on %s, which is not an earlier call; ignored",
+                          call.tool_use_id, dep)
+        out.append(pre)
+    return out
+
+
+async def _unless_cancelled(coro: Coroutine[Any, Any, Outcome], cancel: asyncio.Event | None) -> Outcome:
+    if cancel is None:
+        return await coro
+    work = asyncio.ensure_future(coro)
+    stop = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not work.done():
+            work.cancel()
+    if not work.done() or work.cancelled():
+        raise Cancelled()
+    return work.result()
+

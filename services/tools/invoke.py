@@ -1,0 +1,103 @@
+"""Calling one tool: an in-process function or a NATS provider, and shaping what comes back.
+
+Both paths return an :class:`Outcome` (content + is_error) or raise; the executor turns a
+raise into an error result and owns timeouts, validation and recording.
+
+The provider protocol (docs/protocol.md, "Tool providers"): the tool input is the request
+body; headers `Loopwire-Session-Id` and `Loopwire-Tool-Use-Id` go with it; the reply is
+``{"content": str or [content blocks], "is_error": bool}``, and a NATS service error
+reply (headers `Nats-Service-Error`, `Nats-Service-Error-Code`) counts as an error result.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from nats.aio.client import Client as NatsClient
+from nats.errors import NoRespondersError
+from pydantic import BaseModel
+
+from .registry import PythonTool
+
+log = logging.getLogger("loopwire.tools.invoke")
+
+SESSION_HEADER = "Loopwire-Session-Id"
+TOOL_USE_HEADER = "Loopwire-Tool-Use-Id"
+SERVICE_ERROR_HEADER = "Nats-Service-Error"
+SERVICE_ERROR_CODE_HEADER = "Nats-Service-Error-Code"
+
+Content = str | list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    content: Content
+    is_error: bool = False
+
+
+class ProviderUnavailable(Exception):
+    """No provider answered the tool's subject (NATS no-responders)."""
+
+
+def is_content_blocks(value: Any) -> bool:
+    """A non-empty list of dicts that each carry a `type` (Anthropic content blocks)."""
+    return (isinstance(value, list) and bool(value)
+            and all(isinstance(b, dict) and isinstance(b.get("type"), str) for b in value))
+
+
+def to_content(value: Any) -> Content:
+    """Whatever a tool returned, as tool_result content: strings and content blocks pass
+    through, None is empty, anything else is JSON-encoded to text."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if is_content_blocks(value):
+        return value
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return str(value)
+
+
+async def call_python(tool: PythonTool, arguments: dict[str, Any]) -> Outcome:
+    return Outcome(to_content(await tool.call(arguments)))
+
+
+async def call_provider(nc: NatsClient, subject: str, arguments: dict[str, Any], *, session_id: str,
+                        tool_use_id: str, timeout_s: float) -> Outcome:
+    """One request to a provider endpoint. Raises TimeoutError (nats' own subclasses it)
+    and ProviderUnavailable."""
+    headers = {SESSION_HEADER: session_id, TOOL_USE_HEADER: tool_use_id}
+    try:
+        reply = await nc.request(subject, orjson.dumps(arguments), timeout=timeout_s, headers=headers)
+    except NoRespondersError:
+        raise ProviderUnavailable(f"no provider answers on {subject}") from None
+    return parse_reply(reply.data, reply.headers or {})
+
+
+def parse_reply(data: bytes, headers: dict[str, str]) -> Outcome:
+    """Map a provider's reply to an outcome."""
+    if SERVICE_ERROR_HEADER in headers or SERVICE_ERROR_CODE_HEADER in headers:
+        message = headers.get(SERVICE_ERROR_HEADER) or "provider error"
+        code = headers.get(SERVICE_ERROR_CODE_HEADER)
+        return Outcome(f"{message} (code {code})" if code else message, is_error=True)
+    try:
+        body = orjson.loads(data) if data else {}
+    except orjson.JSONDecodeError:
+        # Not the protocol's shape, but the text is still the most useful thing to show.
+        log.warning("provider reply is not JSON; passing it on as text")
+        return Outcome(data.decode("utf-8", errors="replace"))
+    if not isinstance(body, dict) or "content" not in body:
+        log.warning("provider reply has no `content`; passing the whole body on as text")
+        return Outcome(to_content(body))
+    content = body["content"]
+    if content is None or content == []:
+        content = ""
+    content = content if isinstance(content, str) or is_content_blocks(content) else to_content(content)
+    return Outcome(content, is_error=bool(body.get("is_error", False)))

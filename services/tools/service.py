@@ -1,0 +1,179 @@
+"""The tools service: runs the tool calls the router sends and answers with their results.
+
+    router --ExecuteTools (work.tools.execute)--> tools --ToolsResult (work.router.result)--> router
+
+The handler is a shell around :class:`~loopwire.tools.executor.Executor`: decode, run the
+calls (heartbeating JetStream meanwhile), emit one `tool.result` event per call as it
+completes, publish the ToolsResult, ack. Each result is recorded before anything is
+published, so a redelivered envelope re-runs only the calls that never finished.
+
+In the background it discovers NATS tool providers every `discovery_interval_s` and
+publishes the catalog (in-process + discovered tools) to Redis for the memory service.
+It also listens on `<prefix>.ctl.<sid>.cancel` (core NATS, best effort; body optional,
+``{"run_id": ...}`` narrows it to one run): in-flight calls of that session stop with a
+"cancelled" error result, which is not recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from faststream.nats import NatsBroker
+from faststream.nats.annotations import NatsMessage
+from loopwire.shared import codec
+from loopwire.shared.envelopes import ExecuteTools, ToolResultItem, ToolsResult
+from loopwire.shared.runtime import ServiceContext
+from nats.aio.msg import Msg
+from pydantic import ValidationError
+
+from .catalog import Catalog, catalog_max_age
+from .discovery import Discovery
+from .executor import Executor
+from .registry import ToolRegistry, default_registry, load_modules
+
+log = logging.getLogger("loopwire.tools")
+
+REFRESH_MIN_GAP_S = 1.0
+"""An unknown tool triggers an extra discovery round at most this often."""
+
+
+class ToolsService:
+    name = "tools"
+
+    def __init__(self, ctx: ServiceContext, registry: ToolRegistry | None = None) -> None:
+        self.ctx = ctx
+        self.registry = registry if registry is not None else default_registry
+        self.catalog = Catalog(self.registry)
+        self.discovery: Discovery | None = None
+        self.executor: Executor | None = None
+        self._ready = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._cancel_sub: Any = None
+        self._inflight: dict[str, list[tuple[str, asyncio.Event]]] = {}
+        self._last_round = 0.0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def register(self, broker: NatsBroker) -> None:
+        self.ctx.work_subscriber(self.ctx.subjects.tools_execute, "tools")(self.handle)
+
+    async def start(self) -> None:
+        settings = self.ctx.settings
+        loaded = load_modules(settings.tool_modules)
+        if loaded:
+            log.info("tool modules %s loaded: %d in-process tools", ", ".join(loaded), len(self.registry))
+        nc = self.ctx.bus.nc
+        self.discovery = Discovery(nc, settings.discovery_misses,
+                                   max_wait_s=min(2.0, max(0.5, settings.discovery_interval_s)))
+        self.catalog.providers = self.discovery.table
+        self.executor = Executor(self.catalog, self.ctx.steps, nc, settings.tool_timeout_s,
+                                 refresh=self._refresh_soon)
+        self._cancel_sub = await nc.subscribe(self.ctx.subjects.cancel_all, cb=self._on_cancel)
+        try:
+            await self.refresh()
+        except Exception:
+            log.exception("first tool discovery round failed; retrying in the background")
+        self._ready.set()
+        self._loop_task = asyncio.create_task(self._discovery_loop(), name="tools-discovery")
+
+    async def stop(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+            self._loop_task = None
+        if self._cancel_sub is not None:
+            with contextlib.suppress(Exception):
+                await self._cancel_sub.unsubscribe()
+            self._cancel_sub = None
+
+    # -- discovery ------------------------------------------------------------------------------
+    async def refresh(self) -> None:
+        """One discovery round, then the catalog to Redis."""
+        assert self.discovery is not None
+        report = await self.discovery.run_round()
+        self._last_round = time.monotonic()
+        if report.added or report.forgotten:
+            log.debug("discovery: %d providers answered, %d new, %d forgotten",
+                      report.seen, len(report.added), len(report.forgotten))
+        await self.catalog.publish(self.ctx.redis, catalog_max_age(self.ctx.settings))
+
+    async def _refresh_soon(self) -> None:
+        if time.monotonic() - self._last_round >= REFRESH_MIN_GAP_S:
+            await self.refresh()
+
+    async def _discovery_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.ctx.settings.discovery_interval_s)
+            try:
+                await self.refresh()
+            except Exception:  # NATS or Redis hiccup: the next round tries again
+                log.exception("tool discovery round failed")
+
+    # -- the work handler -------------------------------------------------------------------------
+    async def handle(self, body: Any, msg: NatsMessage) -> None:
+        try:
+            env = ExecuteTools.model_validate_json(msg.body)
+        except ValidationError as exc:
+            log.error("malformed ExecuteTools envelope dropped: %s", exc)
+            await msg.reject()  # term: a redelivery cannot fix it
+            return
+        await self._ready.wait()
+        assert self.executor is not None
+
+        async def emit(item: ToolResultItem) -> None:
+            await self.ctx.bus.emit(env.session_id, env.run_id, "tool.result",
+                                    key=f"tool.result:{item.tool_use_id}", turn=env.turn,
+                                    tool_use_id=item.tool_use_id, name=item.name,
+                                    is_error=item.is_error, content=item.content)
+
+        cancel = asyncio.Event()
+        entry = (env.run_id, cancel)
+        self._inflight.setdefault(env.session_id, []).append(entry)
+        heartbeat = asyncio.create_task(self._heartbeat(msg))
+        try:
+            results = await self.executor.execute(env, on_result=emit, cancel=cancel)
+            result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
+                                 turn=env.turn, trace=env.trace, results=results)
+            await self.ctx.bus.publish_work(self.ctx.subjects.router_result, result,
+                                            msg_id=f"{env.step_id}:result")
+        except Exception:
+            # Our own effects failed (Redis, NATS): redeliver; recorded calls will not rerun.
+            log.exception("tools step %s failed; it will be redelivered", env.step_id)
+            await msg.nack(delay=1.0)
+            return
+        finally:
+            heartbeat.cancel()
+            entries = self._inflight.get(env.session_id, [])
+            if entry in entries:
+                entries.remove(entry)
+            if not entries:
+                self._inflight.pop(env.session_id, None)
+        await msg.ack()
+
+    async def _heartbeat(self, msg: NatsMessage) -> None:
+        """Keep JetStream from redelivering while long tools run."""
+        every = max(self.ctx.settings.ack_wait_s / 3, 0.05)
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await msg.in_progress()
+            except Exception:
+                log.debug("in_progress failed", exc_info=True)
+
+    async def _on_cancel(self, msg: Msg) -> None:
+        head, tail = f"{self.ctx.subjects.prefix}.ctl.", ".cancel"
+        if not (msg.subject.startswith(head) and msg.subject.endswith(tail)):
+            return
+        sid = msg.subject[len(head):-len(tail)]
+        run_id = None
+        if msg.data:
+            with contextlib.suppress(Exception):
+                body = codec.loads(msg.data)
+                run_id = body.get("run_id") if isinstance(body, dict) else None
+        for entry_run, event in self._inflight.get(sid, []):
+            if run_id is None or entry_run == run_id:
+                event.set()

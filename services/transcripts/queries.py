@@ -1,0 +1,70 @@
+"""The two public queries, as pure functions of what the stores hold."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import orjson
+from loopwire.shared.contract import (
+    PROTOCOL_VERSION,
+    SessionGetRequest,
+    TranscriptGetRequest,
+    describe_validation_error,
+    error_reply,
+)
+from loopwire.shared.event_log import EventLogStore
+from loopwire.shared.session_store import SessionStore
+from loopwire.shared.subjects import valid_session_id
+from pydantic import ValidationError
+
+Q = TypeVar("Q", SessionGetRequest, TranscriptGetRequest)
+
+
+def parse_query(data: bytes, model: type[Q]) -> Q | dict[str, Any]:
+    """A request model, or the error reply to send back."""
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        return error_reply("bad_json", f"the request is not valid JSON: {exc}")
+    if not isinstance(raw, dict):
+        return error_reply("bad_request", "the request must be a JSON object")
+    try:
+        req = model.model_validate(raw)
+    except ValidationError as exc:
+        return error_reply("invalid_request", describe_validation_error(exc))
+    if not valid_session_id(req.session_id):
+        return error_reply("invalid_session_id", "session_id must be 1-128 characters of [A-Za-z0-9_-]")
+    return req
+
+
+async def session_get(req: SessionGetRequest, sessions: SessionStore) -> dict[str, Any]:
+    raw, _version = await sessions.load(req.session_id)
+    if raw is None:
+        return {"v": PROTOCOL_VERSION, "session_id": req.session_id, "status": "unknown", "profile": None,
+                "turns": 0, "usage": {"input_tokens": 0, "output_tokens": 0}, "cost_usd": 0.0, "messages": []}
+    usage = raw.get("usage") or {}
+    run = raw.get("run") or {}
+    config = run.get("config") or raw.get("last_config") or {}
+    input_tokens = (usage.get("input_tokens", 0) + usage.get("cache_read_input_tokens", 0)
+                    + usage.get("cache_creation_input_tokens", 0))
+    messages = await sessions.history(req.session_id)
+    return {
+        "v": PROTOCOL_VERSION,
+        "session_id": req.session_id,
+        "status": raw.get("status", "idle"),
+        "profile": config.get("profile"),
+        "turns": raw.get("turns", 0),
+        "usage": {"input_tokens": input_tokens, "output_tokens": usage.get("output_tokens", 0)},
+        "cost_usd": round(float(raw.get("cost_usd", 0.0)), 8),
+        "messages": messages,
+        "run_id": run.get("run_id"),
+        "runs": raw.get("runs", 0),
+    }
+
+
+async def transcript_get(req: TranscriptGetRequest, events: EventLogStore) -> dict[str, Any]:
+    page = await events.read(req.session_id, after_seq=req.after_seq, limit=req.limit)
+    reply: dict[str, Any] = {"v": PROTOCOL_VERSION, "events": page}
+    if len(page) == req.limit:
+        reply["next_after_seq"] = page[-1]["seq"]
+    return reply

@@ -1,0 +1,62 @@
+"""Price table per model (USD per million tokens), configurable with LOOPWIRE_PRICES.
+
+`LOOPWIRE_PRICES='{"my-model": {"input": 1.0, "output": 5.0}}'` adds or overrides entries;
+a model id matches the longest known prefix (so dated ids such as
+`claude-sonnet-4-5-20250929` find `claude-sonnet-4-5`). Unknown models cost 0 and are
+logged once, so a missing price never stops a run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import orjson
+
+from .envelopes import Usage
+
+log = logging.getLogger("loopwire.pricing")
+
+DEFAULT_PRICES: dict[str, dict[str, float]] = {
+    "claude-opus-4": {"input": 15.0, "output": 75.0, "cache_read": 1.5, "cache_write": 18.75},
+    "claude-opus-4-5": {"input": 5.0, "output": 25.0, "cache_read": 0.5, "cache_write": 6.25},
+    "claude-sonnet-4": {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75},
+    "claude-haiku-4": {"input": 1.0, "output": 5.0, "cache_read": 0.1, "cache_write": 1.25},
+    "claude-3-5-haiku": {"input": 0.8, "output": 4.0, "cache_read": 0.08, "cache_write": 1.0},
+}
+
+_warned: set[str] = set()
+
+
+def price_table() -> dict[str, dict[str, float]]:
+    table = dict(DEFAULT_PRICES)
+    extra = os.environ.get("LOOPWIRE_PRICES")
+    if extra:
+        try:
+            table.update(orjson.loads(extra))
+        except orjson.JSONDecodeError:
+            log.error("LOOPWIRE_PRICES is not valid JSON; using the default prices")
+    return table
+
+
+def price_for(model: str, table: dict[str, dict[str, float]] | None = None) -> dict[str, float] | None:
+    table = table if table is not None else price_table()
+    best = None
+    for prefix in table:
+        if model.startswith(prefix) and (best is None or len(prefix) > len(best)):
+            best = prefix
+    return table[best] if best else None
+
+
+def cost_usd(model: str, usage: Usage, table: dict[str, dict[str, float]] | None = None) -> float:
+    price = price_for(model, table)
+    if price is None:
+        if model not in _warned:
+            _warned.add(model)
+            log.warning("no price for model %s: its cost counts as 0", model)
+        return 0.0
+    cost = (usage.input_tokens * price.get("input", 0.0)
+            + usage.output_tokens * price.get("output", 0.0)
+            + usage.cache_read_input_tokens * price.get("cache_read", price.get("input", 0.0))
+            + usage.cache_creation_input_tokens * price.get("cache_write", price.get("input", 0.0)))
+    return cost / 1_000_000
