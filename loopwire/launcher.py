@@ -22,6 +22,7 @@ from loopwire.shared.http_server import Handle, start_http_server
 from loopwire.shared.runtime import Service, ServiceContext, build_context
 from loopwire.shared.settings import Settings
 from loopwire.shared.streams import ensure_streams
+from loopwire.shared.telemetry import setup_tracing
 
 log = logging.getLogger("loopwire.launcher")
 
@@ -100,6 +101,8 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     unknown = [n for n in names if n not in classes]
     if unknown:
         raise ValueError(f"unknown service(s): {', '.join(unknown)}; choose from {', '.join(SERVICE_NAMES)}")
+    # Tracing exports only when a standard OTEL_* exporter variable is set.
+    setup_tracing("loopwire" if len(names) > 1 else f"loopwire-{names[0]}")
     broker = make_broker(settings)
     ctx = build_context(settings, broker)
     services = [classes[name](ctx) for name in names]

@@ -36,6 +36,7 @@ from typing import Any
 
 import prometheus_client
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import CollectorRegistry
 
 log = logging.getLogger("loopwire.metrics")
@@ -47,8 +48,9 @@ prometheus_client.disable_created_metrics()
 REGISTRY: CollectorRegistry = prometheus_client.REGISTRY
 """The registry every loopwire metric is on (prometheus-client's default)."""
 
-CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
-"""Content-Type of :func:`metrics_text` (Prometheus text format 0.0.4)."""
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+"""Content-Type of :func:`metrics_text`: text format 0.0.4, which every Prometheus reads
+(prometheus-client's own default answer when a scraper sends no Accept header)."""
 
 # -- buckets (seconds) ---------------------------------------------------------------------
 TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)

@@ -7,6 +7,7 @@ broker connection; `loopwire serve NAME` runs one. See loopwire/launcher.py.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -57,8 +58,19 @@ class ServiceContext:
     def work_subscriber(self, subject: str, durable: str, max_workers: int = 64,
                         stream: JStream | None = None) -> Any:
         """A durable JetStream push consumer shared by every replica (deliver group =
-        durable), acked by the handler itself after its effects are durable."""
+        durable), acked by the handler itself after its effects are durable.
+
+        Push with a deliver group rather than pull: a pull consumer costs one fetch round
+        trip per message (and nats-py's fetch(batch>1) may wait out its timeout), while a
+        push consumer with a queue group balances across replicas at no extra latency.
+        FastStream warns about any durable push consumer because one *without* a queue
+        cannot scale; ours has one, so that warning is silenced here."""
         name = f"{self.settings.subject_prefix.replace('.', '_')}_{durable}"
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The JetStream Push consumer with the `durable`")
+            return self._subscriber(subject, stream, name, max_workers)
+
+    def _subscriber(self, subject: str, stream: JStream | None, name: str, max_workers: int) -> Any:
         return self.broker.subscriber(
             subject,
             stream=stream or self.work_stream(),

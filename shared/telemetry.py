@@ -91,7 +91,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"), "sk-***"),
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), "gh_***"),
     (re.compile(r"\bxox[abpr]-[A-Za-z0-9\-]{10,}"), "xox-***"),
-    (re.compile(r"(?i)\bBearer\s+[A-Za-z0-9._~+/=\-]+"), "Bearer ***"),
+    (re.compile(r"(?i)\bBearer\s+[A-Za-z0-9._~+/=*\-]+"), "Bearer ***"),
     (re.compile(r"(?i)\bBasic\s+[A-Za-z0-9+/=]{8,}"), "Basic ***"),
     (re.compile(_KEY_VALUE), r"\1\2***"),
     # credentials in URLs: scheme://user:password@host

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from loopwire.router import inputs as i
 from loopwire.router.core import CoreConfig, Decision, decide
 from loopwire.router.effects import EmitEvent, PublishWork
 from loopwire.router.state import SessionState
-from loopwire.shared.contract import Abort, Decision as DecisionBody, FollowUp, StartRun
+from loopwire.shared.contract import Abort, FollowUp, StartRun
+from loopwire.shared.contract import Decision as DecisionBody
 from loopwire.shared.envelopes import GenerationResult, StepError, ToolResultItem, ToolsResult, Usage
 
 pytestmark = pytest.mark.unit

@@ -82,11 +82,14 @@ def split_chunks(text: str, parts: int = 4) -> list[str]:
     return ["".join(words[i:i + size]) for i in range(0, len(words), size)]
 
 
+_STRUCTURAL_KEYS = frozenset({"type", "role", "id", "tool_use_id", "is_error"})
+
+
 def _words(value: Any) -> int:
     if isinstance(value, str):
         return len(value.split())
-    if isinstance(value, dict):
-        return sum(_words(v) for v in value.values())
+    if isinstance(value, dict):  # the words of the values, not of the structure
+        return sum(_words(v) for k, v in value.items() if k not in _STRUCTURAL_KEYS)
     if isinstance(value, list):
         return sum(_words(v) for v in value)
     return 1 if value is not None else 0

@@ -10,6 +10,11 @@ The handler is a thin shell::
 
 Record before publish, ack after publish: a crash anywhere replays safely (the record
 answers the replay; the result's Nats-Msg-Id deduplicates a second publish).
+
+It also listens on `<prefix>.ctl.<sid>.cancel` (core NATS, best effort; body optional,
+`{"run_id": ...}` narrows it to one run), as the tools service does: a steer or an abort
+stops the session's in-flight generations at once (no more tokens paid for), retracts
+their streamed text and answers a `cancelled` error result, which is not recorded.
 """
 
 from __future__ import annotations
@@ -25,17 +30,20 @@ from faststream.nats.annotations import NatsMessage
 from loopwire.shared import codec
 from loopwire.shared.envelopes import Generate, GenerationResult
 from loopwire.shared.runtime import ServiceContext
+from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from .errors import ModelCallError
 from .fallback import BreakerGate, FallbackModel, RetryPolicy, Sleep
 from .generation import model_chain, model_request, record_key, result_failed, result_msg_id, result_ok
 from .model import Model
+from .observe import ObservedModel, count_delivery, count_fallback, count_step
 from .providers import build_model_factory
 
 log = logging.getLogger("loopwire.llm")
 
 REDELIVERED_REASON = "redelivered: the partial answer is void"
+CANCELLED_REASON = "cancelled: the partial answer is void"
 NACK_DELAY_S = 2.0
 """Pause before a redelivery when an effect (Redis, NATS) failed."""
 
@@ -53,6 +61,9 @@ class LlmService:
         s = ctx.settings
         self.policy = RetryPolicy(max_retries=s.llm_max_retries, base_delay_s=s.llm_retry_base_delay_s,
                                   max_delay_s=s.llm_retry_max_delay_s)
+        self._inflight: dict[str, list[tuple[str, asyncio.Event]]] = {}
+        """session id -> (run id, cancel event) of each generation running here."""
+        self._cancel_sub: Any = None
 
     # -- wiring ------------------------------------------------------------------------------
     def register(self, broker: NatsBroker) -> None:
@@ -60,9 +71,13 @@ class LlmService:
         subscriber(self.handle)
 
     async def start(self) -> None:
-        pass
+        self._cancel_sub = await self.ctx.bus.nc.subscribe(self.ctx.subjects.cancel_all, cb=self._on_cancel)
 
     async def stop(self) -> None:
+        if self._cancel_sub is not None:
+            with contextlib.suppress(Exception):
+                await self._cancel_sub.unsubscribe()
+            self._cancel_sub = None
         aclose = getattr(self.model_factory, "aclose", None)
         if self._owns_factory and aclose is not None:
             await aclose()
@@ -76,8 +91,10 @@ class LlmService:
             log.error("dropping a malformed llm.generate envelope: %s", exc)
             await msg.reject()
             return
+        delivered = _delivery_count(msg)
+        count_delivery(delivered)
         try:
-            await self.process(env, delivered=_delivery_count(msg), heartbeat=msg.in_progress)
+            await self.process(env, delivered=delivered, heartbeat=msg.in_progress)
         except Exception:
             log.exception("llm step %s failed before its result was published; will be redelivered",
                           env.step_id)
@@ -91,8 +108,8 @@ class LlmService:
         ctx = self.ctx
         recorded = await ctx.steps.get(record_key(env.step_id))
         if recorded is not None:
-            await ctx.bus.publish_work(ctx.subjects.router_result, recorded, msg_id=result_msg_id(env.step_id))
-            return GenerationResult.model_validate(recorded)
+            count_step("replayed")
+            return await self._publish_recorded(env, recorded)
         if delivered > 1:
             await ctx.bus.emit(env.session_id, env.run_id, "retracted", key=f"{env.step_id}:retract:{delivered}",
                                turn=env.turn, reason=REDELIVERED_REASON)
@@ -104,26 +121,47 @@ class LlmService:
                 beat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await beat
+        if result.error is not None and result.error.code == "cancelled":
+            # Not recorded: the step is stale for the router, and nothing was decided.
+            await ctx.bus.publish_work(ctx.subjects.router_result, result, msg_id=result_msg_id(env.step_id))
+            count_step("cancelled")
+            return result
+        # Another delivery of this step may have finished first (a redelivery while this
+        # one ran): its result was published, so it stays the one on record.
+        recorded = await ctx.steps.get(record_key(env.step_id))
+        if recorded is not None:
+            return await self._publish_recorded(env, recorded)
         await ctx.steps.put(record_key(env.step_id), result.model_dump(mode="json"))
         await ctx.bus.publish_work(ctx.subjects.router_result, result, msg_id=result_msg_id(env.step_id))
+        count_step("ok" if result.ok else "error")
         return result
+
+    async def _publish_recorded(self, env: Generate, recorded: dict[str, Any]) -> GenerationResult:
+        ctx = self.ctx
+        await ctx.bus.publish_work(ctx.subjects.router_result, recorded, msg_id=result_msg_id(env.step_id))
+        return GenerationResult.model_validate(recorded)
 
     # -- the model call ----------------------------------------------------------------------
     async def _generate(self, env: Generate, delivered: int) -> GenerationResult:
         bus, sid, run_id = self.ctx.bus, env.session_id, env.run_id
         default_model = self.ctx.settings.default_model
-        runner = FallbackModel(model_chain(env, default_model), self.model_factory, self.policy,
-                               self.breaker, self._sleep)
+        runner = FallbackModel(model_chain(env, default_model),
+                               lambda model_id: ObservedModel(self.model_factory(model_id), env),
+                               self.policy, self.breaker, self._sleep)
         switches = 0
         discards = 0
+        streamed = False
 
         async def on_text(piece: str) -> None:
+            nonlocal streamed
+            streamed = True
             await bus.emit(sid, run_id, "text.delta", turn=env.turn, text=piece)
 
         async def on_switch(switch: dict[str, str]) -> None:
             nonlocal switches
             await bus.emit(sid, run_id, "model.fallback", key=f"{env.step_id}:fallback:{switches}", **switch)
             switches += 1
+            count_fallback(switch)
 
         async def on_discard(model: str, reason: str) -> None:
             nonlocal discards
@@ -131,12 +169,50 @@ class LlmService:
             await bus.emit(sid, run_id, "retracted", key=f"{env.step_id}:retract:{delivered}.{discards}",
                            turn=env.turn, reason=f"{model} failed mid-answer ({reason}): the partial answer is void")
 
+        cancel = asyncio.Event()
+        entry = (run_id, cancel)
+        self._inflight.setdefault(sid, []).append(entry)
+        work = asyncio.ensure_future(runner.run(model_request(env, default_model), on_text, on_switch, on_discard))
+        stop = asyncio.ensure_future(cancel.wait())
         try:
-            outcome = await runner.run(model_request(env, default_model), on_text, on_switch, on_discard)
+            await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():
+                work.cancel()  # closes the model's stream: no more tokens are generated
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await work
+                if streamed:
+                    await bus.emit(sid, run_id, "retracted", key=f"{env.step_id}:retract:cancel",
+                                   turn=env.turn, reason=CANCELLED_REASON)
+                log.info("llm step %s cancelled", env.step_id)
+                return result_failed(env, ModelCallError("cancelled", "the generation was cancelled (steer or abort)"))
+            outcome = work.result()
         except ModelCallError as err:
             log.warning("llm step %s failed: %r %s", env.step_id, err, err.message)
             return result_failed(env, err)
+        finally:
+            stop.cancel()
+            if not work.done():  # this handler itself was cancelled (shutdown)
+                work.cancel()
+            entries = self._inflight.get(sid, [])
+            if entry in entries:
+                entries.remove(entry)
+            if not entries:
+                self._inflight.pop(sid, None)
         return result_ok(env, outcome)
+
+    async def _on_cancel(self, msg: Msg) -> None:
+        head, tail = f"{self.ctx.subjects.prefix}.ctl.", ".cancel"
+        if not (msg.subject.startswith(head) and msg.subject.endswith(tail)):
+            return
+        sid = msg.subject[len(head):-len(tail)]
+        run_id = None
+        if msg.data:
+            with contextlib.suppress(Exception):
+                body = codec.loads(msg.data)
+                run_id = body.get("run_id") if isinstance(body, dict) else None
+        for entry_run, event in self._inflight.get(sid, []):
+            if run_id is None or entry_run == run_id:
+                event.set()
 
     async def _heartbeat(self, beat: Callable[[], Awaitable[None]]) -> None:
         """Tell JetStream the work is alive, so a long generation is not redelivered."""

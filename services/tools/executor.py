@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from jsonschema.exceptions import best_match
+from jsonschema.exceptions import best_match, relevance
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem
 from loopwire.shared.step_store import StepStore
 from nats.aio.client import Client as NatsClient
@@ -153,17 +153,22 @@ class Executor:
                                    tool_use_id=call.tool_use_id, timeout_s=timeout + 1.0)
 
 
-def validation_problem(tool: ResolvedTool, arguments: dict[str, Any]) -> str | None:
-    """None when `arguments` satisfy the tool's schema, else what is wrong (the most
-    relevant error, with its place)."""
+def validation_problem(tool: ResolvedTool, arguments: dict[str, Any], limit: int = 3) -> str | None:
+    """None when `arguments` satisfy the tool's schema, else what is wrong: the most
+    relevant errors first (a missing field and an unexpected one are both worth saying),
+    each with its place."""
     validator = tool.validator
     if validator is None:
         return None
-    err = best_match(validator.iter_errors(arguments))
-    if err is None:
+    errors = sorted(validator.iter_errors(arguments), key=relevance, reverse=True)
+    if not errors:
         return None
-    where = "/".join(str(p) for p in err.absolute_path)
-    return f"{err.message} (at /{where})" if where else err.message
+    parts = []
+    for top in errors[:limit]:
+        err = best_match([top]) or top  # descends into anyOf/oneOf to the telling error
+        where = "/".join(str(p) for p in err.absolute_path)
+        parts.append(f"{err.message} (at /{where})" if where else err.message)
+    return "; ".join(parts)
 
 
 def _prerequisites(calls: list[ToolCall], tools: list[ResolvedTool | None],

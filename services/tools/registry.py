@@ -181,10 +181,7 @@ def load_modules(modules: Iterable[str]) -> list[str]:
 def input_model_for(fn: Callable[..., Any], tool_name: str,
                     param_docs: dict[str, str] | None = None) -> type[BaseModel]:
     """A pydantic model with one field per parameter of `fn`."""
-    try:
-        hints = typing.get_type_hints(fn, include_extras=True)
-    except Exception:  # unresolvable forward refs: fall back to Any for each parameter
-        hints = {}
+    hints = _type_hints(fn, tool_name)
     fields: dict[str, Any] = {}
     for pname, param in inspect.signature(fn).parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -197,6 +194,28 @@ def input_model_for(fn: Callable[..., Any], tool_name: str,
         fields[pname] = (annotation, Field(default, description=doc) if doc else default)
     model_name = "".join(part.capitalize() for part in re.split(r"[_-]", tool_name)) + "Input"
     return create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
+
+
+def _type_hints(fn: Callable[..., Any], tool_name: str) -> dict[str, Any]:
+    """Resolved annotations; one that cannot be resolved (a class local to a function,
+    under `from __future__ import annotations`) becomes Any, with a warning."""
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        pass
+    hints: dict[str, Any] = {}
+    namespace = getattr(fn, "__globals__", {})
+    for pname, annotation in getattr(fn, "__annotations__", {}).items():
+        if not isinstance(annotation, str):
+            hints[pname] = annotation
+            continue
+        try:
+            hints[pname] = eval(annotation, namespace)  # noqa: S307 - the tool author's own annotation
+        except Exception:
+            log.warning("tool %s: cannot resolve the type of %r (%s); any value is accepted",
+                        tool_name, pname, annotation)
+            hints[pname] = Any
+    return hints
 
 
 def schema_of(model: type[BaseModel]) -> dict[str, Any]:

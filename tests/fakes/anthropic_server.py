@@ -155,7 +155,8 @@ class FakeAnthropic:
         self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
         self._httpd.daemon_threads = True
         self.port = int(self._httpd.server_address[1])
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-anthropic", daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="fake-anthropic",
+                                        daemon=True)
         self._thread.start()
         return self
 

@@ -1,0 +1,53 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+VENV    ?= .venv
+PYTHON  ?= python3
+BIN      = $(VENV)/bin
+STAMP    = $(VENV)/.installed-stamp
+
+.PHONY: install run test test-unit lint bench compose-up compose-down clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+# promtool (for the tests that check /metrics and the alert rules): unpacked from Debian's
+# `prometheus` package into the venv; nothing is installed system-wide and no daemon runs.
+# No PyPI package ships it.
+$(BIN)/promtool: | $(STAMP)
+	@tmp=$$(mktemp -d) && cd $$tmp \
+	  && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus >/dev/null 2>&1; }; } \
+	  && dpkg-deb -x prometheus_*.deb x && install -m 0755 x/usr/bin/promtool $(CURDIR)/$@ \
+	  && cd / && rm -rf $$tmp
+	@$@ --version 2>&1 | head -1
+
+## run: all five services + a demo session (starts nats-server/redis-server from pip when none answers)
+run: install
+	$(BIN)/loopwire up --embedded --demo
+
+## test: every tier (unit, integration, e2e, deploy checks); servers are started by the fixtures
+test: install $(BIN)/promtool
+	$(BIN)/pytest
+
+test-unit: install
+	$(BIN)/pytest -m unit
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy services shared loopwire
+
+## bench: 200 sessions x 20 tool-turns through `loopwire up`, plus the raw NATS/Redis floor
+bench: install
+	$(BIN)/python -m tests.bench.run_bench
+
+compose-up:
+	docker compose up -d --build
+
+compose-down:
+	docker compose down -v
+
+clean:
+	rm -rf .run .pytest_cache .ruff_cache .mypy_cache

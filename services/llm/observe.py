@@ -1,0 +1,78 @@
+"""What the llm service tells the outside about its model calls: traces and metrics.
+
+`ObservedModel` wraps any `Model` for one step: each call (each retry and each fallback
+model) gets its own `chat {model}` span (GenAI semantic conventions, child of the run's
+trace carried in the envelope) and feeds the time-to-first-token and request-duration
+histograms. Step-level counters (steps by outcome, model switches, redeliveries) are
+the `count_*` helpers the service calls.
+
+Token usage and cost are counted by the router, which owns the run's accounting (and the
+prices); counting them here too would double them.
+"""
+
+from __future__ import annotations
+
+import time
+
+from loopwire.shared import metrics, telemetry
+from loopwire.shared.envelopes import Generate
+
+from .model import Model, ModelRequest, ModelResponse, TextCallback
+
+CONSUMER = "llm"
+
+
+class ObservedModel(Model):
+    """`inner`, with a span and latency metrics around every call."""
+
+    def __init__(self, inner: Model, env: Generate) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._env = env
+
+    async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
+        label = metrics.model_label(request.model)
+        started = time.monotonic()
+        first_chunk_s: float | None = None
+
+        async def timed(piece: str) -> None:
+            nonlocal first_chunk_s
+            if first_chunk_s is None:
+                first_chunk_s = time.monotonic() - started
+                metrics.LLM_TTFT.labels(model=label).observe(first_chunk_s)
+            if on_text is not None:
+                await on_text(piece)
+
+        with telemetry.chat_span(request.model, conversation_id=self._env.session_id,
+                                 max_tokens=request.max_tokens, temperature=request.temperature,
+                                 system=request.system, messages=request.messages,
+                                 parent=self._env.trace) as span:
+            try:
+                response = await self.inner.generate(request, timed)
+            finally:
+                metrics.LLM_REQUEST_DURATION.labels(model=label).observe(time.monotonic() - started)
+            usage = response.usage
+            telemetry.record_chat_response(
+                span, response_model=response.model, response_id=response.response_id,
+                finish_reasons=[response.stop_reason], input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens, cache_read_input_tokens=usage.cache_read_input_tokens,
+                cache_creation_input_tokens=usage.cache_creation_input_tokens,
+                time_to_first_chunk_s=first_chunk_s, output_messages=[response.message])
+        return response
+
+
+def count_delivery(num_delivered: int) -> None:
+    metrics.note_delivery(CONSUMER, num_delivered)
+
+
+def count_step(outcome: str) -> None:
+    """`ok`, `error` (a failed model call, reported as a result) or `replayed`."""
+    metrics.STEPS.labels(service="llm", outcome=outcome).inc()
+
+
+def count_fallback(switch: dict[str, str]) -> None:
+    # The reason label is the error code only: messages would make unbounded series.
+    code = switch.get("reason", "").split(":", 1)[0] or "unknown"
+    metrics.MODEL_FALLBACKS.labels(from_model=metrics.model_label(switch.get("from_model")),
+                                   to_model=metrics.model_label(switch.get("to_model")), reason=code).inc()
+    telemetry.add_span_event("model.fallback", **switch)

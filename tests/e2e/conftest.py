@@ -1,0 +1,115 @@
+"""End-to-end fixtures: `loopwire up` as a subprocess (via loopwire.testing, exactly as a
+user's suite would use it), a fake Anthropic Messages API in this process, and tool
+providers served with nats.micro. Tests drive everything through the public contract with
+plain nats-py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+import pytest
+from nats import micro
+from nats.aio.client import Client as NatsClient
+
+from loopwire.testing import LoopwireContainer
+from tests.fakes.anthropic_server import FakeAnthropic
+
+E2E_ENV = {
+    "ANTHROPIC_API_KEY": "sk-ant-test-not-a-real-key",
+    "LOOPWIRE_ACK_WAIT_S": "3",
+    "LOOPWIRE_DISCOVERY_INTERVAL_S": "0.5",
+    "LOOPWIRE_LLM_MAX_RETRIES": "2",
+    "LOOPWIRE_TOOL_TIMEOUT_S": "30",
+    "LOOPWIRE_LOG_LEVEL": "INFO",
+}
+
+
+@pytest.fixture(scope="package")
+def fake_anthropic() -> Iterator[FakeAnthropic]:
+    with FakeAnthropic() as server:
+        yield server
+
+
+@pytest.fixture(scope="package")
+def system(fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
+    env = dict(E2E_ENV, ANTHROPIC_BASE_URL=fake_anthropic.url)
+    with LoopwireContainer(env=env) as lw:
+        yield lw
+
+
+@pytest.fixture
+def fake(fake_anthropic: FakeAnthropic) -> FakeAnthropic:
+    fake_anthropic.reset()
+    return fake_anthropic
+
+
+@pytest.fixture
+async def nc(system: LoopwireContainer) -> AsyncIterator[NatsClient]:
+    client = await nats.connect(system.get_nats_url())
+    yield client
+    await client.drain()
+
+
+@dataclass
+class ToolProvider:
+    """Records what reached the provider: (tool name, input, headers)."""
+
+    calls: list[tuple[str, dict[str, Any], dict[str, str]]] = field(default_factory=list)
+    slow_started: asyncio.Event = field(default_factory=asyncio.Event)
+    slow_delay_s: float = 0.0
+
+
+@pytest.fixture
+async def tool_provider(nc: NatsClient) -> AsyncIterator[ToolProvider]:
+    """A third-party tool provider on the NATS services protocol: `add` and `slow_echo`."""
+    provider, svc = await serve_tools(nc)
+    yield provider
+    await svc.stop()
+
+
+async def serve_tools(nc: NatsClient) -> tuple[ToolProvider, Any]:
+    provider = ToolProvider()
+    svc = await micro.add_service(nc, name="e2e-tools", version="1.0.0", description="tools for the e2e suite")
+
+    async def add(req: micro.Request) -> None:
+        body = json.loads(req.data)
+        provider.calls.append(("add", body, dict(req.headers or {})))
+        await req.respond(json.dumps({"content": str(body["a"] + body["b"]), "is_error": False}).encode())
+
+    async def slow_echo(req: micro.Request) -> None:
+        body = json.loads(req.data)
+        provider.calls.append(("slow_echo", body, dict(req.headers or {})))
+        provider.slow_started.set()
+        await asyncio.sleep(provider.slow_delay_s)
+        await req.respond(json.dumps({"content": f"echo: {body['text']}", "is_error": False}).encode())
+
+    schema_add = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                  "required": ["a", "b"]}
+    schema_echo = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+    await svc.add_endpoint(name="add", handler=add, metadata={
+        "loopwire.tool": "add", "description": "Add two numbers.", "input_schema": json.dumps(schema_add)})
+    await svc.add_endpoint(name="slow_echo", handler=slow_echo, metadata={
+        "loopwire.tool": "slow_echo", "description": "Echo text, slowly.", "input_schema": json.dumps(schema_echo)})
+    return provider, svc
+
+
+async def wait_for_tools(nc: NatsClient, names: set[str], prefix: str = "loopwire", timeout: float = 15.0) -> None:
+    """Wait until the tools service lists `names` (`<prefix>.api.tools.list`, an addition
+    to the contract), so a run does not start before its tools are discovered."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    known: set[str] = set()
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            reply = await nc.request(f"{prefix}.api.tools.list", b"{}", timeout=1)
+            known = {t["name"] for t in json.loads(reply.data)["tools"]}
+            if names <= known:
+                return
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            pass
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"tools {names} not listed after {timeout}s (known: {known})")

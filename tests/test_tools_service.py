@@ -1,0 +1,238 @@
+"""The tools service end to end on a real nats-server and redis-server: an ExecuteTools
+envelope in the work stream becomes tool.result events, recorded results and one
+ToolsResult; a redelivery does not call a provider again for recorded calls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+import orjson
+import pytest
+from faststream.nats import NatsBroker
+from loopwire.shared import codec
+from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolsResult
+from loopwire.shared.runtime import ServiceContext, build_context
+from loopwire.shared.settings import Settings
+from loopwire.shared.streams import ensure_streams
+from loopwire.tools.catalog import catalog_max_age, read_catalog
+from loopwire.tools.executor import step_key
+from loopwire.tools.service import ToolsService
+from nats import micro
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.micro.request import Request
+
+from loopwire.testing.servers import ServerHandle
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Running:
+    ctx: ServiceContext
+    service: ToolsService
+    nc: NatsClient  # a client of the test's own (provider side, publishing, watching)
+
+
+@pytest.fixture
+async def running(nats_server: ServerHandle, redis_server: ServerHandle, prefix: str,
+                  redis_client: Any) -> AsyncIterator[Running]:
+    settings = Settings(subject_prefix=prefix, nats_url=nats_server.url, redis_url=redis_server.url,
+                        tool_modules=["loopwire.demo.tools"], discovery_interval_s=0.2,
+                        discovery_misses=2, ack_wait_s=0.6, tool_timeout_s=10)
+    broker = NatsBroker(settings.nats_url)
+    ctx = build_context(settings, broker)
+    await broker.connect()
+    ctx.attach_bus()
+    await ensure_streams(ctx.bus.js, settings)
+    service = ToolsService(ctx)
+    service.register(broker)
+    await broker.start()
+    await service.start()
+    nc = await nats.connect(nats_server.url)
+    try:
+        yield Running(ctx, service, nc)
+    finally:
+        await nc.close()
+        await service.stop()
+        await broker.stop()
+        await ctx.redis.aclose()
+
+
+class SlowAdder:
+    """A provider whose calls can be held until the test releases them."""
+
+    def __init__(self, tool_name: str, subject: str) -> None:
+        self.tool_name, self.subject = tool_name, subject
+        self.requests: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.arrived = asyncio.Event()
+        self.hold_s = 0.0
+
+    async def handle(self, req: Request) -> None:
+        body = orjson.loads(req.data)
+        self.requests.append((dict(req.headers or {}), body))
+        self.arrived.set()
+        if self.hold_s:
+            await asyncio.sleep(self.hold_s)
+        await req.respond(orjson.dumps({"content": str(body["a"] + body["b"]), "is_error": False}))
+
+    async def start(self, nc: NatsClient) -> Any:
+        svc = await micro.add_service(nc, name="slow-adder", version="0.1.0")
+        await svc.add_endpoint(name="add", subject=self.subject, handler=self.handle, metadata={
+            "loopwire.tool": self.tool_name, "description": "Add two numbers slowly.",
+            "input_schema": json.dumps({"type": "object", "required": ["a", "b"],
+                                        "properties": {"a": {"type": "number"}, "b": {"type": "number"}}})})
+        return svc
+
+
+async def wait_for(predicate: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+async def collect(nc: NatsClient, subject: str) -> asyncio.Queue[Msg]:
+    queue: asyncio.Queue[Msg] = asyncio.Queue()
+    await nc.subscribe(subject, cb=queue.put)
+    await nc.flush()
+    return queue
+
+
+async def started_provider(r: Running, prefix: str) -> tuple[SlowAdder, Any]:
+    provider = SlowAdder(f"slow_add_{prefix}", f"{prefix}.provider.add")
+    svc = await provider.start(r.nc)
+    settings = r.ctx.settings
+
+    async def in_catalog() -> bool:
+        return provider.tool_name in await read_catalog(r.ctx.redis, catalog_max_age(settings))
+
+    await wait_for(in_catalog, timeout=3.0)  # discovered by the background loop
+    return provider, svc
+
+
+async def publish(r: Running, env: ExecuteTools, msg_id: str) -> None:
+    await r.nc.jetstream().publish(r.ctx.subjects.tools_execute, codec.dumps(env),
+                                   headers={"Nats-Msg-Id": msg_id})
+
+
+async def next_result(queue: asyncio.Queue[Msg], timeout: float = 5.0) -> ToolsResult:
+    msg = await asyncio.wait_for(queue.get(), timeout)
+    return ToolsResult.model_validate_json(msg.data)
+
+
+async def test_execute_emit_record_publish_and_redeliver(running: Running, prefix: str) -> None:
+    r = running
+    provider, _svc = await started_provider(r, prefix)
+    sid = "sess_A"
+    results = await collect(r.nc, r.ctx.subjects.router_result)
+    events = await collect(r.nc, r.ctx.subjects.event(sid, "tool.result"))
+    env = ExecuteTools(session_id=sid, run_id="run1", step_id="run1:1:t0", turn=1,
+                       trace={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+                       calls=[ToolCall(tool_use_id="toolu_p", name=provider.tool_name, input={"a": 2, "b": 3}),
+                              ToolCall(tool_use_id="toolu_c", name="calculator", input={"expression": "6*7"}),
+                              ToolCall(tool_use_id="toolu_d", name="calculator", input={"expression": "1"}),
+                              ToolCall(tool_use_id="toolu_u", name="no_such_tool", input={})],
+                       denied={"toolu_d": "denied by tool_permissions"})
+    await publish(r, env, "m1")
+
+    result = await next_result(results)
+    assert (result.session_id, result.run_id, result.step_id, result.turn, result.trace) == (
+        sid, "run1", "run1:1:t0", 1, env.trace)
+    assert [i.tool_use_id for i in result.results] == ["toolu_p", "toolu_c", "toolu_d", "toolu_u"]
+    p, c, d, u = result.results
+    assert (p.content, p.is_error, c.content, c.is_error) == ("5", False, "42", False)
+    assert d.is_error and "denied by tool_permissions" in str(d.content)
+    assert u.is_error and u.content == "unknown tool: no_such_tool"
+    (headers, body), = provider.requests
+    assert body == {"a": 2, "b": 3}
+    assert headers["Loopwire-Session-Id"] == sid and headers["Loopwire-Tool-Use-Id"] == "toolu_p"
+
+    emitted = [orjson.loads((await asyncio.wait_for(events.get(), 5)).data) for _ in range(4)]
+    by_id = {e["tool_use_id"]: e for e in emitted}
+    assert set(by_id) == {"toolu_p", "toolu_c", "toolu_d", "toolu_u"}
+    assert by_id["toolu_p"]["kind"] == "tool.result" and by_id["toolu_p"]["content"] == "5"
+    assert {k: by_id["toolu_c"][k] for k in ("v", "session_id", "run_id", "turn", "name", "is_error")} == {
+        "v": 1, "session_id": sid, "run_id": "run1", "turn": 1, "name": "calculator", "is_error": False}
+    seqs = sorted(e["seq"] for e in emitted)
+    assert len(set(seqs)) == 4
+
+    for item in result.results:
+        recorded = await r.ctx.steps.get(step_key(sid, item.tool_use_id))
+        assert recorded == item.model_dump(mode="json")
+
+    # A redelivery (same envelope, new Nats-Msg-Id): every call was recorded, so the
+    # provider is not called again, and the result and events are the same.
+    await publish(r, env, "m2")
+    again = await next_result(results)
+    assert again.results == result.results
+    assert len(provider.requests) == 1
+    replayed = [orjson.loads((await asyncio.wait_for(events.get(), 5)).data) for _ in range(4)]
+    assert sorted(e["seq"] for e in replayed) == seqs  # the original events, not new ones
+    assert [e["seq"] for e in await r.ctx.events.read(sid)] == seqs
+
+    # A crash lost one record: that call alone runs again, with the same tool_use_id.
+    await r.ctx.redis.delete(f"lw:step:{step_key(sid, 'toolu_p')}")
+    await publish(r, env, "m3")
+    third = await next_result(results)
+    assert third.results == result.results
+    assert [h["Loopwire-Tool-Use-Id"] for h, _ in provider.requests] == ["toolu_p", "toolu_p"]
+
+
+async def test_heartbeats_keep_a_long_call_from_being_redelivered(running: Running, prefix: str) -> None:
+    r = running
+    provider, _svc = await started_provider(r, prefix)
+    provider.hold_s = 1.2  # twice ack_wait (0.6 s): only in_progress() prevents a redelivery
+    results = await collect(r.nc, r.ctx.subjects.router_result)
+    env = ExecuteTools(session_id="s_long", run_id="r", step_id="r:1:t0",
+                       calls=[ToolCall(tool_use_id="t1", name=provider.tool_name, input={"a": 1, "b": 1})])
+    await publish(r, env, "long-1")
+    result = await next_result(results)
+    assert result.results[0].content == "2"
+    assert len(provider.requests) == 1
+    with pytest.raises(TimeoutError):
+        await next_result(results, timeout=0.5)
+
+
+async def test_cancel_notice_stops_inflight_calls(running: Running, prefix: str) -> None:
+    r = running
+    provider, _svc = await started_provider(r, prefix)
+    provider.hold_s = 30
+    results = await collect(r.nc, r.ctx.subjects.router_result)
+    env = ExecuteTools(session_id="s_cancel", run_id="r", step_id="r:1:t0", calls=[
+        ToolCall(tool_use_id="quick", name="calculator", input={"expression": "1+1"}),
+        ToolCall(tool_use_id="held", name=provider.tool_name, input={"a": 1, "b": 1})])
+    await publish(r, env, "c-1")
+    await asyncio.wait_for(provider.arrived.wait(), 5)
+    await r.nc.publish(r.ctx.subjects.cancel("s_cancel"), orjson.dumps({"run_id": "r"}))
+    result = await next_result(results)
+    quick, held = result.results
+    assert (quick.content, quick.is_error) == ("2", False)
+    assert held.is_error and "cancelled" in str(held.content)
+    assert await r.ctx.steps.get(step_key("s_cancel", "held")) is None
+
+
+async def test_malformed_envelope_is_dropped_and_work_goes_on(running: Running) -> None:
+    r = running
+    results = await collect(r.nc, r.ctx.subjects.router_result)
+    js = r.nc.jetstream()
+    await js.publish(r.ctx.subjects.tools_execute, b'{"kind": "tools.execute", "calls": "nope"}',
+                     headers={"Nats-Msg-Id": "bad-1"})
+    await js.publish(r.ctx.subjects.tools_execute, b"not json at all", headers={"Nats-Msg-Id": "bad-2"})
+    env = ExecuteTools(session_id="s_ok", run_id="r", step_id="r:1:t0",
+                       calls=[ToolCall(tool_use_id="t", name="calculator", input={"expression": "2**10"})])
+    await publish(r, env, "good-1")
+    result = await next_result(results)
+    assert result.results[0].content == "1024"
+
+    async def work_drained() -> bool:
+        info = await js.stream_info(r.ctx.work_stream().name)
+        return info.state.messages == 1  # only the ToolsResult the router would take
+    await wait_for(work_drained, timeout=3)
