@@ -53,6 +53,8 @@ def up(
 
     settings = Settings()
     _setup(settings, "WARNING" if demo else None)
+    if demo and "loopwire.demo.tools" not in settings.tool_modules:
+        settings.tool_modules = [*settings.tool_modules, "loopwire.demo.tools"]
     servers = None
     if embedded:
         from loopwire.embedded import ensure_servers

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
+from typing import Annotated
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -57,7 +59,7 @@ class Settings(BaseSettings):
     """Cap of one backoff delay (also of a server's retry-after)."""
 
     # -- tools ----------------------------------------------------------------------------
-    tool_modules: list[str] = Field(default_factory=list)
+    tool_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Python modules to import for in-process tools (comma separated or JSON list)."""
     tool_timeout_s: float = 120.0
     """Per-call timeout; a call that takes longer gets an error result."""
@@ -69,6 +71,17 @@ class Settings(BaseSettings):
     # -- logging --------------------------------------------------------------------------
     log_level: str = "INFO"
     log_json: bool = False
+
+
+    @field_validator("tool_modules", mode="before")
+    @classmethod
+    def _split_modules(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
 
 
 @lru_cache(maxsize=1)

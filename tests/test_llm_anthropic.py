@@ -12,13 +12,13 @@ from pathlib import Path
 
 import anthropic
 import pytest
+
 from loopwire.llm.anthropic_model import PLACEHOLDER_API_KEY, AnthropicModel, build_client
 from loopwire.llm.errors import ModelCallError
 from loopwire.llm.fallback import FallbackModel, RetryPolicy
 from loopwire.llm.model import ModelRequest
 from loopwire.shared.envelopes import ToolSpec, Usage
 from loopwire.shared.settings import Settings
-
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration

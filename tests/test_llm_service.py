@@ -13,6 +13,10 @@ from typing import Any
 import nats
 import pytest
 from faststream.nats import NatsBroker
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
 from loopwire.llm.generation import record_key
 from loopwire.llm.providers import ModelFactory, build_model_factory
 from loopwire.llm.service import REDELIVERED_REASON, LlmService
@@ -22,10 +26,6 @@ from loopwire.shared.runtime import ServiceContext, build_context
 from loopwire.shared.settings import Settings
 from loopwire.shared.streams import ensure_streams
 from loopwire.shared.subjects import WORK_STREAM, stream_name
-from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
-
 from loopwire.testing.servers import ServerHandle
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server  # noqa: F401 - fixture
 

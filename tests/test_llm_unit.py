@@ -9,6 +9,10 @@ from collections.abc import Iterator
 import anthropic
 import httpx2
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
 from loopwire.llm.errors import ModelCallError, classify
 from loopwire.llm.fallback import FallbackModel, FallbackResult, NoBreaker, RetryPolicy
 from loopwire.llm.generation import model_chain, model_request, record_key, result_failed, result_ok
@@ -26,9 +30,6 @@ from loopwire.llm.scripted_model import (
 from loopwire.shared import metrics, telemetry
 from loopwire.shared.envelopes import Generate, ToolSpec, Usage
 from loopwire.shared.settings import Settings
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 pytestmark = pytest.mark.unit
 

@@ -90,6 +90,13 @@ async def test_step_records(stores: tuple[Any, Any, Any]) -> None:
     assert await steps.get_many(["k1", "k2"]) == [{"ok": True, "n": [1, 2]}, None]
 
 
+async def test_put_if_absent_keeps_the_first_record(stores: tuple[Any, Any, Any]) -> None:
+    _, steps, _ = stores
+    assert await steps.put_if_absent("k", {"first": 1}) == {"first": 1}
+    assert await steps.put_if_absent("k", {"second": 2}) == {"first": 1}
+    assert await steps.get("k") == {"first": 1}
+
+
 async def test_event_seq_strictly_increases_and_keys_dedup(stores: tuple[Any, Any, Any]) -> None:
     _, _, log = stores
     e1, new1 = await log.append("s", {"v": 1, "session_id": "s", "run_id": "r", "kind": "a", "ts": "t1"}, "k1")

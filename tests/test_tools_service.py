@@ -88,6 +88,10 @@ class SlowAdder:
             "loopwire.tool": self.tool_name, "description": "Add two numbers slowly.",
             "input_schema": json.dumps({"type": "object", "required": ["a", "b"],
                                         "properties": {"a": {"type": "number"}, "b": {"type": "number"}}})})
+        # Measured (nats-py 2.16, nats-server 2.15): without this flush a $SRV.INFO sent
+        # right after add_service is answered "no responders" ~10% of the time; in
+        # production the next round finds the provider, here a test would flake.
+        await nc.flush()
         return svc
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import anthropic
+
 from loopwire.shared.envelopes import Usage
 from loopwire.shared.settings import Settings
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
+
 from loopwire.shared.envelopes import StepError
 
 try:  # the SDK's HTTP client; a stream cut mid-body may surface as its own error

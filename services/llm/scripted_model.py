@@ -8,6 +8,9 @@ the Anthropic provider (pydantic-ai's TestModel / FunctionModel, in spirit).
   left unused.
 - `DemoModel` answers without any API: it calls a `calculator` tool for an arithmetic
   question, reads tool results back, and otherwise quotes the prompt.
+- `BenchModel` is the brain of `make bench`: it calls a `noop` tool N times, then says
+  "done". `DemoModel` hands a request to it when `noop` is offered and the first user
+  message says `bench:N`, so `LOOPWIRE_LLM_PROVIDER=scripted` selects it.
 
 Text is streamed through `on_text` in a few chunks, and usage is a rough word count, so
 streaming and token budgets behave as with a real model.
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+
 from loopwire.shared.envelopes import Usage
 
 from .errors import ModelCallError
@@ -201,6 +205,8 @@ class DemoModel(Model):
     name = "demo"
 
     async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
+        if bench_target(request) is not None:  # `make bench`: see BenchModel below
+            return await _BENCH.generate(request, on_text)
         last = request.messages[-1] if request.messages else {"role": "user", "content": ""}
         content = last.get("content", "")
         results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"] \
@@ -240,3 +246,63 @@ class DemoModel(Model):
                 return f"Sorry, {parts[0]}."
             return f"The result is {parts[0]}."
         return "The results are: " + "; ".join(parts) + "."
+
+
+# -- the bench brain -----------------------------------------------------------------------
+BENCH_TOOL = "noop"
+_BENCH_PROMPT = re.compile(r"\bbench:(\d+)\b")
+
+
+def bench_target(request: ModelRequest) -> int | None:
+    """N when `request` is a bench run: the `noop` tool is offered and the first user
+    message says `bench:N`; None otherwise."""
+    if BENCH_TOOL not in request.tool_names():
+        return None
+    first = next((m for m in request.messages if m.get("role") == "user"), None)
+    if first is None:
+        return None
+    match = _BENCH_PROMPT.search(_text_of(first.get("content", "")))
+    return int(match.group(1)) if match else None
+
+
+def count_tool_results(messages: list[dict[str, Any]]) -> int:
+    """tool_result blocks in the conversation (one per finished tool call)."""
+    count = 0
+    for message in messages:
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, list):
+            count += sum(1 for b in content if isinstance(b, dict) and b.get("type") == "tool_result")
+    return count
+
+
+class BenchModel(Model):
+    """`make bench`'s model: calls `noop` with `{}` until the conversation holds N tool
+    results (N from `bench:N` in the first user message), then answers "done".
+
+    No delay and as little work as possible, so a benchmark measures loopwire and not
+    the model: the tool_use id hashes only the last message and the conversation's length
+    (deterministic, and distinct across the turns of a run and the runs of a session),
+    and usage is a constant per call instead of a word count of the whole history."""
+
+    name = "bench"
+
+    async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
+        target = bench_target(request) or 0
+        done = count_tool_results(request.messages)
+        last = request.messages[-1] if request.messages else {}
+        if done < target:
+            digest = hashlib.sha1(orjson.dumps(last, option=orjson.OPT_SORT_KEYS)
+                                  + f":{len(request.messages)}:{done}".encode())
+            blocks: list[dict[str, Any]] = [{"type": "tool_use", "id": f"toolu_{digest.hexdigest()[:20]}",
+                                             "name": BENCH_TOOL, "input": {}}]
+            stop = "tool_use"
+        else:
+            await _stream_text("done", on_text)
+            blocks = [{"type": "text", "text": "done"}]
+            stop = "end_turn"
+        return ModelResponse(message={"role": "assistant", "content": blocks}, stop_reason=stop,
+                             model=request.model, usage=Usage(input_tokens=10, output_tokens=5),
+                             response_id=f"msg_bench_{done}")
+
+
+_BENCH = BenchModel()

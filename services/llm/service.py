@@ -27,11 +27,12 @@ from typing import Any
 
 from faststream.nats import NatsBroker
 from faststream.nats.annotations import NatsMessage
+from nats.aio.msg import Msg
+from pydantic import ValidationError
+
 from loopwire.shared import codec
 from loopwire.shared.envelopes import Generate, GenerationResult
 from loopwire.shared.runtime import ServiceContext
-from nats.aio.msg import Msg
-from pydantic import ValidationError
 
 from .errors import ModelCallError
 from .fallback import BreakerGate, FallbackModel, RetryPolicy, Sleep
@@ -128,10 +129,10 @@ class LlmService:
             return result
         # Another delivery of this step may have finished first (a redelivery while this
         # one ran): its result was published, so it stays the one on record.
-        recorded = await ctx.steps.get(record_key(env.step_id))
-        if recorded is not None:
-            return await self._publish_recorded(env, recorded)
-        await ctx.steps.put(record_key(env.step_id), result.model_dump(mode="json"))
+        mine = result.model_dump(mode="json")
+        standing = await ctx.steps.put_if_absent(record_key(env.step_id), mine)
+        if standing != mine:
+            return await self._publish_recorded(env, standing)
         await ctx.bus.publish_work(ctx.subjects.router_result, result, msg_id=result_msg_id(env.step_id))
         count_step("ok" if result.ok else "error")
         return result

@@ -131,7 +131,7 @@ async def collect_infos(nc: NatsClient, *, quiet_s: float = 0.3, max_wait_s: flo
             try:
                 info = orjson.loads(msg.data)
             except orjson.JSONDecodeError:
-                log.debug("ignoring a $SRV.INFO reply that is not JSON")
+                log.debug("ignoring a $SRV.INFO reply that is not JSON: %r %r", msg.headers, msg.data[:200])
                 continue
             if isinstance(info, dict):
                 infos.append(info)

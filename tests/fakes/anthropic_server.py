@@ -289,8 +289,8 @@ class FakeAnthropic:
             if block["type"] == "text":
                 yield "content_block_start", {"type": "content_block_start", "index": index,
                                               "content_block": {"type": "text", "text": ""}}
-                pieces = spec.get("chunks") if spec.get("chunks") and spec.get("content") is None \
-                    else _words_chunks(block["text"])
+                chunks = spec.get("chunks") if spec.get("content") is None else None
+                pieces: list[str] = list(chunks) if chunks else _words_chunks(block["text"])
                 if error_after == 0:
                     yield "error", self._error_body(spec["error"].get("status", 529), spec["error"])
                     return

@@ -1,0 +1,15 @@
+"""The one tool of `make bench`: `noop`, which does nothing.
+
+Async on purpose: a sync tool runs in a worker thread, and the bench measures loopwire's
+path, not a thread hand-off. Loaded with ``LOOPWIRE_TOOL_MODULES=tests.bench.bench_tools``.
+"""
+
+from __future__ import annotations
+
+from loopwire.tools.registry import tool
+
+
+@tool
+async def noop() -> str:
+    """Do nothing and say so."""
+    return "ok"

@@ -1,0 +1,228 @@
+"""The floor: the NATS hops and Redis round trips of one tool-turn, with nothing else.
+
+Raw nats-py request/reply, redis-py (asyncio) and orjson, no JetStream, no FastStream,
+no pydantic, no logic. One tool-turn of loopwire is five service hops (tools, router,
+memory, llm, router: see docs/architecture.md); here each hop is one core-NATS request
+from the driver to an echo responder in another process, which first makes the Redis
+calls that loopwire's receiving service makes, with the same scripts and keys of the
+same shape, and publishes the events that service emits (fire-and-forget).
+
+    python -m tests.bench.floor --nats URL --redis URL      # the responder process
+
+`HOPS` is the plan per hop; run_bench checks its totals against what the trace counts
+loopwire doing per tool-turn, and the envelope sizes come from that trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+import orjson
+import redis.asyncio as aioredis
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+
+from .driver import LoadResult
+
+
+@dataclass(frozen=True)
+class Hop:
+    service: str
+    redis: tuple[str, ...]
+    """Redis round trips, in order: `mget`, `set_tool`, `event`, `hmget`, `commit`, `lrange`,
+    `hgetall`, `get_gen`, `set_gen` (the commands loopwire's service sends)."""
+    events: tuple[str, ...] = ()
+
+
+HOPS: tuple[Hop, ...] = (
+    Hop("tools", ("mget", "set_tool", "event"), ("tool.result",)),
+    Hop("router", ("hmget", "commit")),
+    Hop("memory", ("lrange", "hgetall")),
+    Hop("llm", ("get_gen", "set_gen")),
+    Hop("router", ("hmget", "commit", "event", "event"), ("message", "tool.call")),
+)
+SUBJECT = "floor.hop"
+EVENTS = "floor.out"
+
+# The scripts loopwire runs, trimmed to their Redis work: compare-version-and-set of the
+# state plus the history append (session_store.py), seq + dedup key + stream entry
+# (event_log.py).
+COMMIT_LUA = """
+local cur = redis.call('HGET', KEYS[1], 'ver')
+if (cur or '0') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'ver', ARGV[2], 'state', ARGV[3])
+redis.call('RPUSH', KEYS[2], ARGV[4])
+return 1
+"""
+EVENT_LUA = """
+local seq = redis.call('INCR', KEYS[1])
+redis.call('HSET', KEYS[2], ARGV[1], seq)
+redis.call('XADD', KEYS[3], seq .. '-0', 'e', ARGV[2])
+return seq
+"""
+
+
+def padding(size: int) -> list[dict[str, Any]]:
+    """Message-shaped JSON of about `size` bytes (orjson cost grows with structure, not
+    only with bytes, so the envelopes are not one long string)."""
+    block = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_0123456789abcdef0123",
+                                          "content": "ok"}]}
+    one = len(orjson.dumps(block)) + 1
+    return [block] * max(1, size // one)
+
+
+class Responder:
+    def __init__(self, nc: NatsClient, redis: aioredis.Redis, reply_sizes: list[int]) -> None:
+        self.nc = nc
+        self.r = redis
+        self.commit = redis.register_script(COMMIT_LUA)
+        self.event = redis.register_script(EVENT_LUA)
+        self.replies = [padding(n) for n in reply_sizes]
+        self.state = orjson.dumps({"status": "running", "run": {"turn": 1, "phase": "generate"},
+                                   "history_len": 2, "pad": padding(600)})
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        for i in range(len(HOPS)):
+            await self.nc.subscribe(f"{SUBJECT}.{i}", queue="floor", cb=self._spawn(i))
+
+    def _spawn(self, hop: int) -> Any:
+        async def cb(msg: Msg) -> None:
+            task = asyncio.create_task(self.handle(hop, msg))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        return cb
+
+    async def handle(self, hop: int, msg: Msg) -> None:
+        env = orjson.loads(msg.data)
+        sid, turn = env["session_id"], env["turn"]
+        plan = HOPS[hop]
+        n_event = 0
+        ver = 0
+        for op in plan.redis:
+            if op == "hmget":  # the router's load: the version its commit compares
+                raw_ver, _state = await self.r.hmget(f"fl:s:{sid}", ["ver", "state"])
+                ver = int(raw_ver or 0)
+            elif op == "commit":
+                await self.commit(keys=[f"fl:s:{sid}", f"fl:h:{sid}"],
+                                  args=[str(ver), str(ver + 1), self.state, b'{"role":"user","content":"ok"}'])
+            elif op == "event":
+                await self.event(keys=[f"fl:seq:{sid}", f"fl:ek:{sid}", f"fl:e:{sid}"],
+                                 args=[f"{turn}:{hop}:{n_event}", b'{"v":1,"kind":"event","turn":1}'])
+                n_event += 1
+            else:
+                await self._redis(op, sid, turn)
+        for kind in plan.events:
+            await self.nc.publish(f"{EVENTS}.{sid}.{kind}", orjson.dumps({"v": 1, "kind": kind, "turn": turn}))
+        await msg.respond(orjson.dumps({"session_id": sid, "turn": turn, "messages": self.replies[hop]}))
+
+    async def _redis(self, op: str, sid: str, turn: int) -> None:
+        r = self.r
+        if op == "mget":
+            await r.mget([f"fl:step:tool:{sid}:{turn}"])
+        elif op == "set_tool":
+            await r.set(f"fl:step:tool:{sid}:{turn}", b'{"content":"ok","is_error":false}', ex=3600)
+        elif op == "lrange":
+            await r.lrange(f"fl:h:{sid}", 0, -1)
+        elif op == "hgetall":
+            await r.hgetall("fl:tools:catalog")
+        elif op == "get_gen":
+            await r.get(f"fl:step:gen:{sid}:{turn}")
+        elif op == "set_gen":
+            await r.set(f"fl:step:gen:{sid}:{turn}", self.state, ex=3600, nx=True)
+        else:
+            raise ValueError(op)
+
+
+# -- the driver (runs in the bench process) -------------------------------------------------
+class FloorDriver:
+    def __init__(self, nc: NatsClient, request_sizes: list[int]) -> None:
+        self.nc = nc
+        self.requests = [padding(n) for n in request_sizes]
+        self.events = 0
+        self._sub: Any = None
+
+    async def start(self) -> None:
+        async def on_event(msg: Msg) -> None:
+            self.events += 1
+
+        self._sub = await self.nc.subscribe(f"{EVENTS}.>", cb=on_event, pending_msgs_limit=-1,
+                                            pending_bytes_limit=-1)
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+
+    async def session(self, sid: str, turns: int) -> list[float]:
+        """`turns` tool-turns of five request/reply hops each; returns each turn's time."""
+        out = []
+        for turn in range(turns):
+            t0 = time.perf_counter()
+            for hop in range(len(HOPS)):
+                body = orjson.dumps({"session_id": sid, "turn": turn, "messages": self.requests[hop]})
+                reply = await self.nc.request(f"{SUBJECT}.{hop}", body, timeout=30)
+                orjson.loads(reply.data)
+            out.append(time.perf_counter() - t0)
+        return out
+
+    async def run_sequential(self, sessions: int, turns: int) -> LoadResult:
+        t0 = time.perf_counter()
+        lat: list[float] = []
+        for i in range(sessions):
+            lat.extend(await self.session(f"single{i}-{time.monotonic_ns()}", turns))
+        return LoadResult(sessions, turns, time.perf_counter() - t0, lat, [])
+
+    async def run_load(self, sessions: int, turns: int) -> LoadResult:
+        t0 = time.perf_counter()
+        tag = time.monotonic_ns()
+        results = await asyncio.gather(*(self.session(f"load{i}-{tag}", turns) for i in range(sessions)))
+        wall = time.perf_counter() - t0
+        return LoadResult(sessions, turns, wall, [x for r in results for x in r], [])
+
+
+def summary(lat: list[float]) -> tuple[float, float]:
+    return statistics.median(lat), statistics.quantiles(lat, n=100)[98]
+
+
+async def serve(nats_url: str, redis_url: str, reply_sizes: list[int]) -> None:
+    nc = await nats.connect(nats_url)
+    redis = aioredis.Redis.from_url(redis_url, max_connections=512)
+    responder = Responder(nc, redis, reply_sizes)
+    await responder.start()
+    await redis.hset("fl:tools:catalog", mapping={"noop": orjson.dumps({"name": "noop", "seen_at": 0})})
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await nc.flush()
+    print("ready", flush=True)
+    await stop.wait()
+    await nc.drain()
+    await redis.aclose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="the floor's echo responder")
+    parser.add_argument("--nats", required=True)
+    parser.add_argument("--redis", required=True)
+    parser.add_argument("--reply-sizes", default="700,650,4000,1400,500",
+                        help="bytes of the reply of each hop (the next envelope)")
+    args = parser.parse_args()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover
+        pass
+    asyncio.run(serve(args.nats, args.redis, [int(x) for x in args.reply_sizes.split(",")]))
+
+
+if __name__ == "__main__":
+    main()
