@@ -125,7 +125,10 @@ async def collect_infos(nc: NatsClient, *, quiet_s: float = 0.3, max_wait_s: flo
             if left <= 0:
                 break
             try:
-                msg = await asyncio.wait_for(replies.get(), timeout=min(quiet_s, left))
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
+                # lands as a reply arrives, and the discovery loop would never stop.
+                async with asyncio.timeout(min(quiet_s, left)):
+                    msg = await replies.get()
             except TimeoutError:
                 break
             try:

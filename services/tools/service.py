@@ -51,6 +51,7 @@ class ToolsService:
         self.discovery: Discovery | None = None
         self.executor: Executor | None = None
         self._ready = asyncio.Event()
+        self._stopping = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._cancel_sub: Any = None
         self._inflight: dict[str, list[tuple[str, asyncio.Event]]] = {}
@@ -80,10 +81,11 @@ class ToolsService:
         self._loop_task = asyncio.create_task(self._discovery_loop(), name="tools-discovery")
 
     async def stop(self) -> None:
+        self._stopping.set()
         if self._loop_task is not None:
             self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+            # Bounded: the flag ends the loop even if a library swallowed the cancel.
+            await asyncio.wait({self._loop_task}, timeout=5)
             self._loop_task = None
         if self._cancel_sub is not None:
             with contextlib.suppress(Exception):
@@ -106,8 +108,12 @@ class ToolsService:
             await self.refresh()
 
     async def _discovery_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.ctx.settings.discovery_interval_s)
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.ctx.settings.discovery_interval_s):
+                    await self._stopping.wait()
+            if self._stopping.is_set():
+                return
             try:
                 await self.refresh()
             except Exception:  # NATS or Redis hiccup: the next round tries again

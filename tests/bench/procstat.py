@@ -19,6 +19,39 @@ def cpu_seconds(pid: int) -> float:
     return (utime + stime) / CLK_TCK
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent not idle (all CPUs), from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / CLK_TCK  # guest time is already inside user
+
+
+def other_busy_processes(exclude: set[int], min_share: float = 0.05) -> list[str]:
+    """Processes not in `exclude` that used more than `min_share` of a core since they
+    started (a rough look for a noisy neighbour, e.g. a test suite running alongside)."""
+    import time
+
+    out = []
+    boot = time.time() - float(open("/proc/uptime").read().split()[0])
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in exclude:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()
+        cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
+        age = time.time() - (boot + int(fields[19]) / CLK_TCK)
+        if age > 1 and cpu / age > min_share:
+            out.append(f"{cmd[:60] or entry} ({100 * cpu / age:.0f}% of a core)")
+    return out
+
+
 @dataclass
 class CpuWindow:
     """CPU seconds spent by named processes between `start()` and `stop()`."""
@@ -26,15 +59,26 @@ class CpuWindow:
     pids: Mapping[str, int]
     before: dict[str, float] | None = None
     spent: dict[str, float] | None = None
+    machine_before: float = 0.0
+    machine_spent: float = 0.0
+    """CPU seconds of the whole machine (ours and everybody else's) in the window."""
 
     def start(self) -> CpuWindow:
         self.before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self.machine_before = machine_busy_seconds()
         return self
 
     def stop(self) -> dict[str, float]:
         assert self.before is not None, "start() first"
+        self.machine_spent = machine_busy_seconds() - self.machine_before
         self.spent = {name: cpu_seconds(pid) - self.before[name] for name, pid in self.pids.items()}
         return self.spent
+
+    @property
+    def others(self) -> float:
+        """CPU seconds spent by processes outside `pids` during the window."""
+        assert self.spent is not None, "stop() first"
+        return max(0.0, self.machine_spent - sum(self.spent.values()))
 
 
 def machine_facts() -> dict[str, str]:

@@ -3,7 +3,7 @@
 A wildcard NATS subscription (`>`) sees every message in the account (work publishes,
 events, JetStream deliveries, acks and publish acknowledgements) and Redis MONITOR
 sees every command (with the commands Lua scripts run marked `lua`). Two sessions run
-one after the other, of `short` and `long` tool-turns; the difference divided by
+one after the other, of `short` and `long` tool-turns (1 and 21); the difference divided by
 `long - short` is what one more tool-turn costs, free of the per-run constants (start,
 run.started, the final answer, run.ended).
 
@@ -32,6 +32,8 @@ class Window:
     nats_bytes: Counter[str] = field(default_factory=Counter)
     redis_cmds: Counter[str] = field(default_factory=Counter)
     lua_cmds: Counter[str] = field(default_factory=Counter)
+    seen: list[tuple[float, str, str]] = field(default_factory=list)
+    """(time, kind, detail) of every NATS message, for the timeline."""
 
 
 @dataclass
@@ -42,6 +44,9 @@ class TurnCost:
     nats_bytes: dict[str, float]
     redis_cmds: dict[str, float]
     lua_cmds: dict[str, float]
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+    """One tool-turn in the middle of the long session, from its `message` event to the
+    next: (ms since the first, what happened on the wire)."""
 
     @property
     def work_hops(self) -> float:
@@ -54,16 +59,6 @@ class TurnCost:
     @property
     def redis_round_trips(self) -> float:
         return sum(self.redis_cmds.values())
-
-    def work_bytes_avg(self) -> int:
-        msgs = sum(v for k, v in self.nats_msgs.items() if k.startswith("work publish"))
-        size = sum(v for k, v in self.nats_bytes.items() if k.startswith("work publish"))
-        return int(size / msgs) if msgs else 1024
-
-    def event_bytes_avg(self) -> int:
-        msgs = self.events
-        size = sum(v for k, v in self.nats_bytes.items() if k.startswith("event "))
-        return int(size / msgs) if msgs else 512
 
 
 def key_space(key: str) -> str:
@@ -97,7 +92,7 @@ def classify(msg: Msg, prefix: str) -> str | None:
 
 
 async def trace_turns(nats_url: str, redis_url: str, prefix: str = "loopwire",
-                      short: int = 2, long: int = 12) -> TurnCost:
+                      short: int = 1, long: int = 21) -> TurnCost:
     spy = await nats.connect(nats_url)
     client = await nats.connect(nats_url)
     redis = aioredis.Redis.from_url(redis_url)
@@ -113,6 +108,8 @@ async def trace_turns(nats_url: str, redis_url: str, prefix: str = "loopwire",
             return
         window.nats_msgs[kind] += 1
         window.nats_bytes[kind] += len(msg.data)
+        detail = msg.subject if kind == "jetstream delivery" else ""
+        window.seen.append((time.time(), kind, f"{detail} ({len(msg.data)} B)".strip()))
 
     await spy.subscribe(">", cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
     monitor_cmds: list[dict[str, Any]] = []
@@ -146,6 +143,7 @@ async def trace_turns(nats_url: str, redis_url: str, prefix: str = "loopwire",
         await client.drain()
         await redis.aclose()
 
+    redis_seen: list[tuple[float, str]] = []
     for t0, t1, window in windows:
         catalog_writes = 0
         for info in monitor_cmds:
@@ -164,6 +162,7 @@ async def trace_turns(nats_url: str, redis_url: str, prefix: str = "loopwire",
                 catalog_writes += 1  # a discovery round: HGETALL then HSET
                 continue
             window.redis_cmds[f"{name} {key_space(key)}".strip()] += 1
+            redis_seen.append((info["time"], f"Redis {name} {key_space(key)}".strip()))
         if catalog_writes:
             window.redis_cmds["hgetall lw:tools"] -= catalog_writes
 
@@ -175,4 +174,16 @@ async def trace_turns(nats_url: str, redis_url: str, prefix: str = "loopwire",
         return {k: round((y[k] - x[k]) / n, 2) for k in keys if y[k] - x[k]}
 
     return TurnCost(per_turn(a.nats_msgs, b.nats_msgs), per_turn(a.nats_bytes, b.nats_bytes),
-                    per_turn(a.redis_cmds, b.redis_cmds), per_turn(a.lua_cmds, b.lua_cmds))
+                    per_turn(a.redis_cmds, b.redis_cmds), per_turn(a.lua_cmds, b.lua_cmds),
+                    timeline(b, redis_seen, long // 2))
+
+
+def timeline(window: Window, redis_seen: list[tuple[float, str]], turn: int) -> list[tuple[float, str]]:
+    """Everything seen on the wire between the `turn`-th `message` event and the next."""
+    marks = [t for t, kind, _ in window.seen if kind == "event message"]
+    if len(marks) <= turn + 1:
+        return []
+    t0, t1 = marks[turn], marks[turn + 1]
+    rows = [(t, f"NATS {kind} {detail}".strip()) for t, kind, detail in window.seen if t0 <= t <= t1]
+    rows += [(t, what) for t, what in redis_seen if t0 <= t <= t1]
+    return [(round((t - t0) * 1000, 3), what) for t, what in sorted(rows)]

@@ -1,0 +1,313 @@
+"""`make bench`: loopwire's speed targets, and the floor they are measured against.
+
+    .venv/bin/python -m tests.bench.run_bench [--sessions 200] [--turns 20] [--no-doc]
+
+1. A fresh nats-server (JetStream) and redis-server on free ports (loopwire.testing).
+2. `loopwire up` (one process), with the scripted model (`LOOPWIRE_LLM_PROVIDER=scripted`:
+   its bench brain calls `noop` N times for a prompt `bench:N`) and the no-op tool of
+   tests/bench/bench_tools.py. Hop accounting (trace.py), a warm-up, single-session
+   latency (sessions one at a time), then `--sessions` concurrent sessions of `--turns`
+   tool-turns with the CPU of every process; then Redis bytes of sessions of 20, 100
+   and 200 tool-turns.
+3. The five services as separate processes (`loopwire serve NAME`): the same load, CPU
+   per service.
+4. The floor (floor.py): raw nats-py request/reply + redis-py, the same hops and Redis
+   calls per turn, an echo responder in another process.
+5. A table on stdout, docs/benchmarks.md (the results block) and .run/bench.json.
+
+Everything is stopped at the end, also on failure or Ctrl-C; a watchdog ends a run that
+hangs. Nothing here is a test: pytest collects nothing from this folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import nats
+import redis.asyncio as aioredis
+
+from loopwire.launcher import SERVICE_NAMES
+from loopwire.testing import LoopwireContainer, ServerHandle, start_nats, start_redis
+
+from . import report
+from .driver import BenchDriver, wait_for_tool
+from .floor import HOPS, FloorDriver
+from .procstat import CpuWindow, machine_facts, other_busy_processes
+from .redis_bytes import session_bytes
+from .report import Layout, Results
+from .trace import TurnCost, trace_turns
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "benchmarks.md"
+RAW = ROOT / ".run" / "bench.json"
+WATCHDOG_S = 480
+T = TypeVar("T")
+
+
+def log(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def run_async(coro_fn: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine on uvloop when available (as the services do), else asyncio."""
+    try:
+        import uvloop
+
+        return uvloop.run(coro_fn())  # type: ignore[no-any-return]
+    except ImportError:  # pragma: no cover - not on Windows
+        return asyncio.run(coro_fn())  # type: ignore[arg-type]
+
+
+def service_env() -> dict[str, str]:
+    return {
+        "LOOPWIRE_LLM_PROVIDER": "scripted",
+        "LOOPWIRE_TOOL_MODULES": "tests.bench.bench_tools",
+        "LOOPWIRE_LOG_LEVEL": "WARNING",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+    }
+
+
+class System:
+    """The loopwire processes of one layout, on the bench's NATS and Redis."""
+
+    def __init__(self, nats_server: ServerHandle, redis_server: ServerHandle, split: bool) -> None:
+        self.parts: dict[str, LoopwireContainer] = {}
+        layout = [(f"serve {n}", n) for n in SERVICE_NAMES] if split else [("up", "loopwire up")]
+        for services, name in layout:
+            part = LoopwireContainer(env=service_env(), use_docker=False, services=services)
+            part.nats, part.redis = nats_server, redis_server
+            self.parts[name] = part
+
+    def start(self) -> None:
+        for part in self.parts.values():
+            part.start_loopwire()  # waits for /readyz
+
+    def pids(self) -> dict[str, int]:
+        return {name: part.proc.pid for name, part in self.parts.items() if part.proc is not None}
+
+    def stop(self, keep_logs: bool = False) -> None:
+        for name, part in self.parts.items():
+            part.stop_loopwire()
+            if keep_logs:
+                log(f"log of {name}: {part.log_path}")
+            else:
+                part.log_path.unlink(missing_ok=True)
+
+
+async def measure_layout(name: str, nats_url: str, redis_url: str, infra: dict[str, int],
+                         services: dict[str, int], args: argparse.Namespace,
+                         extra: Callable[[BenchDriver], Awaitable[None]] | None = None) -> Layout:
+    nc = await nats.connect(nats_url)
+    driver = BenchDriver(nc)
+    await driver.start()
+    lay = Layout(name)
+    try:
+        await wait_for_tool(redis_url, "noop")
+        log(f"{name}: warm-up, {args.warmup_sessions} sessions × 5 tool-turns")
+        warm = await driver.run_load("warm", args.warmup_sessions, 5)
+        if warm.failures:
+            raise RuntimeError(f"warm-up failed: {warm.failures[:3]}")
+        log(f"{name}: single session, {args.single} × {args.turns} tool-turns one at a time")
+        lay.single = await driver.run_sequential("single", args.single, args.turns)
+        log(f"{name}: load, {args.sessions} concurrent sessions × {args.turns} tool-turns")
+        window = CpuWindow({**services, **infra, "bench client": os.getpid()}).start()
+        lay.load = await driver.run_load("load", args.sessions, args.turns, timeout=args.load_timeout)
+        lay.cpu_s = window.stop()
+        lay.other_cpu_s = window.others
+        log(f"{name}: {lay.load.turns_per_s:.0f} turns/s, {len(lay.load.failures)} failed sessions")
+        if extra is not None:
+            await extra(driver)
+    finally:
+        await driver.stop()
+        await nc.drain()
+    return lay
+
+
+async def measure_bytes(driver: BenchDriver, redis_url: str, res: Results) -> None:
+    r = aioredis.Redis.from_url(redis_url)
+    try:
+        for n in (20, 100, 200):
+            run, ended = await driver.run_one(f"bytes{n}", n, timeout=120, max_turns=n + 10)
+            if ended.get("status") != "completed" or len(run.messages) != n + 1:
+                res.notes.append(f"bytes session of {n} turns ended {ended.get('status')} "
+                                 f"with {len(run.messages)} messages")
+            res.bytes_by_turns[n] = await session_bytes(r, run.sid, [str(ended.get("run_id"))])
+            log(f"Redis bytes after {n} tool-turns: {res.bytes_by_turns[n]['total']}")
+    finally:
+        await r.aclose()
+
+
+def floor_sizes(trace: TurnCost | None) -> tuple[list[int], list[int]]:
+    """Envelope bytes per hop (requests, replies) from the trace: tools.execute,
+    router.result, memory.assemble, llm.generate, router.result."""
+    if trace is None:
+        sizes = {"tools.execute": 500, "router.result": 700, "memory.assemble": 650, "llm.generate": 2000}
+    else:
+        b, n = trace.nats_bytes, trace.nats_msgs
+        sizes = {k: int(b.get(f"work publish {k}", 0) / max(1.0, n.get(f"work publish {k}", 1)))
+                 for k in ("tools.execute", "router.result", "memory.assemble", "llm.generate")}
+    req = [sizes["tools.execute"], sizes["router.result"], sizes["memory.assemble"], sizes["llm.generate"],
+           sizes["router.result"]]
+    return req, req[1:] + req[:1]
+
+
+async def measure_floor(nats_url: str, infra: dict[str, int], responder_pid: int, req_sizes: list[int],
+                        args: argparse.Namespace) -> Layout:
+    nc = await nats.connect(nats_url)
+    driver = FloorDriver(nc, req_sizes)
+    await driver.start()
+    lay = Layout("floor")
+    try:
+        await driver.run_load(args.warmup_sessions, 5)
+        lay.single = await driver.run_sequential(args.single, args.turns)
+        window = CpuWindow({"echo responder": responder_pid, **infra, "bench client (driver)": os.getpid()}).start()
+        lay.load = await driver.run_load(args.sessions, args.turns)
+        lay.cpu_s = window.stop()
+        lay.other_cpu_s = window.others
+        log(f"floor: {lay.load.turns_per_s:.0f} turns/s")
+    finally:
+        await driver.stop()
+        await nc.drain()
+    return lay
+
+
+def start_responder(nats_url: str, redis_url: str, reply_sizes: list[int]) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=service_env()["PYTHONPATH"])
+    proc = subprocess.Popen([sys.executable, "-m", "tests.bench.floor", "--nats", nats_url, "--redis", redis_url,
+                             "--reply-sizes", ",".join(map(str, reply_sizes))],
+                            stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if line.strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"floor responder did not start: {line!r}")
+    return proc
+
+
+def check_floor_plan(trace: TurnCost, res: Results) -> None:
+    plan_redis = sum(len(h.redis) for h in HOPS)
+    plan_events = sum(len(h.events) for h in HOPS)
+    if abs(trace.redis_round_trips - plan_redis) > 0.5 or abs(trace.work_hops - len(HOPS)) > 0.5 \
+            or abs(trace.events - plan_events) > 0.5:
+        res.notes.append(
+            f"the floor's plan ({len(HOPS)} hops, {plan_redis} Redis calls, {plan_events} events per turn) "
+            f"differs from the trace ({trace.work_hops:g} work hops, {trace.redis_round_trips:g} Redis calls, "
+            f"{trace.events:g} events): update floor.HOPS")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--sessions", type=int, default=200, help="concurrent sessions under load")
+    p.add_argument("--turns", type=int, default=20, help="tool-turns per session")
+    p.add_argument("--single", type=int, default=5, help="sessions run one at a time for the latency")
+    p.add_argument("--warmup-sessions", type=int, default=40)
+    p.add_argument("--load-timeout", type=float, default=150.0)
+    p.add_argument("--skip-split", action="store_true", help="skip the five-process layout")
+    p.add_argument("--no-doc", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t_start = time.monotonic()
+    res = Results(date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), machine=machine_facts(),
+                  command="make bench" + ("" if argv is None and len(sys.argv) == 1 else
+                                          " (" + " ".join(argv if argv is not None else sys.argv[1:]) + ")"),
+                  sessions=args.sessions, turns=args.turns, single_sessions=args.single)
+
+    def watchdog(_sig: int, _frame: Any) -> None:
+        raise TimeoutError(f"the bench ran longer than {WATCHDOG_S}s")
+
+    signal.signal(signal.SIGALRM, watchdog)
+    signal.alarm(WATCHDOG_S)
+    nats_server = start_nats(use_docker=False)
+    redis_server = start_redis(use_docker=False)
+    infra = {"nats-server": nats_server.proc.pid, "redis-server": redis_server.proc.pid}  # type: ignore[union-attr]
+    log(f"nats-server {nats_server.url}, redis-server {redis_server.url}")
+    busy = other_busy_processes({os.getpid(), *infra.values()}, min_share=0.2)
+    if busy:
+        res.notes.append("busy processes on the machine at the start: " + "; ".join(busy[:5]))
+        log(f"warning: {res.notes[-1]}")
+    system: System | None = None
+    responder: subprocess.Popen[str] | None = None
+    failed = False
+    try:
+        # -- A: loopwire up ------------------------------------------------------------------
+        system = System(nats_server, redis_server, split=False)
+        system.start()
+        run_async(lambda: wait_for_tool(redis_server.url, "noop"))
+        log("loopwire up: counting the hops of one tool-turn")
+        res.trace = run_async(lambda: trace_turns(nats_server.url, redis_server.url))
+
+        async def bytes_after(driver: BenchDriver) -> None:
+            await measure_bytes(driver, redis_server.url, res)
+
+        res.up = run_async(lambda: measure_layout("loopwire up", nats_server.url, redis_server.url, infra,
+                                                  system.pids(), args, bytes_after))  # type: ignore[union-attr]
+        system.stop()
+        # -- B: five processes ---------------------------------------------------------------
+        if not args.skip_split:
+            system = System(nats_server, redis_server, split=True)
+            log("starting the five services as separate processes")
+            system.start()
+            res.split = run_async(lambda: measure_layout("5 × loopwire serve", nats_server.url, redis_server.url,
+                                                         infra, system.pids(), args))  # type: ignore[union-attr]
+            system.stop()
+        system = None
+        # -- the floor -----------------------------------------------------------------------
+        check_floor_plan(res.trace, res)
+        req_sizes, reply_sizes = floor_sizes(res.trace)
+        log(f"floor: echo responder, envelopes of {req_sizes} bytes")
+        responder = start_responder(nats_server.url, redis_server.url, reply_sizes)
+        res.floor = run_async(lambda: measure_floor(nats_server.url, infra, responder.pid, req_sizes, args))  # type: ignore[union-attr]
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        signal.alarm(0)
+        if system is not None:
+            system.stop(keep_logs=failed)
+        if responder is not None:
+            responder.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                responder.wait(timeout=10)
+            if responder.poll() is None:
+                responder.kill()
+        nats_server.stop()
+        redis_server.stop()
+
+    failures = 0
+    for lay in (res.up, res.split, res.floor):
+        if lay is not None and lay.load is not None and lay.other_cpu_s / lay.load.wall_s > 0.1:
+            res.notes.append(f"{lay.name}: the machine was not idle — other processes used "
+                             f"{100 * lay.other_cpu_s / lay.load.wall_s:.0f}% of a core during the load run; "
+                             "every number of that layout is pessimistic")
+        for run in (lay.single, lay.load) if lay is not None else ():
+            if run is not None and run.failures:
+                failures += len(run.failures)
+                res.notes.append(f"{lay.name}: {len(run.failures)} sessions failed, e.g. {run.failures[0]}")
+    res.duration_s = time.monotonic() - t_start
+    print()
+    print(report.console_table(res))
+    RAW.parent.mkdir(exist_ok=True)
+    RAW.write_text(json.dumps(report.as_dict(res), indent=2))
+    if not args.no_doc:
+        report.write_doc(DOC, res)
+        log(f"wrote {DOC.relative_to(ROOT)} and {RAW.relative_to(ROOT)}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
