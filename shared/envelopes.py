@@ -110,6 +110,10 @@ class AssembleContext(_Envelope):
     temperature: float | None = None
     extra_tools: list[ToolSpec] = Field(default_factory=list)
     """Tools that are not served by the tools service (e.g. the reserved finish tool)."""
+    reduce_context: bool = False
+    """Set on the retry after a `context_too_long` error: the memory service shrinks the
+    history it sends (older turns dropped or summarised) so the request fits the model's
+    window. Default off; the router sets it at most `context_retries` times per run."""
 
 
 # -- memory -> llm ------------------------------------------------------------------------

@@ -57,6 +57,31 @@ class Settings(BaseSettings):
     """First backoff delay between retries; doubles each retry, with jitter."""
     llm_retry_max_delay_s: float = 8.0
     """Cap of one backoff delay (also of a server's retry-after)."""
+    llm_breaker_failures: int = 5
+    """Consecutive retryable failures of one model (across all replicas) that open its
+    circuit breaker; 0 disables the breaker."""
+    llm_breaker_cooldown_s: float = 30.0
+    """How long an open breaker skips its model before one probe call is let through."""
+    llm_breaker_probe_ttl_s: float = 120.0
+    """How long one replica's claim on the half-open probe lasts if it never reports back."""
+
+    # -- loop control (router) --------------------------------------------------------------
+    max_inner_iterations: int = 0
+    """Generations allowed in one outer iteration of a run; 0: the profile's default."""
+    max_outer_iterations: int = 0
+    """Outer iterations (follow-ups taken at the boundary) per run; 0: the profile's default."""
+    budget_warning_pct: float = 0.8
+    """A `budget.warning` event is emitted when a run has used this share of a limit."""
+    loop_repeat_threshold: int = 3
+    """The same tool call (name and input) in this many consecutive turns is a loop."""
+    loop_text_repeats: int = 2
+    """The same (normalised) text answer in this many consecutive turns is a loop."""
+    vacuous_max_retries: int = 2
+    """Retries of an empty or meaningless answer before it is passed through as it is."""
+    commitment_max_nudges: int = 2
+    """Nudges per run for a reply that announces an action and does not take it."""
+    context_retries: int = 1
+    """Retries with a reduced context after a `context_too_long` error."""
 
     # -- tools ----------------------------------------------------------------------------
     tool_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)

@@ -1,7 +1,7 @@
 """Recorded step results, keyed by idempotency key.
 
 The llm service records a model answer under its step id before it publishes it; the
-tools service records each tool result under `<sid>:<tool_use_id>`. A redelivered step
+tools service records each tool result under `tool:<sid>:<tool_use_id>`. A redelivered step
 finds its record and is answered without calling the model or the tool again.
 """
 

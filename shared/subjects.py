@@ -68,6 +68,11 @@ class Subjects:
     def transcript_get(self) -> str:
         return f"{self.prefix}.api.transcript.get"
 
+    @property
+    def tools_list(self) -> str:
+        """Addition to the contract: what the tools service knows now."""
+        return f"{self.prefix}.api.tools.list"
+
     # -- internal: work between services (captured by LOOPWIRE_WORK) -------------------
     @property
     def work_all(self) -> str:

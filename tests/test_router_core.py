@@ -242,7 +242,7 @@ def test_unimplemented_profile_is_rejected_clearly(fresh: SessionState) -> None:
 
 
 def test_usage_is_counted_once_per_generation(fresh: SessionState) -> None:
-    st, _ = step(fresh, start({"input": "x"}))
+    st, _ = step(fresh, start({"input": "what is 1 + 2?"}))
     st, _ = step(st, gen_result("run1:g1", [tool_use("t1")], stop="tool_use", usage=(50, 10)))
     st, _ = step(st, tools_result("run1:t1", [("t1", "add", "3")]))
     st, d = step(st, gen_result("run1:g2", [{"type": "text", "text": "3"}], usage=(70, 4)))

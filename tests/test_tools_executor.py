@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem
 from loopwire.shared.step_store import InMemoryStepStore
 from loopwire.tools.catalog import Catalog
@@ -257,3 +258,17 @@ async def test_cancel_stops_inflight_calls_without_recording(executor: Executor,
     assert slow.is_error and slow.content == "tool nap was cancelled"
     assert await steps.get(step_key("sess", "slow")) is None
     assert await steps.get(step_key("sess", "fast")) is not None
+
+
+async def test_racing_deliveries_agree_on_the_first_recorded_result(steps: InMemoryStepStore) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool
+    async def flaky() -> str:
+        # Another delivery of the same envelope finished this call while we ran it.
+        await steps.put(step_key("sess", "t1"), {"tool_use_id": "t1", "name": "flaky", "content": "first",
+                                                 "is_error": False})
+        return "second"
+
+    (item,) = await Executor(Catalog(reg), steps, None, 5).execute(envelope(call("t1", "flaky")))
+    assert item.content == "first"

@@ -11,10 +11,11 @@ from typing import Annotated, Any
 
 import orjson
 import pytest
+from pydantic import BaseModel, Field
+
 from loopwire.tools.discovery import ProviderTable, parse_service_info
 from loopwire.tools.invoke import parse_reply, to_content
 from loopwire.tools.registry import ToolError, ToolRegistry, load_modules, parse_docstring
-from pydantic import BaseModel, Field
 
 pytestmark = pytest.mark.unit
 

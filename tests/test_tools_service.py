@@ -15,20 +15,20 @@ import nats
 import orjson
 import pytest
 from faststream.nats import NatsBroker
-from loopwire.shared import codec
-from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolsResult
-from loopwire.shared.runtime import ServiceContext, build_context
-from loopwire.shared.settings import Settings
-from loopwire.shared.streams import ensure_streams
-from loopwire.tools.catalog import catalog_max_age, read_catalog
-from loopwire.tools.executor import step_key
-from loopwire.tools.service import ToolsService
 from nats import micro
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.micro.request import Request
 
+from loopwire.shared import codec
+from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolsResult
+from loopwire.shared.runtime import ServiceContext, build_context
+from loopwire.shared.settings import Settings
+from loopwire.shared.streams import ensure_streams
 from loopwire.testing.servers import ServerHandle
+from loopwire.tools.catalog import catalog_max_age, read_catalog
+from loopwire.tools.executor import step_key
+from loopwire.tools.service import ToolsService
 
 pytestmark = pytest.mark.integration
 
@@ -240,3 +240,17 @@ async def test_malformed_envelope_is_dropped_and_work_goes_on(running: Running) 
         info = await js.stream_info(r.ctx.work_stream().name)
         return info.state.messages == 1  # only the ToolsResult the router would take
     await wait_for(work_drained, timeout=3)
+
+
+async def test_tools_list_answers_with_the_catalog(running: Running, prefix: str) -> None:
+    r = running
+    provider, _svc = await started_provider(r, prefix)
+    reply = await r.nc.request(f"{prefix}.api.tools.list", b"{}", timeout=2)
+    tools = {t["name"]: t for t in orjson.loads(reply.data)["tools"]}
+    assert {"calculator", "current_time", provider.tool_name} <= set(tools)
+    assert tools["calculator"]["source"] == "python"
+    assert tools["calculator"]["input_schema"]["required"] == ["expression"]
+    assert tools[provider.tool_name] == {
+        "name": provider.tool_name, "description": "Add two numbers slowly.", "source": "nats",
+        "input_schema": {"type": "object", "required": ["a", "b"],
+                         "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}}

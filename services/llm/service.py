@@ -11,6 +11,10 @@ The handler is a thin shell::
 Record before publish, ack after publish: a crash anywhere replays safely (the record
 answers the replay; the result's Nats-Msg-Id deduplicates a second publish).
 
+Each request asks the fleet-wide circuit breaker (breaker.py, state in Redis) which of its
+models to skip: an open breaker moves the request to the next fallback at once, with a
+`model.fallback` event whose reason is `circuit_open`.
+
 It also listens on `<prefix>.ctl.<sid>.cancel` (core NATS, best effort; body optional,
 `{"run_id": ...}` narrows it to one run), as the tools service does: a steer or an abort
 stops the session's in-flight generations at once (no more tokens paid for), retracts
@@ -34,6 +38,7 @@ from loopwire.shared import codec
 from loopwire.shared.envelopes import Generate, GenerationResult
 from loopwire.shared.runtime import ServiceContext
 
+from .breaker import CircuitBreaker, RunGate, breaker_from_settings
 from .errors import ModelCallError
 from .fallback import BreakerGate, FallbackModel, RetryPolicy, Sleep
 from .generation import model_chain, model_request, record_key, result_failed, result_msg_id, result_ok
@@ -53,11 +58,12 @@ class LlmService:
     name = "llm"
 
     def __init__(self, ctx: ServiceContext, model_factory: Callable[[str], Model] | None = None,
-                 breaker: BreakerGate | None = None, sleep: Sleep = asyncio.sleep) -> None:
+                 breaker: BreakerGate | CircuitBreaker | None = None, sleep: Sleep = asyncio.sleep) -> None:
         self.ctx = ctx
         self._owns_factory = model_factory is None
         self.model_factory: Callable[[str], Model] = model_factory or build_model_factory(ctx.settings)
-        self.breaker = breaker
+        self.breaker: BreakerGate | CircuitBreaker = breaker if breaker is not None \
+            else breaker_from_settings(ctx.settings, ctx.redis)
         self._sleep = sleep
         s = ctx.settings
         self.policy = RetryPolicy(max_retries=s.llm_max_retries, base_delay_s=s.llm_retry_base_delay_s,
@@ -146,9 +152,10 @@ class LlmService:
     async def _generate(self, env: Generate, delivered: int) -> GenerationResult:
         bus, sid, run_id = self.ctx.bus, env.session_id, env.run_id
         default_model = self.ctx.settings.default_model
-        runner = FallbackModel(model_chain(env, default_model),
-                               lambda model_id: ObservedModel(self.model_factory(model_id), env),
-                               self.policy, self.breaker, self._sleep)
+        chain = model_chain(env, default_model)
+        gate = await self.breaker.gate(chain) if isinstance(self.breaker, CircuitBreaker) else self.breaker
+        runner = FallbackModel(chain, lambda model_id: ObservedModel(self.model_factory(model_id), env),
+                               self.policy, gate, self._sleep)
         switches = 0
         discards = 0
         streamed = False
@@ -199,6 +206,8 @@ class LlmService:
                 entries.remove(entry)
             if not entries:
                 self._inflight.pop(sid, None)
+            if isinstance(gate, RunGate):
+                await gate.close()
         return result_ok(env, outcome)
 
     async def _on_cancel(self, msg: Msg) -> None:

@@ -3,7 +3,13 @@
 The shell (service.py) loads the session, calls `decide`, commits the new state and the
 history it appends in one compare-and-set, then performs the effects. Everything the run
 does is visible here as data: which messages join the history, which events are emitted,
-which work is published.
+which work is published, which notices are sent, and what the shell should count.
+
+The loop-control rules live in their own modules and are called from here:
+budget.py (ledger, limits, converging), iteration_limits.py (turns, inner and outer
+iterations), loop_detection.py / vacuous.py / commitment_gate.py (post-generation
+stages, in the profile's order), progress_injection.py (reminder after tool results) and
+error_policy.py (what a failed step does to the run). Steering and abort are handled here.
 """
 
 from __future__ import annotations
@@ -15,18 +21,40 @@ from loopwire.shared.contract import StartRun, text_to_content
 from loopwire.shared.envelopes import AssembleContext, ExecuteTools, GenerationResult, ToolCall, ToolsResult
 from loopwire.shared.pricing import cost_usd
 
+from . import budget, loop_detection
 from . import inputs as i
-from .effects import Effect, EmitEvent, PublishWork, effect_from_dict
-from .next_step import NextStep, NextStepExecuteTools, NextStepFinalOutput, NextStepRunAgain
+from .config import CoreConfig
+from .effects import Effect, EmitEvent, PublishNotice, PublishWork, effect_from_dict
+from .error_policy import classify_generation_failure
+from .iteration_limits import inner_limit, outer_limit
+from .next_step import (
+    NextStep,
+    NextStepConverge,
+    NextStepExecuteTools,
+    NextStepFinalOutput,
+    NextStepRunAgain,
+)
 from .profiles import get_profile
-from .stages import Turn
+from .progress_injection import note_tool_batch, progress_notes, truncate
+from .stages import Turn, not_executed, user_text
 from .state import RECENT_INPUTS, RunConfig, RunState, SessionState
+
+__all__ = ["CoreConfig", "Count", "Decision", "decide"]
+
+STEERED_GENERATION = "steered: the answer in progress is void"
+STEERED_TOOL = "Cancelled by steering: the user sent a new instruction before this call finished."
+PROMPT_CHARS = 2000
 
 
 @dataclass(frozen=True)
-class CoreConfig:
-    default_model: str = "claude-sonnet-4-5"
-    default_max_tokens: int = 4096
+class Count:
+    """Something the shell counts in metrics that no event shows by itself (the shell
+    derives the rest from the events). Not stored: a replayed outbox counts nothing."""
+
+    name: str
+    """`turn`, `vacuous_retry`, `commitment_nudge`, `steer`."""
+    labels: dict[str, str] = field(default_factory=dict)
+    values: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -39,6 +67,7 @@ class Decision:
     history_len_before: int = 0
     replay: bool = False
     """The input was applied before: perform the stored outbox again, commit nothing."""
+    counts: list[Count] = field(default_factory=list)
 
 
 class _Tx:
@@ -50,9 +79,13 @@ class _Tx:
         self.inp = inp
         self.effects: list[Effect] = []
         self.append: list[dict[str, Any]] = []
+        self.counts: list[Count] = []
 
     def emit(self, kind: str, key: str, run_id: str | None, **fields: Any) -> None:
         self.effects.append(EmitEvent(kind=kind, key=key, run_id=run_id, fields=fields))
+
+    def count(self, name: str, labels: dict[str, str] | None = None, **values: float) -> None:
+        self.counts.append(Count(name, labels or {}, values))
 
     def add_message(self, message: dict[str, Any]) -> None:
         self.append.append(message)
@@ -64,7 +97,7 @@ class _Tx:
         st.outbox = [e.model_dump(mode="json") for e in self.effects]
         st.outbox_input = self.inp.input_id
         return Decision(state=st, effects=self.effects, append=self.append,
-                        history_len_before=self.history_len_before)
+                        history_len_before=self.history_len_before, counts=self.counts)
 
 
 def decide(state: SessionState, inp: i._Input, cfg: CoreConfig = CoreConfig()) -> Decision:
@@ -102,18 +135,44 @@ def _on_start(tx: _Tx, inp: i.StartInput, cfg: CoreConfig) -> Decision:
                        "follow up or `abort` it first")
     config = _run_config(body, cfg)
     messages = _input_messages(body)
-    return _start_run(tx, config, messages, run_id=inp.new_id)
+    return _start_run(tx, config, messages, run_id=inp.new_id, cfg=cfg)
 
 
-def _on_message(tx: _Tx, inp: i.MessageInput | i.SteerInput, cfg: CoreConfig) -> Decision:
+def _on_message(tx: _Tx, inp: i.MessageInput, cfg: CoreConfig) -> Decision:
+    """A follow-up: starts a run on an idle session, else waits for the outer boundary."""
     user = {"role": "user", "content": text_to_content(inp.body.content)}
     if tx.st.status == "idle":
         config = tx.st.last_config or _run_config(StartRun(input="-"), cfg)
-        return _start_run(tx, config, [user], run_id=inp.new_id)
-    if isinstance(inp, i.SteerInput):
-        tx.st.steering.append(user)
-    else:
-        tx.st.queued.append(user)
+        return _start_run(tx, config, [user], run_id=inp.new_id, cfg=cfg)
+    tx.st.queued.append(user)
+    return tx.finish()
+
+
+def _on_steer(tx: _Tx, inp: i.SteerInput, cfg: CoreConfig) -> Decision:
+    """Steering applies now, even mid-step: the in-flight generation is abandoned (its
+    text is retracted) or the in-flight tool calls are (each gets a "cancelled by
+    steering" result, so the history stays valid); the services doing that work get a
+    cancel notice; the message joins the history and a new generation is requested. The
+    abandoned step's late result no longer matches `pending_step` and is ignored."""
+    st = tx.st
+    user = {"role": "user", "content": text_to_content(inp.body.content)}
+    run = st.run
+    if st.status == "idle" or run is None:
+        config = st.last_config or _run_config(StartRun(input="-"), cfg)
+        return _start_run(tx, config, [user], run_id=inp.new_id, cfg=cfg)
+    content = list(user["content"])
+    if run.phase == "tools" and run.pending_calls:
+        content = not_executed(run.pending_calls, STEERED_TOOL) + content
+        run.pending_calls = []
+    elif run.phase == "generate" and run.pending_step is not None:
+        tx.emit("retracted", f"retracted:{run.pending_step}:steer", run.run_id, turn=run.turn + 1,
+                reason=STEERED_GENERATION)
+    tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))
+    tx.add_message({"role": "user", "content": content})
+    run.last_prompt = truncate(user_text(user["content"]), PROMPT_CHARS)
+    loop_detection.clear(run)
+    tx.count("steer")
+    _request_generation(tx, run)
     return tx.finish()
 
 
@@ -121,6 +180,7 @@ def _on_abort(tx: _Tx, inp: i.AbortInput, cfg: CoreConfig) -> Decision:
     run = tx.st.run
     if run is None:
         return _reject(tx.st, inp, "no_active_run", f"session {tx.st.session_id} has no active run to abort")
+    tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))
     _end_run(tx, "aborted", None, cfg, start_queued=False, reason=inp.body.reason)
     return tx.finish()
 
@@ -138,35 +198,86 @@ def _on_generation(tx: _Tx, inp: i.GenerationInput, cfg: CoreConfig) -> Decision
         return None  # stale: the run ended or moved on (abort, steer) while this was in flight
     run.pending_step = None
     if not result.ok or result.message is None:
-        err = result.error
-        code, message = (err.code, err.message) if err else ("model_error", "the model call failed")
-        _end_run(tx, "failed", None, cfg, error=(code, message))
+        _on_failed_generation(tx, run, result, cfg)
         return tx.finish()
 
     _account(tx, run, result)
     message = result.message
     text = _text_of(message)
     tool_calls = [b for b in message.get("content", []) if b.get("type") == "tool_use"]
-    if message.get("content"):
-        tx.add_message(message)
-    if text.strip():
-        run.last_text = text
     tx.emit("message", f"message:{result.step_id}", run.run_id, turn=run.turn, message=message,
             model=result.model, stop_reason=result.stop_reason,
             usage={"input_tokens": result.usage.total_input(), "output_tokens": result.usage.output_tokens})
+    for warning in budget.warnings_due(run, cfg.budget_warning_pct):
+        run.budget_warned.append(warning["limit"])
+        tx.emit("budget.warning", f"budget.warning:{run.run_id}:{warning['limit']}", run.run_id, **warning)
 
-    profile = get_profile(run.config.profile)
     turn = Turn(session=tx.st, run=run, message=message, stop_reason=result.stop_reason, text=text,
-                tool_calls=tool_calls, mode=_mode(run))
+                tool_calls=tool_calls, mode=_mode(run), config=cfg, step_id=result.step_id)
+    step = _next_step(turn)
+    step = _within_limits(run, step, text, cfg)
+
+    if not (isinstance(step, NextStepRunAgain) and step.drop_turn):
+        if message.get("content"):
+            tx.add_message(message)
+        if text.strip():
+            run.last_text = text
+    events = step.events if not isinstance(step, NextStepExecuteTools) else ()
+    for n, spec in enumerate(events):
+        tx.emit(spec.kind, f"{spec.kind}:{result.step_id}:{n}", run.run_id, **spec.fields)
+    if isinstance(step, NextStepRunAgain) and step.retract:
+        tx.emit("retracted", f"retracted:{result.step_id}", run.run_id, turn=run.turn, reason=step.retract)
+    _apply(tx, run, step, cfg)
+    return tx.finish()
+
+
+def _next_step(turn: Turn) -> NextStep:
+    """The converging answer ends the run; otherwise the profile's stages decide."""
+    run = turn.run
+    if run.converging is not None:
+        return NextStepFinalOutput(status=run.converging, text=turn.text, reason=run.converge_reason)
     step: NextStep | None = None
-    for stage in profile.stages:
+    for stage in get_profile(run.config.profile).stages:
         step = stage.after_generation(turn)
         if step is not None:
             break
-    if step is None:
-        step = NextStepFinalOutput(status="completed", text=text)
-    _apply(tx, run, step, cfg)
-    return tx.finish()
+    if not turn.flags:
+        run.loop_level = 0  # a good turn resets the ladder
+    return step or NextStepFinalOutput(status="completed", text=turn.text)
+
+
+def _within_limits(run: RunState, step: NextStep, text: str, cfg: CoreConfig) -> NextStep:
+    """A step that would generate again past a limit ends the run instead, keeping the
+    turn (a vacuous answer that would have been retried is passed through)."""
+    if isinstance(step, NextStepFinalOutput):
+        return step
+    limit = inner_limit(run, cfg)
+    if limit is None:
+        return step
+    if isinstance(step, NextStepConverge):
+        return NextStepFinalOutput(status=step.status, text=text, reason=step.reason, events=step.events)
+    return NextStepFinalOutput(status="max_turns", text=text, reason=limit)
+
+
+def _on_failed_generation(tx: _Tx, run: RunState, result: GenerationResult, cfg: CoreConfig) -> None:
+    verdict = classify_generation_failure(result.error, run, cfg)
+    if verdict.action == "terminate":
+        status = run.converging or "failed"
+        _end_run(tx, status, None, cfg, error=(verdict.code, verdict.message),
+                 reason=run.converge_reason if run.converging else verdict.code)
+        return
+    tx.emit("error", f"error:{result.step_id}", run.run_id, code=verdict.code, message=verdict.message,
+            action=verdict.action)
+    if verdict.action == "continue":
+        run.step_retries += 1
+    elif verdict.action == "retry_reduced_context":
+        run.context_retries += 1
+    else:  # switch_model
+        models = run.config.models
+        tx.emit("model.fallback", f"model.fallback:{result.step_id}", run.run_id,
+                from_model=models[run.model_offset], to_model=models[run.model_offset + 1], reason=verdict.code)
+        run.model_offset += 1
+    _request_generation(tx, run)
 
 
 def _on_tools(tx: _Tx, inp: i.ToolsInput, cfg: CoreConfig) -> Decision | None:
@@ -183,18 +294,25 @@ def _on_tools(tx: _Tx, inp: i.ToolsInput, cfg: CoreConfig) -> Decision | None:
             blocks.append({"type": "tool_result", "tool_use_id": call["id"], "is_error": True,
                            "content": "no result was returned for this call"})
         else:
-            blocks.append(item.as_block())
+            blocks.append(item.as_block())  # an error result is a result: the model adapts
+    names = {c["id"]: c["name"] for c in run.pending_calls}
     run.pending_calls = []
+    note_tool_batch(run, blocks, names)
     content: list[dict[str, Any]] = blocks + _drain_steering(tx.st)
     tx.add_message({"role": "user", "content": content})
-    _request_generation(tx, run)
+    notes = progress_notes(get_profile(run.config.profile).progress_injection, run, blocks, names)
+    _request_generation(tx, run, notes=notes)
     return tx.finish()
 
 
 # -- transitions ----------------------------------------------------------------------------
-def _start_run(tx: _Tx, config: RunConfig, messages: list[dict[str, Any]], run_id: str) -> Decision:
+def _start_run(tx: _Tx, config: RunConfig, messages: list[dict[str, Any]], run_id: str,
+               cfg: CoreConfig) -> Decision:
     st = tx.st
     run = RunState(run_id=run_id, config=config)
+    prompts = [user_text(m["content"]) for m in messages if m["role"] == "user"]
+    run.task = truncate(prompts[-1] if prompts else "", PROMPT_CHARS)
+    run.last_prompt = run.task
     st.run = run
     st.status = "running"
     st.last_config = config
@@ -212,29 +330,60 @@ def _apply(tx: _Tx, run: RunState, step: NextStep, cfg: CoreConfig) -> None:
     elif isinstance(step, NextStepRunAgain):
         for m in step.append:
             tx.add_message(m)
+        if step.reason in ("vacuous_retry", "commitment_nudge"):
+            tx.count(step.reason)
+        _request_generation(tx, run, notes=step.notes)
+    elif isinstance(step, NextStepConverge):
+        for m in step.append:
+            tx.add_message(m)
+        run.converging, run.converge_reason = step.status, step.reason
         _request_generation(tx, run, notes=step.notes)
     elif step.status == "completed" and not get_profile(run.config.profile).single_generation \
             and (tx.st.steering or tx.st.queued):
-        # The outer boundary: follow-ups that arrived during the run are taken now, with
-        # the full history, instead of ending and starting a new run.
-        content = _drain_steering(tx.st) + _drain_queued(tx.st)
-        tx.add_message({"role": "user", "content": content})
-        _request_generation(tx, run)
+        limit = outer_limit(run, cfg) or ("max_turns" if run.turn >= run.config.max_turns else None)
+        if limit is not None:
+            # Follow-ups past the limit start the next run (_end_run), as on an idle session.
+            _end_run(tx, "max_turns", step.text, cfg, reason=limit)
+        else:
+            _take_follow_ups(tx, run)
     else:
-        _end_run(tx, step.status, step.text, cfg, error=step.error)
+        _end_run(tx, step.status, step.text, cfg, error=step.error, reason=step.reason)
+
+
+def _take_follow_ups(tx: _Tx, run: RunState) -> None:
+    """The outer boundary: follow-ups that arrived during the run are taken now, with the
+    full history, instead of ending and starting a new run."""
+    content = _drain_steering(tx.st) + _drain_queued(tx.st)
+    tx.add_message({"role": "user", "content": content})
+    run.outer += 1
+    run.inner = 0
+    run.last_prompt = truncate(user_text(content), PROMPT_CHARS)
+    loop_detection.clear(run)
+    _request_generation(tx, run)
 
 
 def _request_generation(tx: _Tx, run: RunState, notes: list[str] | None = None) -> None:
+    """Ask memory for the next generation. When a budget is exhausted, this generation is
+    the converging one: no tools, a note asking for the best answer now."""
+    notes = list(notes or [])
+    if run.converging is None:
+        exhausted = budget.exhausted(run)
+        if exhausted is not None:
+            run.converging, run.converge_reason = "budget_exhausted", exhausted
+            notes.append(budget.FINAL_ANSWER_NOTE)
     run.phase = "generate"
-    step_id = f"{run.run_id}:g{run.turn + 1}"
+    run.gen_seq += 1
+    step_id = f"{run.run_id}:g{run.gen_seq}"
     run.pending_step = step_id
     cfg = run.config
     profile = get_profile(cfg.profile)
     env = AssembleContext(
         session_id=tx.st.session_id, run_id=run.run_id, step_id=step_id, turn=run.turn + 1,
-        history_len=tx.st.history_len, system=cfg.system, ephemeral_notes=notes or [],
-        tools=cfg.tools, offer_tools=profile.offers_tools and cfg.tools != [],
-        models=cfg.models, max_tokens=cfg.max_tokens, temperature=cfg.temperature,
+        history_len=tx.st.history_len, system=cfg.system, ephemeral_notes=notes,
+        tools=cfg.tools, offer_tools=profile.offers_tools and cfg.tools != [] and run.converging is None,
+        models=cfg.models[run.model_offset:], max_tokens=budget.max_tokens_for(run, cfg.max_tokens),
+        temperature=run.temperature if run.temperature is not None else cfg.temperature,
+        reduce_context=run.context_retries > 0,
     )
     tx.effects.append(PublishWork(target="memory.assemble", envelope=env.model_dump(mode="json"),
                                   msg_id=f"{step_id}:assemble"))
@@ -274,7 +423,8 @@ def _end_run(tx: _Tx, status: str, text: str | None, cfg: CoreConfig,
     run = st.run
     assert run is not None
     if error is not None:
-        tx.emit("error", f"error:{run.run_id}:{status}", run.run_id, code=error[0], message=error[1])
+        tx.emit("error", f"error:{run.run_id}:{status}", run.run_id, code=error[0], message=error[1],
+                action="terminate")
     _close_dangling_tool_uses(tx, run, status)
     final_text = text if text is not None and text.strip() else run.last_text
     tx.emit("run.ended", f"run.ended:{run.run_id}", run.run_id, status=status, final_text=final_text,
@@ -288,7 +438,8 @@ def _end_run(tx: _Tx, status: str, text: str | None, cfg: CoreConfig,
     if start_queued and (st.queued or st.steering) and st.last_config is not None:
         # Follow-ups that arrived too late for the last boundary start the next run.
         content = _drain_steering(st) + _drain_queued(st)
-        _start_run(tx, st.last_config, [{"role": "user", "content": content}], run_id=f"{run.run_id}.next")
+        _start_run(tx, st.last_config, [{"role": "user", "content": content}], run_id=f"{run.run_id}.next",
+                   cfg=cfg)
     elif not start_queued:
         st.queued.clear()
         st.steering.clear()
@@ -305,9 +456,7 @@ def _close_dangling_tool_uses(tx: _Tx, run: RunState, status: str) -> None:
             calls = [{"id": b["id"], "name": b["name"]} for b in tx.append[-1].get("content", [])
                      if b.get("type") == "tool_use"]
     if calls:
-        tx.add_message({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": c["id"], "is_error": True,
-             "content": f"not executed: the run ended ({status})"} for c in calls]})
+        tx.add_message({"role": "user", "content": not_executed(calls, f"not executed: the run ended ({status})")})
     run.pending_calls = []
 
 
@@ -315,12 +464,17 @@ def _account(tx: _Tx, run: RunState, result: GenerationResult) -> None:
     """Usage is recorded once per generation, from the final message's usage (streaming
     reports cumulative usage; summing per-event figures would count tokens many times)."""
     run.turn += 1
+    run.inner += 1
     tx.st.turns += 1
     run.usage = run.usage + result.usage
     tx.st.usage = tx.st.usage + result.usage
-    cost = cost_usd(result.model or run.config.models[0], result.usage)
+    run.last_context_tokens = result.usage.total_input() + result.usage.output_tokens
+    model = result.model or run.config.models[run.model_offset]
+    cost = cost_usd(model, result.usage)
     run.cost_usd += cost
     tx.st.cost_usd += cost
+    tx.count("turn", {"profile": run.config.profile, "model": model},
+             input_tokens=result.usage.total_input(), output_tokens=result.usage.output_tokens, cost_usd=cost)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -333,6 +487,7 @@ def _text_of(message: dict[str, Any]) -> str:
 
 
 def _drain_steering(st: SessionState) -> list[dict[str, Any]]:
+    """Steering messages kept by state written before steering applied at once."""
     blocks = [b for m in st.steering for b in m["content"]]
     st.steering = []
     return blocks
@@ -369,7 +524,7 @@ def _input_messages(body: StartRun) -> list[dict[str, Any]]:
 _HANDLERS: dict[type, Any] = {
     i.StartInput: _on_start,
     i.MessageInput: _on_message,
-    i.SteerInput: _on_message,
+    i.SteerInput: _on_steer,
     i.AbortInput: _on_abort,
     i.DecisionInput: _on_decision,
     i.GenerationInput: _on_generation,

@@ -1,7 +1,7 @@
 """What the core asks the shell to do. Effects are data: stored in the session's outbox
 with the state that produced them and performed after the commit, so a crash between the
 two is repaired by performing the outbox again. Every effect is idempotent (events by
-dedup key, work by Nats-Msg-Id)."""
+dedup key, work by Nats-Msg-Id, notices because acting on one twice is harmless)."""
 
 from __future__ import annotations
 
@@ -26,10 +26,24 @@ class PublishWork(BaseModel):
     msg_id: str
 
 
-Effect = EmitEvent | PublishWork
+class PublishNotice(BaseModel):
+    """A best-effort core NATS notice to the services doing the session's work.
+
+    `cancel` goes to `<prefix>.ctl.<sid>.cancel` with `{"run_id": ...}`: the llm service
+    stops the run's in-flight generation, the tools service its in-flight calls (steer,
+    abort). Their late results arrive as stale step results and are ignored."""
+
+    type: Literal["notice"] = "notice"
+    notice: Literal["cancel"] = "cancel"
+    body: dict[str, Any] = Field(default_factory=dict)
+
+
+Effect = EmitEvent | PublishWork | PublishNotice
 
 
 def effect_from_dict(raw: dict[str, Any]) -> Effect:
     if raw.get("type") == "work":
         return PublishWork.model_validate(raw)
+    if raw.get("type") == "notice":
+        return PublishNotice.model_validate(raw)
     return EmitEvent.model_validate(raw)

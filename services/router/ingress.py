@@ -4,9 +4,10 @@ becomes a RejectedInput with a code a client can act on."""
 from __future__ import annotations
 
 import orjson
+from pydantic import ValidationError
+
 from loopwire.shared.contract import INGRESS_MODELS, describe_validation_error
 from loopwire.shared.subjects import valid_session_id
-from pydantic import ValidationError
 
 from . import inputs as i
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from pydantic import BaseModel, Field
+
 from loopwire.shared.contract import Abort, Decision, FollowUp, StartRun
 from loopwire.shared.envelopes import GenerationResult, ToolsResult
-from pydantic import BaseModel, Field
 
 
 class _Input(BaseModel):

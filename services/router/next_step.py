@@ -1,13 +1,23 @@
 """The next step of a run, as data (openai-agents' NextStep* in spirit).
 
-Stages look at a finished generation (or tool batch) and answer with one of these; the
-core turns the chosen step into state changes and effects.
+Stages look at a finished generation and answer with one of these; the core turns the
+chosen step into state changes and effects. Besides its main intent a step may carry
+`events` to emit with it (e.g. `loop.detected`), and a run-again step may void the turn
+it answers (`retract`, `drop_turn`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    """An event a step emits (its key is derived from the step that produced it)."""
+
+    kind: str
+    fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -18,12 +28,30 @@ class NextStepRunAgain:
     notes: list[str] = field(default_factory=list)
     """Ephemeral system reminders for the next generation only."""
     reason: str = ""
+    """A code: `pause_turn`, `vacuous_retry`, `commitment_nudge`, `loop_redirect`, ..."""
+    events: tuple[EventSpec, ...] = ()
+    retract: str | None = None
+    """Emit `retracted` for this turn with this reason: clients drop its deltas."""
+    drop_turn: bool = False
+    """Do not store this turn's assistant message in the history."""
 
 
 @dataclass(frozen=True)
 class NextStepExecuteTools:
     calls: list[dict[str, Any]]
     """tool_use blocks, in the model's order."""
+
+
+@dataclass(frozen=True)
+class NextStepConverge:
+    """One last generation without tools, whose answer ends the run with `status`."""
+
+    status: str
+    reason: str
+    """`run.ended.reason`: why the run converges (a limit, a detection)."""
+    append: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    events: tuple[EventSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -34,6 +62,9 @@ class NextStepFinalOutput:
     """Final text; None means the run's best answer so far."""
     error: tuple[str, str] | None = None
     """(code, message) to emit as an `error` event before the end."""
+    reason: str | None = None
+    """`run.ended.reason` (an addition), e.g. which limit ended the run."""
+    events: tuple[EventSpec, ...] = ()
 
 
-NextStep = NextStepRunAgain | NextStepExecuteTools | NextStepFinalOutput
+NextStep = NextStepRunAgain | NextStepExecuteTools | NextStepConverge | NextStepFinalOutput

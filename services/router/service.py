@@ -15,15 +15,19 @@ import uuid
 
 import orjson
 from faststream.nats import NatsBroker, NatsMessage
+from pydantic import ValidationError
+
+from loopwire.shared import codec
 from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult
 from loopwire.shared.keyed_lock import KeyedLock
 from loopwire.shared.runtime import ServiceContext
-from pydantic import ValidationError
 
 from . import inputs as i
-from .core import CoreConfig, Decision, decide
-from .effects import Effect, EmitEvent
+from .config import CoreConfig
+from .core import Decision, decide
+from .effects import Effect, EmitEvent, PublishNotice
 from .ingress import check_session_id, decode_ingress
+from .observe import count_decision
 from .state import SessionState
 
 log = logging.getLogger("loopwire.router")
@@ -36,8 +40,7 @@ class RouterService:
 
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
-        self.core = CoreConfig(default_model=ctx.settings.default_model,
-                               default_max_tokens=ctx.settings.default_max_tokens)
+        self.core = CoreConfig.from_settings(ctx.settings)
         self._locks = KeyedLock()
 
     def register(self, broker: NatsBroker) -> None:
@@ -105,6 +108,7 @@ class RouterService:
                     if not committed:
                         continue  # another replica advanced the session: decide again on its state
                 await self.perform(sid, decision.effects)
+                count_decision(decision, state.profile)
                 return decision
         raise RuntimeError(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
 
@@ -114,6 +118,10 @@ class RouterService:
         for effect in effects:
             if isinstance(effect, EmitEvent):
                 await bus.emit(sid, effect.run_id, effect.kind, key=effect.key, **effect.fields)
+            elif isinstance(effect, PublishNotice):
+                # Core NATS, best effort: a lost notice only means the abandoned work runs
+                # to its end and its (stale) result is ignored.
+                await bus.nc.publish(subjects.cancel(sid), codec.dumps(effect.body))
             else:
                 subject = subjects.memory_assemble if effect.target == "memory.assemble" else subjects.tools_execute
                 await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id)

@@ -1,14 +1,22 @@
 """Post-generation stages: each looks at a finished turn and may decide the next step.
 
 Stages run in the profile's order; the first that returns a NextStep wins. Each stage is
-one rule with a name, so a newcomer can read a profile as a list of rules.
+one rule with a name, in a module of its own (loop_detection.py, vacuous.py,
+commitment_gate.py), so a newcomer can read a profile as a list of rules.
+
+A stage sees the transaction's working copy of the run (`turn.run`) and may update the
+run's loop-control bookkeeping there (its ladder rung, its retry counters): the core is
+still pure, because that copy is the next state `decide` returns. A stage that finds
+something wrong with the turn adds a flag to `turn.flags`; a turn without flags is a good
+turn, and a good turn resets the loop ladder.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .config import CoreConfig
 from .next_step import NextStep, NextStepExecuteTools, NextStepFinalOutput, NextStepRunAgain
 from .routing import route
 from .state import RunState, SessionState
@@ -23,29 +31,20 @@ class Turn:
     message: dict[str, Any]
     stop_reason: str | None
     text: str
+    """The whole turn's assembled text (text blocks only, never thinking)."""
     tool_calls: list[dict[str, Any]]
     mode: str
     """`tools` or `chat`: whether the run offers tools."""
+    config: CoreConfig = field(default_factory=CoreConfig)
+    step_id: str = ""
+    flags: set[str] = field(default_factory=set)
+    """What the stages found wrong with this turn: `loop`, `vacuous`, `announced`."""
 
 
 class Stage(Protocol):
     name: str
 
     def after_generation(self, turn: Turn) -> NextStep | None: ...
-
-
-@dataclass(frozen=True)
-class TurnLimitStage:
-    """`limits.max_turns`: the model may not start another round of tools once the run
-    has used its turns; the run ends with status `max_turns` and its best answer."""
-
-    name: str = "turn_limit"
-
-    def after_generation(self, turn: Turn) -> NextStep | None:
-        wants_more = turn.mode == "tools" and bool(turn.tool_calls)
-        if wants_more and turn.run.turn >= turn.run.config.max_turns:
-            return NextStepFinalOutput(status="max_turns")
-        return None
 
 
 @dataclass(frozen=True)
@@ -59,5 +58,18 @@ class RoutingStage:
         if decision == "execute_tools" and turn.tool_calls:
             return NextStepExecuteTools(calls=turn.tool_calls)
         if decision == "run_again":
-            return NextStepRunAgain(reason=f"stop_reason {turn.stop_reason}")
+            return NextStepRunAgain(reason=turn.stop_reason or "run_again")
         return NextStepFinalOutput(status="completed", text=turn.text)
+
+
+def user_text(content: str | list[dict[str, Any]]) -> str:
+    """The plain text of a user message's content (tool results and images left out)."""
+    if isinstance(content, str):
+        return content
+    return " ".join(b.get("text", "") for b in content if b.get("type") == "text").strip()
+
+
+def not_executed(calls: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
+    """Error results for tool_use blocks that will not run: the Messages API needs an
+    answer to every tool_use in the next user message."""
+    return [{"type": "tool_result", "tool_use_id": c["id"], "is_error": True, "content": why} for c in calls]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from loopwire.shared.envelopes import Usage
 from pydantic import BaseModel, Field
+
+from loopwire.shared.envelopes import Usage
 
 STATE_SCHEMA = 1
 RECENT_INPUTS = 64
@@ -51,6 +52,42 @@ class RunState(BaseModel):
     cost_usd: float = 0.0
     last_text: str = ""
     """Text of the latest assistant message: the best answer so far."""
+
+    # -- loop control bookkeeping (schema 1, additive: older documents load with defaults) --
+    gen_seq: int = 0
+    """Generations requested in this run; the step id of the n-th is `<run_id>:g<n>`, so a
+    retried or abandoned generation never shares an id (nor a Nats-Msg-Id) with the next."""
+    outer: int = 1
+    """Outer iterations: 1 + follow-ups taken at the outer boundary."""
+    inner: int = 0
+    """Generations completed in the current outer iteration."""
+    task: str = ""
+    """The run's first user request (truncated): the task the progress reminder repeats."""
+    last_prompt: str = ""
+    """The latest user request (truncated): what a bare-number answer is judged against."""
+    last_context_tokens: int = 0
+    """Input + output tokens of the latest generation: what the next call re-reads at least."""
+    budget_warned: list[str] = Field(default_factory=list)
+    """Limits (`max_total_tokens`, `max_cost_usd`) whose warning was emitted."""
+    converging: str | None = None
+    """Set while the last, tool-less generation runs: the `run.ended` status it ends with."""
+    converge_reason: str | None = None
+    model_offset: int = 0
+    """The loop ladder switched models: the run uses `config.models[model_offset:]`."""
+    temperature: float | None = None
+    """The loop ladder raised the temperature: overrides `config.temperature`."""
+    loop_window: list[list[str]] = Field(default_factory=list)
+    """Signatures of the latest turns (loop_detection.py), newest last."""
+    loop_level: int = 0
+    """Rungs of the escalation ladder climbed so far (0: none; a good turn resets it)."""
+    vacuous_retries: int = 0
+    nudges: int = 0
+    context_retries: int = 0
+    step_retries: int = 0
+    """Generations requested again after a `cancelled` result (bounded)."""
+    tool_calls_made: int = 0
+    tools_used: list[str] = Field(default_factory=list)
+    """Distinct tool names called in this run, in first-use order (progress reminder)."""
 
 
 class SessionState(BaseModel):

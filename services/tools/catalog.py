@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import orjson
 import redis.asyncio as aioredis
+
 from loopwire.shared.envelopes import ToolSpec
 from loopwire.shared.settings import Settings
 

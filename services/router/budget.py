@@ -1,0 +1,80 @@
+"""The run's token ledger and its budgets.
+
+The ledger (`core._account`) adds each generation's usage once, from the final usage the
+llm service reports for the whole call: streaming reports cumulative usage, so summing the
+per-event figures would count the same tokens many times. Tokens are input (cache reads
+and writes included) plus output, summed over every call of the run; cost uses the price
+table of shared/pricing.py.
+
+Limits come from StartRun `limits`: `max_total_tokens`, `max_cost_usd` (and `max_turns`,
+iteration_limits.py). What this module decides:
+
+- a `budget.warning` event (an addition to the contract) once per limit, when the run has
+  used `budget_warning_pct` (80%) of it;
+- each call's `max_tokens` shrinks to what the token budget has left after the context the
+  call will re-read (the previous call's input + output, a lower bound for the next);
+- exhaustion: the used share reached the limit, or fewer than `MIN_GENERATION_TOKENS` are
+  left for an answer. The run then converges: ONE last generation without tools and with a
+  note asking for the best answer now (max_tokens `FINAL_ANSWER_MAX_TOKENS` at most: the
+  last answer may overrun the budget by that much, which is the price of never ending
+  with a bare error), and `run.ended` `budget_exhausted` with that answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .state import RunState
+
+MIN_GENERATION_TOKENS = 64
+"""Fewer tokens left than this for an answer: the budget is exhausted."""
+FINAL_ANSWER_MAX_TOKENS = 1024
+
+FINAL_ANSWER_NOTE = ("The run's budget is exhausted: this is your last reply and no tools are available. "
+                     "Give your best final answer now, from what you already know.")
+
+
+def tokens_used(run: RunState) -> int:
+    return run.usage.total_input() + run.usage.output_tokens
+
+
+def token_headroom(run: RunState) -> int | None:
+    """Tokens the next call may generate within `max_total_tokens` (None: no limit)."""
+    limit = run.config.max_total_tokens
+    if limit is None:
+        return None
+    return limit - tokens_used(run) - run.last_context_tokens
+
+
+def exhausted(run: RunState) -> str | None:
+    """The limit that is exhausted (`max_total_tokens`, `max_cost_usd`), or None."""
+    cfg = run.config
+    if cfg.max_total_tokens is not None:
+        headroom = token_headroom(run)
+        if tokens_used(run) >= cfg.max_total_tokens or (headroom is not None and headroom < MIN_GENERATION_TOKENS):
+            return "max_total_tokens"
+    if cfg.max_cost_usd is not None and run.cost_usd >= cfg.max_cost_usd:
+        return "max_cost_usd"
+    return None
+
+
+def max_tokens_for(run: RunState, requested: int) -> int:
+    """`max_tokens` of the next call: the run's setting, shrunk to the token headroom."""
+    if run.converging is not None:
+        return max(1, min(requested, FINAL_ANSWER_MAX_TOKENS))
+    headroom = token_headroom(run)
+    if headroom is None:
+        return requested
+    return max(1, min(requested, max(headroom, MIN_GENERATION_TOKENS)))
+
+
+def warnings_due(run: RunState, pct: float) -> list[dict[str, Any]]:
+    """`budget.warning` fields for each limit that crossed `pct` and was not warned yet."""
+    cfg = run.config
+    due = []
+    for limit, used, maximum in (("max_total_tokens", tokens_used(run), cfg.max_total_tokens),
+                                 ("max_cost_usd", round(run.cost_usd, 8), cfg.max_cost_usd)):
+        if maximum is None or limit in run.budget_warned or used < pct * maximum:
+            continue
+        due.append({"limit": limit, "used": used, "max": maximum, "pct": round(used / maximum, 4)})
+    return due

@@ -1,0 +1,41 @@
+"""How long a run may go on: turns, inner iterations, outer iterations.
+
+- `max_turns` (StartRun `limits.max_turns`, else the profile's): generations in the run;
+- `max_inner_iterations` (LOOPWIRE_MAX_INNER_ITERATIONS, else the profile's): generations
+  in one outer iteration, i.e. since the run started or last took follow-ups;
+- `max_outer_iterations` (LOOPWIRE_MAX_OUTER_ITERATIONS, else the profile's): outer
+  iterations, i.e. times follow-up `message`s are taken at the outer boundary.
+
+A turn that wants to go on (tools, another generation) past a limit ends the run instead,
+with its best answer and status `max_turns`; `run.ended.reason` (an addition) says which
+limit it was: `max_turns`, `max_inner_iterations` or `max_outer_iterations`. Follow-ups
+that arrive past the outer limit start the next run, as on an idle session.
+"""
+
+from __future__ import annotations
+
+from .config import CoreConfig
+from .profiles import get_profile
+from .state import RunState
+
+
+def max_inner(run: RunState, cfg: CoreConfig) -> int:
+    return cfg.max_inner_iterations or get_profile(run.config.profile).max_inner_iterations
+
+
+def max_outer(run: RunState, cfg: CoreConfig) -> int:
+    return cfg.max_outer_iterations or get_profile(run.config.profile).max_outer_iterations
+
+
+def inner_limit(run: RunState, cfg: CoreConfig) -> str | None:
+    """The limit that forbids another generation in this outer iteration, or None."""
+    if run.turn >= run.config.max_turns:
+        return "max_turns"
+    if run.inner >= max_inner(run, cfg):
+        return "max_inner_iterations"
+    return None
+
+
+def outer_limit(run: RunState, cfg: CoreConfig) -> str | None:
+    """`max_outer_iterations` when the run may not take follow-ups once more, or None."""
+    return "max_outer_iterations" if run.outer >= max_outer(run, cfg) else None

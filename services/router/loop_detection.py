@@ -1,0 +1,200 @@
+"""Loop detection and its escalation ladder.
+
+Every turn leaves a signature in the run's window (`RunState.loop_window`, the latest
+`WINDOW` turns): the sorted signatures of its tool calls (name + a hash of the canonical
+input), or, for a turn without calls, its normalised text. Three detectors read it:
+
+- `repeated_tool_call`: one call (same name, same input) in `loop_repeat_threshold`
+  consecutive turns;
+- `repeated_text`: the same or a near-identical answer (normalised: lower case,
+  whitespace and punctuation collapsed, digits kept; then >= 90% similar) in
+  `loop_text_repeats` consecutive turns;
+- `alternating_cycle`: a short cycle of distinct turns, A,B,A,B or A,B,C,A,B,C.
+
+The ladder, one rung per detection while the loop goes on:
+
+    0 redirect      a user message "Loop detected. Please try a different approach..."
+    1 switch_model  the run's next fallback model becomes its primary (a `model.fallback`
+                    event, reason `loop_detected`); without one the temperature is raised;
+                    with neither, this rung is `terminate`
+    2 terminate     one last generation without tools, then `run.ended` `loop_terminated`
+
+The redirect is a *user message* stored in the history, not an ephemeral note: the
+looping turn is already in the history, and the next request needs a user turn after it
+(which must also answer the looping tool_use blocks, left unexecuted); keeping it there
+also lets a switched-to model, and a reader of the transcript, see why the approach changed.
+
+A good turn (no stage flagged it) resets the ladder to 0; giving up on a bad answer (a
+vacuous answer passed through) does not. A repeated *vacuous* answer is not escalated: it
+is passed through as the run's answer (the vacuous stage has already asked for better).
+New user input (a follow-up at the outer boundary, a steer) clears the window.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+from typing import Any
+
+from .next_step import EventSpec, NextStep, NextStepConverge, NextStepFinalOutput, NextStepRunAgain
+from .stages import Turn, not_executed
+from .state import RunState
+from .vacuous import vacuous_problem
+
+WINDOW = 8
+"""Turns remembered for detection."""
+NEAR_IDENTICAL = 0.9
+"""Similarity ratio from which two normalised answers count as the same."""
+MIN_FUZZY_CHARS = 20
+"""Shorter answers must match exactly (after normalisation) to count as the same."""
+RAISED_TEMPERATURE_STEP = 0.3
+MAX_TEMPERATURE = 1.0
+
+REDIRECT = ("Loop detected. Please try a different approach: {what} without making progress. "
+            "Do not repeat it; change your approach, or give your final answer if you have one.")
+TERMINATE = ("Loop detected again: {what}. Stop here. Do not call any tool; give your best "
+             "final answer now from what you already know.")
+NOT_EXECUTED = "Not executed: loop detected (this call repeats earlier ones with the same input)."
+
+_NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+
+
+def normalise(text: str) -> str:
+    """Lower case; every run of whitespace and punctuation becomes one space; digits stay."""
+    return _NON_WORD.sub(" ", text.lower()).strip()
+
+
+def call_signature(call: dict[str, Any]) -> str:
+    canonical = json.dumps(call.get("input") or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    return f"tool:{call.get('name', '')}:{digest}"
+
+
+def turn_signature(tool_calls: list[dict[str, Any]], text: str) -> list[str]:
+    if tool_calls:
+        return sorted(call_signature(c) for c in tool_calls)
+    return ["text:" + normalise(text)[:500]]
+
+
+def _is_text(sig: list[str]) -> bool:
+    return len(sig) == 1 and sig[0].startswith("text:")
+
+
+def similar(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    if min(len(a), len(b)) < MIN_FUZZY_CHARS:
+        return False
+    return SequenceMatcher(None, a, b, autojunk=False).ratio() >= NEAR_IDENTICAL
+
+
+def detect(window: list[list[str]], repeat_threshold: int = 3, text_repeats: int = 2) -> str | None:
+    """The detection the newest turn (`window[-1]`) completes, or None."""
+    if not window:
+        return None
+    current = window[-1]
+    if _is_text(current):
+        run = 0
+        for sig in reversed(window):
+            if not (_is_text(sig) and similar(sig[0], current[0])):
+                break
+            run += 1
+        if run >= max(2, text_repeats):
+            return "repeated_text"
+    else:
+        for call in set(current):
+            run = 0
+            for sig in reversed(window):
+                if call not in sig:
+                    break
+                run += 1
+            if run >= max(2, repeat_threshold):
+                return "repeated_tool_call"
+    keys = ["|".join(sig) for sig in window]
+    for period in (2, 3):
+        tail = keys[-2 * period:]
+        if len(tail) == 2 * period and tail[:period] == tail[period:] and len(set(tail[:period])) == period:
+            return "alternating_cycle"
+    return None
+
+
+def describe(detection: str) -> str:
+    return {
+        "repeated_tool_call": "you have made the same tool call with the same input several times",
+        "repeated_text": "you have given the same answer several times",
+        "alternating_cycle": "you are going round in a cycle of the same steps",
+    }.get(detection, "you are repeating yourself")
+
+
+def next_model(run: RunState) -> str | None:
+    models = run.config.models
+    return models[run.model_offset + 1] if run.model_offset + 1 < len(models) else None
+
+
+def raised_temperature(run: RunState) -> float | None:
+    """A higher temperature for the run, or None when it cannot go higher (unset means
+    the API's default, 1.0, already the maximum)."""
+    current = run.temperature if run.temperature is not None else run.config.temperature
+    if current is None or current >= MAX_TEMPERATURE:
+        return None
+    return round(min(MAX_TEMPERATURE, current + RAISED_TEMPERATURE_STEP), 3)
+
+
+def escalation(level: int, can_switch: bool) -> str:
+    """The rung for the `level`-th detection in a row (0-based)."""
+    if level == 0:
+        return "redirect"
+    if level == 1 and can_switch:
+        return "switch_model"
+    return "terminate"
+
+
+def clear(run: RunState) -> None:
+    """New user input: earlier turns answered something else."""
+    run.loop_window = []
+    run.loop_level = 0
+
+
+@dataclass(frozen=True)
+class LoopDetectionStage:
+    name: str = "loop_detection"
+
+    def after_generation(self, turn: Turn) -> NextStep | None:
+        run, cfg = turn.run, turn.config
+        run.loop_window = (run.loop_window + [turn_signature(turn.tool_calls, turn.text)])[-WINDOW:]
+        detection = detect(run.loop_window, cfg.loop_repeat_threshold, cfg.loop_text_repeats)
+        if detection is None:
+            return None
+        turn.flags.add("loop")
+        if not turn.tool_calls and vacuous_problem(turn.text, run.last_prompt) is not None:
+            # The same empty answer again: asking once more will not help. Pass it through.
+            turn.flags.add("vacuous")
+            return NextStepFinalOutput(status="completed", text=turn.text, events=(EventSpec(
+                "loop.detected", {"detection": detection, "escalation": "terminate", "action": "pass_through"}),))
+        new_model = next_model(run)
+        temperature = None if new_model else raised_temperature(run)
+        rung = escalation(run.loop_level, new_model is not None or temperature is not None)
+        run.loop_level += 1
+        what = describe(detection)
+        event: dict[str, Any] = {"detection": detection, "escalation": rung}
+        if rung == "terminate":
+            return NextStepConverge(status="loop_terminated", reason=detection, events=(EventSpec("loop.detected", event),),
+                                    append=[_user(turn, NOT_EXECUTED, TERMINATE.format(what=what))])
+        switch: list[EventSpec] = []
+        if rung == "switch_model" and new_model is not None:
+            switch.append(EventSpec("model.fallback", {"from_model": run.config.models[run.model_offset],
+                                                       "to_model": new_model, "reason": "loop_detected"}))
+            run.model_offset += 1
+            event["to_model"] = new_model
+        elif rung == "switch_model":
+            run.temperature = temperature
+            event["temperature"] = temperature
+        return NextStepRunAgain(append=[_user(turn, NOT_EXECUTED, REDIRECT.format(what=what))],
+                                reason=f"loop_{rung}", events=(EventSpec("loop.detected", event), *switch))
+
+
+def _user(turn: Turn, not_run: str, text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [*not_executed(turn.tool_calls, not_run), {"type": "text", "text": text}]}

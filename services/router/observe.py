@@ -1,0 +1,61 @@
+"""What the router tells Prometheus: counters derived from a committed decision.
+
+The core stays pure; the shell calls `count_decision` once per applied (committed)
+decision, never for a replayed outbox, so a redelivered input is not counted twice.
+Run-level counters come from the decision's events (`run.started`, `run.ended`,
+`loop.detected`, `budget.warning`, `error`, `model.fallback`); what no event shows by
+itself (tokens and cost per turn, vacuous retries, commitment nudges, steers) comes from
+the decision's `counts`.
+"""
+
+from __future__ import annotations
+
+from loopwire.shared import metrics
+
+from .core import Decision
+from .effects import EmitEvent
+
+
+def count_decision(decision: Decision, profile: str | None) -> None:
+    """`profile`: the profile of the run the input found (for `run.ended`)."""
+    if decision.replay:
+        return
+    for effect in decision.effects:
+        if isinstance(effect, EmitEvent):
+            _count_event(effect, profile)
+    for count in decision.counts:
+        if count.name == "turn":
+            model = count.labels.get("model", "")
+            metrics.TURNS.labels(profile=count.labels.get("profile", "unknown")).inc()
+            metrics.observe_usage(model, int(count.values.get("input_tokens", 0)),
+                                  int(count.values.get("output_tokens", 0)), count.values.get("cost_usd", 0.0))
+        elif count.name == "vacuous_retry":
+            metrics.VACUOUS_RETRIES.inc()
+        elif count.name == "commitment_nudge":
+            metrics.COMMITMENT_NUDGES.inc()
+        elif count.name == "steer":
+            metrics.STEERS.inc()
+
+
+def _count_event(event: EmitEvent, profile: str | None) -> None:
+    f = event.fields
+    if event.kind == "run.started":
+        metrics.RUNS_STARTED.labels(profile=f.get("profile", "unknown")).inc()
+    elif event.kind == "run.ended":
+        status = f.get("status", "unknown")
+        metrics.RUNS_ENDED.labels(profile=profile or "unknown", status=status).inc()
+        if status == "aborted":
+            metrics.ABORTS.inc()
+        elif status == "budget_exhausted":
+            metrics.BUDGET_EXHAUSTIONS.inc()
+    elif event.kind == "budget.warning":
+        metrics.BUDGET_WARNINGS.inc()
+    elif event.kind == "loop.detected":
+        metrics.LOOP_DETECTIONS.labels(detection=f.get("detection", "unknown"),
+                                       escalation=f.get("escalation", "unknown")).inc()
+    elif event.kind == "error":
+        metrics.ERRORS.labels(code=f.get("code", "unknown")).inc()
+    elif event.kind == "model.fallback":
+        metrics.MODEL_FALLBACKS.labels(from_model=metrics.model_label(f.get("from_model")),
+                                       to_model=metrics.model_label(f.get("to_model")),
+                                       reason=str(f.get("reason", "unknown")).split(":", 1)[0]).inc()
