@@ -16,7 +16,8 @@ from loopwire.shared.settings import Settings
 
 pytestmark = pytest.mark.unit
 
-NOOP = ToolSpec(name="noop", description="Do nothing.", input_schema={"type": "object", "properties": {}})
+NOOP = ToolSpec(name="noop", description="Do nothing.",
+                input_schema={"type": "object", "properties": {"n": {"type": "integer"}}})
 CALC = ToolSpec(name="calculator", description="Evaluate arithmetic.",
                 input_schema={"type": "object", "properties": {"expression": {"type": "string"}}})
 
@@ -41,7 +42,7 @@ async def play(model: Any, prompt: str, tools: list[ToolSpec], limit: int = 50) 
 async def test_demo_model_hands_bench_runs_to_the_bench_brain() -> None:
     messages = await play(DemoModel(), "bench:3", [NOOP])
     calls = [b for m in messages if m["role"] == "assistant" for b in m["content"] if b["type"] == "tool_use"]
-    assert [(c["name"], c["input"]) for c in calls] == [("noop", {})] * 3
+    assert [(c["name"], c["input"]) for c in calls] == [("noop", {"n": 1}), ("noop", {"n": 2}), ("noop", {"n": 3})]
     assert len({c["id"] for c in calls}) == 3
     assert messages[-1]["content"] == [{"type": "text", "text": "done"}]
     assert count_tool_results(messages) == 3

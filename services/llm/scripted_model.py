@@ -276,8 +276,10 @@ def count_tool_results(messages: list[dict[str, Any]]) -> int:
 
 
 class BenchModel(Model):
-    """`make bench`'s model: calls `noop` with `{}` until the conversation holds N tool
-    results (N from `bench:N` in the first user message), then answers "done".
+    """`make bench`'s model: calls `noop` until the conversation holds N tool results (N
+    from `bench:N` in the first user message), then answers "done". Each call's input is
+    `{"n": <call number>}`, 1 to N: the same input in consecutive turns is what the
+    router's loop detection (rightly) stops.
 
     No delay and as little work as possible, so a benchmark measures loopwire and not
     the model: the tool_use id hashes only the last message and the conversation's length
@@ -294,7 +296,7 @@ class BenchModel(Model):
             digest = hashlib.sha1(orjson.dumps(last, option=orjson.OPT_SORT_KEYS)
                                   + f":{len(request.messages)}:{done}".encode())
             blocks: list[dict[str, Any]] = [{"type": "tool_use", "id": f"toolu_{digest.hexdigest()[:20]}",
-                                             "name": BENCH_TOOL, "input": {}}]
+                                             "name": BENCH_TOOL, "input": {"n": done + 1}}]
             stop = "tool_use"
         else:
             await _stream_text("done", on_text)

@@ -33,7 +33,6 @@ from loopwire.shared import codec
 from loopwire.shared.contract import error_reply
 from loopwire.shared.envelopes import ExecuteTools, ToolResultItem, ToolsResult
 from loopwire.shared.runtime import ServiceContext
-from loopwire.shared.subjects import Subjects
 
 from .catalog import Catalog, catalog_max_age, read_catalog_entries
 from .discovery import Discovery
@@ -44,11 +43,6 @@ log = logging.getLogger("loopwire.tools")
 
 REFRESH_MIN_GAP_S = 1.0
 """An unknown tool triggers an extra discovery round at most this often."""
-
-
-def tools_list_subject(subjects: Subjects) -> str:
-    """`<prefix>.api.tools.list` (docs/protocol.md, an addition to the contract)."""
-    return getattr(subjects, "tools_list", None) or f"{subjects.prefix}.api.tools.list"
 
 
 class ToolsService:
@@ -70,7 +64,7 @@ class ToolsService:
     # -- lifecycle ----------------------------------------------------------------------------
     def register(self, broker: NatsBroker) -> None:
         self.ctx.work_subscriber(self.ctx.subjects.tools_execute, "tools")(self.handle)
-        broker.subscriber(tools_list_subject(self.ctx.subjects),
+        broker.subscriber(self.ctx.subjects.tools_list,
                           queue=f"{self.ctx.settings.subject_prefix}-tools")(self.on_tools_list)
 
     async def start(self) -> None:

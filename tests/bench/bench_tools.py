@@ -10,6 +10,11 @@ from loopwire.tools.registry import tool
 
 
 @tool
-async def noop() -> str:
-    """Do nothing and say so."""
+async def noop(n: int = 0) -> str:
+    """Do nothing and say so.
+
+    Args:
+        n: which call this is (the bench model counts them, so consecutive calls differ
+            and the router's loop detection does not stop the run).
+    """
     return "ok"

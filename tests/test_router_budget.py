@@ -1,0 +1,100 @@
+"""The token ledger and budgets: usage counted once, warnings, shrinking max_tokens, and
+the converging last generation at exhaustion."""
+
+from __future__ import annotations
+
+import pytest
+from loopwire.router import budget
+from loopwire.shared.envelopes import Usage
+
+from tests.router_driver import Driver, call
+
+pytestmark = pytest.mark.unit
+
+
+def test_usage_is_taken_once_per_generation_from_its_final_cumulative_usage() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2")
+    # The final usage of a streamed call is cumulative: the ledger adds it once, as is.
+    d.answer(call("t1"), usage_obj=Usage(input_tokens=100, output_tokens=30, cache_read_input_tokens=50,
+                                         cache_creation_input_tokens=20))
+    d.tools()
+    d.answer("It is 3.", usage=(200, 10))
+    ended = d.ended()
+    assert ended["usage"] == {"input_tokens": 370, "output_tokens": 40}
+    assert d.state.usage.total_input() == 370 and d.state.usage.output_tokens == 40
+    assert [m["usage"] for m in d.of("message")] == [{"input_tokens": 170, "output_tokens": 30},
+                                                     {"input_tokens": 200, "output_tokens": 10}]
+
+
+def test_a_warning_is_emitted_once_per_limit_near_it() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", limits={"max_total_tokens": 100_000})
+    d.answer(call("t1"), usage=(40_000, 100))
+    assert d.of("budget.warning") == [], "40% is below the 80% threshold"
+    d.tools()
+    d.answer(call("t2", inp={"a": 2, "b": 2}), usage=(41_000, 100))
+    (warning,) = d.of("budget.warning")
+    assert warning == {"limit": "max_total_tokens", "used": 81_200, "max": 100_000, "pct": 0.812}
+    d.tools()
+    d.answer("4", usage=(5_000, 10))
+    assert len(d.of("budget.warning")) == 1, "once per limit and run"
+
+
+def test_max_tokens_shrinks_to_what_the_budget_has_left() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", limits={"max_total_tokens": 2_000})
+    assert d.work()["max_tokens"] == 1000, "nothing used yet: the run's own max_tokens"
+    d.answer(call("t1"), usage=(600, 100))
+    d.tools()
+    # 2000 - 700 used - 700 the next call re-reads at least = 600 left for the answer
+    assert d.work()["max_tokens"] == 600
+
+
+def test_exhaustion_converges_with_one_tool_less_generation_then_ends_with_its_answer() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", limits={"max_total_tokens": 1_000})
+    d.answer("Let me add.", call("t1"), usage=(450, 50))
+    assert d.work()["kind"] == "tools.execute", "the tools already asked for still run"
+    d.tools()
+    last = d.work()
+    assert last["offer_tools"] is False
+    assert budget.FINAL_ANSWER_NOTE in last["ephemeral_notes"]
+    assert last["max_tokens"] <= budget.FINAL_ANSWER_MAX_TOKENS
+    assert d.run.converging == "budget_exhausted"
+    d.answer("Best answer: 3.", usage=(520, 8))
+    ended = d.ended()
+    assert ended["status"] == "budget_exhausted" and ended["final_text"] == "Best answer: 3."
+    assert ended["reason"] == "max_total_tokens"
+    assert d.state.status == "idle"
+
+
+def test_a_converging_answer_that_still_calls_tools_ends_the_run_with_a_valid_history() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", limits={"max_total_tokens": 50})
+    assert d.run.converging == "budget_exhausted", "a budget below one answer converges at once"
+    d.answer("Partial: about 3.", call("t9"), usage=(90, 40))
+    assert d.ended()["status"] == "budget_exhausted"
+    assert d.ended()["final_text"] == "Partial: about 3."
+    assert d.history[-1]["content"][0]["tool_use_id"] == "t9", "the dangling tool_use got a result"
+
+
+def test_cost_limit_exhausts_too() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", model={"primary": "claude-sonnet-4-5"}, limits={"max_cost_usd": 0.01})
+    d.answer(call("t1"), usage=(3_000, 100), model="claude-sonnet-4-5")  # 0.009 + 0.0015 = 0.0105
+    d.tools()
+    assert d.run.converging == "budget_exhausted" and d.run.converge_reason == "max_cost_usd"
+    assert [w["limit"] for w in d.of("budget.warning")] == ["max_cost_usd"]
+    d.answer("3", usage=(10, 1), model="claude-sonnet-4-5")
+    assert d.ended()["status"] == "budget_exhausted" and d.ended()["reason"] == "max_cost_usd"
+
+
+def test_a_failed_converging_generation_still_ends_budget_exhausted_with_the_best_answer() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", limits={"max_total_tokens": 1_000})
+    d.answer("So far: 3.", call("t1"), usage=(450, 50))
+    d.tools()
+    d.fail("model_overloaded", retryable=True)
+    assert d.kinds()[-2:] == ["error", "run.ended"]
+    assert d.ended()["status"] == "budget_exhausted" and d.ended()["final_text"] == "So far: 3."
