@@ -145,6 +145,14 @@ def transcript(
     asyncio.run(main())
 
 
+@app.command()
+def asyncapi() -> None:
+    """Print the AsyncAPI document of the public subjects (docs/asyncapi.json)."""
+    from loopwire.asyncapi import asyncapi_json
+
+    sys.stdout.write(asyncapi_json())
+
+
 async def _run(settings: Settings, sid: str, start: dict[str, object], json_events: bool,
                timeout: float) -> dict[str, object]:
     from loopwire.client import LoopwireClient, RunFailedToStart

@@ -27,7 +27,7 @@ also lets a switched-to model, and a reader of the transcript, see why the appro
 A good turn (no stage flagged it) resets the ladder to 0; giving up on a bad answer (a
 vacuous answer passed through) does not. A repeated *vacuous* answer is not escalated: it
 is passed through as the run's answer (the vacuous stage has already asked for better).
-New user input (a follow-up at the outer boundary, a steer) clears the window.
+New user input (a follow-up at the outer boundary, a steer) clears the window (not the rung).
 """
 
 from __future__ import annotations
@@ -153,9 +153,9 @@ def escalation(level: int, can_switch: bool) -> str:
 
 
 def clear(run: RunState) -> None:
-    """New user input: earlier turns answered something else."""
+    """New user input: earlier turns answered something else, so they cannot form a loop
+    with the next ones. The ladder's rung stays: only a good turn resets it."""
     run.loop_window = []
-    run.loop_level = 0
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,130 @@
+"""The egress events as typed models: documentation (AsyncAPI, docs/asyncapi.json) and a
+schema a client can validate against. Emitters build bodies with `contract.make_event`;
+tests check that every emitted body validates against its model here."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    v: Literal[1] = 1
+    session_id: str
+    run_id: str | None = None
+    seq: int = Field(ge=1, description="Per session, strictly increasing, never reused.")
+    kind: str
+    ts: str = Field(description="RFC 3339 time of emission.")
+
+
+class EventUsage(BaseModel):
+    input_tokens: int
+    output_tokens: int
+
+
+class RunStarted(Event):
+    kind: Literal["run.started"] = "run.started"
+    profile: str
+
+
+class PhaseChanged(Event):
+    kind: Literal["phase.changed"] = "phase.changed"
+    from_: str = Field(alias="from")
+    to: str
+
+
+class TextDelta(Event):
+    kind: Literal["text.delta"] = "text.delta"
+    turn: int
+    text: str
+
+
+class MessageEvent(Event):
+    kind: Literal["message"] = "message"
+    turn: int
+    message: dict[str, Any] = Field(description='{"role": "assistant", "content": [blocks]}')
+    model: str | None
+    stop_reason: str | None
+    usage: EventUsage
+
+
+class ToolCallEvent(Event):
+    kind: Literal["tool.call"] = "tool.call"
+    turn: int
+    tool_use_id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolResultEvent(Event):
+    kind: Literal["tool.result"] = "tool.result"
+    turn: int
+    tool_use_id: str
+    name: str
+    is_error: bool
+    content: str | list[dict[str, Any]]
+
+
+class Retracted(Event):
+    kind: Literal["retracted"] = "retracted"
+    turn: int
+    reason: str
+
+
+class ApprovalRequested(Event):
+    kind: Literal["approval.requested"] = "approval.requested"
+    checkpoint_id: str
+    tool_calls: list[dict[str, Any]] | None = None
+    proposal: Any = None
+
+
+class LoopDetected(Event):
+    kind: Literal["loop.detected"] = "loop.detected"
+    detection: str
+    escalation: Literal["redirect", "switch_model", "terminate"]
+
+
+class ModelFallback(Event):
+    kind: Literal["model.fallback"] = "model.fallback"
+    from_model: str
+    to_model: str
+    reason: str
+
+
+class Compaction(Event):
+    kind: Literal["compaction"] = "compaction"
+    tokens_before: int
+    tokens_after: int
+
+
+class ErrorEvent(Event):
+    kind: Literal["error"] = "error"
+    code: str
+    message: str
+
+
+class RunEnded(Event):
+    kind: Literal["run.ended"] = "run.ended"
+    status: Literal["completed", "aborted", "budget_exhausted", "max_turns", "loop_terminated", "failed"]
+    final_text: str
+    conclusion: Any = None
+    turns: int
+    usage: EventUsage
+    cost_usd: float
+    reason: str | None = Field(default=None, description="Addition: why an aborted run ended.")
+
+
+EVENT_MODELS: dict[str, type[Event]] = {
+    m.model_fields["kind"].default: m
+    for m in (RunStarted, PhaseChanged, TextDelta, MessageEvent, ToolCallEvent, ToolResultEvent, Retracted,
+              ApprovalRequested, LoopDetected, ModelFallback, Compaction, ErrorEvent, RunEnded)
+}
+
+
+def validate_event(body: dict[str, Any]) -> Event:
+    """Validate an emitted body against its kind's model (unknown kinds: the common fields)."""
+    model = EVENT_MODELS.get(body.get("kind", ""), Event)
+    return model.model_validate(body)

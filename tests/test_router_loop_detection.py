@@ -1,0 +1,202 @@
+"""Loop detection (repeated calls, repeated text, short cycles) and its escalation ladder:
+redirect, switch model (or raise the temperature), terminate; reset rules."""
+
+from __future__ import annotations
+
+import pytest
+from loopwire.router.config import CoreConfig
+from loopwire.router.loop_detection import (
+    REDIRECT,
+    call_signature,
+    detect,
+    escalation,
+    normalise,
+    similar,
+    turn_signature,
+)
+
+from tests.router_driver import Driver, call
+
+pytestmark = pytest.mark.unit
+
+
+def sig(name: str, **inp: int) -> list[str]:
+    return turn_signature([{"name": name, "input": inp}], "")
+
+
+def text_sig(value: str) -> list[str]:
+    return turn_signature([], value)
+
+
+# -- the detectors ------------------------------------------------------------------------------
+def test_normalise_collapses_case_whitespace_and_punctuation_but_keeps_digits() -> None:
+    assert normalise("  Hello,   WORLD!!  It's 42.\n") == "hello world it s 42"
+    assert normalise("...!?") == ""
+    assert normalise("v1.2") != normalise("v12"), "digits are kept apart"
+
+
+def test_call_signature_ignores_key_order_but_not_values() -> None:
+    assert call_signature({"name": "a", "input": {"x": 1, "y": 2}}) == \
+        call_signature({"name": "a", "input": {"y": 2, "x": 1}})
+    assert call_signature({"name": "a", "input": {"x": 1}}) != call_signature({"name": "a", "input": {"x": 2}})
+    assert call_signature({"name": "a", "input": {"x": 1}}) != call_signature({"name": "b", "input": {"x": 1}})
+
+
+def test_repeated_tool_call_needs_threshold_consecutive_turns() -> None:
+    a = sig("search", q=1)
+    assert detect([a, a], repeat_threshold=3) is None
+    assert detect([a, a, a], repeat_threshold=3) == "repeated_tool_call"
+    assert detect([a, sig("other"), a, a], repeat_threshold=3) is None, "an interruption resets the count"
+    both = sorted(a + sig("other"))
+    assert detect([a, both, a], repeat_threshold=3) == "repeated_tool_call", "one call repeated among others"
+
+
+def test_repeated_text_is_near_identical_after_normalisation() -> None:
+    assert detect([text_sig("Let me check."), text_sig("let me CHECK!")], text_repeats=2) == "repeated_text"
+    assert detect([text_sig("yes"), text_sig("no")], text_repeats=2) is None
+    long_a = "The answer depends on the configuration of the cluster and its nodes."
+    long_b = "The answer depends on the configuration of the cluster and its node."
+    assert similar(normalise(long_a), normalise(long_b))
+    assert detect([text_sig(long_a), text_sig(long_b)]) == "repeated_text"
+    assert detect([text_sig("It is 41."), text_sig("It is 42.")]) is None, "short texts must match exactly"
+
+
+def test_alternating_cycles_of_two_and_three() -> None:
+    a, b, c = sig("a"), sig("b"), sig("c")
+    assert detect([a, b, a]) is None
+    assert detect([a, b, a, b]) == "alternating_cycle"
+    assert detect([a, b, c, a, b, c]) == "alternating_cycle"
+    assert detect([a, b, c, a, b, a]) is None
+
+
+def test_escalation_ladder_rungs() -> None:
+    assert escalation(0, can_switch=True) == "redirect"
+    assert escalation(1, can_switch=True) == "switch_model"
+    assert escalation(1, can_switch=False) == "terminate"
+    assert escalation(2, can_switch=True) == "terminate"
+
+
+# -- the ladder in the core ---------------------------------------------------------------------------
+def loop_once(d: Driver, tid: str) -> None:
+    d.answer("Checking.", call(tid))
+
+
+def test_a_repeated_call_is_redirected_then_the_model_switched_then_the_run_terminated() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", model={"primary": "m1", "fallbacks": ["m2"]})
+    for n in (1, 2):
+        loop_once(d, f"t{n}")
+        d.tools()
+    loop_once(d, "t3")
+    redirect = d.of("loop.detected")[-1]
+    assert redirect == {"detection": "repeated_tool_call", "escalation": "redirect"}
+    assert d.work()["kind"] == "memory.assemble", "the looping call is not executed"
+    user = d.history[-1]
+    assert user["role"] == "user"
+    assert user["content"][0]["tool_use_id"] == "t3" and user["content"][0]["is_error"]
+    assert user["content"][-1]["text"].startswith("Loop detected. Please try a different approach")
+
+    loop_once(d, "t4")
+    assert d.of("loop.detected")[-1] == {"detection": "repeated_tool_call", "escalation": "switch_model",
+                                         "to_model": "m2"}
+    assert d.of("model.fallback")[-1] == {"from_model": "m1", "to_model": "m2", "reason": "loop_detected"}
+    assert d.work()["models"] == ["m2"]
+
+    loop_once(d, "t5")
+    assert d.of("loop.detected")[-1]["escalation"] == "terminate"
+    last = d.work()
+    assert last["offer_tools"] is False and d.run.converging == "loop_terminated"
+    d.answer("I could not get further than 3.", model="m2")
+    ended = d.ended()
+    assert ended["status"] == "loop_terminated" and ended["reason"] == "repeated_tool_call"
+    assert ended["final_text"] == "I could not get further than 3."
+
+
+def test_without_a_fallback_the_temperature_is_raised_when_it_can_be() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", model={"temperature": 0.2})
+    for n in (1, 2):
+        loop_once(d, f"t{n}")
+        d.tools()
+    loop_once(d, "t3")
+    loop_once(d, "t4")
+    event = d.of("loop.detected")[-1]
+    assert event["escalation"] == "switch_model" and event["temperature"] == 0.5
+    assert d.work()["temperature"] == 0.5
+
+
+def test_without_fallback_or_temperature_the_second_rung_terminates() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2")
+    for n in (1, 2):
+        loop_once(d, f"t{n}")
+        d.tools()
+    loop_once(d, "t3")
+    loop_once(d, "t4")
+    assert [e["escalation"] for e in d.of("loop.detected")] == ["redirect", "terminate"]
+
+
+def test_a_good_turn_resets_the_ladder() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", model={"fallbacks": ["m2"]})
+    for n in (1, 2):
+        loop_once(d, f"t{n}")
+        d.tools()
+    loop_once(d, "t3")
+    assert d.run.loop_level == 1
+    d.answer("Trying something else.", call("t4", "mul"))
+    assert d.run.loop_level == 0, "a different call is a good turn"
+    d.tools()
+    for n in (5, 6):
+        loop_once(d, f"t{n}")
+        d.tools()
+    loop_once(d, "t7")
+    assert d.of("loop.detected")[-1]["escalation"] == "redirect", "the ladder starts again at the bottom"
+
+
+def test_a_vacuous_answer_passed_through_does_not_reset_the_ladder() -> None:
+    d = Driver(cfg=CoreConfig(default_model="m1", vacuous_max_retries=0))
+    d.start(input="add 1 and 2", model={"fallbacks": ["m2"]})
+    for n in (1, 2):
+        loop_once(d, f"t{n}")
+        d.tools()
+    loop_once(d, "t3")
+    assert d.run.loop_level == 1
+    d.message("and then?")  # a follow-up keeps the run going past the weak answer
+    d.answer("...")
+    assert d.of("run.ended") == [] and d.history[-2]["content"] == [{"type": "text", "text": "..."}]
+    assert d.run.loop_level == 1, "giving up on a bad answer is not a good turn"
+    d.answer("Let me multiply instead.", call("t4", "mul"))
+    assert d.run.loop_level == 0, "a good turn does"
+
+
+def test_repeated_text_after_a_nudge_is_redirected_with_a_user_message() -> None:
+    d = Driver()
+    d.start(input="what is the weather in Paris?")
+    d.answer("Let me check the weather.")
+    assert d.history[-1]["role"] == "user", "the commitment nudge"
+    d.answer("Let me check the weather!")
+    assert d.of("loop.detected")[-1] == {"detection": "repeated_text", "escalation": "redirect"}
+    assert d.history[-1]["content"][-1]["text"] == REDIRECT.format(
+        what="you have given the same answer several times")
+
+
+def test_a_repeated_vacuous_answer_is_passed_through() -> None:
+    d = Driver()
+    d.start(input="hello")
+    d.answer(".")
+    assert d.of("retracted"), "the first '.' is retracted and retried"
+    d.answer(".")
+    assert d.of("loop.detected")[-1] == {"detection": "repeated_text", "escalation": "terminate",
+                                         "action": "pass_through"}
+    assert d.ended()["status"] == "completed" and d.ended()["final_text"] == "."
+
+
+def test_new_user_input_clears_the_window() -> None:
+    d = Driver()
+    d.start(input="say ok")
+    d.message("again please")
+    d.answer("OK.")
+    assert d.run.loop_window == [], "the follow-up was taken: earlier turns answered something else"
+    d.answer("OK.")
+    assert d.of("loop.detected") == []
