@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from loopwire.shared import metrics
 
 pytestmark = pytest.mark.unit

@@ -7,9 +7,10 @@ from collections.abc import AsyncIterator
 
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
 from loopwire.shared import metrics
 from loopwire.shared.http_server import Handle, start_http_server
-from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.unit
 

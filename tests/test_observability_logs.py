@@ -9,9 +9,10 @@ from collections.abc import Callable, Iterator
 
 import orjson
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
 from loopwire.shared import telemetry
 from loopwire.shared.logs import log_context, run_id_var, session_id_var, setup_logging
-from opentelemetry.sdk.trace import TracerProvider
 
 pytestmark = pytest.mark.unit
 

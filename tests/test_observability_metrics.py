@@ -7,8 +7,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from loopwire.shared import metrics
 from prometheus_client.parser import text_string_to_metric_families
+
+from loopwire.shared import metrics
 
 pytestmark = pytest.mark.unit
 

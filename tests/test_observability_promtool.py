@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from loopwire.shared import metrics
 from loopwire.shared.http_server import start_http_server
 

@@ -10,11 +10,12 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from loopwire.shared import telemetry
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+
+from loopwire.shared import telemetry
 
 pytestmark = pytest.mark.unit
 

@@ -4,9 +4,9 @@ the converging last generation at exhaustion."""
 from __future__ import annotations
 
 import pytest
+
 from loopwire.router import budget
 from loopwire.shared.envelopes import Usage
-
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.unit

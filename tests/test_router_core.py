@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from loopwire.router import inputs as i
 from loopwire.router.core import CoreConfig, Decision, decide
 from loopwire.router.effects import EmitEvent, PublishWork

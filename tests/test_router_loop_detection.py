@@ -4,6 +4,7 @@ redirect, switch model (or raise the temperature), terminate; reset rules."""
 from __future__ import annotations
 
 import pytest
+
 from loopwire.router.config import CoreConfig
 from loopwire.router.loop_detection import (
     REDIRECT,
@@ -14,7 +15,6 @@ from loopwire.router.loop_detection import (
     similar,
     turn_signature,
 )
-
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.unit

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+
 from loopwire.shared.event_log import InMemoryEventLog, RedisEventLog
 from loopwire.shared.redis_conn import connect_redis
 from loopwire.shared.session_store import InMemorySessionStore, RedisSessionStore

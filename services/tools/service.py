@@ -21,17 +21,17 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 from faststream.nats import NatsBroker
 from faststream.nats.annotations import NatsMessage
-from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from loopwire.shared import codec
 from loopwire.shared.contract import error_reply
 from loopwire.shared.envelopes import ExecuteTools, ToolResultItem, ToolsResult
+from loopwire.shared.inflight import InflightSteps, keep_alive
 from loopwire.shared.runtime import ServiceContext
 
 from .catalog import Catalog, catalog_max_age, read_catalog_entries
@@ -58,7 +58,7 @@ class ToolsService:
         self._stopping = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._cancel_sub: Any = None
-        self._inflight: dict[str, list[tuple[str, asyncio.Event]]] = {}
+        self._inflight = InflightSteps(ctx.subjects)
         self._last_round = 0.0
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -78,7 +78,7 @@ class ToolsService:
         self.catalog.providers = self.discovery.table
         self.executor = Executor(self.catalog, self.ctx.steps, nc, settings.tool_timeout_s,
                                  refresh=self._refresh_soon)
-        self._cancel_sub = await nc.subscribe(self.ctx.subjects.cancel_all, cb=self._on_cancel)
+        self._cancel_sub = await nc.subscribe(self.ctx.subjects.cancel_all, cb=self._inflight.on_notice)
         try:
             await self.refresh()
         except Exception:
@@ -147,10 +147,13 @@ class ToolsService:
                                     tool_use_id=item.tool_use_id, name=item.name,
                                     is_error=item.is_error, content=item.content)
 
-        cancel = asyncio.Event()
-        entry = (env.run_id, cancel)
-        self._inflight.setdefault(env.session_id, []).append(entry)
-        heartbeat = asyncio.create_task(self._heartbeat(msg))
+        with self._inflight.track(env.session_id, env.run_id) as cancel:
+            await self._run(env, msg, emit, cancel)
+
+    async def _run(self, env: ExecuteTools, msg: NatsMessage, emit: Callable[[ToolResultItem], Awaitable[None]],
+                   cancel: asyncio.Event) -> None:
+        assert self.executor is not None
+        heartbeat = asyncio.create_task(keep_alive(msg.in_progress, self.ctx.settings.ack_wait_s))
         try:
             results = await self.executor.execute(env, on_result=emit, cancel=cancel)
             result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
@@ -164,11 +167,6 @@ class ToolsService:
             return
         finally:
             heartbeat.cancel()
-            entries = self._inflight.get(env.session_id, [])
-            if entry in entries:
-                entries.remove(entry)
-            if not entries:
-                self._inflight.pop(env.session_id, None)
         await msg.ack()
 
     # -- the tools.list query ----------------------------------------------------------------------
@@ -183,27 +181,3 @@ class ToolsService:
         return orjson.dumps({"tools": [
             {"name": e.name, "description": e.description, "input_schema": e.input_schema, "source": e.source}
             for e in entries.values()]})
-
-    async def _heartbeat(self, msg: NatsMessage) -> None:
-        """Keep JetStream from redelivering while long tools run."""
-        every = max(self.ctx.settings.ack_wait_s / 3, 0.05)
-        while True:
-            await asyncio.sleep(every)
-            try:
-                await msg.in_progress()
-            except Exception:
-                log.debug("in_progress failed", exc_info=True)
-
-    async def _on_cancel(self, msg: Msg) -> None:
-        head, tail = f"{self.ctx.subjects.prefix}.ctl.", ".cancel"
-        if not (msg.subject.startswith(head) and msg.subject.endswith(tail)):
-            return
-        sid = msg.subject[len(head):-len(tail)]
-        run_id = None
-        if msg.data:
-            with contextlib.suppress(Exception):
-                body = codec.loads(msg.data)
-                run_id = body.get("run_id") if isinstance(body, dict) else None
-        for entry_run, event in self._inflight.get(sid, []):
-            if run_id is None or entry_run == run_id:
-                event.set()

@@ -43,6 +43,21 @@ def system(fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
 
 
 @pytest.fixture
+def own_system(fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
+    """A system of this test's own, for tests that kill or stop loopwire."""
+    env = dict(E2E_ENV, ANTHROPIC_BASE_URL=fake_anthropic.url)
+    with LoopwireContainer(env=env) as lw:
+        yield lw
+
+
+@pytest.fixture
+async def own_nc(own_system: LoopwireContainer) -> AsyncIterator[NatsClient]:
+    client = await nats.connect(own_system.get_nats_url())
+    yield client
+    await client.drain()
+
+
+@pytest.fixture
 def fake(fake_anthropic: FakeAnthropic) -> FakeAnthropic:
     fake_anthropic.reset()
     return fake_anthropic

@@ -8,51 +8,35 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 
-import nats
 import pytest
 from nats.aio.client import Client as NatsClient
 
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import E2E_ENV, serve_tools, wait_for_tools
+from .conftest import serve_tools, wait_for_tools
 from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def crash_system(fake: FakeAnthropic) -> Iterator[LoopwireContainer]:
-    env = dict(E2E_ENV, ANTHROPIC_BASE_URL=fake.url)
-    with LoopwireContainer(env=env) as lw:
-        yield lw
-
-
-@pytest.fixture
-async def crash_nc(crash_system: LoopwireContainer) -> AsyncIterator[NatsClient]:
-    client = await nats.connect(crash_system.get_nats_url())
-    yield client
-    await client.drain()
-
-
 async def test_kill_9_during_a_slow_tool_loses_and_repeats_nothing(
-        crash_system: LoopwireContainer, crash_nc: NatsClient, fake: FakeAnthropic) -> None:
-    provider, svc = await serve_tools(crash_nc)
+        own_system: LoopwireContainer, own_nc: NatsClient, fake: FakeAnthropic) -> None:
+    provider, svc = await serve_tools(own_nc)
     provider.slow_delay_s = 5.0
-    await wait_for_tools(crash_nc, {"slow_echo"})
+    await wait_for_tools(own_nc, {"slow_echo"})
     fake.script("*", [
         {"text": "Echoing.", "tool_use": [{"name": "slow_echo", "input": {"text": "hi"}}]},
         {"text": "It said: echo: hi"},
     ])
     sid = "crash-1"
-    async with SessionEvents(crash_nc, sid) as ev:
+    async with SessionEvents(own_nc, sid) as ev:
         await ev.publish("start", {"input": "echo hi", "tools": ["slow_echo"]})
         await asyncio.wait_for(provider.slow_started.wait(), 20)
-        crash_system.kill()
+        own_system.kill()
         provider.slow_delay_s = 0.1  # the retried call answers quickly
-        await asyncio.to_thread(crash_system.start_loopwire)
+        await asyncio.to_thread(own_system.start_loopwire)
         ended = await ev.wait_for("run.ended", timeout=60)
 
     assert ended["status"] == "completed" and ended["final_text"] == "It said: echo: hi"
@@ -63,7 +47,7 @@ async def test_kill_9_during_a_slow_tool_loses_and_repeats_nothing(
     ids = {c[2]["Loopwire-Tool-Use-Id"] for c in slow_calls}
     assert len(ids) == 1, "with the same idempotency key"
 
-    transcript = (await query(crash_nc, "transcript.get", {"session_id": sid}))["events"]
+    transcript = (await query(own_nc, "transcript.get", {"session_id": sid}))["events"]
     kinds = Counter(e["kind"] for e in transcript)
     assert kinds == Counter({"run.started": 1, "message": 2, "tool.call": 1, "tool.result": 1, "run.ended": 1})
     seqs = [e["seq"] for e in transcript]

@@ -7,62 +7,46 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 
-import nats
 import pytest
 from nats.aio.client import Client as NatsClient
 
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import E2E_ENV, serve_tools, wait_for_tools
+from .conftest import serve_tools, wait_for_tools
 from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def term_system(fake: FakeAnthropic) -> Iterator[LoopwireContainer]:
-    env = dict(E2E_ENV, ANTHROPIC_BASE_URL=fake.url)
-    with LoopwireContainer(env=env) as lw:
-        yield lw
-
-
-@pytest.fixture
-async def term_nc(term_system: LoopwireContainer) -> AsyncIterator[NatsClient]:
-    client = await nats.connect(term_system.get_nats_url())
-    yield client
-    await client.drain()
-
-
 async def test_sigterm_during_a_slow_tool_loses_and_repeats_nothing(
-        term_system: LoopwireContainer, term_nc: NatsClient, fake: FakeAnthropic) -> None:
-    provider, svc = await serve_tools(term_nc)
+        own_system: LoopwireContainer, own_nc: NatsClient, fake: FakeAnthropic) -> None:
+    provider, svc = await serve_tools(own_nc)
     provider.slow_delay_s = 2.0
-    await wait_for_tools(term_nc, {"slow_echo"})
+    await wait_for_tools(own_nc, {"slow_echo"})
     fake.script("*", [
         {"text": "Echoing.", "tool_use": [{"name": "slow_echo", "input": {"text": "bye"}}]},
         {"text": "It said: echo: bye"},
     ])
     sid = "term-1"
-    async with SessionEvents(term_nc, sid) as ev:
+    async with SessionEvents(own_nc, sid) as ev:
         await ev.publish("start", {"input": "echo bye", "tools": ["slow_echo"]})
         await asyncio.wait_for(provider.slow_started.wait(), 20)
         began = time.monotonic()
-        code = await asyncio.to_thread(term_system.terminate, 40.0)
+        code = await asyncio.to_thread(own_system.terminate, 40.0)
         took = time.monotonic() - began
-        assert code == 0, term_system.logs()[-3000:]
+        assert code == 0, own_system.logs()[-3000:]
         assert took < 30, f"shutdown took {took:.1f}s"
         # The in-flight tool call was allowed to finish and its result recorded.
         assert len(ev.of("tool.result")) == 1
-        await asyncio.to_thread(term_system.start_loopwire)
+        await asyncio.to_thread(own_system.start_loopwire)
         ended = await ev.wait_for("run.ended", timeout=60)
 
     assert ended["status"] == "completed" and ended["final_text"] == "It said: echo: bye"
     assert [c[0] for c in provider.calls].count("slow_echo") == 1, "the finished call was not repeated"
     assert len(fake.message_requests) == 2
-    transcript = (await query(term_nc, "transcript.get", {"session_id": sid}))["events"]
+    transcript = (await query(own_nc, "transcript.get", {"session_id": sid}))["events"]
     assert Counter(e["kind"] for e in transcript) == Counter(
         {"run.started": 1, "message": 2, "tool.call": 1, "tool.result": 1, "run.ended": 1})
     await svc.stop()

@@ -1,0 +1,74 @@
+"""In-flight steps: cancel notices that stop them, and heartbeats that keep them alive.
+
+The llm and tools services both run long steps. The router publishes a cancel notice on
+core NATS `<prefix>.ctl.<sid>.cancel` (body optional, `{"run_id": ...}` narrows it to one
+run) when a steer or an abort makes a step moot; `InflightSteps` turns that notice into an
+`asyncio.Event` the step watches. `keep_alive` sends JetStream `in_progress()` every
+ack_wait/3 so a step that is alive is never redelivered to another replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+
+from nats.aio.msg import Msg
+
+from . import codec
+from .subjects import Subjects
+
+log = logging.getLogger("loopwire.inflight")
+
+
+class InflightSteps:
+    def __init__(self, subjects: Subjects) -> None:
+        self._subjects = subjects
+        self._by_session: dict[str, list[tuple[str, asyncio.Event]]] = {}
+
+    @contextlib.contextmanager
+    def track(self, session_id: str, run_id: str) -> Iterator[asyncio.Event]:
+        """An event set when a cancel notice for this session (and run) arrives."""
+        entry = (run_id, asyncio.Event())
+        self._by_session.setdefault(session_id, []).append(entry)
+        try:
+            yield entry[1]
+        finally:
+            entries = self._by_session.get(session_id, [])
+            if entry in entries:
+                entries.remove(entry)
+            if not entries:
+                self._by_session.pop(session_id, None)
+
+    def cancel(self, session_id: str, run_id: str | None = None) -> int:
+        """Set the events of the session's steps (of `run_id` only, when given)."""
+        hits = 0
+        for entry_run, event in self._by_session.get(session_id, []):
+            if run_id is None or entry_run == run_id:
+                event.set()
+                hits += 1
+        return hits
+
+    async def on_notice(self, msg: Msg) -> None:
+        """Callback for a core subscription on `subjects.cancel_all`."""
+        head, tail = f"{self._subjects.prefix}.ctl.", ".cancel"
+        if not (msg.subject.startswith(head) and msg.subject.endswith(tail)):
+            return
+        run_id = None
+        if msg.data:
+            with contextlib.suppress(Exception):
+                body = codec.loads(msg.data)
+                run_id = body.get("run_id") if isinstance(body, dict) else None
+        self.cancel(msg.subject[len(head):-len(tail)], run_id)
+
+
+async def keep_alive(beat: Callable[[], Awaitable[None]], ack_wait_s: float) -> None:
+    """Call `beat` (a message's `in_progress`) every ack_wait/3 until cancelled."""
+    interval = max(0.05, ack_wait_s / 3)
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await beat()
+        except Exception as exc:  # a missed heartbeat only risks a redelivery
+            log.debug("in_progress failed: %s", exc)

@@ -1,0 +1,112 @@
+"""Steering, abort, follow-ups at the outer boundary, and the iteration limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopwire.router import inputs as i
+from loopwire.router.config import CoreConfig
+from loopwire.router.core import STEERED_GENERATION
+from loopwire.shared.envelopes import GenerationResult
+from tests.router_driver import Driver, call
+
+pytestmark = pytest.mark.unit
+
+
+def test_steer_mid_generation_abandons_it_retracts_and_generates_again() -> None:
+    d = Driver()
+    d.start(input="write a poem")
+    abandoned = d.pending
+    steered = d.steer("make it about cats")
+    assert d.kinds(steered) == ["retracted"]
+    assert d.of("retracted", steered)[0] == {"turn": 1, "reason": STEERED_GENERATION}
+    (notice,) = d.notices(steered)
+    assert notice.notice == "cancel" and notice.body == {"run_id": "run1"}
+    kinds = [e.type for e in steered.effects]
+    assert kinds.index("notice") < kinds.index("work"), "the cancel goes out before the new work"
+    assert d.history[-1] == {"role": "user", "content": [{"type": "text", "text": "make it about cats"}]}
+    assert d.pending != abandoned and d.work()["history_len"] == 2
+    assert [c.name for c in steered.counts] == ["steer"]
+    late = d.apply(i.GenerationInput(input_id=abandoned, result=GenerationResult(
+        session_id="s1", run_id="run1", step_id=abandoned, message={"role": "assistant", "content": []})))
+    assert late.state is None and late.effects == [], "the abandoned step's late result is stale"
+    d.answer("Cats purr.")
+    assert d.ended()["status"] == "completed" and d.ended()["final_text"] == "Cats purr."
+
+
+def test_steer_mid_tools_cancels_the_calls_with_valid_results_and_goes_on() -> None:
+    d = Driver()
+    d.start(input="echo slowly")
+    d.answer("Echoing.", call("t1", "slow_echo", {"text": "x"}), call("t2", "add"))
+    tools_step = d.pending
+    steered = d.steer("never mind, just say hi")
+    assert d.kinds(steered) == [], "no retraction: no text was in flight"
+    assert len(d.notices(steered)) == 1
+    content = d.history[-1]["content"]
+    assert [b.get("tool_use_id") for b in content[:2]] == ["t1", "t2"]
+    assert all(b["is_error"] and "steering" in b["content"] for b in content[:2])
+    assert content[2] == {"type": "text", "text": "never mind, just say hi"}
+    assert d.work()["kind"] == "memory.assemble" and d.pending != tools_step
+    assert d.run.last_prompt == "never mind, just say hi"
+
+
+def test_steer_on_an_idle_session_starts_a_run() -> None:
+    d = Driver()
+    d.start(input="hi")
+    d.answer("Hello.")
+    d.steer("and now?")
+    assert d.run.run_id == "steered" and d.kinds()[-1] == "run.started"
+
+
+def test_abort_sends_a_cancel_notice_and_ends_aborted() -> None:
+    d = Driver()
+    d.start(input="echo slowly")
+    d.answer("Echoing.", call("t1", "slow_echo", {"text": "x"}))
+    aborted = d.abort("user said stop")
+    (notice,) = d.notices(aborted)
+    assert notice.body == {"run_id": "run1"}
+    assert d.ended()["status"] == "aborted" and d.ended()["reason"] == "user said stop"
+    assert d.history[-1]["content"][0]["tool_use_id"] == "t1", "no dangling tool_use"
+
+
+def test_follow_ups_are_taken_at_the_outer_boundary_up_to_the_outer_limit() -> None:
+    d = Driver(cfg=CoreConfig(default_model="m1", max_outer_iterations=2))
+    d.start(input="hi")
+    d.message("second question")
+    d.answer("Answer one.")
+    assert d.run.outer == 2 and d.run.inner == 0 and d.of("run.ended") == []
+    d.message("third question")
+    d.answer("Answer two.")
+    ended = d.ended()
+    assert ended["status"] == "max_turns" and ended["reason"] == "max_outer_iterations"
+    assert ended["final_text"] == "Answer two."
+    assert d.run.run_id == "run1.next", "the follow-up past the limit starts the next run"
+    assert d.history[-1]["content"] == [{"type": "text", "text": "third question"}]
+
+
+def test_inner_iterations_are_bounded_per_outer_iteration() -> None:
+    d = Driver(cfg=CoreConfig(default_model="m1", max_inner_iterations=2))
+    d.start(input="add numbers")
+    d.answer(call("t1", inp={"a": 1, "b": 1}))
+    d.tools()
+    d.answer("More.", call("t2", inp={"a": 2, "b": 2}))
+    ended = d.ended()
+    assert ended["status"] == "max_turns" and ended["reason"] == "max_inner_iterations"
+    assert ended["final_text"] == "More."
+
+
+def test_max_turns_reason() -> None:
+    d = Driver()
+    d.start(input="add numbers", limits={"max_turns": 1})
+    d.answer("Working.", call("t1"))
+    assert d.ended()["status"] == "max_turns" and d.ended()["reason"] == "max_turns"
+
+
+def test_message_follow_up_during_tools_waits_for_the_boundary() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2")
+    d.answer(call("t1"))
+    queued = d.message("also 3 + 4")
+    assert queued.effects == [] and d.state.queued
+    d.tools()
+    assert d.history[-1]["content"][0]["type"] == "tool_result" and len(d.history[-1]["content"]) == 1
