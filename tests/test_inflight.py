@@ -27,16 +27,18 @@ async def test_notice_sets_the_steps_of_its_session_and_run() -> None:
 
 async def test_keep_alive_beats_until_cancelled() -> None:
     beats = 0
+    third = asyncio.Event()
 
     async def beat() -> None:
         nonlocal beats
         beats += 1
         if beats == 2:
             raise RuntimeError("a failed heartbeat is not fatal")
+        if beats == 3:
+            third.set()
 
     task = asyncio.create_task(keep_alive(beat, ack_wait_s=0.15))
-    while beats < 3:
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(third.wait(), 5)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
