@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 
 from faststream.nats import NatsBroker
 
+from loopwire.shared.context_middleware import ContextMiddleware
 from loopwire.shared.http_server import Handle, start_http_server
+from loopwire.shared.metrics import sample_consumers
 from loopwire.shared.runtime import Service, ServiceContext, build_context
 from loopwire.shared.settings import Settings
 from loopwire.shared.streams import ensure_streams
@@ -54,6 +56,7 @@ def make_broker(settings: Settings, graceful_timeout: float = 25.0) -> NatsBroke
         log_level=logging.DEBUG,
         graceful_timeout=graceful_timeout,
         max_reconnect_attempts=-1,
+        middlewares=[ContextMiddleware],
         **kwargs,  # type: ignore[arg-type]
     )
 
@@ -68,6 +71,7 @@ class Running:
     services: list[Service]
     http: Handle | None = None
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def ready(self) -> dict[str, bool]:
         nc = self.broker._connection
@@ -82,6 +86,8 @@ class Running:
         if self.stopped.is_set():
             return
         log.info("stopping %s", ", ".join(s.name for s in self.services))
+        for task in self.tasks:
+            task.cancel()
         for service in self.services:
             with contextlib.suppress(Exception):
                 await service.stop()
@@ -115,6 +121,7 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     for service in services:
         await service.start()
     running = Running(settings=settings, ctx=ctx, broker=broker, services=services)
+    running.tasks.append(asyncio.create_task(_sample_consumers(ctx), name="consumer-sampler"))
     port = settings.metrics_port if metrics_port is None else metrics_port
     if port:
         try:
@@ -123,6 +130,18 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
             log.error("cannot serve /metrics on port %s: %s", port, exc)
     log.info("loopwire %s up (NATS %s, Redis %s)", ", ".join(names), settings.nats_url, settings.redis_url)
     return running
+
+
+async def _sample_consumers(ctx: ServiceContext, interval_s: float = 5.0) -> None:
+    """Consumer lag (pending, ack pending) of this process's consumers, for /metrics."""
+    js = ctx.bus.js
+    while True:
+        by_stream: dict[str, dict[str, str]] = {}
+        for label, (stream, durable) in ctx.consumers.items():
+            by_stream.setdefault(stream, {})[label] = durable
+        for stream, consumers in by_stream.items():
+            await sample_consumers(js, stream, consumers)
+        await asyncio.sleep(interval_s)
 
 
 async def serve_until_signal(names: list[str] | tuple[str, ...], settings: Settings,

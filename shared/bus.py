@@ -15,9 +15,11 @@ from nats.js import JetStreamContext
 from pydantic import BaseModel
 
 from . import codec
+from .context_middleware import RUN_HEADER, SESSION_HEADER
 from .contract import make_event
 from .event_log import EventLogStore
 from .subjects import Subjects
+from .telemetry import inject_context
 
 log = logging.getLogger("loopwire.bus")
 
@@ -30,8 +32,19 @@ class Bus:
         self.events = events
 
     async def publish_work(self, subject: str, envelope: BaseModel | dict[str, Any], msg_id: str) -> None:
-        """Durable publish into LOOPWIRE_WORK; `msg_id` dedups a re-publish after a crash."""
-        await self.js.publish(subject, codec.dumps(envelope), headers={"Nats-Msg-Id": msg_id})
+        """Durable publish into LOOPWIRE_WORK; `msg_id` dedups a re-publish after a crash.
+
+        The headers name the session and run (for the consumer's log lines) and carry the
+        envelope's trace context, so the consumer's spans join the run's trace."""
+        get = envelope.get if isinstance(envelope, dict) else lambda k, d=None: getattr(envelope, k, d)
+        headers = {"Nats-Msg-Id": msg_id}
+        sid, run_id, trace = get("session_id"), get("run_id"), get("trace") or {}
+        if sid:
+            headers[SESSION_HEADER] = sid
+        if run_id:
+            headers[RUN_HEADER] = run_id
+        headers.update(trace or inject_context())
+        await self.js.publish(subject, codec.dumps(envelope), headers=headers)
 
     async def emit(self, session_id: str, run_id: str | None, kind: str, key: str | None = None,
                    **fields: Any) -> dict[str, Any]:

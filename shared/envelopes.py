@@ -114,6 +114,12 @@ class AssembleContext(_Envelope):
     """Set on the retry after a `context_too_long` error: the memory service shrinks the
     history it sends (older turns dropped or summarised) so the request fits the model's
     window. Default off; the router sets it at most `context_retries` times per run."""
+    context_window: int = 200_000
+    """The run's `limits.context_window`: the memory service keeps the request under it."""
+    compaction_at_pct: float = 0.8
+    """The run's `limits.compaction_at_pct`: the share of the window that triggers compaction."""
+    actor: str | None = None
+    """The run's `strategy.actor`: observations and reflections are kept per actor too."""
 
 
 # -- memory -> llm ------------------------------------------------------------------------
@@ -125,6 +131,9 @@ class Generate(_Envelope):
     tools: list[ToolSpec] = Field(default_factory=list)
     max_tokens: int
     temperature: float | None = None
+    extra_usage: Usage | None = None
+    """Tokens the memory service spent for this step (summaries, observations): the llm
+    service copies it into the GenerationResult, the router adds it to the run's usage."""
 
 
 # -- llm -> router ------------------------------------------------------------------------
@@ -139,6 +148,9 @@ class GenerationResult(_Envelope):
     error: StepError | None = None
     fallbacks: list[dict[str, str]] = Field(default_factory=list)
     """Model switches made while producing this result: {from_model, to_model, reason}."""
+    extra_usage: Usage | None = None
+    """`Generate.extra_usage`, passed through: tokens spent on this step besides the model
+    call itself (memory's summaries); the router adds it to the run's usage and cost."""
 
 
 # -- router -> tools ----------------------------------------------------------------------
@@ -154,6 +166,14 @@ class ToolsResult(_Envelope):
     kind: Literal["tools.result"] = "tools.result"
     results: list[ToolResultItem]
     """One per call, in the model's order."""
+
+
+def summarize_subject(prefix: str) -> str:
+    """Core request/reply subject of internal, non-streamed generations (memory -> llm:
+    summaries, observations): a `Generate` in, a `GenerationResult` back. Deliberately
+    outside `<prefix>.work.>`: LOOPWIRE_WORK captures that, and would answer a core
+    request with its PubAck."""
+    return f"{prefix}.rpc.llm.summarize"
 
 
 WorkEnvelope = Annotated[

@@ -34,6 +34,11 @@ class ServiceContext:
     events: EventLogStore
     broker: NatsBroker
     _bus: Bus | None = field(default=None, repr=False)
+    consumers: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """label -> (stream, durable) of every work consumer registered in this process."""
+
+    def durable_name(self, label: str) -> str:
+        return f"{self.settings.subject_prefix.replace('.', '_')}_{label}"
 
     @property
     def bus(self) -> Bus:
@@ -65,7 +70,8 @@ class ServiceContext:
         push consumer with a queue group balances across replicas at no extra latency.
         FastStream warns about any durable push consumer because one *without* a queue
         cannot scale; ours has one, so that warning is silenced here."""
-        name = f"{self.settings.subject_prefix.replace('.', '_')}_{durable}"
+        name = self.durable_name(durable)
+        self.consumers[durable] = (stream.name if stream else self.work_stream().name, name)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The JetStream Push consumer with the `durable`")
             return self._subscriber(subject, stream, name, max_workers)

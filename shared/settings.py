@@ -39,6 +39,12 @@ class Settings(BaseSettings):
     """Expire idle session state after this many seconds; 0 keeps it."""
     events_max_age_s: float = 0
     """Max age of LOOPWIRE_EVENTS messages; 0 keeps them."""
+    ingress_max_age_s: float = 24 * 3600
+    """Max age of LOOPWIRE_INGRESS messages (an audit trail of what users sent; the
+    router's durable consumer tracks what it applied); 0 keeps them."""
+    work_max_age_s: float = 7 * 24 * 3600
+    """Max age of a LOOPWIRE_WORK message: one that outlived every delivery attempt is
+    dropped after this; 0 keeps them."""
 
     # -- limits ---------------------------------------------------------------------------
     max_body_bytes: int = 256 * 1024
@@ -92,6 +98,44 @@ class Settings(BaseSettings):
     """How often tool providers are discovered with $SRV.INFO."""
     discovery_misses: int = 3
     """A provider that misses this many discovery rounds in a row is forgotten."""
+
+    # -- memory (context assembly, docs/memory.md) ------------------------------------------
+    context_window_cap: int = 0
+    """When > 0, the memory service never assumes a context window larger than this
+    (a deployment whose models have smaller windows; tests); 0: the run's own window."""
+    memory_pressure_pct: float = 0.7
+    """Above this share of the window the system prompt gets an ephemeral note asking
+    for concise answers."""
+    memory_compaction_target_pct: float = 0.6
+    """A compaction aims at this share of the compaction threshold, so the next one is
+    some turns away."""
+    memory_reduce_context_pct: float = 0.5
+    """After a `context_too_long` error (AssembleContext.reduce_context) the context is
+    compacted to this share of the window."""
+    memory_keep_recent_turns: int = 2
+    """The latest turns (assistant message and what follows it) are never summarised."""
+    memory_summary_max_tokens: int = 1024
+    """Upper bound of one summary (also capped at 15% of the window)."""
+    memory_summary_timeout_s: float = 120.0
+    """How long the memory service waits for a summary from the llm service before it
+    falls back to dropping the oldest messages from the request."""
+    memory_token_counting: str = "auto"
+    """`api` (Anthropic's count_tokens), `estimate`, or `auto` (api when the llm service
+    talks to Anthropic, i.e. ANTHROPIC_API_KEY or ANTHROPIC_BASE_URL is set)."""
+    memory_chars_per_token: float = 3.5
+    """The estimate's starting ratio; it calibrates itself against count_tokens."""
+    memory_token_cache_size: int = 4096
+    """Token counts kept in process (LRU, by content hash)."""
+    memory_token_cache_ttl_s: int = 24 * 3600
+    """Token counts kept in Redis (`lw:tok:<hash>`); 0 disables the Redis cache."""
+    memory_observe_every_turns: int = 10
+    """An observation is written after this many model turns; 0 disables observations."""
+    memory_reflect_every_observations: int = 5
+    """A reflection is written after this many observations; 0 disables reflections."""
+    memory_observations_in_context: int = 5
+    """Latest observations hydrated into the system prompt."""
+    memory_reflections_in_context: int = 3
+    """Latest reflections hydrated into the system prompt."""
 
     # -- logging --------------------------------------------------------------------------
     log_level: str = "INFO"

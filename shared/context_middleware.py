@@ -1,0 +1,50 @@
+"""Who a message is about, for every line a handler logs and every span it opens.
+
+Work envelopes travel with headers `Loopwire-Session-Id`, `Loopwire-Run-Id` and the W3C
+`traceparent` (set by Bus.publish_work); ingress carries the session id in its subject.
+This FastStream middleware puts them in the logging context variables and attaches the
+trace context for the duration of the handler, so services need not repeat it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faststream import BaseMiddleware
+from opentelemetry import context as otel_context
+
+from .logs import log_context
+from .telemetry import extract_context
+
+SESSION_HEADER = "Loopwire-Session-Id"
+RUN_HEADER = "Loopwire-Run-Id"
+
+
+def session_from_subject(subject: str) -> str | None:
+    """`<prefix>.in.<sid>.<verb>` or `<prefix>.out.<sid>.<kind...>` -> sid."""
+    parts = subject.split(".")
+    for marker in ("in", "out"):
+        if marker in parts[:-1]:
+            index = parts.index(marker)
+            if index + 1 < len(parts):
+                return parts[index + 1]
+    return None
+
+
+class ContextMiddleware(BaseMiddleware):
+    async def consume_scope(self, call_next: Any, msg: Any) -> Any:
+        headers = msg.headers or {}
+        sid = headers.get(SESSION_HEADER)
+        if sid is None:
+            raw = getattr(msg, "raw_message", None)
+            subject = getattr(raw, "subject", None)
+            sid = session_from_subject(subject) if isinstance(subject, str) else None
+        token = None
+        if "traceparent" in headers:
+            token = otel_context.attach(extract_context(headers))
+        try:
+            with log_context(session_id=sid, run_id=headers.get(RUN_HEADER)):
+                return await call_next(msg)
+        finally:
+            if token is not None:
+                otel_context.detach(token)

@@ -1,0 +1,94 @@
+"""The shell counts metrics from committed decisions (never from a replay) and performs
+cancel notices on core NATS."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+import pytest
+from loopwire.router import inputs as i
+from loopwire.router.core import decide
+from loopwire.router.effects import PublishNotice
+from loopwire.router.observe import count_decision
+from loopwire.router.service import RouterService
+from loopwire.shared import metrics
+from loopwire.shared.contract import StartRun
+from loopwire.shared.settings import Settings
+from loopwire.shared.subjects import Subjects
+
+from tests.router_driver import CFG, Driver, call
+
+pytestmark = pytest.mark.unit
+
+
+def sample(name: str, labels: dict[str, str] | None = None) -> float:
+    return metrics.REGISTRY.get_sample_value(name, labels or {}) or 0.0
+
+
+def test_counters_follow_the_decisions() -> None:
+    before = {
+        "started": sample("loopwire_runs_started_total", {"profile": "agentic"}),
+        "ended": sample("loopwire_runs_ended_total", {"profile": "agentic", "status": "loop_terminated"}),
+        "turns": sample("loopwire_turns_total", {"profile": "agentic"}),
+        "tokens": sample("loopwire_tokens_total", {"direction": "input", "model": "m-observe"}),
+        "loops": sample("loopwire_loop_detections_total", {"detection": "repeated_tool_call",
+                                                          "escalation": "redirect"}),
+        "vacuous": sample("loopwire_vacuous_retries_total"),
+        "nudges": sample("loopwire_commitment_nudges_total"),
+        "steers": sample("loopwire_steers_total"),
+        "warnings": sample("loopwire_budget_warnings_total"),
+    }
+    d = Driver()
+    d.start(input="add 1 and 2", model={"primary": "m-observe"}, limits={"max_total_tokens": 1_000_000})
+    d.answer(".")                                    # vacuous retry
+    d.answer("Let me add them.")                     # commitment nudge
+    d.steer("use the add tool")                      # steer
+    for n in range(3):                               # loop: redirect on the third
+        d.answer(call(f"t{n}"), usage=(300_000 if n == 0 else 10, 5))
+        if n < 2:
+            d.tools()
+    d.answer(call("t3"))                              # terminate (no fallback)
+    d.answer("It is 3.")
+    for decision in d.decisions:
+        count_decision(decision, "agentic")
+    assert sample("loopwire_runs_started_total", {"profile": "agentic"}) == before["started"] + 1
+    assert sample("loopwire_runs_ended_total", {"profile": "agentic", "status": "loop_terminated"}) == \
+        before["ended"] + 1
+    assert sample("loopwire_turns_total", {"profile": "agentic"}) == before["turns"] + 7
+    assert sample("loopwire_tokens_total", {"direction": "input", "model": "m-observe"}) == \
+        before["tokens"] + 10 * 6 + 300_000
+    assert sample("loopwire_loop_detections_total", {"detection": "repeated_tool_call",
+                                                     "escalation": "redirect"}) == before["loops"] + 1
+    assert sample("loopwire_vacuous_retries_total") == before["vacuous"] + 1
+    assert sample("loopwire_commitment_nudges_total") == before["nudges"] + 1
+    assert sample("loopwire_steers_total") == before["steers"] + 1
+    assert sample("loopwire_budget_warnings_total") == before["warnings"]
+
+
+def test_a_replayed_outbox_counts_nothing() -> None:
+    d = Driver()
+    d.start(input="hi")
+    replay = decide(d.state, i.StartInput(input_id="in:1", new_id="run1", body=StartRun(input="hi")), CFG)
+    assert replay.replay and replay.effects
+    before = sample("loopwire_runs_started_total", {"profile": "agentic"})
+    count_decision(replay, "agentic")
+    assert sample("loopwire_runs_started_total", {"profile": "agentic"}) == before
+
+
+class FakeBus:
+    def __init__(self) -> None:
+        self.published: list[tuple[str, Any]] = []
+        self.nc = self
+
+    async def publish(self, subject: str, data: bytes) -> None:
+        self.published.append((subject, orjson.loads(data)))
+
+
+async def test_the_shell_publishes_cancel_notices_on_the_session_subject() -> None:
+    bus = FakeBus()
+    ctx = SimpleNamespace(settings=Settings(), subjects=Subjects("lwx"), bus=bus)
+    service = RouterService(ctx)  # type: ignore[arg-type]
+    await service.perform("s9", [PublishNotice(body={"run_id": "r1"})])
+    assert bus.published == [("lwx.ctl.s9.cancel", {"run_id": "r1"})]
