@@ -24,7 +24,7 @@ from loopwire.shared.metrics import sample_consumers
 from loopwire.shared.runtime import Service, ServiceContext, build_context
 from loopwire.shared.settings import Settings
 from loopwire.shared.streams import ensure_streams
-from loopwire.shared.telemetry import setup_tracing
+from loopwire.shared.telemetry import setup_tracing, shutdown_tracing
 
 log = logging.getLogger("loopwire.launcher")
 
@@ -98,6 +98,7 @@ class Running:
             await self.http.close()
         with contextlib.suppress(Exception):
             await self.ctx.redis.aclose()
+        shutdown_tracing()  # flushes spans still in the batch processor
         self.stopped.set()
 
 

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
+
 from loopwire.llm.breaker import (
     BreakerPolicy,
     CircuitBreaker,

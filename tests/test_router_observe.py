@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
+
 from loopwire.router import inputs as i
 from loopwire.router.core import decide
 from loopwire.router.effects import PublishNotice
@@ -17,7 +18,6 @@ from loopwire.shared import metrics
 from loopwire.shared.contract import StartRun
 from loopwire.shared.settings import Settings
 from loopwire.shared.subjects import Subjects
-
 from tests.router_driver import CFG, Driver, call
 
 pytestmark = pytest.mark.unit

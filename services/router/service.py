@@ -62,7 +62,7 @@ class RouterService:
         if parsed is None or not check_session_id(parsed[0]):
             log.warning("ingress on %r dropped: the session id must be 1-128 characters of "
                         "[A-Za-z0-9_-]", raw.subject)
-            await msg.term()
+            await msg.reject()
             return
         sid, verb = parsed
         seq = raw.metadata.sequence.stream
@@ -77,7 +77,7 @@ class RouterService:
             result = STEP_RESULT_ADAPTER.validate_python(orjson.loads(msg.body))
         except (orjson.JSONDecodeError, ValidationError) as exc:
             log.error("malformed step result dropped: %s", exc)
-            await msg.term()
+            await msg.reject()
             return
         inp: i._Input
         if isinstance(result, GenerationResult):

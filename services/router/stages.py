@@ -42,7 +42,8 @@ class Turn:
 
 
 class Stage(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def after_generation(self, turn: Turn) -> NextStep | None: ...
 
