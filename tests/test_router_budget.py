@@ -98,3 +98,24 @@ def test_a_failed_converging_generation_still_ends_budget_exhausted_with_the_bes
     d.fail("model_overloaded", retryable=True)
     assert d.kinds()[-2:] == ["error", "run.ended"]
     assert d.ended()["status"] == "budget_exhausted" and d.ended()["final_text"] == "So far: 3."
+
+
+def test_memory_extra_usage_joins_the_ledger_once_even_on_a_failed_step() -> None:
+    from loopwire.router import inputs as i
+    from loopwire.shared.envelopes import GenerationResult, StepError
+
+    d = Driver()
+    d.start(input="add 1 and 2", limits={"max_total_tokens": 100_000})
+    step = d.pending
+    d.apply(i.GenerationInput(input_id=step, result=GenerationResult(
+        session_id="s1", run_id="run1", step_id=step, ok=False, extra_usage=Usage(input_tokens=400, output_tokens=50),
+        error=StepError(code="context_too_long", message="prompt is too long"))))
+    assert budget.tokens_used(d.run) == 450
+    step = d.pending
+    d.apply(i.GenerationInput(input_id=step, result=GenerationResult(
+        session_id="s1", run_id="run1", step_id=step, model="m1", stop_reason="end_turn",
+        message={"role": "assistant", "content": [{"type": "text", "text": "It is 3."}]},
+        usage=Usage(input_tokens=100, output_tokens=5), extra_usage=Usage(input_tokens=20, output_tokens=2))))
+    assert d.ended()["usage"] == {"input_tokens": 520, "output_tokens": 57}
+    assert d.ended()["turns"] == 1, "memory's calls are not turns"
+    assert d.of("message")[0]["usage"] == {"input_tokens": 100, "output_tokens": 5}

@@ -45,6 +45,7 @@ from .generation import model_chain, model_request, record_key, result_failed, r
 from .model import Model
 from .observe import ObservedModel, count_delivery, count_fallback, count_step
 from .providers import build_model_factory
+from .summarize import SummarizeResponder
 
 log = logging.getLogger("loopwire.llm")
 
@@ -71,6 +72,8 @@ class LlmService:
         self._inflight: dict[str, list[tuple[str, asyncio.Event]]] = {}
         """session id -> (run id, cancel event) of each generation running here."""
         self._cancel_sub: Any = None
+        self.summarizer = SummarizeResponder(ctx, self.model_factory, self.policy, breaker, sleep)
+        """Answers the memory service's summaries on `<prefix>.rpc.llm.summarize` (summarize.py)."""
 
     # -- wiring ------------------------------------------------------------------------------
     def register(self, broker: NatsBroker) -> None:
@@ -79,8 +82,10 @@ class LlmService:
 
     async def start(self) -> None:
         self._cancel_sub = await self.ctx.bus.nc.subscribe(self.ctx.subjects.cancel_all, cb=self._on_cancel)
+        await self.summarizer.start(self.ctx.bus.nc)
 
     async def stop(self) -> None:
+        await self.summarizer.stop()
         if self._cancel_sub is not None:
             with contextlib.suppress(Exception):
                 await self._cancel_sub.unsubscribe()

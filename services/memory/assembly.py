@@ -1,15 +1,15 @@
-"""Context assembly: the stored history, the run's tools and this generation's notes,
-turned into one Messages API request.
+"""Context assembly: the stored history, the run's tools, the session's memory and this
+generation's notes, turned into one Messages API request.
 
-Pure functions; the service reads Redis and calls these. Compaction under a token budget
-and the observation/reflection memory hook in here (docs/architecture.md).
+Pure functions; the service reads Redis, the context guard (context_guard.py) fits the
+messages under the window, and these put the request together.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from loopwire.shared.envelopes import AssembleContext, Generate, ToolSpec
+from loopwire.shared.envelopes import AssembleContext, Generate, ToolSpec, Usage
 
 
 def normalise_messages(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -41,6 +41,17 @@ def select_tools(catalog: dict[str, ToolSpec], allowed: list[str] | None,
     return chosen + [t for t in extra if t.name not in names]
 
 
+def offered_tools(env: AssembleContext, catalog: dict[str, ToolSpec]) -> list[ToolSpec]:
+    return select_tools(catalog, env.tools, env.extra_tools) if env.offer_tools else []
+
+
+def with_sections(system: str | None, sections: list[str]) -> str | None:
+    """The run's system prompt followed by the memory sections (observations and
+    reflections, hydrated per generation)."""
+    parts = [p for p in [system, *sections] if p]
+    return "\n\n".join(parts) if parts else None
+
+
 def system_prompt(system: str | None, notes: list[str]) -> str | None:
     """Ephemeral notes ride on the system prompt of this one generation; they are never
     stored in the history."""
@@ -50,12 +61,12 @@ def system_prompt(system: str | None, notes: list[str]) -> str | None:
     return f"{system}\n\n{reminder}" if system else reminder
 
 
-def build_generate(env: AssembleContext, history: list[dict[str, Any]],
-                   catalog: dict[str, ToolSpec]) -> Generate:
-    tools = select_tools(catalog, env.tools, env.extra_tools) if env.offer_tools else []
+def build_generate(env: AssembleContext, messages: list[dict[str, Any]], tools: list[ToolSpec],
+                   system: str | None, extra_usage: Usage | None = None) -> Generate:
+    """The llm service's request. `messages` are already normalised (and compacted);
+    `system` already carries the memory sections and every note."""
     return Generate(
         session_id=env.session_id, run_id=env.run_id, step_id=env.step_id, turn=env.turn, trace=env.trace,
-        models=env.models, system=system_prompt(env.system, env.ephemeral_notes),
-        messages=normalise_messages(history), tools=tools, max_tokens=env.max_tokens,
-        temperature=env.temperature,
+        models=env.models, system=system, messages=messages, tools=tools, max_tokens=env.max_tokens,
+        temperature=env.temperature, extra_usage=extra_usage,
     )

@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopwire.shared.contract import StartRun, text_to_content
-from loopwire.shared.envelopes import AssembleContext, ExecuteTools, GenerationResult, ToolCall, ToolsResult
+from loopwire.shared.envelopes import (
+    AssembleContext,
+    ExecuteTools,
+    GenerationResult,
+    ToolCall,
+    ToolsResult,
+    Usage,
+)
 from loopwire.shared.pricing import cost_usd
 
 from . import budget, loop_detection
@@ -52,7 +59,7 @@ class Count:
     derives the rest from the events). Not stored: a replayed outbox counts nothing."""
 
     name: str
-    """`turn`, `vacuous_retry`, `commitment_nudge`, `steer`."""
+    """`turn`, `extra_usage`, `vacuous_retry`, `commitment_nudge`, `steer`."""
     labels: dict[str, str] = field(default_factory=dict)
     values: dict[str, float] = field(default_factory=dict)
 
@@ -197,6 +204,7 @@ def _on_generation(tx: _Tx, inp: i.GenerationInput, cfg: CoreConfig) -> Decision
     if run is None or run.pending_step != result.step_id:
         return None  # stale: the run ended or moved on (abort, steer) while this was in flight
     run.pending_step = None
+    _account_extra(tx, run, result)
     if not result.ok or result.message is None:
         _on_failed_generation(tx, run, result, cfg)
         return tx.finish()
@@ -383,7 +391,8 @@ def _request_generation(tx: _Tx, run: RunState, notes: list[str] | None = None) 
         tools=cfg.tools, offer_tools=profile.offers_tools and cfg.tools != [] and run.converging is None,
         models=cfg.models[run.model_offset:], max_tokens=budget.max_tokens_for(run, cfg.max_tokens),
         temperature=run.temperature if run.temperature is not None else cfg.temperature,
-        reduce_context=run.context_retries > 0,
+        reduce_context=run.context_retries > 0, context_window=cfg.context_window,
+        compaction_at_pct=cfg.compaction_at_pct, actor=cfg.actor,
     )
     tx.effects.append(PublishWork(target="memory.assemble", envelope=env.model_dump(mode="json"),
                                   msg_id=f"{step_id}:assemble"))
@@ -466,15 +475,27 @@ def _account(tx: _Tx, run: RunState, result: GenerationResult) -> None:
     run.turn += 1
     run.inner += 1
     tx.st.turns += 1
-    run.usage = run.usage + result.usage
-    tx.st.usage = tx.st.usage + result.usage
     run.last_context_tokens = result.usage.total_input() + result.usage.output_tokens
+    _add_usage(tx, run, result, result.usage, "turn")
+
+
+def _add_usage(tx: _Tx, run: RunState, result: GenerationResult, usage: Usage, count: str) -> None:
+    """Add `usage` to the run's and the session's ledger (with its cost) and count it."""
+    run.usage = run.usage + usage
+    tx.st.usage = tx.st.usage + usage
     model = result.model or run.config.models[run.model_offset]
-    cost = cost_usd(model, result.usage)
+    cost = cost_usd(model, usage)
     run.cost_usd += cost
     tx.st.cost_usd += cost
-    tx.count("turn", {"profile": run.config.profile, "model": model},
-             input_tokens=result.usage.total_input(), output_tokens=result.usage.output_tokens, cost_usd=cost)
+    tx.count(count, {"profile": run.config.profile, "model": model},
+             input_tokens=usage.total_input(), output_tokens=usage.output_tokens, cost_usd=cost)
+
+
+def _account_extra(tx: _Tx, run: RunState, result: GenerationResult) -> None:
+    """Tokens memory spent on this step besides the model call (its summaries), reported
+    once with the step's result, whether the call succeeded or not."""
+    if result.extra_usage is not None:
+        _add_usage(tx, run, result, result.extra_usage, "extra_usage")
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -511,7 +532,7 @@ def _run_config(body: StartRun, cfg: CoreConfig) -> RunConfig:
         max_total_tokens=limits.max_total_tokens, max_cost_usd=limits.max_cost_usd,
         context_window=limits.context_window or 200_000,
         compaction_at_pct=limits.compaction_at_pct or profile.compaction_at_pct,
-        metadata=body.metadata,
+        actor=body.strategy.actor, metadata=body.metadata,
     )
 
 

@@ -4,7 +4,7 @@ The core stays pure; the shell calls `count_decision` once per applied (committe
 decision, never for a replayed outbox, so a redelivered input is not counted twice.
 Run-level counters come from the decision's events (`run.started`, `run.ended`,
 `loop.detected`, `budget.warning`, `error`, `model.fallback`); what no event shows by
-itself (tokens and cost per turn, vacuous retries, commitment nudges, steers) comes from
+itself (tokens and cost per turn and of memory's own calls, vacuous retries, commitment nudges, steers) comes from
 the decision's `counts`.
 """
 
@@ -24,9 +24,10 @@ def count_decision(decision: Decision, profile: str | None) -> None:
         if isinstance(effect, EmitEvent):
             _count_event(effect, profile)
     for count in decision.counts:
-        if count.name == "turn":
+        if count.name in ("turn", "extra_usage"):
             model = count.labels.get("model", "")
-            metrics.TURNS.labels(profile=count.labels.get("profile", "unknown")).inc()
+            if count.name == "turn":
+                metrics.TURNS.labels(profile=count.labels.get("profile", "unknown")).inc()
             metrics.observe_usage(model, int(count.values.get("input_tokens", 0)),
                                   int(count.values.get("output_tokens", 0)), count.values.get("cost_usd", 0.0))
         elif count.name == "vacuous_retry":

@@ -34,6 +34,8 @@ class RunConfig(BaseModel):
     max_cost_usd: float | None = None
     context_window: int = 200_000
     compaction_at_pct: float = 0.8
+    actor: str | None = None
+    """StartRun `strategy.actor`: memory keeps observations per actor."""
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 

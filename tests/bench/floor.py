@@ -4,13 +4,14 @@ Raw nats-py request/reply, redis-py (asyncio) and orjson, no JetStream, no FastS
 no pydantic, no logic. One tool-turn of loopwire is five service hops (tools, router,
 memory, llm, router: see docs/architecture.md); here each hop is one core-NATS request
 from the driver to an echo responder in another process, which first makes the Redis
-calls that loopwire's receiving service makes, with the same scripts and keys of the
-same shape, and publishes the events that service emits (fire-and-forget).
+calls that loopwire's receiving service makes (same commands, scripts of the same shape,
+keys of the same shape) and publishes the events that service emits (fire-and-forget).
 
-    python -m tests.bench.floor --nats URL --redis URL      # the responder process
+    python -m tests.bench.floor --nats URL --redis URL --plan JSON   # the responder
 
-`HOPS` is the plan per hop; run_bench checks its totals against what the trace counts
-loopwire doing per tool-turn, and the envelope sizes come from that trace.
+The plan comes from what the trace counted loopwire doing per tool-turn
+(`plan_from_trace`), so the floor follows the code; `DEFAULT_PLAN` is the path of
+docs/architecture.md, used when there is no trace.
 """
 
 from __future__ import annotations
@@ -37,29 +38,81 @@ class Hop:
     service: str
     redis: tuple[str, ...]
     """Redis round trips, in order: `mget`, `set_tool`, `event`, `hmget`, `commit`, `lrange`,
-    `hgetall`, `get_gen`, `set_gen` (the commands loopwire's service sends)."""
+    `hgetall`, `get_gen`, `set_gen`, `lua` (another small script), `get` (anything else)."""
     events: tuple[str, ...] = ()
 
 
-HOPS: tuple[Hop, ...] = (
+DEFAULT_PLAN: tuple[Hop, ...] = (
     Hop("tools", ("mget", "set_tool", "event"), ("tool.result",)),
     Hop("router", ("hmget", "commit")),
     Hop("memory", ("lrange", "hgetall")),
     Hop("llm", ("get_gen", "set_gen")),
     Hop("router", ("hmget", "commit", "event", "event"), ("message", "tool.call")),
 )
+ROUTER_IN, ROUTER_OUT = 1, 4
+"""The router's two hops: the tools result in, the generation result in."""
+OP_OF = {
+    "mget lw:step:tool": ("mget", 0), "set lw:step:tool": ("set_tool", 0),
+    "lrange lw:h": ("lrange", 2), "hgetall lw:tools": ("hgetall", 2),
+    "get lw:step:gen": ("get_gen", 3), "set lw:step:gen": ("set_gen", 3),
+}
+"""Trace label -> (floor op, hop of the service that makes the call)."""
+
+
+def plan_from_trace(redis_cmds: dict[str, float], events: dict[str, float]) -> tuple[Hop, ...]:
+    """The per-hop plan for what the trace counted per tool-turn: Redis commands by key
+    space (`hmget lw:s`...) and events by kind (`tool.result`...)."""
+    ops: list[list[str]] = [[] for _ in DEFAULT_PLAN]
+    for label, count in sorted(redis_cmds.items()):
+        n = round(count)
+        if label in OP_OF:
+            op, hop = OP_OF[label]
+            ops[hop] += [op] * n
+        elif label in ("hmget lw:s", "evalsha lw:s"):  # the router loads, then commits
+            op = "hmget" if label.startswith("hmget") else "commit"
+            ops[ROUTER_IN] += [op] * (n // 2)
+            ops[ROUTER_OUT] += [op] * (n - n // 2)
+        elif label == "evalsha lw:seq":  # one per event, by whoever emits it
+            tool_events = round(events.get("tool.result", 0))
+            ops[0] += ["event"] * min(n, tool_events)
+            ops[ROUTER_OUT] += ["event"] * max(0, n - tool_events)
+        elif label.startswith("evalsha lw:breaker"):
+            ops[3] += ["lua"] * n
+        else:
+            ops[ROUTER_OUT] += ["lua" if label.startswith("evalsha") else "get"] * n
+    order = ["hmget", "mget", "get_gen", "lua", "lrange", "hgetall", "commit", "set_tool", "set_gen", "event", "get"]
+    hop_events: list[list[str]] = [[] for _ in DEFAULT_PLAN]
+    for kind, count in sorted(events.items()):
+        hop_events[0 if kind == "tool.result" else ROUTER_OUT] += [kind] * round(count)
+    return tuple(Hop(h.service, tuple(sorted(ops[i], key=order.index)), tuple(hop_events[i]))
+                 for i, h in enumerate(DEFAULT_PLAN))
+
+
+def plan_to_json(plan: tuple[Hop, ...]) -> str:
+    return orjson.dumps([{"service": h.service, "redis": h.redis, "events": h.events} for h in plan]).decode()
+
+
+def plan_from_json(text: str) -> tuple[Hop, ...]:
+    return tuple(Hop(h["service"], tuple(h["redis"]), tuple(h["events"])) for h in orjson.loads(text))
+
+
 SUBJECT = "floor.hop"
 EVENTS = "floor.out"
 
 # The scripts loopwire runs, trimmed to their Redis work: compare-version-and-set of the
 # state plus the history append (session_store.py), seq + dedup key + stream entry
-# (event_log.py).
+# (event_log.py), and a read-modify-write of a small hash (the llm's breaker, for `lua`).
 COMMIT_LUA = """
 local cur = redis.call('HGET', KEYS[1], 'ver')
 if (cur or '0') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'ver', ARGV[2], 'state', ARGV[3])
 redis.call('RPUSH', KEYS[2], ARGV[4])
 return 1
+"""
+SMALL_LUA = """
+local f = redis.call('HGET', KEYS[1], 'failures')
+redis.call('HSET', KEYS[1], 'failures', 0, 'seen', ARGV[1])
+return f
 """
 EVENT_LUA = """
 local seq = redis.call('INCR', KEYS[1])
@@ -79,18 +132,21 @@ def padding(size: int) -> list[dict[str, Any]]:
 
 
 class Responder:
-    def __init__(self, nc: NatsClient, redis: aioredis.Redis, reply_sizes: list[int]) -> None:
+    def __init__(self, nc: NatsClient, redis: aioredis.Redis, reply_sizes: list[int],
+                 plan: tuple[Hop, ...] = DEFAULT_PLAN) -> None:
         self.nc = nc
         self.r = redis
+        self.plan = plan
         self.commit = redis.register_script(COMMIT_LUA)
         self.event = redis.register_script(EVENT_LUA)
+        self.small = redis.register_script(SMALL_LUA)
         self.replies = [padding(n) for n in reply_sizes]
         self.state = orjson.dumps({"status": "running", "run": {"turn": 1, "phase": "generate"},
                                    "history_len": 2, "pad": padding(600)})
         self.tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        for i in range(len(HOPS)):
+        for i in range(len(self.plan)):
             await self.nc.subscribe(f"{SUBJECT}.{i}", queue="floor", cb=self._spawn(i))
 
     def _spawn(self, hop: int) -> Any:
@@ -103,7 +159,7 @@ class Responder:
     async def handle(self, hop: int, msg: Msg) -> None:
         env = orjson.loads(msg.data)
         sid, turn = env["session_id"], env["turn"]
-        plan = HOPS[hop]
+        plan = self.plan[hop]
         n_event = 0
         ver = 0
         for op in plan.redis:
@@ -133,6 +189,10 @@ class Responder:
             await r.lrange(f"fl:h:{sid}", 0, -1)
         elif op == "hgetall":
             await r.hgetall("fl:tools:catalog")
+        elif op == "lua":
+            await self.small(keys=["fl:breaker:model"], args=[str(turn)])
+        elif op == "get":
+            await r.get(f"fl:other:{sid}")
         elif op == "get_gen":
             await r.get(f"fl:step:gen:{sid}:{turn}")
         elif op == "set_gen":
@@ -165,7 +225,7 @@ class FloorDriver:
         out = []
         for turn in range(turns):
             t0 = time.perf_counter()
-            for hop in range(len(HOPS)):
+            for hop in range(len(self.requests)):
                 body = orjson.dumps({"session_id": sid, "turn": turn, "messages": self.requests[hop]})
                 reply = await self.nc.request(f"{SUBJECT}.{hop}", body, timeout=30)
                 orjson.loads(reply.data)
@@ -191,10 +251,10 @@ def summary(lat: list[float]) -> tuple[float, float]:
     return statistics.median(lat), statistics.quantiles(lat, n=100)[98]
 
 
-async def serve(nats_url: str, redis_url: str, reply_sizes: list[int]) -> None:
+async def serve(nats_url: str, redis_url: str, reply_sizes: list[int], plan: tuple[Hop, ...]) -> None:
     nc = await nats.connect(nats_url)
     redis = aioredis.Redis.from_url(redis_url, max_connections=512)
-    responder = Responder(nc, redis, reply_sizes)
+    responder = Responder(nc, redis, reply_sizes, plan)
     await responder.start()
     await redis.hset("fl:tools:catalog", mapping={"noop": orjson.dumps({"name": "noop", "seen_at": 0})})
     stop = asyncio.Event()
@@ -214,6 +274,7 @@ def main() -> None:
     parser.add_argument("--redis", required=True)
     parser.add_argument("--reply-sizes", default="700,650,4000,1400,500",
                         help="bytes of the reply of each hop (the next envelope)")
+    parser.add_argument("--plan", default=plan_to_json(DEFAULT_PLAN), help="per-hop plan (JSON)")
     args = parser.parse_args()
     try:
         import uvloop
@@ -221,7 +282,8 @@ def main() -> None:
         uvloop.install()
     except ImportError:  # pragma: no cover
         pass
-    asyncio.run(serve(args.nats, args.redis, [int(x) for x in args.reply_sizes.split(",")]))
+    asyncio.run(serve(args.nats, args.redis, [int(x) for x in args.reply_sizes.split(",")],
+                      plan_from_json(args.plan)))
 
 
 if __name__ == "__main__":

@@ -60,6 +60,8 @@ class Results:
     infra_processes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    floor_plan: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
+    """(service, Redis ops, events) per hop of the floor."""
 
 
 # -- numbers ---------------------------------------------------------------------------------
@@ -197,6 +199,11 @@ def markdown(res: Results) -> str:
         for k, v in sorted(t.redis_cmds.items()):
             out.append(f"| `{k}` | {v:g} |")
         out.append(f"| **all** | **{t.redis_round_trips:g}** |")
+        if res.floor_plan:
+            out += ["", "The floor's plan built from these counts (one request/reply per hop):", "",
+                    "| hop | service | Redis round trips | events published |", "|---|---|---|---|"]
+            for i, (service, ops, events) in enumerate(res.floor_plan, 1):
+                out.append(f"| {i} | {service} | {', '.join(ops) or '-'} | {', '.join(events) or '-'} |")
         inner = ", ".join(f"{k} {v:g}" for k, v in sorted(t.lua_cmds.items()))
         out += ["", f"Inside those Lua scripts, per tool-turn: {inner}.", ""]
         if t.timeline:

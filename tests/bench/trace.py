@@ -108,8 +108,13 @@ async def trace_turns(nats_url: str, redis_url: str, prefix: str = "loopwire",
             return
         window.nats_msgs[kind] += 1
         window.nats_bytes[kind] += len(msg.data)
-        detail = msg.subject if kind == "jetstream delivery" else ""
-        window.seen.append((time.time(), kind, f"{detail} ({len(msg.data)} B)".strip()))
+        if kind == "jetstream delivery":
+            detail = f"{msg.subject} ({len(msg.data)} B)"
+        elif kind.startswith("consumer"):
+            detail = f"of the {msg.subject.split('.')[3]} consumer's previous delivery"
+        else:
+            detail = f"({len(msg.data)} B)"
+        window.seen.append((time.time(), kind, detail))
 
     await spy.subscribe(">", cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
     monitor_cmds: list[dict[str, Any]] = []

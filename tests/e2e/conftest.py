@@ -24,6 +24,9 @@ E2E_ENV = {
     "LOOPWIRE_ACK_WAIT_S": "3",
     "LOOPWIRE_DISCOVERY_INTERVAL_S": "0.5",
     "LOOPWIRE_LLM_MAX_RETRIES": "2",
+    # Backoff between retries of a failing model: short, so 529 scenarios take ~0.2 s.
+    "LOOPWIRE_LLM_RETRY_BASE_DELAY_S": "0.05",
+    "LOOPWIRE_LLM_RETRY_MAX_DELAY_S": "0.2",
     "LOOPWIRE_TOOL_TIMEOUT_S": "30",
     "LOOPWIRE_LOG_LEVEL": "INFO",
 }

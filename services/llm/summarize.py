@@ -1,0 +1,107 @@
+"""Internal, non-streamed generations for the memory service (summaries, observations).
+
+A core request/reply on `<prefix>.rpc.llm.summarize` (one queue group across replicas):
+a `Generate` in, a `GenerationResult` back. The same fallback chain, retries, breaker
+and traces as a run's generation; no `text.delta` events (the user never sees these
+tokens stream), and the reply goes back to the caller instead of the router. A
+successful answer is recorded under the request's step id before the reply, so a
+repeated request (the memory step redelivered after a crash) is answered from the record.
+
+Each request runs in its own task: nats-py calls a subscription's callback one message
+at a time, and one slow summary must not hold up the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from pydantic import ValidationError
+
+from loopwire.shared import codec
+from loopwire.shared.envelopes import Generate, GenerationResult, summarize_subject
+from loopwire.shared.runtime import ServiceContext
+
+from .errors import ModelCallError
+from .fallback import BreakerGate, FallbackModel, RetryPolicy, Sleep
+from .generation import model_chain, model_request, record_key, result_failed, result_ok
+from .model import Model
+from .observe import ObservedModel, count_step
+
+log = logging.getLogger("loopwire.llm.summarize")
+
+
+class SummarizeResponder:
+    def __init__(self, ctx: ServiceContext, model_factory: Callable[[str], Model], policy: RetryPolicy,
+                 breaker: BreakerGate | None, sleep: Sleep) -> None:
+        self.ctx = ctx
+        self.model_factory = model_factory
+        self.policy = policy
+        self.breaker = breaker
+        self._sleep = sleep
+        self._sub: Any = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def subject(self) -> str:
+        return summarize_subject(self.ctx.settings.subject_prefix)
+
+    async def start(self, nc: NatsClient) -> None:
+        queue = f"{self.ctx.settings.subject_prefix.replace('.', '_')}_llm_summarize"
+        self._sub = await nc.subscribe(self.subject, queue=queue, cb=self._on_msg)
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _on_msg(self, msg: Msg) -> None:
+        task = asyncio.create_task(self._reply(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reply(self, msg: Msg) -> None:
+        try:
+            env = Generate.model_validate(codec.loads(msg.data))
+        except (ValidationError, ValueError) as exc:
+            log.error("malformed summarize request dropped: %s", exc)
+            return  # the caller times out and falls back
+        try:
+            result = await self.answer(env)
+        except Exception as exc:  # Redis down, say: the caller falls back
+            log.exception("summarize %s failed", env.step_id)
+            result = result_failed(env, ModelCallError("internal", f"summarize failed: {exc}", False, None, None))
+        if msg.reply:
+            with contextlib.suppress(Exception):
+                await msg.respond(codec.dumps(result))
+
+    async def answer(self, env: Generate) -> GenerationResult:
+        recorded = await self.ctx.steps.get(record_key(env.step_id))
+        if recorded is not None:
+            count_step("replayed")
+            return GenerationResult.model_validate(recorded)
+        default_model = self.ctx.settings.default_model
+        runner = FallbackModel(model_chain(env, default_model),
+                               lambda model_id: ObservedModel(self.model_factory(model_id), env),
+                               self.policy, self.breaker, self._sleep)
+        try:
+            outcome = await runner.run(model_request(env, default_model))
+        except ModelCallError as err:
+            log.warning("summarize %s failed: %r %s", env.step_id, err, err.message)
+            count_step("error")
+            return result_failed(env, err)  # not recorded: a later request may succeed
+        result = result_ok(env, outcome)
+        standing = await self.ctx.steps.put_if_absent(record_key(env.step_id), result.model_dump(mode="json"))
+        count_step("ok")
+        return GenerationResult.model_validate(standing)

@@ -1,0 +1,200 @@
+"""The memory hierarchy: observations after every N turns, reflections after every M
+observations, hydrated into later generations as a section of the system prompt.
+
+    history ──N model turns──▶ observation ("what is worth remembering from these turns")
+    observations ──M of them──▶ reflection ("what they add up to")
+
+Both are written off the critical path: the assemble handler publishes its request and
+acks first, then pokes the `Observer`, which runs in a background task (one per session
+at a time, one replica at a time through a Redis lock). A process that dies mid-way
+loses nothing: the trigger is a count (`observed_to` in the session's memory meta), so
+the next generation's poke finds the same turns unobserved and writes the observation
+then; the model call is recorded under a step id derived from the span, so it is not
+paid twice. Observations are stored per session, and per strategy actor when the run has
+one (`strategy.actor`), so an actor's later sessions start with what it learned. Each is
+visible in the transcript as a `memory.observation` / `memory.reflection` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from loopwire.shared.codec import now_rfc3339
+from loopwire.shared.envelopes import AssembleContext, Usage
+from loopwire.shared.session_store import SessionStore
+
+from .compaction import render_transcript
+from .store import MemoryStore, Snapshot
+
+log = logging.getLogger("loopwire.memory.observations")
+
+OBSERVATION_SYSTEM = (
+    "You keep the long-term memory of an AI assistant. From the conversation excerpt, write the "
+    "few observations worth remembering later: facts about the user and their goals, preferences, "
+    "decisions, results reached, and what is still open. One short line each, most important first, "
+    "no preamble. Skip what the earlier observations already say."
+)
+REFLECTION_SYSTEM = (
+    "You keep the long-term memory of an AI assistant. From its recent observations, write a short "
+    "reflection: what they add up to (patterns, the user's intent, lessons, what to do next). "
+    "A few lines, no preamble."
+)
+OBSERVATION_MAX_TOKENS = 400
+REFLECTION_MAX_TOKENS = 400
+MAX_EXCERPT_CHARS = 60_000
+"""The newest part of the excerpt is kept when the turns are longer than this."""
+LOCK_TTL_S = 300
+
+Complete = Callable[[AssembleContext, str, str, list[dict[str, Any]], int], Awaitable[tuple[str, Usage]]]
+"""(env, step_id, system, messages, max_tokens) -> (text, usage): LlmSummarizer.complete."""
+Emit = Callable[..., Awaitable[Any]]
+"""Bus.emit."""
+
+
+# -- pure: triggers, prompts, hydration ------------------------------------------------------------
+def model_turns(messages: list[dict[str, Any]]) -> int:
+    return sum(1 for m in messages if m.get("role") == "assistant")
+
+
+def observation_request(messages: list[dict[str, Any]], earlier: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    excerpt = render_transcript(messages)
+    if len(excerpt) > MAX_EXCERPT_CHARS:
+        excerpt = "[...]\n" + excerpt[-MAX_EXCERPT_CHARS:]
+    parts = []
+    if earlier:
+        parts.append("<earlier-observations>\n" + "\n".join(o["text"] for o in earlier) + "\n</earlier-observations>")
+    parts.append(f"<conversation-excerpt>\n{excerpt}\n</conversation-excerpt>")
+    parts.append("Write the new observations.")
+    return [{"role": "user", "content": [{"type": "text", "text": "\n\n".join(parts)}]}]
+
+
+def reflection_request(observations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    listed = "\n".join(f"- {o['text']}" for o in observations)
+    text = f"<observations>\n{listed}\n</observations>\n\nWrite the reflection."
+    return [{"role": "user", "content": [{"type": "text", "text": text}]}]
+
+
+def memory_section(snap: Snapshot, max_chars: int) -> str | None:
+    """The system-prompt section with what the session (and its actor) remembers; the
+    oldest items give way first when it would exceed `max_chars`."""
+    groups = [("Reflections", snap.reflections), ("Observations", snap.observations),
+              ("From earlier sessions", snap.actor_reflections + snap.actor_observations)]
+    lines: list[tuple[str, str]] = [(title, item["text"]) for title, items in groups for item in items
+                                    if item.get("text")]
+    while lines and sum(len(t) + 3 for _, t in lines) > max_chars:
+        # Drop the oldest of the largest group first.
+        counts: dict[str, int] = {}
+        for title, _ in lines:
+            counts[title] = counts.get(title, 0) + 1
+        biggest = max(counts, key=lambda k: counts[k])
+        lines.remove(next(x for x in lines if x[0] == biggest))
+    if not lines:
+        return None
+    out = ["<memory>"]
+    for title, _ in groups:
+        items = [t for g, t in lines if g == title]
+        if items:
+            out.append(f"{title}:")
+            out.extend(f"- {t}" for t in items)
+    out.append("</memory>")
+    return "\n".join(out)
+
+
+# -- the background worker ------------------------------------------------------------------------
+class Observer:
+    def __init__(self, store: MemoryStore, sessions: SessionStore, complete: Complete, emit: Emit,
+                 every_turns: int, reflect_every: int) -> None:
+        self.store = store
+        self.sessions = sessions
+        self.complete = complete
+        self.emit = emit
+        self.every_turns = every_turns
+        self.reflect_every = reflect_every
+        self._running: dict[str, asyncio.Task[None]] = {}
+
+    def poke(self, env: AssembleContext) -> None:
+        """Called after a generation's request went out: check the triggers in the
+        background (never delaying the request)."""
+        if self.every_turns <= 0 or env.session_id in self._running:
+            return
+        task = asyncio.create_task(self._guarded(env))
+        self._running[env.session_id] = task
+        task.add_done_callback(lambda _t: self._running.pop(env.session_id, None))
+
+    async def idle(self) -> None:
+        """Wait for the background work in flight (tests, shutdown)."""
+        while self._running:
+            await asyncio.gather(*list(self._running.values()), return_exceptions=True)
+
+    async def stop(self) -> None:
+        for task in list(self._running.values()):
+            task.cancel()
+        await self.idle()
+
+    async def _guarded(self, env: AssembleContext) -> None:
+        try:
+            await self.run(env)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the next poke tries again
+            log.exception("session %s: observation failed", env.session_id)
+
+    async def run(self, env: AssembleContext) -> None:
+        sid = env.session_id
+        state = await self.store.observation_state(sid)
+        end = env.history_len
+        if end - state.observed_to < self.every_turns:
+            return  # cannot hold N model turns: no read needed
+        messages = await self.sessions.history(sid, state.observed_to, end - 1)
+        if model_turns(messages) < self.every_turns:
+            return
+        owner = uuid.uuid4().hex
+        if not await self.store.lock(sid, "observe", owner, LOCK_TTL_S):
+            return  # another replica is on it
+        try:
+            state = await self.store.observation_state(sid)  # may have moved while we read
+            if end - state.observed_to < self.every_turns:
+                return
+            await self._observe(env, state.observed_to, end)
+            state = await self.store.observation_state(sid)
+            if self.reflect_every > 0 and state.observations - state.reflected >= self.reflect_every:
+                await self._reflect(env, state.reflected, state.observations)
+        finally:
+            with contextlib.suppress(Exception):
+                await self.store.unlock(sid, "observe", owner)
+
+    async def _observe(self, env: AssembleContext, start: int, end: int) -> None:
+        sid = env.session_id
+        messages = await self.sessions.history(sid, start, end - 1)
+        earlier = await self.store.observations(sid, -5, -1)
+        text, usage = await self.complete(env, f"{sid}:observe:{end}", OBSERVATION_SYSTEM,
+                                          observation_request(messages, earlier), OBSERVATION_MAX_TOKENS)
+        text = text.strip()
+        if not text:  # nothing worth keeping: these turns are done all the same
+            await self.store.mark_observed(sid, end)
+            return
+        item = {"text": text, "session_id": sid, "run_id": env.run_id, "from_message": start,
+                "to_message": end, "turns": model_turns(messages), "actor": env.actor, "at": now_rfc3339()}
+        await self.store.add_observation(sid, item, env.actor, usage, observed_to=end)
+        await self.emit(sid, env.run_id, "memory.observation", key=f"memory.observation:{end}",
+                        observation=text, from_message=start, to_message=end, actor=env.actor)
+
+    async def _reflect(self, env: AssembleContext, start: int, end: int) -> None:
+        sid = env.session_id
+        observations = await self.store.observations(sid, start, end - 1)
+        text, usage = await self.complete(env, f"{sid}:reflect:{end}", REFLECTION_SYSTEM,
+                                          reflection_request(observations), REFLECTION_MAX_TOKENS)
+        text = text.strip()
+        if not text:
+            await self.store.mark_reflected(sid, end)
+            return
+        item = {"text": text, "session_id": sid, "run_id": env.run_id, "observations": end - start,
+                "actor": env.actor, "at": now_rfc3339()}
+        await self.store.add_reflection(sid, item, env.actor, usage, reflected=end)
+        await self.emit(sid, env.run_id, "memory.reflection", key=f"memory.reflection:{end}",
+                        reflection=text, observations=end - start, actor=env.actor)

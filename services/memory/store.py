@@ -1,0 +1,225 @@
+"""The memory service's Redis state: compactions, observations, reflections, and the
+tokens it spent that the run's budget has yet to count.
+
+| key | type | content |
+|---|---|---|
+| `lw:mem:<sid>:compaction` | string | the session's CompactionRecord (JSON) |
+| `lw:mem:<sid>:obs` / `:refl` | list | observations / reflections (JSON), oldest first |
+| `lw:mem:<sid>:meta` | hash | `observed_to` (history index), `reflected` (observations reflected on) |
+| `lw:mem:<sid>:lock:<what>` | string + TTL | one replica writes an observation at a time |
+| `lw:mem:<sid>:usage` | hash | tokens spent (summaries, observations), not yet claimed |
+| `lw:mem:xu:<step_id>` | hash + TTL | the usage a generation step claimed (its `extra_usage`) |
+| `lw:mem:actor:<actor>:obs` / `:refl` | list | the same, per strategy actor, across sessions (capped) |
+
+Session keys expire with `session_ttl_s` (refreshed on each write), claims with
+`step_result_ttl_s`. The full history is never here: it is the router's (`lw:h:<sid>`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+from pydantic import ValidationError
+
+from loopwire.shared import codec
+from loopwire.shared.envelopes import Usage
+
+from .compaction import CompactionRecord
+
+log = logging.getLogger("loopwire.memory.store")
+
+ACTOR_KEEP = 200
+"""Entries kept per actor list (newest)."""
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+# Claim the pending usage for one step, once: a redelivered step gets the same claim.
+_CLAIM_LUA = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return redis.call('HGETALL', KEYS[2]) end
+local vals = redis.call('HGETALL', KEYS[1])
+if #vals > 0 then
+  redis.call('HSET', KEYS[2], unpack(vals))
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('HSET', KEYS[2], 'none', '1')
+end
+local ttl = tonumber(ARGV[1])
+if ttl > 0 then redis.call('EXPIRE', KEYS[2], ttl) end
+return vals
+"""
+
+
+def _k(sid: str, what: str) -> str:
+    return f"lw:mem:{sid}:{what}"
+
+
+def _actor(actor: str, what: str) -> str:
+    return f"lw:mem:actor:{actor}:{what}"
+
+
+def _usage_from(flat: list[Any]) -> Usage | None:
+    values: dict[str, int] = {}
+    for name, value in zip(flat[::2], flat[1::2], strict=True):
+        key = name.decode() if isinstance(name, bytes) else str(name)
+        if key in USAGE_FIELDS:
+            values[key] = int(value)
+    usage = Usage(**values)
+    return usage if any(values.values()) else None
+
+
+@dataclass
+class Snapshot:
+    """What one assembly reads besides the history, in one round trip."""
+
+    record: CompactionRecord | None = None
+    observations: list[dict[str, Any]] = field(default_factory=list)
+    reflections: list[dict[str, Any]] = field(default_factory=list)
+    actor_observations: list[dict[str, Any]] = field(default_factory=list)
+    actor_reflections: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ObservationState:
+    observed_to: int = 0
+    """History index up to which observations were written."""
+    observations: int = 0
+    reflected: int = 0
+    """Observations already reflected on."""
+
+
+class MemoryStore:
+    def __init__(self, redis: aioredis.Redis, ttl_s: int = 0, claim_ttl_s: int = 7 * 24 * 3600) -> None:
+        self._r = redis
+        self._ttl = ttl_s
+        self._claim_ttl = claim_ttl_s
+        self._claim = redis.register_script(_CLAIM_LUA)
+
+    # -- reading --------------------------------------------------------------------------------
+    async def snapshot(self, sid: str, actor: str | None, observations: int, reflections: int) -> Snapshot:
+        pipe = self._r.pipeline(transaction=False)
+        pipe.get(_k(sid, "compaction"))
+        pipe.lrange(_k(sid, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
+        pipe.lrange(_k(sid, "refl"), -reflections, -1) if reflections > 0 else pipe.echo("")
+        if actor:
+            pipe.lrange(_actor(actor, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
+            pipe.lrange(_actor(actor, "refl"), -reflections, -1) if reflections > 0 else pipe.echo("")
+        raw = await pipe.execute()
+        snap = Snapshot(record=self._record(raw[0]), observations=_items(raw[1]), reflections=_items(raw[2]))
+        if actor:
+            # The actor's memory from its other sessions (this session's is listed already).
+            snap.actor_observations = [o for o in _items(raw[3]) if o.get("session_id") != sid]
+            snap.actor_reflections = [r for r in _items(raw[4]) if r.get("session_id") != sid]
+        return snap
+
+    @staticmethod
+    def _record(raw: bytes | None) -> CompactionRecord | None:
+        if raw is None:
+            return None
+        try:
+            return CompactionRecord.model_validate(codec.loads(raw))
+        except (ValidationError, ValueError) as exc:  # written by another version: start over
+            log.warning("unreadable compaction record ignored: %s", exc)
+            return None
+
+    async def observation_state(self, sid: str) -> ObservationState:
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hmget(_k(sid, "meta"), ["observed_to", "reflected"])
+        pipe.llen(_k(sid, "obs"))
+        (observed_to, reflected), count = await pipe.execute()
+        return ObservationState(int(observed_to or 0), int(count), int(reflected or 0))
+
+    async def observations(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
+        return _items(await self._r.lrange(_k(sid, "obs"), start, stop))
+
+    async def reflections(self, sid: str) -> list[dict[str, Any]]:
+        return _items(await self._r.lrange(_k(sid, "refl"), 0, -1))
+
+    # -- writing --------------------------------------------------------------------------------
+    async def save_compaction(self, sid: str, record: CompactionRecord) -> None:
+        """The record and the tokens it cost, in one transaction: a redelivered step never
+        counts a stored summary twice, nor loses its cost."""
+        pipe = self._r.pipeline(transaction=True)
+        pipe.set(_k(sid, "compaction"), codec.dumps(record), ex=self._ttl or None)
+        self._add_usage(pipe, sid, record.usage)
+        await pipe.execute()
+
+    async def add_observation(self, sid: str, item: dict[str, Any], actor: str | None, usage: Usage,
+                              observed_to: int) -> None:
+        pipe = self._r.pipeline(transaction=True)
+        pipe.rpush(_k(sid, "obs"), codec.dumps(item))
+        pipe.hset(_k(sid, "meta"), "observed_to", observed_to)
+        self._expire(pipe, _k(sid, "obs"), _k(sid, "meta"))
+        if actor:
+            pipe.rpush(_actor(actor, "obs"), codec.dumps(item))
+            pipe.ltrim(_actor(actor, "obs"), -ACTOR_KEEP, -1)
+            self._expire(pipe, _actor(actor, "obs"))
+        self._add_usage(pipe, sid, usage)
+        await pipe.execute()
+
+    async def add_reflection(self, sid: str, item: dict[str, Any], actor: str | None, usage: Usage,
+                             reflected: int) -> None:
+        pipe = self._r.pipeline(transaction=True)
+        pipe.rpush(_k(sid, "refl"), codec.dumps(item))
+        pipe.hset(_k(sid, "meta"), "reflected", reflected)
+        self._expire(pipe, _k(sid, "refl"), _k(sid, "meta"))
+        if actor:
+            pipe.rpush(_actor(actor, "refl"), codec.dumps(item))
+            pipe.ltrim(_actor(actor, "refl"), -ACTOR_KEEP, -1)
+            self._expire(pipe, _actor(actor, "refl"))
+        self._add_usage(pipe, sid, usage)
+        await pipe.execute()
+
+    async def mark_observed(self, sid: str, observed_to: int) -> None:
+        await self._r.hset(_k(sid, "meta"), "observed_to", observed_to)
+
+    async def mark_reflected(self, sid: str, reflected: int) -> None:
+        await self._r.hset(_k(sid, "meta"), "reflected", reflected)
+
+    async def lock(self, sid: str, what: str, owner: str, ttl_s: int) -> bool:
+        return bool(await self._r.set(_k(sid, f"lock:{what}"), owner, nx=True, ex=ttl_s))
+
+    async def unlock(self, sid: str, what: str, owner: str) -> None:
+        key = _k(sid, f"lock:{what}")
+        if await self._r.get(key) == owner.encode():
+            await self._r.delete(key)
+
+    # -- the usage ledger -------------------------------------------------------------------------
+    async def add_usage(self, sid: str, usage: Usage) -> None:
+        pipe = self._r.pipeline(transaction=False)
+        self._add_usage(pipe, sid, usage)
+        await pipe.execute()
+
+    async def claim_usage(self, sid: str, step_id: str) -> Usage | None:
+        """The tokens spent since the last claim, handed to generation `step_id` (once:
+        a redelivery of the step gets the same answer)."""
+        flat = await self._claim(keys=[_k(sid, "usage"), f"lw:mem:xu:{step_id}"], args=[str(self._claim_ttl)])
+        return _usage_from(flat)
+
+    def _add_usage(self, pipe: Any, sid: str, usage: Usage) -> None:
+        key = _k(sid, "usage")
+        for name in USAGE_FIELDS:
+            value = getattr(usage, name)
+            if value:
+                pipe.hincrby(key, name, value)
+        self._expire(pipe, key)
+
+    def _expire(self, pipe: Any, *keys: str) -> None:
+        if self._ttl:
+            for key in keys:
+                pipe.expire(key, self._ttl)
+
+
+def _items(raw: Any) -> list[dict[str, Any]]:
+    if not isinstance(raw, list):
+        return []
+    out = []
+    for item in raw:
+        try:
+            value = codec.loads(item)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out

@@ -1,0 +1,65 @@
+"""The memory service's way to the model: a core NATS request to the llm service.
+
+Summaries (compaction) and observations are generations the memory service needs an
+answer to before it can go on, so they are a request/reply on `<prefix>.rpc.llm.summarize`
+(envelopes.summarize_subject) rather than a step of the run: a `Generate` without tools
+goes out, a `GenerationResult` comes back. The llm service answers with its own model
+factory, retries and fallbacks, and records the answer under the request's step id, so a
+memory step that is redelivered after a crash gets the same summary without a second
+model call. When no llm service answers in time, the caller gets `SummaryFailed` and
+falls back (the guard drops old messages from the request instead).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client as NatsClient
+from pydantic import ValidationError
+
+from loopwire.shared import codec
+from loopwire.shared.envelopes import AssembleContext, Generate, GenerationResult, Usage
+
+from .context_guard import Summarize, SummaryFailed
+
+log = logging.getLogger("loopwire.memory.summarizer")
+
+
+class LlmSummarizer:
+    def __init__(self, nc: NatsClient, subject: str, timeout_s: float) -> None:
+        self.nc = nc
+        self.subject = subject
+        self.timeout_s = timeout_s
+
+    async def complete(self, env: AssembleContext, step_id: str, system: str, messages: list[dict[str, Any]],
+                       max_tokens: int) -> tuple[str, Usage]:
+        """One non-streamed generation for `env`'s run; the text and what it cost."""
+        request = Generate(session_id=env.session_id, run_id=env.run_id, step_id=step_id, turn=env.turn,
+                           trace=env.trace, models=env.models, system=system, messages=messages,
+                           max_tokens=max_tokens)
+        try:
+            reply = await self.nc.request(self.subject, codec.dumps(request), timeout=self.timeout_s)
+        except nats.errors.NoRespondersError as exc:
+            raise SummaryFailed("no llm service answers the summarize subject") from exc
+        except (nats.errors.TimeoutError, TimeoutError) as exc:
+            raise SummaryFailed(f"no summary within {self.timeout_s:.0f}s") from exc
+        try:
+            result = GenerationResult.model_validate(codec.loads(reply.data))
+        except (ValidationError, ValueError) as exc:
+            raise SummaryFailed(f"unreadable summarize reply: {exc}") from exc
+        if not result.ok or result.message is None:
+            err = result.error
+            raise SummaryFailed(f"{err.code}: {err.message}" if err else "the model call failed", result.usage)
+        text = "".join(b.get("text", "") for b in result.message.get("content", []) if b.get("type") == "text")
+        return text, result.usage
+
+    def for_step(self, env: AssembleContext) -> Summarize:
+        """The guard's `Summarize`, bound to one generation step (step ids
+        `<step_id>:compact.<n>`, so a redelivered step replays its summaries)."""
+        async def summarize(suffix: str, system: str, messages: list[dict[str, Any]],
+                            max_tokens: int) -> tuple[str, Usage]:
+            return await self.complete(env, f"{env.step_id}:{suffix}", system, messages, max_tokens)
+
+        return summarize

@@ -1,0 +1,330 @@
+"""How many tokens a request holds: Anthropic's count, or a calibrated estimate.
+
+`TokenCounter.count()` asks the Messages API's `count_tokens` endpoint (through the
+official SDK, with the llm service's client settings) and caches the answer by a hash
+of the request's content, in process (LRU) and optionally in Redis (`lw:tok:<hash>`), so
+a redelivered step or a request counted twice costs one call. When the endpoint is not
+configured or does not answer, the counter falls back to `Estimator`, and after a
+connection-level failure it stops asking for a while instead of paying a timeout on
+every generation.
+
+`Estimator` is a character count with per-message and per-block costs, scaled by one
+factor that each exact count nudges (an exponential moving average of exact/raw): the
+estimate starts from Anthropic's rule of thumb (~3.5 characters per token) and converges
+on whatever tokenizer answers count_tokens. tests/test_memory_tokens.py measures its
+error against the local Messages API server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from loopwire.shared.envelopes import ToolSpec
+
+log = logging.getLogger("loopwire.memory.tokens")
+
+UNREACHABLE_PAUSE_S = 60.0
+"""After the endpoint failed to answer (connection, 404, 5xx), use the estimate this long."""
+COUNT_TIMEOUT_S = 10.0
+
+
+def _chars(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        return len(value)
+    return len(orjson.dumps(value))
+
+
+@dataclass
+class Tally:
+    """What a request is made of, for the estimate: characters of content, messages and
+    blocks (each with a framing cost), and fixed costs (images, documents)."""
+
+    chars: float = 0.0
+    messages: float = 0.0
+    blocks: float = 0.0
+    fixed: float = 0.0
+
+    def add(self, other: Tally) -> None:
+        self.chars += other.chars
+        self.messages += other.messages
+        self.blocks += other.blocks
+        self.fixed += other.fixed
+
+
+@dataclass
+class Estimator:
+    """Tokens from a tally: `chars / chars_per_token + messages x per_message + blocks x
+    per_block + fixed`, each of the first three terms scaled by a calibrated weight.
+
+    The weights start at 1 (Anthropic's rule of thumb for text, a few tokens of framing
+    per message and block) and are fitted to the exact counts seen so far: a least-squares
+    fit of the three terms, pulled towards 1 (ridge) so a few samples cannot send it
+    astray, with old samples fading out. Framing and text are weighted separately because
+    one ratio cannot be right for both a chat of short lines and a run of long tool results.
+    """
+
+    chars_per_token: float = 3.5
+    per_message: float = 4.0
+    """Role and turn framing of one message."""
+    per_block: float = 3.0
+    """Framing of one content block (and of the system prompt and each tool definition)."""
+    image_tokens: float = 1600.0
+    """An image costs about (width x height) / 750 tokens, at most ~1600 after resizing."""
+    document_tokens: float = 2000.0
+    """A base64 document (PDF): its size says little about its text; a page-ish guess."""
+    weights: list[float] = field(default_factory=lambda: [1.0, 1.0, 1.0])
+    ridge: float = 0.01
+    """Pull towards the starting weights, relative to the samples' own scale."""
+    decay: float = 0.95
+    """Each new sample weighs 1/decay times the one before it."""
+    samples: int = 0
+    _xx: list[list[float]] = field(default_factory=lambda: [[0.0] * 3 for _ in range(3)], repr=False)
+    _xy: list[float] = field(default_factory=lambda: [0.0] * 3, repr=False)
+
+    # -- tallies -----------------------------------------------------------------------------
+    def block_tally(self, block: Any) -> Tally:
+        if isinstance(block, str):
+            return Tally(chars=len(block), blocks=1)
+        if not isinstance(block, dict):
+            return Tally(chars=_chars(block), blocks=1)
+        kind = block.get("type")
+        if kind == "text":
+            return Tally(chars=len(block.get("text", "")), blocks=1)
+        if kind == "tool_use":
+            return Tally(chars=len(block.get("id", "")) + len(block.get("name", "")) + _chars(block.get("input", {})),
+                         blocks=1)
+        if kind == "tool_result":
+            content = block.get("content", "")
+            ids = len(block.get("tool_use_id", ""))
+            if isinstance(content, list):
+                tally = Tally(chars=ids, blocks=1)
+                for inner in content:
+                    tally.add(self.block_tally(inner))
+                return tally
+            return Tally(chars=ids + _chars(content), blocks=1)
+        if kind == "image":
+            return Tally(blocks=1, fixed=self.image_tokens)
+        if kind == "document":
+            source = block.get("source") or {}
+            if source.get("type") == "text":
+                return Tally(chars=len(source.get("data", "")), blocks=1)
+            return Tally(blocks=1, fixed=self.document_tokens)
+        if kind == "thinking":
+            return Tally(chars=len(block.get("thinking", "")), blocks=1)
+        return Tally(chars=_chars(block), blocks=1)
+
+    def message_tally(self, message: dict[str, Any]) -> Tally:
+        content = message.get("content")
+        if isinstance(content, str):
+            return Tally(chars=len(content), messages=1, blocks=1)
+        tally = Tally(messages=1)
+        for block in content or []:
+            tally.add(self.block_tally(block))
+        return tally
+
+    def tally(self, system: str | None, messages: list[dict[str, Any]], tools: list[ToolSpec]) -> Tally:
+        total = Tally()
+        for message in messages:
+            total.add(self.message_tally(message))
+        if system:
+            total.add(Tally(chars=len(system), blocks=1))
+        for tool in tools:
+            total.add(Tally(chars=len(tool.name) + len(tool.description) + _chars(tool.input_schema), blocks=1))
+        return total
+
+    def terms(self, tally: Tally) -> list[float]:
+        """The three calibrated terms at weight 1."""
+        return [tally.chars / self.chars_per_token, tally.messages * self.per_message, tally.blocks * self.per_block]
+
+    def tokens(self, tally: Tally) -> float:
+        return sum(w * t for w, t in zip(self.weights, self.terms(tally), strict=True)) + tally.fixed
+
+    # -- estimates ----------------------------------------------------------------------------
+    def raw(self, system: str | None, messages: list[dict[str, Any]], tools: list[ToolSpec]) -> float:
+        return self.tokens(self.tally(system, messages, tools))
+
+    def estimate(self, system: str | None, messages: list[dict[str, Any]], tools: list[ToolSpec]) -> int:
+        return max(1, math.ceil(self.raw(system, messages, tools)))
+
+    def message_tokens(self, message: dict[str, Any]) -> int:
+        return max(1, math.ceil(self.tokens(self.message_tally(message))))
+
+    def text_tokens(self, text: str) -> int:
+        return math.ceil(self.tokens(Tally(chars=len(text), blocks=1)))
+
+    # -- calibration ----------------------------------------------------------------------------
+    def calibrate(self, tally: Tally, exact: int) -> None:
+        """Add one exact count and refit the weights."""
+        y = exact - tally.fixed
+        x = self.terms(tally)
+        if y <= 0 or sum(x) <= 0:
+            return
+        for i in range(3):
+            self._xy[i] = self._xy[i] * self.decay + x[i] * y
+            for j in range(3):
+                self._xx[i][j] = self._xx[i][j] * self.decay + x[i] * x[j]
+        self.samples += 1
+        # Ridge towards weights of 1, scaled per term (the terms differ by orders of magnitude).
+        lam = [self.ridge * self._xx[i][i] for i in range(3)]
+        a = [[self._xx[i][j] + (lam[i] if i == j else 0.0) for j in range(3)] for i in range(3)]
+        b = [self._xy[i] + lam[i] for i in range(3)]
+        solved = _solve3(a, b)
+        if solved is not None:
+            self.weights = [min(5.0, max(0.2, w)) for w in solved]
+
+
+def _solve3(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting for one 3x3 system."""
+    m = [row[:] + [rhs] for row, rhs in zip(a, b, strict=True)]
+    for col in range(3):
+        pivot = max(range(col, 3), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-12:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(col + 1, 3):
+            f = m[r][col] / m[col][col]
+            for k in range(col, 4):
+                m[r][k] -= f * m[col][k]
+    out = [0.0, 0.0, 0.0]
+    for r in (2, 1, 0):
+        out[r] = (m[r][3] - sum(m[r][k] * out[k] for k in range(r + 1, 3))) / m[r][r]
+    return out
+
+
+@dataclass
+class Count:
+    tokens: int
+    exact: bool
+
+
+def content_hash(model: str, system: str | None, messages: list[dict[str, Any]], tools: list[ToolSpec]) -> str:
+    payload = [model, system, messages, [t.model_dump() for t in tools]]
+    return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+@dataclass
+class _Lru:
+    size: int
+    items: OrderedDict[str, int] = field(default_factory=OrderedDict)
+
+    def get(self, key: str) -> int | None:
+        value = self.items.get(key)
+        if value is not None:
+            self.items.move_to_end(key)
+        return value
+
+    def put(self, key: str, value: int) -> None:
+        self.items[key] = value
+        self.items.move_to_end(key)
+        while len(self.items) > self.size:
+            self.items.popitem(last=False)
+
+
+class TokenCounter:
+    """Exact counts when the endpoint answers, calibrated estimates otherwise.
+
+    `client` is an `anthropic.AsyncAnthropic` (None: estimates only); `redis` an optional
+    redis.asyncio client for the shared cache."""
+
+    def __init__(self, client: Any = None, estimator: Estimator | None = None, redis: Any = None,
+                 cache_size: int = 4096, cache_ttl_s: int = 0, owns_client: bool = True) -> None:
+        self.client = client
+        self.estimator = estimator or Estimator()
+        self.redis = redis
+        self.cache_ttl_s = cache_ttl_s
+        self._lru = _Lru(cache_size)
+        self._down_until = 0.0
+        self._owns_client = owns_client
+        self.calls = 0
+        """count_tokens requests made (cache misses that reached the endpoint)."""
+
+    @property
+    def reachable(self) -> bool:
+        return self.client is not None and time.monotonic() >= self._down_until
+
+    def estimate(self, system: str | None, messages: list[dict[str, Any]], tools: list[ToolSpec]) -> int:
+        return self.estimator.estimate(system, messages, tools)
+
+    async def count(self, model: str, system: str | None, messages: list[dict[str, Any]],
+                    tools: list[ToolSpec]) -> Count:
+        if not self.reachable:
+            return Count(self.estimate(system, messages, tools), exact=False)
+        key = content_hash(model, system, messages, tools)
+        cached = self._lru.get(key)
+        if cached is None and self.redis is not None and self.cache_ttl_s:
+            try:
+                raw = await self.redis.get(f"lw:tok:{key}")
+                cached = int(raw) if raw is not None else None
+            except Exception as exc:  # the cache is an optimisation, never a failure
+                log.debug("token cache read failed: %s", exc)
+        if cached is not None:
+            self._lru.put(key, cached)
+            return Count(cached, exact=True)
+        exact = await self._ask(model, system, messages, tools)
+        if exact is None:
+            return Count(self.estimate(system, messages, tools), exact=False)
+        self.estimator.calibrate(self.estimator.tally(system, messages, tools), exact)
+        self._lru.put(key, exact)
+        if self.redis is not None and self.cache_ttl_s:
+            try:
+                await self.redis.set(f"lw:tok:{key}", exact, ex=self.cache_ttl_s)
+            except Exception as exc:
+                log.debug("token cache write failed: %s", exc)
+        return Count(exact, exact=True)
+
+    async def _ask(self, model: str, system: str | None, messages: list[dict[str, Any]],
+                   tools: list[ToolSpec]) -> int | None:
+        import anthropic
+
+        params: dict[str, Any] = {"model": model, "messages": messages}
+        if system:
+            params["system"] = system
+        if tools:
+            params["tools"] = [{"name": t.name, "input_schema": t.input_schema,
+                                **({"description": t.description} if t.description else {})} for t in tools]
+        self.calls += 1
+        try:
+            result = await self.client.messages.count_tokens(**params, timeout=COUNT_TIMEOUT_S)
+            return int(result.input_tokens)
+        except anthropic.APIStatusError as exc:
+            # 400: this request (e.g. an unknown model id) is not countable; anything else
+            # (404 on a proxy without the endpoint, 429, 5xx) says: stop asking for a while.
+            if exc.status_code != 400:
+                self._down_until = time.monotonic() + UNREACHABLE_PAUSE_S
+            log.info("count_tokens answered %s; using the estimate", exc.status_code)
+        except Exception as exc:  # connection refused, timeout: not reachable now
+            self._down_until = time.monotonic() + UNREACHABLE_PAUSE_S
+            log.info("count_tokens unreachable (%s); using the estimate for %.0fs", type(exc).__name__,
+                     UNREACHABLE_PAUSE_S)
+        return None
+
+    async def aclose(self) -> None:
+        if self.client is not None and self._owns_client:
+            await self.client.close()
+
+
+def build_token_counter(settings: Any, redis: Any = None, environ: Any = None) -> TokenCounter:
+    """The counter the memory service uses, from settings (`memory_token_counting`)."""
+    from loopwire.llm.providers import resolve_provider
+
+    mode = settings.memory_token_counting.strip().lower()
+    if mode not in ("auto", "api", "estimate"):
+        raise ValueError(f"LOOPWIRE_MEMORY_TOKEN_COUNTING must be auto, api or estimate, not {mode!r}")
+    client = None
+    if mode == "api" or (mode == "auto" and resolve_provider(settings, environ) == "anthropic"):
+        from loopwire.llm.anthropic_model import build_client
+
+        client = build_client(settings, environ)
+    return TokenCounter(client=client, estimator=Estimator(chars_per_token=settings.memory_chars_per_token),
+                        redis=redis, cache_size=settings.memory_token_cache_size,
+                        cache_ttl_s=settings.memory_token_cache_ttl_s)
