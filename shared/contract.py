@@ -27,6 +27,8 @@ EVENT_KINDS = (
     "retracted", "approval.requested", "loop.detected", "model.fallback", "compaction",
     "error", "run.ended",
 )
+ADDED_EVENT_KINDS = ("budget.warning",)
+"""Event kinds loopwire adds to the contract (docs/protocol.md marks them as additions)."""
 
 
 class _In(BaseModel):

@@ -100,6 +100,16 @@ class Compaction(Event):
     tokens_after: int
 
 
+class BudgetWarning(Event):
+    """Addition: a run crossed LOOPWIRE_BUDGET_WARNING_PCT of one of its limits."""
+
+    kind: Literal["budget.warning"] = "budget.warning"
+    limit: Literal["max_total_tokens", "max_cost_usd"]
+    used: float
+    max: float
+    pct: float
+
+
 class ErrorEvent(Event):
     kind: Literal["error"] = "error"
     code: str
@@ -114,13 +124,13 @@ class RunEnded(Event):
     turns: int
     usage: EventUsage
     cost_usd: float
-    reason: str | None = Field(default=None, description="Addition: why an aborted run ended.")
+    reason: str | None = Field(default=None, description="Addition: why the run did not simply complete.")
 
 
 EVENT_MODELS: dict[str, type[Event]] = {
     m.model_fields["kind"].default: m
     for m in (RunStarted, PhaseChanged, TextDelta, MessageEvent, ToolCallEvent, ToolResultEvent, Retracted,
-              ApprovalRequested, LoopDetected, ModelFallback, Compaction, ErrorEvent, RunEnded)
+              ApprovalRequested, LoopDetected, ModelFallback, Compaction, ErrorEvent, RunEnded, BudgetWarning)
 }
 
 

@@ -26,12 +26,12 @@ def stream_configs(settings: Settings) -> list[StreamConfig]:
     subjects = Subjects(settings.subject_prefix)
     prefix = settings.subject_prefix
     return [
-        # Ingress keeps what users sent for a day (an audit trail and a replay source);
-        # the router's durable consumer tracks what it has applied.
+        # Ingress keeps what users sent for a day by default (an audit trail and a replay
+        # source); the router's durable consumer tracks what it has applied.
         StreamConfig(
             name=stream_name(prefix, INGRESS_STREAM), subjects=[subjects.ingress_all],
             retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
-            max_age=24 * 3600, duplicate_window=settings.dedup_window_s,
+            max_age=settings.ingress_max_age_s or None, duplicate_window=settings.dedup_window_s,
             max_msg_size=max(settings.max_body_bytes * 4, 1024 * 1024),
             num_replicas=settings.stream_replicas, discard=DiscardPolicy.OLD,
         ),
@@ -42,11 +42,11 @@ def stream_configs(settings: Settings) -> list[StreamConfig]:
             num_replicas=settings.stream_replicas, discard=DiscardPolicy.OLD,
         ),
         # Work between services: each message is taken by exactly one consumer and
-        # removed when acked.
+        # removed when acked; one that outlived every delivery attempt ages out.
         StreamConfig(
             name=stream_name(prefix, WORK_STREAM), subjects=[subjects.work_all],
             retention=RetentionPolicy.WORK_QUEUE, storage=StorageType.FILE,
-            duplicate_window=settings.dedup_window_s,
+            max_age=settings.work_max_age_s or None, duplicate_window=settings.dedup_window_s,
             num_replicas=settings.stream_replicas, discard=DiscardPolicy.OLD,
         ),
     ]

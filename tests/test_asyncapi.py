@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from loopwire.asyncapi import asyncapi_document, asyncapi_json
-from loopwire.shared.contract import EVENT_KINDS
+from loopwire.shared.contract import ADDED_EVENT_KINDS, EVENT_KINDS
 from loopwire.shared.events import EVENT_MODELS, validate_event
 from loopwire.shared.subjects import INGRESS_VERBS
 
@@ -26,7 +26,7 @@ def test_every_public_subject_is_documented() -> None:
     addresses = {c["address"] for c in channels.values()}
     for verb in INGRESS_VERBS:
         assert f"loopwire.in.{{sid}}.{verb}" in addresses
-    for kind in EVENT_KINDS:
+    for kind in EVENT_KINDS + ADDED_EVENT_KINDS:
         assert f"loopwire.out.{{sid}}.{kind}" in addresses
     assert {"loopwire.api.session.get", "loopwire.api.transcript.get"} <= addresses
 
@@ -38,7 +38,7 @@ def test_start_schema_carries_the_contract_fields() -> None:
 
 
 def test_event_models_cover_every_kind_and_reject_bad_bodies() -> None:
-    assert set(EVENT_MODELS) == set(EVENT_KINDS)
+    assert set(EVENT_MODELS) == set(EVENT_KINDS) | set(ADDED_EVENT_KINDS)
     ok = {"v": 1, "session_id": "s", "run_id": "r", "seq": 3, "kind": "run.ended", "ts": "2026-01-01T00:00:00Z",
           "status": "completed", "final_text": "x", "conclusion": None, "turns": 1,
           "usage": {"input_tokens": 1, "output_tokens": 2}, "cost_usd": 0.0}

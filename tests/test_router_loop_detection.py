@@ -81,13 +81,18 @@ def loop_once(d: Driver, tid: str) -> None:
     d.answer("Checking.", call(tid))
 
 
-def test_a_repeated_call_is_redirected_then_the_model_switched_then_the_run_terminated() -> None:
-    d = Driver()
-    d.start(input="add 1 and 2", model={"primary": "m1", "fallbacks": ["m2"]})
+def loop_to_redirect(d: Driver) -> None:
+    """The same call three times (t1, t2 executed; t3 detected and redirected)."""
     for n in (1, 2):
         loop_once(d, f"t{n}")
         d.tools()
     loop_once(d, "t3")
+
+
+def test_a_repeated_call_is_redirected_then_the_model_switched_then_the_run_terminated() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", model={"primary": "m1", "fallbacks": ["m2"]})
+    loop_to_redirect(d)
     redirect = d.of("loop.detected")[-1]
     assert redirect == {"detection": "repeated_tool_call", "escalation": "redirect"}
     assert d.work()["kind"] == "memory.assemble", "the looping call is not executed"
@@ -115,10 +120,7 @@ def test_a_repeated_call_is_redirected_then_the_model_switched_then_the_run_term
 def test_without_a_fallback_the_temperature_is_raised_when_it_can_be() -> None:
     d = Driver()
     d.start(input="add 1 and 2", model={"temperature": 0.2})
-    for n in (1, 2):
-        loop_once(d, f"t{n}")
-        d.tools()
-    loop_once(d, "t3")
+    loop_to_redirect(d)
     loop_once(d, "t4")
     event = d.of("loop.detected")[-1]
     assert event["escalation"] == "switch_model" and event["temperature"] == 0.5
@@ -128,10 +130,7 @@ def test_without_a_fallback_the_temperature_is_raised_when_it_can_be() -> None:
 def test_without_fallback_or_temperature_the_second_rung_terminates() -> None:
     d = Driver()
     d.start(input="add 1 and 2")
-    for n in (1, 2):
-        loop_once(d, f"t{n}")
-        d.tools()
-    loop_once(d, "t3")
+    loop_to_redirect(d)
     loop_once(d, "t4")
     assert [e["escalation"] for e in d.of("loop.detected")] == ["redirect", "terminate"]
 
@@ -139,10 +138,7 @@ def test_without_fallback_or_temperature_the_second_rung_terminates() -> None:
 def test_a_good_turn_resets_the_ladder() -> None:
     d = Driver()
     d.start(input="add 1 and 2", model={"fallbacks": ["m2"]})
-    for n in (1, 2):
-        loop_once(d, f"t{n}")
-        d.tools()
-    loop_once(d, "t3")
+    loop_to_redirect(d)
     assert d.run.loop_level == 1
     d.answer("Trying something else.", call("t4", "mul"))
     assert d.run.loop_level == 0, "a different call is a good turn"
@@ -157,10 +153,7 @@ def test_a_good_turn_resets_the_ladder() -> None:
 def test_a_vacuous_answer_passed_through_does_not_reset_the_ladder() -> None:
     d = Driver(cfg=CoreConfig(default_model="m1", vacuous_max_retries=0))
     d.start(input="add 1 and 2", model={"fallbacks": ["m2"]})
-    for n in (1, 2):
-        loop_once(d, f"t{n}")
-        d.tools()
-    loop_once(d, "t3")
+    loop_to_redirect(d)
     assert d.run.loop_level == 1
     d.message("and then?")  # a follow-up keeps the run going past the weak answer
     d.answer("...")

@@ -72,7 +72,7 @@ class LlmService:
         self._inflight: dict[str, list[tuple[str, asyncio.Event]]] = {}
         """session id -> (run id, cancel event) of each generation running here."""
         self._cancel_sub: Any = None
-        self.summarizer = SummarizeResponder(ctx, self.model_factory, self.policy, breaker, sleep)
+        self.summarizer = SummarizeResponder(ctx, self.model_factory, self.policy, self.breaker, sleep)
         """Answers the memory service's summaries on `<prefix>.rpc.llm.summarize` (summarize.py)."""
 
     # -- wiring ------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from loopwire.shared import codec
 from loopwire.shared.envelopes import Generate, GenerationResult, summarize_subject
 from loopwire.shared.runtime import ServiceContext
 
+from .breaker import CircuitBreaker, RunGate
 from .errors import ModelCallError
 from .fallback import BreakerGate, FallbackModel, RetryPolicy, Sleep
 from .generation import model_chain, model_request, record_key, result_failed, result_ok
@@ -38,7 +39,7 @@ log = logging.getLogger("loopwire.llm.summarize")
 
 class SummarizeResponder:
     def __init__(self, ctx: ServiceContext, model_factory: Callable[[str], Model], policy: RetryPolicy,
-                 breaker: BreakerGate | None, sleep: Sleep) -> None:
+                 breaker: BreakerGate | CircuitBreaker | None, sleep: Sleep) -> None:
         self.ctx = ctx
         self.model_factory = model_factory
         self.policy = policy
@@ -92,15 +93,21 @@ class SummarizeResponder:
             count_step("replayed")
             return GenerationResult.model_validate(recorded)
         default_model = self.ctx.settings.default_model
-        runner = FallbackModel(model_chain(env, default_model),
-                               lambda model_id: ObservedModel(self.model_factory(model_id), env),
-                               self.policy, self.breaker, self._sleep)
+        chain = model_chain(env, default_model)
+        # The same fleet-wide breaker as the run's generations: a model that is failing
+        # is not asked for summaries either.
+        gate = await self.breaker.gate(chain) if isinstance(self.breaker, CircuitBreaker) else self.breaker
+        runner = FallbackModel(chain, lambda model_id: ObservedModel(self.model_factory(model_id), env),
+                               self.policy, gate, self._sleep)
         try:
             outcome = await runner.run(model_request(env, default_model))
         except ModelCallError as err:
             log.warning("summarize %s failed: %r %s", env.step_id, err, err.message)
             count_step("error")
             return result_failed(env, err)  # not recorded: a later request may succeed
+        finally:
+            if isinstance(gate, RunGate):
+                await gate.close()
         result = result_ok(env, outcome)
         standing = await self.ctx.steps.put_if_absent(record_key(env.step_id), result.model_dump(mode="json"))
         count_step("ok")

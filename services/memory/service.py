@@ -16,14 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import orjson
 from faststream.nats import NatsBroker, NatsMessage
 from pydantic import ValidationError
 
 from loopwire.shared.envelopes import AssembleContext, ToolSpec, summarize_subject
+from loopwire.shared.inflight import keep_alive
 from loopwire.shared.runtime import ServiceContext
 
 from . import compaction as c
@@ -80,7 +79,7 @@ class MemoryService:
             log.error("malformed assemble envelope dropped: %s", exc)
             await msg.term()
             return
-        beat = asyncio.create_task(_heartbeat(msg.in_progress, self.ctx.settings.ack_wait_s / 3))
+        beat = asyncio.create_task(keep_alive(msg.in_progress, self.ctx.settings.ack_wait_s))
         try:
             await self.assemble(env)
         except Exception:
@@ -150,13 +149,3 @@ class MemoryService:
 
         s = self.ctx.settings
         return await read_catalog(self.ctx.redis, max_age_s=s.discovery_interval_s * s.discovery_misses * 2)
-
-
-async def _heartbeat(beat: Callable[[], Awaitable[Any]], interval: float) -> None:
-    """Keep JetStream from redelivering while a summary is being written."""
-    while True:
-        await asyncio.sleep(max(0.05, interval))
-        try:
-            await beat()
-        except Exception as exc:  # a missed heartbeat only risks a redelivery
-            log.debug("in_progress failed: %s", exc)

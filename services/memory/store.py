@@ -105,6 +105,8 @@ class MemoryStore:
         if actor:
             pipe.lrange(_actor(actor, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
             pipe.lrange(_actor(actor, "refl"), -reflections, -1) if reflections > 0 else pipe.echo("")
+        # A session in use keeps its memory as long as the router keeps its state.
+        self._expire(pipe, *(_k(sid, what) for what in ("compaction", "obs", "refl", "meta")))
         raw = await pipe.execute()
         snap = Snapshot(record=self._record(raw[0]), observations=_items(raw[1]), reflections=_items(raw[2]))
         if actor:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import orjson
+from pydantic import ValidationError
+
 from loopwire.shared.contract import (
     PROTOCOL_VERSION,
     SessionGetRequest,
@@ -15,7 +17,8 @@ from loopwire.shared.contract import (
 from loopwire.shared.event_log import EventLogStore
 from loopwire.shared.session_store import SessionStore
 from loopwire.shared.subjects import valid_session_id
-from pydantic import ValidationError
+
+from .rebuild import read_transcript, reconstruct
 
 Q = TypeVar("Q", SessionGetRequest, TranscriptGetRequest)
 
@@ -37,8 +40,17 @@ def parse_query(data: bytes, model: type[Q]) -> Q | dict[str, Any]:
     return req
 
 
-async def session_get(req: SessionGetRequest, sessions: SessionStore) -> dict[str, Any]:
+async def session_get(req: SessionGetRequest, sessions: SessionStore,
+                      events: EventLogStore | None = None) -> dict[str, Any]:
     raw, _version = await sessions.load(req.session_id)
+    messages: list[dict[str, Any]] | None = None
+    source = "state"
+    if raw is None and events is not None:
+        # The state is gone but the transcript is not: answer from the transcript (the
+        # router rebuilds the state itself at the session's next input).
+        rebuilt = reconstruct(req.session_id, await read_transcript(req.session_id, events))
+        if rebuilt is not None:
+            raw, messages, source = rebuilt.state, rebuilt.history, "transcript"
     if raw is None:
         return {"v": PROTOCOL_VERSION, "session_id": req.session_id, "status": "unknown", "profile": None,
                 "turns": 0, "usage": {"input_tokens": 0, "output_tokens": 0}, "cost_usd": 0.0, "messages": []}
@@ -47,8 +59,9 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore) -> dict[st
     config = run.get("config") or raw.get("last_config") or {}
     input_tokens = (usage.get("input_tokens", 0) + usage.get("cache_read_input_tokens", 0)
                     + usage.get("cache_creation_input_tokens", 0))
-    messages = await sessions.history(req.session_id)
-    return {
+    if messages is None:
+        messages = await sessions.history(req.session_id)
+    reply = {
         "v": PROTOCOL_VERSION,
         "session_id": req.session_id,
         "status": raw.get("status", "idle"),
@@ -60,6 +73,9 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore) -> dict[st
         "run_id": run.get("run_id"),
         "runs": raw.get("runs", 0),
     }
+    if source == "transcript":
+        reply["source"] = source
+    return reply
 
 
 async def transcript_get(req: TranscriptGetRequest, events: EventLogStore) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import logging
 
 import orjson
 from faststream.nats import NatsBroker, NatsMessage
+
 from loopwire.shared.contract import SessionGetRequest, TranscriptGetRequest, error_reply
 from loopwire.shared.runtime import ServiceContext
 
@@ -39,7 +40,7 @@ class TranscriptsService:
         if isinstance(req, dict):
             return orjson.dumps(req)
         try:
-            return orjson.dumps(await session_get(req, self.ctx.sessions))
+            return orjson.dumps(await session_get(req, self.ctx.sessions, self.ctx.events))
         except Exception as exc:
             log.exception("session.get failed")
             return orjson.dumps(error_reply("internal", f"session.get failed: {exc}"))

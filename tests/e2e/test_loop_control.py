@@ -154,15 +154,21 @@ async def test_a_run_out_of_budget_ends_with_a_last_answer(
     assert last["max_tokens"] <= 1024
 
 
+async def start_slow_echo(ev: SessionEvents, nc: NatsClient, fake: FakeAnthropic, provider: ToolProvider,
+                          then: list[dict[str, Any]]) -> None:
+    """Start a run whose first turn calls the slow tool; return once the tool is running."""
+    provider.slow_delay_s = 4.0
+    await wait_for_tools(nc, {"slow_echo"})
+    fake.script("*", [{"text": "Echoing.", "tool_use": [{"name": "slow_echo", "input": {"text": "x"}}]}, *then])
+    await ev.publish("start", {"input": "echo x", "tools": ["slow_echo"]})
+    await asyncio.wait_for(provider.slow_started.wait(), 15)
+
+
 async def test_abort_during_a_slow_tool_ends_the_run_at_once(
         nc: NatsClient, fake: FakeAnthropic, tool_provider: ToolProvider) -> None:
-    tool_provider.slow_delay_s = 4.0
-    await wait_for_tools(nc, {"slow_echo"})
-    fake.script("*", [{"text": "Echoing.", "tool_use": [{"name": "slow_echo", "input": {"text": "x"}}]}])
     s = sid()
     async with SessionEvents(nc, s) as ev:
-        await ev.publish("start", {"input": "echo x", "tools": ["slow_echo"]})
-        await asyncio.wait_for(tool_provider.slow_started.wait(), 15)
+        await start_slow_echo(ev, nc, fake, tool_provider, then=[])
         began = time.monotonic()
         await ev.publish("abort", {"reason": "changed my mind"})
         ended = await ev.wait_for("run.ended")
@@ -178,14 +184,9 @@ async def test_abort_during_a_slow_tool_ends_the_run_at_once(
 
 async def test_steer_during_a_slow_tool_cancels_it_and_the_loop_goes_on(
         nc: NatsClient, fake: FakeAnthropic, tool_provider: ToolProvider) -> None:
-    tool_provider.slow_delay_s = 4.0
-    await wait_for_tools(nc, {"slow_echo"})
-    fake.script("*", [{"text": "Echoing.", "tool_use": [{"name": "slow_echo", "input": {"text": "x"}}]},
-                      {"text": "Hi!"}])
     s = sid()
     async with SessionEvents(nc, s) as ev:
-        await ev.publish("start", {"input": "echo x", "tools": ["slow_echo"]})
-        await asyncio.wait_for(tool_provider.slow_started.wait(), 15)
+        await start_slow_echo(ev, nc, fake, tool_provider, then=[{"text": "Hi!"}])
         began = time.monotonic()
         await ev.publish("steer", {"content": "never mind, just say hi"})
         ended = await ev.wait_for("run.ended")

@@ -1,0 +1,293 @@
+"""The memory service on real NATS (JetStream) and Redis, with the llm service's summarize
+responder and count_tokens both talking to the local Messages API server: compaction
+through the llm service, stored and reused, its cost handed to the run, the fallback when
+no summary comes, the pressure note, observations and reflections in the background."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+import nats
+import pytest
+from faststream.nats import NatsBroker
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+
+from loopwire.llm.fallback import RetryPolicy
+from loopwire.llm.providers import build_model_factory
+from loopwire.llm.summarize import SummarizeResponder
+from loopwire.memory.compaction import SUMMARY_SYSTEM, CompactionRecord
+from loopwire.memory.observations import OBSERVATION_SYSTEM, REFLECTION_SYSTEM
+from loopwire.memory.service import MemoryService
+from loopwire.memory.tokens import TokenCounter
+from loopwire.shared import codec
+from loopwire.shared.envelopes import AssembleContext, Generate, Usage
+from loopwire.shared.runtime import ServiceContext, build_context
+from loopwire.shared.settings import Settings
+from loopwire.shared.streams import ensure_streams
+from loopwire.shared.subjects import WORK_STREAM, stream_name
+from loopwire.testing.servers import ServerHandle
+from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server, count_tokens  # noqa: F401 - fixture
+from tests.memory_helpers import assert_valid_request, conversation
+
+pytestmark = pytest.mark.integration
+
+
+def respond(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The model behind the summaries: it reads the request like a model would."""
+    system = body.get("system")
+    seen = str(body.get("messages"))
+    if system == SUMMARY_SYSTEM:
+        return {"text": "Summary: the user asked questions 1 onwards." + (" answer 0 was given." if "answer 0 " in seen
+                                                                            else "")}
+    if system == OBSERVATION_SYSTEM:
+        return {"text": f"Observed {seen.count('Assistant:')} assistant turns."}
+    if system == REFLECTION_SYSTEM:
+        return {"text": "Reflection: the user keeps asking numbered questions."}
+    return None
+
+
+@dataclass
+class Events:
+    items: list[dict[str, Any]] = field(default_factory=list)
+    arrived: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def on_msg(self, msg: Msg) -> None:
+        async with self.arrived:
+            self.items.append(codec.loads(msg.data))
+            self.arrived.notify_all()
+
+    async def wait_for(self, kind: str, count: int = 1, timeout: float = 10.0) -> list[dict[str, Any]]:
+        async def ready() -> list[dict[str, Any]]:
+            async with self.arrived:
+                await self.arrived.wait_for(lambda: len(self.of(kind)) >= count)
+                return self.of(kind)
+
+        return await asyncio.wait_for(ready(), timeout)
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.items if e["kind"] == kind]
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    ctx: ServiceContext
+    memory: MemoryService
+    nc: NatsClient
+    js: Any
+    generates: Any
+    fake: FakeAnthropic
+    events: Events
+    sid: str
+    steps: int = 0
+
+    def env(self, history_len: int, **kw: Any) -> AssembleContext:
+        self.steps += 1
+        run = f"run-{self.sid}"
+        return AssembleContext(session_id=self.sid, run_id=run, step_id=f"{run}:g{self.steps}", turn=self.steps,
+                               history_len=history_len, system="You are helpful.", models=["claude-a"],
+                               max_tokens=256, tools=[], offer_tools=False, **kw)
+
+    async def seed(self, history: list[dict[str, Any]]) -> None:
+        """The router's side: the session's history as stored (append-only)."""
+        stored = await self.ctx.sessions.history(self.sid)
+        assert history[:len(stored)] == stored
+        raw, version = await self.ctx.sessions.load(self.sid)
+        assert await self.ctx.sessions.commit(self.sid, version, {"n": len(history)}, len(stored),
+                                              history[len(stored):])
+
+    async def send(self, env: AssembleContext) -> None:
+        await self.ctx.bus.publish_work(self.ctx.subjects.memory_assemble, env, msg_id=uuid.uuid4().hex)
+
+    async def next_generate(self, timeout: float = 10.0) -> Generate:
+        (msg,) = await self.generates.fetch(1, timeout=timeout)
+        await msg.ack()
+        return Generate.model_validate(codec.loads(msg.data))
+
+    async def assemble(self, env: AssembleContext) -> Generate:
+        await self.send(env)
+        return await self.next_generate()
+
+    def summary_calls(self) -> list[dict[str, Any]]:
+        return [b for b in self.fake.message_requests if b.get("system") == SUMMARY_SYSTEM]
+
+    async def memory_settled(self, deliveries: int, timeout: float = 5.0) -> None:
+        """Every assemble delivered so far is acked (a bounded poll: no event for an ack)."""
+        stream = stream_name(self.settings.subject_prefix, WORK_STREAM)
+
+        async def settled() -> None:
+            while True:
+                info = await self.js.consumer_info(stream, f"{self.settings.subject_prefix}_memory")
+                if info.delivered.consumer_seq >= deliveries and info.num_ack_pending == 0:
+                    return
+                await asyncio.sleep(0.02)
+
+        await asyncio.wait_for(settled(), timeout)
+
+
+@pytest.fixture
+def overrides() -> dict[str, Any]:
+    return {"memory_observe_every_turns": 0}
+
+
+@pytest.fixture
+async def stack(nats_server: ServerHandle, redis_server: ServerHandle, redis_client: Any, prefix: str,
+                anthropic_server: FakeAnthropic, overrides: dict[str, Any]) -> AsyncIterator[Stack]:  # noqa: F811
+    anthropic_server.responder = respond
+    settings = Settings(subject_prefix=prefix, nats_url=nats_server.url, redis_url=redis_server.url,
+                        llm_provider="anthropic", ack_wait_s=5.0, memory_summary_timeout_s=5.0,
+                        **{"memory_observe_every_turns": 0, **overrides})
+    broker = NatsBroker(settings.nats_url)
+    ctx = build_context(settings, broker)
+    client = anthropic.AsyncAnthropic(base_url=anthropic_server.url, api_key="test", max_retries=0)
+    memory = MemoryService(ctx, counter=TokenCounter(client=client))
+    memory.register(broker)
+    await broker.connect()
+    assert broker._connection is not None
+    await ensure_streams(broker._connection.jetstream(), settings)
+    ctx.attach_bus()
+    await broker.start()
+    await memory.start()
+    factory = build_model_factory(settings, {"ANTHROPIC_BASE_URL": anthropic_server.url})
+    responder = SummarizeResponder(ctx, factory, RetryPolicy(max_retries=0), None, asyncio.sleep)
+    if overrides.get("summaries", True):
+        await responder.start(ctx.bus.nc)
+
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    nc = await nats.connect(settings.nats_url)
+    js = nc.jetstream()
+    events = Events()
+    await nc.subscribe(ctx.subjects.session_events(sid), cb=events.on_msg)
+    generates = await js.pull_subscribe(ctx.subjects.llm_generate, durable="test_generate",
+                                        stream=stream_name(prefix, WORK_STREAM))
+    await nc.flush()
+    yield Stack(settings, ctx, memory, nc, js, generates, anthropic_server, events, sid)
+    await nc.close()
+    await responder.stop()
+    await memory.stop()
+    await broker.stop()
+    await factory.aclose()
+    await ctx.redis.aclose()
+
+
+def window_for(history: list[dict[str, Any]], share: float) -> int:
+    """A context window that `history` fills to `share` (by the server's own count)."""
+    tokens = count_tokens({"system": "You are helpful.", "messages": history, "tools": []})
+    return int(tokens / share)
+
+
+async def test_a_small_context_goes_through_unchanged(stack: Stack) -> None:
+    history = conversation(turns=2)
+    await stack.seed(history)
+    request = await stack.assemble(stack.env(len(history)))
+    assert request.messages == history and request.system == "You are helpful."
+    assert request.extra_usage is None and request.tools == []
+    assert stack.events.of("compaction") == [] and stack.summary_calls() == []
+
+
+async def test_compaction_goes_through_the_llm_service_and_is_reused(stack: Stack) -> None:
+    history = conversation(turns=40)
+    await stack.seed(history)
+    window = window_for(history, 0.9)
+    first = stack.env(len(history), context_window=window)
+    request = await stack.assemble(first)
+
+    (summary_call,) = stack.summary_calls()
+    assert "answer 0 " in str(summary_call["messages"]) and summary_call["stream"] is True
+    (event,) = await stack.events.wait_for("compaction")
+    assert event["tokens_before"] > event["tokens_after"] and event["method"] == "summary"
+    assert event["tokens_after"] == count_tokens({"system": request.system, "messages": request.messages,
+                                                  "tools": []}), "tokens_after is the request's exact count"
+    assert event["tokens_after"] < 0.8 * window
+    assert_valid_request(request.messages)
+    head = request.messages[0]["content"]
+    assert head[0] == history[0]["content"][0] and "answer 0 was given" in head[1]["text"]
+    assert request.messages[-4:] == history[-4:]
+
+    # The summary's cost rides on this step's request, exactly as the model reported it.
+    recorded = await stack.ctx.steps.get(f"gen:{first.step_id}:compact.0")
+    assert recorded is not None
+    assert request.extra_usage == Usage.model_validate(recorded["usage"]) and request.extra_usage.output_tokens > 0
+    stored = CompactionRecord.model_validate_json(await stack.ctx.redis.get(f"lw:mem:{stack.sid}:compaction"))
+    assert stored.step_id == first.step_id and stored.covers >= 2
+
+    # The same step delivered again: no second summary, and its event is the same one (a
+    # live subscriber may see it republished; the transcript holds it once).
+    await stack.send(first)
+    await stack.memory_settled(deliveries=2)
+    assert len(stack.summary_calls()) == 1
+    assert {e["seq"] for e in stack.events.of("compaction")} == {event["seq"]}
+    assert [e["kind"] for e in await stack.ctx.events.read(stack.sid)] == ["compaction"]
+
+    # The next generation reuses the stored summary (and owes nothing more).
+    longer = history + [{"role": "assistant", "content": [{"type": "text", "text": "fine"}]},
+                        {"role": "user", "content": [{"type": "text", "text": "and now?"}]}]
+    await stack.seed(longer)
+    second = await stack.assemble(stack.env(len(longer), context_window=window))
+    assert len(stack.summary_calls()) == 1
+    assert second.messages[0] == request.messages[0] and second.messages[-2:] == longer[-2:]
+    assert second.extra_usage is None
+
+
+@pytest.mark.parametrize("overrides", [{"summaries": False, "memory_observe_every_turns": 0}])
+async def test_without_a_summary_the_oldest_messages_are_dropped_from_the_request(stack: Stack) -> None:
+    history = conversation(turns=40)
+    await stack.seed(history)
+    window = window_for(history, 0.9)
+    request = await stack.assemble(stack.env(len(history), context_window=window))
+    (event,) = await stack.events.wait_for("compaction")
+    assert event["method"] == "drop" and event["tokens_after"] < 0.8 * window
+    assert "earlier messages were left out" in request.messages[0]["content"][-1]["text"]
+    assert_valid_request(request.messages)
+    assert await stack.ctx.redis.get(f"lw:mem:{stack.sid}:compaction") is None
+    assert await stack.ctx.sessions.history(stack.sid) == history, "the history is never wiped"
+
+
+async def test_the_pressure_note_is_ephemeral(stack: Stack) -> None:
+    history = conversation(turns=10)
+    await stack.seed(history)
+    request = await stack.assemble(stack.env(len(history), context_window=window_for(history, 0.75)))
+    assert request.system is not None and request.system.startswith("You are helpful.")
+    assert "Context is at 7" in request.system and "% capacity — prefer concise responses" in request.system
+    assert stack.events.of("compaction") == []
+    assert await stack.ctx.sessions.history(stack.sid) == history
+
+
+@pytest.mark.parametrize("overrides", [{"memory_observe_every_turns": 2, "memory_reflect_every_observations": 2}])
+async def test_observations_and_reflections_are_written_in_the_background(stack: Stack) -> None:
+    history = conversation(turns=2)  # 2 model turns: the first observation is due
+    await stack.seed(history)
+    await stack.assemble(stack.env(len(history), actor="planner"))
+    (observation,) = await stack.events.wait_for("memory.observation")
+    assert observation["observation"] == "Observed 2 assistant turns."
+    assert (observation["from_message"], observation["to_message"], observation["actor"]) == (0, 5, "planner")
+
+    longer = conversation(turns=4)
+    await stack.seed(longer)
+    second = await stack.assemble(stack.env(len(longer), actor="planner"))
+    assert second.extra_usage is not None and second.extra_usage.output_tokens > 0, "the observation's cost"
+    await stack.events.wait_for("memory.observation", count=2)
+    (reflection,) = await stack.events.wait_for("memory.reflection")
+    assert reflection["observations"] == 2 and reflection["reflection"].startswith("Reflection:")
+
+    third = await stack.assemble(stack.env(len(longer), actor="planner"))
+    assert third.system is not None and "<memory>" in third.system
+    assert "Reflection: the user keeps asking" in third.system and "Observed 2 assistant turns." in third.system
+    assert third.extra_usage is not None, "the second observation and the reflection"
+    spent = [await stack.ctx.steps.get(f"gen:{stack.sid}:{what}") for what in ("observe:9", "reflect:2")]
+    total = sum((Usage.model_validate(r["usage"]) for r in spent if r), Usage())
+    assert third.extra_usage == total
+
+    # Another session of the same actor starts with what the actor learned.
+    other = Stack(stack.settings, stack.ctx, stack.memory, stack.nc, stack.js, stack.generates, stack.fake,
+                  Events(), f"s-{uuid.uuid4().hex[:8]}")
+    await other.seed(conversation(turns=0))
+    fresh = await other.assemble(other.env(1, actor="planner"))
+    assert fresh.system is not None and "From earlier sessions:" in fresh.system
+    await stack.memory.observer.idle()
