@@ -45,11 +45,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import re
 import threading
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import orjson
@@ -58,6 +60,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event as _Event
 from opentelemetry.sdk.trace import ReadableSpan as _ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as GA
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
@@ -185,7 +188,7 @@ def setup_tracing(service_name: str) -> bool:
         attrs = {"service.namespace": "loopwire"}
         if not os.environ.get("OTEL_SERVICE_NAME"):
             attrs["service.name"] = service_name
-        provider = TracerProvider(resource=Resource.create(attrs))
+        provider = TracerProvider(resource=Resource.create(attrs), id_generator=RunIdGenerator())
         for exporter in exporters:
             provider.add_span_processor(BatchSpanProcessor(RedactingSpanExporter(exporter)))
         trace.set_tracer_provider(provider)
@@ -489,3 +492,71 @@ def _redacted_copy(span: Any) -> Any:
         links=span.links, kind=span.kind, status=status, start_time=span.start_time,
         end_time=span.end_time, instrumentation_scope=span.instrumentation_scope,
     )
+
+
+# ==========================================================================================
+# the run's root span
+# ==========================================================================================
+# A run outlives any one handler (and may outlive a process), so its `invoke_agent` span
+# cannot be held open in memory. Instead the router draws the run's trace id and root span
+# id when the run starts, stores them (as a traceparent) in the session state, parents
+# every step's spans on them, and records the root span itself when the run ends, with
+# those very ids and the run's start time — whichever replica ends the run.
+_preset_ids: ContextVar[tuple[int, int] | None] = ContextVar("loopwire_preset_ids", default=None)
+
+
+class RunIdGenerator(RandomIdGenerator):
+    """Random ids, except while a preset (trace id, span id) is in force."""
+
+    def generate_trace_id(self) -> int:
+        preset = _preset_ids.get()
+        return preset[0] if preset else super().generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        preset = _preset_ids.get()
+        return preset[1] if preset else super().generate_span_id()
+
+
+def new_run_trace() -> dict[str, str]:
+    """A fresh traceparent for a run's root span (sampled), cheap enough to always draw."""
+    trace_id = random.getrandbits(128) or 1
+    span_id = random.getrandbits(64) or 1
+    return {"traceparent": f"00-{trace_id:032x}-{span_id:016x}-01"}
+
+
+def _ids_of(carrier: Mapping[str, str]) -> tuple[int, int] | None:
+    parts = carrier.get("traceparent", "").split("-")
+    if len(parts) != 4:
+        return None
+    try:
+        return int(parts[1], 16), int(parts[2], 16)
+    except ValueError:
+        return None
+
+
+def record_run_span(run_trace: Mapping[str, str], *, profile: str, session_id: str, run_id: str,
+                    start_ns: int, status: str, input_tokens: int = 0, output_tokens: int = 0,
+                    end_ns: int | None = None) -> None:
+    """Record the run's `invoke_agent {profile}` span, with the ids drawn at its start."""
+    ids = _ids_of(run_trace)
+    if ids is None:
+        return
+    token = _preset_ids.set(ids)
+    try:
+        span = get_tracer().start_span(
+            f"invoke_agent {profile}", context=Context(), kind=SpanKind.INTERNAL, start_time=start_ns or None,
+            attributes=_clean({
+                GA.GEN_AI_OPERATION_NAME: GA.GenAiOperationNameValues.INVOKE_AGENT.value,
+                GA.GEN_AI_PROVIDER_NAME: PROVIDER_ANTHROPIC,
+                GA.GEN_AI_AGENT_NAME: profile,
+                GA.GEN_AI_CONVERSATION_ID: session_id,
+                "loopwire.run_id": run_id,
+                "loopwire.run.status": status,
+                GA.GEN_AI_USAGE_INPUT_TOKENS: input_tokens,
+                GA.GEN_AI_USAGE_OUTPUT_TOKENS: output_tokens,
+            }))
+    finally:
+        _preset_ids.reset(token)
+    if status not in ("completed",):
+        span.set_status(Status(StatusCode.ERROR, status) if status == "failed" else Status(StatusCode.UNSET))
+    span.end(end_time=end_ns)

@@ -317,7 +317,7 @@ def _on_tools(tx: _Tx, inp: i.ToolsInput, cfg: CoreConfig) -> Decision | None:
 def _start_run(tx: _Tx, config: RunConfig, messages: list[dict[str, Any]], run_id: str,
                cfg: CoreConfig) -> Decision:
     st = tx.st
-    run = RunState(run_id=run_id, config=config)
+    run = RunState(run_id=run_id, config=config, trace=tx.inp.new_trace, started_ns=tx.inp.now_ns)
     prompts = [user_text(m["content"]) for m in messages if m["role"] == "user"]
     run.task = truncate(prompts[-1] if prompts else "", PROMPT_CHARS)
     run.last_prompt = run.task
@@ -392,7 +392,7 @@ def _request_generation(tx: _Tx, run: RunState, notes: list[str] | None = None) 
         models=cfg.models[run.model_offset:], max_tokens=budget.max_tokens_for(run, cfg.max_tokens),
         temperature=run.temperature if run.temperature is not None else cfg.temperature,
         reduce_context=run.context_retries > 0, context_window=cfg.context_window,
-        compaction_at_pct=cfg.compaction_at_pct, actor=cfg.actor,
+        compaction_at_pct=cfg.compaction_at_pct, actor=cfg.actor, trace=run.trace,
     )
     tx.effects.append(PublishWork(target="memory.assemble", envelope=env.model_dump(mode="json"),
                                   msg_id=f"{step_id}:assemble"))
@@ -419,7 +419,7 @@ def _request_tools(tx: _Tx, run: RunState, calls: list[dict[str, Any]]) -> None:
     env = ExecuteTools(
         session_id=tx.st.session_id, run_id=run.run_id, step_id=step_id, turn=run.turn,
         calls=[ToolCall(tool_use_id=c["id"], name=c["name"], input=c.get("input") or {}) for c in calls],
-        denied=denied,
+        denied=denied, trace=run.trace,
     )
     tx.effects.append(PublishWork(target="tools.execute", envelope=env.model_dump(mode="json"),
                                   msg_id=f"{step_id}:execute"))

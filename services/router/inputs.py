@@ -18,6 +18,10 @@ from loopwire.shared.envelopes import GenerationResult, ToolsResult
 class _Input(BaseModel):
     input_id: str
     new_id: str = ""
+    new_trace: dict[str, str] = Field(default_factory=dict)
+    """A fresh traceparent the shell drew, used if this input starts a run."""
+    now_ns: int = 0
+    """When the shell received the input (the core reads no clock)."""
 
 
 class StartInput(_Input):

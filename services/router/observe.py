@@ -11,9 +11,11 @@ the decision's `counts`.
 from __future__ import annotations
 
 from loopwire.shared import metrics
+from loopwire.shared.telemetry import record_run_span
 
 from .core import Decision
 from .effects import EmitEvent
+from .state import SessionState
 
 
 def count_decision(decision: Decision, profile: str | None) -> None:
@@ -36,6 +38,20 @@ def count_decision(decision: Decision, profile: str | None) -> None:
             metrics.COMMITMENT_NUDGES.inc()
         elif count.name == "steer":
             metrics.STEERS.inc()
+
+
+def record_ended_runs(before: SessionState, decision: Decision) -> None:
+    """The root `invoke_agent` span of each run this decision ended (see
+    telemetry.record_run_span: its ids were drawn when the run started)."""
+    run = before.run
+    if run is None or not run.trace:
+        return
+    for effect in decision.effects:
+        if isinstance(effect, EmitEvent) and effect.kind == "run.ended" and effect.run_id == run.run_id:
+            usage = effect.fields.get("usage") or {}
+            record_run_span(run.trace, profile=run.config.profile, session_id=before.session_id,
+                            run_id=run.run_id, start_ns=run.started_ns, status=effect.fields.get("status", ""),
+                            input_tokens=usage.get("input_tokens", 0), output_tokens=usage.get("output_tokens", 0))
 
 
 def _count_event(event: EmitEvent, profile: str | None) -> None:

@@ -11,6 +11,7 @@ it and the outbox is performed again, idempotently.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 
 import orjson
@@ -21,13 +22,14 @@ from loopwire.shared import codec
 from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult
 from loopwire.shared.keyed_lock import KeyedLock
 from loopwire.shared.runtime import ServiceContext
+from loopwire.shared.telemetry import new_run_trace
 
 from . import inputs as i
 from .config import CoreConfig
 from .core import Decision, decide
 from .effects import Effect, EmitEvent, PublishNotice
 from .ingress import check_session_id, decode_ingress
-from .observe import count_decision
+from .observe import count_decision, record_ended_runs
 from .state import SessionState
 
 log = logging.getLogger("loopwire.router")
@@ -88,6 +90,10 @@ class RouterService:
 
     # -- the shell --------------------------------------------------------------------------
     async def _apply_and_ack(self, sid: str, inp: i._Input, msg: NatsMessage) -> None:
+        # What the pure core may not draw itself: a clock reading and a trace id for a
+        # run this input may start.
+        inp.now_ns = time.time_ns()
+        inp.new_trace = new_run_trace()
         try:
             await self.apply(sid, inp)
         except Exception:
@@ -109,6 +115,8 @@ class RouterService:
                         continue  # another replica advanced the session: decide again on its state
                 await self.perform(sid, decision.effects)
                 count_decision(decision, state.profile)
+                if not decision.replay:
+                    record_ended_runs(state, decision)
                 return decision
         raise RuntimeError(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
 

@@ -42,6 +42,11 @@ class RunConfig(BaseModel):
 class RunState(BaseModel):
     run_id: str
     config: RunConfig
+    trace: dict[str, str] = Field(default_factory=dict)
+    """traceparent of the run's root span: every step's spans are its children, and the
+    replica that ends the run records the span itself with these ids."""
+    started_ns: int = 0
+    """When the run started (ns since the epoch), for the root span."""
     phase: str = "generate"
     """`generate` (a model call is in flight), `tools` (tool calls are in flight), `done`."""
     turn: int = 0
