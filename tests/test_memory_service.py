@@ -291,3 +291,24 @@ async def test_observations_and_reflections_are_written_in_the_background(stack:
     fresh = await other.assemble(other.env(1, actor="planner"))
     assert fresh.system is not None and "From earlier sessions:" in fresh.system
     await stack.memory.observer.idle()
+
+
+async def test_the_summarize_subject_replays_recorded_answers_and_never_records_failures(stack: Stack) -> None:
+    from loopwire.shared.envelopes import GenerationResult, summarize_subject
+
+    def request(step: str) -> bytes:
+        return codec.dumps(Generate(session_id=stack.sid, run_id="r", step_id=step, models=["claude-a"],
+                                    system=SUMMARY_SYSTEM, messages=[{"role": "user", "content": "hi"}],
+                                    max_tokens=50))
+
+    subject = summarize_subject(stack.settings.subject_prefix)
+    first = GenerationResult.model_validate_json((await stack.nc.request(subject, request("r:g1:compact.0"), 5)).data)
+    again = GenerationResult.model_validate_json((await stack.nc.request(subject, request("r:g1:compact.0"), 5)).data)
+    assert first.ok and first == again and len(stack.summary_calls()) == 1
+
+    stack.fake.fail_next(400, n=1)
+    failed = GenerationResult.model_validate_json((await stack.nc.request(subject, request("r:g2:compact.0"), 5)).data)
+    assert not failed.ok and failed.error is not None and failed.error.code == "bad_request"
+    assert await stack.ctx.steps.get("gen:r:g2:compact.0") is None
+    retried = GenerationResult.model_validate_json((await stack.nc.request(subject, request("r:g2:compact.0"), 5)).data)
+    assert retried.ok

@@ -22,8 +22,8 @@ from typing import Any
 
 from jsonschema.exceptions import best_match, relevance
 from nats.aio.client import Client as NatsClient
-from opentelemetry import propagate, trace
 
+from loopwire.shared import telemetry
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem
 from loopwire.shared.step_store import StepStore
 
@@ -32,7 +32,6 @@ from .invoke import Outcome, ProviderUnavailable, call_provider, call_python
 from .registry import PythonTool, ToolError
 
 log = logging.getLogger("loopwire.tools.executor")
-tracer = trace.get_tracer("loopwire.tools")
 
 ResultCallback = Callable[[ToolResultItem], Awaitable[None]]
 
@@ -120,11 +119,8 @@ class Executor:
 
         timeout = (tool.timeout_s if isinstance(tool, PythonTool) else None) or self.default_timeout_s
         deadline = asyncio.timeout(timeout)
-        with tracer.start_as_current_span(f"execute_tool {call.name}", context=propagate.extract(env.trace),
-                                          attributes={"gen_ai.operation.name": "execute_tool",
-                                                      "gen_ai.tool.name": call.name,
-                                                      "gen_ai.tool.call.id": call.tool_use_id,
-                                                      "gen_ai.conversation.id": env.session_id}) as span:
+        with telemetry.execute_tool_span(call.name, call.tool_use_id, arguments=call.input,
+                                         conversation_id=env.session_id, parent=env.trace) as span:
             try:
                 async with deadline:
                     outcome = await _unless_cancelled(self._invoke(env, call, tool, timeout), cancel)
@@ -141,8 +137,7 @@ class Executor:
             except Exception as exc:  # a tool's own failure: the model reads it
                 log.info("tool %s raised %s", call.name, exc, exc_info=True)
                 return error(f"tool {call.name} failed: {type(exc).__name__}: {exc}")
-            if outcome.is_error:
-                span.set_attribute("error.type", "tool_error")
+            telemetry.record_tool_result(span, outcome.content, is_error=outcome.is_error)
         return ToolResultItem(tool_use_id=call.tool_use_id, name=call.name, content=outcome.content,
                               is_error=outcome.is_error), True
 
