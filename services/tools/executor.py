@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from jsonschema.exceptions import best_match, relevance
 from nats.aio.client import Client as NatsClient
 
-from loopwire.shared import telemetry
+from loopwire.shared import metrics, telemetry
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem
 from loopwire.shared.step_store import StepStore
 
@@ -39,6 +40,15 @@ ResultCallback = Callable[[ToolResultItem], Awaitable[None]]
 def step_key(session_id: str, tool_use_id: str) -> str:
     """Where one call's result is recorded (the StepStore adds its own `lw:step:`)."""
     return f"tool:{session_id}:{tool_use_id}"
+
+
+def _outcome(item: ToolResultItem, recorded: bool, known: bool) -> str:
+    """The `outcome` label of loopwire_tool_calls_total: ok, error, unknown, cancelled."""
+    if not recorded:
+        return "cancelled"
+    if not item.is_error:
+        return "ok"
+    return "error" if known else "unknown"
 
 
 class Cancelled(Exception):
@@ -78,7 +88,10 @@ class Executor:
                 else:
                     for j in prereqs[i]:
                         await finished[j].wait()
+                    started = time.monotonic()
                     item, keep = await self._run_one(env, calls[i], tools[i], cancel)
+                    metrics.observe_tool_call(calls[i].name, _outcome(item, keep, tools[i] is not None),
+                                              time.monotonic() - started)
                     if keep:
                         # Two deliveries racing on one call both ran it; they still agree
                         # on one result: the first recorded.
