@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from faststream import AckPolicy
 from faststream.nats import ConsumerConfig, JStream, NatsBroker
 
+from .blobs import BlobStore
 from .bus import Bus
 from .event_log import EventLogStore, RedisEventLog
 from .redis_conn import connect_redis
@@ -33,6 +34,7 @@ class ServiceContext:
     steps: StepStore
     events: EventLogStore
     broker: NatsBroker
+    blobs: BlobStore
     _bus: Bus | None = field(default=None, repr=False)
     consumers: dict[str, tuple[str, str]] = field(default_factory=dict)
     """label -> (stream, durable) of every work consumer registered in this process."""
@@ -99,6 +101,7 @@ def build_context(settings: Settings, broker: NatsBroker) -> ServiceContext:
         steps=RedisStepStore(redis, settings.step_result_ttl_s),
         events=RedisEventLog(redis, settings.session_ttl_s),
         broker=broker,
+        blobs=BlobStore(redis, settings.step_result_ttl_s),
     )
 
 

@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     dropped after this; 0 keeps them."""
 
     # -- limits ---------------------------------------------------------------------------
+    large_content_bytes: int = 64 * 1024
+    """Tool results larger than this are stored once in Redis (content-addressed) and
+    travel as a reference block (shared/blobs.py)."""
     max_body_bytes: int = 256 * 1024
     """Ingress bodies larger than this are rejected with an `error` event."""
     default_model: str = "claude-sonnet-4-5"

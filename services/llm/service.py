@@ -35,6 +35,7 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from loopwire.shared import codec
+from loopwire.shared.blobs import resolve_messages
 from loopwire.shared.envelopes import Generate, GenerationResult
 from loopwire.shared.runtime import ServiceContext
 
@@ -155,6 +156,8 @@ class LlmService:
 
     # -- the model call ----------------------------------------------------------------------
     async def _generate(self, env: Generate, delivered: int) -> GenerationResult:
+        # Large tool results travel by reference; the model gets them whole.
+        env.messages = await resolve_messages(env.messages, self.ctx.blobs)
         bus, sid, run_id = self.ctx.bus, env.session_id, env.run_id
         default_model = self.ctx.settings.default_model
         chain = model_chain(env, default_model)

@@ -25,6 +25,7 @@ from jsonschema.exceptions import best_match, relevance
 from nats.aio.client import Client as NatsClient
 
 from loopwire.shared import metrics, telemetry
+from loopwire.shared.blobs import BlobStore, externalize
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem
 from loopwire.shared.step_store import StepStore
 
@@ -58,8 +59,12 @@ class Cancelled(Exception):
 class Executor:
     def __init__(self, catalog: Catalog, steps: StepStore, nc: NatsClient | None,
                  default_timeout_s: float,
-                 refresh: Callable[[], Awaitable[Any]] | None = None) -> None:
+                 refresh: Callable[[], Awaitable[Any]] | None = None,
+                 blobs: BlobStore | None = None, large_content_bytes: int = 64 * 1024) -> None:
         self.catalog = catalog
+        self.blobs = blobs
+        self.large_content_bytes = large_content_bytes
+        """Results above this size are stored once and travel as a reference block."""
         self.steps = steps
         self.nc = nc
         self.default_timeout_s = default_timeout_s
@@ -92,6 +97,8 @@ class Executor:
                     item, keep = await self._run_one(env, calls[i], tools[i], cancel)
                     metrics.observe_tool_call(calls[i].name, _outcome(item, keep, tools[i] is not None),
                                               time.monotonic() - started)
+                    if self.blobs is not None:
+                        item.content = await externalize(item.content, self.blobs, self.large_content_bytes)
                     if keep:
                         # Two deliveries racing on one call both ran it; they still agree
                         # on one result: the first recorded.

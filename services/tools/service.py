@@ -77,7 +77,8 @@ class ToolsService:
                                    max_wait_s=min(2.0, max(0.5, settings.discovery_interval_s)))
         self.catalog.providers = self.discovery.table
         self.executor = Executor(self.catalog, self.ctx.steps, nc, settings.tool_timeout_s,
-                                 refresh=self._refresh_soon)
+                                 refresh=self._refresh_soon,
+                                 blobs=self.ctx.blobs, large_content_bytes=settings.large_content_bytes)
         self._cancel_sub = await nc.subscribe(self.ctx.subjects.cancel_all, cb=self._inflight.on_notice)
         try:
             await self.refresh()
