@@ -27,7 +27,7 @@ EVENT_KINDS = (
     "retracted", "approval.requested", "loop.detected", "model.fallback", "compaction",
     "error", "run.ended",
 )
-ADDED_EVENT_KINDS = ("budget.warning",)
+ADDED_EVENT_KINDS = ("budget.warning", "user.message", "memory.observation", "memory.reflection")
 """Event kinds loopwire adds to the contract (docs/protocol.md marks them as additions)."""
 
 

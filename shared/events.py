@@ -4,6 +4,7 @@ tests check that every emitted body validates against its model here."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -98,6 +99,8 @@ class Compaction(Event):
     kind: Literal["compaction"] = "compaction"
     tokens_before: int
     tokens_after: int
+    method: str | None = Field(default=None, description="Addition: summary or drop_oldest.")
+    messages_compacted: int | None = Field(default=None, description="Addition: history messages it covers.")
 
 
 class BudgetWarning(Event):
@@ -108,6 +111,23 @@ class BudgetWarning(Event):
     used: float
     max: float
     pct: float
+
+
+class UserMessage(Event):
+    """Addition: a message the router added to the history that the model did not write
+    (the user's input, a follow-up, a steer, a redirect, tool results), so the transcript
+    alone can rebuild the session (services/transcripts/rebuild.py)."""
+
+    kind: Literal["user.message"] = "user.message"
+    turn: int
+    message: dict[str, Any]
+    source: str = Field(description="input, follow_up, steer or router")
+
+
+class MemoryNote(Event):
+    """Addition: an observation or reflection of the memory service."""
+
+    kind: Literal["memory.observation", "memory.reflection"]
 
 
 class ErrorEvent(Event):
@@ -127,10 +147,19 @@ class RunEnded(Event):
     reason: str | None = Field(default=None, description="Addition: why the run did not simply complete.")
 
 
+class MemoryObservation(MemoryNote):
+    kind: Literal["memory.observation"] = "memory.observation"
+
+
+class MemoryReflection(MemoryNote):
+    kind: Literal["memory.reflection"] = "memory.reflection"
+
+
 EVENT_MODELS: dict[str, type[Event]] = {
     m.model_fields["kind"].default: m
     for m in (RunStarted, PhaseChanged, TextDelta, MessageEvent, ToolCallEvent, ToolResultEvent, Retracted,
-              ApprovalRequested, LoopDetected, ModelFallback, Compaction, ErrorEvent, RunEnded, BudgetWarning)
+              ApprovalRequested, LoopDetected, ModelFallback, Compaction, ErrorEvent, RunEnded, BudgetWarning,
+              UserMessage, MemoryObservation, MemoryReflection)
 }
 
 
@@ -138,3 +167,18 @@ def validate_event(body: dict[str, Any]) -> Event:
     """Validate an emitted body against its kind's model (unknown kinds: the common fields)."""
     model = EVENT_MODELS.get(body.get("kind", ""), Event)
     return model.model_validate(body)
+
+
+def user_message_fields(message: dict[str, Any], turn: int, source: str,
+                        reported: Iterable[str] = ()) -> dict[str, Any]:
+    """The fields of the `user.message` event the router emits for a message it appends
+    (`source`: `input`, `follow_up`, `steer`, `router`). A tool_result block whose result
+    is in a `tool.result` event already (`reported` tool_use ids) goes without its content:
+    the transcript holds each result once."""
+    skip = set(reported)
+    content = message.get("content")
+    if isinstance(content, list) and skip:
+        content = [{k: v for k, v in b.items() if k != "content"}
+                   if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") in skip else b
+                   for b in content]
+    return {"turn": turn, "message": {"role": message.get("role", "user"), "content": content}, "source": source}

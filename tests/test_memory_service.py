@@ -312,3 +312,12 @@ async def test_the_summarize_subject_replays_recorded_answers_and_never_records_
     assert await stack.ctx.steps.get("gen:r:g2:compact.0") is None
     retried = GenerationResult.model_validate_json((await stack.nc.request(subject, request("r:g2:compact.0"), 5)).data)
     assert retried.ok
+
+
+async def test_a_malformed_envelope_is_dropped_and_the_next_one_served(stack: Stack) -> None:
+    await stack.ctx.bus.publish_work(stack.ctx.subjects.memory_assemble, {"kind": "memory.assemble"}, msg_id="bad")
+    history = conversation(turns=1)
+    await stack.seed(history)
+    request = await stack.assemble(stack.env(len(history)))
+    assert request.messages == history
+    await stack.memory_settled(deliveries=2)

@@ -157,3 +157,21 @@ def test_the_counter_follows_the_llm_provider() -> None:
                                environ={"ANTHROPIC_API_KEY": "k"}).client is None
     with pytest.raises(ValueError, match="auto, api or estimate"):
         build_token_counter(Settings(memory_token_counting="magic"), environ={})
+
+
+@pytest.mark.integration
+async def test_content_by_reference_is_counted_at_its_full_size(anthropic_server: FakeAnthropic) -> None:  # noqa: F811
+    from loopwire.shared.blobs import REF_KEY
+
+    ref = {"type": "text", "text": "preview...", REF_KEY: {"sha256": "ab" * 32, "bytes": 400_000}}
+    messages = [text("user", "read the file"),
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [ref]}]}]
+    estimator = Estimator()
+    assert estimator.message_tokens(messages[2]) > 100_000, "the estimate sees the full size"
+    counter = TokenCounter(client=client_for(anthropic_server.url))
+    got = await counter.count("claude-x", None, messages, [])
+    sent = [r.body for r in anthropic_server.requests if r.path == "/v1/messages/count_tokens"]
+    assert len(sent) == 1 and REF_KEY not in str(sent[0]), "the API never sees a reference"
+    assert not got.exact and got.tokens > 100_000
+    await counter.aclose()

@@ -68,8 +68,9 @@ def test_start_appends_input_and_asks_memory_for_a_generation(fresh: SessionStat
     assert st.status == "running" and st.run is not None and st.run.run_id == "run1"
     assert d.append == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
     assert st.history_len == 1
-    assert kinds(d) == ["run.started"]
-    assert events(d)[0].fields == {"profile": "agentic"}
+    assert kinds(d) == ["run.started", "user.message"]
+    assert events(d)[0].fields["profile"] == "agentic" and events(d)[0].fields["config"]["max_tokens"] == 1000
+    assert events(d)[1].fields == {"turn": 0, "message": d.append[0], "source": "input"}
     (w,) = work(d)
     assert w.target == "memory.assemble"
     assert w.envelope["history_len"] == 1 and w.envelope["system"] == "be brief"
@@ -135,9 +136,9 @@ def test_max_turns_ends_with_best_answer_and_closes_dangling_tool_use(fresh: Ses
     st, _ = step(fresh, start({"input": "go", "limits": {"max_turns": 1}}))
     st, d = step(st, gen_result("run1:g1", [{"type": "text", "text": "Let me look."}, tool_use("t1")],
                                 stop="tool_use"))
-    assert kinds(d) == ["message", "run.ended"]
-    assert events(d)[1].fields["status"] == "max_turns"
-    assert events(d)[1].fields["final_text"] == "Let me look."
+    assert kinds(d) == ["message", "user.message", "run.ended"]
+    assert events(d)[2].fields["status"] == "max_turns"
+    assert events(d)[2].fields["final_text"] == "Let me look."
     assert [m["role"] for m in d.append] == ["assistant", "user"]
     assert d.append[1]["content"][0]["tool_use_id"] == "t1" and d.append[1]["content"][0]["is_error"]
     assert work(d) == []
@@ -186,7 +187,7 @@ def test_follow_up_during_run_is_taken_at_the_outer_boundary(fresh: SessionState
     st, d = step(st, i.MessageInput(input_id="in:2", new_id="x", body=FollowUp(content="and then?")))
     assert st.queued and d.append == [] and d.effects == []
     st, d = step(st, gen_result("run1:g1", [{"type": "text", "text": "Hello"}]))
-    assert kinds(d) == ["message"], "the run goes on instead of ending"
+    assert kinds(d) == ["message", "user.message"], "the run goes on instead of ending"
     assert d.append[-1] == {"role": "user", "content": [{"type": "text", "text": "and then?"}]}
     assert work(d)[0].target == "memory.assemble" and not st.queued
 
@@ -196,7 +197,8 @@ def test_message_on_idle_session_starts_a_new_run_with_the_last_config(fresh: Se
     st, _ = step(st, gen_result("run1:g1", [{"type": "text", "text": "Hello"}]))
     st, d = step(st, i.MessageInput(input_id="in:3", new_id="run2", body=FollowUp(content="more")))
     assert st.run is not None and st.run.run_id == "run2"
-    assert kinds(d) == ["run.started"]
+    assert kinds(d) == ["run.started", "user.message"]
+    assert events(d)[1].fields["source"] == "follow_up"
     assert work(d)[0].envelope["models"] == ["m9"] and work(d)[0].envelope["history_len"] == 3
 
 

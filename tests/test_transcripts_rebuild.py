@@ -17,6 +17,7 @@ from loopwire.router.state import SessionState
 from loopwire.shared.contract import FollowUp, SessionGetRequest, StartRun, make_event
 from loopwire.shared.envelopes import GenerationResult, ToolResultItem, ToolsResult, Usage
 from loopwire.shared.event_log import InMemoryEventLog, RedisEventLog
+from loopwire.shared.events import user_message_fields
 from loopwire.shared.redis_conn import connect_redis
 from loopwire.shared.session_store import InMemorySessionStore, RedisSessionStore
 from loopwire.transcripts.queries import session_get
@@ -127,6 +128,18 @@ def test_results_the_router_made_itself_come_from_its_user_message() -> None:
 
 
 @pytest.mark.unit
+def test_the_router_side_of_user_message() -> None:
+    message = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "big"},
+                                           {"type": "tool_result", "tool_use_id": "b", "content": "cancelled"},
+                                           t("steer")]}
+    fields = user_message_fields(message, 3, "steer", reported={"a"})
+    assert fields == {"turn": 3, "source": "steer", "message": {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "a"},
+        {"type": "tool_result", "tool_use_id": "b", "content": "cancelled"}, t("steer")]}}
+    assert message["content"][0]["content"] == "big", "the history's message is not changed"
+
+
+@pytest.mark.unit
 def test_nothing_to_rebuild() -> None:
     assert reconstruct(SID, []) is None
     assert reconstruct(SID, [ev("error", 1, code="invalid_body", message="x")]) is None
@@ -232,9 +245,7 @@ def test_a_session_driven_through_the_router_core_rebuilds_to_the_same_history()
                                     {"role": "assistant", "content": "Noted."},
                                     {"role": "user", "content": "Add 1 and 2, twice."}],
                           "system": "be brief", "limits": {"max_turns": 4}})
-    if not any(e["kind"] == "user.message" for e in drv.events):
-        pytest.xfail("the router does not emit `user.message` yet (docs/memory.md): user input is not in "
-                     "the transcript, so a rebuilt history would lack it")
+    assert any(e["kind"] == "user.message" for e in drv.events)
     drv.generation(t("Adding."), use("tu1"), use("tu2"))
     drv.ingress("steer", {"content": "hurry"})
     drv.tools(("tu1", "3"), ("tu2", "3"))

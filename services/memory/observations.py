@@ -116,15 +116,21 @@ class Observer:
         self.every_turns = every_turns
         self.reflect_every = reflect_every
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._latest: dict[str, AssembleContext] = {}
+        """A poke that came while the session's task ran: the task looks again with it."""
 
     def poke(self, env: AssembleContext) -> None:
         """Called after a generation's request went out: check the triggers in the
         background (never delaying the request)."""
-        if self.every_turns <= 0 or env.session_id in self._running:
+        sid = env.session_id
+        if self.every_turns <= 0:
+            return
+        if sid in self._running:
+            self._latest[sid] = env
             return
         task = asyncio.create_task(self._guarded(env))
-        self._running[env.session_id] = task
-        task.add_done_callback(lambda _t: self._running.pop(env.session_id, None))
+        self._running[sid] = task
+        task.add_done_callback(lambda _t: self._running.pop(sid, None))
 
     async def idle(self) -> None:
         """Wait for the background work in flight (tests, shutdown)."""
@@ -137,12 +143,16 @@ class Observer:
         await self.idle()
 
     async def _guarded(self, env: AssembleContext) -> None:
-        try:
-            await self.run(env)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # the next poke tries again
-            log.exception("session %s: observation failed", env.session_id)
+        sid = env.session_id
+        current: AssembleContext | None = env
+        while current is not None:
+            try:
+                await self.run(current)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the next poke tries again
+                log.exception("session %s: observation failed", sid)
+            current = self._latest.pop(sid, None)
 
     async def run(self, env: AssembleContext) -> None:
         sid = env.session_id

@@ -77,7 +77,7 @@ class MemoryService:
             env = AssembleContext.model_validate(orjson.loads(msg.body))
         except (orjson.JSONDecodeError, ValidationError) as exc:
             log.error("malformed assemble envelope dropped: %s", exc)
-            await msg.term()
+            await msg.reject()  # a body that can never decode is not redelivered
             return
         beat = asyncio.create_task(keep_alive(msg.in_progress, self.ctx.settings.ack_wait_s))
         try:

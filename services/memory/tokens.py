@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from loopwire.shared.blobs import REF_KEY, has_refs
 from loopwire.shared.envelopes import ToolSpec
 
 log = logging.getLogger("loopwire.memory.tokens")
@@ -97,6 +98,9 @@ class Estimator:
             return Tally(chars=len(block), blocks=1)
         if not isinstance(block, dict):
             return Tally(chars=_chars(block), blocks=1)
+        ref = block.get(REF_KEY)
+        if isinstance(ref, dict):  # large content by reference: the model gets all of it
+            return Tally(chars=max(int(ref.get("bytes", 0)), len(block.get("text", ""))), blocks=1)
         kind = block.get("type")
         if kind == "text":
             return Tally(chars=len(block.get("text", "")), blocks=1)
@@ -207,6 +211,31 @@ class Count:
     exact: bool
 
 
+def strip_refs(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Messages with each reference block reduced to its preview text, and how many
+    characters of content the references stand for beyond their previews."""
+    hidden = 0
+
+    def strip(block: Any) -> Any:
+        nonlocal hidden
+        if not isinstance(block, dict):
+            return block
+        ref = block.get(REF_KEY)
+        if isinstance(ref, dict):
+            text = block.get("text", "")
+            hidden += max(0, int(ref.get("bytes", 0)) - len(text))
+            return {"type": "text", "text": text}
+        if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+            return {**block, "content": [strip(b) for b in block["content"]]}
+        return block
+
+    out = []
+    for message in messages:
+        content = message.get("content")
+        out.append({**message, "content": [strip(b) for b in content]} if isinstance(content, list) else message)
+    return out, hidden
+
+
 def content_hash(model: str, system: str | None, messages: list[dict[str, Any]], tools: list[ToolSpec]) -> str:
     payload = [model, system, messages, [t.model_dump() for t in tools]]
     return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
@@ -257,6 +286,13 @@ class TokenCounter:
 
     async def count(self, model: str, system: str | None, messages: list[dict[str, Any]],
                     tools: list[ToolSpec]) -> Count:
+        if has_refs(messages):
+            # Content by reference (shared/blobs.py) reaches the model whole, but the API
+            # would reject the reference: count the rest exactly, estimate what it hides.
+            visible, hidden_chars = strip_refs(messages)
+            counted = await self.count(model, system, visible, tools)
+            hidden = math.ceil(self.estimator.tokens(Tally(chars=hidden_chars)))
+            return Count(counted.tokens + hidden, exact=False)
         if not self.reachable:
             return Count(self.estimate(system, messages, tools), exact=False)
         key = content_hash(model, system, messages, tools)

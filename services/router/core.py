@@ -10,6 +10,12 @@ budget.py (ledger, limits, converging), iteration_limits.py (turns, inner and ou
 iterations), loop_detection.py / vacuous.py / commitment_gate.py (post-generation
 stages, in the profile's order), progress_injection.py (reminder after tool results) and
 error_policy.py (what a failed step does to the run). Steering and abort are handled here.
+
+The profiles issue adds (docs/profiles.md): profile phases and their transition tables
+(profiles.py, phases.py), the strategy loop's plan gate and preview (strategy_loop.py),
+durable approval checkpoints and `decision` (approval.py), the finish tool (finish.py),
+agentic_planned's plan, execute and verify phases (planning.py), strategy configs
+(strategy.py, resolved by the shell) and subagent depth (subagent.py).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopwire.shared.contract import StartRun, text_to_content
+from loopwire.shared.contract import Limits, StartRun, text_to_content
 from loopwire.shared.envelopes import (
     AssembleContext,
     ExecuteTools,
@@ -26,25 +32,31 @@ from loopwire.shared.envelopes import (
     ToolsResult,
     Usage,
 )
+from loopwire.shared.events import user_message_fields
 from loopwire.shared.pricing import cost_usd
 
-from . import budget, loop_detection
+from . import approval, budget, loop_detection, planning, strategy_loop, subagent
 from . import inputs as i
 from .config import CoreConfig
 from .effects import Effect, EmitEvent, PublishNotice, PublishWork, effect_from_dict
 from .error_policy import classify_generation_failure
+from .finish import FINISH_TOOL, FINISHED_RESULT, OUT_OF_BUDGET_NOTE, finish_call, out_of_budget_conclusion
 from .iteration_limits import inner_limit, outer_limit
 from .next_step import (
     NextStep,
     NextStepConverge,
     NextStepExecuteTools,
     NextStepFinalOutput,
+    NextStepReview,
     NextStepRunAgain,
 )
+from .phases import change_phase
 from .profiles import get_profile
 from .progress_injection import note_tool_batch, progress_notes, truncate
 from .stages import Turn, not_executed, user_text
 from .state import RECENT_INPUTS, RunConfig, RunState, SessionState
+from .strategy import StrategyConfig
+from .workspace import render as render_workspace
 
 __all__ = ["CoreConfig", "Count", "Decision", "decide"]
 
@@ -100,11 +112,33 @@ class _Tx:
 
     def finish(self) -> Decision:
         st = self.st
+        self._report_user_messages()
         st.recent_inputs = (st.recent_inputs + [self.inp.input_id])[-RECENT_INPUTS:]
         st.outbox = [e.model_dump(mode="json") for e in self.effects]
         st.outbox_input = self.inp.input_id
         return Decision(state=st, effects=self.effects, append=self.append,
                         history_len_before=self.history_len_before, counts=self.counts)
+
+
+    def _report_user_messages(self) -> None:
+        """A `user.message` event for every message this transition added that the model
+        did not write, placed before any work goes out (and before run.ended), so the transcript alone holds the
+        whole history (services/transcripts/rebuild.py)."""
+        source = _USER_SOURCES.get(type(self.inp), "router")
+        reported = {r.tool_use_id for r in self.inp.result.results} if isinstance(self.inp, i.ToolsInput) else set()
+        turn = self.st.run.turn if self.st.run else 0
+        events = [EmitEvent(kind="user.message", key=f"user.message:{self.inp.input_id}:{n}",
+                            run_id=self.st.run.run_id if self.st.run else None,
+                            fields=user_message_fields(m, turn, source, reported))
+                  for n, m in enumerate(self.append) if m.get("role") != "assistant"]
+        if not events:
+            return
+        at = next((k for k, e in enumerate(self.effects)
+                   if not isinstance(e, EmitEvent) or e.kind == "run.ended"), len(self.effects))
+        self.effects[at:at] = events
+
+
+_USER_SOURCES: dict[type, str] = {i.StartInput: "input", i.MessageInput: "follow_up", i.SteerInput: "steer"}
 
 
 def decide(state: SessionState, inp: i._Input, cfg: CoreConfig = CoreConfig()) -> Decision:
@@ -135,14 +169,21 @@ def _on_start(tx: _Tx, inp: i.StartInput, cfg: CoreConfig) -> Decision:
     if not profile.implemented:
         return _reject(tx.st, inp, "unsupported_profile",
                        f"profile '{body.profile}' is part of the contract but not available in this "
-                       "version; use 'agentic' or 'conversational'")
+                       "version (external executors come later); use 'agentic', 'agentic_planned', "
+                       "'turn_by_turn' or 'conversational'")
     if tx.st.status != "idle":
         return _reject(tx.st, inp, "session_busy",
                        f"session {tx.st.session_id} already has an active run; publish `message` to "
                        "follow up or `abort` it first")
-    config = _run_config(body, cfg)
+    depth = subagent.child_depth(body.metadata, inp.parent_depth)
+    if depth > cfg.max_subagent_depth:
+        return _reject(tx.st, inp, "subagent_depth_exceeded",
+                       f"a child run at subagent depth {depth} is deeper than the limit "
+                       f"({cfg.max_subagent_depth}, LOOPWIRE_MAX_SUBAGENT_DEPTH)")
+    strategy = StrategyConfig.model_validate(inp.strategy) if inp.strategy else None
+    config = _run_config(body, cfg, strategy, depth)
     messages = _input_messages(body)
-    return _start_run(tx, config, messages, run_id=inp.new_id, cfg=cfg)
+    return _start_run(tx, config, messages, run_id=inp.new_id, cfg=cfg, plan=body.plan, workspace=inp.workspace)
 
 
 def _on_message(tx: _Tx, inp: i.MessageInput, cfg: CoreConfig) -> Decision:
@@ -168,12 +209,17 @@ def _on_steer(tx: _Tx, inp: i.SteerInput, cfg: CoreConfig) -> Decision:
         config = st.last_config or _run_config(StartRun(input="-"), cfg)
         return _start_run(tx, config, [user], run_id=inp.new_id, cfg=cfg)
     content = list(user["content"])
-    if run.phase == "tools" and run.pending_calls:
-        content = not_executed(run.pending_calls, STEERED_TOOL) + content
+    if run.phase in ("tools", "approval") and run.pending_calls:
+        content = _batch_results(run, run.pending_calls, STEERED_TOOL) + content
         run.pending_calls = []
+        run.answered = []
     elif run.phase == "generate" and run.pending_step is not None:
         tx.emit("retracted", f"retracted:{run.pending_step}:steer", run.run_id, turn=run.turn + 1,
                 reason=STEERED_GENERATION)
+    if run.checkpoint is not None:  # a steer withdraws the open checkpoint
+        approval.close(st, run)
+        if run.profile_phase == "review":
+            _phase(tx, run, "propose")
     tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))
     tx.add_message({"role": "user", "content": content})
     run.last_prompt = truncate(user_text(user["content"]), PROMPT_CHARS)
@@ -193,8 +239,32 @@ def _on_abort(tx: _Tx, inp: i.AbortInput, cfg: CoreConfig) -> Decision:
 
 
 def _on_decision(tx: _Tx, inp: i.DecisionInput, cfg: CoreConfig) -> Decision:
-    return _reject(tx.st, inp, "unknown_checkpoint",
-                   f"checkpoint {inp.body.checkpoint_id} is unknown or already answered")
+    """The answer to the open checkpoint (approval.py): the run goes on from the stored
+    checkpoint, with no new model call."""
+    body = inp.body
+    cp = approval.open_for(tx.st, body.checkpoint_id)
+    run = tx.st.run
+    if cp is None or run is None:
+        return _reject(tx.st, inp, "unknown_checkpoint",
+                       f"checkpoint {body.checkpoint_id} is unknown or already answered")
+    approval.close(tx.st, run)
+    approved = body.decision == "approve"
+    if cp.kind == "proposal":
+        if approved:
+            _phase(tx, run, "done")
+            _end_run(tx, "completed", cp.text, cfg)
+        else:
+            _phase(tx, run, "propose")
+            tx.add_message(approval.proposal_denied_message(body.note))
+            _request_generation(tx, run)
+        return tx.finish()
+    denied = dict(cp.rejected)
+    if not approved:
+        denied.update(approval.user_denials(cp, body.note))
+    if run.profile_phase == "review":
+        _phase(tx, run, "execute" if approved else "propose")
+    _execute(tx, run, cp.calls, denied)
+    return tx.finish()
 
 
 # -- step results -------------------------------------------------------------------------
@@ -230,12 +300,11 @@ def _on_generation(tx: _Tx, inp: i.GenerationInput, cfg: CoreConfig) -> Decision
             tx.add_message(message)
         if text.strip():
             run.last_text = text
-    events = step.events if not isinstance(step, NextStepExecuteTools) else ()
-    for n, spec in enumerate(events):
+    for n, spec in enumerate(step.events):
         tx.emit(spec.kind, f"{spec.kind}:{result.step_id}:{n}", run.run_id, **spec.fields)
     if isinstance(step, NextStepRunAgain) and step.retract:
         tx.emit("retracted", f"retracted:{result.step_id}", run.run_id, turn=run.turn, reason=step.retract)
-    _apply(tx, run, step, cfg)
+    _apply(tx, run, step, cfg, schemas=inp.tool_schemas)
     return tx.finish()
 
 
@@ -243,7 +312,14 @@ def _next_step(turn: Turn) -> NextStep:
     """The converging answer ends the run; otherwise the profile's stages decide."""
     run = turn.run
     if run.converging is not None:
-        return NextStepFinalOutput(status=run.converging, text=turn.text, reason=run.converge_reason)
+        conclusion, text = None, turn.text
+        if run.converging == "budget_exhausted" and strategy_loop.finish_offered(run):
+            call = finish_call(turn.tool_calls)
+            conclusion = out_of_budget_conclusion(call, turn.text, run.last_text)
+            if call is not None or not text.strip():
+                text = conclusion["summary"]
+        return NextStepFinalOutput(status=run.converging, text=text, reason=run.converge_reason,
+                                   conclusion=conclusion)
     step: NextStep | None = None
     for stage in get_profile(run.config.profile).stages:
         step = stage.after_generation(turn)
@@ -257,22 +333,26 @@ def _next_step(turn: Turn) -> NextStep:
 def _within_limits(run: RunState, step: NextStep, text: str, cfg: CoreConfig) -> NextStep:
     """A step that would generate again past a limit ends the run instead, keeping the
     turn (a vacuous answer that would have been retried is passed through)."""
-    if isinstance(step, NextStepFinalOutput):
-        return step
+    if isinstance(step, NextStepFinalOutput | NextStepReview):
+        return step  # a review needs no further generation: approved, it is the answer
     limit = inner_limit(run, cfg)
     if limit is None:
         return step
     if isinstance(step, NextStepConverge):
         return NextStepFinalOutput(status=step.status, text=text, reason=step.reason, events=step.events)
-    return NextStepFinalOutput(status="max_turns", text=text, reason=limit)
+    # The step's events stay: its stage already moved the run (e.g. a phase change).
+    return NextStepFinalOutput(status="max_turns", text=text, reason=limit, events=step.events)
 
 
 def _on_failed_generation(tx: _Tx, run: RunState, result: GenerationResult, cfg: CoreConfig) -> None:
     verdict = classify_generation_failure(result.error, run, cfg)
     if verdict.action == "terminate":
         status = run.converging or "failed"
+        conclusion = None
+        if run.converging == "budget_exhausted" and strategy_loop.finish_offered(run):
+            conclusion = out_of_budget_conclusion(None, "", run.last_text)
         _end_run(tx, status, None, cfg, error=(verdict.code, verdict.message),
-                 reason=run.converge_reason if run.converging else verdict.code)
+                 reason=run.converge_reason if run.converging else verdict.code, conclusion=conclusion)
         return
     tx.emit("error", f"error:{result.step_id}", run.run_id, code=verdict.code, message=verdict.message,
             action=verdict.action)
@@ -295,27 +375,40 @@ def _on_tools(tx: _Tx, inp: i.ToolsInput, cfg: CoreConfig) -> Decision | None:
         return None
     run.pending_step = None
     by_id = {r.tool_use_id: r for r in result.results}
+    answered = {b["tool_use_id"]: b for b in run.answered}
     blocks = []
     for call in run.pending_calls:
         item = by_id.get(call["id"])
-        if item is None:
+        if call["id"] in answered:
+            blocks.append(answered[call["id"]])  # a reserved tool, answered by the core
+        elif item is None:
             blocks.append({"type": "tool_result", "tool_use_id": call["id"], "is_error": True,
                            "content": "no result was returned for this call"})
         else:
             blocks.append(item.as_block())  # an error result is a result: the model adapts
+    _after_batch(tx, run, blocks)
+    return tx.finish()
+
+
+def _after_batch(tx: _Tx, run: RunState, blocks: list[dict[str, Any]]) -> None:
+    """summarize: the batch's results go back in one user message, in the model's order,
+    and the next generation is reminded of the task and the progress."""
     names = {c["id"]: c["name"] for c in run.pending_calls}
     run.pending_calls = []
+    run.answered = []
     note_tool_batch(run, blocks, names)
     content: list[dict[str, Any]] = blocks + _drain_steering(tx.st)
     tx.add_message({"role": "user", "content": content})
-    notes = progress_notes(get_profile(run.config.profile).progress_injection, run, blocks, names)
+    profile = get_profile(run.config.profile)
+    notes = progress_notes(profile.progress_injection, run, blocks, names)
+    if profile.reviews_every_turn and run.profile_phase == "execute":
+        _phase(tx, run, "propose")
     _request_generation(tx, run, notes=notes)
-    return tx.finish()
 
 
 # -- transitions ----------------------------------------------------------------------------
 def _start_run(tx: _Tx, config: RunConfig, messages: list[dict[str, Any]], run_id: str,
-               cfg: CoreConfig) -> Decision:
+               cfg: CoreConfig, plan: Any = None, workspace: dict[str, Any] | None = None) -> Decision:
     st = tx.st
     run = RunState(run_id=run_id, config=config, trace=tx.inp.new_trace, started_ns=tx.inp.now_ns)
     prompts = [user_text(m["content"]) for m in messages if m["role"] == "user"]
@@ -327,14 +420,51 @@ def _start_run(tx: _Tx, config: RunConfig, messages: list[dict[str, Any]], run_i
     st.runs += 1
     for m in messages:
         tx.add_message(m)
-    tx.emit("run.started", f"run.started:{run_id}", run_id, profile=config.profile)
+    # `config` (an addition) lets a session be rebuilt from its transcript with its settings.
+    profile = get_profile(config.profile)
+    run.profile_phase = profile.initial_phase
+    tx.emit("run.started", f"run.started:{run_id}", run_id, profile=config.profile,
+            config=config.model_dump(mode="json"), **_lineage(config))
+    if profile.planned:
+        run.workspace = render_workspace(workspace)
+        steps = planning.parse_plan(plan) if plan is not None else []
+        if steps:  # a pre-built plan skips the plan phase
+            run.plan = steps
+            _phase(tx, run, "execute")
+            _emit_spec(tx, run, planning.record(st, run, "start"), f"plan.updated:{run_id}:start")
     _request_generation(tx, run)
     return tx.finish()
 
 
-def _apply(tx: _Tx, run: RunState, step: NextStep, cfg: CoreConfig) -> None:
+def _lineage(config: RunConfig) -> dict[str, Any]:
+    """`run.started` of a child run names its parent (additions)."""
+    if config.subagent_depth == 0:
+        return {}
+    return {"parent_session_id": config.metadata.get(subagent.PARENT_SESSION),
+            "parent_tool_use_id": config.metadata.get(subagent.PARENT_TOOL_USE),
+            "subagent_depth": config.subagent_depth}
+
+
+def _phase(tx: _Tx, run: RunState, to: str) -> None:
+    """Move the run to profile phase `to` (checked against the profile's table) and emit
+    `phase.changed`."""
+    _emit_spec(tx, run, change_phase(run, to), "")
+
+
+def _emit_spec(tx: _Tx, run: RunState, spec: Any, key: str) -> None:
+    if spec.kind == "phase.changed":
+        key = f"phase.changed:{run.run_id}:{run.phase_changes}"
+    tx.emit(spec.kind, key, run.run_id, **spec.fields)
+
+
+def _apply(tx: _Tx, run: RunState, step: NextStep, cfg: CoreConfig,
+           schemas: dict[str, dict[str, Any]] | None = None) -> None:
     if isinstance(step, NextStepExecuteTools):
-        _request_tools(tx, run, step.calls)
+        _dispatch(tx, run, step.calls, schemas)
+    elif isinstance(step, NextStepReview):
+        _phase(tx, run, "review")
+        fields = approval.open_checkpoint(tx.st, run, "proposal", [], [], {}, step.text)
+        tx.emit("approval.requested", f"approval.requested:{fields['checkpoint_id']}", run.run_id, **fields)
     elif isinstance(step, NextStepRunAgain):
         for m in step.append:
             tx.add_message(m)
@@ -347,7 +477,7 @@ def _apply(tx: _Tx, run: RunState, step: NextStep, cfg: CoreConfig) -> None:
         run.converging, run.converge_reason = step.status, step.reason
         _request_generation(tx, run, notes=step.notes)
     elif step.status == "completed" and not get_profile(run.config.profile).single_generation \
-            and (tx.st.steering or tx.st.queued):
+            and step.conclusion is None and run.profile_phase != "done" and (tx.st.steering or tx.st.queued):
         limit = outer_limit(run, cfg) or ("max_turns" if run.turn >= run.config.max_turns else None)
         if limit is not None:
             # Follow-ups past the limit start the next run (_end_run), as on an idle session.
@@ -355,7 +485,8 @@ def _apply(tx: _Tx, run: RunState, step: NextStep, cfg: CoreConfig) -> None:
         else:
             _take_follow_ups(tx, run)
     else:
-        _end_run(tx, step.status, step.text, cfg, error=step.error, reason=step.reason)
+        _end_run(tx, step.status, step.text, cfg, error=step.error, reason=step.reason,
+                 conclusion=step.conclusion)
 
 
 def _take_follow_ups(tx: _Tx, run: RunState) -> None:
@@ -378,7 +509,13 @@ def _request_generation(tx: _Tx, run: RunState, notes: list[str] | None = None) 
         exhausted = budget.exhausted(run)
         if exhausted is not None:
             run.converging, run.converge_reason = "budget_exhausted", exhausted
-            notes.append(budget.FINAL_ANSWER_NOTE)
+            notes.append(OUT_OF_BUDGET_NOTE if strategy_loop.finish_offered(run) else budget.FINAL_ANSWER_NOTE)
+    if get_profile(run.config.profile).planned and run.converging is None:
+        if run.profile_phase == "plan":
+            notes.append(planning.plan_note(run, run.config.tools))
+        elif run.profile_phase == "execute" and run.plan:
+            notes.append(planning.status_note(run))
+    offer = strategy_loop.offer(run)
     run.phase = "generate"
     run.gen_seq += 1
     step_id = f"{run.run_id}:g{run.gen_seq}"
@@ -388,7 +525,7 @@ def _request_generation(tx: _Tx, run: RunState, notes: list[str] | None = None) 
     env = AssembleContext(
         session_id=tx.st.session_id, run_id=run.run_id, step_id=step_id, turn=run.turn + 1,
         history_len=tx.st.history_len, system=cfg.system, ephemeral_notes=notes,
-        tools=cfg.tools, offer_tools=profile.offers_tools and cfg.tools != [] and run.converging is None,
+        tools=offer.tools, offer_tools=offer.offer, extra_tools=offer.extra,
         models=cfg.models[run.model_offset:], max_tokens=budget.max_tokens_for(run, cfg.max_tokens),
         temperature=run.temperature if run.temperature is not None else cfg.temperature,
         reduce_context=run.context_retries > 0, context_window=cfg.context_window,

@@ -27,6 +27,13 @@ class _Input(BaseModel):
 class StartInput(_Input):
     kind: Literal["start"] = "start"
     body: StartRun
+    # What the shell looked up for this start (I/O), passed in as data:
+    strategy: dict[str, Any] | None = None
+    """The strategy config resolved for `body.strategy` (strategy.py), dumped."""
+    workspace: dict[str, Any] | None = None
+    """agentic_planned: the WorkspaceSnapshot of `metadata.workspace` (workspace.py)."""
+    parent_depth: int | None = None
+    """A child run: the subagent depth of the parent session's run, when it is known."""
 
 
 class MessageInput(_Input):
@@ -52,6 +59,9 @@ class DecisionInput(_Input):
 class GenerationInput(_Input):
     kind: Literal["generation"] = "generation"
     result: GenerationResult
+    tool_schemas: dict[str, dict[str, Any]] | None = None
+    """Input schemas of the tools the result calls (from the tools catalog, read by the
+    shell): the plan gate validates the calls against them. None: not checked here."""
 
 
 class ToolsInput(_Input):

@@ -38,8 +38,21 @@ class NextStepRunAgain:
 
 @dataclass(frozen=True)
 class NextStepExecuteTools:
+    """Run the turn's tool calls through the strategy loop (strategy_loop.py): the plan
+    gate, the preview (an approval checkpoint when one is needed), then execution."""
+
     calls: list[dict[str, Any]]
     """tool_use blocks, in the model's order."""
+    events: tuple[EventSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class NextStepReview:
+    """turn_by_turn: a text-only proposal goes to the user for review (an approval
+    checkpoint with `proposal`); approved, it is the run's answer."""
+
+    text: str
+    events: tuple[EventSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,8 @@ class NextStepFinalOutput:
     reason: str | None = None
     """`run.ended.reason` (an addition), e.g. which limit ended the run."""
     events: tuple[EventSpec, ...] = ()
+    conclusion: dict[str, Any] | None = None
+    """`run.ended.conclusion`: the finish tool's normalised input (finish.py)."""
 
 
-NextStep = NextStepRunAgain | NextStepExecuteTools | NextStepConverge | NextStepFinalOutput
+NextStep = NextStepRunAgain | NextStepExecuteTools | NextStepReview | NextStepConverge | NextStepFinalOutput

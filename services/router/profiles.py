@@ -1,15 +1,37 @@
-"""Every profile in one table: its stages, its mode and its defaults.
+"""Every profile in one table: its stages, its phases and their transitions, its defaults.
 
-A profile is data: the list of post-generation stages (see stages.py), whether tools
-are offered, and the defaults a StartRun's `limits` (or the settings) may override.
+A profile is data:
+
+- `stages`: the post-generation stages, in order (stages.py); the first that answers
+  decides the next step;
+- `phases`, `initial_phase`, `transitions`: the profile's phases (`RunState.profile_phase`)
+  and the only moves allowed between them (the seed's mode-transition table). Every move
+  goes through `phases.change_phase`, which raises `IllegalTransition` for a move not in
+  the table and returns the `phase.changed` event. A run that ends otherwise (abort,
+  limits, a failure, the finish tool) ends in the phase it is in: `run.ended` is the
+  terminal event, not a phase change;
+- what it offers: tools (`offers_tools`), the reserved finish tool (`offers_finish`),
+  a plan (`planned`), a human review of every turn (`reviews_every_turn`);
+- its defaults, which StartRun `limits` (or a strategy config, or the settings) override.
+
+| profile | phases (initial first) | transitions | max_turns | compaction_at_pct | progress_injection |
+|---|---|---|---|---|---|
+| agentic | act | - | 50 | 0.8 | system_reminder |
+| agentic_planned | plan, execute, verify, done | plan→execute, execute→verify, verify→done | 100 | 0.8 | system_reminder |
+| turn_by_turn | propose, review, execute, done | propose→review, review→execute, review→propose, review→done, execute→propose | 50 | 0.85 | none |
+| conversational | chat | - | 1 | 0.85 | none |
+| claude_code, opencode, codex, acp | - | - | unsupported: external executors are a later issue (`unsupported_profile`) |
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .approval import ReviewStage
 from .commitment_gate import CommitmentGateStage
+from .finish import FinishStage
 from .loop_detection import LoopDetectionStage
+from .planning import PlanStage
 from .stages import RoutingStage, Stage
 from .vacuous import VacuousAnswerStage
 
@@ -19,6 +41,10 @@ class Profile:
     name: str
     offers_tools: bool
     stages: tuple[Stage, ...]
+    phases: tuple[str, ...] = ("act",)
+    """The profile's phases; the first is the initial one."""
+    transitions: dict[str, frozenset[str]] = field(default_factory=dict)
+    """phase -> the phases it may move to. Anything else raises IllegalTransition."""
     max_turns: int = 50
     compaction_at_pct: float = 0.8
     progress_injection: str = "system_reminder"
@@ -30,28 +56,66 @@ class Profile:
     """Times one run takes follow-ups at the outer boundary (LOOPWIRE_MAX_OUTER_ITERATIONS)."""
     single_generation: bool = False
     """One generation per run (conversational): follow-ups start new runs."""
+    offers_finish: bool = False
+    """The reserved tool `finish_agentic_task` is offered (finish.py)."""
+    planned: bool = False
+    """plan → execute → verify (planning.py)."""
+    reviews_every_turn: bool = False
+    """Every proposal waits for a human decision (approval.py)."""
     implemented: bool = True
     notes: str = field(default="", compare=False)
 
+    @property
+    def initial_phase(self) -> str:
+        return self.phases[0]
 
-# Order matters: the first stage that answers decides. Loops are checked before the
-# answer's quality (a repeated empty answer is passed through, not retried again), the
-# quality before the commitment gate, and the routing table last (it always answers).
-_AGENTIC_STAGES: tuple[Stage, ...] = (LoopDetectionStage(), VacuousAnswerStage(), CommitmentGateStage(),
-                                      RoutingStage())
+
+def _moves(*pairs: str) -> dict[str, frozenset[str]]:
+    """`"a->b"` strings as a transition table."""
+    table: dict[str, set[str]] = {}
+    for pair in pairs:
+        frm, to = pair.split("->")
+        table.setdefault(frm, set()).add(to)
+    return {k: frozenset(v) for k, v in table.items()}
+
+
+# Order matters: the first stage that answers decides. The finish tool is intercepted
+# first (before anything judges or runs the turn), loops are checked before the answer's
+# quality (a repeated empty answer is passed through, not retried again), the quality
+# before the commitment gate, the plan phases next, and the routing table last (it
+# always answers).
+_AGENTIC_STAGES: tuple[Stage, ...] = (FinishStage(), LoopDetectionStage(), VacuousAnswerStage(),
+                                      CommitmentGateStage(), RoutingStage())
+_PLANNED_STAGES: tuple[Stage, ...] = (FinishStage(), LoopDetectionStage(), VacuousAnswerStage(),
+                                      CommitmentGateStage(), PlanStage(), RoutingStage())
+# turn_by_turn: the user reviews every proposal, so there is no commitment gate (a
+# promise without action is the user's to judge) and review replaces plain routing.
+_TURN_BY_TURN_STAGES: tuple[Stage, ...] = (LoopDetectionStage(), VacuousAnswerStage(), ReviewStage())
 
 PROFILES: dict[str, Profile] = {
-    "agentic": Profile("agentic", offers_tools=True, stages=_AGENTIC_STAGES, max_turns=50,
-                       compaction_at_pct=0.8, progress_injection="system_reminder",
-                       max_inner_iterations=100, max_outer_iterations=10),
-    "conversational": Profile("conversational", offers_tools=False,
-                              stages=(VacuousAnswerStage(), RoutingStage()),
-                              max_turns=1, compaction_at_pct=0.85, progress_injection="none",
-                              max_inner_iterations=10, max_outer_iterations=1, single_generation=True),
-    # The profiles below are part of the contract; their own stages come with their issues.
-    # Until then a StartRun naming them is answered with a clear `error` event.
-    "agentic_planned": Profile("agentic_planned", True, _AGENTIC_STAGES, implemented=False),
-    "turn_by_turn": Profile("turn_by_turn", True, _AGENTIC_STAGES, implemented=False),
+    "agentic": Profile(
+        "agentic", offers_tools=True, stages=_AGENTIC_STAGES, phases=("act",),
+        max_turns=50, compaction_at_pct=0.8, progress_injection="system_reminder",
+        max_inner_iterations=100, max_outer_iterations=10, offers_finish=True),
+    "agentic_planned": Profile(
+        "agentic_planned", offers_tools=True, stages=_PLANNED_STAGES,
+        phases=("plan", "execute", "verify", "done"),
+        transitions=_moves("plan->execute", "execute->verify", "verify->done"),
+        max_turns=100, compaction_at_pct=0.8, progress_injection="system_reminder",
+        max_inner_iterations=150, max_outer_iterations=10, offers_finish=True, planned=True),
+    "turn_by_turn": Profile(
+        "turn_by_turn", offers_tools=True, stages=_TURN_BY_TURN_STAGES,
+        phases=("propose", "review", "execute", "done"),
+        transitions=_moves("propose->review", "review->execute", "review->propose", "review->done",
+                           "execute->propose"),
+        max_turns=50, compaction_at_pct=0.85, progress_injection="none",
+        max_inner_iterations=100, max_outer_iterations=10, reviews_every_turn=True),
+    "conversational": Profile(
+        "conversational", offers_tools=False, stages=(VacuousAnswerStage(), RoutingStage()), phases=("chat",),
+        max_turns=1, compaction_at_pct=0.85, progress_injection="none",
+        max_inner_iterations=10, max_outer_iterations=1, single_generation=True),
+    # External executors (a coding agent's own loop behind the same contract) come with
+    # their own issue. Until then a StartRun naming them gets a clear `error` event.
     "claude_code": Profile("claude_code", True, _AGENTIC_STAGES, implemented=False),
     "opencode": Profile("opencode", True, _AGENTIC_STAGES, implemented=False),
     "codex": Profile("codex", True, _AGENTIC_STAGES, implemented=False),

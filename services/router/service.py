@@ -23,6 +23,7 @@ from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult
 from loopwire.shared.keyed_lock import KeyedLock
 from loopwire.shared.runtime import ServiceContext
 from loopwire.shared.telemetry import new_run_trace
+from loopwire.transcripts.rebuild import rebuild_session
 
 from . import inputs as i
 from .config import CoreConfig
@@ -106,6 +107,11 @@ class RouterService:
         async with self._locks.hold(sid):
             for _ in range(MAX_COMMIT_ATTEMPTS):
                 raw, version = await self.ctx.sessions.load(sid)
+                if raw is None and await rebuild_session(sid, self.ctx.events, self.ctx.sessions,
+                                                         self.ctx.settings.default_max_tokens):
+                    # The state was lost (expired, flushed) but the transcript holds the
+                    # conversation: continue it instead of starting over.
+                    raw, version = await self.ctx.sessions.load(sid)
                 state = SessionState.load(raw, sid)
                 decision = decide(state, inp, self.core)
                 if decision.state is not None:

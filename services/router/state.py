@@ -37,6 +37,29 @@ class RunConfig(BaseModel):
     actor: str | None = None
     """StartRun `strategy.actor`: memory keeps observations per actor."""
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # -- profiles issue (schema 1, additive) --
+    expectation: str | None = None
+    """StartRun `strategy.expectation`."""
+    strategy: str | None = None
+    """Which strategy config the run resolved (strategy.py): `actor/expectation`, `actor`, or None."""
+    subagent_depth: int = 0
+    """0 for a run a user started; a child run started by a tool is its parent's + 1."""
+
+
+class Checkpoint(BaseModel):
+    """A durable human checkpoint (approval.py): everything needed to go on after the
+    decision, so no process holds the paused run in memory."""
+
+    id: str
+    kind: Literal["tool_calls", "proposal"]
+    calls: list[dict[str, Any]] = Field(default_factory=list)
+    """The whole batch: the assistant message's tool_use blocks, in the model's order."""
+    ask: list[str] = Field(default_factory=list)
+    """tool_use ids the decision is about (the others run or are answered regardless)."""
+    rejected: dict[str, str] = Field(default_factory=dict)
+    """tool_use id -> the plan gate's reason: never run, whatever the decision."""
+    text: str = ""
+    """The assistant's text (a `proposal` checkpoint's answer)."""
 
 
 class RunState(BaseModel):
@@ -96,6 +119,24 @@ class RunState(BaseModel):
     tools_used: list[str] = Field(default_factory=list)
     """Distinct tool names called in this run, in first-use order (progress reminder)."""
 
+    # -- profiles issue bookkeeping (schema 1, additive) --
+    profile_phase: str = ""
+    """The profile's phase (profiles.py transition table): `plan`/`execute`/`verify`,
+    `propose`/`review`/`execute`, ...; `phase` above is the step in flight."""
+    phase_changes: int = 0
+    """`phase.changed` events emitted in this run (their dedup keys count them)."""
+    checkpoint: Checkpoint | None = None
+    """The open approval checkpoint: the run is durably paused until a `decision`."""
+    answered: list[dict[str, Any]] = Field(default_factory=list)
+    """Results the core made itself for calls of the pending batch (reserved tools)."""
+    plan: list[dict[str, Any]] = Field(default_factory=list)
+    """agentic_planned: `[{"step": str, "status": "pending"|"in_progress"|"completed"}]`."""
+    plan_nudges: int = 0
+    verification: str | None = None
+    """agentic_planned: the verify phase's answer, recorded."""
+    workspace: str = ""
+    """agentic_planned: the rendered WorkspaceSnapshot, a note of every plan-phase generation."""
+
 
 class SessionState(BaseModel):
     schema_version: int = Field(default=STATE_SCHEMA, alias="schema")
@@ -112,6 +153,9 @@ class SessionState(BaseModel):
     """Follow-up user messages waiting for the next outer boundary."""
     steering: list[dict[str, Any]] = Field(default_factory=list)
     """Steering messages: applied at the next boundary, before queued follow-ups."""
+    plan: dict[str, Any] | None = None
+    """The latest agentic_planned run's plan: `{"run_id", "steps", "phase", "verification"}`
+    (kept after the run ends; `session.get` shows it)."""
     recent_inputs: list[str] = Field(default_factory=list)
     """Ids of the latest applied inputs (ingress seqs, step ids): redeliveries are no-ops."""
     outbox: list[dict[str, Any]] = Field(default_factory=list)

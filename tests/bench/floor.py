@@ -57,30 +57,40 @@ OP_OF = {
     "get lw:step:gen": ("get_gen", 3), "set lw:step:gen": ("set_gen", 3),
 }
 """Trace label -> (floor op, hop of the service that makes the call)."""
+HOP_OF_KEYSPACE = {"lw:step:tool": 0, "lw:h": 2, "lw:tools": 2, "lw:mem": 2, "lw:step:gen": 3, "lw:breaker": 3}
+"""Any other command on these key spaces: the service that owns them."""
 
 
 def plan_from_trace(redis_cmds: dict[str, float], events: dict[str, float]) -> tuple[Hop, ...]:
     """The per-hop plan for what the trace counted per tool-turn: Redis commands by key
-    space (`hmget lw:s`...) and events by kind (`tool.result`...)."""
+    space (`hmget lw:s`...) and events by kind (`tool.result`...). Counts are averages
+    (some work happens every few turns), so each hop gets its whole-number share, and
+    the fractions of a hop add up to plain round trips (`get`)."""
     ops: list[list[str]] = [[] for _ in DEFAULT_PLAN]
+    spare = [0.0 for _ in DEFAULT_PLAN]
+
+    def add(hop: int, op: str, count: float) -> None:
+        ops[hop] += [op] * int(count)
+        spare[hop] += count - int(count)
+
     for label, count in sorted(redis_cmds.items()):
-        n = round(count)
+        name, _, space = label.partition(" ")
         if label in OP_OF:
             op, hop = OP_OF[label]
-            ops[hop] += [op] * n
+            add(hop, op, count)
         elif label in ("hmget lw:s", "evalsha lw:s"):  # the router loads, then commits
-            op = "hmget" if label.startswith("hmget") else "commit"
-            ops[ROUTER_IN] += [op] * (n // 2)
-            ops[ROUTER_OUT] += [op] * (n - n // 2)
+            op = "hmget" if name == "hmget" else "commit"
+            add(ROUTER_IN, op, count / 2)
+            add(ROUTER_OUT, op, count / 2)
         elif label == "evalsha lw:seq":  # one per event, by whoever emits it
-            tool_events = round(events.get("tool.result", 0))
-            ops[0] += ["event"] * min(n, tool_events)
-            ops[ROUTER_OUT] += ["event"] * max(0, n - tool_events)
-        elif label.startswith("evalsha lw:breaker"):
-            ops[3] += ["lua"] * n
+            tool_events = min(count, events.get("tool.result", 0))
+            add(0, "event", tool_events)
+            add(ROUTER_OUT, "event", count - tool_events)
         else:
-            ops[ROUTER_OUT] += ["lua" if label.startswith("evalsha") else "get"] * n
-    order = ["hmget", "mget", "get_gen", "lua", "lrange", "hgetall", "commit", "set_tool", "set_gen", "event", "get"]
+            add(HOP_OF_KEYSPACE.get(space, ROUTER_OUT), "lua" if name.startswith("eval") else "get", count)
+    for hop, extra in enumerate(spare):
+        ops[hop] += ["get"] * round(extra)
+    order = ["hmget", "mget", "get_gen", "get", "lua", "lrange", "hgetall", "commit", "set_tool", "set_gen", "event"]
     hop_events: list[list[str]] = [[] for _ in DEFAULT_PLAN]
     for kind, count in sorted(events.items()):
         hop_events[0 if kind == "tool.result" else ROUTER_OUT] += [kind] * round(count)

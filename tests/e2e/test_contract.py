@@ -47,7 +47,8 @@ async def test_agentic_run_with_a_nats_micro_tool(nc: NatsClient, fake: FakeAnth
     for event in ev.events:
         validate_event(event)  # every body matches its kind's model (shared/events.py)
     kinds = [e["kind"] for e in ev.durable()]
-    assert kinds == ["run.started", "message", "tool.call", "tool.result", "message", "run.ended"]
+    assert kinds == ["run.started", "user.message", "message", "tool.call", "tool.result", "user.message",
+                     "message", "run.ended"]
     deltas = "".join(e["text"] for e in ev.of("text.delta"))
     assert deltas == "Let me add those.The sum is 42."
     seqs = [e["seq"] for e in ev.events]

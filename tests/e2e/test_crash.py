@@ -49,7 +49,7 @@ async def test_kill_9_during_a_slow_tool_loses_and_repeats_nothing(
 
     transcript = (await query(own_nc, "transcript.get", {"session_id": sid}))["events"]
     kinds = Counter(e["kind"] for e in transcript)
-    assert kinds == Counter({"run.started": 1, "message": 2, "tool.call": 1, "tool.result": 1, "run.ended": 1})
+    assert kinds == Counter({"run.started": 1, "user.message": 2, "message": 2, "tool.call": 1, "tool.result": 1, "run.ended": 1})
     seqs = [e["seq"] for e in transcript]
     assert seqs == sorted(set(seqs))
     await svc.stop()

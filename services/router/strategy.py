@@ -1,0 +1,165 @@
+"""Strategy configs, keyed by (actor, expectation).
+
+A strategy config tells a run who it is and how it works: `role`, `guidelines`,
+`objective` (composed into the system prompt, before the run's own `system`), the
+allowed `tools`, `tool_permissions` and `limits`. StartRun `strategy: {"actor",
+"expectation"}` selects one.
+
+Sources, both keyed by the pair each entry declares:
+
+- a file, `LOOPWIRE_STRATEGY_FILE` (JSON or YAML): a list of configs, or `{"strategies":
+  [...]}`. Two entries for one pair in the file is an error (the file is rejected);
+- Redis, the hash `lw:strategies` (actors defined at run time): field = any name (e.g.
+  `ops/triage`), value = one config as JSON. A Redis entry overrides the file's entry for
+  the same pair; two Redis entries for one pair: the first field in sorted order wins
+  (deterministic) and the other is logged.
+
+Resolution is exact and deterministic (`resolve`):
+
+1. `(actor, expectation)` exactly, when the run names an expectation;
+2. else `(actor, None)`: the actor's default entry (one that declares no expectation);
+3. else none: the profile's defaults.
+
+An entry for `(actor, another expectation)` is never used: the seed documents the bug of
+a first-match-by-actor lookup handing a run another expectation's config.
+
+The run's own StartRun fields win over the config's: `system` is appended after the
+composed prompt, `tools` (when given) replaces the config's, `tool_permissions` and
+`limits` are merged field by field with the run's values on top.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from loopwire.shared.contract import Limits, Permission
+
+log = logging.getLogger("loopwire.router.strategy")
+
+REDIS_KEY = "lw:strategies"
+
+Pair = tuple[str, str | None]
+
+
+class StrategyConfig(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    actor: str
+    expectation: str | None = None
+    role: str | None = None
+    guidelines: list[str] = Field(default_factory=list)
+    objective: str | None = None
+    tools: list[str] | None = None
+    tool_permissions: dict[str, Permission] = Field(default_factory=dict)
+    limits: Limits = Field(default_factory=Limits)
+
+    @property
+    def pair(self) -> Pair:
+        return (self.actor, self.expectation)
+
+    @property
+    def name(self) -> str:
+        return f"{self.actor}/{self.expectation}" if self.expectation else self.actor
+
+    def system_prompt(self, run_system: str | None) -> str | None:
+        """role, objective, guidelines, then the run's own system prompt."""
+        parts = []
+        if self.role:
+            parts.append(self.role)
+        if self.objective:
+            parts.append(f"Objective: {self.objective}")
+        if self.guidelines:
+            parts.append("Guidelines:\n" + "\n".join(f"- {g}" for g in self.guidelines))
+        if run_system:
+            parts.append(run_system)
+        return "\n\n".join(parts) if parts else None
+
+
+def parse_entries(raw: Any, source: str) -> list[StrategyConfig]:
+    items = raw.get("strategies", []) if isinstance(raw, dict) else raw
+    if not isinstance(items, list):
+        raise ValueError(f"{source}: expected a list of strategy configs or {{'strategies': [...]}}")
+    entries = [StrategyConfig.model_validate(item) for item in items]
+    seen: set[Pair] = set()
+    for entry in entries:
+        if entry.pair in seen:
+            raise ValueError(f"{source}: two strategy configs for actor {entry.actor!r}, "
+                             f"expectation {entry.expectation!r}")
+        seen.add(entry.pair)
+    return entries
+
+
+def load_file(path: str | os.PathLike[str]) -> list[StrategyConfig]:
+    """The configs of a JSON or YAML file (by extension; `.json` is JSON, anything else YAML,
+    which also reads JSON)."""
+    text = Path(path).read_text()
+    raw = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    return parse_entries(raw or [], str(path))
+
+
+def index(file_entries: list[StrategyConfig], redis_entries: dict[str, str | bytes]) -> dict[Pair, StrategyConfig]:
+    """Every config by its pair: the file's, overridden by Redis's (fields in sorted order)."""
+    table: dict[Pair, StrategyConfig] = {e.pair: e for e in file_entries}
+    from_redis: set[Pair] = set()
+    for field_name in sorted(redis_entries, key=lambda f: f.decode() if isinstance(f, bytes) else f):
+        try:
+            entry = StrategyConfig.model_validate(json.loads(redis_entries[field_name]))
+        except (ValueError, ValidationError) as exc:
+            log.warning("strategy %r in %s ignored: %s", field_name, REDIS_KEY, exc)
+            continue
+        if entry.pair in from_redis:
+            log.warning("strategy %r in %s ignored: another field already defines %s", field_name, REDIS_KEY,
+                        entry.name)
+            continue
+        from_redis.add(entry.pair)
+        table[entry.pair] = entry
+    return table
+
+
+def resolve(table: dict[Pair, StrategyConfig], actor: str | None, expectation: str | None) -> StrategyConfig | None:
+    """Exactly (actor, expectation), else the actor's default, else None."""
+    if actor is None:
+        return None
+    if expectation is not None and (actor, expectation) in table:
+        return table[(actor, expectation)]
+    return table.get((actor, None))
+
+
+class StrategyStore:
+    """The shell's view of both sources: the file is read again when it changes, Redis at
+    every resolution (a start is rare next to model calls)."""
+
+    def __init__(self, path: str | None, redis: Any) -> None:
+        self.path = path
+        self.redis = redis
+        self._mtime: float | None = None
+        self._file: list[StrategyConfig] = []
+
+    def _file_entries(self) -> list[StrategyConfig]:
+        if not self.path:
+            return []
+        try:
+            mtime = os.stat(self.path).st_mtime
+        except OSError:
+            log.warning("LOOPWIRE_STRATEGY_FILE %s cannot be read", self.path)
+            return self._file
+        if mtime != self._mtime:
+            try:
+                self._file = load_file(self.path)
+            except (OSError, ValueError, ValidationError, yaml.YAMLError) as exc:
+                log.error("LOOPWIRE_STRATEGY_FILE %s rejected: %s", self.path, exc)
+            self._mtime = mtime
+        return self._file
+
+    async def resolve(self, actor: str | None, expectation: str | None) -> StrategyConfig | None:
+        if actor is None:
+            return None
+        redis_entries = await self.redis.hgetall(REDIS_KEY) if self.redis is not None else {}
+        return resolve(index(self._file_entries(), redis_entries), actor, expectation)

@@ -1,0 +1,119 @@
+"""The seed-003 loop as the agentic profiles' strategy template:
+
+    interpret → validate → [preview] → execute → summarize → loop or done
+
+How each step maps onto the router (one transition of the pure core per arrow that
+waits for another service or a human):
+
+| step | where | what |
+|---|---|---|
+| interpret | the profile's stages (stages.py) | the finished generation: the finish tool is intercepted first (finish.py), then loop detection, vacuous answers, the commitment gate, the plan phases (planning.py), and the routing table decides: tools, again, or done |
+| validate | `validate` here: the plan gate | every call of the batch is checked before anything runs: offered now (the run's `tools`, the phase's reserved tools), not denied by `tool_permissions`, and its input against the tool's JSON Schema (the catalog's, read by the shell and passed in with the result). A rejected call never runs: the model gets an error result with the reason |
+| preview | `preview` here, approval.py | calls whose permission is `approve` (every runnable call in turn_by_turn) wait for an approval checkpoint; a proposal without calls too (turn_by_turn) |
+| execute | the tools service | the batch as one ExecuteTools step (rejected and denied calls marked `denied`, reserved calls answered by the core itself) |
+| summarize | progress_injection.py, planning.py | the results go back in one user message; the next generation gets the progress reminder (and the plan's status) |
+| loop or done | routing / the finish tool / limits | generate again, or end the run |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import validators
+from jsonschema.exceptions import best_match
+
+from loopwire.shared.envelopes import ToolSpec
+
+from .finish import FINISH_SPEC
+from .planning import UPDATE_PLAN_SPEC
+from .state import RunState
+
+SCHEMA_PROBLEM_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What one generation offers the model (AssembleContext.tools/offer_tools/extra_tools)."""
+
+    tools: list[str] | None
+    """Names of the tools service's tools (None: every known tool; []: none of them)."""
+    offer: bool
+    extra: list[ToolSpec] = field(default_factory=list)
+    """The reserved tools the core answers itself (finish, update_plan)."""
+
+    @property
+    def reserved(self) -> set[str]:
+        return {t.name for t in self.extra}
+
+
+def offer(run: RunState) -> Offer:
+    """The tools of the run's next generation, by profile, phase and convergence."""
+    from .profiles import get_profile  # profiles imports the stages, which import this
+
+    profile = get_profile(run.config.profile)
+    tools = run.config.tools
+    if not profile.offers_tools or tools == []:
+        return Offer(tools=tools, offer=False)
+    finish = [FINISH_SPEC] if profile.offers_finish else []
+    if run.converging is not None:
+        if run.converging == "budget_exhausted" and finish:
+            return Offer(tools=[], offer=True, extra=finish)  # only the finish tool: conclude now
+        return Offer(tools=tools, offer=False)
+    if profile.planned:
+        if run.profile_phase == "plan":
+            return Offer(tools=[], offer=True, extra=[UPDATE_PLAN_SPEC])
+        if run.profile_phase == "execute":
+            return Offer(tools=tools, offer=True, extra=[UPDATE_PLAN_SPEC, *finish])
+    return Offer(tools=tools, offer=True, extra=finish)
+
+
+def schema_problem(schema: dict[str, Any], value: Any) -> str | None:
+    """The most relevant JSON Schema violation of `value`, or None (also for a schema that
+    cannot be used: the tools service checks again before the call)."""
+    try:
+        validator = validators.validator_for(schema)(schema)
+        error = best_match(validator.iter_errors(value))
+    except Exception:
+        return None
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    return (f"{where}: {error.message}" if where else error.message)[:SCHEMA_PROBLEM_CHARS]
+
+
+def validate(run: RunState, calls: list[dict[str, Any]], schemas: dict[str, dict[str, Any]] | None
+             ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """The plan gate: `(rejected, reserved)`: tool_use id -> why it must not run, and the
+    calls the core answers itself (reserved tools offered now)."""
+    now = offer(run)
+    reserved_names = now.reserved
+    allowed = now.tools
+    rejected: dict[str, str] = {}
+    reserved: list[dict[str, Any]] = []
+    for c in calls:
+        name = c.get("name", "")
+        permission = run.config.tool_permissions.get(name, "auto")
+        if name in reserved_names:
+            reserved.append(c)
+        elif allowed is not None and name not in allowed:
+            where = "in the plan phase" if run.profile_phase == "plan" else "in this run"
+            rejected[c["id"]] = f"tool '{name}' is not available {where}"
+        elif permission == "deny":
+            rejected[c["id"]] = f"tool '{name}' is denied by the run's tool_permissions"
+        elif schemas is not None and name in schemas:
+            problem = schema_problem(schemas[name], c.get("input") or {})
+            if problem is not None:
+                rejected[c["id"]] = f"invalid input for tool {name}: {problem}"
+    return rejected, reserved
+
+
+def preview(run: RunState, calls: list[dict[str, Any]], rejected: dict[str, str],
+            reserved: list[dict[str, Any]]) -> list[str]:
+    """The ids of the calls that wait for a human decision."""
+    from .profiles import get_profile
+
+    review_all = get_profile(run.config.profile).reviews_every_turn
+    skip = set(rejected) | {c["id"] for c in reserved}
+    return [c["id"] for c in calls if c["id"] not in skip
+            and (review_all or run.config.tool_permissions.get(c.get("name", ""), "auto") == "approve")]
