@@ -168,14 +168,6 @@ class ToolsResult(_Envelope):
     """One per call, in the model's order."""
 
 
-def summarize_subject(prefix: str) -> str:
-    """Core request/reply subject of internal, non-streamed generations (memory -> llm:
-    summaries, observations): a `Generate` in, a `GenerationResult` back. Deliberately
-    outside `<prefix>.work.>`: LOOPWIRE_WORK captures that, and would answer a core
-    request with its PubAck."""
-    return f"{prefix}.rpc.llm.summarize"
-
-
 WorkEnvelope = Annotated[
     AssembleContext | Generate | GenerationResult | ExecuteTools | ToolsResult,
     Field(discriminator="kind"),

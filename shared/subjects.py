@@ -98,6 +98,14 @@ class Subjects:
         """llm/tools -> router: the outcome of a step."""
         return f"{self.prefix}.work.router.result"
 
+    @property
+    def llm_summarize(self) -> str:
+        """memory -> llm, core request/reply: internal non-streamed generations (summaries,
+        observations), a `Generate` in, a `GenerationResult` back. Deliberately outside
+        `<prefix>.work.>`: LOOPWIRE_WORK captures that, and would answer a core request
+        with its PubAck."""
+        return f"{self.prefix}.rpc.llm.summarize"
+
     # -- internal: cancel notices to in-flight work (core NATS, best effort) -----------
     def cancel(self, sid: str) -> str:
         return f"{self.prefix}.ctl.{sid}.cancel"

@@ -294,14 +294,15 @@ async def test_observations_and_reflections_are_written_in_the_background(stack:
 
 
 async def test_the_summarize_subject_replays_recorded_answers_and_never_records_failures(stack: Stack) -> None:
-    from loopwire.shared.envelopes import GenerationResult, summarize_subject
+    from loopwire.shared.envelopes import GenerationResult
+    from loopwire.shared.subjects import Subjects
 
     def request(step: str) -> bytes:
         return codec.dumps(Generate(session_id=stack.sid, run_id="r", step_id=step, models=["claude-a"],
                                     system=SUMMARY_SYSTEM, messages=[{"role": "user", "content": "hi"}],
                                     max_tokens=50))
 
-    subject = summarize_subject(stack.settings.subject_prefix)
+    subject = Subjects(stack.settings.subject_prefix).llm_summarize
     first = GenerationResult.model_validate_json((await stack.nc.request(subject, request("r:g1:compact.0"), 5)).data)
     again = GenerationResult.model_validate_json((await stack.nc.request(subject, request("r:g1:compact.0"), 5)).data)
     assert first.ok and first == again and len(stack.summary_calls()) == 1

@@ -24,7 +24,7 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from loopwire.shared import codec
-from loopwire.shared.envelopes import Generate, GenerationResult, summarize_subject
+from loopwire.shared.envelopes import Generate, GenerationResult
 from loopwire.shared.runtime import ServiceContext
 
 from .breaker import CircuitBreaker, RunGate
@@ -50,7 +50,7 @@ class SummarizeResponder:
 
     @property
     def subject(self) -> str:
-        return summarize_subject(self.ctx.settings.subject_prefix)
+        return self.ctx.subjects.llm_summarize
 
     async def start(self, nc: NatsClient) -> None:
         queue = f"{self.ctx.settings.subject_prefix.replace('.', '_')}_llm_summarize"

@@ -21,7 +21,7 @@ import orjson
 from faststream.nats import NatsBroker, NatsMessage
 from pydantic import ValidationError
 
-from loopwire.shared.envelopes import AssembleContext, ToolSpec, summarize_subject
+from loopwire.shared.envelopes import AssembleContext, ToolSpec
 from loopwire.shared.inflight import keep_alive
 from loopwire.shared.runtime import ServiceContext
 
@@ -55,7 +55,7 @@ class MemoryService:
 
     async def start(self) -> None:
         s = self.ctx.settings
-        self._summarizer = LlmSummarizer(self.ctx.bus.nc, summarize_subject(s.subject_prefix),
+        self._summarizer = LlmSummarizer(self.ctx.bus.nc(s.subject_prefix),
                                          s.memory_summary_timeout_s)
         self._observer = Observer(self.store, self.ctx.sessions, self._summarizer.complete, self.ctx.bus.emit,
                                   every_turns=s.memory_observe_every_turns,

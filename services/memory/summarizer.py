@@ -2,7 +2,7 @@
 
 Summaries (compaction) and observations are generations the memory service needs an
 answer to before it can go on, so they are a request/reply on `<prefix>.rpc.llm.summarize`
-(envelopes.summarize_subject) rather than a step of the run: a `Generate` without tools
+(Subjects.llm_summarize) rather than a step of the run: a `Generate` without tools
 goes out, a `GenerationResult` comes back. The llm service answers with its own model
 factory, retries and fallbacks, and records the answer under the request's step id, so a
 memory step that is redelivered after a crash gets the same summary without a second

@@ -535,28 +535,51 @@ def _request_generation(tx: _Tx, run: RunState, notes: list[str] | None = None) 
                                   msg_id=f"{step_id}:assemble"))
 
 
-def _request_tools(tx: _Tx, run: RunState, calls: list[dict[str, Any]]) -> None:
-    run.phase = "tools"
-    step_id = f"{run.run_id}:t{run.turn}"
-    run.pending_step = step_id
-    run.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
-    denied: dict[str, str] = {}
-    allowed = run.config.tools
+def _dispatch(tx: _Tx, run: RunState, calls: list[dict[str, Any]],
+              schemas: dict[str, dict[str, Any]] | None) -> None:
+    """The strategy loop after interpret (strategy_loop.py): validate (the plan gate),
+    reserved tools answered by the core, preview (an approval checkpoint when a call
+    needs one: the whole batch waits), else execute."""
     for c in calls:
         tx.emit("tool.call", f"tool.call:{c['id']}", run.run_id, turn=run.turn, tool_use_id=c["id"],
                 name=c["name"], input=c.get("input", {}))
-        permission = run.config.tool_permissions.get(c["name"], "auto")
-        if allowed is not None and c["name"] not in allowed:
-            denied[c["id"]] = f"tool '{c['name']}' is not available in this run"
-        elif permission == "deny":
-            denied[c["id"]] = f"tool '{c['name']}' is denied by the run's tool_permissions"
-        elif permission == "approve":
-            denied[c["id"]] = (f"tool '{c['name']}' requires approval, and approval checkpoints are not "
-                               "available in this version")
+    rejected, reserved = strategy_loop.validate(run, calls, schemas)
+    run.answered = []
+    for n, c in enumerate(reserved):
+        block, specs = planning.apply_update(tx.st, run, c)
+        run.answered.append(block)
+        tx.emit("tool.result", f"tool.result:{c['id']}", run.run_id, turn=run.turn, tool_use_id=c["id"],
+                name=c["name"], is_error=bool(block.get("is_error")), content=block["content"])
+        for m, spec in enumerate(specs):
+            _emit_spec(tx, run, spec, f"{spec.kind}:{run.run_id}:t{run.turn}:{n}:{m}")
+    ask = strategy_loop.preview(run, calls, rejected, reserved)
+    if ask:
+        if run.profile_phase == "propose":
+            _phase(tx, run, "review")
+        fields = approval.open_checkpoint(tx.st, run, "tool_calls", calls, ask, rejected, run.last_text)
+        tx.emit("approval.requested", f"approval.requested:{fields['checkpoint_id']}", run.run_id, **fields)
+        return
+    _execute(tx, run, calls, rejected)
+
+
+def _execute(tx: _Tx, run: RunState, calls: list[dict[str, Any]], denied: dict[str, str]) -> None:
+    """execute: the batch as one ExecuteTools step; calls in `denied` never reach a
+    provider (the tools service answers them with the reason); calls the core answered
+    (`run.answered`) are not sent at all."""
+    run.phase = "tools"
+    step_id = f"{run.run_id}:t{run.turn}"
+    run.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
+    answered = {b["tool_use_id"]: b for b in run.answered}
+    to_run = [c for c in calls if c["id"] not in answered]
+    if not to_run:  # only reserved tools: nothing to wait for
+        run.pending_step = None
+        _after_batch(tx, run, [answered[c["id"]] for c in calls])
+        return
+    run.pending_step = step_id
     env = ExecuteTools(
         session_id=tx.st.session_id, run_id=run.run_id, step_id=step_id, turn=run.turn,
-        calls=[ToolCall(tool_use_id=c["id"], name=c["name"], input=c.get("input") or {}) for c in calls],
-        denied=denied, trace=run.trace,
+        calls=[ToolCall(tool_use_id=c["id"], name=c["name"], input=c.get("input") or {}) for c in to_run],
+        denied={c["id"]: denied[c["id"]] for c in to_run if c["id"] in denied}, trace=run.trace,
     )
     tx.effects.append(PublishWork(target="tools.execute", envelope=env.model_dump(mode="json"),
                                   msg_id=f"{step_id}:execute"))
@@ -564,7 +587,7 @@ def _request_tools(tx: _Tx, run: RunState, calls: list[dict[str, Any]]) -> None:
 
 def _end_run(tx: _Tx, status: str, text: str | None, cfg: CoreConfig,
              error: tuple[str, str] | None = None, start_queued: bool = True,
-             reason: str | None = None) -> None:
+             reason: str | None = None, conclusion: dict[str, Any] | None = None) -> None:
     st = tx.st
     run = st.run
     assert run is not None
@@ -574,11 +597,12 @@ def _end_run(tx: _Tx, status: str, text: str | None, cfg: CoreConfig,
     _close_dangling_tool_uses(tx, run, status)
     final_text = text if text is not None and text.strip() else run.last_text
     tx.emit("run.ended", f"run.ended:{run.run_id}", run.run_id, status=status, final_text=final_text,
-            conclusion=None, turns=run.turn,
+            conclusion=conclusion, turns=run.turn,
             usage={"input_tokens": run.usage.total_input(), "output_tokens": run.usage.output_tokens},
             cost_usd=round(run.cost_usd, 8), **({"reason": reason} if reason else {}))
     run.phase = "done"
     run.pending_step = None
+    run.checkpoint = None
     st.run = None
     st.status = "idle"
     if start_queued and (st.queued or st.steering) and st.last_config is not None:
@@ -594,7 +618,7 @@ def _end_run(tx: _Tx, status: str, text: str | None, cfg: CoreConfig,
 def _close_dangling_tool_uses(tx: _Tx, run: RunState, status: str) -> None:
     """A run that ends after the model asked for tools leaves tool_use blocks without
     results; the Messages API rejects such a history, so each gets an error result."""
-    if run.phase == "tools" and run.pending_calls:
+    if run.phase in ("tools", "approval") and run.pending_calls:
         calls = run.pending_calls
     else:
         calls = []
@@ -602,8 +626,24 @@ def _close_dangling_tool_uses(tx: _Tx, run: RunState, status: str) -> None:
             calls = [{"id": b["id"], "name": b["name"]} for b in tx.append[-1].get("content", [])
                      if b.get("type") == "tool_use"]
     if calls:
-        tx.add_message({"role": "user", "content": not_executed(calls, f"not executed: the run ended ({status})")})
+        tx.add_message({"role": "user", "content": _batch_results(run, calls, f"not executed: the run ended ({status})")})
     run.pending_calls = []
+    run.answered = []
+
+
+def _batch_results(run: RunState, calls: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
+    """Results for a batch that will not run: the core's own answers where it has them
+    (reserved tools; the finish call that ended the run), else an error result `why`."""
+    answered = {b["tool_use_id"]: b for b in run.answered}
+    blocks = []
+    for c in calls:
+        if c["id"] in answered:
+            blocks.append(answered[c["id"]])
+        elif c["name"] == FINISH_TOOL:
+            blocks.append({"type": "tool_result", "tool_use_id": c["id"], "content": FINISHED_RESULT})
+        else:
+            blocks.extend(not_executed([c], why))
+    return blocks
 
 
 def _account(tx: _Tx, run: RunState, result: GenerationResult) -> None:
@@ -657,19 +697,27 @@ def _drain_queued(st: SessionState) -> list[dict[str, Any]]:
     return blocks
 
 
-def _run_config(body: StartRun, cfg: CoreConfig) -> RunConfig:
+def _run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None = None,
+                depth: int = 0) -> RunConfig:
+    """The run's settings: StartRun's, over the strategy config's (strategy.py), over the
+    profile's defaults."""
     profile = get_profile(body.profile)
     models = [body.model.primary or cfg.default_model, *body.model.fallbacks]
-    limits = body.limits
+    base = strategy.limits if strategy is not None else Limits()
+    limits = {name: getattr(body.limits, name) if getattr(body.limits, name) is not None else getattr(base, name)
+              for name in Limits.model_fields}
     return RunConfig(
-        profile=body.profile, system=body.system, models=models,
-        max_tokens=body.model.max_tokens or cfg.default_max_tokens, temperature=body.model.temperature,
-        tools=body.tools, tool_permissions=dict(body.tool_permissions),
-        max_turns=limits.max_turns or profile.max_turns,
-        max_total_tokens=limits.max_total_tokens, max_cost_usd=limits.max_cost_usd,
-        context_window=limits.context_window or 200_000,
-        compaction_at_pct=limits.compaction_at_pct or profile.compaction_at_pct,
-        actor=body.strategy.actor, metadata=body.metadata,
+        profile=body.profile, system=strategy.system_prompt(body.system) if strategy else body.system,
+        models=models, max_tokens=body.model.max_tokens or cfg.default_max_tokens,
+        temperature=body.model.temperature,
+        tools=body.tools if body.tools is not None or strategy is None else strategy.tools,
+        tool_permissions={**(strategy.tool_permissions if strategy else {}), **body.tool_permissions},
+        max_turns=limits["max_turns"] or profile.max_turns,
+        max_total_tokens=limits["max_total_tokens"], max_cost_usd=limits["max_cost_usd"],
+        context_window=limits["context_window"] or 200_000,
+        compaction_at_pct=limits["compaction_at_pct"] or profile.compaction_at_pct,
+        actor=body.strategy.actor, expectation=body.strategy.expectation,
+        strategy=strategy.name if strategy else None, subagent_depth=depth, metadata=body.metadata,
     )
 
 
