@@ -55,7 +55,7 @@ class MemoryService:
 
     async def start(self) -> None:
         s = self.ctx.settings
-        self._summarizer = LlmSummarizer(self.ctx.bus.nc(s.subject_prefix),
+        self._summarizer = LlmSummarizer(self.ctx.bus.nc, self.ctx.subjects.llm_summarize,
                                          s.memory_summary_timeout_s)
         self._observer = Observer(self.store, self.ctx.sessions, self._summarizer.complete, self.ctx.bus.emit,
                                   every_turns=s.memory_observe_every_turns,

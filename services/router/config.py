@@ -24,6 +24,8 @@ class CoreConfig:
     vacuous_max_retries: int = 2
     commitment_max_nudges: int = 2
     context_retries: int = 1
+    max_subagent_depth: int = 3
+    """A child run deeper than this is refused (subagent.py)."""
 
     @classmethod
     def from_settings(cls, settings: Any) -> CoreConfig:

@@ -521,7 +521,6 @@ def _request_generation(tx: _Tx, run: RunState, notes: list[str] | None = None) 
     step_id = f"{run.run_id}:g{run.gen_seq}"
     run.pending_step = step_id
     cfg = run.config
-    profile = get_profile(cfg.profile)
     env = AssembleContext(
         session_id=tx.st.session_id, run_id=run.run_id, step_id=step_id, turn=run.turn + 1,
         history_len=tx.st.history_len, system=cfg.system, ephemeral_notes=notes,

@@ -68,6 +68,14 @@ def offer(run: RunState) -> Offer:
     return Offer(tools=tools, offer=True, extra=finish)
 
 
+def finish_offered(run: RunState) -> bool:
+    """Whether the run's generations offer the finish tool (also its converging one)."""
+    from .profiles import get_profile
+
+    profile = get_profile(run.config.profile)
+    return profile.offers_finish and profile.offers_tools and run.config.tools != []
+
+
 def schema_problem(schema: dict[str, Any], value: Any) -> str | None:
     """The most relevant JSON Schema violation of `value`, or None (also for a schema that
     cannot be used: the tools service checks again before the call)."""
