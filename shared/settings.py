@@ -11,19 +11,24 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="LOOPWIRE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="LOOPWIRE_", extra="ignore", use_attribute_docstrings=True)
 
     nats_url: str = "nats://127.0.0.1:4222"
     """NATS server URL (comma-separated for several)."""
     nats_user: str | None = None
+    """NATS user (with LOOPWIRE_NATS_PASSWORD)."""
     nats_password: str | None = None
+    """NATS password."""
     nats_creds_file: str | None = None
     """Path to a NATS credentials file (JWT + nkey seed)."""
     redis_url: str = "redis://127.0.0.1:6379/0"
+    """Redis for session state, step records, the event log and blobs."""
     subject_prefix: str = "loopwire"
+    """Prefix of every subject (and suffix of the stream names when not `loopwire`)."""
     metrics_port: int = 9464
     """Prometheus /metrics (and /healthz, /readyz) of `loopwire up`; 0 disables."""
     metrics_host: str = "0.0.0.0"
+    """Address of the /metrics, /healthz, /readyz server."""
 
     # -- durability ---------------------------------------------------------------------
     ack_wait_s: float = 30.0
@@ -33,6 +38,7 @@ class Settings(BaseSettings):
     dedup_window_s: float = 120.0
     """Duplicate window of the ingress and work streams (Nats-Msg-Id)."""
     stream_replicas: int = 1
+    """JetStream replicas of the streams (3 in a cluster)."""
     step_result_ttl_s: int = 7 * 24 * 3600
     """How long recorded step results (model answers, tool results) are kept for replay."""
     session_ttl_s: int = 0
@@ -53,13 +59,16 @@ class Settings(BaseSettings):
     max_body_bytes: int = 256 * 1024
     """Ingress bodies larger than this are rejected with an `error` event."""
     default_model: str = "claude-sonnet-4-5"
+    """Model of a run whose StartRun names none."""
     default_max_tokens: int = 4096
+    """max_tokens of a run whose StartRun names none."""
 
     # -- llm ------------------------------------------------------------------------------
     llm_provider: str = "auto"
     """`anthropic`, `scripted`, or `auto` (anthropic when ANTHROPIC_API_KEY or
     ANTHROPIC_BASE_URL is set, otherwise the scripted offline model)."""
     llm_timeout_s: float = 600.0
+    """Timeout of one model request."""
     llm_max_retries: int = 2
     """Retries of a retryable error on one model before the next fallback is tried."""
     llm_retry_base_delay_s: float = 0.5
@@ -91,6 +100,13 @@ class Settings(BaseSettings):
     """Nudges per run for a reply that announces an action and does not take it."""
     context_retries: int = 1
     """Retries with a reduced context after a `context_too_long` error."""
+
+    # -- profiles (router, docs/profiles.md) ------------------------------------------------
+    strategy_file: str | None = None
+    """JSON or YAML file of strategy configs keyed by (actor, expectation); Redis hash
+    `lw:strategies` adds (and overrides) configs at run time."""
+    max_subagent_depth: int = 3
+    """A child run (metadata.parent_session_id) deeper than this is refused with an error."""
 
     # -- tools ----------------------------------------------------------------------------
     tool_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -142,7 +158,9 @@ class Settings(BaseSettings):
 
     # -- logging --------------------------------------------------------------------------
     log_level: str = "INFO"
+    """Log level of the services."""
     log_json: bool = False
+    """JSON log lines (with session, run and trace ids) instead of text."""
 
 
     @field_validator("tool_modules", mode="before")
@@ -159,3 +177,15 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+def settings_table() -> str:
+    """The README's configuration table, generated from the fields and their docstrings
+    (a test keeps the README in sync)."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
+        shown = "—" if default in (None, []) else f"`{default}`"
+        meaning = " ".join((field.description or "").split()).replace("|", "\\|")
+        rows.append(f"| `LOOPWIRE_{name.upper()}` | {shown} | {meaning} |")
+    return "\n".join(rows) + "\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from loopwire.router import budget
+from loopwire.router.finish import OUT_OF_BUDGET_NOTE
 from loopwire.shared.envelopes import Usage
 from tests.router_driver import Driver, call
 
@@ -58,15 +59,29 @@ def test_exhaustion_converges_with_one_tool_less_generation_then_ends_with_its_a
     assert d.work()["kind"] == "tools.execute", "the tools already asked for still run"
     d.tools()
     last = d.work()
-    assert last["offer_tools"] is False
-    assert budget.FINAL_ANSWER_NOTE in last["ephemeral_notes"]
+    # The agentic profile offers the finish tool: the converging generation offers ONLY it.
+    assert last["offer_tools"] is True and last["tools"] == []
+    assert [t["name"] for t in last["extra_tools"]] == ["finish_agentic_task"]
+    assert OUT_OF_BUDGET_NOTE in last["ephemeral_notes"]
     assert last["max_tokens"] <= budget.FINAL_ANSWER_MAX_TOKENS
     assert d.run.converging == "budget_exhausted"
     d.answer("Best answer: 3.", usage=(520, 8))
     ended = d.ended()
     assert ended["status"] == "budget_exhausted" and ended["final_text"] == "Best answer: 3."
     assert ended["reason"] == "max_total_tokens"
+    assert ended["conclusion"]["summary"] == "Out of budget. Best answer: 3."
+    assert ended["conclusion"]["classification"] == {"primary": "incomplete", "terminal": "budget_exhausted"}
     assert d.state.status == "idle"
+
+
+def test_exhaustion_without_the_finish_tool_converges_with_no_tools_at_all() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", profile="turn_by_turn", limits={"max_total_tokens": 50})
+    last = d.work()
+    assert last["offer_tools"] is False and last["extra_tools"] == []
+    assert budget.FINAL_ANSWER_NOTE in last["ephemeral_notes"]
+    d.answer("Best answer: 3.", usage=(40, 8))
+    assert d.ended()["status"] == "budget_exhausted" and d.ended()["conclusion"] is None
 
 
 def test_a_converging_answer_that_still_calls_tools_ends_the_run_with_a_valid_history() -> None:

@@ -10,6 +10,7 @@ it and the outbox is performed again, idempotently.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -23,15 +24,18 @@ from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult
 from loopwire.shared.keyed_lock import KeyedLock
 from loopwire.shared.runtime import ServiceContext
 from loopwire.shared.telemetry import new_run_trace
+from loopwire.tools.catalog import catalog_max_age, read_catalog
 from loopwire.transcripts.rebuild import rebuild_session
 
 from . import inputs as i
+from . import subagent, workspace
 from .config import CoreConfig
 from .core import Decision, decide
 from .effects import Effect, EmitEvent, PublishNotice
 from .ingress import check_session_id, decode_ingress
 from .observe import count_decision, record_ended_runs
 from .state import SessionState
+from .strategy import StrategyStore
 
 log = logging.getLogger("loopwire.router")
 
@@ -45,6 +49,7 @@ class RouterService:
         self.ctx = ctx
         self.core = CoreConfig.from_settings(ctx.settings)
         self._locks = KeyedLock()
+        self.strategies = StrategyStore(ctx.settings.strategy_file, ctx.redis)
 
     def register(self, broker: NatsBroker) -> None:
         subjects = self.ctx.subjects
@@ -96,12 +101,44 @@ class RouterService:
         inp.now_ns = time.time_ns()
         inp.new_trace = new_run_trace()
         try:
+            await self.look_up(sid, inp)
             await self.apply(sid, inp)
         except Exception:
             log.exception("session %s: applying %s failed; it will be redelivered", sid, inp.input_id)
             await msg.nack(delay=1.0)
             return
         await msg.ack()
+
+    async def look_up(self, sid: str, inp: i._Input) -> None:
+        """What the core needs from the outside world for this input, read here (I/O) and
+        passed in as data: a start's strategy config, workspace snapshot and parent depth;
+        a generation's tool schemas for the plan gate."""
+        if isinstance(inp, i.StartInput):
+            body = inp.body
+            config = await self.strategies.resolve(body.strategy.actor, body.strategy.expectation)
+            inp.strategy = config.model_dump(mode="json") if config is not None else None
+            if body.profile == "agentic_planned" and body.metadata.get("workspace"):
+                try:
+                    inp.workspace = await asyncio.to_thread(workspace.gather, body.metadata)
+                except Exception as exc:  # a snapshot is a help, never a reason to fail the start
+                    log.warning("session %s: workspace snapshot failed: %s", sid, exc)
+                    inp.workspace = {"error": f"the snapshot failed: {exc}"}
+            parent = subagent.parent_of(body.metadata)
+            if parent is not None:
+                raw, _ = await self.ctx.sessions.load(parent)
+                if raw is not None:
+                    parent_state = SessionState.load(raw, parent)
+                    config_of = parent_state.run.config if parent_state.run else parent_state.last_config
+                    inp.parent_depth = config_of.subagent_depth if config_of else 0
+        elif isinstance(inp, i.GenerationInput) and inp.result.message:
+            names = {b.get("name") for b in inp.result.message.get("content", []) if b.get("type") == "tool_use"}
+            if names:
+                try:
+                    catalog = await read_catalog(self.ctx.redis, catalog_max_age(self.ctx.settings))
+                except Exception as exc:  # the tools service validates again before any call
+                    log.warning("session %s: tool catalog unreadable, plan gate without schemas: %s", sid, exc)
+                else:
+                    inp.tool_schemas = {n: catalog[n].input_schema for n in names if n in catalog}
 
     async def apply(self, sid: str, inp: i._Input) -> Decision:
         async with self._locks.hold(sid):
