@@ -45,7 +45,8 @@ class BlobStore:
         return digest
 
     async def get(self, digest: str) -> bytes | None:
-        return await self._r.get(blob_key(digest))
+        data = await self._r.get(blob_key(digest))
+        return data if data is None or isinstance(data, bytes) else data.encode()
 
 
 def content_size(content: str | list[dict[str, Any]]) -> int:

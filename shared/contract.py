@@ -27,7 +27,8 @@ EVENT_KINDS = (
     "retracted", "approval.requested", "loop.detected", "model.fallback", "compaction",
     "error", "run.ended",
 )
-ADDED_EVENT_KINDS = ("budget.warning", "user.message", "memory.observation", "memory.reflection")
+ADDED_EVENT_KINDS = ("budget.warning", "user.message", "memory.observation", "memory.reflection",
+                     "plan.updated")
 """Event kinds loopwire adds to the contract (docs/protocol.md marks them as additions)."""
 
 

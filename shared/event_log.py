@@ -128,9 +128,10 @@ class RedisEventLog:
         entries = await self._r.xrange(f"lw:e:{sid}", min=f"({after_seq}-0" if after_seq else "-",
                                        max="+", count=limit)
         out = []
-        for entry_id, fields in entries:
-            seq = int(entry_id.split(b"-")[0])
-            out.append(with_seq(codec.loads(fields[b"e"]), seq))
+        for entry_id, fields in entries or []:
+            # decode_responses is off (shared/redis_conn.py): ids and fields are bytes.
+            seq = int(bytes(entry_id).split(b"-")[0])  # type: ignore[arg-type]
+            out.append(with_seq(codec.loads(fields[b"e"]), seq))  # type: ignore[index]
         return out
 
     async def last_seq(self, sid: str) -> int:

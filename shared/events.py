@@ -78,8 +78,10 @@ class Retracted(Event):
 class ApprovalRequested(Event):
     kind: Literal["approval.requested"] = "approval.requested"
     checkpoint_id: str
-    tool_calls: list[dict[str, Any]] | None = None
-    proposal: Any = None
+    tool_calls: list[dict[str, Any]] | None = Field(
+        default=None, description='The calls the decision is about: [{"tool_use_id", "name", "input"}].')
+    proposal: Any = Field(default=None, description="turn_by_turn: the reply's text, when it calls no tool.")
+    turn: int | None = Field(default=None, description="Addition: the turn that asked.")
 
 
 class LoopDetected(Event):
@@ -130,6 +132,23 @@ class MemoryNote(Event):
     kind: Literal["memory.observation", "memory.reflection"]
 
 
+class PlanStep(BaseModel):
+    step: str
+    status: Literal["pending", "in_progress", "completed"]
+
+
+class PlanUpdated(Event):
+    """Addition: an agentic_planned run's plan was recorded or changed (docs/profiles.md)."""
+
+    kind: Literal["plan.updated"] = "plan.updated"
+    steps: list[PlanStep]
+    source: Literal["start", "model", "text", "fallback", "verification"] = Field(
+        description="Where this version came from: StartRun `plan`, an update_plan call, the model's text, "
+                    "the task itself (no plan given), or the verify phase (with `verification`).")
+    phase: str = Field(description="The run's profile phase after the update.")
+    verification: str | None = None
+
+
 class ErrorEvent(Event):
     kind: Literal["error"] = "error"
     code: str
@@ -140,7 +159,9 @@ class RunEnded(Event):
     kind: Literal["run.ended"] = "run.ended"
     status: Literal["completed", "aborted", "budget_exhausted", "max_turns", "loop_terminated", "failed"]
     final_text: str
-    conclusion: Any = None
+    conclusion: Any = Field(default=None, description=(
+        "The finish tool's normalised input (docs/profiles.md): summary, confidence, classification, "
+        "findings (raise/clear), outputs (output proposals); also set for an agentic run out of budget."))
     turns: int
     usage: EventUsage
     cost_usd: float
@@ -159,7 +180,7 @@ EVENT_MODELS: dict[str, type[Event]] = {
     m.model_fields["kind"].default: m
     for m in (RunStarted, PhaseChanged, TextDelta, MessageEvent, ToolCallEvent, ToolResultEvent, Retracted,
               ApprovalRequested, LoopDetected, ModelFallback, Compaction, ErrorEvent, RunEnded, BudgetWarning,
-              UserMessage, MemoryObservation, MemoryReflection)
+              UserMessage, MemoryObservation, MemoryReflection, PlanUpdated)
 }
 
 

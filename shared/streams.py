@@ -54,6 +54,7 @@ def stream_configs(settings: Settings) -> list[StreamConfig]:
 
 async def ensure_streams(js: JetStreamContext, settings: Settings) -> None:
     for cfg in stream_configs(settings):
+        assert cfg.name is not None
         try:
             await js.stream_info(cfg.name)
             try:

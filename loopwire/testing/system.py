@@ -145,6 +145,7 @@ class LoopwireContainer:
     def _start_container(self) -> None:  # pragma: no cover - needs a Docker engine
         from testcontainers.core.container import DockerContainer  # type: ignore[import-untyped]
 
+        assert self.image is not None
         env = self.process_env()
         env["LOOPWIRE_METRICS_PORT"] = "9464"
         env["LOOPWIRE_METRICS_HOST"] = "0.0.0.0"
