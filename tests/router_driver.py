@@ -11,6 +11,7 @@ from loopwire.router.core import CoreConfig, Decision, decide
 from loopwire.router.effects import EmitEvent, PublishNotice, PublishWork
 from loopwire.router.state import RunState, SessionState
 from loopwire.shared.contract import Abort, FollowUp, StartRun
+from loopwire.shared.contract import Decision as DecisionBody
 from loopwire.shared.envelopes import GenerationResult, StepError, ToolResultItem, ToolsResult, Usage
 
 CFG = CoreConfig(default_model="m1", default_max_tokens=1000)
@@ -51,7 +52,8 @@ class Driver:
         return self.apply(i.StartInput(input_id=self._in(), new_id=run_id, body=StartRun.model_validate(body)))
 
     def answer(self, *content: dict[str, Any] | str, stop: str | None = None, usage: tuple[int, int] = (10, 5),
-               model: str | None = None, usage_obj: Usage | None = None) -> Decision:
+               model: str | None = None, usage_obj: Usage | None = None,
+               schemas: dict[str, dict[str, Any]] | None = None) -> Decision:
         blocks = [text(c) if isinstance(c, str) else c for c in content]
         if stop is None:
             stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
@@ -60,7 +62,7 @@ class Driver:
             session_id=self.state.session_id, run_id=self.run.run_id, step_id=step_id,
             message={"role": "assistant", "content": blocks}, stop_reason=stop,
             model=model or self.work()["models"][0],
-            usage=usage_obj or Usage(input_tokens=usage[0], output_tokens=usage[1]))))
+            usage=usage_obj or Usage(input_tokens=usage[0], output_tokens=usage[1])), tool_schemas=schemas))
 
     def fail(self, code: str, message: str = "it failed", retryable: bool = False) -> Decision:
         step_id = self.pending
@@ -80,6 +82,10 @@ class Driver:
 
     def steer(self, content: str) -> Decision:
         return self.apply(i.SteerInput(input_id=self._in(), new_id="steered", body=FollowUp(content=content)))
+
+    def decision(self, checkpoint_id: str, decision: str = "approve", note: str | None = None) -> Decision:
+        return self.apply(i.DecisionInput(input_id=self._in(), body=DecisionBody(
+            checkpoint_id=checkpoint_id, decision=decision, note=note)))
 
     def abort(self, reason: str = "stop") -> Decision:
         return self.apply(i.AbortInput(input_id=self._in(), body=Abort(reason=reason)))

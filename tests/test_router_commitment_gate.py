@@ -19,6 +19,7 @@ pytestmark = pytest.mark.unit
     ("Let me explain: the cache is cold.", False),
     ("I'll check the logs next time. The answer is 7.", False),
     ("It is sunny in Paris.", False),
+    ("Understood, I will not add.", False),
 ])
 def test_announcements_are_found_in_the_last_sentence(reply: str, announces: bool) -> None:
     assert (announced_action(reply) is not None) is announces

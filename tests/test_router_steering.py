@@ -18,7 +18,7 @@ def test_steer_mid_generation_abandons_it_retracts_and_generates_again() -> None
     d.start(input="write a poem")
     abandoned = d.pending
     steered = d.steer("make it about cats")
-    assert d.kinds(steered) == ["retracted"]
+    assert d.kinds(steered) == ["retracted", "user.message"]
     assert d.of("retracted", steered)[0] == {"turn": 1, "reason": STEERED_GENERATION}
     (notice,) = d.notices(steered)
     assert notice.notice == "cancel" and notice.body == {"run_id": "run1"}
@@ -40,7 +40,7 @@ def test_steer_mid_tools_cancels_the_calls_with_valid_results_and_goes_on() -> N
     d.answer("Echoing.", call("t1", "slow_echo", {"text": "x"}), call("t2", "add"))
     tools_step = d.pending
     steered = d.steer("never mind, just say hi")
-    assert d.kinds(steered) == [], "no retraction: no text was in flight"
+    assert d.kinds(steered) == ["user.message"], "no retraction: no text was in flight"
     assert len(d.notices(steered)) == 1
     content = d.history[-1]["content"]
     assert [b.get("tool_use_id") for b in content[:2]] == ["t1", "t2"]
@@ -55,7 +55,7 @@ def test_steer_on_an_idle_session_starts_a_run() -> None:
     d.start(input="hi")
     d.answer("Hello.")
     d.steer("and now?")
-    assert d.run.run_id == "steered" and d.kinds()[-1] == "run.started"
+    assert d.run.run_id == "steered" and d.kinds()[-2:] == ["run.started", "user.message"]
 
 
 def test_abort_sends_a_cancel_notice_and_ends_aborted() -> None:

@@ -40,7 +40,7 @@ steering" results); `abort` ends the run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .next_step import NextStep, NextStepExecuteTools, NextStepFinalOutput, NextStepReview, NextStepRunAgain
 from .routing import route
@@ -57,10 +57,11 @@ def checkpoint_id(run: RunState) -> str:
     return f"{run.run_id}-c{run.turn}"
 
 
-def open_checkpoint(session: SessionState, run: RunState, kind: str, calls: list[dict[str, Any]],
+def open_checkpoint(session: SessionState, run: RunState, kind: Literal["tool_calls", "proposal"],
+                    calls: list[dict[str, Any]],
                     ask: list[str], rejected: dict[str, str], text: str) -> dict[str, Any]:
     """Pause the run on a new checkpoint; the `approval.requested` fields to emit."""
-    cp = Checkpoint(id=checkpoint_id(run), kind=kind, calls=calls, ask=ask, rejected=rejected, text=text)  # type: ignore[arg-type]
+    cp = Checkpoint(id=checkpoint_id(run), kind=kind, calls=calls, ask=ask, rejected=rejected, text=text)
     run.checkpoint = cp
     run.phase = "approval"
     run.pending_step = None

@@ -28,6 +28,7 @@ _ANNOUNCE = re.compile(
 _NOT_ACTIONS = frozenset({
     "know", "be", "help", "summarize", "summarise", "explain", "clarify", "recap", "note", "say", "answer",
     "conclude", "wrap", "end", "stop", "leave", "assume", "repeat", "reiterate", "mention",
+    "not", "never",  # "I will not add." declines; it promises nothing
 })
 """Verbs whose announcement is itself the answer ("Let me know...", "Let me explain: ...")."""
 _SENTENCE_END = re.compile(r"(?<=[.!?…:])\s+")

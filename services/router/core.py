@@ -120,6 +120,11 @@ class _Tx:
                         history_len_before=self.history_len_before, counts=self.counts)
 
 
+    def _model_wrote(self, message: dict[str, Any]) -> bool:
+        """The model's own answer has its `message` event; everything else (including an
+        assistant turn the user supplied in a list `input`) is reported here."""
+        return isinstance(self.inp, i.GenerationInput) and message.get("role") == "assistant"
+
     def _report_user_messages(self) -> None:
         """A `user.message` event for every message this transition added that the model
         did not write, placed before any work goes out (and before run.ended), so the transcript alone holds the
@@ -130,7 +135,7 @@ class _Tx:
         events = [EmitEvent(kind="user.message", key=f"user.message:{self.inp.input_id}:{n}",
                             run_id=self.st.run.run_id if self.st.run else None,
                             fields=user_message_fields(m, turn, source, reported))
-                  for n, m in enumerate(self.append) if m.get("role") != "assistant"]
+                  for n, m in enumerate(self.append) if not self._model_wrote(m)]
         if not events:
             return
         at = next((k for k, e in enumerate(self.effects)

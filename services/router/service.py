@@ -49,7 +49,14 @@ class RouterService:
         self.ctx = ctx
         self.core = CoreConfig.from_settings(ctx.settings)
         self._locks = KeyedLock()
-        self.strategies = StrategyStore(ctx.settings.strategy_file, ctx.redis)
+        self._strategies: StrategyStore | None = None
+
+    @property
+    def strategies(self) -> StrategyStore:
+        """Strategy configs (LOOPWIRE_STRATEGY_FILE and Redis), made on first use."""
+        if self._strategies is None:
+            self._strategies = StrategyStore(self.ctx.settings.strategy_file, self.ctx.redis)
+        return self._strategies
 
     def register(self, broker: NatsBroker) -> None:
         subjects = self.ctx.subjects

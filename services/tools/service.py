@@ -41,8 +41,10 @@ from .registry import ToolRegistry, default_registry, load_modules
 
 log = logging.getLogger("loopwire.tools")
 
-REFRESH_MIN_GAP_S = 1.0
-"""An unknown tool triggers an extra discovery round at most this often."""
+REFRESH_MIN_GAP_S = 0.2
+"""An unknown tool triggers an extra discovery round unless one finished this recently: a
+round is cheap, while a call failed as "unknown tool" costs the model a turn (a provider
+that started a moment ago, or one a round missed, is found by the next round)."""
 
 
 class ToolsService:

@@ -72,6 +72,8 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
         "messages": messages,
         "run_id": run.get("run_id"),
         "runs": raw.get("runs", 0),
+        "plan": raw.get("plan"),
+        "checkpoint_id": (run.get("checkpoint") or {}).get("id"),
     }
     if source == "transcript":
         reply["source"] = source

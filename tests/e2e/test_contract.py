@@ -65,7 +65,7 @@ async def test_agentic_run_with_a_nats_micro_tool(nc: NatsClient, fake: FakeAnth
 
     # The model saw the tool offered, and its result in ONE user message.
     reqs = fake.message_requests
-    assert [t["name"] for t in reqs[0]["tools"]] == ["add"]
+    assert [t["name"] for t in reqs[0]["tools"]] == ["add", "finish_agentic_task"]
     assert reqs[0]["stream"] is True
     last_user = reqs[1]["messages"][-1]
     assert last_user["role"] == "user"

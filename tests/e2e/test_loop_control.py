@@ -150,7 +150,8 @@ async def test_a_run_out_of_budget_ends_with_a_last_answer(
     assert ended["status"] == "budget_exhausted" and ended["final_text"] == "Best answer: 42."
     assert ended["usage"] == {"input_tokens": 1700, "output_tokens": 60}
     last = fake.message_requests[-1]
-    assert "tools" not in last and "budget is exhausted" in last["system"]
+    # An agentic run offers the finish tool: the converging generation offers only it.
+    assert [t["name"] for t in last["tools"]] == ["finish_agentic_task"] and "budget is exhausted" in last["system"]
     assert last["max_tokens"] <= 1024
 
 
