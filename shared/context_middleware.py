@@ -13,6 +13,7 @@ from typing import Any
 from faststream import BaseMiddleware
 from opentelemetry import context as otel_context
 
+from . import metrics
 from .logs import log_context
 from .telemetry import extract_context
 
@@ -31,8 +32,23 @@ def session_from_subject(subject: str) -> str | None:
     return None
 
 
+def _note_delivery(raw: Any) -> None:
+    """Redeliveries per consumer, for every JetStream consumer in one place."""
+    if raw is None or not getattr(raw, "reply", "").startswith("$JS.ACK."):
+        return  # a core message: no delivery count
+    try:
+        meta = raw.metadata
+    except Exception:  # not a JetStream message after all
+        return
+    consumer = meta.consumer or "unknown"
+    # Durable names carry the subject prefix (`<prefix>_router_ingress`); the label is
+    # the part after it, so label values stay few.
+    metrics.note_delivery(consumer.split("_", 1)[-1] if "_" in consumer else consumer, meta.num_delivered)
+
+
 class ContextMiddleware(BaseMiddleware):
     async def consume_scope(self, call_next: Any, msg: Any) -> Any:
+        _note_delivery(getattr(msg, "raw_message", None))
         headers = msg.headers or {}
         sid = headers.get(SESSION_HEADER)
         if sid is None:

@@ -19,8 +19,6 @@ from loopwire.shared.envelopes import Generate
 
 from .model import Model, ModelRequest, ModelResponse, TextCallback
 
-CONSUMER = "llm"
-
 
 class ObservedModel(Model):
     """`inner`, with a span and latency metrics around every call."""
@@ -59,10 +57,6 @@ class ObservedModel(Model):
                 cache_creation_input_tokens=usage.cache_creation_input_tokens,
                 time_to_first_chunk_s=first_chunk_s, output_messages=[response.message])
         return response
-
-
-def count_delivery(num_delivered: int) -> None:
-    metrics.note_delivery(CONSUMER, num_delivered)
 
 
 def count_step(outcome: str) -> None:

@@ -44,7 +44,7 @@ from .errors import ModelCallError
 from .fallback import BreakerGate, FallbackModel, RetryPolicy, Sleep
 from .generation import model_chain, model_request, record_key, result_failed, result_msg_id, result_ok
 from .model import Model
-from .observe import ObservedModel, count_delivery, count_fallback, count_step
+from .observe import ObservedModel, count_fallback, count_step
 from .providers import build_model_factory
 from .summarize import SummarizeResponder
 
@@ -105,7 +105,6 @@ class LlmService:
             await msg.reject()
             return
         delivered = _delivery_count(msg)
-        count_delivery(delivered)
         try:
             await self.process(env, delivered=delivered, heartbeat=msg.in_progress)
         except Exception:

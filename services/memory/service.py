@@ -21,6 +21,7 @@ import orjson
 from faststream.nats import NatsBroker, NatsMessage
 from pydantic import ValidationError
 
+from loopwire.shared import metrics
 from loopwire.shared.envelopes import AssembleContext, ToolSpec
 from loopwire.shared.inflight import keep_alive
 from loopwire.shared.runtime import ServiceContext
@@ -120,6 +121,8 @@ class MemoryService:
         if event is not None:
             await self.ctx.bus.emit(env.session_id, env.run_id, "compaction", key=f"{env.step_id}:compaction",
                                     **event)
+        if outcome.event is not None:  # counted once, not again for a redelivered step
+            metrics.COMPACTIONS.inc()
         extra = await self.store.claim_usage(env.session_id, env.step_id)
         notes = [outcome.note] if outcome.note else []
         request = build_generate(env, outcome.messages, tools, system_prompt(context.system, notes), extra)

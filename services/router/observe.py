@@ -40,6 +40,19 @@ def count_decision(decision: Decision, profile: str | None) -> None:
             metrics.STEERS.inc()
 
 
+def count_approvals(before: SessionState, decision: Decision) -> None:
+    """loopwire_approvals_pending: +1 when a session starts waiting for a decision, -1
+    when it stops (approved, denied, withdrawn by a steer, aborted). A checkpoint opened
+    on one replica and closed on another leaves +1 and -1 on the two: their sum is right."""
+    if decision.replay or decision.state is None:
+        return
+    was, now = before.status == "awaiting_approval", decision.state.status == "awaiting_approval"
+    if now and not was:
+        metrics.APPROVALS_PENDING.inc()
+    elif was and not now:
+        metrics.APPROVALS_PENDING.dec()
+
+
 def record_ended_runs(before: SessionState, decision: Decision) -> None:
     """The root `invoke_agent` span of each run this decision ended (see
     telemetry.record_run_span: its ids were drawn when the run started)."""

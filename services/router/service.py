@@ -33,7 +33,7 @@ from .config import CoreConfig
 from .core import Decision, decide
 from .effects import Effect, EmitEvent, PublishNotice
 from .ingress import check_session_id, decode_ingress
-from .observe import count_decision, record_ended_runs
+from .observe import count_approvals, count_decision, record_ended_runs
 from .state import SessionState
 from .strategy import StrategyStore
 
@@ -165,6 +165,7 @@ class RouterService:
                         continue  # another replica advanced the session: decide again on its state
                 await self.perform(sid, decision.effects)
                 count_decision(decision, state.profile)
+                count_approvals(state, decision)
                 if not decision.replay:
                     record_ended_runs(state, decision)
                 return decision

@@ -60,6 +60,8 @@ class Results:
     infra_processes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    consume_us: dict[str, float] = field(default_factory=dict)
+    """CPU µs per message received, by handler style (consume_overhead.py)."""
     floor_plan: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
     """(service, Redis ops, events) per hop of the floor."""
 
@@ -132,6 +134,9 @@ def console_table(res: Results) -> str:
         for n, b in sorted(res.bytes_by_turns.items()):
             lines.append(f"Redis bytes, session of {n} tool-turns: {b['total']} B ({b['total'] / n:.0f} B/turn, "
                          f"{b['keys']} keys)")
+    if res.consume_us:
+        lines.append("")
+        lines += [f"consume path, {mode}: {us:.0f} µs CPU / message" for mode, us in res.consume_us.items()]
     lines.append("")
     for target, measured, met in verdicts(res):
         lines.append(f"[{'info' if met is None else 'MET ' if met else 'MISS'}] {target}: {measured}")
@@ -279,6 +284,14 @@ def markdown(res: Results) -> str:
             out.append(f"| {n} | " + " | ".join(str(b.get(g, 0)) for g in groups)
                        + f" | {b['total']} | {b['total'] / n:.0f} |")
         out.append("")
+    if res.consume_us:
+        out += ["### The consume path alone", "",
+                "CPU per message received on core NATS by a handler that does nothing, publishing "
+                "included, best of two rounds of 4,000 messages (`tests/bench/consume_overhead.py`). "
+                "Our work handlers take a `NatsMessage` parameter (the first row); a tool-turn passes "
+                "through five of them.", "", "| handler | µs CPU / message |", "|---|---|"]
+        out += [f"| {mode} | {us:.0f} |" for mode, us in res.consume_us.items()]
+        out.append("")
     if res.notes:
         out += ["Notes from this run:", ""] + [f"- {n}" for n in res.notes] + [""]
     out.append(END)
@@ -325,4 +338,5 @@ def as_dict(res: Results) -> dict[str, Any]:
                                             "lua": res.trace.lua_cmds, "timeline": res.trace.timeline}
     return {"date": res.date, "machine": res.machine, "up": lay(res.up), "split": lay(res.split),
             "floor": lay(res.floor), "bytes": res.bytes_by_turns, "trace": trace, "notes": res.notes,
+            "consume_us": res.consume_us,
             "verdicts": [{"target": t, "measured": m, "met": ok} for t, m, ok in verdicts(res)]}

@@ -13,7 +13,9 @@
    per service.
 4. The floor (floor.py): raw nats-py request/reply + redis-py, the same hops and Redis
    calls per turn, an echo responder in another process.
-5. A table on stdout, docs/benchmarks.md (the results block) and .run/bench.json.
+5. The consume path alone (consume_overhead.py): CPU per message received by a FastStream
+   handler, written two ways, and by a raw nats-py callback.
+6. A table on stdout, docs/benchmarks.md (the results block) and .run/bench.json.
 
 Everything is stopped at the end, also on failure or Ctrl-C; a watchdog ends a run that
 hangs. Nothing here is a test: pytest collects nothing from this folder.
@@ -42,6 +44,7 @@ from loopwire.launcher import SERVICE_NAMES
 from loopwire.testing import LoopwireContainer, ServerHandle, start_nats, start_redis
 
 from . import report
+from .consume_overhead import measure_all
 from .driver import BenchDriver, wait_for_tool
 from .floor import DEFAULT_PLAN, FloorDriver, Hop, plan_from_trace, plan_to_json
 from .procstat import CpuWindow, machine_facts, other_busy_processes
@@ -274,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{[len(h.redis) for h in plan]}")
         responder = start_responder(nats_server.url, redis_server.url, reply_sizes, plan)
         res.floor = run_async(lambda: measure_floor(nats_server.url, infra, responder.pid, req_sizes, args))  # type: ignore[union-attr]
+        log("consume path: CPU per message received, by handler style")
+        res.consume_us = run_async(lambda: measure_all(nats_server.url))
     except BaseException:
         failed = True
         raise

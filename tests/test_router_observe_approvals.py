@@ -1,0 +1,30 @@
+"""The approvals-pending gauge follows sessions into and out of `awaiting_approval`."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopwire.router.core import Decision
+from loopwire.router.observe import count_approvals
+from loopwire.router.state import SessionState
+from loopwire.shared import metrics
+
+pytestmark = pytest.mark.unit
+
+
+def gauge() -> float:
+    return metrics.APPROVALS_PENDING._value.get()
+
+
+def test_gauge_moves_on_entering_and_leaving_awaiting_approval() -> None:
+    idle = SessionState(session_id="s", status="running")
+    waiting = SessionState(session_id="s", status="awaiting_approval")
+    start = gauge()
+    count_approvals(idle, Decision(state=waiting))
+    assert gauge() == start + 1
+    count_approvals(waiting, Decision(state=waiting))
+    assert gauge() == start + 1, "still waiting: no change"
+    count_approvals(waiting, Decision(state=None, replay=True))
+    assert gauge() == start + 1, "a replayed outbox changes nothing"
+    count_approvals(waiting, Decision(state=idle))
+    assert gauge() == start
