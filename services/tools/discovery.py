@@ -32,6 +32,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
 from .registry import RESERVED_NAMES, TOOL_NAME_RE, compile_validator
+from .retry import RetryPolicy
 
 log = logging.getLogger("loopwire.tools.discovery")
 
@@ -52,6 +53,8 @@ class DiscoveredTool:
     service_id: str
     exclusive: bool = False
     validator: Validator | None = field(default=None, repr=False)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """From the endpoint metadata `loopwire.retries` / `loopwire.retry_backoff_s`."""
 
 
 def parse_service_info(info: Any, warn: Callable[[str], None] = log.warning) -> list[DiscoveredTool]:
@@ -86,6 +89,7 @@ def parse_service_info(info: Any, warn: Callable[[str], None] = log.warning) -> 
             name=name, description=str(meta.get("description") or ""), input_schema=schema,
             subject=subject, service_name=service_name, service_id=service_id,
             exclusive=str(meta.get(EXCLUSIVE_KEY, "")).lower() == "true", validator=validator,
+            retry=RetryPolicy.from_metadata(meta),
         ))
     return tools
 

@@ -32,6 +32,7 @@ from loopwire.shared.step_store import StepStore
 from .catalog import Catalog, ResolvedTool
 from .invoke import Outcome, ProviderUnavailable, call_provider, call_python
 from .registry import PythonTool, ToolError
+from .retry import TransientToolError, with_retries
 
 log = logging.getLogger("loopwire.tools.executor")
 
@@ -163,6 +164,14 @@ class Executor:
 
     async def _invoke(self, env: ExecuteTools, call: ToolCall, tool: ResolvedTool,
                       timeout: float) -> Outcome:
+        retry = getattr(tool, "retry", None)
+        if retry is None or retry.retries == 0:
+            return await self._invoke_once(env, call, tool, timeout)
+        return await with_retries(lambda: self._invoke_once(env, call, tool, timeout), retry,
+                                  (ProviderUnavailable, TransientToolError))
+
+    async def _invoke_once(self, env: ExecuteTools, call: ToolCall, tool: ResolvedTool,
+                           timeout: float) -> Outcome:
         if isinstance(tool, PythonTool):
             return await call_python(tool, call.input)
         if self.nc is None:

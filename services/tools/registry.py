@@ -32,6 +32,8 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import Draft202012Validator, validator_for
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from .retry import RetryPolicy, TransientToolError  # noqa: F401 - TransientToolError is public here
+
 log = logging.getLogger("loopwire.tools.registry")
 
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -66,6 +68,8 @@ class PythonTool:
     """Runs alone: calls before it finish first, calls after it wait for it."""
     timeout_s: float | None = None
     """Overrides settings.tool_timeout_s for this tool."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """Retries of transient failures (TransientToolError)."""
     input_model: type[BaseModel] | None = None
     """The pydantic model the schema came from (None when a schema was given): it
     converts the validated JSON input into the parameter types (dates, models...)."""
@@ -116,7 +120,8 @@ class ToolRegistry:
 
     def add(self, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None,
             exclusive: bool = False, timeout_s: float | None = None,
-            input_schema: dict[str, Any] | None = None) -> PythonTool:
+            input_schema: dict[str, Any] | None = None, retries: int = 0,
+            retry_backoff_s: float = 0.2) -> PythonTool:
         """Register `fn`; a later registration under the same name replaces the earlier
         one (a module re-imported in tests, a deliberate override)."""
         tool_name = name or fn.__name__
@@ -131,7 +136,7 @@ class ToolRegistry:
             input_schema = schema_of(model)
         spec = PythonTool(name=tool_name, description=description if description is not None else summary,
                           input_schema=input_schema, fn=fn, exclusive=exclusive, timeout_s=timeout_s,
-                          input_model=model)
+                          input_model=model, retry=RetryPolicy(retries, retry_backoff_s))
         if tool_name in self._tools and self._tools[tool_name].fn is not fn:
             log.warning("tool %s registered again; the new definition replaces the old", tool_name)
         self._tools[tool_name] = spec
@@ -139,7 +144,7 @@ class ToolRegistry:
 
     def tool(self, fn: Callable[..., Any] | str | None = None, *, name: str | None = None,
              description: str | None = None, exclusive: bool = False, timeout_s: float | None = None,
-             input_schema: dict[str, Any] | None = None) -> Any:
+             input_schema: dict[str, Any] | None = None, retries: int = 0, retry_backoff_s: float = 0.2) -> Any:
         """Decorator: ``@reg.tool``, ``@reg.tool("name")`` or ``@reg.tool(name=..., ...)``.
         Returns the function unchanged, so it stays callable as before."""
         if isinstance(fn, str):
@@ -147,7 +152,8 @@ class ToolRegistry:
 
         def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
             self.add(func, name=name, description=description, exclusive=exclusive,
-                     timeout_s=timeout_s, input_schema=input_schema)
+                     timeout_s=timeout_s, input_schema=input_schema, retries=retries,
+                     retry_backoff_s=retry_backoff_s)
             return func
 
         return decorate(fn) if fn is not None else decorate
@@ -159,10 +165,11 @@ default_registry = ToolRegistry()
 
 def tool(fn: Callable[..., Any] | str | None = None, *, name: str | None = None,
          description: str | None = None, exclusive: bool = False, timeout_s: float | None = None,
-         input_schema: dict[str, Any] | None = None) -> Any:
+         input_schema: dict[str, Any] | None = None, retries: int = 0, retry_backoff_s: float = 0.2) -> Any:
     """Register a function as a tool in :data:`default_registry` (see `ToolRegistry.tool`)."""
     return default_registry.tool(fn, name=name, description=description, exclusive=exclusive,
-                                 timeout_s=timeout_s, input_schema=input_schema)
+                                 timeout_s=timeout_s, input_schema=input_schema, retries=retries,
+                                 retry_backoff_s=retry_backoff_s)
 
 
 def load_modules(modules: Iterable[str]) -> list[str]:

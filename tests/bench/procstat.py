@@ -95,9 +95,24 @@ def machine_facts() -> dict[str, str]:
     except OSError:
         pass
     return {
+        "git": git_revision(),
         "cpus": str(os.cpu_count()),
         "cpus_usable": str(len(os.sched_getaffinity(0))),
         "cpu_model": model,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
     }
+
+
+def git_revision() -> str:
+    """`<short sha>` of the checkout, `+ local changes` when the tree is dirty (read only)."""
+    import subprocess
+
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=5, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{sha} + local changes" if dirty else sha

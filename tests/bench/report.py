@@ -196,7 +196,8 @@ def step_times(timeline: list[tuple[float, str]]) -> list[tuple[str, float]]:
 def markdown(res: Results) -> str:
     m = res.machine
     out = [START, "",
-           f"Last run: **{res.date}**, `{res.command}`, {res.duration_s:.0f} s in all.",
+           f"Last run: **{res.date}**, `{res.command}`, {res.duration_s:.0f} s in all, code at "
+           f"`{m.get('git', 'unknown')}`.",
            f"Machine: {m.get('cpus')} CPUs ({m.get('cpus_usable')} usable, {m.get('cpu_model')}), "
            f"Python {m.get('python')}, {m.get('platform')}; nats-server and redis-server on loopback, "
            "started by the bench on free ports.", "",
