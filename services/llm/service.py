@@ -96,7 +96,8 @@ class LlmService:
             await aclose()
 
     # -- the handler ---------------------------------------------------------------------------
-    async def handle(self, body: Any, msg: NatsMessage) -> None:
+    async def handle(self, msg: NatsMessage) -> None:
+        body = msg.body
         try:
             env = Generate.model_validate(codec.loads(body) if isinstance(body, bytes | str) else body)
         except (ValidationError, ValueError) as exc:

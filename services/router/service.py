@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
+from typing import Any
 
 import orjson
 from faststream.nats import NatsBroker, NatsMessage
@@ -21,7 +22,7 @@ from pydantic import ValidationError
 
 from loopwire.shared import codec
 from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult
-from loopwire.shared.keyed_lock import KeyedLock
+from loopwire.shared.keyed_lock import KeyedLock, LruCache
 from loopwire.shared.runtime import ServiceContext
 from loopwire.shared.telemetry import new_run_trace
 from loopwire.tools.catalog import catalog_max_age, read_catalog
@@ -49,6 +50,10 @@ class RouterService:
         self.ctx = ctx
         self.core = CoreConfig.from_settings(ctx.settings)
         self._locks = KeyedLock()
+        self._states = LruCache[str, tuple[int, dict[str, Any]]](10_000)
+        """Sessions this replica committed last, with their version: the next input of a
+        session usually finds its state here instead of reading it back from Redis. A stale
+        copy is harmless: its commit fails the version check and the shell reloads."""
         self._strategies: StrategyStore | None = None
 
     @property
@@ -149,20 +154,30 @@ class RouterService:
 
     async def apply(self, sid: str, inp: i._Input) -> Decision:
         async with self._locks.hold(sid):
+            use_cache = True
             for _ in range(MAX_COMMIT_ATTEMPTS):
-                raw, version = await self.ctx.sessions.load(sid)
-                if raw is None and await rebuild_session(sid, self.ctx.events, self.ctx.sessions,
-                                                         self.ctx.settings.default_max_tokens):
-                    # The state was lost (expired, flushed) but the transcript holds the
-                    # conversation: continue it instead of starting over.
-                    raw, version = await self.ctx.sessions.load(sid)
+                cached = self._states.get(sid) if use_cache else None
+                if cached is not None:
+                    version, raw = cached
+                else:
+                    raw, version = await self._load(sid)
                 state = SessionState.load(raw, sid)
                 decision = decide(state, inp, self.core)
+                if cached is not None and decision.state is None and not decision.replay:
+                    # A no-op on a possibly stale copy (a result "not awaited" may be awaited
+                    # in the state another replica wrote): decide again on the stored state.
+                    use_cache = False
+                    continue
                 if decision.state is not None:
+                    dumped = decision.state.dump()
                     committed = await self.ctx.sessions.commit(
-                        sid, version, decision.state.dump(), decision.history_len_before, decision.append)
+                        sid, version, dumped, decision.history_len_before, decision.append)
                     if not committed:
-                        continue  # another replica advanced the session: decide again on its state
+                        # Another replica advanced the session: decide again on its state.
+                        self._states.pop(sid, None)
+                        use_cache = False
+                        continue
+                    self._states.put(sid, (version + 1, dumped))
                 await self.perform(sid, decision.effects)
                 count_decision(decision, state.profile)
                 count_approvals(state, decision)
@@ -170,6 +185,15 @@ class RouterService:
                     record_ended_runs(state, decision)
                 return decision
         raise RuntimeError(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
+
+    async def _load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
+        raw, version = await self.ctx.sessions.load(sid)
+        if raw is None and await rebuild_session(sid, self.ctx.events, self.ctx.sessions,
+                                                 self.ctx.settings.default_max_tokens):
+            # The state was lost (expired, flushed) but the transcript holds the
+            # conversation: continue it instead of starting over.
+            raw, version = await self.ctx.sessions.load(sid)
+        return raw, version
 
     async def perform(self, sid: str, effects: list[Effect]) -> None:
         bus = self.ctx.bus

@@ -129,7 +129,7 @@ class ToolsService:
                 log.exception("tool discovery round failed")
 
     # -- the work handler -------------------------------------------------------------------------
-    async def handle(self, body: Any, msg: NatsMessage) -> None:
+    async def handle(self, msg: NatsMessage) -> None:
         try:
             env = ExecuteTools.model_validate_json(msg.body)
         except ValidationError as exc:

@@ -33,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -63,14 +63,13 @@ def log(text: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def run_async(coro_fn: Callable[[], Awaitable[T]]) -> T:
+def run_async(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a coroutine on uvloop when available (as the services do), else asyncio."""
     try:
         import uvloop
-
-        return uvloop.run(coro_fn())  # type: ignore[no-any-return]
     except ImportError:  # pragma: no cover - not on Windows
-        return asyncio.run(coro_fn())  # type: ignore[arg-type]
+        return asyncio.run(coro_fn())
+    return uvloop.run(coro_fn())
 
 
 def service_env() -> dict[str, str]:
@@ -297,11 +296,13 @@ def main(argv: list[str] | None = None) -> int:
 
     failures = 0
     for lay in (res.up, res.split, res.floor):
-        if lay is not None and lay.load is not None and lay.other_cpu_s / lay.load.wall_s > 0.1:
+        if lay is None:
+            continue
+        if lay.load is not None and lay.other_cpu_s / lay.load.wall_s > 0.1:
             res.notes.append(f"{lay.name}: the machine was not idle — other processes used "
                              f"{100 * lay.other_cpu_s / lay.load.wall_s:.0f}% of a core during the load run; "
                              "every number of that layout is pessimistic")
-        for run in (lay.single, lay.load) if lay is not None else ():
+        for run in (lay.single, lay.load):
             if run is not None and run.failures:
                 failures += len(run.failures)
                 res.notes.append(f"{lay.name}: {len(run.failures)} sessions failed, e.g. {run.failures[0]}")

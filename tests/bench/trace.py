@@ -61,6 +61,9 @@ class TurnCost:
         return sum(self.redis_cmds.values())
 
 
+CONNECTION_COMMANDS = frozenset({"monitor", "hello", "client", "ping", "select", "auth", "info"})
+
+
 def key_space(key: str) -> str:
     """`lw:step:gen:<id>` -> `lw:step:gen`, `lw:s:<sid>` -> `lw:s`."""
     if not key.startswith("lw:"):
@@ -161,8 +164,8 @@ async def trace_turns(nats_url: str, redis_url: str, prefix: str = "loopwire",
             if info["client_type"] == "lua":
                 window.lua_cmds[name] += 1
                 continue
-            if name == "monitor":
-                continue
+            if name in CONNECTION_COMMANDS:
+                continue  # a new connection's handshake, not the turn's work
             if name == "hset" and key == "lw:tools:catalog":
                 catalog_writes += 1  # a discovery round: HGETALL then HSET
                 continue
