@@ -172,7 +172,10 @@ def test_provider_replies_are_mapped() -> None:
     assert flagged.is_error
     service_error = parse_reply(b"", {"Nats-Service-Error": "boom", "Nats-Service-Error-Code": "500"})
     assert service_error.is_error and service_error.content == "boom (code 500)"
-    assert parse_reply(b"plain text", {}).content == "plain text"
+    not_json = parse_reply(b"plain text", {})
+    assert not_json.is_error and "not valid JSON" in str(not_json.content) and not_json.protocol_error
+    not_utf8 = parse_reply(b"\xff\xfe\x00garbage", {})
+    assert not_utf8.is_error and "not valid UTF-8" in str(not_utf8.protocol_error)
 
 
 def _info(sid: str, *endpoints: dict[str, Any], name: str = "svc") -> dict[str, Any]:

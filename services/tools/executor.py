@@ -61,8 +61,11 @@ class Executor:
     def __init__(self, catalog: Catalog, steps: StepStore, nc: NatsClient | None,
                  default_timeout_s: float,
                  refresh: Callable[[], Awaitable[Any]] | None = None,
-                 blobs: BlobStore | None = None, large_content_bytes: int = 64 * 1024) -> None:
+                 blobs: BlobStore | None = None, large_content_bytes: int = 64 * 1024,
+                 on_protocol_error: Callable[[ExecuteTools, ToolCall, str], Awaitable[Any]] | None = None) -> None:
         self.catalog = catalog
+        self.on_protocol_error = on_protocol_error
+        """Told when a provider's reply breaks the contract (the service emits `error`)."""
         self.blobs = blobs
         self.large_content_bytes = large_content_bytes
         """Results above this size are stored once and travel as a reference block."""
@@ -159,6 +162,8 @@ class Executor:
                 log.info("tool %s raised %s", call.name, exc, exc_info=True)
                 return error(f"tool {call.name} failed: {type(exc).__name__}: {exc}")
             telemetry.record_tool_result(span, outcome.content, is_error=outcome.is_error)
+        if outcome.protocol_error is not None and self.on_protocol_error is not None:
+            await self.on_protocol_error(env, call, outcome.protocol_error)
         return ToolResultItem(tool_use_id=call.tool_use_id, name=call.name, content=outcome.content,
                               is_error=outcome.is_error), True
 

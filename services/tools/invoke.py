@@ -36,6 +36,9 @@ Content = str | list[dict[str, Any]]
 class Outcome:
     content: Content
     is_error: bool = False
+    protocol_error: str | None = None
+    """Set when the provider broke the reply contract (a body that is not UTF-8 JSON):
+    the model gets an error result and the session an `error` event."""
 
 
 class ProviderUnavailable(Exception):
@@ -89,10 +92,14 @@ def parse_reply(data: bytes, headers: dict[str, str]) -> Outcome:
         return Outcome(f"{message} (code {code})" if code else message, is_error=True)
     try:
         body = orjson.loads(data) if data else {}
-    except orjson.JSONDecodeError:
-        # Not the protocol's shape, but the text is still the most useful thing to show.
-        log.warning("provider reply is not JSON; passing it on as text")
-        return Outcome(data.decode("utf-8", errors="replace"))
+    except orjson.JSONDecodeError as exc:
+        try:
+            data.decode("utf-8")
+            problem = f"the provider's reply is not valid JSON ({exc})"
+        except UnicodeDecodeError as bad:
+            problem = f"the provider's reply is not valid UTF-8 (byte {bad.start})"
+        log.warning("bad tool reply: %s", problem)
+        return Outcome(f"tool failed: {problem}", is_error=True, protocol_error=problem)
     if not isinstance(body, dict) or "content" not in body:
         log.warning("provider reply has no `content`; passing the whole body on as text")
         return Outcome(to_content(body))

@@ -30,7 +30,7 @@ from faststream.nats.annotations import NatsMessage
 from pydantic import ValidationError
 
 from loopwire.shared.contract import error_reply
-from loopwire.shared.envelopes import ExecuteTools, ToolResultItem, ToolsResult
+from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem, ToolsResult
 from loopwire.shared.inflight import InflightSteps, keep_alive
 from loopwire.shared.runtime import ServiceContext
 
@@ -80,7 +80,8 @@ class ToolsService:
         self.catalog.providers = self.discovery.table
         self.executor = Executor(self.catalog, self.ctx.steps, nc, settings.tool_timeout_s,
                                  refresh=self._refresh_soon,
-                                 blobs=self.ctx.blobs, large_content_bytes=settings.large_content_bytes)
+                                 blobs=self.ctx.blobs, large_content_bytes=settings.large_content_bytes,
+                                 on_protocol_error=self._bad_reply)
         self._cancel_sub = await nc.subscribe(self.ctx.subjects.cancel_all, cb=self._inflight.on_notice)
         try:
             await self.refresh()
@@ -171,6 +172,10 @@ class ToolsService:
         finally:
             heartbeat.cancel()
         await msg.ack()
+
+    async def _bad_reply(self, env: ExecuteTools, call: ToolCall, problem: str) -> None:
+        await self.ctx.bus.emit(env.session_id, env.run_id, "error", key=f"bad_tool_reply:{call.tool_use_id}",
+                                code="bad_tool_reply", message=f"tool {call.name}: {problem}")
 
     # -- the tools.list query ----------------------------------------------------------------------
     async def on_tools_list(self, msg: NatsMessage) -> bytes:

@@ -197,3 +197,27 @@ async def test_transcript_pagination(nc: NatsClient, fake: FakeAnthropic) -> Non
     page1 = (await query(nc, "transcript.get", {"session_id": s, "limit": 2}))["events"]
     page2 = (await query(nc, "transcript.get", {"session_id": s, "after_seq": page1[-1]["seq"], "limit": 2}))
     assert page1 + page2["events"] == everything[:4]
+
+
+async def test_a_provider_reply_that_is_not_json_is_a_clear_error(nc: NatsClient, fake: FakeAnthropic) -> None:
+    from nats import micro
+
+    svc = await micro.add_service(nc, name="broken-tools", version="1.0.0")
+
+    async def broken(req: micro.Request) -> None:
+        await req.respond(b"\xff\xfe not utf-8, not json")
+
+    await svc.add_endpoint(name="broken", handler=broken, metadata={
+        "loopwire.tool": "broken", "description": "Replies garbage.", "input_schema": '{"type": "object"}'})
+    await wait_for_tools(nc, {"broken"})
+    fake.script("*", [{"text": "Trying.", "tool_use": [{"name": "broken", "input": {}}]}, {"text": "It failed."}])
+    s = sid()
+    async with SessionEvents(nc, s) as ev:
+        await ev.publish("start", {"input": "use broken", "tools": ["broken"]})
+        ended = await ev.wait_for("run.ended")
+        error = await ev.wait_for("error")
+    await svc.stop()
+    assert error["code"] == "bad_tool_reply" and "UTF-8" in error["message"]
+    (result,) = ev.of("tool.result")
+    assert result["is_error"] and "not valid UTF-8" in result["content"]
+    assert ended["status"] == "completed"
