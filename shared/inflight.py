@@ -41,6 +41,10 @@ class InflightSteps:
             if not entries:
                 self._by_session.pop(session_id, None)
 
+    def __len__(self) -> int:
+        """Sessions with steps in flight."""
+        return len(self._by_session)
+
     def cancel(self, session_id: str, run_id: str | None = None) -> int:
         """Set the events of the session's steps (of `run_id` only, when given)."""
         hits = 0

@@ -8,13 +8,8 @@ conflicts (reload, decide again) into waiting.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Generic, TypeVar
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 class KeyedLock:
@@ -36,29 +31,3 @@ class KeyedLock:
                 del self._locks[key]
             else:
                 self._locks[key] = (lock, users - 1)
-
-
-class LruCache(Generic[K, V]):
-    """A small least-recently-used map (per-process caches of session state)."""
-
-    def __init__(self, capacity: int) -> None:
-        self._items: OrderedDict[K, V] = OrderedDict()
-        self._capacity = capacity
-
-    def get(self, key: K) -> V | None:
-        value = self._items.get(key)
-        if value is not None:
-            self._items.move_to_end(key)
-        return value
-
-    def put(self, key: K, value: V) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self._capacity:
-            self._items.popitem(last=False)
-
-    def pop(self, key: K, default: V | None = None) -> V | None:
-        return self._items.pop(key, default)
-
-    def __len__(self) -> int:
-        return len(self._items)

@@ -31,12 +31,12 @@ from typing import Any
 
 from faststream.nats import NatsBroker
 from faststream.nats.annotations import NatsMessage
-from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from loopwire.shared import codec
 from loopwire.shared.blobs import resolve_messages
 from loopwire.shared.envelopes import Generate, GenerationResult
+from loopwire.shared.inflight import InflightSteps, keep_alive
 from loopwire.shared.runtime import ServiceContext
 
 from .breaker import CircuitBreaker, RunGate, breaker_from_settings
@@ -70,7 +70,7 @@ class LlmService:
         s = ctx.settings
         self.policy = RetryPolicy(max_retries=s.llm_max_retries, base_delay_s=s.llm_retry_base_delay_s,
                                   max_delay_s=s.llm_retry_max_delay_s)
-        self._inflight: dict[str, list[tuple[str, asyncio.Event]]] = {}
+        self._inflight = InflightSteps(ctx.subjects)
         """session id -> (run id, cancel event) of each generation running here."""
         self._cancel_sub: Any = None
         self.summarizer = SummarizeResponder(ctx, self.model_factory, self.policy, self.breaker, sleep)
@@ -82,7 +82,7 @@ class LlmService:
         subscriber(self.handle)
 
     async def start(self) -> None:
-        self._cancel_sub = await self.ctx.bus.nc.subscribe(self.ctx.subjects.cancel_all, cb=self._on_cancel)
+        self._cancel_sub = await self.ctx.bus.nc.subscribe(self.ctx.subjects.cancel_all, cb=self._inflight.on_notice)
         await self.summarizer.start(self.ctx.bus.nc)
 
     async def stop(self) -> None:
@@ -126,7 +126,7 @@ class LlmService:
         if delivered > 1:
             await ctx.bus.emit(env.session_id, env.run_id, "retracted", key=f"{env.step_id}:retract:{delivered}",
                                turn=env.turn, reason=REDELIVERED_REASON)
-        beat = asyncio.create_task(self._heartbeat(heartbeat)) if heartbeat is not None else None
+        beat = asyncio.create_task(keep_alive(heartbeat, ctx.settings.ack_wait_s)) if heartbeat is not None else None
         try:
             result = await self._generate(env, delivered)
         finally:
@@ -185,9 +185,8 @@ class LlmService:
             await bus.emit(sid, run_id, "retracted", key=f"{env.step_id}:retract:{delivered}.{discards}",
                            turn=env.turn, reason=f"{model} failed mid-answer ({reason}): the partial answer is void")
 
-        cancel = asyncio.Event()
-        entry = (run_id, cancel)
-        self._inflight.setdefault(sid, []).append(entry)
+        tracking = self._inflight.track(sid, run_id)  # set by a cancel notice (steer, abort)
+        cancel = tracking.__enter__()
         work = asyncio.ensure_future(runner.run(model_request(env, default_model), on_text, on_switch, on_discard))
         stop = asyncio.ensure_future(cancel.wait())
         try:
@@ -209,38 +208,10 @@ class LlmService:
             stop.cancel()
             if not work.done():  # this handler itself was cancelled (shutdown)
                 work.cancel()
-            entries = self._inflight.get(sid, [])
-            if entry in entries:
-                entries.remove(entry)
-            if not entries:
-                self._inflight.pop(sid, None)
+            tracking.__exit__(None, None, None)
             if isinstance(gate, RunGate):
                 await gate.close()
         return result_ok(env, outcome)
-
-    async def _on_cancel(self, msg: Msg) -> None:
-        head, tail = f"{self.ctx.subjects.prefix}.ctl.", ".cancel"
-        if not (msg.subject.startswith(head) and msg.subject.endswith(tail)):
-            return
-        sid = msg.subject[len(head):-len(tail)]
-        run_id = None
-        if msg.data:
-            with contextlib.suppress(Exception):
-                body = codec.loads(msg.data)
-                run_id = body.get("run_id") if isinstance(body, dict) else None
-        for entry_run, event in self._inflight.get(sid, []):
-            if run_id is None or entry_run == run_id:
-                event.set()
-
-    async def _heartbeat(self, beat: Callable[[], Awaitable[None]]) -> None:
-        """Tell JetStream the work is alive, so a long generation is not redelivered."""
-        interval = max(0.05, self.ctx.settings.ack_wait_s / 3)
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await beat()
-            except Exception as exc:  # a missed heartbeat only risks a redelivery
-                log.debug("in_progress failed: %s", exc)
 
 
 def _delivery_count(msg: Any) -> int:

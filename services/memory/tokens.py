@@ -21,7 +21,6 @@ import hashlib
 import logging
 import math
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +28,7 @@ import orjson
 
 from loopwire.shared.blobs import REF_KEY, has_refs
 from loopwire.shared.envelopes import ToolSpec
+from loopwire.shared.lru import LruCache
 
 log = logging.getLogger("loopwire.memory.tokens")
 
@@ -241,24 +241,6 @@ def content_hash(model: str, system: str | None, messages: list[dict[str, Any]],
     return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-@dataclass
-class _Lru:
-    size: int
-    items: OrderedDict[str, int] = field(default_factory=OrderedDict)
-
-    def get(self, key: str) -> int | None:
-        value = self.items.get(key)
-        if value is not None:
-            self.items.move_to_end(key)
-        return value
-
-    def put(self, key: str, value: int) -> None:
-        self.items[key] = value
-        self.items.move_to_end(key)
-        while len(self.items) > self.size:
-            self.items.popitem(last=False)
-
-
 class TokenCounter:
     """Exact counts when the endpoint answers, calibrated estimates otherwise.
 
@@ -271,7 +253,7 @@ class TokenCounter:
         self.estimator = estimator or Estimator()
         self.redis = redis
         self.cache_ttl_s = cache_ttl_s
-        self._lru = _Lru(cache_size)
+        self._lru = LruCache[str, int](cache_size)
         self._down_until = 0.0
         self._owns_client = owns_client
         self.calls = 0

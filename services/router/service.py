@@ -22,7 +22,8 @@ from pydantic import ValidationError
 
 from loopwire.shared import codec
 from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult
-from loopwire.shared.keyed_lock import KeyedLock, LruCache
+from loopwire.shared.keyed_lock import KeyedLock
+from loopwire.shared.lru import LruCache
 from loopwire.shared.runtime import ServiceContext
 from loopwire.shared.telemetry import new_run_trace
 from loopwire.tools.catalog import catalog_max_age, read_catalog
