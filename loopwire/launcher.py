@@ -54,6 +54,8 @@ def make_broker(settings: Settings, graceful_timeout: float = 25.0) -> NatsBroke
         # Per-message access logs go to DEBUG: at hundreds of messages a second they cost
         # more CPU than the work they describe.
         log_level=logging.DEBUG,
+        # FastStream's own messages go through our logging set-up (level, JSON lines).
+        logger=logging.getLogger("loopwire.faststream"),
         graceful_timeout=graceful_timeout,
         max_reconnect_attempts=-1,
         middlewares=[ContextMiddleware],
