@@ -7,6 +7,7 @@ costs about 3x the CPU of nats-py's for the same request (FIELD-NOTES).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -63,3 +64,32 @@ class Bus:
         else:
             await self.js.publish(subject, data, headers={"Nats-Msg-Id": f"{session_id}:{event['seq']}"})
         return event
+
+    async def emit_many(self, session_id: str,
+                        events: list[tuple[str | None, str, str | None, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """`emit` of each (run_id, kind, key, fields) in order: their seqs assigned and
+        stored in one Redis call, then published one after the other on this connection
+        (which keeps their order) and their PubAcks awaited together."""
+        if len(events) <= 1:
+            return [await self.emit(session_id, run_id, kind, key=key, **fields)
+                    for run_id, kind, key, fields in events]
+        items = [(make_event(kind, session_id, run_id, 0, **fields), key, kind != "text.delta")
+                 for run_id, kind, key, fields in events]
+        stored = await self.events.append_many(session_id, items)
+        acks: list[asyncio.Future[Any]] = []
+        try:
+            for (event, _new), (_, _, store) in zip(stored, items, strict=True):
+                subject = self.subjects.event(session_id, event["kind"])
+                data = codec.dumps(event)
+                if not store:
+                    await self.nc.publish(subject, data)
+                else:
+                    acks.append(await self.js.publish_async(
+                        subject, data, headers={"Nats-Msg-Id": f"{session_id}:{event['seq']}"}))
+            if acks:
+                await asyncio.wait_for(asyncio.gather(*acks), timeout=getattr(self.js, "_timeout", 5.0))
+        finally:
+            for ack in acks:
+                if not ack.done():
+                    ack.cancel()  # frees its slot in nats-py's pending publishes
+        return [event for event, _ in stored]

@@ -9,6 +9,9 @@ redelivered after a crash re-emits its events with the same keys and gets the or
 seq and body back, so the transcript never shows an event twice. `text.delta` events are
 ephemeral: they take a seq but are not stored (they stay in the LOOPWIRE_EVENTS stream).
 
+`append_many` does the same for the events of one router transition in one round trip
+(one Lua call), as if they were appended one after the other.
+
 Redis layout: `lw:seq:<sid>` counter, `lw:ek:<sid>` hash key -> seq, `lw:e:<sid>` stream
 whose entry ids are `<seq>-0` and whose field `e` is the event body without its seq.
 """
@@ -21,6 +24,9 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 
 from . import codec
+
+Append = tuple[dict[str, Any], str | None, bool]
+"""One event to append: (body, dedup key or None, store it)."""
 
 
 def with_seq(body: dict[str, Any], seq: int) -> dict[str, Any]:
@@ -41,6 +47,10 @@ class EventLogStore(Protocol):
                      store: bool = True) -> tuple[dict[str, Any], bool]:
         """Assign a seq and store `body`; returns (event with seq, newly appended).
         With a key seen before, returns the original event and False."""
+        ...
+
+    async def append_many(self, sid: str, items: list[Append]) -> list[tuple[dict[str, Any], bool]]:
+        """`append` of each item in order, in one step."""
         ...
 
     async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]: ...
@@ -70,6 +80,9 @@ class InMemoryEventLog:
         if store:
             self.events.setdefault(sid, {})[seq] = event
         return event, True
+
+    async def append_many(self, sid: str, items: list[Append]) -> list[tuple[dict[str, Any], bool]]:
+        return [await self.append(sid, body, key, store) for body, key, store in items]
 
     async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         stored = self.events.get(sid, {})
@@ -106,11 +119,45 @@ return {seq, '', 1}
 """
 
 
+_APPEND_MANY_LUA = """
+local out = {}
+local appended = false
+for i = 2, #ARGV, 3 do
+  local key = ARGV[i]
+  local s = false
+  if key ~= '' then s = redis.call('HGET', KEYS[2], key) end
+  if s then
+    local e = redis.call('XRANGE', KEYS[3], s .. '-0', s .. '-0')
+    local body = ''
+    if e[1] then body = e[1][2][2] end
+    out[#out + 1] = tonumber(s)
+    out[#out + 1] = body
+    out[#out + 1] = 0
+  else
+    local seq = redis.call('INCR', KEYS[1])
+    if key ~= '' then redis.call('HSET', KEYS[2], key, seq) end
+    if ARGV[i + 2] == '1' then redis.call('XADD', KEYS[3], seq .. '-0', 'e', ARGV[i + 1]) end
+    appended = true
+    out[#out + 1] = seq
+    out[#out + 1] = ''
+    out[#out + 1] = 1
+  end
+end
+local ttl = tonumber(ARGV[1])
+if appended and ttl > 0 then
+  redis.call('EXPIRE', KEYS[2], ttl)
+  redis.call('EXPIRE', KEYS[3], ttl)
+end
+return out
+"""
+
+
 class RedisEventLog:
     def __init__(self, redis: aioredis.Redis, ttl_s: int = 0) -> None:
         self._r = redis
         self._ttl = ttl_s
         self._append = redis.register_script(_APPEND_LUA)
+        self._append_many = redis.register_script(_APPEND_MANY_LUA)
 
     async def append(self, sid: str, body: dict[str, Any], key: str | None,
                      store: bool = True) -> tuple[dict[str, Any], bool]:
@@ -123,6 +170,23 @@ class RedisEventLog:
         if not new and original:
             return with_seq(codec.loads(original), seq), False
         return with_seq(stripped, seq), bool(new)
+
+    async def append_many(self, sid: str, items: list[Append]) -> list[tuple[dict[str, Any], bool]]:
+        if not items:
+            return []
+        stripped = [{k: v for k, v in body.items() if k != "seq"} for body, _, _ in items]
+        args: list[str | bytes] = [str(self._ttl)]
+        for body, (_, key, store) in zip(stripped, items, strict=True):
+            args += [key or "", codec.dumps(body), "1" if store else "0"]
+        flat = await self._append_many(keys=[f"lw:seq:{sid}", f"lw:ek:{sid}", f"lw:e:{sid}"], args=args)
+        out = []
+        for n, body in enumerate(stripped):
+            seq, original, new = int(flat[3 * n]), flat[3 * n + 1], flat[3 * n + 2]
+            if not new and original:
+                out.append((with_seq(codec.loads(original), seq), False))
+            else:
+                out.append((with_seq(body, seq), bool(new)))
+        return out
 
     async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         entries = await self._r.xrange(f"lw:e:{sid}", min=f"({after_seq}-0" if after_seq else "-",

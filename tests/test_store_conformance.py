@@ -144,3 +144,25 @@ async def test_seq_is_never_reused_after_delete(stores: tuple[Any, Any, Any]) ->
     await log.delete("s")
     e, _ = await log.append("s", {"kind": "k", "run_id": None}, "y")
     assert e["seq"] == 2
+
+
+async def test_append_many_is_append_of_each_in_order(stores: tuple[Any, Any, Any]) -> None:
+    _, _, log = stores
+    first, _ = await log.append("s", {"v": 1, "session_id": "s", "run_id": "r", "seq": 0, "kind": "a", "ts": "t1"},
+                                "k1")
+    got = await log.append_many("s", [
+        ({"v": 1, "session_id": "s", "run_id": "r", "seq": 0, "kind": "b", "ts": "t2"}, "k2", True),
+        ({"v": 1, "session_id": "s", "run_id": "r", "seq": 0, "kind": "a", "ts": "t9"}, "k1", True),  # seen
+        ({"v": 1, "session_id": "s", "run_id": "r", "seq": 0, "kind": "text.delta", "ts": "t3"}, None, False),
+        ({"v": 1, "session_id": "s", "run_id": "r", "seq": 0, "kind": "c", "ts": "t4"}, None, True),
+        ({"v": 1, "session_id": "s", "run_id": "r", "seq": 0, "kind": "d", "ts": "t5"}, "k2", True),  # in batch
+    ])
+    assert [(e["seq"], e["kind"], new) for e, new in got] == [
+        (2, "b", True), (1, "a", False), (3, "text.delta", True), (4, "c", True), (2, "b", False)]
+    assert got[1][0] == first, "a re-emission returns the original event"
+    assert list(got[0][0]) == ["v", "session_id", "run_id", "seq", "kind", "ts"]
+    assert [(e["seq"], e["kind"]) for e in await log.read("s")] == [(1, "a"), (2, "b"), (4, "c")]
+    assert await log.last_seq("s") == 4
+    assert await log.append_many("s", []) == []
+    again = await log.append_many("s", [({"kind": "b", "run_id": "r"}, "k2", True)])
+    assert again == [(got[0][0], False)], "a redelivered transition gets its events back"

@@ -21,6 +21,12 @@ one; `allow()` then answers from that snapshot; `record_*()` write through in ba
 tasks at once (other replicas see a failure while this request still retries); and
 `await gate.close()` waits for those writes and releases probe claims the request never
 used (its primary answered before a fallback's turn came).
+
+A healthy model costs no Redis call per request: a clean `closed` verdict (no failure
+counted) is reused in process for `CLOSED_REUSE_S`, and a success is written only when the
+request's snapshot saw failures to reset (a success on a clean count changes nothing).
+A failure this process records drops its reused verdict at once, so its next request
+reads the count again; another replica's failures are seen at most `CLOSED_REUSE_S` late.
 """
 
 from __future__ import annotations
@@ -40,6 +46,10 @@ log = logging.getLogger("loopwire.llm.breaker")
 Clock = Callable[[], float]
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+FAILING = "failing"
+"""An acquire verdict: closed, with failures counted that a success must reset."""
+CLOSED_REUSE_S = 1.0
+"""How long a clean `closed` verdict is reused in process without asking the store."""
 KEY_PREFIX = "lw:breaker:"
 KEY_TTL_S = 24 * 3600
 """Breaker hashes of models nobody calls any more expire after a day."""
@@ -57,7 +67,8 @@ class BreakerStore(Protocol):
     """Where breaker state lives; every operation is atomic per model."""
 
     async def acquire(self, model: str, now: float, token: str, policy: BreakerPolicy) -> str:
-        """`closed`, `open` (skip), or `probe` (half-open, and `token` now holds the probe)."""
+        """`closed` (no failure counted), `failing` (closed, failures counted), `open`
+        (skip), or `probe` (half-open, and `token` now holds the probe)."""
         ...
 
     async def record(self, model: str, ok: bool, now: float, token: str, policy: BreakerPolicy) -> str:
@@ -91,7 +102,7 @@ class MemoryBreakerStore:
     async def acquire(self, model: str, now: float, token: str, policy: BreakerPolicy) -> str:
         e = self.entries.setdefault(model, _Entry())
         if e.open_until == 0:
-            return CLOSED
+            return FAILING if e.failures else CLOSED
         if now < e.open_until or (e.probe and e.probe_until > now):
             return OPEN
         e.probe, e.probe_until = token, now + policy.probe_ttl_s
@@ -124,9 +135,12 @@ class MemoryBreakerStore:
 
 # -- Redis ----------------------------------------------------------------------------------------
 _ACQUIRE = """
-local h = redis.call('HMGET', KEYS[1], 'open_until', 'probe', 'probe_until')
+local h = redis.call('HMGET', KEYS[1], 'open_until', 'probe', 'probe_until', 'failures')
 local open_until = tonumber(h[1]) or 0
-if open_until == 0 then return 'closed' end
+if open_until == 0 then
+  if (tonumber(h[4]) or 0) > 0 then return 'failing' end
+  return 'closed'
+end
 local now = tonumber(ARGV[1])
 if now < open_until then return 'open' end
 if h[2] and h[2] ~= '' and (tonumber(h[3]) or 0) > now then return 'open' end
@@ -208,6 +222,8 @@ class CircuitBreaker:
         self.store = store
         self.policy = policy or BreakerPolicy()
         self.clock = clock
+        self._closed_until: dict[str, float] = {}
+        """model -> until when (clock) its last clean `closed` verdict is reused."""
 
     @property
     def enabled(self) -> bool:
@@ -219,16 +235,27 @@ class CircuitBreaker:
             return gate
         now = self.clock()
         for model in dict.fromkeys(models):
+            if now < self._closed_until.get(model, 0.0):
+                gate.verdicts[model] = CLOSED  # healthy a moment ago: no need to ask again
+                continue
             try:
                 verdict = await self.store.acquire(model, now, gate.token, self.policy)
             except Exception as exc:  # Redis away: fail open, a breaker must not stop traffic
                 log.warning("breaker state of %s unavailable (%s): allowing it", model, exc)
-                verdict = CLOSED
+                verdict = FAILING  # unknown: a success is written, as before
+            if verdict == CLOSED:
+                self._closed_until[model] = now + CLOSED_REUSE_S
+            else:
+                self._closed_until.pop(model, None)
             gate.verdicts[model] = verdict
             if verdict == "probe":
                 gate.probes.add(model)
-            metrics.set_breaker_state(model, HALF_OPEN if verdict == "probe" else verdict)
+            metrics.set_breaker_state(model, {"probe": HALF_OPEN, FAILING: CLOSED}.get(verdict, verdict))
         return gate
+
+    def forget(self, model: str) -> None:
+        """Stop reusing `model`'s closed verdict (this process just saw it fail)."""
+        self._closed_until.pop(model, None)
 
     async def state(self, model: str) -> str:
         return await self.store.state(model, self.clock())
@@ -258,6 +285,12 @@ class RunGate:
         if not self.breaker.enabled:
             return
         self.probes.discard(model)  # the probe was used: its outcome settles the state
+        if ok and self.verdicts.get(model) == CLOSED:
+            return  # nothing counted to reset: the write would change nothing
+        if not ok:
+            self.breaker.forget(model)
+            if self.verdicts.get(model) == CLOSED:
+                self.verdicts[model] = FAILING  # a later success of this request resets the count
         self._writes.append(asyncio.get_running_loop().create_task(self._record(model, ok)))
 
     async def _record(self, model: str, ok: bool) -> None:
@@ -267,6 +300,8 @@ class RunGate:
         except Exception as exc:
             log.warning("breaker outcome of %s not recorded (%s)", model, exc)
             return
+        if not ok:
+            b.forget(model)  # a verdict read while this write was on its way is stale
         metrics.set_breaker_state(model, state)
         if state == OPEN and self.verdicts.get(model) != OPEN:
             log.warning("circuit breaker for %s opened for %.0fs", model, b.policy.cooldown_s)

@@ -26,6 +26,7 @@ from typing import Any
 
 from loopwire.shared.codec import now_rfc3339
 from loopwire.shared.envelopes import AssembleContext, Usage
+from loopwire.shared.lru import LruCache
 from loopwire.shared.session_store import SessionStore
 
 from .compaction import render_transcript
@@ -49,6 +50,8 @@ REFLECTION_MAX_TOKENS = 400
 MAX_EXCERPT_CHARS = 60_000
 """The newest part of the excerpt is kept when the turns are longer than this."""
 LOCK_TTL_S = 300
+SEEN_SESSIONS = 4096
+"""Sessions whose last known `observed_to` the observer keeps in process."""
 
 Complete = Callable[[AssembleContext, str, str, list[dict[str, Any]], int], Awaitable[tuple[str, Usage]]]
 """(env, step_id, system, messages, max_tokens) -> (text, usage): LlmSummarizer.complete."""
@@ -118,6 +121,12 @@ class Observer:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._latest: dict[str, AssembleContext] = {}
         """A poke that came while the session's task ran: the task looks again with it."""
+        self._seen: LruCache[str, tuple[int, int, int]] = LruCache(SEEN_SESSIONS)
+        """Per session: (observed_to as last read, history scanned up to, model turns in
+        between). `observed_to` only grows (any replica moves it forward), so the copy can
+        only be behind, and the turns since it include the turns since the stored value:
+        when even they are too few, the stored value would say so too, and nothing is read
+        (the history's committed messages never change, so a counted part is not read again)."""
 
     def poke(self, env: AssembleContext) -> None:
         """Called after a generation's request went out: check the triggers in the
@@ -156,27 +165,47 @@ class Observer:
 
     async def run(self, env: AssembleContext) -> None:
         sid = env.session_id
-        state = await self.store.observation_state(sid)
         end = env.history_len
-        if end - state.observed_to < self.every_turns:
+        seen = self._seen.get(sid)
+        if seen is None:
+            observed_to = (await self.store.observation_state(sid)).observed_to
+            seen = (observed_to, observed_to, 0)
+        observed_to, scanned, turns = seen
+        if end < scanned:  # an older request than one already looked at: count afresh
+            scanned, turns = observed_to, 0
+        self._seen.put(sid, (observed_to, scanned, turns))
+        if end - observed_to < self.every_turns:
             return  # cannot hold N model turns: no read needed
-        messages = await self.sessions.history(sid, state.observed_to, end - 1)
-        if model_turns(messages) < self.every_turns:
+        if turns + (end - scanned) < self.every_turns:
+            return  # even if every unread message were a model turn: too few, read them later
+        if scanned < end:
+            turns += model_turns(await self.sessions.history(sid, scanned, end - 1))
+            scanned = end
+        self._seen.put(sid, (observed_to, scanned, turns))
+        if turns < self.every_turns:
             return
         owner = uuid.uuid4().hex
         if not await self.store.lock(sid, "observe", owner, LOCK_TTL_S):
             return  # another replica is on it
         try:
             state = await self.store.observation_state(sid)  # may have moved while we read
+            self._moved(sid, state.observed_to)
             if end - state.observed_to < self.every_turns:
                 return
             await self._observe(env, state.observed_to, end)
             state = await self.store.observation_state(sid)
+            self._moved(sid, state.observed_to)
             if self.reflect_every > 0 and state.observations - state.reflected >= self.reflect_every:
                 await self._reflect(env, state.reflected, state.observations)
         finally:
             with contextlib.suppress(Exception):
                 await self.store.unlock(sid, "observe", owner)
+
+    def _moved(self, sid: str, observed_to: int) -> None:
+        """The stored `observed_to` as just read: the count restarts from it if it moved."""
+        seen = self._seen.get(sid)
+        if seen is None or seen[0] != observed_to:
+            self._seen.put(sid, (observed_to, observed_to, 0))
 
     async def _observe(self, env: AssembleContext, start: int, end: int) -> None:
         sid = env.session_id

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import TYPE_CHECKING
 
 import orjson
 from faststream.nats import NatsBroker, NatsMessage
@@ -24,7 +25,9 @@ from pydantic import ValidationError
 from loopwire.shared import metrics
 from loopwire.shared.envelopes import AssembleContext, ToolSpec
 from loopwire.shared.inflight import keep_alive
+from loopwire.shared.lru import LruCache
 from loopwire.shared.runtime import ServiceContext
+from loopwire.shared.session_store import RedisSessionStore
 
 from . import compaction as c
 from .assembly import build_generate, offered_tools, system_prompt, with_sections
@@ -34,10 +37,16 @@ from .store import MemoryStore, Snapshot
 from .summarizer import LlmSummarizer
 from .tokens import TokenCounter, build_token_counter
 
+if TYPE_CHECKING:
+    from loopwire.tools.catalog import CatalogCache
+
 log = logging.getLogger("loopwire.memory")
 
 MEMORY_SECTION_SHARE = 0.1
 """The hydrated memory takes at most this share of the window."""
+SEEN_SESSIONS = 10_000
+"""Sessions whose compaction boundary the service remembers (to read their history in
+the same round trip as their memory)."""
 
 
 class MemoryService:
@@ -50,6 +59,11 @@ class MemoryService:
         self.store = MemoryStore(ctx.redis, ttl_s=s.session_ttl_s, claim_ttl_s=s.step_result_ttl_s)
         self._summarizer: LlmSummarizer | None = None
         self._observer: Observer | None = None
+        self._catalog_cache: CatalogCache | None = None
+        self._covers: LruCache[str, int] = LruCache(SEEN_SESSIONS)
+        """Per session, the compaction boundary (`covers`, 0 for none) its last assembly
+        used: the history ranges to read along with the memory. A wrong guess costs a
+        second read, never a wrong context."""
 
     def register(self, broker: NatsBroker) -> None:
         self.ctx.work_subscriber(self.ctx.subjects.memory_assemble, "memory")(self.on_assemble)
@@ -98,16 +112,19 @@ class MemoryService:
         s = self.ctx.settings
         assert self._summarizer is not None, "start() first"
         cfg = GuardConfig.of(s, env)
+        ranges = self._history_ranges(env)
         snap = await self.store.snapshot(env.session_id, env.actor, s.memory_observations_in_context,
-                                         s.memory_reflections_in_context)
-        context = await self._context(env, snap)
-        tools = offered_tools(env, await self._catalog()) if env.offer_tools else []
+                                         s.memory_reflections_in_context, ranges)
+        context = await self._context(env, snap, ranges)
+        tools = offered_tools(env, await self._catalog(env.tools)) if env.offer_tools else []
         section = memory_section(snap, int(cfg.window * MEMORY_SECTION_SHARE * s.memory_chars_per_token))
         context.system = system_prompt(with_sections(env.system, [section] if section else []), env.ephemeral_notes)
         context.tools = tools
 
         guard = ContextGuard(self.counter, self._summarizer.for_step(env))
         outcome = await guard.fit(context, cfg, env.step_id)
+        boundary = outcome.record or context.record
+        self._covers.put(env.session_id, boundary.covers if boundary is not None else 0)
 
         if outcome.record is not None:
             await self.store.save_compaction(env.session_id, outcome.record)
@@ -129,26 +146,47 @@ class MemoryService:
         await self.ctx.bus.publish_work(self.ctx.subjects.llm_generate, request, msg_id=f"{env.step_id}:generate")
         return outcome
 
-    async def _context(self, env: AssembleContext, snap: Snapshot) -> Context:
+    def _history_ranges(self, env: AssembleContext) -> list[tuple[int, int]]:
+        """The history ranges the assembly will likely read, to read them with the memory:
+        the head and the part after the boundary of the session's last compaction, else all."""
+        n = env.history_len
+        if n <= 0 or not isinstance(self.ctx.sessions, RedisSessionStore):
+            return []
+        covers = self._covers.get(env.session_id)
+        if covers and 2 <= covers < n:
+            return [(0, 0), (covers - 1, n - 1)]
+        return [(0, n - 1)]
+
+    async def _context(self, env: AssembleContext, snap: Snapshot,
+                       ranges: list[tuple[int, int]] | None = None) -> Context:
         """The history this generation sees: from the compaction's boundary on when the
-        stored compaction still matches the history, else all of it."""
+        stored compaction still matches the history, else all of it. `ranges` were read
+        with `snap` (snap.history); what they do not cover is read now."""
         sessions, sid, n = self.ctx.sessions, env.session_id, env.history_len
         model = env.models[0] if env.models else self.ctx.settings.default_model
         if n <= 0:
             return Context(model=model, system=None, tools=[], head=None, rest=[], start=1)
+        ranges = ranges or []
+        read_full = snap.history[0] if ranges == [(0, n - 1)] else None
         record = snap.record
         if record is not None and 2 <= record.covers < n:
-            head = await sessions.history(sid, 0, 0)
-            part = await sessions.history(sid, record.covers - 1, n - 1)
+            if ranges == [(0, 0), (record.covers - 1, n - 1)]:
+                head, part = snap.history
+            elif read_full is not None:
+                head, part = read_full[:1], read_full[record.covers - 1:]
+            else:
+                head = await sessions.history(sid, 0, 0)
+                part = await sessions.history(sid, record.covers - 1, n - 1)
             if head and part and c.fingerprint(head[0], part[0], record.covers) == record.fingerprint:
                 return Context(model=model, system=None, tools=[], head=head[0], rest=part[1:],
                                start=record.covers, record=record)
             log.info("session %s: stored compaction does not match the history; starting over", sid)
-        full = await sessions.history(sid, 0, n - 1)
+        full = read_full if read_full is not None else await sessions.history(sid, 0, n - 1)
         return Context(model=model, system=None, tools=[], head=full[0] if full else None, rest=full[1:], start=1)
 
-    async def _catalog(self) -> dict[str, ToolSpec]:
-        from loopwire.tools.catalog import read_catalog
+    async def _catalog(self, names: list[str] | None) -> dict[str, ToolSpec]:
+        if self._catalog_cache is None:
+            from loopwire.tools.catalog import CatalogCache
 
-        s = self.ctx.settings
-        return await read_catalog(self.ctx.redis, max_age_s=s.discovery_interval_s * s.discovery_misses * 2)
+            self._catalog_cache = CatalogCache(self.ctx.redis, self.ctx.settings)
+        return await self._catalog_cache.get(names)

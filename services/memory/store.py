@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from loopwire.shared import codec
 from loopwire.shared.envelopes import Usage
+from loopwire.shared.session_store import history_key
 
 from .compaction import CompactionRecord
 
@@ -78,6 +79,8 @@ class Snapshot:
     reflections: list[dict[str, Any]] = field(default_factory=list)
     actor_observations: list[dict[str, Any]] = field(default_factory=list)
     actor_reflections: list[dict[str, Any]] = field(default_factory=list)
+    history: list[list[dict[str, Any]]] = field(default_factory=list)
+    """The history ranges asked for, read in the same round trip."""
 
 
 @dataclass
@@ -97,7 +100,10 @@ class MemoryStore:
         self._claim = redis.register_script(_CLAIM_LUA)
 
     # -- reading --------------------------------------------------------------------------------
-    async def snapshot(self, sid: str, actor: str | None, observations: int, reflections: int) -> Snapshot:
+    async def snapshot(self, sid: str, actor: str | None, observations: int, reflections: int,
+                       history: list[tuple[int, int]] | None = None) -> Snapshot:
+        """The session's memory, and the history ranges [start, stop] in `history` (the
+        router's `lw:h:<sid>`, read like `RedisSessionStore.history`) in the same trip."""
         pipe = self._r.pipeline(transaction=False)
         pipe.get(_k(sid, "compaction"))
         pipe.lrange(_k(sid, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
@@ -105,6 +111,8 @@ class MemoryStore:
         if actor:
             pipe.lrange(_actor(actor, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
             pipe.lrange(_actor(actor, "refl"), -reflections, -1) if reflections > 0 else pipe.echo("")
+        for start, stop in history or []:
+            pipe.lrange(history_key(sid), start, stop)
         # A session in use keeps its memory as long as the router keeps its state.
         self._expire(pipe, *(_k(sid, what) for what in ("compaction", "obs", "refl", "meta")))
         raw = await pipe.execute()
@@ -113,6 +121,8 @@ class MemoryStore:
             # The actor's memory from its other sessions (this session's is listed already).
             snap.actor_observations = [o for o in _items(raw[3]) if o.get("session_id") != sid]
             snap.actor_reflections = [r for r in _items(raw[4]) if r.get("session_id") != sid]
+        first = 5 if actor else 3
+        snap.history = [[codec.loads(m) for m in part] for part in raw[first:first + len(history or [])]]
         return snap
 
     @staticmethod

@@ -26,7 +26,7 @@ from loopwire.shared.keyed_lock import KeyedLock
 from loopwire.shared.lru import LruCache
 from loopwire.shared.runtime import ServiceContext
 from loopwire.shared.telemetry import new_run_trace
-from loopwire.tools.catalog import catalog_max_age, read_catalog
+from loopwire.tools.catalog import CatalogCache
 from loopwire.transcripts.rebuild import rebuild_session
 
 from . import inputs as i
@@ -55,6 +55,8 @@ class RouterService:
         """Sessions this replica committed last, with their version: the next input of a
         session usually finds its state here instead of reading it back from Redis. A stale
         copy is harmless: its commit fails the version check and the shell reloads."""
+        self._catalog: CatalogCache | None = None
+        """The tool catalog, for the schemas of the plan gate (reused for up to a second)."""
         self._strategies: StrategyStore | None = None
 
     @property
@@ -147,7 +149,9 @@ class RouterService:
             names = {b.get("name") for b in inp.result.message.get("content", []) if b.get("type") == "tool_use"}
             if names:
                 try:
-                    catalog = await read_catalog(self.ctx.redis, catalog_max_age(self.ctx.settings))
+                    if self._catalog is None:
+                        self._catalog = CatalogCache(self.ctx.redis, self.ctx.settings)
+                    catalog = await self._catalog.get([n for n in names if isinstance(n, str)])
                 except Exception as exc:  # the tools service validates again before any call
                     log.warning("session %s: tool catalog unreadable, plan gate without schemas: %s", sid, exc)
                 else:
@@ -199,9 +203,14 @@ class RouterService:
     async def perform(self, sid: str, effects: list[Effect]) -> None:
         bus = self.ctx.bus
         subjects = self.ctx.subjects
-        for effect in effects:
+        batch: list[tuple[str | None, str, str | None, dict[str, Any]]] = []
+        for n, effect in enumerate(effects):
             if isinstance(effect, EmitEvent):
-                await bus.emit(sid, effect.run_id, effect.kind, key=effect.key, **effect.fields)
+                # Consecutive events go out together (one Redis call), before what follows them.
+                batch.append((effect.run_id, effect.kind, effect.key, effect.fields))
+                if n + 1 == len(effects) or not isinstance(effects[n + 1], EmitEvent):
+                    await bus.emit_many(sid, batch)
+                    batch = []
             elif isinstance(effect, PublishNotice):
                 # Core NATS, best effort: a lost notice only means the abandoned work runs
                 # to its end and its (stale) result is ignored.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,6 +36,8 @@ from .registry import PythonTool, ToolRegistry
 log = logging.getLogger("loopwire.tools.catalog")
 
 CATALOG_KEY = "lw:tools:catalog"
+CACHE_TTL_S = 1.0
+"""How long a reader reuses the catalog it read (never longer than a discovery round)."""
 
 ResolvedTool = PythonTool | DiscoveredTool
 
@@ -168,3 +171,28 @@ async def read_catalog(redis: aioredis.Redis, max_age_s: float) -> dict[str, Too
     """The tools known to the tools service now, as offered to the model (for the
     memory service). `max_age_s` is normally `catalog_max_age(settings)`."""
     return {name: e.spec() for name, e in (await read_catalog_entries(redis, max_age_s)).items()}
+
+
+class CatalogCache:
+    """`read_catalog` for a service that asks on every step (the router's schema gate,
+    the memory service's tool list): the catalog read is reused for
+    min(`CACHE_TTL_S`, the discovery interval), since it cannot change faster than
+    discovery publishes it. A caller that names a tool the copy lacks (a tool that just
+    appeared) reads again at once."""
+
+    def __init__(self, redis: aioredis.Redis, settings: Settings,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._redis = redis
+        self._max_age = catalog_max_age(settings)
+        self._ttl = max(0.0, min(CACHE_TTL_S, settings.discovery_interval_s))
+        self._clock = clock
+        self._specs: dict[str, ToolSpec] | None = None
+        self._until = 0.0
+
+    async def get(self, names: Iterable[str] | None = None) -> dict[str, ToolSpec]:
+        specs = self._specs
+        if specs is not None and self._clock() < self._until and (names is None or all(n in specs for n in names)):
+            return specs
+        specs = await read_catalog(self._redis, self._max_age)
+        self._specs, self._until = specs, self._clock() + self._ttl
+        return specs
