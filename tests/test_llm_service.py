@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import nats
 import pytest
 from faststream.nats import NatsBroker
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from loopwire.llm.generation import record_key
@@ -27,33 +26,10 @@ from loopwire.shared.settings import Settings
 from loopwire.shared.streams import ensure_streams
 from loopwire.shared.subjects import WORK_STREAM, stream_name
 from loopwire.testing.servers import ServerHandle
+from tests.event_collector import Events
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
-
-
-@dataclass
-class Events:
-    """Every event on `<prefix>.out.<sid>.>`, as it arrives."""
-
-    items: list[dict[str, Any]] = field(default_factory=list)
-    arrived: asyncio.Condition = field(default_factory=asyncio.Condition)
-
-    async def on_msg(self, msg: Msg) -> None:
-        async with self.arrived:
-            self.items.append(codec.loads(msg.data))
-            self.arrived.notify_all()
-
-    async def wait_for(self, kind: str, count: int = 1, timeout: float = 10.0) -> list[dict[str, Any]]:
-        async def ready() -> list[dict[str, Any]]:
-            async with self.arrived:
-                await self.arrived.wait_for(lambda: len(self.of(kind)) >= count)
-                return self.of(kind)
-
-        return await asyncio.wait_for(ready(), timeout)
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [e for e in self.items if e["kind"] == kind]
 
 
 @dataclass

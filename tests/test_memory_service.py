@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anthropic
@@ -16,7 +16,6 @@ import nats
 import pytest
 from faststream.nats import NatsBroker
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
 
 from loopwire.llm.fallback import RetryPolicy
 from loopwire.llm.providers import build_model_factory
@@ -32,6 +31,7 @@ from loopwire.shared.settings import Settings
 from loopwire.shared.streams import ensure_streams
 from loopwire.shared.subjects import WORK_STREAM, stream_name
 from loopwire.testing.servers import ServerHandle
+from tests.event_collector import Events
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server, count_tokens  # noqa: F401 - fixture
 from tests.memory_helpers import assert_valid_request, conversation
 
@@ -50,28 +50,6 @@ def respond(body: dict[str, Any]) -> dict[str, Any] | None:
     if system == REFLECTION_SYSTEM:
         return {"text": "Reflection: the user keeps asking numbered questions."}
     return None
-
-
-@dataclass
-class Events:
-    items: list[dict[str, Any]] = field(default_factory=list)
-    arrived: asyncio.Condition = field(default_factory=asyncio.Condition)
-
-    async def on_msg(self, msg: Msg) -> None:
-        async with self.arrived:
-            self.items.append(codec.loads(msg.data))
-            self.arrived.notify_all()
-
-    async def wait_for(self, kind: str, count: int = 1, timeout: float = 10.0) -> list[dict[str, Any]]:
-        async def ready() -> list[dict[str, Any]]:
-            async with self.arrived:
-                await self.arrived.wait_for(lambda: len(self.of(kind)) >= count)
-                return self.of(kind)
-
-        return await asyncio.wait_for(ready(), timeout)
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [e for e in self.items if e["kind"] == kind]
 
 
 @dataclass
