@@ -20,6 +20,7 @@ from faststream.nats import NatsBroker
 
 from loopwire.shared.context_middleware import ContextMiddleware
 from loopwire.shared.http_server import Handle, start_http_server
+from loopwire.shared.message_metrics import message_metrics_middleware
 from loopwire.shared.metrics import sample_consumers
 from loopwire.shared.runtime import Service, ServiceContext, build_context
 from loopwire.shared.settings import Settings
@@ -58,7 +59,7 @@ def make_broker(settings: Settings, graceful_timeout: float = 25.0) -> NatsBroke
         logger=logging.getLogger("loopwire.faststream"),
         graceful_timeout=graceful_timeout,
         max_reconnect_attempts=-1,
-        middlewares=[ContextMiddleware],
+        middlewares=[ContextMiddleware, message_metrics_middleware()],
         **kwargs,  # type: ignore[arg-type]
     )
 

@@ -78,7 +78,12 @@ async def test_loop_and_fallback_move_the_counters(system: LoopwireContainer, nc
     assert tokens_in == ended["usage"]["input_tokens"]
     calls = len(ev.of("tool.result"))
     assert delta(before, after, "loopwire_tool_calls_total", tool="add", outcome="ok") == calls
-    assert "session" not in text.split("# HELP")[0] and "trace-" not in text, "no ids as labels"
+    assert "metrics-1" not in text, "no session ids as labels"
+    received = [(labels, v) for (n, labels), v in after.items()
+                if n == "loopwire_faststream_received_messages_total"]
+    assert received, "FastStream's message-level metrics are exported"
+    assert any(dict(labels).get("handler") == "loopwire.in.*.start" or "loopwire.in.*.start" in str(labels)
+               for labels, _ in received), received
 
     promtool = find_promtool()
     check = await asyncio.to_thread(subprocess.run, [promtool, "check", "metrics"], input=text.encode(),
