@@ -159,27 +159,24 @@ class MemoryStore:
 
     async def add_observation(self, sid: str, item: dict[str, Any], actor: str | None, usage: Usage,
                               observed_to: int) -> None:
-        pipe = self._r.pipeline(transaction=True)
-        pipe.rpush(_k(sid, "obs"), codec.dumps(item))
-        pipe.hset(_k(sid, "meta"), "observed_to", observed_to)
-        self._expire(pipe, _k(sid, "obs"), _k(sid, "meta"))
-        if actor:
-            pipe.rpush(_actor(actor, "obs"), codec.dumps(item))
-            pipe.ltrim(_actor(actor, "obs"), -ACTOR_KEEP, -1)
-            self._expire(pipe, _actor(actor, "obs"))
-        self._add_usage(pipe, sid, usage)
-        await pipe.execute()
+        await self._add_note(sid, "obs", item, actor, usage, "observed_to", observed_to)
 
     async def add_reflection(self, sid: str, item: dict[str, Any], actor: str | None, usage: Usage,
                              reflected: int) -> None:
+        await self._add_note(sid, "refl", item, actor, usage, "reflected", reflected)
+
+    async def _add_note(self, sid: str, kind: str, item: dict[str, Any], actor: str | None, usage: Usage,
+                        progress_field: str, progress: int) -> None:
+        """One observation or reflection, the progress mark it moves and the tokens it
+        cost, in one transaction (per session, and per strategy actor when there is one)."""
         pipe = self._r.pipeline(transaction=True)
-        pipe.rpush(_k(sid, "refl"), codec.dumps(item))
-        pipe.hset(_k(sid, "meta"), "reflected", reflected)
-        self._expire(pipe, _k(sid, "refl"), _k(sid, "meta"))
+        pipe.rpush(_k(sid, kind), codec.dumps(item))
+        pipe.hset(_k(sid, "meta"), progress_field, progress)
+        self._expire(pipe, _k(sid, kind), _k(sid, "meta"))
         if actor:
-            pipe.rpush(_actor(actor, "refl"), codec.dumps(item))
-            pipe.ltrim(_actor(actor, "refl"), -ACTOR_KEEP, -1)
-            self._expire(pipe, _actor(actor, "refl"))
+            pipe.rpush(_actor(actor, kind), codec.dumps(item))
+            pipe.ltrim(_actor(actor, kind), -ACTOR_KEEP, -1)
+            self._expire(pipe, _actor(actor, kind))
         self._add_usage(pipe, sid, usage)
         await pipe.execute()
 
