@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import nats
+from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 
 from loopwire.shared import codec
+from loopwire.shared.runtime import ServiceContext
+from loopwire.shared.subjects import WORK_STREAM, stream_name
 
 
 @dataclass
@@ -33,3 +39,19 @@ class Events:
 
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.items if e["kind"] == kind]
+
+
+async def watch_session(ctx: ServiceContext, work_subject: str, durable: str
+                        ) -> tuple[str, NatsClient, JetStreamContext, Events, Any]:
+    """A fresh session id, a client following its events, and a pull consumer on the work
+    subject the service under test publishes to (a work-queue stream: read it as the next
+    service would)."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    nc = await nats.connect(ctx.settings.nats_url)
+    js = nc.jetstream()
+    events = Events()
+    await nc.subscribe(ctx.subjects.session_events(sid), cb=events.on_msg)
+    sub = await js.pull_subscribe(work_subject, durable=durable,
+                                  stream=stream_name(ctx.settings.subject_prefix, WORK_STREAM))
+    await nc.flush()
+    return sid, nc, js, events, sub

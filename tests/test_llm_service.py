@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import nats
 import pytest
 from faststream.nats import NatsBroker
 from nats.aio.client import Client as NatsClient
@@ -26,7 +25,7 @@ from loopwire.shared.settings import Settings
 from loopwire.shared.streams import ensure_streams
 from loopwire.shared.subjects import WORK_STREAM, stream_name
 from loopwire.testing.servers import ServerHandle
-from tests.event_collector import Events
+from tests.event_collector import Events, watch_session
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
@@ -97,16 +96,7 @@ async def stack(nats_server: ServerHandle, redis_server: ServerHandle, redis_cli
     await broker.start()
     await service.start()
 
-    sid = f"s-{uuid.uuid4().hex[:8]}"
-    nc = await nats.connect(settings.nats_url)
-    js = nc.jetstream()
-    events = Events()
-    await nc.subscribe(ctx.subjects.session_events(sid), cb=events.on_msg)
-    # router_result lives in a work-queue stream: read it as the router would, with a
-    # pull consumer filtered to that subject.
-    results = await js.pull_subscribe(ctx.subjects.router_result, durable="test_results",
-                                      stream=stream_name(prefix, WORK_STREAM))
-    await nc.flush()
+    sid, nc, js, events, results = await watch_session(ctx, ctx.subjects.router_result, "test_results")
     yield Stack(settings, ctx, service, nc, js, results, anthropic_server, events, sid)
     await nc.close()
     await service.stop()

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import anthropic
-import nats
 import pytest
 from faststream.nats import NatsBroker
 from nats.aio.client import Client as NatsClient
@@ -31,7 +30,7 @@ from loopwire.shared.settings import Settings
 from loopwire.shared.streams import ensure_streams
 from loopwire.shared.subjects import WORK_STREAM, stream_name
 from loopwire.testing.servers import ServerHandle
-from tests.event_collector import Events
+from tests.event_collector import Events, watch_session
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server, count_tokens  # noqa: F401 - fixture
 from tests.memory_helpers import assert_valid_request, conversation
 
@@ -137,14 +136,7 @@ async def stack(nats_server: ServerHandle, redis_server: ServerHandle, redis_cli
     if overrides.get("summaries", True):
         await responder.start(ctx.bus.nc)
 
-    sid = f"s-{uuid.uuid4().hex[:8]}"
-    nc = await nats.connect(settings.nats_url)
-    js = nc.jetstream()
-    events = Events()
-    await nc.subscribe(ctx.subjects.session_events(sid), cb=events.on_msg)
-    generates = await js.pull_subscribe(ctx.subjects.llm_generate, durable="test_generate",
-                                        stream=stream_name(prefix, WORK_STREAM))
-    await nc.flush()
+    sid, nc, js, events, generates = await watch_session(ctx, ctx.subjects.llm_generate, "test_generate")
     yield Stack(settings, ctx, memory, nc, js, generates, anthropic_server, events, sid)
     await nc.close()
     await responder.stop()
