@@ -24,6 +24,11 @@ from .telemetry import inject_context
 
 log = logging.getLogger("loopwire.bus")
 
+REPLAY_HEADER = "Loopwire-Replay"
+"""Set on a work message that may have been published before (an outbox performed again,
+or the downstream publish of a redelivered step): its consumer must look for a recorded
+result first. A first delivery without it is new work, so the look-up is skipped."""
+
 
 class Bus:
     def __init__(self, nc: NatsClient, subjects: Subjects, events: EventLogStore) -> None:
@@ -32,8 +37,10 @@ class Bus:
         self.subjects = subjects
         self.events = events
 
-    async def publish_work(self, subject: str, envelope: BaseModel | dict[str, Any], msg_id: str) -> None:
-        """Durable publish into LOOPWIRE_WORK; `msg_id` dedups a re-publish after a crash.
+    async def publish_work(self, subject: str, envelope: BaseModel | dict[str, Any], msg_id: str,
+                           replay: bool = False) -> None:
+        """Durable publish into LOOPWIRE_WORK; `msg_id` dedups a re-publish after a crash
+        (within the stream's duplicate window; `replay` marks it for the consumer beyond it).
 
         The headers name the session and run (for the consumer's log lines) and carry the
         envelope's trace context, so the consumer's spans join the run's trace."""
@@ -44,6 +51,8 @@ class Bus:
             headers[SESSION_HEADER] = sid
         if run_id:
             headers[RUN_HEADER] = run_id
+        if replay:
+            headers[REPLAY_HEADER] = "1"
         headers.update(trace or inject_context())
         await self.js.publish(subject, codec.dumps(envelope), headers=headers)
 

@@ -17,7 +17,7 @@ from faststream import AckPolicy
 from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage
 
 from .blobs import BlobStore
-from .bus import Bus
+from .bus import REPLAY_HEADER, Bus
 from .event_log import EventLogStore, RedisEventLog
 from .redis_conn import connect_redis
 from .session_store import RedisSessionStore, SessionStore
@@ -105,6 +105,19 @@ class ServiceContext:
             ack_policy=AckPolicy.MANUAL,
             max_workers=max_workers,
         )
+
+
+def seen_before(msg: NatsMessage) -> bool:
+    """Whether this work message may have been handled before: a redelivery, or a message
+    its publisher marked as a possible re-publish (bus.REPLAY_HEADER). Only then does a
+    consumer read its step record first; new work saves that round trip."""
+    raw = msg.raw_message
+    try:
+        if int(raw.metadata.num_delivered) > 1:
+            return True
+    except Exception:  # not a JetStream message (a test broker): assume the worst
+        return True
+    return bool(raw.headers and raw.headers.get(REPLAY_HEADER))
 
 
 async def _raw_body(msg: Any) -> Any:

@@ -50,8 +50,11 @@ class Stack:
                         models=models or ["claude-a"], messages=[{"role": "user", "content": text}],
                         max_tokens=256, **kw)
 
-    async def send(self, env: Generate) -> None:
-        await self.ctx.bus.publish_work(self.ctx.subjects.llm_generate, env, msg_id=f"{env.step_id}:{uuid.uuid4().hex}")
+    async def send(self, env: Generate, replay: bool = False) -> None:
+        """`replay`: sent as a re-publish of work that may have been done (the way an
+        outbox replay or a redelivered upstream step arrives), so the record is consulted."""
+        await self.ctx.bus.publish_work(self.ctx.subjects.llm_generate, env, msg_id=f"{env.step_id}:{uuid.uuid4().hex}",
+                                        replay=replay)
 
     async def consumer_settled(self, deliveries: int, timeout: float = 5.0) -> Any:
         """The llm consumer's info once it has delivered `deliveries` messages and every one
@@ -131,10 +134,10 @@ async def test_generation_streams_records_publishes_and_replays_without_a_model_
     (sent,) = stack.fake.message_requests
     assert (sent["system"], sent["temperature"], sent["tools"][0]["name"]) == ("be kind", 0.5, "calculator")
 
-    # The same step again (a new publish, so JetStream does not dedup the request): answered
-    # from the record, no second model call, no new deltas; the republished result carries
-    # the same Nats-Msg-Id, so the router does not get it twice either.
-    await stack.send(env)
+    # The same step again (a new publish, so JetStream does not dedup the request), marked
+    # as a re-publish: answered from the record, no second model call, no new deltas; the
+    # republished result carries the same Nats-Msg-Id, so the router does not get it twice.
+    await stack.send(env, replay=True)
     await stack.consumer_settled(deliveries=2)
     assert len(stack.fake.message_requests) == 1
     assert len(stack.events.of("text.delta")) == len(deltas)
@@ -148,7 +151,7 @@ async def test_a_recorded_but_unpublished_step_is_published_from_its_record(stac
                                 message={"role": "assistant", "content": [{"type": "text", "text": "recorded"}]},
                                 stop_reason="end_turn", model="claude-a")
     await stack.ctx.steps.put(record_key(env.step_id), recorded.model_dump(mode="json"))
-    await stack.send(env)
+    await stack.send(env, replay=True)
     assert await stack.next_result() == recorded
     assert stack.fake.message_requests == [] and stack.events.of("text.delta") == []
 

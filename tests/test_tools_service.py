@@ -21,6 +21,7 @@ from nats.aio.msg import Msg
 from nats.micro.request import Request
 
 from loopwire.shared import codec
+from loopwire.shared.bus import REPLAY_HEADER
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolsResult
 from loopwire.shared.runtime import ServiceContext, build_context
 from loopwire.shared.settings import Settings
@@ -122,9 +123,11 @@ async def started_provider(r: Running, prefix: str) -> tuple[SlowAdder, Any]:
     return provider, svc
 
 
-async def publish(r: Running, env: ExecuteTools, msg_id: str) -> None:
-    await r.nc.jetstream().publish(r.ctx.subjects.tools_execute, codec.dumps(env),
-                                   headers={"Nats-Msg-Id": msg_id})
+async def publish(r: Running, env: ExecuteTools, msg_id: str, replay: bool = False) -> None:
+    """`replay`: sent the way a re-publish arrives (bus.REPLAY_HEADER), so the tools
+    service looks for recorded results first; new work skips that look-up."""
+    headers = {"Nats-Msg-Id": msg_id, **({REPLAY_HEADER: "1"} if replay else {})}
+    await r.nc.jetstream().publish(r.ctx.subjects.tools_execute, codec.dumps(env), headers=headers)
 
 
 async def next_result(queue: asyncio.Queue[Msg], timeout: float = 5.0) -> ToolsResult:
@@ -172,9 +175,10 @@ async def test_execute_emit_record_publish_and_redeliver(running: Running, prefi
         recorded = await r.ctx.steps.get(step_key(sid, item.tool_use_id))
         assert recorded == item.model_dump(mode="json")
 
-    # A redelivery (same envelope, new Nats-Msg-Id): every call was recorded, so the
-    # provider is not called again, and the result and events are the same.
-    await publish(r, env, "m2")
+    # A re-publish (same envelope, new Nats-Msg-Id, marked as an outbox replay is): every
+    # call was recorded, so the provider is not called again, and the result and events
+    # are the same.
+    await publish(r, env, "m2", replay=True)
     again = await next_result(results)
     assert again.results == result.results
     assert len(provider.requests) == 1
@@ -184,7 +188,7 @@ async def test_execute_emit_record_publish_and_redeliver(running: Running, prefi
 
     # A crash lost one record: that call alone runs again, with the same tool_use_id.
     await r.ctx.redis.delete(f"lw:step:{step_key(sid, 'toolu_p')}")
-    await publish(r, env, "m3")
+    await publish(r, env, "m3", replay=True)
     third = await next_result(results)
     assert third.results == result.results
     assert [h["Loopwire-Tool-Use-Id"] for h, _ in provider.requests] == ["toolu_p", "toolu_p"]

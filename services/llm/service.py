@@ -37,7 +37,7 @@ from loopwire.shared import codec
 from loopwire.shared.blobs import resolve_messages
 from loopwire.shared.envelopes import Generate, GenerationResult
 from loopwire.shared.inflight import InflightSteps, keep_alive
-from loopwire.shared.runtime import ServiceContext
+from loopwire.shared.runtime import ServiceContext, seen_before
 
 from .breaker import CircuitBreaker, RunGate, breaker_from_settings
 from .errors import ModelCallError
@@ -107,7 +107,7 @@ class LlmService:
             return
         delivered = _delivery_count(msg)
         try:
-            await self.process(env, delivered=delivered, heartbeat=msg.in_progress)
+            await self.process(env, delivered=delivered, heartbeat=msg.in_progress, seen=seen_before(msg))
         except Exception:
             log.exception("llm step %s failed before its result was published; will be redelivered",
                           env.step_id)
@@ -116,10 +116,13 @@ class LlmService:
         await msg.ack()
 
     async def process(self, env: Generate, delivered: int = 1,
-                      heartbeat: Callable[[], Awaitable[None]] | None = None) -> GenerationResult:
-        """Answer one step: from its record when it has one, else from the model."""
+                      heartbeat: Callable[[], Awaitable[None]] | None = None, seen: bool = True) -> GenerationResult:
+        """Answer one step: from its record when it has one, else from the model.
+
+        `seen`: the step may have been handled before (runtime.seen_before); new work has
+        no record to look for."""
         ctx = self.ctx
-        recorded = await ctx.steps.get(record_key(env.step_id))
+        recorded = await ctx.steps.get(record_key(env.step_id)) if seen else None
         if recorded is not None:
             count_step("replayed")
             return await self._publish_recorded(env, recorded)

@@ -26,7 +26,7 @@ from loopwire.shared import metrics
 from loopwire.shared.envelopes import AssembleContext, ToolSpec
 from loopwire.shared.inflight import keep_alive
 from loopwire.shared.lru import LruCache
-from loopwire.shared.runtime import ServiceContext
+from loopwire.shared.runtime import ServiceContext, seen_before
 from loopwire.shared.session_store import RedisSessionStore
 
 from . import compaction as c
@@ -96,7 +96,7 @@ class MemoryService:
             return
         beat = asyncio.create_task(keep_alive(msg.in_progress, self.ctx.settings.ack_wait_s))
         try:
-            await self.assemble(env)
+            await self.assemble(env, replay=seen_before(msg))
         except Exception:
             log.exception("session %s: assembling %s failed; it will be redelivered", env.session_id, env.step_id)
             await msg.nack(delay=1.0)
@@ -108,13 +108,17 @@ class MemoryService:
         await msg.ack()
         self.observer.poke(env)
 
-    async def assemble(self, env: AssembleContext) -> GuardOutcome:
+    async def assemble(self, env: AssembleContext, replay: bool = False) -> GuardOutcome:
+        """`replay`: this step may have been assembled before (a redelivery), so the
+        request it publishes may have been answered already (the llm looks for a record)."""
         s = self.ctx.settings
         assert self._summarizer is not None, "start() first"
         cfg = GuardConfig.of(s, env)
         ranges = self._history_ranges(env)
+        # The tokens memory spent since the last generation (observations, reflections)
+        # are claimed for this step in the same round trip as the reads.
         snap = await self.store.snapshot(env.session_id, env.actor, s.memory_observations_in_context,
-                                         s.memory_reflections_in_context, ranges)
+                                         s.memory_reflections_in_context, ranges, claim_for=env.step_id)
         context = await self._context(env, snap, ranges)
         tools = offered_tools(env, await self._catalog(env.tools)) if env.offer_tools else []
         section = memory_section(snap, int(cfg.window * MEMORY_SECTION_SHARE * s.memory_chars_per_token))
@@ -140,10 +144,17 @@ class MemoryService:
                                     **event)
         if outcome.event is not None:  # counted once, not again for a redelivered step
             metrics.COMPACTIONS.inc()
-        extra = await self.store.claim_usage(env.session_id, env.step_id)
+        extra = snap.claimed
+        if outcome.record is not None or outcome.usage.total_input() or outcome.usage.output_tokens or (
+                context.record is not None and context.record.step_id == env.step_id):
+            # This step's own compaction cost (also on a redelivery: the claim is per key).
+            compacting = await self.store.claim_usage(env.session_id, f"{env.step_id}:compaction")
+            if compacting is not None:
+                extra = compacting if extra is None else extra + compacting
         notes = [outcome.note] if outcome.note else []
         request = build_generate(env, outcome.messages, tools, system_prompt(context.system, notes), extra)
-        await self.ctx.bus.publish_work(self.ctx.subjects.llm_generate, request, msg_id=f"{env.step_id}:generate")
+        await self.ctx.bus.publish_work(self.ctx.subjects.llm_generate, request, msg_id=f"{env.step_id}:generate",
+                                        replay=replay)
         return outcome
 
     def _history_ranges(self, env: AssembleContext) -> list[tuple[int, int]]:

@@ -81,6 +81,8 @@ class Snapshot:
     actor_reflections: list[dict[str, Any]] = field(default_factory=list)
     history: list[list[dict[str, Any]]] = field(default_factory=list)
     """The history ranges asked for, read in the same round trip."""
+    claimed: Usage | None = None
+    """With `claim_for`: the tokens spent since the last claim, claimed for that step."""
 
 
 @dataclass
@@ -101,9 +103,10 @@ class MemoryStore:
 
     # -- reading --------------------------------------------------------------------------------
     async def snapshot(self, sid: str, actor: str | None, observations: int, reflections: int,
-                       history: list[tuple[int, int]] | None = None) -> Snapshot:
+                       history: list[tuple[int, int]] | None = None, claim_for: str | None = None) -> Snapshot:
         """The session's memory, and the history ranges [start, stop] in `history` (the
-        router's `lw:h:<sid>`, read like `RedisSessionStore.history`) in the same trip."""
+        router's `lw:h:<sid>`, read like `RedisSessionStore.history`) in the same trip;
+        with `claim_for` (a step id) also `claim_usage` for that step."""
         pipe = self._r.pipeline(transaction=False)
         pipe.get(_k(sid, "compaction"))
         pipe.lrange(_k(sid, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
@@ -115,6 +118,8 @@ class MemoryStore:
             pipe.lrange(history_key(sid), start, stop)
         # A session in use keeps its memory as long as the router keeps its state.
         self._expire(pipe, *(_k(sid, what) for what in ("compaction", "obs", "refl", "meta")))
+        if claim_for is not None:
+            await self._claim(keys=self._claim_keys(sid, claim_for), args=[str(self._claim_ttl)], client=pipe)
         raw = await pipe.execute()
         snap = Snapshot(record=self._record(raw[0]), observations=_items(raw[1]), reflections=_items(raw[2]))
         if actor:
@@ -123,6 +128,8 @@ class MemoryStore:
             snap.actor_reflections = [r for r in _items(raw[4]) if r.get("session_id") != sid]
         first = 5 if actor else 3
         snap.history = [[codec.loads(m) for m in part] for part in raw[first:first + len(history or [])]]
+        if claim_for is not None:
+            snap.claimed = _usage_from(raw[-1])
         return snap
 
     @staticmethod
@@ -203,8 +210,12 @@ class MemoryStore:
     async def claim_usage(self, sid: str, step_id: str) -> Usage | None:
         """The tokens spent since the last claim, handed to generation `step_id` (once:
         a redelivery of the step gets the same answer)."""
-        flat = await self._claim(keys=[_k(sid, "usage"), f"lw:mem:xu:{step_id}"], args=[str(self._claim_ttl)])
+        flat = await self._claim(keys=self._claim_keys(sid, step_id), args=[str(self._claim_ttl)])
         return _usage_from(flat)
+
+    @staticmethod
+    def _claim_keys(sid: str, step_id: str) -> list[str]:
+        return [_k(sid, "usage"), f"lw:mem:xu:{step_id}"]
 
     def _add_usage(self, pipe: Any, sid: str, usage: Usage) -> None:
         key = _k(sid, "usage")

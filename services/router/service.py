@@ -183,7 +183,7 @@ class RouterService:
                         use_cache = False
                         continue
                     self._states.put(sid, (version + 1, dumped))
-                await self.perform(sid, decision.effects)
+                await self.perform(sid, decision.effects, replay=decision.replay)
                 count_decision(decision, state.profile)
                 count_approvals(state, decision)
                 if not decision.replay:
@@ -200,7 +200,9 @@ class RouterService:
             raw, version = await self.ctx.sessions.load(sid)
         return raw, version
 
-    async def perform(self, sid: str, effects: list[Effect]) -> None:
+    async def perform(self, sid: str, effects: list[Effect], replay: bool = False) -> None:
+        """`replay`: the effects are a stored outbox performed again, so the work they
+        publish may have been done already (its consumers look for a record first)."""
         bus = self.ctx.bus
         subjects = self.ctx.subjects
         batch: list[tuple[str | None, str, str | None, dict[str, Any]]] = []
@@ -217,6 +219,6 @@ class RouterService:
                 await bus.nc.publish(subjects.cancel(sid), codec.dumps(effect.body))
             else:
                 subject = subjects.memory_assemble if effect.target == "memory.assemble" else subjects.tools_execute
-                await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id)
+                await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id, replay=replay)
 
 

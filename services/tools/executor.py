@@ -77,9 +77,13 @@ class Executor:
         provider that started a moment ago is found before its call fails."""
 
     async def execute(self, env: ExecuteTools, on_result: ResultCallback | None = None,
-                      cancel: asyncio.Event | None = None) -> list[ToolResultItem]:
+                      cancel: asyncio.Event | None = None, seen: bool = True) -> list[ToolResultItem]:
+        """`seen`: the envelope may have been handled before (runtime.seen_before), so
+        some calls may have recorded results; a new envelope has none to look for."""
         calls = env.calls
-        recorded = await self.steps.get_many([step_key(env.session_id, c.tool_use_id) for c in calls])
+        recorded: list[dict[str, Any] | None] = (
+            await self.steps.get_many([step_key(env.session_id, c.tool_use_id) for c in calls]) if seen
+            else [None] * len(calls))
         tools = [self.catalog.resolve(c.name) for c in calls]
         if self.refresh is not None and any(
                 rec is None and t is None and c.tool_use_id not in env.denied

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from loopwire.shared.contract import error_reply
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem, ToolsResult
 from loopwire.shared.inflight import InflightSteps, keep_alive
-from loopwire.shared.runtime import ServiceContext
+from loopwire.shared.runtime import ServiceContext, seen_before
 
 from .catalog import Catalog, catalog_max_age, read_catalog_entries
 from .discovery import Discovery
@@ -159,7 +159,7 @@ class ToolsService:
         assert self.executor is not None
         heartbeat = asyncio.create_task(keep_alive(msg.in_progress, self.ctx.settings.ack_wait_s))
         try:
-            results = await self.executor.execute(env, on_result=emit, cancel=cancel)
+            results = await self.executor.execute(env, on_result=emit, cancel=cancel, seen=seen_before(msg))
             result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
                                  turn=env.turn, trace=env.trace, results=results)
             await self.ctx.bus.publish_work(self.ctx.subjects.router_result, result,
