@@ -92,10 +92,10 @@ class Decision:
 class _Tx:
     """The working copy of one transition."""
 
-    def __init__(self, state: SessionState, inp: i._Input) -> None:
-        # A working copy the transition may change freely; a JSON round trip is ~3x faster
-        # than model_copy(deep=True) on this model (docs/benchmarks.md).
-        self.st = SessionState.model_validate_json(state.model_dump_json(by_alias=True))
+    def __init__(self, state: SessionState, inp: i._Input, owned: bool = False) -> None:
+        # A working copy the transition may change freely (a JSON round trip is ~3x faster
+        # than model_copy(deep=True) on this model), unless the caller hands the state over.
+        self.st = state if owned else SessionState.model_validate_json(state.model_dump_json(by_alias=True))
         self.history_len_before = state.history_len
         self.inp = inp
         self.effects: list[Effect] = []
@@ -148,14 +148,17 @@ class _Tx:
 _USER_SOURCES: dict[type, str] = {i.StartInput: "input", i.MessageInput: "follow_up", i.SteerInput: "steer"}
 
 
-def decide(state: SessionState, inp: i._Input, cfg: CoreConfig = CoreConfig()) -> Decision:
+def decide(state: SessionState, inp: i._Input, cfg: CoreConfig = CoreConfig(), owned: bool = False) -> Decision:
+    """The next state and the effects for `inp`. `state` is left as it was, unless the
+    caller hands it over with `owned=True` (it was made for this call and is not used
+    after it; the shell does that to save a copy per input)."""
     if inp.input_id in state.recent_inputs:
         if state.outbox_input == inp.input_id:
             return Decision(state=None, effects=[effect_from_dict(e) for e in state.outbox], replay=True)
         return Decision(state=None)
     if isinstance(inp, i.RejectedInput):
         return _reject(state, inp, inp.code, inp.message)
-    tx = _Tx(state, inp)
+    tx = _Tx(state, inp, owned)
     handled = _HANDLERS[type(inp)](tx, inp, cfg)
     if handled is None:
         return Decision(state=None)

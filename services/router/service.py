@@ -51,7 +51,7 @@ class RouterService:
         self.ctx = ctx
         self.core = CoreConfig.from_settings(ctx.settings)
         self._locks = KeyedLock()
-        self._states = LruCache[str, tuple[int, dict[str, Any]]](10_000)
+        self._states = LruCache[str, tuple[int, bytes]](10_000)
         """Sessions this replica committed last, with their version: the next input of a
         session usually finds its state here instead of reading it back from Redis. A stale
         copy is harmless: its commit fails the version check and the shell reloads."""
@@ -163,11 +163,15 @@ class RouterService:
             for _ in range(MAX_COMMIT_ATTEMPTS):
                 cached = self._states.get(sid) if use_cache else None
                 if cached is not None:
-                    version, raw = cached
+                    version, blob = cached
+                    state = SessionState.model_validate_json(blob)
                 else:
                     raw, version = await self._load(sid)
-                state = SessionState.load(raw, sid)
-                decision = decide(state, inp, self.core)
+                    state = SessionState.load(raw, sid)
+                # The state was made for this attempt: the core may change it in place. What
+                # the counters need of the state before the input, a shallow copy keeps.
+                before = state.model_copy()
+                decision = decide(state, inp, self.core, owned=True)
                 if cached is not None and decision.state is None and not decision.replay:
                     # A no-op on a possibly stale copy (a result "not awaited" may be awaited
                     # in the state another replica wrote): decide again on the stored state.
@@ -182,12 +186,12 @@ class RouterService:
                         self._states.pop(sid, None)
                         use_cache = False
                         continue
-                    self._states.put(sid, (version + 1, dumped))
+                    self._states.put(sid, (version + 1, codec.dumps(dumped)))
                 await self.perform(sid, decision.effects, replay=decision.replay)
-                count_decision(decision, state.profile)
-                count_approvals(state, decision)
+                count_decision(decision, before.profile)
+                count_approvals(before, decision)
                 if not decision.replay:
-                    record_ended_runs(state, decision)
+                    record_ended_runs(before, decision)
                 return decision
         raise RuntimeError(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
 
