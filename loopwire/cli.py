@@ -1,6 +1,7 @@
 """The `loopwire` command (typer + rich).
 
     loopwire up [--embedded] [--demo]   all five services in one process
+    loopwire up --workers N             ... in N processes (loopwire/workers.py)
     loopwire serve NAME                 one service (router, llm, tools, memory, transcripts)
     loopwire run "prompt"               start a run and show its events live
     loopwire transcript SID             print a session's transcript
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 import uuid
 from typing import Annotated
@@ -47,14 +49,34 @@ def up(
     embedded: Annotated[bool, typer.Option(help="Start nats-server and redis-server from the pip "
                                                  "packages when none answers.")] = False,
     demo: Annotated[bool, typer.Option(help="Run the demo session once the services are up.")] = False,
+    workers: Annotated[int | None, typer.Option(
+        help="Processes to run, each with all five services (default: LOOPWIRE_WORKERS, 1); "
+             "worker i serves /metrics on LOOPWIRE_METRICS_PORT + i.", show_default=False)] = None,
+    # Set by the parent of `--workers N` on the processes it starts (loopwire/workers.py).
+    worker_index: Annotated[int, typer.Option(hidden=True)] = 0,
+    parent_pid: Annotated[int, typer.Option(hidden=True)] = 0,
 ) -> None:
-    """Run all five services in this process."""
+    """Run all five services in this process (and in N-1 more with --workers N)."""
     from loopwire.launcher import SERVICE_NAMES, serve_until_signal
 
     settings = Settings()
-    _setup(settings, "WARNING" if demo else None)
+    count = settings.workers if workers is None else workers
+    if count < 1:
+        source = "--workers" if workers is not None else "LOOPWIRE_WORKERS"
+        console.print(f"[red]{source} must be at least 1, got {count}[/red]")
+        raise typer.Exit(2)
+    if worker_index:
+        _serve_worker(settings, count, worker_index, parent_pid)
+        return
+    log_level = "WARNING" if demo else settings.log_level
+    _setup(settings, log_level)
     if demo and "loopwire.demo.tools" not in settings.tool_modules:
         settings.tool_modules = [*settings.tool_modules, "loopwire.demo.tools"]
+    pool = None
+    if count > 1:
+        from loopwire.workers import WorkerPool, child_env
+
+        pool = WorkerPool(count, env=child_env(settings, log_level))
     servers = None
     if embedded:
         from loopwire.embedded import ensure_servers
@@ -65,19 +87,46 @@ def up(
 
     async def after_start(running: object) -> None:
         port = settings.metrics_port
+        if pool is not None:
+            from loopwire.workers import describe_ports
+
+            pool.start()
+            where = f"; {count} workers, {describe_ports(port, count)}"
+            logging.getLogger("loopwire.workers").info("%d workers (pids %s); %s", count, ", ".join(
+                map(str, [os.getpid(), *pool.pids()])), describe_ports(port, count))
+        else:
+            where = f"; metrics on :{port}/metrics" if port else ""
         console.print(f"[green]loopwire up[/green]: router, llm, tools, memory, transcripts on "
-                      f"{settings.nats_url} / {settings.redis_url}"
-                      + (f"; metrics on :{port}/metrics" if port else ""))
+                      f"{settings.nats_url} / {settings.redis_url}{where}")
         if demo:
             await _demo(settings)
             console.print("[dim]services keep running; publish to loopwire.in.<sid>.start, "
                           "or press Ctrl-C to stop[/dim]")
 
     try:
-        asyncio.run(serve_until_signal(SERVICE_NAMES, settings, after_start))
+        asyncio.run(serve_until_signal(SERVICE_NAMES, settings, after_start,
+                                       on_stop=pool.stop if pool is not None else None))
     finally:
         if servers is not None:
             servers.stop()
+
+
+def _serve_worker(settings: Settings, count: int, index: int, parent_pid: int) -> None:
+    """Worker `index` (>= 1) of `loopwire up --workers count`, started by worker 0."""
+    from loopwire.launcher import SERVICE_NAMES, serve_until_signal
+    from loopwire.workers import die_with_parent, metrics_port
+
+    _setup(settings)
+    if parent_pid:
+        die_with_parent(parent_pid)
+    settings.metrics_port = metrics_port(settings.metrics_port, index)
+
+    async def after_start(running: object) -> None:
+        logging.getLogger("loopwire.workers").info(
+            "worker %d of %d up (pid %d)%s", index, count, os.getpid(),
+            f"; metrics on :{settings.metrics_port}" if settings.metrics_port else "")
+
+    asyncio.run(serve_until_signal(SERVICE_NAMES, settings, after_start))
 
 
 @app.command()

@@ -89,14 +89,17 @@ class Running:
         if self.stopped.is_set():
             return
         log.info("stopping %s", ", ".join(s.name for s in self.services))
+        self.ctx.stopping = True
         for task in self.tasks:
             task.cancel()
+        # FastStream stops consuming, then waits up to graceful_timeout for handlers in
+        # flight, which still need their services (model clients, the memory summarizer,
+        # in-process tools): those stop after.
+        with contextlib.suppress(Exception):
+            await self.broker.stop()
         for service in self.services:
             with contextlib.suppress(Exception):
                 await service.stop()
-        # FastStream stops consuming, then waits up to graceful_timeout for handlers in flight.
-        with contextlib.suppress(Exception):
-            await self.broker.stop()
         if self.http is not None:
             await self.http.close()
         with contextlib.suppress(Exception):
@@ -116,14 +119,18 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     broker = make_broker(settings)
     ctx = build_context(settings, broker)
     services = [classes[name](ctx) for name in names]
+    if settings.local_handover and len(services) > 1:
+        ctx.local = {service.name: service for service in services}
     for service in services:
         service.register(broker)
     await broker.connect()
     await ensure_streams(broker._connection.jetstream(), settings)  # type: ignore[union-attr]
     ctx.attach_bus()
-    await broker.start()
+    # Services first, then consuming: a message redelivered at once (work of a process that
+    # died) must find its handler's service started.
     for service in services:
         await service.start()
+    await broker.start()
     running = Running(settings=settings, ctx=ctx, broker=broker, services=services)
     running.tasks.append(asyncio.create_task(_sample_consumers(ctx), name="consumer-sampler"))
     port = settings.metrics_port if metrics_port is None else metrics_port
@@ -149,7 +156,10 @@ async def _sample_consumers(ctx: ServiceContext, interval_s: float = 5.0) -> Non
 
 
 async def serve_until_signal(names: list[str] | tuple[str, ...], settings: Settings,
-                             after_start: Callable[[Running], Awaitable[None]] | None = None) -> None:
+                             after_start: Callable[[Running], Awaitable[None]] | None = None,
+                             on_stop: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Serve until SIGTERM/SIGINT. `on_stop` runs alongside this process's own graceful
+    stop (`loopwire up --workers`: stopping the other workers), and is waited for."""
     running = await start_services(names, settings)
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
@@ -161,4 +171,10 @@ async def serve_until_signal(names: list[str] | tuple[str, ...], settings: Setti
             await after_start(running)
         await stop_requested.wait()
     finally:
-        await running.stop()
+        also = asyncio.ensure_future(on_stop()) if on_stop is not None else None
+        await asyncio.sleep(0)  # let it begin (signal the workers) before our own stop
+        try:
+            await running.stop()
+        finally:
+            if also is not None:
+                await also

@@ -7,6 +7,7 @@ broker connection; `loopwire serve NAME` runs one. See loopwire/launcher.py.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -15,15 +16,19 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from faststream import AckPolicy
 from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage
+from pydantic import BaseModel
 
 from .blobs import BlobStore
 from .bus import REPLAY_HEADER, Bus
+from .envelopes import STEP_RESULT_ADAPTER
 from .event_log import EventLogStore, RedisEventLog
 from .redis_conn import connect_redis
 from .session_store import RedisSessionStore, SessionStore
 from .settings import Settings
 from .step_store import RedisStepStore, StepStore
 from .subjects import INGRESS_STREAM, WORK_STREAM, Subjects, stream_name
+
+log = logging.getLogger("loopwire.runtime")
 
 
 @dataclass
@@ -39,6 +44,12 @@ class ServiceContext:
     _bus: Bus | None = field(default=None, repr=False)
     consumers: dict[str, tuple[str, str]] = field(default_factory=dict)
     """label -> (stream, durable) of every work consumer registered in this process."""
+    local: dict[str, Any] = field(default_factory=dict)
+    """name -> service running in this process, for in-process hand-overs (empty when
+    LOOPWIRE_LOCAL_HANDOVER is off or the process runs one service)."""
+    stopping: bool = False
+    """Set when a graceful stop begins: hand-overs go back to JetStream, so work that
+    arrives while the consumers drain waits in the stream for the next process."""
 
     def durable_name(self, label: str) -> str:
         return f"{self.settings.subject_prefix.replace('.', '_')}_{label}"
@@ -55,6 +66,24 @@ class ServiceContext:
             raise RuntimeError("broker is not connected")
         self._bus = Bus(nc, self.subjects, self.events)
         return self._bus
+
+    async def deliver_result(self, result: BaseModel | dict[str, Any], msg_id: str, replay: bool = False) -> None:
+        """A step result to the router: a call when the router runs in this process
+        (`RouterService.accept_result`), else a `router.result` work message.
+
+        Called while the step's own work message is still unacked, so a crash before the
+        router committed redelivers the step, which hands the recorded result over again.
+        When the in-process hand-over fails, the result is published instead and the
+        router's consumer retries it (the router ignores a result it already applied)."""
+        router = None if self.stopping else self.local.get("router")
+        if router is not None:
+            try:
+                model = result if isinstance(result, BaseModel) else STEP_RESULT_ADAPTER.validate_python(result)
+                await router.accept_result(model)
+                return
+            except Exception:
+                log.exception("in-process hand-over of step result %s failed; publishing it", msg_id)
+        await self.bus.publish_work(self.subjects.router_result, result, msg_id=msg_id, replay=replay)
 
     # -- subscriber helpers ----------------------------------------------------------------
     def work_stream(self) -> JStream:
@@ -105,6 +134,14 @@ class ServiceContext:
             ack_policy=AckPolicy.MANUAL,
             max_workers=max_workers,
         )
+
+
+def delivery_count(msg: NatsMessage) -> int:
+    """Which delivery of its JetStream message this is (1 for anything else)."""
+    try:
+        return int(msg.raw_message.metadata.num_delivered)
+    except Exception:  # not a JetStream message (e.g. a test broker)
+        return 1
 
 
 def seen_before(msg: NatsMessage) -> bool:

@@ -29,6 +29,10 @@ class Settings(BaseSettings):
     """Prometheus /metrics (and /healthz, /readyz) of `loopwire up`; 0 disables."""
     metrics_host: str = "0.0.0.0"
     """Address of the /metrics, /healthz, /readyz server."""
+    workers: int = 1
+    """Processes `loopwire up` runs, each with all five services, so one machine's cores
+    are all used (`loopwire up --workers N` overrides it); worker i serves /metrics on
+    LOOPWIRE_METRICS_PORT + i. On Kubernetes keep 1 and scale with replicas."""
 
     # -- durability ---------------------------------------------------------------------
     ack_wait_s: float = 30.0
@@ -39,6 +43,11 @@ class Settings(BaseSettings):
     """Duplicate window of the ingress and work streams (Nats-Msg-Id)."""
     stream_replicas: int = 1
     """JetStream replicas of the streams (3 in a cluster)."""
+    local_handover: bool = True
+    """When the receiving service runs in the same process (`loopwire up`), hand step
+    results to the router and assembled requests to the llm service as calls instead of
+    JetStream messages; the message being handled stays unacked until the hand-over is
+    done, so a crash still redelivers it. `loopwire serve` always uses JetStream."""
     step_result_ttl_s: int = 7 * 24 * 3600
     """How long recorded step results (model answers, tool results) are kept for replay."""
     session_ttl_s: int = 0

@@ -37,7 +37,7 @@ from loopwire.shared import codec
 from loopwire.shared.blobs import resolve_messages
 from loopwire.shared.envelopes import Generate, GenerationResult
 from loopwire.shared.inflight import InflightSteps, keep_alive
-from loopwire.shared.runtime import ServiceContext, seen_before
+from loopwire.shared.runtime import ServiceContext, delivery_count, seen_before
 
 from .breaker import CircuitBreaker, RunGate, breaker_from_settings
 from .errors import ModelCallError
@@ -105,7 +105,7 @@ class LlmService:
             log.error("dropping a malformed llm.generate envelope: %s", exc)
             await msg.reject()
             return
-        delivered = _delivery_count(msg)
+        delivered = delivery_count(msg)
         try:
             await self.process(env, delivered=delivered, heartbeat=msg.in_progress, seen=seen_before(msg))
         except Exception:
@@ -139,7 +139,7 @@ class LlmService:
                     await beat
         if result.error is not None and result.error.code == "cancelled":
             # Not recorded: the step is stale for the router, and nothing was decided.
-            await ctx.bus.publish_work(ctx.subjects.router_result, result, msg_id=result_msg_id(env.step_id))
+            await ctx.deliver_result(result, msg_id=result_msg_id(env.step_id))
             count_step("cancelled")
             return result
         # Another delivery of this step may have finished first (a redelivery while this
@@ -148,13 +148,13 @@ class LlmService:
         standing = await ctx.steps.put_if_absent(record_key(env.step_id), mine)
         if standing != mine:
             return await self._publish_recorded(env, standing)
-        await ctx.bus.publish_work(ctx.subjects.router_result, result, msg_id=result_msg_id(env.step_id))
+        await ctx.deliver_result(result, msg_id=result_msg_id(env.step_id))
         count_step("ok" if result.ok else "error")
         return result
 
     async def _publish_recorded(self, env: Generate, recorded: dict[str, Any]) -> GenerationResult:
         ctx = self.ctx
-        await ctx.bus.publish_work(ctx.subjects.router_result, recorded, msg_id=result_msg_id(env.step_id))
+        await ctx.deliver_result(recorded, msg_id=result_msg_id(env.step_id))
         return GenerationResult.model_validate(recorded)
 
     # -- the model call ----------------------------------------------------------------------
@@ -215,10 +215,3 @@ class LlmService:
             if isinstance(gate, RunGate):
                 await gate.close()
         return result_ok(env, outcome)
-
-
-def _delivery_count(msg: Any) -> int:
-    try:
-        return int(msg.raw_message.metadata.num_delivered)
-    except Exception:  # not a JetStream message (e.g. a test broker)
-        return 1

@@ -26,7 +26,7 @@ from loopwire.shared import metrics
 from loopwire.shared.envelopes import AssembleContext, ToolSpec
 from loopwire.shared.inflight import keep_alive
 from loopwire.shared.lru import LruCache
-from loopwire.shared.runtime import ServiceContext, seen_before
+from loopwire.shared.runtime import ServiceContext, delivery_count, seen_before
 from loopwire.shared.session_store import RedisSessionStore
 
 from . import compaction as c
@@ -96,7 +96,7 @@ class MemoryService:
             return
         beat = asyncio.create_task(keep_alive(msg.in_progress, self.ctx.settings.ack_wait_s))
         try:
-            await self.assemble(env, replay=seen_before(msg))
+            await self.assemble(env, replay=seen_before(msg), delivered=delivery_count(msg))
         except Exception:
             log.exception("session %s: assembling %s failed; it will be redelivered", env.session_id, env.step_id)
             await msg.nack(delay=1.0)
@@ -108,9 +108,11 @@ class MemoryService:
         await msg.ack()
         self.observer.poke(env)
 
-    async def assemble(self, env: AssembleContext, replay: bool = False) -> GuardOutcome:
+    async def assemble(self, env: AssembleContext, replay: bool = False, delivered: int = 1) -> GuardOutcome:
         """`replay`: this step may have been assembled before (a redelivery), so the
-        request it publishes may have been answered already (the llm looks for a record)."""
+        request it publishes may have been answered already (the llm looks for a record).
+        `delivered`: this is the n-th delivery of the step (for the llm's retraction of a
+        partial answer streamed by an earlier attempt, when it runs in this process)."""
         s = self.ctx.settings
         assert self._summarizer is not None, "start() first"
         cfg = GuardConfig.of(s, env)
@@ -153,8 +155,15 @@ class MemoryService:
                 extra = compacting if extra is None else extra + compacting
         notes = [outcome.note] if outcome.note else []
         request = build_generate(env, outcome.messages, tools, system_prompt(context.system, notes), extra)
-        await self.ctx.bus.publish_work(self.ctx.subjects.llm_generate, request, msg_id=f"{env.step_id}:generate",
-                                        replay=replay)
+        llm = None if self.ctx.stopping else self.ctx.local.get("llm")
+        if llm is not None:
+            # The llm service runs in this process: generate here, while this step's message
+            # stays unacked (and kept alive by on_assemble's heartbeat); a crash redelivers
+            # it and the llm answers from its record if it got that far.
+            await llm.process(request, delivered=delivered, seen=replay)
+        else:
+            await self.ctx.bus.publish_work(self.ctx.subjects.llm_generate, request,
+                                            msg_id=f"{env.step_id}:generate", replay=replay)
         return outcome
 
     def _history_ranges(self, env: AssembleContext) -> list[tuple[int, int]]:

@@ -21,7 +21,7 @@ from faststream.nats import NatsBroker, NatsMessage
 from pydantic import ValidationError
 
 from loopwire.shared import codec
-from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult
+from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult, ToolsResult
 from loopwire.shared.keyed_lock import KeyedLock
 from loopwire.shared.lru import LruCache
 from loopwire.shared.runtime import ServiceContext
@@ -102,27 +102,31 @@ class RouterService:
             log.error("malformed step result dropped: %s", exc)
             await msg.reject()
             return
-        inp: i._Input
-        if isinstance(result, GenerationResult):
-            inp = i.GenerationInput(input_id=result.step_id, result=result)
-        else:
-            inp = i.ToolsInput(input_id=result.step_id, result=result)
-        await self._apply_and_ack(result.session_id, inp, msg)
+        await self._apply_and_ack(result.session_id, _result_input(result), msg)
+
+    async def accept_result(self, result: GenerationResult | ToolsResult) -> None:
+        """A step result handed over in-process by a service running beside the router
+        (ServiceContext.deliver_result): applied as if it had come from the router.result
+        consumer. Raises when it could not be applied; the caller then publishes it."""
+        await self._apply_input(result.session_id, _result_input(result))
 
     # -- the shell --------------------------------------------------------------------------
     async def _apply_and_ack(self, sid: str, inp: i._Input, msg: NatsMessage) -> None:
-        # What the pure core may not draw itself: a clock reading and a trace id for a
-        # run this input may start.
-        inp.now_ns = time.time_ns()
-        inp.new_trace = new_run_trace()
         try:
-            await self.look_up(sid, inp)
-            await self.apply(sid, inp)
+            await self._apply_input(sid, inp)
         except Exception:
             log.exception("session %s: applying %s failed; it will be redelivered", sid, inp.input_id)
             await msg.nack(delay=1.0)
             return
         await msg.ack()
+
+    async def _apply_input(self, sid: str, inp: i._Input) -> None:
+        # What the pure core may not draw itself: a clock reading and a trace id for a
+        # run this input may start.
+        inp.now_ns = time.time_ns()
+        inp.new_trace = new_run_trace()
+        await self.look_up(sid, inp)
+        await self.apply(sid, inp)
 
     async def look_up(self, sid: str, inp: i._Input) -> None:
         """What the core needs from the outside world for this input, read here (I/O) and
@@ -226,3 +230,9 @@ class RouterService:
                 await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id, replay=replay)
 
 
+
+
+def _result_input(result: GenerationResult | ToolsResult) -> i._Input:
+    if isinstance(result, GenerationResult):
+        return i.GenerationInput(input_id=result.step_id, result=result)
+    return i.ToolsInput(input_id=result.step_id, result=result)

@@ -162,8 +162,7 @@ class ToolsService:
             results = await self.executor.execute(env, on_result=emit, cancel=cancel, seen=seen_before(msg))
             result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
                                  turn=env.turn, trace=env.trace, results=results)
-            await self.ctx.bus.publish_work(self.ctx.subjects.router_result, result,
-                                            msg_id=f"{env.step_id}:result")
+            await self.ctx.deliver_result(result, msg_id=f"{env.step_id}:result")
         except Exception:
             # Our own effects failed (Redis, NATS): redeliver; recorded calls will not rerun.
             log.exception("tools step %s failed; it will be redelivered", env.step_id)

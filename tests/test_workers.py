@@ -1,0 +1,141 @@
+"""`loopwire up --workers N` (loopwire/workers.py): the back-off, the ports, the CLI's
+validation, and the pool's restart and stop paths with stand-in child programs (the real
+workers are tested end to end in tests/e2e/test_workers.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from loopwire import workers
+from loopwire.cli import app
+from loopwire.workers import (
+    WorkerPool,
+    child_argv,
+    describe_ports,
+    metrics_port,
+    next_failures,
+    restart_delay,
+)
+
+
+@pytest.mark.unit
+def test_restart_delay_doubles_up_to_the_cap() -> None:
+    assert [restart_delay(n) for n in range(1, 9)] == [0.5, 1, 2, 4, 8, 16, 30, 30]
+    assert restart_delay(10_000) == 30.0, "no overflow after a long crash loop"
+    assert restart_delay(3, base_s=0.1, cap_s=0.3) == 0.3
+    with pytest.raises(ValueError):
+        restart_delay(0)
+
+
+@pytest.mark.unit
+def test_a_worker_that_ran_long_enough_starts_the_back_off_afresh() -> None:
+    assert next_failures(0, uptime_s=0.2) == 1
+    assert next_failures(4, uptime_s=0.2) == 5
+    assert next_failures(4, uptime_s=workers.STABLE_AFTER_S) == 1
+
+
+@pytest.mark.unit
+def test_ports_and_argv() -> None:
+    assert [metrics_port(9464, i) for i in range(3)] == [9464, 9465, 9466]
+    assert metrics_port(0, 2) == 0, "port 0 (no HTTP server) stays 0 for every worker"
+    assert describe_ports(9464, 2) == "metrics on :9464 (worker 0), :9465 (worker 1)"
+    assert "no metrics server" in describe_ports(0, 2)
+    argv = child_argv(4, 2, 1234)
+    assert argv[:4] == [sys.executable, "-m", "loopwire.cli", "up"]
+    assert argv[4:] == ["--workers", "4", "--worker-index", "2", "--parent-pid", "1234"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("args", "env", "message"), [
+    (["up", "--workers", "0"], {}, "--workers must be at least 1, got 0"),
+    (["up"], {"LOOPWIRE_WORKERS": "0"}, "LOOPWIRE_WORKERS must be at least 1, got 0"),
+])
+def test_fewer_than_one_worker_is_refused(args: list[str], env: dict[str, str], message: str) -> None:
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 20.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if check():
+            return
+        await asyncio.sleep(0.05)
+
+
+def all_exist(*paths: Path) -> bool:
+    return all(p.exists() for p in paths)
+
+
+async def test_a_dying_worker_is_restarted_with_a_growing_delay(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "loopwire.workers")
+    pool = WorkerPool(2, argv=lambda i: _python("raise SystemExit(3)"), poll_s=0.02,
+                      backoff_base_s=0.1, backoff_cap_s=0.4)
+    pool.start()
+    try:
+        await eventually(lambda: pool.workers[0].failures >= 4)
+    finally:
+        await pool.stop()
+    assert pool.workers[0].failures >= 4
+    restarts = [r.getMessage() for r in caplog.records if "restarting it in" in r.getMessage()]
+    assert "exited with code 3" in restarts[0] and restarts[0].endswith("restarting it in 0.1s")
+    assert restarts[3].endswith("restarting it in 0.4s"), "0.1, 0.2, 0.4, then capped at 0.4"
+
+
+async def test_stop_kills_a_worker_that_ignores_sigterm(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    pool = WorkerPool(3, grace_s=0.5, argv=lambda i: _python(f"""
+        import pathlib, signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN if {i} == 2 else signal.SIG_DFL)
+        pathlib.Path({str(ready)!r} + "{i}").touch()
+        time.sleep(60)
+    """))
+    pool.start()
+    await eventually(lambda: all_exist(Path(f"{ready}1"), Path(f"{ready}2")))
+    procs = [w.proc for w in pool.workers]
+    began = time.monotonic()
+    await pool.stop()
+    assert time.monotonic() - began < 5
+    codes = [p.returncode for p in procs if p is not None]
+    assert codes == [-15, -9], "worker 1 stopped on SIGTERM, worker 2 was killed after the grace period"
+
+
+def test_a_worker_stops_itself_when_its_parent_is_gone(tmp_path: Path) -> None:
+    # The parent-pid watch alone (no PR_SET_PDEATHSIG): a grandchild watches the middle
+    # process, which exits as soon as the grandchild is ready.
+    marker = tmp_path / "stopped"
+    grandchild = textwrap.dedent(f"""
+        import os, pathlib, signal, threading, time
+        from loopwire.workers import _watch_parent
+        def on_term(*_):
+            pathlib.Path({str(marker)!r}).touch()
+            os._exit(0)
+        signal.signal(signal.SIGTERM, on_term)
+        threading.Thread(target=_watch_parent, args=(os.getppid(), 0.05), daemon=True).start()
+        print("ready", flush=True)
+        time.sleep(30)
+    """)
+    middle = textwrap.dedent(f"""
+        import subprocess, sys
+        p = subprocess.Popen([sys.executable, "-c", {grandchild!r}], stdout=subprocess.PIPE)
+        p.stdout.readline()
+    """)
+    subprocess.run([sys.executable, "-c", middle], check=True, timeout=30)
+    deadline = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), "the orphaned worker got SIGTERM from its parent watch"
