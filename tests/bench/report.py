@@ -99,7 +99,7 @@ def verdicts(res: Results) -> list[tuple[str, str, bool | None]]:
     if up and up.load:
         tps = up.load.turns_per_s
         out.append((f"≥ {TARGET_TURNS_PER_S:.0f} tool-turns/s on {res.machine.get('cpus', '?')} cores "
-                    f"(`loopwire up`, {res.sessions} sessions)", f"{tps:.0f} turns/s", tps >= TARGET_TURNS_PER_S))
+                    f"(`{up.name}`, {res.sessions} sessions)", f"{tps:.0f} turns/s", tps >= TARGET_TURNS_PER_S))
     if {20, 100, 200} <= set(res.bytes_by_turns):
         b20, b100, b200 = (res.bytes_by_turns[n]["total"] for n in (20, 100, 200))
         first, second = (b100 - b20) / 80, (b200 - b100) / 100
@@ -210,7 +210,7 @@ def markdown(res: Results) -> str:
             "router → message). For the floor, the time of its five request/reply hops. "
             "turns/s = tool-turns / wall time from the first `start` published to the last `run.ended`.", "",
             "| layout | run | sessions × tool-turns | p50 | p99 | turns/s |", "|---|---|---|---|---|---|"]
-    for name, lay in (("`loopwire up` (1 process)", res.up), ("5 × `loopwire serve`", res.split),
+    for name, lay in ((f"`{res.up.name}`" if res.up else "`loopwire up`", res.up), ("5 × `loopwire serve`", res.split),
                       ("floor (raw nats-py + redis-py)", res.floor)):
         for which in ("single", "load"):
             row = _latency_row(name, lay, which)

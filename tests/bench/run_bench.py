@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -57,6 +58,20 @@ DOC = ROOT / "docs" / "benchmarks.md"
 RAW = ROOT / ".run" / "bench.json"
 WATCHDOG_S = 480
 T = TypeVar("T")
+
+
+def children_of(pid: int) -> list[int]:
+    """Pids whose parent is `pid` (the worker processes of `loopwire up --workers N`)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            if int(stat[stat.rindex(b")") + 2:].split()[1]) == pid:
+                out.append(int(entry))
+    return sorted(out)
 
 
 def log(text: str) -> None:
@@ -87,9 +102,11 @@ def service_env() -> dict[str, str]:
 class System:
     """The loopwire processes of one layout, on the bench's NATS and Redis."""
 
-    def __init__(self, nats_server: ServerHandle, redis_server: ServerHandle, split: bool) -> None:
+    def __init__(self, nats_server: ServerHandle, redis_server: ServerHandle, split: bool, workers: int = 1) -> None:
         self.parts: dict[str, LoopwireContainer] = {}
-        layout = [(f"serve {n}", n) for n in SERVICE_NAMES] if split else [("up", "loopwire up")]
+        self.workers = 1 if split else workers
+        layout = [(f"serve {n}", n) for n in SERVICE_NAMES] if split else \
+            [(f"up --workers {workers}", "loopwire up")]
         for services, name in layout:
             part = LoopwireContainer(env=service_env(), use_docker=False, services=services)
             part.nats, part.redis = nats_server, redis_server
@@ -97,10 +114,34 @@ class System:
 
     def start(self) -> None:
         for part in self.parts.values():
-            part.start_loopwire()  # waits for /readyz
+            part.start_loopwire()  # waits for /readyz (of worker 0)
+        if self.workers > 1:
+            self._wait_workers()
+
+    def _wait_workers(self, timeout: float = 60.0) -> None:
+        """Until every worker answers /readyz on its own port (metrics port + i)."""
+        part = self.parts["loopwire up"]
+        deadline = time.monotonic() + timeout
+        for i in range(1, self.workers):
+            url = f"http://127.0.0.1:{part.metrics_port + i}/readyz"
+            while True:
+                with contextlib.suppress(OSError):
+                    with urllib.request.urlopen(url, timeout=1) as resp:
+                        if resp.status == 200:
+                            break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"worker {i} not ready after {timeout}s")
+                time.sleep(0.1)
 
     def pids(self) -> dict[str, int]:
-        return {name: part.proc.pid for name, part in self.parts.items() if part.proc is not None}
+        out: dict[str, int] = {}
+        for name, part in self.parts.items():
+            if part.proc is None:
+                continue
+            out[name if self.workers == 1 else f"{name} (worker 0)"] = part.proc.pid
+            for i, child in enumerate(children_of(part.proc.pid), start=1):
+                out[f"{name} (worker {i})"] = child
+        return out
 
     def stop(self, keep_logs: bool = False) -> None:
         for name, part in self.parts.items():
@@ -157,12 +198,14 @@ async def measure_bytes(driver: BenchDriver, redis_url: str, res: Results) -> No
 def floor_sizes(trace: TurnCost | None) -> tuple[list[int], list[int]]:
     """Envelope bytes per hop (requests, replies) from the trace: tools.execute,
     router.result, memory.assemble, llm.generate, router.result."""
-    if trace is None:
-        sizes = {"tools.execute": 500, "router.result": 700, "memory.assemble": 650, "llm.generate": 2000}
-    else:
+    # Sizes measured with every hop on JetStream (2026-11-30); used for the hops `loopwire up`
+    # hands over in-process (LOOPWIRE_LOCAL_HANDOVER), which the trace does not see.
+    sizes = {"tools.execute": 333, "router.result": 446, "memory.assemble": 1537, "llm.generate": 4631}
+    if trace is not None:
         b, n = trace.nats_bytes, trace.nats_msgs
-        sizes = {k: int(b.get(f"work publish {k}", 0) / max(1.0, n.get(f"work publish {k}", 1)))
-                 for k in ("tools.execute", "router.result", "memory.assemble", "llm.generate")}
+        for k in sizes:
+            if n.get(f"work publish {k}"):
+                sizes[k] = int(b[f"work publish {k}"] / n[f"work publish {k}"])
     req = [sizes["tools.execute"], sizes["router.result"], sizes["memory.assemble"], sizes["llm.generate"],
            sizes["router.result"]]
     return req, req[1:] + req[:1]
@@ -216,6 +259,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--single", type=int, default=5, help="sessions run one at a time for the latency")
     p.add_argument("--warmup-sessions", type=int, default=40)
     p.add_argument("--load-timeout", type=float, default=150.0)
+    p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                   help="`loopwire up --workers N` (default: the cores, at most 2: the target's machine)")
     p.add_argument("--skip-split", action="store_true", help="skip the five-process layout")
     p.add_argument("--no-doc", action="store_true", help="print only; leave docs/benchmarks.md alone")
     return p.parse_args(argv)
@@ -247,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     try:
         # -- A: loopwire up ------------------------------------------------------------------
-        system = System(nats_server, redis_server, split=False)
+        system = System(nats_server, redis_server, split=False, workers=args.workers)
         system.start()
         run_async(lambda: wait_for_tool(redis_server.url, "noop"))
         log("loopwire up: counting the hops of one tool-turn")
@@ -256,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         async def bytes_after(driver: BenchDriver) -> None:
             await measure_bytes(driver, redis_server.url, res)
 
-        res.up = run_async(lambda: measure_layout("loopwire up", nats_server.url, redis_server.url, infra,
+        up_name = "loopwire up" + (f" --workers {args.workers}" if args.workers > 1 else "")
+        res.up = run_async(lambda: measure_layout(up_name, nats_server.url, redis_server.url, infra,
                                                   system.pids(), args, bytes_after))  # type: ignore[union-attr]
         system.stop()
         # -- B: five processes ---------------------------------------------------------------
