@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError
 from pydantic import ValidationError
 
 from loopwire.shared import codec
@@ -107,20 +108,29 @@ class MemoryStore:
         """The session's memory, and the history ranges [start, stop] in `history` (the
         router's `lw:h:<sid>`, read like `RedisSessionStore.history`) in the same trip;
         with `claim_for` (a step id) also `claim_usage` for that step."""
-        pipe = self._r.pipeline(transaction=False)
-        pipe.get(_k(sid, "compaction"))
-        pipe.lrange(_k(sid, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
-        pipe.lrange(_k(sid, "refl"), -reflections, -1) if reflections > 0 else pipe.echo("")
-        if actor:
-            pipe.lrange(_actor(actor, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
-            pipe.lrange(_actor(actor, "refl"), -reflections, -1) if reflections > 0 else pipe.echo("")
-        for start, stop in history or []:
-            pipe.lrange(history_key(sid), start, stop)
-        # A session in use keeps its memory as long as the router keeps its state.
-        self._expire(pipe, *(_k(sid, what) for what in ("compaction", "obs", "refl", "meta")))
-        if claim_for is not None:
-            await self._claim(keys=self._claim_keys(sid, claim_for), args=[str(self._claim_ttl)], client=pipe)
-        raw = await pipe.execute()
+        def reads() -> Any:
+            pipe = self._r.pipeline(transaction=False)
+            pipe.get(_k(sid, "compaction"))
+            pipe.lrange(_k(sid, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
+            pipe.lrange(_k(sid, "refl"), -reflections, -1) if reflections > 0 else pipe.echo("")
+            if actor:
+                pipe.lrange(_actor(actor, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
+                pipe.lrange(_actor(actor, "refl"), -reflections, -1) if reflections > 0 else pipe.echo("")
+            for start, stop in history or []:
+                pipe.lrange(history_key(sid), start, stop)
+            # A session in use keeps its memory as long as the router keeps its state.
+            self._expire(pipe, *(_k(sid, what) for what in ("compaction", "obs", "refl", "meta")))
+            if claim_for is not None:
+                # EVALSHA as a plain command: a Script object in a pipeline costs a SCRIPT
+                # EXISTS round trip per execute. NOSCRIPT (a restarted Redis) is handled below.
+                pipe.evalsha(self._claim.sha, 2, *self._claim_keys(sid, claim_for), str(self._claim_ttl))
+            return pipe
+
+        try:
+            raw = await reads().execute()
+        except NoScriptError:
+            await self._r.script_load(_CLAIM_LUA)
+            raw = await reads().execute()  # reads, and a claim that is idempotent per step
         snap = Snapshot(record=self._record(raw[0]), observations=_items(raw[1]), reflections=_items(raw[2]))
         if actor:
             # The actor's memory from its other sessions (this session's is listed already).
