@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from . import codec
 from .context_middleware import RUN_HEADER, SESSION_HEADER
 from .contract import make_event
-from .event_log import EventLogStore
+from .event_log import Append, EventLogStore
 from .subjects import Subjects
 from .telemetry import inject_context
 
@@ -77,20 +77,25 @@ class Bus:
     async def emit_many(self, session_id: str,
                         events: list[tuple[str | None, str, str | None, dict[str, Any]]]) -> list[dict[str, Any]]:
         """`emit` of each (run_id, kind, key, fields) in order: their seqs assigned and
-        stored in one Redis call, then published one after the other on this connection
-        (which keeps their order) and their PubAcks awaited together."""
+        stored in one Redis call, then published (publish_stored)."""
         if len(events) <= 1:
             return [await self.emit(session_id, run_id, kind, key=key, **fields)
                     for run_id, kind, key, fields in events]
-        items = [(make_event(kind, session_id, run_id, 0, **fields), key, kind != "text.delta")
-                 for run_id, kind, key, fields in events]
-        stored = await self.events.append_many(session_id, items)
+        stored = await self.events.append_many(session_id, event_items(session_id, events))
+        await self.publish_stored(session_id, stored)
+        return [event for event, _ in stored]
+
+    async def publish_stored(self, session_id: str, stored: list[tuple[dict[str, Any], bool]]) -> None:
+        """Publish events that already have their seq (stored by `append_many`, or with a
+        router commit), one after the other on this connection (which keeps their order),
+        their PubAcks awaited together. A re-publish of a stored event is dropped by
+        JetStream as a duplicate (Nats-Msg-Id `<sid>:<seq>`)."""
         acks: list[asyncio.Future[Any]] = []
         try:
-            for (event, _new), (_, _, store) in zip(stored, items, strict=True):
+            for event, _new in stored:
                 subject = self.subjects.event(session_id, event["kind"])
                 data = codec.dumps(event)
-                if not store:
+                if event["kind"] == "text.delta":
                     await self.nc.publish(subject, data)
                 else:
                     acks.append(await self.js.publish_async(
@@ -101,4 +106,11 @@ class Bus:
             for ack in acks:
                 if not ack.done():
                     ack.cancel()  # frees its slot in nats-py's pending publishes
-        return [event for event, _ in stored]
+
+
+def event_items(session_id: str,
+                events: list[tuple[str | None, str, str | None, dict[str, Any]]]) -> list[Append]:
+    """(run_id, kind, key, fields) -> what the event log appends: (body, key, store);
+    `text.delta` takes a seq but is not stored."""
+    return [(make_event(kind, session_id, run_id, 0, **fields), key, kind != "text.delta")
+            for run_id, kind, key, fields in events]

@@ -119,37 +119,71 @@ return {seq, '', 1}
 """
 
 
-_APPEND_MANY_LUA = """
-local out = {}
-local appended = false
-for i = 2, #ARGV, 3 do
-  local key = ARGV[i]
-  local s = false
-  if key ~= '' then s = redis.call('HGET', KEYS[2], key) end
-  if s then
-    local e = redis.call('XRANGE', KEYS[3], s .. '-0', s .. '-0')
-    local body = ''
-    if e[1] then body = e[1][2][2] end
-    out[#out + 1] = tonumber(s)
-    out[#out + 1] = body
-    out[#out + 1] = 0
-  else
-    local seq = redis.call('INCR', KEYS[1])
-    if key ~= '' then redis.call('HSET', KEYS[2], key, seq) end
-    if ARGV[i + 2] == '1' then redis.call('XADD', KEYS[3], seq .. '-0', 'e', ARGV[i + 1]) end
-    appended = true
-    out[#out + 1] = seq
-    out[#out + 1] = ''
-    out[#out + 1] = 1
+APPEND_EVENTS_LUA = """
+local function append_events(seq_key, ek_key, e_key, ttl, args, first)
+  local out = {}
+  local appended = false
+  for i = first, #args, 3 do
+    local key = args[i]
+    local s = false
+    if key ~= '' then s = redis.call('HGET', ek_key, key) end
+    if s then
+      local e = redis.call('XRANGE', e_key, s .. '-0', s .. '-0')
+      local body = ''
+      if e[1] then body = e[1][2][2] end
+      out[#out + 1] = tonumber(s)
+      out[#out + 1] = body
+      out[#out + 1] = 0
+    else
+      local seq = redis.call('INCR', seq_key)
+      if key ~= '' then redis.call('HSET', ek_key, key, seq) end
+      if args[i + 2] == '1' then redis.call('XADD', e_key, seq .. '-0', 'e', args[i + 1]) end
+      appended = true
+      out[#out + 1] = seq
+      out[#out + 1] = ''
+      out[#out + 1] = 1
+    end
   end
+  if appended and ttl > 0 then
+    redis.call('EXPIRE', ek_key, ttl)
+    redis.call('EXPIRE', e_key, ttl)
+  end
+  return out
 end
-local ttl = tonumber(ARGV[1])
-if appended and ttl > 0 then
-  redis.call('EXPIRE', KEYS[2], ttl)
-  redis.call('EXPIRE', KEYS[3], ttl)
-end
-return out
 """
+"""A Lua function appending events given as (key, body, store) triples of `args` from
+index `first` on; shared by `append_many` and the router's commit (session_store.py),
+which appends a transition's leading events in the same script as its state."""
+
+_APPEND_MANY_LUA = APPEND_EVENTS_LUA + """
+return append_events(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), ARGV, 2)
+"""
+
+
+def event_keys(sid: str) -> list[str]:
+    """The keys `APPEND_EVENTS_LUA` needs: counter, dedup hash, stream."""
+    return [f"lw:seq:{sid}", f"lw:ek:{sid}", f"lw:e:{sid}"]
+
+
+def event_args(items: list[Append]) -> tuple[list[dict[str, Any]], list[str | bytes]]:
+    """The bodies without their seq, and the (key, body, store) triples for the script."""
+    stripped = [{k: v for k, v in body.items() if k != "seq"} for body, _, _ in items]
+    args: list[str | bytes] = []
+    for body, (_, key, store) in zip(stripped, items, strict=True):
+        args += [key or "", codec.dumps(body), "1" if store else "0"]
+    return stripped, args
+
+
+def appended_events(stripped: list[dict[str, Any]], flat: list[Any]) -> list[tuple[dict[str, Any], bool]]:
+    """What `append_events` returned, as (event with seq, newly appended) per item."""
+    out = []
+    for n, body in enumerate(stripped):
+        seq, original, new = int(flat[3 * n]), flat[3 * n + 1], flat[3 * n + 2]
+        if not new and original:
+            out.append((with_seq(codec.loads(original), seq), False))
+        else:
+            out.append((with_seq(body, seq), bool(new)))
+    return out
 
 
 class RedisEventLog:
@@ -174,19 +208,9 @@ class RedisEventLog:
     async def append_many(self, sid: str, items: list[Append]) -> list[tuple[dict[str, Any], bool]]:
         if not items:
             return []
-        stripped = [{k: v for k, v in body.items() if k != "seq"} for body, _, _ in items]
-        args: list[str | bytes] = [str(self._ttl)]
-        for body, (_, key, store) in zip(stripped, items, strict=True):
-            args += [key or "", codec.dumps(body), "1" if store else "0"]
-        flat = await self._append_many(keys=[f"lw:seq:{sid}", f"lw:ek:{sid}", f"lw:e:{sid}"], args=args)
-        out = []
-        for n, body in enumerate(stripped):
-            seq, original, new = int(flat[3 * n]), flat[3 * n + 1], flat[3 * n + 2]
-            if not new and original:
-                out.append((with_seq(codec.loads(original), seq), False))
-            else:
-                out.append((with_seq(body, seq), bool(new)))
-        return out
+        stripped, args = event_args(items)
+        flat = await self._append_many(keys=event_keys(sid), args=[str(self._ttl), *args])
+        return appended_events(stripped, flat)
 
     async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         entries = await self._r.xrange(f"lw:e:{sid}", min=f"({after_seq}-0" if after_seq else "-",

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 
 from . import codec
+from .event_log import APPEND_EVENTS_LUA, Append, appended_events, event_args, event_keys
 
 
 class SessionStore(Protocol):
@@ -91,6 +92,31 @@ return 1
 """
 
 
+_COMMIT_WITH_EVENTS_LUA = APPEND_EVENTS_LUA + """
+local cur = redis.call('HGET', KEYS[1], 'ver')
+if (cur or '0') ~= ARGV[1] then return false end
+redis.call('HSET', KEYS[1], 'ver', ARGV[2], 'state', ARGV[3])
+local keep = tonumber(ARGV[4])
+if keep == 0 then
+  redis.call('DEL', KEYS[2])
+else
+  redis.call('LTRIM', KEYS[2], 0, keep - 1)
+end
+local n = tonumber(ARGV[6])
+if n > 0 then
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 7, 6 + n))
+end
+local ttl = tonumber(ARGV[5])
+if ttl > 0 then
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[2], ttl)
+end
+return append_events(KEYS[3], KEYS[4], KEYS[5], ttl, ARGV, 7 + n)
+"""
+"""`_COMMIT_LUA` followed by appending events (event_log.APPEND_EVENTS_LUA): nil when
+the version moved (nothing written), else what the appends returned."""
+
+
 def session_key(sid: str) -> str:
     return f"lw:s:{sid}"
 
@@ -106,6 +132,7 @@ class RedisSessionStore:
         self._r = redis
         self._ttl = ttl_s
         self._commit = redis.register_script(_COMMIT_LUA)
+        self._commit_with_events = redis.register_script(_COMMIT_WITH_EVENTS_LUA)
 
     async def load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
         ver, raw = await self._r.hmget(session_key(sid), ["ver", "state"])
@@ -120,6 +147,22 @@ class RedisSessionStore:
         args.extend(codec.dumps(m) for m in append)
         ok = await self._commit(keys=[session_key(sid), history_key(sid)], args=args)
         return bool(ok)
+
+    async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any],
+                                 history_len_before: int, append: list[dict[str, Any]],
+                                 events: list[Append]) -> list[tuple[dict[str, Any], bool]] | None:
+        """`commit`, and `RedisEventLog.append_many(sid, events)` in the same script: the
+        events of a transition are stored (their seqs assigned) exactly when its state is,
+        in one round trip. None when the version moved (nothing written); the same TTL."""
+        stripped, event_argv = event_args(events)
+        args: list[Any] = [str(expected_version), str(expected_version + 1), codec.dumps(state),
+                           str(history_len_before), str(self._ttl), str(len(append))]
+        args.extend(codec.dumps(m) for m in append)
+        args.extend(event_argv)
+        flat = await self._commit_with_events(keys=[session_key(sid), history_key(sid), *event_keys(sid)], args=args)
+        if flat is None:
+            return None
+        return appended_events(stripped, flat)
 
     async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
         raw = await self._r.lrange(history_key(sid), start, stop)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError
 from pydantic import ValidationError
+from redis.exceptions import NoScriptError
 
 from loopwire.shared import codec
 from loopwire.shared.envelopes import Usage

@@ -21,10 +21,13 @@ from faststream.nats import NatsBroker, NatsMessage
 from pydantic import ValidationError
 
 from loopwire.shared import codec
+from loopwire.shared.bus import event_items
 from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult, ToolsResult
+from loopwire.shared.event_log import RedisEventLog
 from loopwire.shared.keyed_lock import KeyedLock
 from loopwire.shared.lru import LruCache
 from loopwire.shared.runtime import ServiceContext
+from loopwire.shared.session_store import RedisSessionStore
 from loopwire.shared.telemetry import new_run_trace
 from loopwire.tools.catalog import CatalogCache
 from loopwire.transcripts.rebuild import rebuild_session
@@ -181,23 +184,37 @@ class RouterService:
                     # in the state another replica wrote): decide again on the stored state.
                     use_cache = False
                     continue
+                stored: list[tuple[dict[str, Any], bool]] = []
                 if decision.state is not None:
                     dumped = decision.state.dump()
-                    committed = await self.ctx.sessions.commit(
-                        sid, version, dumped, decision.history_len_before, decision.append)
+                    committed, stored = await self._commit(sid, version, dumped, decision)
                     if not committed:
                         # Another replica advanced the session: decide again on its state.
                         self._states.pop(sid, None)
                         use_cache = False
                         continue
                     self._states.put(sid, (version + 1, codec.dumps(dumped)))
-                await self.perform(sid, decision.effects, replay=decision.replay)
+                await self.perform(sid, decision.effects, replay=decision.replay, stored=stored)
                 count_decision(decision, before.profile)
                 count_approvals(before, decision)
                 if not decision.replay:
                     record_ended_runs(before, decision)
                 return decision
         raise RuntimeError(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
+
+    async def _commit(self, sid: str, version: int, dumped: dict[str, Any],
+                      decision: Decision) -> tuple[bool, list[tuple[dict[str, Any], bool]]]:
+        """Commit the new state and history; with Redis, the transition's leading events
+        (those before its first other effect) are stored by the same script, so they get
+        their seqs in the same round trip. Returns (committed, those events stored)."""
+        sessions = self.ctx.sessions
+        lead = _leading_events(decision.effects)
+        if lead and isinstance(sessions, RedisSessionStore) and isinstance(self.ctx.events, RedisEventLog):
+            stored = await sessions.commit_with_events(sid, version, dumped, decision.history_len_before,
+                                                       decision.append, event_items(sid, lead))
+            return stored is not None, stored or []
+        committed = await sessions.commit(sid, version, dumped, decision.history_len_before, decision.append)
+        return committed, []
 
     async def _load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
         raw, version = await self.ctx.sessions.load(sid)
@@ -208,12 +225,17 @@ class RouterService:
             raw, version = await self.ctx.sessions.load(sid)
         return raw, version
 
-    async def perform(self, sid: str, effects: list[Effect], replay: bool = False) -> None:
+    async def perform(self, sid: str, effects: list[Effect], replay: bool = False,
+                      stored: list[tuple[dict[str, Any], bool]] | None = None) -> None:
         """`replay`: the effects are a stored outbox performed again, so the work they
-        publish may have been done already (its consumers look for a record first)."""
+        publish may have been done already (its consumers look for a record first).
+        `stored`: the leading events, already stored with the commit: only published."""
         bus = self.ctx.bus
         subjects = self.ctx.subjects
         batch: list[tuple[str | None, str, str | None, dict[str, Any]]] = []
+        if stored:
+            await bus.publish_stored(sid, stored)
+            effects = effects[len(stored):]
         for n, effect in enumerate(effects):
             if isinstance(effect, EmitEvent):
                 # Consecutive events go out together (one Redis call), before what follows them.
@@ -230,6 +252,16 @@ class RouterService:
                 await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id, replay=replay)
 
 
+
+
+def _leading_events(effects: list[Effect]) -> list[tuple[str | None, str, str | None, dict[str, Any]]]:
+    """(run_id, kind, key, fields) of the events before the first effect of another kind."""
+    lead: list[tuple[str | None, str, str | None, dict[str, Any]]] = []
+    for effect in effects:
+        if not isinstance(effect, EmitEvent):
+            break
+        lead.append((effect.run_id, effect.kind, effect.key, effect.fields))
+    return lead
 
 
 def _result_input(result: GenerationResult | ToolsResult) -> i._Input:
