@@ -25,7 +25,7 @@ class SessionStore(Protocol):
         """The session's state and version (None, 0 when the session is new)."""
         ...
 
-    async def commit(self, sid: str, expected_version: int, state: dict[str, Any],
+    async def commit(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
                      history_len_before: int, append: list[dict[str, Any]]) -> bool:
         """Write `state` as version expected_version+1 and append `append` to the history,
         truncated first to `history_len_before` messages; False when the version moved."""
@@ -49,12 +49,12 @@ class InMemorySessionStore:
         version, raw = self.states[sid]
         return codec.loads(raw), version
 
-    async def commit(self, sid: str, expected_version: int, state: dict[str, Any],
+    async def commit(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
                      history_len_before: int, append: list[dict[str, Any]]) -> bool:
         current = self.states.get(sid, (0, b""))[0]
         if current != expected_version:
             return False
-        self.states[sid] = (expected_version + 1, codec.dumps(state))
+        self.states[sid] = (expected_version + 1, _encoded(state))
         hist = self.histories.setdefault(sid, [])
         del hist[history_len_before:]
         hist.extend(codec.dumps(m) for m in append)
@@ -117,6 +117,11 @@ return append_events(KEYS[3], KEYS[4], KEYS[5], ttl, ARGV, 7 + n)
 the version moved (nothing written), else what the appends returned."""
 
 
+def _encoded(state: dict[str, Any] | bytes) -> bytes:
+    """A state may come encoded already (the router serialises its model straight to JSON)."""
+    return state if isinstance(state, bytes) else codec.dumps(state)
+
+
 def session_key(sid: str) -> str:
     return f"lw:s:{sid}"
 
@@ -140,22 +145,22 @@ class RedisSessionStore:
             return None, 0
         return codec.loads(raw), int(ver)
 
-    async def commit(self, sid: str, expected_version: int, state: dict[str, Any],
+    async def commit(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
                      history_len_before: int, append: list[dict[str, Any]]) -> bool:
-        args: list[Any] = [str(expected_version), str(expected_version + 1), codec.dumps(state),
+        args: list[Any] = [str(expected_version), str(expected_version + 1), _encoded(state),
                            str(history_len_before), str(self._ttl)]
         args.extend(codec.dumps(m) for m in append)
         ok = await self._commit(keys=[session_key(sid), history_key(sid)], args=args)
         return bool(ok)
 
-    async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any],
+    async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
                                  history_len_before: int, append: list[dict[str, Any]],
                                  events: list[Append]) -> list[tuple[dict[str, Any], bool]] | None:
         """`commit`, and `RedisEventLog.append_many(sid, events)` in the same script: the
         events of a transition are stored (their seqs assigned) exactly when its state is,
         in one round trip. None when the version moved (nothing written); the same TTL."""
         stripped, event_argv = event_args(events)
-        args: list[Any] = [str(expected_version), str(expected_version + 1), codec.dumps(state),
+        args: list[Any] = [str(expected_version), str(expected_version + 1), _encoded(state),
                            str(history_len_before), str(self._ttl), str(len(append))]
         args.extend(codec.dumps(m) for m in append)
         args.extend(event_argv)

@@ -186,14 +186,14 @@ class RouterService:
                     continue
                 stored: list[tuple[dict[str, Any], bool]] = []
                 if decision.state is not None:
-                    dumped = decision.state.dump()
+                    dumped = decision.state.dump_json()
                     committed, stored = await self._commit(sid, version, dumped, decision)
                     if not committed:
                         # Another replica advanced the session: decide again on its state.
                         self._states.pop(sid, None)
                         use_cache = False
                         continue
-                    self._states.put(sid, (version + 1, codec.dumps(dumped)))
+                    self._states.put(sid, (version + 1, dumped))
                 await self.perform(sid, decision.effects, replay=decision.replay, stored=stored)
                 count_decision(decision, before.profile)
                 count_approvals(before, decision)
@@ -202,7 +202,7 @@ class RouterService:
                 return decision
         raise RuntimeError(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
 
-    async def _commit(self, sid: str, version: int, dumped: dict[str, Any],
+    async def _commit(self, sid: str, version: int, dumped: bytes,
                       decision: Decision) -> tuple[bool, list[tuple[dict[str, Any], bool]]]:
         """Commit the new state and history; with Redis, the transition's leading events
         (those before its first other effect) are stored by the same script, so they get

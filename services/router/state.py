@@ -174,6 +174,10 @@ class SessionState(BaseModel):
     def dump(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
 
+    def dump_json(self) -> bytes:
+        """`dump()` as JSON bytes, serialised in one step (what the shell commits and caches)."""
+        return self.__pydantic_serializer__.to_json(self, by_alias=True)
+
     @property
     def profile(self) -> str | None:
         if self.run is not None:
