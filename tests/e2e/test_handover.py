@@ -1,0 +1,84 @@
+"""`loopwire up` hands step results to the router and assembled requests to the llm
+service in-process (LOOPWIRE_LOCAL_HANDOVER); with it off, every hop is a JetStream work
+message, as between `loopwire serve` processes. Both give the same run and transcript."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+
+import nats
+import pytest
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+
+from loopwire.testing import LoopwireContainer
+from tests.fakes.anthropic_server import FakeAnthropic
+
+from .conftest import E2E_ENV, serve_tools, wait_for_tools
+from .events import SessionEvents, query
+
+pytestmark = pytest.mark.e2e
+
+EXPECTED = ["run.started", "user.message", "message", "tool.call", "tool.result", "user.message", "message",
+            "run.ended"]
+
+
+@pytest.fixture
+def no_handover_system(fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
+    env = dict(E2E_ENV, ANTHROPIC_BASE_URL=fake_anthropic.url, LOOPWIRE_LOCAL_HANDOVER="false")
+    with LoopwireContainer(env=env) as lw:
+        yield lw
+
+
+@pytest.fixture
+async def no_handover_nc(no_handover_system: LoopwireContainer) -> AsyncIterator[NatsClient]:
+    client = await nats.connect(no_handover_system.get_nats_url())
+    yield client
+    await client.drain()
+
+
+async def run_one_tool_turn(nc: NatsClient, fake: FakeAnthropic) -> tuple[Counter[str], list[dict], dict]:
+    """A run with one tool call; the work subjects published meanwhile, by count."""
+    provider, svc = await serve_tools(nc)
+    await wait_for_tools(nc, {"add"})
+    fake.script("*", [
+        {"text": "Adding.", "tool_use": [{"name": "add", "input": {"a": 1, "b": 2}}]},
+        {"text": "It is 3."},
+    ])
+    work: Counter[str] = Counter()
+
+    async def seen(msg: Msg) -> None:
+        work[msg.subject.removeprefix("loopwire.work.")] += 1
+
+    sub = await nc.subscribe("loopwire.work.>", cb=seen)
+    sid = f"handover-{uuid.uuid4().hex[:8]}"
+    try:
+        async with SessionEvents(nc, sid) as ev:
+            await ev.publish("start", {"input": "1 + 2?", "tools": ["add"]})
+            ended = await ev.wait_for("run.ended", timeout=30)
+        transcript = (await query(nc, "transcript.get", {"session_id": sid}))["events"]
+    finally:
+        await sub.unsubscribe()
+        await svc.stop()
+    assert [c[0] for c in provider.calls] == ["add"]
+    return work, transcript, ended
+
+
+async def test_in_process_hand_overs_leave_only_the_router_s_work_on_the_wire(
+        nc: NatsClient, fake: FakeAnthropic) -> None:
+    work, transcript, ended = await run_one_tool_turn(nc, fake)
+    assert ended["status"] == "completed" and ended["final_text"] == "It is 3."
+    assert [e["kind"] for e in transcript] == EXPECTED
+    assert work == Counter({"memory.assemble": 2, "tools.execute": 1})
+    assert len(fake.message_requests) == 2
+
+
+async def test_without_hand_overs_every_hop_is_a_work_message(
+        no_handover_nc: NatsClient, fake: FakeAnthropic) -> None:
+    work, transcript, ended = await run_one_tool_turn(no_handover_nc, fake)
+    assert ended["status"] == "completed" and ended["final_text"] == "It is 3."
+    assert [e["kind"] for e in transcript] == EXPECTED
+    assert work == Counter({"memory.assemble": 2, "llm.generate": 2, "router.result": 3, "tools.execute": 1})
+    assert len(fake.message_requests) == 2

@@ -1,0 +1,72 @@
+"""ServiceContext.deliver_result: an in-process hand-over to the router when it runs in
+this process, a `router.result` work message otherwise, when stopping, and when the
+hand-over fails (so the router's consumer retries it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from loopwire.shared.envelopes import ToolResultItem, ToolsResult
+from loopwire.shared.runtime import ServiceContext
+from loopwire.shared.settings import Settings
+from loopwire.shared.subjects import Subjects
+
+
+class FakeBus:
+    def __init__(self) -> None:
+        self.published: list[tuple[str, Any, str, bool]] = []
+
+    async def publish_work(self, subject: str, envelope: Any, msg_id: str, replay: bool = False) -> None:
+        self.published.append((subject, envelope, msg_id, replay))
+
+
+class FakeRouter:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.accepted: list[Any] = []
+
+    async def accept_result(self, result: Any) -> None:
+        if self.fail:
+            raise ConnectionError("redis went away")
+        self.accepted.append(result)
+
+
+def context(router: FakeRouter | None) -> tuple[ServiceContext, FakeBus]:
+    settings = Settings()
+    bus = FakeBus()
+    ctx = ServiceContext(settings=settings, subjects=Subjects(settings.subject_prefix), redis=None,  # type: ignore[arg-type]
+                         sessions=None, steps=None, events=None, broker=None, blobs=None,  # type: ignore[arg-type]
+                         _bus=bus)  # type: ignore[arg-type]
+    if router is not None:
+        ctx.local = {"router": router}
+    return ctx, bus
+
+
+RESULT = ToolsResult(session_id="s1", run_id="r1", step_id="r1:t1", turn=1,
+                     results=[ToolResultItem(tool_use_id="toolu_1", name="noop", content="ok")])
+
+
+async def test_the_router_in_this_process_gets_the_result_as_a_call() -> None:
+    router = FakeRouter()
+    ctx, bus = context(router)
+    await ctx.deliver_result(RESULT, msg_id="r1:t1:result")
+    assert router.accepted == [RESULT] and bus.published == []
+
+
+async def test_a_recorded_result_given_as_a_dict_is_handed_over_as_its_model() -> None:
+    router = FakeRouter()
+    ctx, _bus = context(router)
+    await ctx.deliver_result(RESULT.model_dump(mode="json"), msg_id="r1:t1:result")
+    assert router.accepted == [RESULT]
+
+
+@pytest.mark.parametrize("case", ["no router here", "stopping", "hand-over fails"])
+async def test_otherwise_the_result_goes_out_as_a_work_message(case: str) -> None:
+    router = None if case == "no router here" else FakeRouter(fail=case == "hand-over fails")
+    ctx, bus = context(router)
+    ctx.stopping = case == "stopping"
+    await ctx.deliver_result(RESULT, msg_id="r1:t1:result", replay=True)
+    assert bus.published == [(ctx.subjects.router_result, RESULT, "r1:t1:result", True)]
+    assert router is None or router.accepted == []
