@@ -70,29 +70,7 @@ class InMemorySessionStore:
         self.histories.pop(sid, None)
 
 
-_COMMIT_LUA = """
-local cur = redis.call('HGET', KEYS[1], 'ver')
-if (cur or '0') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'ver', ARGV[2], 'state', ARGV[3])
-local keep = tonumber(ARGV[4])
-if keep == 0 then
-  redis.call('DEL', KEYS[2])
-else
-  redis.call('LTRIM', KEYS[2], 0, keep - 1)
-end
-if #ARGV > 5 then
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, 6))
-end
-local ttl = tonumber(ARGV[5])
-if ttl > 0 then
-  redis.call('EXPIRE', KEYS[1], ttl)
-  redis.call('EXPIRE', KEYS[2], ttl)
-end
-return 1
-"""
-
-
-_COMMIT_WITH_EVENTS_LUA = APPEND_EVENTS_LUA + """
+_COMMIT_LUA = APPEND_EVENTS_LUA + """
 local cur = redis.call('HGET', KEYS[1], 'ver')
 if (cur or '0') ~= ARGV[1] then return false end
 redis.call('HSET', KEYS[1], 'ver', ARGV[2], 'state', ARGV[3])
@@ -113,8 +91,10 @@ if ttl > 0 then
 end
 return append_events(KEYS[3], KEYS[4], KEYS[5], ttl, ARGV, 7 + n)
 """
-"""`_COMMIT_LUA` followed by appending events (event_log.APPEND_EVENTS_LUA): nil when
-the version moved (nothing written), else what the appends returned."""
+"""The commit: compare the version, write the state, trim the history to the length the
+old state counted, append the new messages (ARGV[6] of them), then append the events
+that follow them (event_log.APPEND_EVENTS_LUA). nil when the version moved: nothing is
+written."""
 
 
 def _encoded(state: dict[str, Any] | bytes) -> bytes:
@@ -137,7 +117,6 @@ class RedisSessionStore:
         self._r = redis
         self._ttl = ttl_s
         self._commit = redis.register_script(_COMMIT_LUA)
-        self._commit_with_events = redis.register_script(_COMMIT_WITH_EVENTS_LUA)
 
     async def load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
         ver, raw = await self._r.hmget(session_key(sid), ["ver", "state"])
@@ -147,11 +126,7 @@ class RedisSessionStore:
 
     async def commit(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
                      history_len_before: int, append: list[dict[str, Any]]) -> bool:
-        args: list[Any] = [str(expected_version), str(expected_version + 1), _encoded(state),
-                           str(history_len_before), str(self._ttl)]
-        args.extend(codec.dumps(m) for m in append)
-        ok = await self._commit(keys=[session_key(sid), history_key(sid)], args=args)
-        return bool(ok)
+        return await self.commit_with_events(sid, expected_version, state, history_len_before, append, []) is not None
 
     async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
                                  history_len_before: int, append: list[dict[str, Any]],
@@ -164,7 +139,7 @@ class RedisSessionStore:
                            str(history_len_before), str(self._ttl), str(len(append))]
         args.extend(codec.dumps(m) for m in append)
         args.extend(event_argv)
-        flat = await self._commit_with_events(keys=[session_key(sid), history_key(sid), *event_keys(sid)], args=args)
+        flat = await self._commit(keys=[session_key(sid), history_key(sid), *event_keys(sid)], args=args)
         if flat is None:
             return None
         return appended_events(stripped, flat)

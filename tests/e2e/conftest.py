@@ -6,6 +6,7 @@ plain nats-py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -38,26 +39,40 @@ def fake_anthropic() -> Iterator[FakeAnthropic]:
         yield server
 
 
+@contextlib.contextmanager
+def started_system(fake_anthropic: FakeAnthropic, **env: str) -> Iterator[LoopwireContainer]:
+    """`loopwire up` on its own NATS and Redis, talking to the fake Messages API; `env`
+    adds to (or overrides) E2E_ENV."""
+    with LoopwireContainer(env={**E2E_ENV, "ANTHROPIC_BASE_URL": fake_anthropic.url, **env}) as lw:
+        yield lw
+
+
+@contextlib.asynccontextmanager
+async def connected(system: LoopwireContainer) -> AsyncIterator[NatsClient]:
+    client = await nats.connect(system.get_nats_url())
+    try:
+        yield client
+    finally:
+        await client.drain()
+
+
 @pytest.fixture(scope="package")
 def system(fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
-    env = dict(E2E_ENV, ANTHROPIC_BASE_URL=fake_anthropic.url)
-    with LoopwireContainer(env=env) as lw:
+    with started_system(fake_anthropic) as lw:
         yield lw
 
 
 @pytest.fixture
 def own_system(fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
     """A system of this test's own, for tests that kill or stop loopwire."""
-    env = dict(E2E_ENV, ANTHROPIC_BASE_URL=fake_anthropic.url)
-    with LoopwireContainer(env=env) as lw:
+    with started_system(fake_anthropic) as lw:
         yield lw
 
 
 @pytest.fixture
 async def own_nc(own_system: LoopwireContainer) -> AsyncIterator[NatsClient]:
-    client = await nats.connect(own_system.get_nats_url())
-    yield client
-    await client.drain()
+    async with connected(own_system) as client:
+        yield client
 
 
 @pytest.fixture
@@ -68,9 +83,8 @@ def fake(fake_anthropic: FakeAnthropic) -> FakeAnthropic:
 
 @pytest.fixture
 async def nc(system: LoopwireContainer) -> AsyncIterator[NatsClient]:
-    client = await nats.connect(system.get_nats_url())
-    yield client
-    await client.drain()
+    async with connected(system) as client:
+        yield client
 
 
 @dataclass

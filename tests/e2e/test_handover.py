@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
-import nats
 import pytest
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
-from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import E2E_ENV, serve_tools, wait_for_tools
+from .conftest import connected, serve_tools, started_system, wait_for_tools
 from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
@@ -26,17 +24,10 @@ EXPECTED = ["run.started", "user.message", "message", "tool.call", "tool.result"
 
 
 @pytest.fixture
-def no_handover_system(fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
-    env = dict(E2E_ENV, ANTHROPIC_BASE_URL=fake_anthropic.url, LOOPWIRE_LOCAL_HANDOVER="false")
-    with LoopwireContainer(env=env) as lw:
-        yield lw
-
-
-@pytest.fixture
-async def no_handover_nc(no_handover_system: LoopwireContainer) -> AsyncIterator[NatsClient]:
-    client = await nats.connect(no_handover_system.get_nats_url())
-    yield client
-    await client.drain()
+async def no_handover_nc(fake_anthropic: FakeAnthropic) -> AsyncIterator[NatsClient]:
+    with started_system(fake_anthropic, LOOPWIRE_LOCAL_HANDOVER="false") as lw:
+        async with connected(lw) as client:
+            yield client
 
 
 async def run_one_tool_turn(nc: NatsClient, fake: FakeAnthropic) -> tuple[Counter[str], list[dict], dict]:

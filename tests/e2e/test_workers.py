@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 from nats.aio.client import Client as NatsClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -28,7 +27,7 @@ from loopwire.testing import LoopwireContainer
 from loopwire.testing.servers import free_port
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import E2E_ENV
+from .conftest import E2E_ENV, connected
 from .events import SessionEvents
 
 pytestmark = pytest.mark.e2e
@@ -137,9 +136,8 @@ def workers(fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
 
 @pytest.fixture
 async def wnc(workers: LoopwireContainer) -> AsyncIterator[NatsClient]:
-    client = await nats.connect(workers.get_nats_url())
-    yield client
-    await client.drain()
+    async with connected(workers) as client:
+        yield client
 
 
 async def run_session(lw: LoopwireContainer, nc: NatsClient, text: str) -> dict[str, Any]:
