@@ -70,17 +70,30 @@ async def externalize(content: str | list[dict[str, Any]], blobs: BlobStore,
     return [{"type": "text", "text": preview + note, REF_KEY: {"sha256": digest, "bytes": size}}]
 
 
-def has_refs(value: Any) -> bool:
-    if isinstance(value, dict):
-        return REF_KEY in value or any(has_refs(v) for v in value.values())
-    if isinstance(value, list):
-        return any(has_refs(v) for v in value)
+def messages_have_refs(messages: list[dict[str, Any]]) -> bool:
+    """Whether any reference block is where `externalize` puts them: a content block of a
+    message, or a block inside a tool_result's content. Looks nowhere else (tool inputs,
+    texts), so it costs one pass over the blocks, not a walk of every value: it runs on
+    the whole history for every generation."""
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if REF_KEY in block:
+                return True
+            inner = block.get("content")
+            if block.get("type") == "tool_result" and isinstance(inner, list) and any(
+                    isinstance(b, dict) and REF_KEY in b for b in inner):
+                return True
     return False
 
 
 async def resolve_messages(messages: list[dict[str, Any]], blobs: BlobStore) -> list[dict[str, Any]]:
     """Messages with every reference block replaced by its full content."""
-    if not has_refs(messages):
+    if not messages_have_refs(messages):
         return messages
     out = []
     for message in messages:

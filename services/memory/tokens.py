@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from loopwire.shared.blobs import REF_KEY, has_refs
+from loopwire.shared.blobs import REF_KEY, messages_have_refs
 from loopwire.shared.envelopes import ToolSpec
 from loopwire.shared.lru import LruCache
 
@@ -268,7 +268,7 @@ class TokenCounter:
 
     async def count(self, model: str, system: str | None, messages: list[dict[str, Any]],
                     tools: list[ToolSpec]) -> Count:
-        if has_refs(messages):
+        if messages_have_refs(messages):
             # Content by reference (shared/blobs.py) reaches the model whole, but the API
             # would reject the reference: count the rest exactly, estimate what it hides.
             visible, hidden_chars = strip_refs(messages)
