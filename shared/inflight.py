@@ -3,7 +3,7 @@
 The llm and tools services both run long steps. The router publishes a cancel notice on
 core NATS `<prefix>.ctl.<sid>.cancel` (body optional, `{"run_id": ...}` narrows it to one
 run) when a steer or an abort makes a step moot; `InflightSteps` turns that notice into an
-`asyncio.Event` the step watches. `keep_alive` sends JetStream `in_progress()` every
+`asyncio.Event` the step watches. `Heartbeat` sends JetStream `in_progress()` every
 ack_wait/3 so a step that is alive is never redelivered to another replica.
 """
 
@@ -67,12 +67,40 @@ class InflightSteps:
         self.cancel(msg.subject[len(head):-len(tail)], run_id)
 
 
-async def keep_alive(beat: Callable[[], Awaitable[None]], ack_wait_s: float) -> None:
-    """Call `beat` (a message's `in_progress`) every ack_wait/3 until cancelled."""
-    interval = max(0.05, ack_wait_s / 3)
-    while True:
-        await asyncio.sleep(interval)
+class Heartbeat:
+    """Calls `beat` (a message's `in_progress`) every ack_wait/3 while a step runs.
+
+    Driven by a timer, not a task per step: most steps end long before the first beat is
+    due, so they cost one timer handle, scheduled and cancelled. `with Heartbeat(...)`."""
+
+    def __init__(self, beat: Callable[[], Awaitable[None]] | None, ack_wait_s: float) -> None:
+        self._beat = beat
+        self._interval = max(0.05, ack_wait_s / 3)
+        self._timer: asyncio.TimerHandle | None = None
+        self._sending: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def __enter__(self) -> Heartbeat:
+        if self._beat is not None:
+            self._timer = asyncio.get_running_loop().call_later(self._interval, self._due)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._sending is not None and not self._sending.done():
+            self._sending.cancel()
+
+    def _due(self) -> None:
+        if not self._closed:
+            self._sending = asyncio.ensure_future(self._send())
+
+    async def _send(self) -> None:
+        assert self._beat is not None
         try:
-            await beat()
+            await self._beat()
         except Exception as exc:  # a missed heartbeat only risks a redelivery
             log.debug("in_progress failed: %s", exc)
+        if not self._closed:
+            self._timer = asyncio.get_running_loop().call_later(self._interval, self._due)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from loopwire.shared.inflight import InflightSteps, keep_alive
+from loopwire.shared.inflight import Heartbeat, InflightSteps
 from loopwire.shared.subjects import Subjects
 
 pytestmark = pytest.mark.unit
@@ -25,7 +25,7 @@ async def test_notice_sets_the_steps_of_its_session_and_run() -> None:
     assert steps.cancel("s1") == 0, "finished steps are forgotten"
 
 
-async def test_keep_alive_beats_until_cancelled() -> None:
+async def test_heartbeat_beats_while_the_step_runs_and_stops_with_it() -> None:
     beats = 0
     third = asyncio.Event()
 
@@ -37,9 +37,20 @@ async def test_keep_alive_beats_until_cancelled() -> None:
         if beats == 3:
             third.set()
 
-    task = asyncio.create_task(keep_alive(beat, ack_wait_s=0.15))
-    await asyncio.wait_for(third.wait(), 5)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert beats >= 3
+    with Heartbeat(beat, ack_wait_s=0.15):
+        await asyncio.wait_for(third.wait(), 5)
+    after = beats
+    await asyncio.sleep(0.2)  # four intervals: none comes after the step ended
+    assert after >= 3 and beats == after
+
+
+async def test_a_short_step_sends_no_heartbeat() -> None:
+    beats: list[int] = []
+
+    async def beat() -> None:
+        beats.append(1)
+
+    with Heartbeat(beat, ack_wait_s=0.3):
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.15)
+    assert beats == []

@@ -36,7 +36,7 @@ from pydantic import ValidationError
 from loopwire.shared import codec
 from loopwire.shared.blobs import resolve_messages
 from loopwire.shared.envelopes import Generate, GenerationResult
-from loopwire.shared.inflight import InflightSteps, keep_alive
+from loopwire.shared.inflight import Heartbeat, InflightSteps
 from loopwire.shared.runtime import ServiceContext, delivery_count, seen_before
 
 from .breaker import CircuitBreaker, RunGate, breaker_from_settings
@@ -129,14 +129,8 @@ class LlmService:
         if delivered > 1:
             await ctx.bus.emit(env.session_id, env.run_id, "retracted", key=f"{env.step_id}:retract:{delivered}",
                                turn=env.turn, reason=REDELIVERED_REASON)
-        beat = asyncio.create_task(keep_alive(heartbeat, ctx.settings.ack_wait_s)) if heartbeat is not None else None
-        try:
+        with Heartbeat(heartbeat, ctx.settings.ack_wait_s):
             result = await self._generate(env, delivered)
-        finally:
-            if beat is not None:
-                beat.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await beat
         if result.error is not None and result.error.code == "cancelled":
             # Not recorded: the step is stale for the router, and nothing was decided.
             await ctx.deliver_result(result, msg_id=result_msg_id(env.step_id))

@@ -13,8 +13,6 @@ observer look at the turns in the background.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -24,7 +22,7 @@ from pydantic import ValidationError
 
 from loopwire.shared import metrics
 from loopwire.shared.envelopes import AssembleContext, ToolSpec
-from loopwire.shared.inflight import keep_alive
+from loopwire.shared.inflight import Heartbeat
 from loopwire.shared.lru import LruCache
 from loopwire.shared.runtime import ServiceContext, delivery_count, seen_before
 from loopwire.shared.session_store import RedisSessionStore
@@ -94,17 +92,13 @@ class MemoryService:
             log.error("malformed assemble envelope dropped: %s", exc)
             await msg.reject()  # a body that can never decode is not redelivered
             return
-        beat = asyncio.create_task(keep_alive(msg.in_progress, self.ctx.settings.ack_wait_s))
         try:
-            await self.assemble(env, replay=seen_before(msg), delivered=delivery_count(msg))
+            with Heartbeat(msg.in_progress, self.ctx.settings.ack_wait_s):
+                await self.assemble(env, replay=seen_before(msg), delivered=delivery_count(msg))
         except Exception:
             log.exception("session %s: assembling %s failed; it will be redelivered", env.session_id, env.step_id)
             await msg.nack(delay=1.0)
             return
-        finally:
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
         await msg.ack()
         self.observer.poke(env)
 

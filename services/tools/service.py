@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from loopwire.shared.contract import error_reply
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem, ToolsResult
-from loopwire.shared.inflight import InflightSteps, keep_alive
+from loopwire.shared.inflight import Heartbeat, InflightSteps
 from loopwire.shared.runtime import ServiceContext, seen_before
 
 from .catalog import Catalog, catalog_max_age, read_catalog_entries
@@ -157,19 +157,17 @@ class ToolsService:
     async def _run(self, env: ExecuteTools, msg: NatsMessage, emit: Callable[[ToolResultItem], Awaitable[None]],
                    cancel: asyncio.Event) -> None:
         assert self.executor is not None
-        heartbeat = asyncio.create_task(keep_alive(msg.in_progress, self.ctx.settings.ack_wait_s))
         try:
-            results = await self.executor.execute(env, on_result=emit, cancel=cancel, seen=seen_before(msg))
-            result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
-                                 turn=env.turn, trace=env.trace, results=results)
-            await self.ctx.deliver_result(result, msg_id=f"{env.step_id}:result")
+            with Heartbeat(msg.in_progress, self.ctx.settings.ack_wait_s):
+                results = await self.executor.execute(env, on_result=emit, cancel=cancel, seen=seen_before(msg))
+                result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
+                                     turn=env.turn, trace=env.trace, results=results)
+                await self.ctx.deliver_result(result, msg_id=f"{env.step_id}:result")
         except Exception:
             # Our own effects failed (Redis, NATS): redeliver; recorded calls will not rerun.
             log.exception("tools step %s failed; it will be redelivered", env.step_id)
             await msg.nack(delay=1.0)
             return
-        finally:
-            heartbeat.cancel()
         await msg.ack()
 
     async def _bad_reply(self, env: ExecuteTools, call: ToolCall, problem: str) -> None:
