@@ -6,7 +6,8 @@ The handler is a thin shell::
            -> redelivered? emit `retracted` (the earlier partial answer is void)
            -> run the fallback chain, streaming `text.delta` events, `model.fallback`
               on switches, heartbeats (in_progress) while it runs
-           -> record `gen:<step_id>` -> publish to the router -> ack
+           -> record `gen:<step_id>` -> to the router (a work message, or a call when
+              it runs in this process: ServiceContext.deliver_result) -> ack
 
 Record before publish, ack after publish: a crash anywhere replays safely (the record
 answers the replay; the result's Nats-Msg-Id deduplicates a second publish).

@@ -7,7 +7,8 @@ observer look at the turns in the background.
          record's boundary on (the summarised part is never read again), tool catalog
       -> ContextGuard.fit: measure, maybe compact (summary through the llm service)
       -> effects: store the new compaction (with its cost), emit `compaction`, claim the
-         tokens spent for this step (`extra_usage`), publish `Generate`
+         tokens spent for this step (`extra_usage`), publish `Generate` (in `loopwire up`:
+         hand it to the llm service in-process, docs/architecture.md)
       -> ack -> Observer.poke (observations/reflections, off the critical path)
 """
 

@@ -1,6 +1,7 @@
 """The tools service: runs the tool calls the router sends and answers with their results.
 
     router --ExecuteTools (work.tools.execute)--> tools --ToolsResult (work.router.result)--> router
+    (the result is a call instead when the router runs in this process: ServiceContext.deliver_result)
 
 The handler is a shell around :class:`~loopwire.tools.executor.Executor`: decode, run the
 calls (heartbeating JetStream meanwhile), emit one `tool.result` event per call as it
