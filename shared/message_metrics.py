@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from faststream.nats.prometheus.provider import NatsMetricsSettingsProvider, settings_provider_factory
+from faststream.prometheus.manager import MetricsManager
 from faststream.prometheus.middleware import PrometheusMiddleware
 from nats.aio.msg import Msg
 
@@ -42,12 +43,56 @@ class _SessionlessProvider(NatsMetricsSettingsProvider):
         return subject_pattern(super().get_publish_destination_name_from_cmd(cmd))
 
 
+_SESSIONLESS = _SessionlessProvider()
+"""Stateless: one for every message (FastStream asks the factory once per message)."""
+
+
 def _provider(msg: Msg | Sequence[Msg] | None) -> Any:
     if isinstance(msg, Msg) or msg is None:
-        return _SessionlessProvider()
+        return _SESSIONLESS
     return settings_provider_factory(msg)
 
 
+class _CachedLabels:
+    """A metric whose `labels(...)` children are kept by their label values: FastStream's
+    manager asks for six of them per message, and prometheus_client's lookup (validation,
+    a lock, a dict) cost more than the rest of the middleware. The label sets are few
+    (handlers × statuses × exception types), so the cache stays small."""
+
+    __slots__ = ("_metric", "_children")
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._children: dict[tuple[tuple[str, Any], ...], Any] = {}
+
+    def labels(self, **labels: Any) -> Any:
+        key = tuple(labels.items())
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self._metric.labels(**labels)
+        return child
+
+
+class _CachedContainer:
+    """FastStream's MetricsContainer with every metric behind `_CachedLabels`."""
+
+    def __init__(self, container: Any) -> None:
+        self._container = container
+        self._cached: dict[str, _CachedLabels] = {}
+
+    def __getattr__(self, name: str) -> _CachedLabels:
+        cached = self._cached.get(name)
+        if cached is None:
+            cached = self._cached[name] = _CachedLabels(getattr(self._container, name))
+        return cached
+
+
 def message_metrics_middleware() -> PrometheusMiddleware[Any, Any]:
-    return PrometheusMiddleware(settings_provider_factory=_provider, registry=metrics.REGISTRY,
-                                app_name="loopwire", metrics_prefix="loopwire_faststream")
+    middleware: PrometheusMiddleware[Any, Any] = PrometheusMiddleware(
+        settings_provider_factory=_provider, registry=metrics.REGISTRY, app_name="loopwire",
+        metrics_prefix="loopwire_faststream")
+    # The same manager over a container whose label children are cached (FastStream 0.6's
+    # middleware keeps both as attributes; tests/test_message_metrics.py checks the output).
+    middleware._metrics_manager = MetricsManager(  # type: ignore[attr-defined]
+        _CachedContainer(middleware._metrics_container), app_name="loopwire")  # type: ignore[attr-defined,arg-type]
+    return middleware
