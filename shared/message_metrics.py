@@ -54,23 +54,17 @@ def _provider(msg: Msg | Sequence[Msg] | None) -> Any:
 
 
 class _CachedLabels:
-    """A metric whose `labels(...)` children are kept by their label values: FastStream's
-    manager asks for six of them per message, and prometheus_client's lookup (validation,
-    a lock, a dict) cost more than the rest of the middleware. The label sets are few
-    (handlers × statuses × exception types), so the cache stays small."""
+    """A metric whose `labels(...)` children are kept (metrics.child): FastStream's manager
+    asks for six of them per message, and prometheus-client's lookup costs more than the
+    rest of the middleware. The label sets are few (handlers × statuses × exception types)."""
 
-    __slots__ = ("_metric", "_children")
+    __slots__ = ("_metric",)
 
     def __init__(self, metric: Any) -> None:
         self._metric = metric
-        self._children: dict[tuple[tuple[str, Any], ...], Any] = {}
 
     def labels(self, **labels: Any) -> Any:
-        key = tuple(labels.items())
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = self._metric.labels(**labels)
-        return child
+        return metrics.child(self._metric, **labels)
 
 
 class _CachedContainer:

@@ -207,24 +207,38 @@ def tool_label(tool: str | None) -> str:
 
 
 # -- one-line helpers ----------------------------------------------------------------------
+_children: dict[tuple[int, tuple[tuple[str, str], ...]], Any] = {}
+
+
+def child(metric: Any, **labels: str) -> Any:
+    """`metric.labels(**labels)`, kept: prometheus-client validates and locks on every
+    lookup, which costs more than the increment on a hot path. Label values here are
+    bounded (model_label, tool_label, fixed sets), so the cache is too."""
+    key = (id(metric), tuple(labels.items()))
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(**labels)
+    return found
+
+
 def observe_usage(model: str, input_tokens: int, output_tokens: int, cost_usd: float = 0.0) -> None:
     """Count one model response's tokens and cost. `input_tokens` already includes the
     cache read and cache creation tokens (FIELD-NOTES: Anthropic reports them apart)."""
     m = model_label(model)
     if input_tokens:
-        TOKENS.labels(direction="input", model=m).inc(input_tokens)
+        child(TOKENS, direction="input", model=m).inc(input_tokens)
     if output_tokens:
-        TOKENS.labels(direction="output", model=m).inc(output_tokens)
+        child(TOKENS, direction="output", model=m).inc(output_tokens)
     if cost_usd:
-        COST_USD.labels(model=m).inc(cost_usd)
+        child(COST_USD, model=m).inc(cost_usd)
 
 
 def observe_tool_call(tool: str, outcome: str, duration_s: float | None = None) -> None:
     """Count one tool call and, when it ran, its duration."""
     t = tool_label(tool)
-    TOOL_CALLS.labels(tool=t, outcome=outcome).inc()
+    child(TOOL_CALLS, tool=t, outcome=outcome).inc()
     if duration_s is not None:
-        TOOL_CALL_DURATION.labels(tool=t).observe(duration_s)
+        child(TOOL_CALL_DURATION, tool=t).observe(duration_s)
 
 
 def set_breaker_state(model: str, state: str | int) -> None:

@@ -37,7 +37,7 @@ class ObservedModel(Model):
             nonlocal first_chunk_s
             if first_chunk_s is None:
                 first_chunk_s = time.monotonic() - started
-                metrics.LLM_TTFT.labels(model=label).observe(first_chunk_s)
+                metrics.child(metrics.LLM_TTFT, model=label).observe(first_chunk_s)
             if on_text is not None:
                 await on_text(piece)
 
@@ -48,7 +48,7 @@ class ObservedModel(Model):
             try:
                 response = await self.inner.generate(request, timed)
             finally:
-                metrics.LLM_REQUEST_DURATION.labels(model=label).observe(time.monotonic() - started)
+                metrics.child(metrics.LLM_REQUEST_DURATION, model=label).observe(time.monotonic() - started)
             usage = response.usage
             telemetry.record_chat_response(
                 span, response_model=response.model, response_id=response.response_id,
@@ -61,7 +61,7 @@ class ObservedModel(Model):
 
 def count_step(outcome: str) -> None:
     """`ok`, `error` (a failed model call, reported as a result) or `replayed`."""
-    metrics.STEPS.labels(service="llm", outcome=outcome).inc()
+    metrics.child(metrics.STEPS, service="llm", outcome=outcome).inc()
 
 
 def count_fallback(switch: dict[str, str]) -> None:

@@ -29,7 +29,7 @@ def count_decision(decision: Decision, profile: str | None) -> None:
         if count.name in ("turn", "extra_usage"):
             model = count.labels.get("model", "")
             if count.name == "turn":
-                metrics.TURNS.labels(profile=count.labels.get("profile", "unknown")).inc()
+                metrics.child(metrics.TURNS, profile=count.labels.get("profile", "unknown")).inc()
             metrics.observe_usage(model, int(count.values.get("input_tokens", 0)),
                                   int(count.values.get("output_tokens", 0)), count.values.get("cost_usd", 0.0))
         elif count.name == "vacuous_retry":
