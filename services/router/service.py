@@ -54,10 +54,12 @@ class RouterService:
         self.ctx = ctx
         self.core = CoreConfig.from_settings(ctx.settings)
         self._locks = KeyedLock()
-        self._states = LruCache[str, tuple[int, bytes]](10_000)
-        """Sessions this replica committed last, with their version: the next input of a
-        session usually finds its state here instead of reading it back from Redis. A stale
-        copy is harmless: its commit fails the version check and the shell reloads."""
+        self._states = LruCache[str, tuple[int, SessionState]](10_000)
+        """The state this replica committed last for a session, with its version: the next
+        input of the session takes it out (the core changes it in place) instead of reading
+        and parsing it again, and its commit puts the new one back. A stale one (another
+        replica moved on) is harmless: its commit fails the version check and the shell
+        reloads."""
         self._catalog: CatalogCache | None = None
         """The tool catalog, for the schemas of the plan gate (reused for up to a second)."""
         self._strategies: StrategyStore | None = None
@@ -168,15 +170,15 @@ class RouterService:
         async with self._locks.hold(sid):
             use_cache = True
             for _ in range(MAX_COMMIT_ATTEMPTS):
-                cached = self._states.get(sid) if use_cache else None
+                cached = self._states.pop(sid) if use_cache else None
                 if cached is not None:
-                    version, blob = cached
-                    state = SessionState.model_validate_json(blob)
+                    version, state = cached
                 else:
                     raw, version = await self._load(sid)
                     state = SessionState.load(raw, sid)
-                # The state was made for this attempt: the core may change it in place. What
-                # the counters need of the state before the input, a shallow copy keeps.
+                # The state is this attempt's alone (taken out of the cache, or just loaded):
+                # the core may change it in place. What the counters need of the state
+                # before the input, a shallow copy keeps.
                 before = state.model_copy()
                 decision = decide(state, inp, self.core, owned=True)
                 if cached is not None and decision.state is None and not decision.replay:
@@ -190,10 +192,11 @@ class RouterService:
                     committed, stored = await self._commit(sid, version, dumped, decision)
                     if not committed:
                         # Another replica advanced the session: decide again on its state.
-                        self._states.pop(sid, None)
                         use_cache = False
                         continue
-                    self._states.put(sid, (version + 1, dumped))
+                    self._states.put(sid, (version + 1, decision.state))
+                elif decision.replay:
+                    self._states.put(sid, (version, state))  # a replay leaves the state as it was
                 await self.perform(sid, decision.effects, replay=decision.replay, stored=stored)
                 count_decision(decision, before.profile)
                 count_approvals(before, decision)
