@@ -139,3 +139,17 @@ def test_a_worker_stops_itself_when_its_parent_is_gone(tmp_path: Path) -> None:
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marker.exists(), "the orphaned worker got SIGTERM from its parent watch"
+
+
+def test_a_container_of_several_workers_gets_adjacent_free_metrics_ports() -> None:
+    import socket
+
+    from loopwire.testing.servers import free_ports
+    from loopwire.testing.system import _workers_in
+
+    assert [_workers_in(s) for s in ("up", "up --workers 3", "up --workers=2 --embedded", "serve router")] == \
+        [1, 3, 2, 1]
+    port = free_ports(3)
+    for p in (port, port + 1, port + 2):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", p))  # each of them is free

@@ -5,7 +5,8 @@
 - `servers`: throwaway nats-server / redis-server on free ports.
 """
 
-from .servers import ServerHandle, docker_available, free_port, start_nats, start_redis
+from .servers import ServerHandle, docker_available, free_port, free_ports, start_nats, start_redis
 from .system import LoopwireContainer
 
-__all__ = ["LoopwireContainer", "ServerHandle", "docker_available", "free_port", "start_nats", "start_redis"]
+__all__ = ["LoopwireContainer", "ServerHandle", "docker_available", "free_port", "free_ports", "start_nats",
+           "start_redis"]

@@ -26,6 +26,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(count: int, attempts: int = 50) -> int:
+    """A free port whose `count - 1` successors are free too (for `loopwire up --workers
+    N`, whose worker i serves /metrics on port + i)."""
+    for _ in range(attempts):
+        port = free_port()
+        if all(_bindable(port + i) for i in range(1, count)):
+            return port
+    raise RuntimeError(f"no {count} adjacent free ports")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def wait_port(port: int, timeout: float = 15.0, proc: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

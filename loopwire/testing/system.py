@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .servers import ServerHandle, docker_available, free_port, start_nats, start_redis
+from .servers import ServerHandle, docker_available, free_ports, start_nats, start_redis
 
 
 class LoopwireContainer:
@@ -94,7 +94,8 @@ class LoopwireContainer:
         if self.image and self.use_docker:
             self._start_container()
             return
-        self.metrics_port = self.metrics_port or free_port()
+        # `up --workers N`: worker i serves /metrics on port + i, so N adjacent free ports.
+        self.metrics_port = self.metrics_port or free_ports(_workers_in(self.services))
         args = [sys.executable, "-m", "loopwire.cli", *self.services.split()]
         log = open(self.log_path, "ab")  # noqa: SIM115 - the process owns it
         self.proc = subprocess.Popen(args, env=self.process_env(), stdout=log, stderr=subprocess.STDOUT,
@@ -157,3 +158,14 @@ class LoopwireContainer:
         self.container = container.start()
         self.metrics_port = 9464
         self.wait_ready()
+
+
+def _workers_in(services: str) -> int:
+    """N of a `... --workers N` in the command, else 1."""
+    words = services.split()
+    for n, word in enumerate(words):
+        if word == "--workers" and n + 1 < len(words) and words[n + 1].isdigit():
+            return max(1, int(words[n + 1]))
+        if word.startswith("--workers=") and word.split("=", 1)[1].isdigit():
+            return max(1, int(word.split("=", 1)[1]))
+    return 1

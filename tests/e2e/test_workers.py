@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -24,26 +23,12 @@ from nats.aio.client import Client as NatsClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from loopwire.testing import LoopwireContainer
-from loopwire.testing.servers import free_port
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import E2E_ENV, connected
 from .events import SessionEvents
 
 pytestmark = pytest.mark.e2e
-
-
-def free_port_pair() -> int:
-    """A free port whose successor is free too (worker 1 serves on port + 1)."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two adjacent free ports")
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -117,7 +102,6 @@ def received(port: int) -> float:
 def start_system(fake_anthropic: FakeAnthropic) -> LoopwireContainer:
     env = dict(E2E_ENV, ANTHROPIC_BASE_URL=fake_anthropic.url)
     lw = LoopwireContainer(env=env, services="up --workers 2")
-    lw.metrics_port = free_port_pair()
     lw.start()  # returns once worker 0 (the parent) answers /readyz
     try:
         wait_ready(lw.metrics_port + 1)
