@@ -15,7 +15,7 @@ from nats.aio.client import Client as NatsClient
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import serve_tools, wait_for_tools
+from .conftest import connected, serve_tools, started_system, wait_for_tools
 from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
@@ -23,6 +23,17 @@ pytestmark = pytest.mark.e2e
 
 async def test_kill_9_during_a_slow_tool_loses_and_repeats_nothing(
         own_system: LoopwireContainer, own_nc: NatsClient, fake: FakeAnthropic) -> None:
+    await slow_tool_crash(own_system, own_nc, fake)
+
+
+async def test_the_same_with_every_hop_on_jetstream(fake_anthropic: FakeAnthropic, fake: FakeAnthropic) -> None:
+    # As between `loopwire serve` processes: no in-process hand-overs.
+    with started_system(fake_anthropic, LOOPWIRE_LOCAL_HANDOVER="false") as system:
+        async with connected(system) as nc:
+            await slow_tool_crash(system, nc, fake)
+
+
+async def slow_tool_crash(own_system: LoopwireContainer, own_nc: NatsClient, fake: FakeAnthropic) -> None:
     provider, svc = await serve_tools(own_nc)
     provider.slow_delay_s = 5.0
     await wait_for_tools(own_nc, {"slow_echo"})
@@ -53,3 +64,29 @@ async def test_kill_9_during_a_slow_tool_loses_and_repeats_nothing(
     seqs = [e["seq"] for e in transcript]
     assert seqs == sorted(set(seqs))
     await svc.stop()
+
+
+async def test_kill_9_during_a_slow_model_stream_retracts_and_answers_once(
+        own_system: LoopwireContainer, own_nc: NatsClient, fake: FakeAnthropic) -> None:
+    # In `loopwire up` the generation runs inside memory's handler (an in-process hand-over),
+    # so the message that comes back after the crash is memory's: it is assembled again and
+    # the model asked again (the first answer was never recorded), after a `retracted` event
+    # that voids the text streamed before the crash.
+    fake.script("*", [
+        {"chunks": ["Thinking ", "slowly ", "about ", "it ", "..."], "chunk_delay_s": 1.0},
+        {"text": "Done thinking."},
+    ])
+    sid = "crash-stream"
+    async with SessionEvents(own_nc, sid) as ev:
+        await ev.publish("start", {"input": "think", "tools": []})
+        await ev.wait_for("text.delta", timeout=20)
+        own_system.kill()
+        await asyncio.to_thread(own_system.start_loopwire)
+        ended = await ev.wait_for("run.ended", timeout=60)
+
+    assert ended["status"] == "completed" and ended["final_text"] == "Done thinking."
+    assert len(fake.message_requests) == 2
+    transcript = (await query(own_nc, "transcript.get", {"session_id": sid}))["events"]
+    kinds = [e["kind"] for e in transcript]
+    assert kinds == ["run.started", "user.message", "retracted", "message", "run.ended"]
+    assert [e["seq"] for e in transcript] == sorted({e["seq"] for e in transcript})
