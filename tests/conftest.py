@@ -11,7 +11,11 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from loopwire.shared import telemetry
 from loopwire.testing.servers import ServerHandle, start_nats, start_redis
 
 os.environ.pop("ANTHROPIC_API_KEY", None)
@@ -46,3 +50,17 @@ async def redis_client(redis_server: ServerHandle) -> AsyncIterator[object]:
     await client.flushdb()
     yield client
     await client.aclose()
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    """loopwire's spans in an in-memory exporter, through the same provider set-up as
+    production (the run-trace id generator, the redacting wrapper, content capture off)."""
+    monkeypatch.delenv(telemetry.CAPTURE_CONTENT_ENV, raising=False)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(id_generator=telemetry.RunIdGenerator())
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry.set_tracer_provider(provider)
+    yield exporter
+    telemetry.set_tracer_provider(None)
+    provider.shutdown()

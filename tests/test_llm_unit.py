@@ -4,13 +4,10 @@ provider selection and envelope translation. No network; sleeps are injected."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 
 import anthropic
 import httpx2
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from loopwire.llm.errors import ModelCallError, classify
@@ -27,7 +24,7 @@ from loopwire.llm.scripted_model import (
     find_expression,
     split_chunks,
 )
-from loopwire.shared import metrics, telemetry
+from loopwire.shared import metrics
 from loopwire.shared.envelopes import Generate, ToolSpec, Usage
 from loopwire.shared.settings import Settings
 
@@ -377,16 +374,6 @@ def test_generation_envelopes() -> None:
 
 
 # -- observation ------------------------------------------------------------------------------
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry.set_tracer_provider(provider)
-    yield exporter
-    telemetry.set_tracer_provider(None)
-
-
 async def test_each_attempt_gets_a_chat_span_in_the_runs_trace(spans: InMemorySpanExporter) -> None:
     trace_id = "0af7651916cd43dd8448eb211c80319c"
     env = Generate(session_id="s1", run_id="r1", step_id="r1:1:g0", models=["p", "f"], max_tokens=10,

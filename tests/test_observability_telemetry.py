@@ -7,7 +7,6 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -20,19 +19,6 @@ from loopwire.shared import telemetry
 pytestmark = pytest.mark.unit
 
 FAKE_KEY = "sk-ant-api03-Zx9yFAKEfakeFAKE_0123456789-abcdefABCDEF"
-
-
-@pytest.fixture
-def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
-    """Our spans go to an in-memory exporter (through the redacting wrapper, as in prod)."""
-    monkeypatch.delenv(telemetry.CAPTURE_CONTENT_ENV, raising=False)
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry.set_tracer_provider(provider)
-    yield exporter
-    telemetry.set_tracer_provider(None)
-    provider.shutdown()
 
 
 def _everything_recorded(exporter: InMemorySpanExporter) -> str:

@@ -7,13 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from loopwire.client import LoopwireClient
 from loopwire.launcher import SERVICE_NAMES, start_services
-from loopwire.shared import telemetry
 from loopwire.shared.settings import Settings
 from loopwire.testing import ServerHandle
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -21,16 +18,6 @@ from tests.fakes.anthropic_server import FakeAnthropic
 pytestmark = pytest.mark.integration
 
 FAKE_KEY = "sk-ant-api03-" + "Q" * 40 + "-notreal"
-
-
-@pytest.fixture
-def spans() -> InMemorySpanExporter:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(id_generator=telemetry.RunIdGenerator())
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry.set_tracer_provider(provider)
-    yield exporter
-    telemetry.set_tracer_provider(None)
 
 
 async def test_one_trace_spans_router_llm_and_tools(
