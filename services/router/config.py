@@ -1,7 +1,9 @@
 """The router core's configuration: the defaults and the loop-control knobs.
 
 One frozen dataclass, built from Settings by the shell (`CoreConfig.from_settings`), so
-the core itself never reads the environment and tests pass exactly what they mean.
+the core itself never reads the environment and tests pass exactly what they mean. The
+defaults are Settings' own (documented there, and in README's configuration table), so
+a core made with `CoreConfig()` behaves as a deployment with no overrides.
 """
 
 from __future__ import annotations
@@ -9,22 +11,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from loopwire.shared.settings import Settings
+
+
+def _default(name: str) -> Any:
+    return Settings.model_fields[name].default
+
 
 @dataclass(frozen=True)
 class CoreConfig:
-    default_model: str = "claude-sonnet-4-5"
-    default_max_tokens: int = 4096
-    max_inner_iterations: int = 0
+    default_model: str = _default("default_model")
+    default_max_tokens: int = _default("default_max_tokens")
+    max_inner_iterations: int = _default("max_inner_iterations")
     """Generations per outer iteration; 0: the profile's default."""
-    max_outer_iterations: int = 0
+    max_outer_iterations: int = _default("max_outer_iterations")
     """Outer iterations per run; 0: the profile's default."""
-    budget_warning_pct: float = 0.8
-    loop_repeat_threshold: int = 3
-    loop_text_repeats: int = 2
-    vacuous_max_retries: int = 2
-    commitment_max_nudges: int = 2
-    context_retries: int = 1
-    max_subagent_depth: int = 3
+    budget_warning_pct: float = _default("budget_warning_pct")
+    loop_repeat_threshold: int = _default("loop_repeat_threshold")
+    loop_text_repeats: int = _default("loop_text_repeats")
+    vacuous_max_retries: int = _default("vacuous_max_retries")
+    commitment_max_nudges: int = _default("commitment_max_nudges")
+    context_retries: int = _default("context_retries")
+    max_subagent_depth: int = _default("max_subagent_depth")
     """A child run deeper than this is refused (subagent.py)."""
 
     @classmethod
