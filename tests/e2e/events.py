@@ -9,6 +9,8 @@ from typing import Any
 
 from nats.aio.client import Client as NatsClient
 
+from loopwire.shared.events import validate_event
+
 
 class SessionEvents:
     def __init__(self, nc: NatsClient, sid: str, prefix: str = "loopwire") -> None:
@@ -49,6 +51,11 @@ class SessionEvents:
                 while (hit := found()) is None:
                     await self._changed.wait()
         return hit
+
+    def check_bodies(self) -> None:
+        """Every event seen matches its kind's model (shared/events.py)."""
+        for event in self.events:
+            validate_event(event)
 
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e["kind"] == kind]

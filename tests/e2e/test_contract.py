@@ -11,7 +11,6 @@ import uuid
 import pytest
 from nats.aio.client import Client as NatsClient
 
-from loopwire.shared.events import validate_event
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import ToolProvider, wait_for_tools
@@ -44,8 +43,7 @@ async def test_agentic_run_with_a_nats_micro_tool(nc: NatsClient, fake: FakeAnth
     assert ended["usage"]["input_tokens"] > 0 and ended["usage"]["output_tokens"] > 0
     assert ended["v"] == 1 and ended["session_id"] == s
 
-    for event in ev.events:
-        validate_event(event)  # every body matches its kind's model (shared/events.py)
+    ev.check_bodies()  # every body matches its kind's model (shared/events.py)
     kinds = [e["kind"] for e in ev.durable()]
     assert kinds == ["run.started", "user.message", "message", "tool.call", "tool.result", "user.message",
                      "message", "run.ended"]

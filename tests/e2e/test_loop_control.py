@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from nats.aio.client import Client as NatsClient
 
-from loopwire.shared.events import validate_event
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import ToolProvider, wait_for_tools
@@ -23,11 +22,6 @@ pytestmark = pytest.mark.e2e
 
 def sid() -> str:
     return f"e2e-lc-{uuid.uuid4().hex[:10]}"
-
-
-def check_bodies(ev: SessionEvents) -> None:
-    for event in ev.events:
-        validate_event(event)
 
 
 def last_user_texts(request: dict[str, Any]) -> list[str]:
@@ -49,7 +43,7 @@ async def test_a_model_repeating_one_tool_call_is_redirected_then_terminated(
     async with SessionEvents(nc, s) as ev:
         await ev.publish("start", {"input": "add 1 and 1, carefully", "tools": ["add"]})
         ended = await ev.wait_for("run.ended")
-    check_bodies(ev)
+    ev.check_bodies()
     assert [(e["detection"], e["escalation"]) for e in ev.of("loop.detected")] == [
         ("repeated_tool_call", "redirect"), ("repeated_tool_call", "terminate")]
     assert ended["status"] == "loop_terminated" and ended["reason"] == "repeated_tool_call"
@@ -68,7 +62,7 @@ async def test_an_empty_answer_is_retracted_and_retried(nc: NatsClient, fake: Fa
     async with SessionEvents(nc, s) as ev:
         await ev.publish("start", {"input": "hello", "tools": []})
         ended = await ev.wait_for("run.ended")
-    check_bodies(ev)
+    ev.check_bodies()
     (retracted,) = ev.of("retracted")
     assert retracted["turn"] == 1 and "punctuation_only" in retracted["reason"]
     assert [d["text"] for d in ev.of("text.delta") if d["turn"] == 1] == ["."]
@@ -90,7 +84,7 @@ async def test_an_announcement_without_a_tool_call_is_nudged_and_the_model_acts(
     async with SessionEvents(nc, s) as ev:
         await ev.publish("start", {"input": "What is 2 + 40?", "tools": ["add"]})
         ended = await ev.wait_for("run.ended")
-    check_bodies(ev)
+    ev.check_bodies()
     assert ended["status"] == "completed" and ended["final_text"] == "The sum is 42."
     nudge = last_user_texts(fake.message_requests[1])
     assert "without calling a tool" in nudge[0]
@@ -108,7 +102,7 @@ async def test_an_always_529_primary_falls_back_and_its_breaker_opens(nc: NatsCl
         async with SessionEvents(nc, s) as ev:
             await ev.publish("start", {"input": "hi", "model": {"primary": primary, "fallbacks": [fallback]}})
             ended = await ev.wait_for("run.ended")
-        check_bodies(ev)
+        ev.check_bodies()
         assert ended["status"] == "completed" and ended["final_text"] == f"answer {n}"
         (switch,) = ev.of("model.fallback")
         assert (switch["from_model"], switch["to_model"]) == (primary, fallback)
@@ -125,7 +119,7 @@ async def test_an_always_529_model_without_fallback_fails_clearly(nc: NatsClient
     async with SessionEvents(nc, s) as ev:
         await ev.publish("start", {"input": "hi", "model": {"primary": primary}})
         ended = await ev.wait_for("run.ended")
-    check_bodies(ev)
+    ev.check_bodies()
     (error,) = ev.of("error")
     assert ended["status"] == "failed" and error["code"] == "model_overloaded" and "Overloaded" in error["message"]
     assert ev.of("model.fallback") == []
@@ -144,7 +138,7 @@ async def test_a_run_out_of_budget_ends_with_a_last_answer(
         await ev.publish("start", {"input": "What is 2 + 40?", "tools": ["add"],
                                    "limits": {"max_total_tokens": 1000}})
         ended = await ev.wait_for("run.ended")
-    check_bodies(ev)
+    ev.check_bodies()
     (warning,) = ev.of("budget.warning")
     assert warning["limit"] == "max_total_tokens" and warning["used"] == 850
     assert ended["status"] == "budget_exhausted" and ended["final_text"] == "Best answer: 42."
@@ -174,7 +168,7 @@ async def test_abort_during_a_slow_tool_ends_the_run_at_once(
         await ev.publish("abort", {"reason": "changed my mind"})
         ended = await ev.wait_for("run.ended")
         took = time.monotonic() - began
-    check_bodies(ev)
+    ev.check_bodies()
     assert ended["status"] == "aborted" and ended["reason"] == "changed my mind"
     assert took < tool_provider.slow_delay_s, "the run did not wait for the tool"
     session = await query(nc, "session.get", {"session_id": s})
@@ -192,7 +186,7 @@ async def test_steer_during_a_slow_tool_cancels_it_and_the_loop_goes_on(
         await ev.publish("steer", {"content": "never mind, just say hi"})
         ended = await ev.wait_for("run.ended")
         took = time.monotonic() - began
-    check_bodies(ev)
+    ev.check_bodies()
     assert ended["status"] == "completed" and ended["final_text"] == "Hi!"
     assert took < tool_provider.slow_delay_s, "the steer did not wait for the tool"
     steered = fake.message_requests[1]["messages"][-1]["content"]

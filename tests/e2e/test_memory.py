@@ -17,7 +17,6 @@ from nats.aio.client import Client as NatsClient
 
 from loopwire.memory.compaction import SUMMARY_SYSTEM
 from loopwire.memory.observations import OBSERVATION_SYSTEM, REFLECTION_SYSTEM
-from loopwire.shared.events import validate_event
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic, count_tokens
 
@@ -102,8 +101,7 @@ async def test_a_200_turn_conversation_stays_under_a_small_window_and_keeps_its_
     for n, run in enumerate(runs, start=1):
         if n >= 6:
             assert run["final_text"] == f"Answer {n}: Ada, your code is ZEBRA-42.", f"turn {n} forgot"
-    for event in ev.durable():
-        validate_event(event)
+    ev.check_bodies()
 
     compactions = ev.of("compaction")
     threshold = window * 0.85  # the conversational profile's compaction_at_pct

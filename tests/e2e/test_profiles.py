@@ -12,7 +12,6 @@ import pytest
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
 
-from loopwire.shared.events import validate_event
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
@@ -24,11 +23,6 @@ pytestmark = pytest.mark.e2e
 
 def sid() -> str:
     return f"e2e-pr-{uuid.uuid4().hex[:10]}"
-
-
-def check_bodies(ev: SessionEvents) -> None:
-    for event in ev.events:
-        validate_event(event)
 
 
 def tool_names(request: dict[str, Any]) -> list[str]:
@@ -56,7 +50,7 @@ async def test_an_approve_tool_waits_for_the_decision_then_runs_without_a_model_
         ended = await ev.wait_for("run.ended")
         await ev.publish("decision", {"checkpoint_id": asked["checkpoint_id"], "decision": "approve"})
         error = await ev.wait_for("error")
-    check_bodies(ev)
+    ev.check_bodies()
     assert ended["status"] == "completed" and ended["final_text"] == "The sum is 42."
     assert error["code"] == "unknown_checkpoint", "an answered checkpoint cannot be answered again"
     assert [c[:2] for c in tool_provider.calls] == [("add", {"a": 2, "b": 40})]
@@ -76,7 +70,7 @@ async def test_a_denied_call_is_an_error_result_the_model_reads(
         await ev.publish("decision", {"checkpoint_id": asked["checkpoint_id"], "decision": "deny",
                                       "note": "not today"})
         ended = await ev.wait_for("run.ended")
-    check_bodies(ev)
+    ev.check_bodies()
     assert ended["status"] == "completed" and ended["final_text"] == "Understood, I will not add."
     assert tool_provider.calls == [], "a denied call never reaches the provider"
     (result,) = ev.of("tool.result")
@@ -105,7 +99,7 @@ async def test_every_service_restarts_while_a_run_awaits_approval(
         await ev.publish("decision", {"checkpoint_id": asked["checkpoint_id"], "decision": "approve"})
         ended = await ev.wait_for("run.ended", timeout=30)
     await svc.stop()
-    check_bodies(ev)
+    ev.check_bodies()
     assert ended["status"] == "completed" and ended["final_text"] == "It is 42."
     assert ev.of("tool.result")[0]["content"] == "42"
     assert len(fake.message_requests) == 2
@@ -120,7 +114,7 @@ async def test_the_finish_tool_ends_the_run_with_a_conclusion(nc: NatsClient, fa
     async with SessionEvents(nc, s) as ev:
         await ev.publish("start", {"input": "Check the disk."})
         ended = await ev.wait_for("run.ended")
-    check_bodies(ev)
+    ev.check_bodies()
     assert "finish_agentic_task" in tool_names(fake.message_requests[0])
     assert ended["status"] == "completed" and ended["final_text"] == "The disk is nearly full."
     conclusion = ended["conclusion"]
@@ -148,7 +142,7 @@ async def test_planned_with_a_prebuilt_plan_executes_then_verifies(
         await ev.publish("start", {"input": "add 2 and 3", "profile": "agentic_planned", "tools": ["add"],
                                    "plan": ["add"]})
         ended = await ev.wait_for("run.ended")
-    check_bodies(ev)
+    ev.check_bodies()
     assert ended["status"] == "completed" and ended["final_text"] == "Verified: 2 + 3 = 5."
     assert [(p["from"], p["to"]) for p in ev.of("phase.changed")] == [
         ("plan", "execute"), ("execute", "verify"), ("verify", "done")]
@@ -173,7 +167,7 @@ async def test_planned_with_a_generated_plan(nc: NatsClient, fake: FakeAnthropic
     async with SessionEvents(nc, s) as ev:
         await ev.publish("start", {"input": "add 4 and 4", "profile": "agentic_planned", "tools": ["add"]})
         ended = await ev.wait_for("run.ended")
-    check_bodies(ev)
+    ev.check_bodies()
     assert ended["status"] == "completed" and ended["final_text"] == "Checked: the sum is 8."
     first = fake.message_requests[0]
     assert tool_names(first) == ["update_plan"], "the plan phase offers only update_plan"
@@ -216,7 +210,7 @@ async def test_turn_by_turn_reviews_a_text_proposal(nc: NatsClient, fake: FakeAn
         second = await ev.wait_for("approval.requested", count=2)
         await ev.publish("decision", {"checkpoint_id": second["checkpoint_id"], "decision": "approve"})
         ended = await ev.wait_for("run.ended")
-    check_bodies(ev)
+    ev.check_bodies()
     assert (first["proposal"], second["proposal"]) == ("Draft one.", "Draft two.")
     assert ended["status"] == "completed" and ended["final_text"] == "Draft two."
     assert "shorter" in fake.message_requests[1]["messages"][-1]["content"][0]["text"]
