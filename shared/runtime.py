@@ -16,11 +16,10 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from faststream import AckPolicy
 from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage
-from pydantic import BaseModel
 
 from .blobs import BlobStore
 from .bus import REPLAY_HEADER, Bus
-from .envelopes import STEP_RESULT_ADAPTER
+from .envelopes import GenerationResult, ToolsResult
 from .event_log import EventLogStore, RedisEventLog
 from .redis_conn import connect_redis
 from .session_store import RedisSessionStore, SessionStore
@@ -67,7 +66,7 @@ class ServiceContext:
         self._bus = Bus(nc, self.subjects, self.events)
         return self._bus
 
-    async def deliver_result(self, result: BaseModel | dict[str, Any], msg_id: str, replay: bool = False) -> None:
+    async def deliver_result(self, result: GenerationResult | ToolsResult, msg_id: str, replay: bool = False) -> None:
         """A step result to the router: a call when the router runs in this process
         (`RouterService.accept_result`), else a `router.result` work message.
 
@@ -78,8 +77,7 @@ class ServiceContext:
         router = None if self.stopping else self.local.get("router")
         if router is not None:
             try:
-                model = result if isinstance(result, BaseModel) else STEP_RESULT_ADAPTER.validate_python(result)
-                await router.accept_result(model)
+                await router.accept_result(result)
                 return
             except Exception:
                 log.exception("in-process hand-over of step result %s failed; publishing it", msg_id)

@@ -55,13 +55,6 @@ async def test_the_router_in_this_process_gets_the_result_as_a_call() -> None:
     assert router.accepted == [RESULT] and bus.published == []
 
 
-async def test_a_recorded_result_given_as_a_dict_is_handed_over_as_its_model() -> None:
-    router = FakeRouter()
-    ctx, _bus = context(router)
-    await ctx.deliver_result(RESULT.model_dump(mode="json"), msg_id="r1:t1:result")
-    assert router.accepted == [RESULT]
-
-
 @pytest.mark.parametrize("case", ["no router here", "stopping", "hand-over fails"])
 async def test_otherwise_the_result_goes_out_as_a_work_message(case: str) -> None:
     router = None if case == "no router here" else FakeRouter(fail=case == "hand-over fails")

@@ -148,9 +148,9 @@ class LlmService:
         return result
 
     async def _publish_recorded(self, env: Generate, recorded: dict[str, Any]) -> GenerationResult:
-        ctx = self.ctx
-        await ctx.deliver_result(recorded, msg_id=result_msg_id(env.step_id))
-        return GenerationResult.model_validate(recorded)
+        result = GenerationResult.model_validate(recorded)
+        await self.ctx.deliver_result(result, msg_id=result_msg_id(env.step_id))
+        return result
 
     # -- the model call ----------------------------------------------------------------------
     async def _generate(self, env: Generate, delivered: int) -> GenerationResult:
