@@ -66,7 +66,7 @@ class ServiceContext:
         self._bus = Bus(nc, self.subjects, self.events)
         return self._bus
 
-    async def deliver_result(self, result: GenerationResult | ToolsResult, msg_id: str, replay: bool = False) -> None:
+    async def deliver_result(self, result: GenerationResult | ToolsResult, msg_id: str) -> None:
         """A step result to the router: a call when the router runs in this process
         (`RouterService.accept_result`), else a `router.result` work message.
 
@@ -81,7 +81,7 @@ class ServiceContext:
                 return
             except Exception:
                 log.exception("in-process hand-over of step result %s failed; publishing it", msg_id)
-        await self.bus.publish_work(self.subjects.router_result, result, msg_id=msg_id, replay=replay)
+        await self.bus.publish_work(self.subjects.router_result, result, msg_id=msg_id)
 
     # -- subscriber helpers ----------------------------------------------------------------
     def work_stream(self) -> JStream:

@@ -60,6 +60,6 @@ async def test_otherwise_the_result_goes_out_as_a_work_message(case: str) -> Non
     router = None if case == "no router here" else FakeRouter(fail=case == "hand-over fails")
     ctx, bus = context(router)
     ctx.stopping = case == "stopping"
-    await ctx.deliver_result(RESULT, msg_id="r1:t1:result", replay=True)
-    assert bus.published == [(ctx.subjects.router_result, RESULT, "r1:t1:result", True)]
+    await ctx.deliver_result(RESULT, msg_id="r1:t1:result")
+    assert bus.published == [(ctx.subjects.router_result, RESULT, "r1:t1:result", False)]
     assert router is None or router.accepted == []
