@@ -63,16 +63,10 @@ class Bus:
         With `key` set the event is emitted at most once per key: a re-emission after a
         crash publishes the original again (JetStream drops it as a duplicate by
         Nats-Msg-Id) and the transcript keeps one copy."""
-        ephemeral = kind == "text.delta"
-        body = make_event(kind, session_id, run_id, 0, **fields)
-        event, _new = await self.events.append(session_id, body, key, store=not ephemeral)
-        data = codec.dumps(event)
-        subject = self.subjects.event(session_id, kind)
-        if ephemeral:
-            await self.nc.publish(subject, data)
-        else:
-            await self.js.publish(subject, data, headers={"Nats-Msg-Id": f"{session_id}:{event['seq']}"})
-        return event
+        ((body, _, store),) = event_items(session_id, [(run_id, kind, key, fields)])
+        stored = await self.events.append(session_id, body, key, store=store)
+        await self.publish_stored(session_id, [stored])
+        return stored[0]
 
     async def emit_many(self, session_id: str,
                         events: list[tuple[str | None, str, str | None, dict[str, Any]]]) -> list[dict[str, Any]]:
