@@ -9,14 +9,34 @@ from dataclasses import dataclass
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of `pid` (all its threads) so far, in seconds."""
+def stat_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat from field 3 (state) on; OSError when there is no such process."""
     with open(f"/proc/{pid}/stat", "rb") as f:
         stat = f.read()
     # The command name (field 2) may hold spaces: split after its closing parenthesis.
-    fields = stat[stat.rindex(b")") + 2:].split()
+    return stat[stat.rindex(b")") + 2:].decode().split()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of `pid` (all its threads) so far, in seconds."""
+    fields = stat_fields(pid)
     utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
     return (utime + stime) / CLK_TCK
+
+
+def children_of(pid: int) -> list[int]:
+    """Pids of the live (not zombie) processes whose parent is `pid`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = stat_fields(int(entry))
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+            out.append(int(entry))
+    return sorted(out)
 
 
 def machine_busy_seconds() -> float:

@@ -48,7 +48,7 @@ from . import report
 from .consume_overhead import measure_all
 from .driver import BenchDriver, wait_for_tool
 from .floor import DEFAULT_PLAN, FloorDriver, Hop, plan_from_trace, plan_to_json
-from .procstat import CpuWindow, machine_facts, other_busy_processes
+from .procstat import CpuWindow, children_of, machine_facts, other_busy_processes
 from .redis_bytes import session_bytes
 from .report import Layout, Results
 from .trace import TurnCost, trace_turns
@@ -58,20 +58,6 @@ DOC = ROOT / "docs" / "benchmarks.md"
 RAW = ROOT / ".run" / "bench.json"
 WATCHDOG_S = 480
 T = TypeVar("T")
-
-
-def children_of(pid: int) -> list[int]:
-    """Pids whose parent is `pid` (the worker processes of `loopwire up --workers N`)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-            if int(stat[stat.rindex(b")") + 2:].split()[1]) == pid:
-                out.append(int(entry))
-    return sorted(out)
 
 
 def log(text: str) -> None:

@@ -23,6 +23,7 @@ from nats.aio.client import Client as NatsClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from loopwire.testing import LoopwireContainer
+from tests.bench.procstat import children_of, stat_fields
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import E2E_ENV, connected
@@ -31,19 +32,11 @@ from .events import SessionEvents
 pytestmark = pytest.mark.e2e
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, parent pid) of a process, None when there is no such process."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
-    return fields[0], int(fields[1])
-
-
 def alive(pid: int) -> bool:
-    stat = _stat(pid)
-    return stat is not None and stat[0] not in ("Z", "X")
+    try:
+        return stat_fields(pid)[0] not in ("Z", "X")
+    except OSError:
+        return False
 
 
 def is_worker(pid: int) -> bool:
@@ -56,15 +49,9 @@ def is_worker(pid: int) -> bool:
 def worker_pids(parent: int) -> dict[int, int]:
     """{worker index: pid} of the live worker children of `parent`."""
     found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        stat = _stat(pid)
-        if stat is None or stat[1] != parent or stat[0] in ("Z", "X"):
-            continue
+    for pid in children_of(parent):
         with contextlib.suppress(OSError):
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
             if "--worker-index" in argv:
                 found[int(argv[argv.index("--worker-index") + 1])] = pid
     return found
