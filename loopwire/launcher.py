@@ -92,6 +92,10 @@ class Running:
         self.ctx.stopping = True
         for task in self.tasks:
             task.cancel()
+        # Hops handed off in this process (shared/chain.py) finish first, while the
+        # connection is up to settle their chains' roots; their next hops go to JetStream.
+        with contextlib.suppress(Exception):
+            await self.ctx.wait_for_hops(self.broker.config.graceful_timeout or 25.0)
         # FastStream stops consuming, then waits up to graceful_timeout for handlers in
         # flight, which still need their services (model clients, the memory summarizer,
         # in-process tools): those stop after.

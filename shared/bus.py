@@ -28,6 +28,9 @@ REPLAY_HEADER = "Loopwire-Replay"
 """Set on a work message that may have been published before (an outbox performed again,
 or the downstream publish of a redelivered step): its consumer must look for a recorded
 result first. A first delivery without it is new work, so the look-up is skipped."""
+RECOVER_HEADER = "Loopwire-Recover"
+"""On a `router.result` produced by a redelivered chain root (shared/chain.py): if the
+session moved past it, the router performs its current outbox again."""
 
 
 class Bus:
@@ -38,7 +41,7 @@ class Bus:
         self.events = events
 
     async def publish_work(self, subject: str, envelope: BaseModel | dict[str, Any], msg_id: str,
-                           replay: bool = False) -> None:
+                           replay: bool = False, recover: bool = False) -> None:
         """Durable publish into LOOPWIRE_WORK; `msg_id` dedups a re-publish after a crash
         (within the stream's duplicate window; `replay` marks it for the consumer beyond it).
 
@@ -53,6 +56,8 @@ class Bus:
             headers[RUN_HEADER] = run_id
         if replay:
             headers[REPLAY_HEADER] = "1"
+        if recover:
+            headers[RECOVER_HEADER] = "1"
         headers.update(trace or inject_context())
         await self.js.publish(subject, codec.dumps(envelope), headers=headers)
 

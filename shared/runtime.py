@@ -7,9 +7,9 @@ broker connection; `loopwire serve NAME` runs one. See loopwire/launcher.py.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import warnings
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -18,7 +18,9 @@ from faststream import AckPolicy
 from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage
 
 from .blobs import BlobStore
-from .bus import REPLAY_HEADER, Bus
+from .bus import RECOVER_HEADER, REPLAY_HEADER, Bus
+from .chain import Chain, Delivery, WorkHandler, current_delivery, hand_off, handle_root
+from .codec import dumps
 from .envelopes import GenerationResult, ToolsResult
 from .event_log import EventLogStore, RedisEventLog
 from .redis_conn import connect_redis
@@ -46,6 +48,11 @@ class ServiceContext:
     local: dict[str, Any] = field(default_factory=dict)
     """name -> service running in this process, for in-process hand-overs (empty when
     LOOPWIRE_LOCAL_HANDOVER is off or the process runs one service)."""
+    handlers: dict[str, WorkHandler] = field(default_factory=dict)
+    """work subject -> its handler in this process, for hand-offs (shared/chain.py); filled
+    only where in-process hand-overs are on."""
+    hops: set[asyncio.Task[None]] = field(default_factory=set)
+    """Handed-off hops running now (a graceful stop waits for them)."""
     stopping: bool = False
     """Set when a graceful stop begins: hand-overs go back to JetStream, so work that
     arrives while the consumers drain waits in the stream for the next process."""
@@ -70,18 +77,36 @@ class ServiceContext:
         """A step result to the router: a call when the router runs in this process
         (`RouterService.accept_result`), else a `router.result` work message.
 
-        Called while the step's own work message is still unacked, so a crash before the
-        router committed redelivers the step, which hands the recorded result over again.
+        Called while the step's own delivery is unsettled, so a crash before the router
+        committed redelivers the step, which hands the recorded result over again. A result
+        produced by a redelivered chain root is marked *recover* (shared/chain.py).
         When the in-process hand-over fails, the result is published instead and the
         router's consumer retries it (the router ignores a result it already applied)."""
+        delivery = current_delivery()
+        recover = delivery is not None and delivery.recover
         router = None if self.stopping else self.local.get("router")
         if router is not None:
             try:
-                await router.accept_result(result)
+                await router.accept_result(result, recover=recover)
                 return
             except Exception:
                 log.exception("in-process hand-over of step result %s failed; publishing it", msg_id)
-        await self.bus.publish_work(self.subjects.router_result, result, msg_id=msg_id)
+        await self.bus.publish_work(self.subjects.router_result, result, msg_id=msg_id, recover=recover)
+
+    def hand_off(self, subject: str, envelope: Any, replay: bool) -> bool:
+        """Work for `subject` as a task of the current chain when its handler runs in this
+        process (shared/chain.py). False when it must be published instead: no handler
+        here, a graceful stop under way, or no chain to hold it (an ingress handler)."""
+        handler = None if self.stopping else self.handlers.get(subject)
+        if handler is None:
+            return False
+        return hand_off(handler, dumps(envelope), replay, self.hops)
+
+    async def wait_for_hops(self, timeout: float) -> None:
+        """Until the handed-off hops in flight have ended (a graceful stop): each hands its
+        next hop to JetStream, since `stopping` is set, and its chain settles its root."""
+        if self.hops:
+            await asyncio.wait(set(self.hops), timeout=timeout)
 
     # -- subscriber helpers ----------------------------------------------------------------
     def work_stream(self) -> JStream:
@@ -91,9 +116,15 @@ class ServiceContext:
         return JStream(name=stream_name(self.settings.subject_prefix, INGRESS_STREAM), declare=False)
 
     def work_subscriber(self, subject: str, durable: str, max_workers: int = 64,
-                        stream: JStream | None = None) -> Any:
+                        stream: JStream | None = None, holds: bool = True) -> Any:
         """A durable JetStream push consumer shared by every replica (deliver group =
         durable), acked by the handler itself after its effects are durable.
+
+        The handler gets a `Delivery`, the root of a work chain (shared/chain.py): with
+        `holds`, hops the router hands off while it runs are tasks under it, and the
+        message is acked when the last of them settles. Ingress consumers pass
+        `holds=False`. Where in-process hand-overs are on, the handler is also registered
+        as this process's handler of `subject`.
 
         Push with a deliver group rather than pull: a pull consumer costs one fetch round
         trip per message (and nats-py's fetch(batch>1) may wait out its timeout), while a
@@ -106,13 +137,17 @@ class ServiceContext:
             warnings.filterwarnings("ignore", message="The JetStream Push consumer with the `durable`")
             subscriber = self._subscriber(subject, stream, name, max_workers)
         context = self.broker.context
+        ack_wait_s = self.settings.ack_wait_s
 
-        def decorate(handler: Callable[[NatsMessage], Awaitable[Any]]) -> Any:
+        def decorate(handler: WorkHandler) -> Any:
+            if self.local:
+                self.handlers[subject] = handler
+
             # FastStream resolves a `msg: NatsMessage` parameter through a thread-pool hop
             # per message (~200 µs of CPU, docs/benchmarks.md); a body-only handler that
-            # takes the message from the context skips it. Handlers keep `(msg)`.
+            # takes the message from the context skips it.
             async def consume(body: Any) -> None:
-                await handler(context.get_local("message"))
+                await handle_root(handler, root_delivery(context.get_local("message"), ack_wait_s, holds))
 
             consume.__name__ = getattr(handler, "__name__", "consume")
             consume.__doc__ = handler.__doc__
@@ -134,18 +169,32 @@ class ServiceContext:
         )
 
 
-def delivery_count(msg: NatsMessage) -> int:
+def root_delivery(msg: NatsMessage, ack_wait_s: float, holds: bool) -> Delivery:
+    """A JetStream message as the root `Delivery` of a work chain."""
+    delivered = delivery_count(msg)
+    raw = msg.raw_message
+    recover = delivered > 1 or bool(raw.headers and raw.headers.get(RECOVER_HEADER))
+    return Delivery(msg.body, Chain(msg, delivered, ack_wait_s, holds), seen=seen_before(msg),
+                    delivered=delivered, recover=recover, raw_message=raw)
+
+
+def delivery_count(msg: NatsMessage | Delivery) -> int:
     """Which delivery of its JetStream message this is (1 for anything else)."""
+    if isinstance(msg, Delivery):
+        return msg.delivered
     try:
         return int(msg.raw_message.metadata.num_delivered)
     except Exception:  # not a JetStream message (e.g. a test broker)
         return 1
 
 
-def seen_before(msg: NatsMessage) -> bool:
+def seen_before(msg: NatsMessage | Delivery) -> bool:
     """Whether this work message may have been handled before: a redelivery, or a message
-    its publisher marked as a possible re-publish (bus.REPLAY_HEADER). Only then does a
-    consumer read its step record first; new work saves that round trip."""
+    its publisher marked as a possible re-publish (bus.REPLAY_HEADER), or a hop handed off
+    by a replayed outbox. Only then does a consumer read its step record first; new work
+    saves that round trip."""
+    if isinstance(msg, Delivery):
+        return msg.seen
     raw = msg.raw_message
     try:
         if int(raw.metadata.num_delivered) > 1:

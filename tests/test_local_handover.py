@@ -1,6 +1,7 @@
 """ServiceContext.deliver_result: an in-process hand-over to the router when it runs in
 this process, a `router.result` work message otherwise, when stopping, and when the
-hand-over fails (so the router's consumer retries it)."""
+hand-over fails (so the router's consumer retries it). A result produced under a
+redelivered chain root is marked recover either way (shared/chain.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from loopwire.shared.chain import Chain, Delivery, handle_root
 from loopwire.shared.envelopes import ToolResultItem, ToolsResult
 from loopwire.shared.runtime import ServiceContext
 from loopwire.shared.settings import Settings
@@ -16,10 +18,11 @@ from loopwire.shared.subjects import Subjects
 
 class FakeBus:
     def __init__(self) -> None:
-        self.published: list[tuple[str, Any, str, bool]] = []
+        self.published: list[tuple[str, Any, str, bool, bool]] = []
 
-    async def publish_work(self, subject: str, envelope: Any, msg_id: str, replay: bool = False) -> None:
-        self.published.append((subject, envelope, msg_id, replay))
+    async def publish_work(self, subject: str, envelope: Any, msg_id: str, replay: bool = False,
+                           recover: bool = False) -> None:
+        self.published.append((subject, envelope, msg_id, replay, recover))
 
 
 class FakeRouter:
@@ -27,10 +30,10 @@ class FakeRouter:
         self.fail = fail
         self.accepted: list[Any] = []
 
-    async def accept_result(self, result: Any) -> None:
+    async def accept_result(self, result: Any, recover: bool = False) -> None:
         if self.fail:
             raise ConnectionError("redis went away")
-        self.accepted.append(result)
+        self.accepted.append((result, recover))
 
 
 def context(router: FakeRouter | None) -> tuple[ServiceContext, FakeBus]:
@@ -52,7 +55,7 @@ async def test_the_router_in_this_process_gets_the_result_as_a_call() -> None:
     router = FakeRouter()
     ctx, bus = context(router)
     await ctx.deliver_result(RESULT, msg_id="r1:t1:result")
-    assert router.accepted == [RESULT] and bus.published == []
+    assert router.accepted == [(RESULT, False)] and bus.published == []
 
 
 @pytest.mark.parametrize("case", ["no router here", "stopping", "hand-over fails"])
@@ -61,5 +64,44 @@ async def test_otherwise_the_result_goes_out_as_a_work_message(case: str) -> Non
     ctx, bus = context(router)
     ctx.stopping = case == "stopping"
     await ctx.deliver_result(RESULT, msg_id="r1:t1:result")
-    assert bus.published == [(ctx.subjects.router_result, RESULT, "r1:t1:result", False)]
+    assert bus.published == [(ctx.subjects.router_result, RESULT, "r1:t1:result", False, False)]
     assert router is None or router.accepted == []
+
+
+class RootMessage:
+    """The JetStream message under a chain: what the chain settles it with."""
+
+    def __init__(self) -> None:
+        self.settled: list[str] = []
+
+    async def ack(self) -> None:
+        self.settled.append("ack")
+
+    async def nack(self, delay: float | None = None) -> None:
+        self.settled.append("nack")
+
+    async def reject(self) -> None:
+        self.settled.append("reject")
+
+    async def in_progress(self) -> None:
+        self.settled.append("in_progress")
+
+
+@pytest.mark.parametrize("router_here", [True, False], ids=["call", "published"])
+@pytest.mark.parametrize("delivered", [1, 2], ids=["first delivery", "redelivered"])
+async def test_a_result_of_a_redelivered_root_is_marked_recover(router_here: bool, delivered: int) -> None:
+    router = FakeRouter() if router_here else None
+    ctx, bus = context(router)
+    root = Delivery(b"{}", Chain(RootMessage(), delivered, 30.0, True), seen=delivered > 1,
+                    delivered=delivered, recover=delivered > 1)
+
+    async def handler(delivery: Delivery) -> None:
+        await ctx.deliver_result(RESULT, msg_id="r1:t1:result")
+        await delivery.ack()
+
+    await handle_root(handler, root)
+    recover = delivered > 1
+    if router is not None:
+        assert router.accepted == [(RESULT, recover)] and bus.published == []
+    else:
+        assert bus.published == [(ctx.subjects.router_result, RESULT, "r1:t1:result", False, recover)]

@@ -132,6 +132,30 @@ def test_stale_result_is_ignored(fresh: SessionState) -> None:
     assert d.state is None and d.effects == []
 
 
+def test_a_result_from_a_redelivered_chain_root_replays_the_current_outbox(fresh: SessionState) -> None:
+    # shared/chain.py: a crash lost the hops after this result; the redelivered root hands
+    # the recorded result over again, marked recover, and the session's current work goes
+    # out again (as a replay: its consumers look for records first).
+    st, _ = step(fresh, start({"input": "hi"}))
+    st, first = step(st, gen_result("run1:g1", [tool_use("t1")], stop="tool_use"))
+    st, current = step(st, tools_result(work(first)[0].envelope["step_id"], [("t1", "add", "3")]))
+    assert [w.target for w in work(current)] == ["memory.assemble"]
+
+    again = gen_result("run1:g1", [tool_use("t1")], stop="tool_use")
+    assert decide(st, again, CFG).effects == []  # not redelivered: stale, ignored
+    again.recover = True
+    replayed = decide(st, again, CFG)
+    assert replayed.state is None and replayed.replay
+    assert [e.model_dump() for e in replayed.effects] == [e.model_dump() for e in current.effects]
+
+    # The same for a root whose input id has left the recent ones (a long run).
+    gone = gen_result("run1:g0", [{"type": "text", "text": "old"}])
+    gone.recover = True
+    replayed = decide(st, gone, CFG)
+    assert replayed.replay and [w.envelope["step_id"] for w in work(replayed)] == \
+        [w.envelope["step_id"] for w in work(current)]
+
+
 def test_max_turns_ends_with_best_answer_and_closes_dangling_tool_use(fresh: SessionState) -> None:
     st, _ = step(fresh, start({"input": "go", "limits": {"max_turns": 1}}))
     st, d = step(st, gen_result("run1:g1", [{"type": "text", "text": "Let me look."}, tool_use("t1")],

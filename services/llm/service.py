@@ -31,11 +31,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from faststream.nats import NatsBroker
-from faststream.nats.annotations import NatsMessage
 from pydantic import ValidationError
 
 from loopwire.shared import codec
 from loopwire.shared.blobs import resolve_messages
+from loopwire.shared.chain import Delivery
 from loopwire.shared.envelopes import Generate, GenerationResult
 from loopwire.shared.inflight import Heartbeat, InflightSteps
 from loopwire.shared.runtime import ServiceContext, delivery_count, seen_before
@@ -97,7 +97,7 @@ class LlmService:
             await aclose()
 
     # -- the handler ---------------------------------------------------------------------------
-    async def handle(self, msg: NatsMessage) -> None:
+    async def handle(self, msg: Delivery) -> None:
         body = msg.body
         try:
             env = Generate.model_validate(codec.loads(body) if isinstance(body, bytes | str) else body)

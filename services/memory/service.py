@@ -18,10 +18,11 @@ import logging
 from typing import TYPE_CHECKING
 
 import orjson
-from faststream.nats import NatsBroker, NatsMessage
+from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
 from loopwire.shared import metrics
+from loopwire.shared.chain import Delivery
 from loopwire.shared.envelopes import AssembleContext, ToolSpec
 from loopwire.shared.inflight import Heartbeat
 from loopwire.shared.lru import LruCache
@@ -86,7 +87,7 @@ class MemoryService:
         return self._observer
 
     # -- the handler -------------------------------------------------------------------------
-    async def on_assemble(self, msg: NatsMessage) -> None:
+    async def on_assemble(self, msg: Delivery) -> None:
         try:
             env = AssembleContext.model_validate(orjson.loads(msg.body))
         except (orjson.JSONDecodeError, ValidationError) as exc:

@@ -153,16 +153,21 @@ def decide(state: SessionState, inp: i._Input, cfg: CoreConfig = CoreConfig(), o
     caller hands it over with `owned=True` (it was made for this call and is not used
     after it; the shell does that to save a copy per input)."""
     if inp.input_id in state.recent_inputs:
-        if state.outbox_input == inp.input_id:
-            return Decision(state=None, effects=[effect_from_dict(e) for e in state.outbox], replay=True)
+        if state.outbox_input == inp.input_id or inp.recover:
+            return _replay(state)
         return Decision(state=None)
     if isinstance(inp, i.RejectedInput):
         return _reject(state, inp, inp.code, inp.message)
     tx = _Tx(state, inp, owned)
     handled = _HANDLERS[type(inp)](tx, inp, cfg)
     if handled is None:
-        return Decision(state=None)
+        return _replay(state) if inp.recover else Decision(state=None)
     return handled
+
+
+def _replay(state: SessionState) -> Decision:
+    """The stored outbox of the session's last transition, to be performed again."""
+    return Decision(state=None, effects=[effect_from_dict(e) for e in state.outbox], replay=True)
 
 
 def _reject(state: SessionState, inp: i._Input, code: str, message: str) -> Decision:

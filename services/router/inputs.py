@@ -22,6 +22,10 @@ class _Input(BaseModel):
     """A fresh traceparent the shell drew, used if this input starts a run."""
     now_ns: int = 0
     """When the shell received the input (the core reads no clock)."""
+    recover: bool = False
+    """The input comes from a redelivered chain root (shared/chain.py): if the session
+    moved past it, its current outbox is performed again, since the crash that caused
+    the redelivery may have lost the work that outbox started."""
 
 
 class StartInput(_Input):

@@ -17,11 +17,12 @@ import uuid
 from typing import Any
 
 import orjson
-from faststream.nats import NatsBroker, NatsMessage
+from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
 from loopwire.shared import codec
 from loopwire.shared.bus import event_items
+from loopwire.shared.chain import Delivery
 from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult, ToolsResult
 from loopwire.shared.event_log import RedisEventLog
 from loopwire.shared.keyed_lock import KeyedLock
@@ -73,8 +74,10 @@ class RouterService:
 
     def register(self, broker: NatsBroker) -> None:
         subjects = self.ctx.subjects
+        # Ingress holds no chain: its work is published, so a redelivered `start` finds
+        # its input id among the recent ones instead of long gone from them.
         self.ctx.work_subscriber(subjects.ingress_all, "router_ingress",
-                                 stream=self.ctx.ingress_stream())(self.on_ingress)
+                                 stream=self.ctx.ingress_stream(), holds=False)(self.on_ingress)
         self.ctx.work_subscriber(subjects.router_result, "router_results")(self.on_result)
 
     async def start(self) -> None:
@@ -84,7 +87,7 @@ class RouterService:
         return None
 
     # -- handlers ---------------------------------------------------------------------------
-    async def on_ingress(self, msg: NatsMessage) -> None:
+    async def on_ingress(self, msg: Delivery) -> None:
         raw = msg.raw_message
         parsed = self.ctx.subjects.parse_ingress(raw.subject)
         if parsed is None or not check_session_id(parsed[0]):
@@ -100,23 +103,24 @@ class RouterService:
             log.warning("session %s: %s rejected: %s", sid, verb, inp.message)
         await self._apply_and_ack(sid, inp, msg)
 
-    async def on_result(self, msg: NatsMessage) -> None:
+    async def on_result(self, msg: Delivery) -> None:
         try:
             result = STEP_RESULT_ADAPTER.validate_python(orjson.loads(msg.body))
         except (orjson.JSONDecodeError, ValidationError) as exc:
             log.error("malformed step result dropped: %s", exc)
             await msg.reject()
             return
-        await self._apply_and_ack(result.session_id, _result_input(result), msg)
+        await self._apply_and_ack(result.session_id, _result_input(result, msg.recover), msg)
 
-    async def accept_result(self, result: GenerationResult | ToolsResult) -> None:
+    async def accept_result(self, result: GenerationResult | ToolsResult, recover: bool = False) -> None:
         """A step result handed over in-process by a service running beside the router
         (ServiceContext.deliver_result): applied as if it had come from the router.result
-        consumer. Raises when it could not be applied; the caller then publishes it."""
-        await self._apply_input(result.session_id, _result_input(result))
+        consumer. `recover`: it comes from a redelivered chain root (shared/chain.py).
+        Raises when it could not be applied; the caller then publishes it."""
+        await self._apply_input(result.session_id, _result_input(result, recover))
 
     # -- the shell --------------------------------------------------------------------------
-    async def _apply_and_ack(self, sid: str, inp: i._Input, msg: NatsMessage) -> None:
+    async def _apply_and_ack(self, sid: str, inp: i._Input, msg: Delivery) -> None:
         try:
             await self._apply_input(sid, inp)
         except Exception:
@@ -168,7 +172,7 @@ class RouterService:
 
     async def apply(self, sid: str, inp: i._Input) -> Decision:
         async with self._locks.hold(sid):
-            use_cache = True
+            use_cache = not inp.recover  # a recovery replays the stored outbox, not a cached one
             for _ in range(MAX_COMMIT_ATTEMPTS):
                 cached = self._states.pop(sid) if use_cache else None
                 if cached is not None:
@@ -252,7 +256,10 @@ class RouterService:
                 await bus.nc.publish(subjects.cancel(sid), codec.dumps(effect.body))
             else:
                 subject = subjects.memory_assemble if effect.target == "memory.assemble" else subjects.tools_execute
-                await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id, replay=replay)
+                # A task of this chain when the service runs here (after the commit, outside
+                # the session's lock), else a JetStream message.
+                if not self.ctx.hand_off(subject, effect.envelope, replay):
+                    await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id, replay=replay)
 
 
 
@@ -267,7 +274,7 @@ def _leading_events(effects: list[Effect]) -> list[tuple[str | None, str, str | 
     return lead
 
 
-def _result_input(result: GenerationResult | ToolsResult) -> i._Input:
+def _result_input(result: GenerationResult | ToolsResult, recover: bool = False) -> i._Input:
     if isinstance(result, GenerationResult):
-        return i.GenerationInput(input_id=result.step_id, result=result)
-    return i.ToolsInput(input_id=result.step_id, result=result)
+        return i.GenerationInput(input_id=result.step_id, result=result, recover=recover)
+    return i.ToolsInput(input_id=result.step_id, result=result, recover=recover)

@@ -30,6 +30,7 @@ from faststream.nats import NatsBroker
 from faststream.nats.annotations import NatsMessage
 from pydantic import ValidationError
 
+from loopwire.shared.chain import Delivery
 from loopwire.shared.contract import error_reply
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem, ToolsResult
 from loopwire.shared.inflight import Heartbeat, InflightSteps
@@ -131,7 +132,7 @@ class ToolsService:
                 log.exception("tool discovery round failed")
 
     # -- the work handler -------------------------------------------------------------------------
-    async def handle(self, msg: NatsMessage) -> None:
+    async def handle(self, msg: Delivery) -> None:
         try:
             env = ExecuteTools.model_validate_json(msg.body)
         except ValidationError as exc:
@@ -155,7 +156,7 @@ class ToolsService:
         with self._inflight.track(env.session_id, env.run_id) as cancel:
             await self._run(env, msg, emit, cancel)
 
-    async def _run(self, env: ExecuteTools, msg: NatsMessage, emit: Callable[[ToolResultItem], Awaitable[None]],
+    async def _run(self, env: ExecuteTools, msg: Delivery, emit: Callable[[ToolResultItem], Awaitable[None]],
                    cancel: asyncio.Event) -> None:
         assert self.executor is not None
         try:

@@ -90,3 +90,36 @@ async def test_kill_9_during_a_slow_model_stream_retracts_and_answers_once(
     kinds = [e["kind"] for e in transcript]
     assert kinds == ["run.started", "user.message", "retracted", "message", "run.ended"]
     assert [e["seq"] for e in transcript] == sorted({e["seq"] for e in transcript})
+
+
+async def test_kill_9_in_a_later_turn_recovers_the_chain_from_its_root(
+        own_system: LoopwireContainer, own_nc: NatsClient, fake: FakeAnthropic) -> None:
+    # In `loopwire up` the second generation is a hop of the work chain rooted at the
+    # run's first `memory.assemble` message (shared/chain.py); nothing of turn 2 is on
+    # JetStream. After the crash that root comes back: its generation is answered from its
+    # record, the router replays the session's current outbox (turn 2's generation), and the
+    # model is asked again for that turn only, after a `retracted` for its partial stream.
+    provider, svc = await serve_tools(own_nc)
+    await wait_for_tools(own_nc, {"add"})
+    fake.script("*", [
+        {"text": "Adding.", "tool_use": [{"name": "add", "input": {"a": 1, "b": 2}}]},
+        {"chunks": ["It ", "is ", "three ", "..."], "chunk_delay_s": 1.0},
+        {"text": "It is 3."},
+    ])
+    sid = "crash-later-turn"
+    async with SessionEvents(own_nc, sid) as ev:
+        await ev.publish("start", {"input": "1 + 2?", "tools": ["add"]})
+        await ev.wait_for("tool.result", timeout=20)
+        await ev.wait_for("text.delta", timeout=20, turn=2)
+        own_system.kill()
+        await asyncio.to_thread(own_system.start_loopwire)
+        ended = await ev.wait_for("run.ended", timeout=60)
+
+    assert ended["status"] == "completed" and ended["final_text"] == "It is 3."
+    assert len(fake.message_requests) == 3, "turn 1's answer came from its record"
+    assert [c[0] for c in provider.calls] == ["add"], "the recorded tool call did not run again"
+    transcript = (await query(own_nc, "transcript.get", {"session_id": sid}))["events"]
+    assert [e["kind"] for e in transcript] == ["run.started", "user.message", "message", "tool.call", "tool.result",
+                                               "user.message", "retracted", "message", "run.ended"]
+    assert [e["seq"] for e in transcript] == sorted({e["seq"] for e in transcript})
+    await svc.stop()

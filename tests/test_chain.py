@@ -1,0 +1,211 @@
+"""Work chains (shared/chain.py): hops handed off in-process under one JetStream message,
+which is settled only when the last of them has; ServiceContext.hand_off decides between
+a hop and a published message."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from loopwire.shared.chain import Chain, Delivery, current_delivery, hand_off, handle_root
+from loopwire.shared.runtime import ServiceContext, delivery_count, seen_before
+from loopwire.shared.settings import Settings
+from loopwire.shared.subjects import Subjects
+
+
+class RootMessage:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def ack(self) -> None:
+        self.calls.append("ack")
+
+    async def nack(self, delay: float | None = None) -> None:
+        self.calls.append(f"nack {delay}")
+
+    async def reject(self) -> None:
+        self.calls.append("reject")
+
+    async def in_progress(self) -> None:
+        self.calls.append("in_progress")
+
+    @property
+    def settled(self) -> list[str]:
+        return [c for c in self.calls if c != "in_progress"]
+
+
+def root(delivered: int = 1, holds: bool = True, ack_wait_s: float = 30.0) -> tuple[Delivery, RootMessage]:
+    message = RootMessage()
+    chain = Chain(message, delivered, ack_wait_s, holds)
+    return Delivery(b"root", chain, seen=delivered > 1, delivered=delivered, recover=delivered > 1), message
+
+
+async def until_idle(tasks: set[asyncio.Task[None]]) -> None:
+    while tasks:
+        await asyncio.wait(set(tasks))
+
+
+async def test_the_root_is_acked_only_after_every_hop_handed_off_under_it() -> None:
+    tasks: set[asyncio.Task[None]] = set()
+    release = asyncio.Event()
+    seen: list[tuple[bytes, bool, int]] = []
+
+    async def second_hop(d: Delivery) -> None:
+        await release.wait()
+        seen.append((d.body, d.seen, d.delivered))
+        await d.ack()
+
+    async def first_hop(d: Delivery) -> None:
+        seen.append((d.body, d.seen, d.delivered))
+        assert hand_off(second_hop, b"hop 2", False, tasks)  # a hop of a hop: the same chain
+        await d.ack()
+
+    async def handler(d: Delivery) -> None:
+        assert current_delivery() is d
+        assert hand_off(first_hop, b"hop 1", False, tasks)
+        await d.ack()
+
+    delivery, message = root()
+    await handle_root(handler, delivery)
+    assert message.settled == [] and delivery.chain.open == 1  # the handler acked; its hop holds the root
+    await asyncio.sleep(0.01)
+    assert message.settled == []
+    release.set()
+    await until_idle(tasks)
+    assert message.settled == ["ack"]
+    assert seen == [(b"hop 1", False, 1), (b"hop 2", False, 1)]
+    assert current_delivery() is None
+
+
+async def test_a_long_chain_keeps_its_root_alive() -> None:
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def slow_hop(d: Delivery) -> None:
+        await asyncio.sleep(0.35)
+        await d.ack()
+
+    async def handler(d: Delivery) -> None:
+        hand_off(slow_hop, b"slow", False, tasks)
+        await d.ack()
+
+    delivery, message = root(ack_wait_s=0.3)  # a beat every 0.1 s
+    await handle_root(handler, delivery)
+    await until_idle(tasks)
+    assert message.calls.count("in_progress") >= 2
+    assert message.calls[-1] == "ack"
+
+
+@pytest.mark.parametrize("how", ["nack", "raises", "never settles"])
+async def test_a_failed_hop_nacks_the_root_once_the_rest_have_settled(how: str) -> None:
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def failing_hop(d: Delivery) -> None:
+        if how == "nack":
+            await d.nack(delay=2.5)
+        elif how == "raises":
+            raise ConnectionError("redis went away")
+
+    async def fine_hop(d: Delivery) -> None:
+        await asyncio.sleep(0.01)
+        await d.ack()
+
+    async def handler(d: Delivery) -> None:
+        hand_off(failing_hop, b"x", False, tasks)
+        hand_off(fine_hop, b"y", False, tasks)
+        await d.ack()
+
+    delivery, message = root()
+    await handle_root(handler, delivery)
+    await until_idle(tasks)
+    assert message.settled == ["nack 2.5" if how == "nack" else "nack 1.0"]
+
+
+async def test_a_rejected_root_with_no_hops_is_rejected_and_a_raising_handler_nacks() -> None:
+    async def rejecting(d: Delivery) -> None:
+        await d.reject()
+
+    async def raising(d: Delivery) -> None:
+        raise RuntimeError("bug")
+
+    delivery, message = root()
+    await handle_root(rejecting, delivery)
+    assert message.settled == ["reject"]
+    delivery, message = root()
+    await handle_root(raising, delivery)
+    assert message.settled == ["nack 1.0"]
+
+
+async def test_hops_of_a_replayed_outbox_look_for_records_and_inherit_the_delivery_count() -> None:
+    tasks: set[asyncio.Task[None]] = set()
+    got: list[Delivery] = []
+
+    async def hop(d: Delivery) -> None:
+        got.append(d)
+        await d.ack()
+
+    async def handler(d: Delivery) -> None:
+        hand_off(hop, b"replayed", True, tasks)
+        hand_off(hop, b"new", False, tasks)
+        await d.ack()
+
+    delivery, message = root(delivered=3)
+    await handle_root(handler, delivery)
+    await until_idle(tasks)
+    replayed, new = got
+    assert (seen_before(replayed), delivery_count(replayed), replayed.recover) == (True, 3, False)
+    assert (seen_before(new), delivery_count(new), new.recover) == (False, 1, False)
+    assert message.settled == ["ack"]
+
+
+async def test_no_hand_off_outside_a_chain_or_under_one_that_holds_none() -> None:
+    async def hop(d: Delivery) -> None:
+        raise AssertionError("not called")
+
+    tasks: set[asyncio.Task[None]] = set()
+    assert hand_off(hop, b"x", False, tasks) is False  # no delivery in this context
+    results: list[bool] = []
+
+    async def ingress_handler(d: Delivery) -> None:
+        results.append(hand_off(hop, b"x", False, tasks))
+        await d.ack()
+
+    delivery, message = root(holds=False)
+    await handle_root(ingress_handler, delivery)
+    assert results == [False] and message.settled == ["ack"] and not tasks
+
+
+def context(handlers: dict[str, Any]) -> ServiceContext:
+    settings = Settings()
+    return ServiceContext(settings=settings, subjects=Subjects(settings.subject_prefix), redis=None,  # type: ignore[arg-type]
+                          sessions=None, steps=None, events=None, broker=None, blobs=None,  # type: ignore[arg-type]
+                          handlers=handlers)
+
+
+@pytest.mark.parametrize("case", ["handler here", "no handler here", "stopping"])
+async def test_service_context_hands_off_only_to_a_handler_in_this_process(case: str) -> None:
+    got: list[bytes] = []
+
+    async def on_assemble(d: Delivery) -> None:
+        got.append(d.body)
+        await d.ack()
+
+    ctx = context({} if case == "no handler here" else {ctx_subject(): on_assemble})
+    ctx.stopping = case == "stopping"
+    answers: list[bool] = []
+
+    async def handler(d: Delivery) -> None:
+        answers.append(ctx.hand_off(ctx_subject(), {"step_id": "s1"}, replay=False))
+        await d.ack()
+
+    delivery, message = root()
+    await handle_root(handler, delivery)
+    await ctx.wait_for_hops(5)
+    assert answers == [case == "handler here"]
+    assert got == ([b'{"step_id":"s1"}'] if case == "handler here" else [])
+    assert message.settled == ["ack"]
+
+
+def ctx_subject() -> str:
+    return Subjects(Settings().subject_prefix).memory_assemble
