@@ -63,6 +63,8 @@ class Chain:
         self._outcome = "ack"
         self._delay = NACK_DELAY_S
         self._heartbeat: Heartbeat | None = None
+        self.hops = 0
+        """Hops handed off under this root so far."""
 
     @property
     def open(self) -> int:
@@ -163,13 +165,20 @@ async def handle_root(handler: WorkHandler, delivery: Delivery) -> None:
             await delivery.nack()
 
 
-def hand_off(handler: WorkHandler, body: bytes, replay: bool, tasks: set[asyncio.Task[None]]) -> bool:
+def hand_off(handler: WorkHandler, body: bytes, replay: bool, tasks: set[asyncio.Task[None]],
+             max_hops: int = 0) -> bool:
     """Start `handler` on `body` as a task of the current chain. False when this code runs
-    under no chain that holds hops (an ingress handler, a test): publish instead."""
+    under no chain that holds hops (an ingress handler, a test), or the chain has had
+    `max_hops` (when > 0): publish instead."""
     parent = _current.get()
-    if parent is None or not parent.chain.holds:
+    if parent is None or not parent.chain.holds or parent.settled:
+        # A settled parent: code its handler left running (a background task inherits
+        # the context); its chain may have settled its root already.
         return False
     chain = parent.chain
+    if max_hops and chain.hops >= max_hops:
+        return False
+    chain.hops += 1
     delivery = Delivery(body, chain, seen=replay, delivered=chain.delivered if replay else 1)
     chain.retain()
     task = asyncio.get_running_loop().create_task(_run_hop(handler, delivery))

@@ -100,7 +100,7 @@ class ServiceContext:
         handler = None if self.stopping else self.handlers.get(subject)
         if handler is None:
             return False
-        return hand_off(handler, dumps(envelope), replay, self.hops)
+        return hand_off(handler, dumps(envelope), replay, self.hops, self.settings.chain_max_hops)
 
     async def wait_for_hops(self, timeout: float) -> None:
         """Until the handed-off hops in flight have ended (a graceful stop): each hands its

@@ -44,10 +44,14 @@ class Settings(BaseSettings):
     stream_replicas: int = 1
     """JetStream replicas of the streams (3 in a cluster)."""
     local_handover: bool = True
-    """When the receiving service runs in the same process (`loopwire up`), hand step
-    results to the router and assembled requests to the llm service as calls instead of
-    JetStream messages; the message being handled stays unacked until the hand-over is
-    done, so a crash still redelivers it. `loopwire serve` always uses JetStream."""
+    """When the receiving service runs in the same process (`loopwire up`), a run's hops
+    are calls and tasks instead of JetStream messages, held by the run's first work
+    message, which stays unacked until they are done, so a crash still redelivers it
+    (shared/chain.py). `loopwire serve` always uses JetStream."""
+    chain_max_hops: int = 40
+    """Hops handed off under one work message before the next goes to JetStream again
+    (and starts a new chain, in whichever replica takes it): spreads long runs over the
+    replicas and bounds what one redelivery recovers. 0: no limit."""
     step_result_ttl_s: int = 7 * 24 * 3600
     """How long recorded step results (model answers, tool results) are kept for replay."""
     session_ttl_s: int = 0

@@ -209,3 +209,42 @@ async def test_service_context_hands_off_only_to_a_handler_in_this_process(case:
 
 def ctx_subject() -> str:
     return Subjects(Settings().subject_prefix).memory_assemble
+
+
+async def test_a_chain_hands_off_at_most_max_hops_then_work_is_published() -> None:
+    tasks: set[asyncio.Task[None]] = set()
+    answers: list[bool] = []
+
+    async def hop(d: Delivery) -> None:
+        answers.append(hand_off(hop, b"next", False, tasks, max_hops=3))
+        await d.ack()
+
+    async def handler(d: Delivery) -> None:
+        answers.append(hand_off(hop, b"first", False, tasks, max_hops=3))
+        await d.ack()
+
+    delivery, message = root()
+    await handle_root(handler, delivery)
+    await until_idle(tasks)
+    assert answers == [True, True, True, False]  # the 4th goes to JetStream, a new chain
+    assert delivery.chain.hops == 3 and message.settled == ["ack"]
+
+
+async def test_code_a_handler_left_running_after_it_settled_hands_off_nothing() -> None:
+    tasks: set[asyncio.Task[None]] = set()
+    later: list[asyncio.Task[bool]] = []
+
+    async def hop(d: Delivery) -> None:
+        raise AssertionError("not called")
+
+    async def handler(d: Delivery) -> None:
+        await d.ack()
+
+        async def background() -> bool:  # inherits the handler's context
+            return hand_off(hop, b"x", False, tasks)
+
+        later.append(asyncio.create_task(background()))
+
+    delivery, message = root()
+    await handle_root(handler, delivery)
+    assert await later[0] is False and not tasks and message.settled == ["ack"]
