@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from faststream.nats import NatsBroker
 
+from loopwire.shared.chain_balance import ChainBalance
 from loopwire.shared.context_middleware import ContextMiddleware
 from loopwire.shared.http_server import Handle, start_http_server
 from loopwire.shared.message_metrics import message_metrics_middleware
@@ -92,6 +93,8 @@ class Running:
         self.ctx.stopping = True
         for task in self.tasks:
             task.cancel()
+        if self.ctx.balance is not None:
+            await self.ctx.balance.stop()
         # Hops handed off in this process (shared/chain.py) finish first, while the
         # connection is up to settle their chains' roots; their next hops go to JetStream.
         with contextlib.suppress(Exception):
@@ -125,11 +128,15 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     services = [classes[name](ctx) for name in names]
     if settings.local_handover and len(services) > 1:
         ctx.local = {service.name: service for service in services}
+        if settings.chain_balance:
+            ctx.balance = ChainBalance(ctx.subjects.chains)
     for service in services:
         service.register(broker)
     await broker.connect()
     await ensure_streams(broker._connection.jetstream(), settings)  # type: ignore[union-attr]
     ctx.attach_bus()
+    if ctx.balance is not None:
+        await ctx.balance.start(broker._connection)
     # Services first, then consuming: a message redelivered at once (work of a process that
     # died) must find its handler's service started.
     for service in services:

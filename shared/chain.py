@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
 
+from .chain_balance import ChainBalance
 from .inflight import Heartbeat
 
 log = logging.getLogger("loopwire.chain")
@@ -65,6 +66,8 @@ class Chain:
         self._heartbeat: Heartbeat | None = None
         self.hops = 0
         """Hops handed off under this root so far."""
+        self.on_end: Callable[[], None] | None = None
+        """Called once when the chain settles its root (the balance's count of chains)."""
 
     @property
     def open(self) -> int:
@@ -87,6 +90,8 @@ class Chain:
             return
         if self._heartbeat is not None:
             self._heartbeat.__exit__(None, None, None)
+        if self.on_end is not None:
+            self.on_end()
         if self._outcome == "nack":
             await self.root.nack(delay=self._delay)
         elif self._outcome == "reject":
@@ -166,10 +171,11 @@ async def handle_root(handler: WorkHandler, delivery: Delivery) -> None:
 
 
 def hand_off(handler: WorkHandler, body: bytes, replay: bool, tasks: set[asyncio.Task[None]],
-             max_hops: int = 0) -> bool:
+             max_hops: int = 0, balance: ChainBalance | None = None) -> bool:
     """Start `handler` on `body` as a task of the current chain. False when this code runs
-    under no chain that holds hops (an ingress handler, a test), or the chain has had
-    `max_hops` (when > 0): publish instead."""
+    under no chain that holds hops (an ingress handler, a test), when the chain has had
+    `max_hops` (when > 0), or when `balance` says this process holds more than its share
+    of chains: publish instead."""
     parent = _current.get()
     if parent is None or not parent.chain.holds or parent.settled:
         # A settled parent: code its handler left running (a background task inherits
@@ -178,6 +184,11 @@ def hand_off(handler: WorkHandler, body: bytes, replay: bool, tasks: set[asyncio
     chain = parent.chain
     if max_hops and chain.hops >= max_hops:
         return False
+    if balance is not None and balance.should_shed():
+        return False
+    if chain.hops == 0 and balance is not None:
+        balance.opened()
+        chain.on_end = balance.closed
     chain.hops += 1
     delivery = Delivery(body, chain, seen=replay, delivered=chain.delivered if replay else 1)
     chain.retain()

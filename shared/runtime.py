@@ -20,6 +20,7 @@ from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage
 from .blobs import BlobStore
 from .bus import RECOVER_HEADER, REPLAY_HEADER, Bus
 from .chain import Chain, Delivery, WorkHandler, current_delivery, hand_off, handle_root
+from .chain_balance import ChainBalance
 from .codec import dumps
 from .envelopes import GenerationResult, ToolsResult
 from .event_log import EventLogStore, RedisEventLog
@@ -53,6 +54,8 @@ class ServiceContext:
     only where in-process hand-overs are on."""
     hops: set[asyncio.Task[None]] = field(default_factory=set)
     """Handed-off hops running now (a graceful stop waits for them)."""
+    balance: ChainBalance | None = None
+    """Spreads chains over the replicas (shared/chain_balance.py), where hand-offs are on."""
     stopping: bool = False
     """Set when a graceful stop begins: hand-overs go back to JetStream, so work that
     arrives while the consumers drain waits in the stream for the next process."""
@@ -100,7 +103,7 @@ class ServiceContext:
         handler = None if self.stopping else self.handlers.get(subject)
         if handler is None:
             return False
-        return hand_off(handler, dumps(envelope), replay, self.hops, self.settings.chain_max_hops)
+        return hand_off(handler, dumps(envelope), replay, self.hops, self.settings.chain_max_hops, self.balance)
 
     async def wait_for_hops(self, timeout: float) -> None:
         """Until the handed-off hops in flight have ended (a graceful stop): each hands its

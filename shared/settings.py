@@ -52,6 +52,10 @@ class Settings(BaseSettings):
     """Hops handed off under one work message before the next goes to JetStream again
     (and starts a new chain, in whichever replica takes it): spreads long runs over the
     replicas and bounds what one redelivery recovers. 0: no limit."""
+    chain_balance: bool = True
+    """`loopwire up` processes tell each other how many work chains they hold (core NATS
+    `<prefix>.ctl.chains`); one holding more than its share publishes the next hop of a
+    chain instead, so its run moves to another replica."""
     step_result_ttl_s: int = 7 * 24 * 3600
     """How long recorded step results (model answers, tool results) are kept for replay."""
     session_ttl_s: int = 0

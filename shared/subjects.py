@@ -114,6 +114,12 @@ class Subjects:
     def cancel_all(self) -> str:
         return f"{self.prefix}.ctl.*.cancel"
 
+    @property
+    def chains(self) -> str:
+        """Every `loopwire up` process's count of work chains (core NATS, each 0.5 s):
+        shared/chain_balance.py."""
+        return f"{self.prefix}.ctl.chains"
+
 
 def stream_name(prefix: str, base: str) -> str:
     """Stream names carry the prefix when it is not the default, so two deployments
