@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
 from typing import Any
 
 import orjson
@@ -19,5 +19,16 @@ def loads(data: bytes | str) -> Any:
     return orjson.loads(data)
 
 
+_last_stamp: tuple[int, str] = (-1, "")
+
+
 def now_rfc3339() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """UTC now to the millisecond, e.g. `2026-11-30T06:40:01.123Z` (every event has one:
+    the text of the current millisecond is kept, since a turn emits several)."""
+    global _last_stamp
+    ms = time.time_ns() // 1_000_000
+    if ms != _last_stamp[0]:
+        seconds, millis = divmod(ms, 1000)
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+        _last_stamp = (ms, text)
+    return _last_stamp[1]

@@ -2,8 +2,8 @@
 
 The llm and tools services both run long steps. The router publishes a cancel notice on
 core NATS `<prefix>.ctl.<sid>.cancel` (body optional, `{"run_id": ...}` narrows it to one
-run) when a steer or an abort makes a step moot; `InflightSteps` turns that notice into an
-`asyncio.Event` the step watches. `Heartbeat` sends JetStream `in_progress()` every
+run) when a steer or an abort makes a step moot; `InflightSteps` turns that notice into a
+`CancelSignal` the step watches (`unless_cancelled`). `Heartbeat` sends JetStream `in_progress()` every
 ack_wait/3 so a step that is alive is never redelivered to another replica.
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any, TypeVar
 
 from nats.aio.msg import Msg
 
@@ -21,16 +22,84 @@ from .subjects import Subjects
 
 log = logging.getLogger("loopwire.inflight")
 
+T = TypeVar("T")
+
+
+class StepCancelled(Exception):
+    """The step's session asked to stop it (a steer or an abort)."""
+
+
+class CancelSignal(asyncio.Event):
+    """An event that also calls back when set: `unless_cancelled` stops the running task
+    with it, instead of racing the work against a waiter in two more tasks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        if not self.is_set():
+            callbacks, self._callbacks = self._callbacks, []
+            for callback in callbacks:
+                callback()
+        super().set()
+
+    def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` when the signal is set; returns the function that removes it."""
+        self._callbacks.append(callback)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._callbacks.remove(callback)
+
+        return remove
+
+
+async def unless_cancelled(work: Coroutine[Any, Any, T], cancel: CancelSignal | None) -> T:
+    """Await `work` in the current task; raise StepCancelled if `cancel` is set first.
+
+    Like `asyncio.timeout`: the signal cancels the current task, and only a cancellation it
+    caused becomes StepCancelled (one from outside, a shutdown, stays a CancelledError)."""
+    if cancel is None:
+        return await work
+    if cancel.is_set():
+        work.close()
+        raise StepCancelled()
+    task = asyncio.current_task()
+    assert task is not None
+    fired = False
+
+    def fire() -> None:
+        nonlocal fired
+        fired = True
+        task.cancel()
+
+    remove = cancel.on_set(fire)
+    try:
+        result = await work
+    except BaseException as exc:
+        # Whatever the work raised while we cancelled it (a stream that fails as it
+        # closes, say) is the cancellation's doing, unless the task is cancelled from
+        # outside as well.
+        if not fired or task.uncancel() > 0 or not isinstance(exc, asyncio.CancelledError | Exception):
+            raise
+        raise StepCancelled() from None
+    finally:
+        remove()
+    if fired:  # the work swallowed our cancellation and finished anyway
+        task.uncancel()
+    return result
+
 
 class InflightSteps:
     def __init__(self, subjects: Subjects) -> None:
         self._subjects = subjects
-        self._by_session: dict[str, list[tuple[str, asyncio.Event]]] = {}
+        self._by_session: dict[str, list[tuple[str, CancelSignal]]] = {}
 
     @contextlib.contextmanager
-    def track(self, session_id: str, run_id: str) -> Iterator[asyncio.Event]:
-        """An event set when a cancel notice for this session (and run) arrives."""
-        entry = (run_id, asyncio.Event())
+    def track(self, session_id: str, run_id: str) -> Iterator[CancelSignal]:
+        """A signal set when a cancel notice for this session (and run) arrives."""
+        entry = (run_id, CancelSignal())
         self._by_session.setdefault(session_id, []).append(entry)
         try:
             yield entry[1]

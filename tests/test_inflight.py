@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from loopwire.shared.inflight import Heartbeat, InflightSteps
+from loopwire.shared.inflight import CancelSignal, Heartbeat, InflightSteps, StepCancelled, unless_cancelled
 from loopwire.shared.subjects import Subjects
 
 pytestmark = pytest.mark.unit
@@ -54,3 +54,54 @@ async def test_a_short_step_sends_no_heartbeat() -> None:
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.15)
     assert beats == []
+
+
+async def test_unless_cancelled_stops_the_work_in_its_own_task() -> None:
+    cancel = CancelSignal()
+    stopped = asyncio.Event()
+
+    async def work() -> str:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            stopped.set()
+        return "never"
+
+    asyncio.get_running_loop().call_later(0.02, cancel.set)
+    with pytest.raises(StepCancelled):
+        await unless_cancelled(work(), cancel)
+    task = asyncio.current_task()
+    assert stopped.is_set() and task is not None and task.cancelling() == 0  # nothing left pending
+    await asyncio.sleep(0)  # and the task goes on normally
+
+
+async def test_unless_cancelled_returns_the_result_or_refuses_to_start() -> None:
+    async def work() -> int:
+        await asyncio.sleep(0)
+        return 7
+
+    cancel = CancelSignal()
+    assert await unless_cancelled(work(), cancel) == 7
+    assert await unless_cancelled(work(), None) == 7
+    cancel.set()
+    with pytest.raises(StepCancelled):
+        await unless_cancelled(work(), cancel)  # set before: the work never starts (and is closed)
+
+
+async def test_unless_cancelled_leaves_other_cancellations_alone() -> None:
+    cancel = CancelSignal()
+
+    async def slow() -> None:
+        await asyncio.sleep(10)
+
+    # A timeout around it still times out.
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.02):
+            await unless_cancelled(slow(), cancel)
+    # A cancellation from outside stays a cancellation.
+    task = asyncio.create_task(unless_cancelled(slow(), cancel))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not cancel._callbacks  # nothing stays registered on the signal

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem
+from loopwire.shared.inflight import CancelSignal
 from loopwire.shared.step_store import InMemoryStepStore
 from loopwire.tools.catalog import Catalog
 from loopwire.tools.executor import Executor, step_key
@@ -245,7 +246,7 @@ async def test_depends_on_waits_for_earlier_calls(executor: Executor, probe: Pro
 
 async def test_cancel_stops_inflight_calls_without_recording(executor: Executor, probe: Probe,
                                                              steps: InMemoryStepStore) -> None:
-    cancel = asyncio.Event()
+    cancel = CancelSignal()
 
     async def on_result(item: ToolResultItem) -> None:
         if item.tool_use_id == "fast":

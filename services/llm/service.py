@@ -37,7 +37,7 @@ from loopwire.shared import codec
 from loopwire.shared.blobs import resolve_messages
 from loopwire.shared.chain import Delivery
 from loopwire.shared.envelopes import Generate, GenerationResult
-from loopwire.shared.inflight import Heartbeat, InflightSteps
+from loopwire.shared.inflight import Heartbeat, InflightSteps, StepCancelled, unless_cancelled
 from loopwire.shared.runtime import ServiceContext, delivery_count, seen_before
 
 from .breaker import CircuitBreaker, RunGate, breaker_from_settings
@@ -183,30 +183,21 @@ class LlmService:
             await bus.emit(sid, run_id, "retracted", key=f"{env.step_id}:retract:{delivered}.{discards}",
                            turn=env.turn, reason=f"{model} failed mid-answer ({reason}): the partial answer is void")
 
-        tracking = self._inflight.track(sid, run_id)  # set by a cancel notice (steer, abort)
-        cancel = tracking.__enter__()
-        work = asyncio.ensure_future(runner.run(model_request(env, default_model), on_text, on_switch, on_discard))
-        stop = asyncio.ensure_future(cancel.wait())
-        try:
-            await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if not work.done():
-                work.cancel()  # closes the model's stream: no more tokens are generated
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await work
+        # A cancel notice (steer, abort) stops the model's stream: no more tokens are generated.
+        with self._inflight.track(sid, run_id) as cancel:
+            try:
+                outcome = await unless_cancelled(
+                    runner.run(model_request(env, default_model), on_text, on_switch, on_discard), cancel)
+            except StepCancelled:
                 if streamed:
                     await bus.emit(sid, run_id, "retracted", key=f"{env.step_id}:retract:cancel",
                                    turn=env.turn, reason=CANCELLED_REASON)
                 log.info("llm step %s cancelled", env.step_id)
                 return result_failed(env, ModelCallError("cancelled", "the generation was cancelled (steer or abort)"))
-            outcome = work.result()
-        except ModelCallError as err:
-            log.warning("llm step %s failed: %r %s", env.step_id, err, err.message)
-            return result_failed(env, err)
-        finally:
-            stop.cancel()
-            if not work.done():  # this handler itself was cancelled (shutdown)
-                work.cancel()
-            tracking.__exit__(None, None, None)
-            if isinstance(gate, RunGate):
-                await gate.close()
+            except ModelCallError as err:
+                log.warning("llm step %s failed: %r %s", env.step_id, err, err.message)
+                return result_failed(env, err)
+            finally:
+                if isinstance(gate, RunGate):
+                    await gate.close()
         return result_ok(env, outcome)

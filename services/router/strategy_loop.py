@@ -20,10 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from jsonschema import validators
 from jsonschema.exceptions import best_match
 
 from loopwire.shared.envelopes import ToolSpec
+from loopwire.shared.lru import LruCache
 
 from .finish import FINISH_SPEC
 from .planning import UPDATE_PLAN_SPEC
@@ -76,11 +78,19 @@ def finish_offered(run: RunState) -> bool:
     return profile.offers_finish and profile.offers_tools and run.config.tools != []
 
 
+_VALIDATORS = LruCache[bytes, Any](256)
+"""Validators by schema (its canonical JSON): building one costs more than a check."""
+
+
 def schema_problem(schema: dict[str, Any], value: Any) -> str | None:
     """The most relevant JSON Schema violation of `value`, or None (also for a schema that
     cannot be used: the tools service checks again before the call)."""
     try:
-        validator = validators.validator_for(schema)(schema)
+        key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        validator = _VALIDATORS.get(key)
+        if validator is None:
+            validator = validators.validator_for(schema)(schema)
+            _VALIDATORS.put(key, validator)
         error = best_match(validator.iter_errors(value))
     except Exception:
         return None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jsonschema.exceptions import best_match, relevance
@@ -27,6 +27,7 @@ from nats.aio.client import Client as NatsClient
 from loopwire.shared import metrics, telemetry
 from loopwire.shared.blobs import BlobStore, externalize
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem
+from loopwire.shared.inflight import CancelSignal, StepCancelled, unless_cancelled
 from loopwire.shared.step_store import StepStore
 
 from .catalog import Catalog, ResolvedTool
@@ -53,10 +54,6 @@ def _outcome(item: ToolResultItem, recorded: bool, known: bool) -> str:
     return "error" if known else "unknown"
 
 
-class Cancelled(Exception):
-    """The session asked to stop in-flight tools (a steer or an abort)."""
-
-
 class Executor:
     def __init__(self, catalog: Catalog, steps: StepStore, nc: NatsClient | None,
                  default_timeout_s: float,
@@ -77,7 +74,7 @@ class Executor:
         provider that started a moment ago is found before its call fails."""
 
     async def execute(self, env: ExecuteTools, on_result: ResultCallback | None = None,
-                      cancel: asyncio.Event | None = None, seen: bool = True) -> list[ToolResultItem]:
+                      cancel: CancelSignal | None = None, seen: bool = True) -> list[ToolResultItem]:
         """`seen`: the envelope may have been handled before (runtime.seen_before), so
         some calls may have recorded results; a new envelope has none to look for."""
         calls = env.calls
@@ -119,6 +116,8 @@ class Executor:
             finally:
                 finished[i].set()
 
+        if len(calls) == 1:
+            return [await run(0)]  # nothing to run beside it: no task group
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(run(i)) for i in range(len(calls))]
@@ -128,7 +127,7 @@ class Executor:
         return [t.result() for t in tasks]
 
     async def _run_one(self, env: ExecuteTools, call: ToolCall, tool: ResolvedTool | None,
-                       cancel: asyncio.Event | None) -> tuple[ToolResultItem, bool]:
+                       cancel: CancelSignal | None) -> tuple[ToolResultItem, bool]:
         """One call's result, and whether to record it (a cancelled call is not: the same
         tool_use_id may be asked for again and must then really run)."""
         def error(text: str) -> tuple[ToolResultItem, bool]:
@@ -151,8 +150,8 @@ class Executor:
                                          conversation_id=env.session_id, parent=env.trace) as span:
             try:
                 async with deadline:
-                    outcome = await _unless_cancelled(self._invoke(env, call, tool, timeout), cancel)
-            except Cancelled:
+                    outcome = await unless_cancelled(self._invoke(env, call, tool, timeout), cancel)
+            except StepCancelled:
                 return error(f"tool {call.name} was cancelled")[0], False
             except TimeoutError:
                 if deadline.expired():
@@ -227,20 +226,4 @@ def _prerequisites(calls: list[ToolCall], tools: list[ResolvedTool | None],
                           call.tool_use_id, dep)
         out.append(pre)
     return out
-
-
-async def _unless_cancelled(coro: Coroutine[Any, Any, Outcome], cancel: asyncio.Event | None) -> Outcome:
-    if cancel is None:
-        return await coro
-    work = asyncio.ensure_future(coro)
-    stop = asyncio.ensure_future(cancel.wait())
-    try:
-        await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stop.cancel()
-        if not work.done():
-            work.cancel()
-    if not work.done() or work.cancelled():
-        raise Cancelled()
-    return work.result()
 

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from loopwire.shared.chain import Delivery
 from loopwire.shared.contract import error_reply
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem, ToolsResult
-from loopwire.shared.inflight import Heartbeat, InflightSteps
+from loopwire.shared.inflight import CancelSignal, Heartbeat, InflightSteps
 from loopwire.shared.runtime import ServiceContext, seen_before
 
 from .catalog import Catalog, catalog_max_age, read_catalog_entries
@@ -157,7 +157,7 @@ class ToolsService:
             await self._run(env, msg, emit, cancel)
 
     async def _run(self, env: ExecuteTools, msg: Delivery, emit: Callable[[ToolResultItem], Awaitable[None]],
-                   cancel: asyncio.Event) -> None:
+                   cancel: CancelSignal) -> None:
         assert self.executor is not None
         try:
             with Heartbeat(msg.in_progress, self.ctx.settings.ack_wait_s):
