@@ -36,7 +36,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from .chain_balance import ChainBalance
 from .inflight import Heartbeat
@@ -46,6 +48,17 @@ log = logging.getLogger("loopwire.chain")
 NACK_DELAY_S = 1.0
 
 WorkHandler = Callable[["Delivery"], Awaitable[Any]]
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def decode(delivery: Delivery, model: type[M]) -> M:
+    """The delivery's envelope: the model handed off as it is, else validated from the
+    body (raises pydantic's ValidationError, also for a body that is not JSON)."""
+    if isinstance(delivery.envelope, model):
+        return delivery.envelope
+    return model.model_validate_json(delivery.body)
 
 
 class Chain:
@@ -106,11 +119,14 @@ class Delivery:
     JetStream message: `ack()`, `nack(delay)` or `reject()`; `in_progress()` keeps the
     chain's root alive."""
 
-    __slots__ = ("body", "seen", "delivered", "recover", "raw_message", "_chain", "_settled")
+    __slots__ = ("body", "envelope", "seen", "delivered", "recover", "raw_message", "_chain", "_settled")
 
     def __init__(self, body: bytes, chain: Chain, *, seen: bool, delivered: int, recover: bool = False,
-                 raw_message: Any = None) -> None:
+                 raw_message: Any = None, envelope: Any = None) -> None:
         self.body = body
+        self.envelope = envelope
+        """A hand-off's envelope as the validated model the router built (then `body` is
+        empty): `decode` uses it as it is."""
         self.seen = seen
         """The step may have been handled before (runtime.seen_before): look for its record."""
         self.delivered = delivered
@@ -170,9 +186,10 @@ async def handle_root(handler: WorkHandler, delivery: Delivery) -> None:
             await delivery.nack()
 
 
-def hand_off(handler: WorkHandler, body: bytes, replay: bool, tasks: set[asyncio.Task[None]],
+def hand_off(handler: WorkHandler, envelope: Any, replay: bool, tasks: set[asyncio.Task[None]],
              max_hops: int = 0, balance: ChainBalance | None = None) -> bool:
-    """Start `handler` on `body` as a task of the current chain. False when this code runs
+    """Start `handler` on `envelope` (a validated model, or JSON bytes) as a task of the
+    current chain. False when this code runs
     under no chain that holds hops (an ingress handler, a test), when the chain has had
     `max_hops` (when > 0), or when `balance` says this process holds more than its share
     of chains: publish instead."""
@@ -190,7 +207,10 @@ def hand_off(handler: WorkHandler, body: bytes, replay: bool, tasks: set[asyncio
         balance.opened()
         chain.on_end = balance.closed
     chain.hops += 1
-    delivery = Delivery(body, chain, seen=replay, delivered=chain.delivered if replay else 1)
+    if isinstance(envelope, bytes):
+        delivery = Delivery(envelope, chain, seen=replay, delivered=chain.delivered if replay else 1)
+    else:
+        delivery = Delivery(b"", chain, seen=replay, delivered=chain.delivered if replay else 1, envelope=envelope)
     chain.retain()
     task = asyncio.get_running_loop().create_task(_run_hop(handler, delivery))
     tasks.add(task)

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from faststream import AckPolicy
 from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage
+from pydantic import BaseModel
 
 from .blobs import BlobStore
 from .bus import RECOVER_HEADER, REPLAY_HEADER, Bus
@@ -103,7 +104,10 @@ class ServiceContext:
         handler = None if self.stopping else self.handlers.get(subject)
         if handler is None:
             return False
-        return hand_off(handler, dumps(envelope), replay, self.hops, self.settings.chain_max_hops, self.balance)
+        # A model is handed over as it is; a dict (a replayed outbox) as its JSON, which
+        # the handler validates like any message.
+        body = envelope if isinstance(envelope, BaseModel) else dumps(envelope)
+        return hand_off(handler, body, replay, self.hops, self.settings.chain_max_hops, self.balance)
 
     async def wait_for_hops(self, timeout: float) -> None:
         """Until the handed-off hops in flight have ended (a graceful stop): each hands its

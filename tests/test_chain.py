@@ -248,3 +248,28 @@ async def test_code_a_handler_left_running_after_it_settled_hands_off_nothing() 
     delivery, message = root()
     await handle_root(handler, delivery)
     assert await later[0] is False and not tasks and message.settled == ["ack"]
+
+
+async def test_a_model_is_handed_off_as_it_is_and_bytes_are_validated() -> None:
+    from loopwire.shared.chain import decode
+    from loopwire.shared.envelopes import ExecuteTools
+
+    env = ExecuteTools(session_id="s1", run_id="r1", step_id="r1:t1", calls=[])
+    tasks: set[asyncio.Task[None]] = set()
+    got: list[ExecuteTools] = []
+
+    async def hop(d: Delivery) -> None:
+        got.append(decode(d, ExecuteTools))
+        await d.ack()
+
+    async def handler(d: Delivery) -> None:
+        hand_off(hop, env, False, tasks)
+        hand_off(hop, env.model_dump_json().encode(), True, tasks)  # a replayed outbox's dict, as JSON
+        await d.ack()
+
+    delivery, message = root()
+    await handle_root(handler, delivery)
+    await until_idle(tasks)
+    assert got[0] is env and got[1] == env and got[1] is not env
+    with pytest.raises(ValueError):
+        decode(Delivery(b"{not json", delivery.chain, seen=False, delivered=1), ExecuteTools)

@@ -17,12 +17,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import orjson
 from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
 from loopwire.shared import metrics
-from loopwire.shared.chain import Delivery
+from loopwire.shared.chain import Delivery, decode
 from loopwire.shared.envelopes import AssembleContext, ToolSpec
 from loopwire.shared.inflight import Heartbeat
 from loopwire.shared.lru import LruCache
@@ -89,8 +88,8 @@ class MemoryService:
     # -- the handler -------------------------------------------------------------------------
     async def on_assemble(self, msg: Delivery) -> None:
         try:
-            env = AssembleContext.model_validate(orjson.loads(msg.body))
-        except (orjson.JSONDecodeError, ValidationError) as exc:
+            env = decode(msg, AssembleContext)
+        except ValidationError as exc:
             log.error("malformed assemble envelope dropped: %s", exc)
             await msg.reject()  # a body that can never decode is not redelivered
             return

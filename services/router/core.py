@@ -545,7 +545,7 @@ def _request_generation(tx: _Tx, run: RunState, notes: list[str] | None = None) 
         reduce_context=run.context_retries > 0, context_window=cfg.context_window,
         compaction_at_pct=cfg.compaction_at_pct, actor=cfg.actor, trace=run.trace,
     )
-    tx.effects.append(PublishWork(target="memory.assemble", envelope=env.model_dump(mode="json"),
+    tx.effects.append(PublishWork(target="memory.assemble", envelope=env.model_dump(mode="json"), model=env,
                                   msg_id=f"{step_id}:assemble"))
 
 
@@ -595,7 +595,7 @@ def _execute(tx: _Tx, run: RunState, calls: list[dict[str, Any]], denied: dict[s
         calls=[ToolCall(tool_use_id=c["id"], name=c["name"], input=c.get("input") or {}) for c in to_run],
         denied={c["id"]: denied[c["id"]] for c in to_run if c["id"] in denied}, trace=run.trace,
     )
-    tx.effects.append(PublishWork(target="tools.execute", envelope=env.model_dump(mode="json"),
+    tx.effects.append(PublishWork(target="tools.execute", envelope=env.model_dump(mode="json"), model=env,
                                   msg_id=f"{step_id}:execute"))
 
 

@@ -24,6 +24,9 @@ class PublishWork(BaseModel):
     target: Literal["memory.assemble", "tools.execute"]
     envelope: dict[str, Any]
     msg_id: str
+    model: Any = Field(default=None, exclude=True, repr=False)
+    """The envelope as the validated model the core built it from, for a hand-off in this
+    process (shared/chain.py) to use as it is. Not stored: a replayed outbox has the dict."""
 
 
 class PublishNotice(BaseModel):

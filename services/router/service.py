@@ -258,7 +258,7 @@ class RouterService:
                 subject = subjects.memory_assemble if effect.target == "memory.assemble" else subjects.tools_execute
                 # A task of this chain when the service runs here (after the commit, outside
                 # the session's lock), else a JetStream message.
-                if not self.ctx.hand_off(subject, effect.envelope, replay):
+                if not self.ctx.hand_off(subject, effect.model or effect.envelope, replay):
                     await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id, replay=replay)
 
 

@@ -30,7 +30,7 @@ from faststream.nats import NatsBroker
 from faststream.nats.annotations import NatsMessage
 from pydantic import ValidationError
 
-from loopwire.shared.chain import Delivery
+from loopwire.shared.chain import Delivery, decode
 from loopwire.shared.contract import error_reply
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem, ToolsResult
 from loopwire.shared.inflight import CancelSignal, Heartbeat, InflightSteps
@@ -134,7 +134,7 @@ class ToolsService:
     # -- the work handler -------------------------------------------------------------------------
     async def handle(self, msg: Delivery) -> None:
         try:
-            env = ExecuteTools.model_validate_json(msg.body)
+            env = decode(msg, ExecuteTools)
         except ValidationError as exc:
             log.error("malformed ExecuteTools envelope dropped: %s", exc)
             await msg.reject()  # term: a redelivery cannot fix it
