@@ -132,6 +132,18 @@ def test_stale_result_is_ignored(fresh: SessionState) -> None:
     assert d.state is None and d.effects == []
 
 
+def test_step_results_are_recognised_without_a_place_among_the_recent_inputs(fresh: SessionState) -> None:
+    st, _ = step(fresh, start({"input": "hi"}))
+    st, first = step(st, gen_result("run1:g1", [tool_use("t1")], stop="tool_use"))
+    tools_step = work(first)[0].envelope["step_id"]
+    assert st.recent_inputs == ["in:1"]  # only ingress ids: the state stays small
+    again = decide(st, gen_result("run1:g1", [tool_use("t1")], stop="tool_use"), CFG)
+    assert again.replay and work(again)[0].envelope["step_id"] == tools_step  # the latest: replayed
+    st, _ = step(st, tools_result(tools_step, [("t1", "add", "3")]))
+    late = decide(st, gen_result("run1:g1", [tool_use("t1")], stop="tool_use"), CFG)
+    assert late.state is None and late.effects == [] and not late.replay  # older: ignored
+
+
 def test_a_result_from_a_redelivered_chain_root_replays_the_current_outbox(fresh: SessionState) -> None:
     # shared/chain.py: a crash lost the hops after this result; the redelivered root hands
     # the recorded result over again, marked recover, and the session's current work goes

@@ -115,7 +115,8 @@ class _Tx:
     def finish(self) -> Decision:
         st = self.st
         self._report_user_messages()
-        st.recent_inputs = (st.recent_inputs + [self.inp.input_id])[-RECENT_INPUTS:]
+        if not isinstance(self.inp, i.GenerationInput | i.ToolsInput):
+            st.recent_inputs = (st.recent_inputs + [self.inp.input_id])[-RECENT_INPUTS:]
         st.outbox = [e.model_dump(mode="json") for e in self.effects]
         st.outbox_input = self.inp.input_id
         return Decision(state=st, effects=self.effects, append=self.append,
@@ -152,10 +153,10 @@ def decide(state: SessionState, inp: i._Input, cfg: CoreConfig = CoreConfig(), o
     """The next state and the effects for `inp`. `state` is left as it was, unless the
     caller hands it over with `owned=True` (it was made for this call and is not used
     after it; the shell does that to save a copy per input)."""
+    if state.outbox_input == inp.input_id:
+        return _replay(state)  # the latest input again: its effects may not have gone out
     if inp.input_id in state.recent_inputs:
-        if state.outbox_input == inp.input_id or inp.recover:
-            return _replay(state)
-        return Decision(state=None)
+        return _replay(state) if inp.recover else Decision(state=None)
     if isinstance(inp, i.RejectedInput):
         return _reject(state, inp, inp.code, inp.message)
     tx = _Tx(state, inp, owned)

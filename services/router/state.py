@@ -15,7 +15,7 @@ from loopwire.shared.envelopes import Usage
 
 STATE_SCHEMA = 1
 RECENT_INPUTS = 64
-"""How many applied input ids a session remembers to recognise redeliveries."""
+"""How many applied ingress input ids a session remembers to recognise redeliveries."""
 
 
 class RunConfig(BaseModel):
@@ -157,7 +157,9 @@ class SessionState(BaseModel):
     """The latest agentic_planned run's plan: `{"run_id", "steps", "phase", "verification"}`
     (kept after the run ends; `session.get` shows it)."""
     recent_inputs: list[str] = Field(default_factory=list)
-    """Ids of the latest applied inputs (ingress seqs, step ids): redeliveries are no-ops."""
+    """Ids of the latest applied ingress inputs (`in:<stream seq>`): redeliveries are
+    no-ops. Step results need no entry: one is applied only while its step is the pending
+    one, and the latest input, whatever its kind, is `outbox_input`."""
     outbox: list[dict[str, Any]] = Field(default_factory=list)
     """Effects of the latest transition; performed again when its input is redelivered
     (a crash between commit and publish loses nothing; every effect is idempotent)."""
