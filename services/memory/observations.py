@@ -137,14 +137,15 @@ class Observer:
         if sid in self._running:
             self._latest[sid] = env
             return
-        task = asyncio.create_task(self._guarded(env))
-        self._running[sid] = task
-        task.add_done_callback(lambda _t: self._running.pop(sid, None))
+        self._running[sid] = asyncio.create_task(self._guarded(env))
 
     async def idle(self) -> None:
         """Wait for the background work in flight (tests, shutdown)."""
         while self._running:
             await asyncio.gather(*list(self._running.values()), return_exceptions=True)
+            for sid, task in list(self._running.items()):
+                if task.done():  # e.g. cancelled before it started: it never cleared its entry
+                    del self._running[sid]
 
     async def stop(self) -> None:
         for task in list(self._running.values()):
@@ -154,14 +155,21 @@ class Observer:
     async def _guarded(self, env: AssembleContext) -> None:
         sid = env.session_id
         current: AssembleContext | None = env
-        while current is not None:
-            try:
-                await self.run(current)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the next poke tries again
-                log.exception("session %s: observation failed", sid)
-            current = self._latest.pop(sid, None)
+        try:
+            while current is not None:
+                try:
+                    await self.run(current)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # the next poke tries again
+                    log.exception("session %s: observation failed", sid)
+                current = self._latest.pop(sid, None)
+        finally:
+            # In the same step as the last look at `_latest`: a poke from now on starts a
+            # new task. (A done callback would run later, leaving a window in which a poke
+            # parks its request in `_latest` for a task that has already finished.)
+            if self._running.get(sid) is asyncio.current_task():
+                del self._running[sid]
 
     async def run(self, env: AssembleContext) -> None:
         sid = env.session_id

@@ -166,6 +166,10 @@ def step_times(timeline: list[tuple[float, str]]) -> list[tuple[str, float]]:
     envelope to its next publish (work or the final `message` event), and each hop's time
     from the work publish to its delivery."""
     out: list[tuple[str, float]] = []
+    if timeline and not any(w.startswith(("NATS work publish ", "NATS jetstream delivery ")) for _, w in timeline):
+        # `loopwire up` with work chains: every hop of the turn is in-process.
+        return [("in one process, no work message on the wire: from one `message` event to the next",
+                 timeline[-1][0])]
     # The turn opens inside the router: after the `message` event it emits `tool.call`
     # and publishes the tools.execute envelope.
     inside: tuple[str, float] | None = ("router (router.result), from the `message` event", 0.0)
