@@ -36,6 +36,13 @@ class Layout:
     other_cpu_s: float = 0.0
     """CPU seconds of every other process on the machine during `load` (a busy neighbour
     makes every number here worse)."""
+    load_rates: list[float] = field(default_factory=list)
+    """turns/s of every run of the load; `load` is the median one."""
+
+    def rates_note(self) -> str:
+        if len(self.load_rates) <= 1:
+            return ""
+        return f" (median of {len(self.load_rates)} runs: {', '.join(f'{r:.0f}' for r in self.load_rates)})"
 
     def cpu_ms_per_turn(self, names: list[str] | None = None) -> float:
         assert self.load is not None
@@ -99,7 +106,8 @@ def verdicts(res: Results) -> list[tuple[str, str, bool | None]]:
     if up and up.load:
         tps = up.load.turns_per_s
         out.append((f"≥ {TARGET_TURNS_PER_S:.0f} tool-turns/s on {res.machine.get('cpus', '?')} cores "
-                    f"(`{up.name}`, {res.sessions} sessions)", f"{tps:.0f} turns/s", tps >= TARGET_TURNS_PER_S))
+                    f"(`{up.name}`, {res.sessions} sessions)", f"{tps:.0f} turns/s{up.rates_note()}",
+                    tps >= TARGET_TURNS_PER_S))
     if {20, 100, 200} <= set(res.bytes_by_turns):
         b20, b100, b200 = (res.bytes_by_turns[n]["total"] for n in (20, 100, 200))
         first, second = (b100 - b20) / 80, (b200 - b100) / 100
