@@ -173,12 +173,13 @@ def current_delivery() -> Delivery | None:
 
 
 async def handle_root(handler: WorkHandler, delivery: Delivery) -> None:
-    """Run a consumer's handler on a JetStream delivery, as the root of a chain."""
+    """Run a work handler on a delivery: a consumer's JetStream message (the root of a
+    chain), or a hop in its own task. One the handler left unsettled is nacked."""
     token = _current.set(delivery)
     try:
         await handler(delivery)
     except Exception:
-        log.exception("work handler %s failed; the message will be redelivered",
+        log.exception("work handler %s failed; its chain's root will be redelivered",
                       getattr(handler, "__qualname__", handler))
     finally:
         _current.reset(token)
@@ -189,10 +190,9 @@ async def handle_root(handler: WorkHandler, delivery: Delivery) -> None:
 def hand_off(handler: WorkHandler, envelope: Any, replay: bool, tasks: set[asyncio.Task[None]],
              max_hops: int = 0, balance: ChainBalance | None = None) -> bool:
     """Start `handler` on `envelope` (a validated model, or JSON bytes) as a task of the
-    current chain. False when this code runs
-    under no chain that holds hops (an ingress handler, a test), when the chain has had
-    `max_hops` (when > 0), or when `balance` says this process holds more than its share
-    of chains: publish instead."""
+    current chain. False when this code runs under no chain that holds hops (an ingress
+    handler, a test), when the chain has had `max_hops` (when > 0), or when `balance` says
+    this process holds more than its share of chains: publish instead."""
     parent = _current.get()
     if parent is None or not parent.chain.holds or parent.settled:
         # A settled parent: code its handler left running (a background task inherits
@@ -212,19 +212,7 @@ def hand_off(handler: WorkHandler, envelope: Any, replay: bool, tasks: set[async
     else:
         delivery = Delivery(b"", chain, seen=replay, delivered=chain.delivered if replay else 1, envelope=envelope)
     chain.retain()
-    task = asyncio.get_running_loop().create_task(_run_hop(handler, delivery))
+    task = asyncio.get_running_loop().create_task(handle_root(handler, delivery))
     tasks.add(task)
     task.add_done_callback(tasks.discard)
     return True
-
-
-async def _run_hop(handler: WorkHandler, delivery: Delivery) -> None:
-    _current.set(delivery)  # this task's own copy of the context
-    try:
-        await handler(delivery)
-    except Exception:
-        log.exception("handed-off work %s failed; its chain's root will be redelivered",
-                      getattr(handler, "__qualname__", handler))
-    finally:
-        if not delivery.settled:
-            await delivery.nack()

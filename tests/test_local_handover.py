@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from loopwire.shared.chain import Chain, Delivery, handle_root
+from loopwire.shared.chain import Delivery, handle_root
 from loopwire.shared.envelopes import ToolResultItem, ToolsResult
 from loopwire.shared.runtime import ServiceContext
 from loopwire.shared.settings import Settings
 from loopwire.shared.subjects import Subjects
+from tests.test_chain import root
 
 
 class FakeBus:
@@ -68,38 +69,18 @@ async def test_otherwise_the_result_goes_out_as_a_work_message(case: str) -> Non
     assert router is None or router.accepted == []
 
 
-class RootMessage:
-    """The JetStream message under a chain: what the chain settles it with."""
-
-    def __init__(self) -> None:
-        self.settled: list[str] = []
-
-    async def ack(self) -> None:
-        self.settled.append("ack")
-
-    async def nack(self, delay: float | None = None) -> None:
-        self.settled.append("nack")
-
-    async def reject(self) -> None:
-        self.settled.append("reject")
-
-    async def in_progress(self) -> None:
-        self.settled.append("in_progress")
-
-
 @pytest.mark.parametrize("router_here", [True, False], ids=["call", "published"])
 @pytest.mark.parametrize("delivered", [1, 2], ids=["first delivery", "redelivered"])
 async def test_a_result_of_a_redelivered_root_is_marked_recover(router_here: bool, delivered: int) -> None:
     router = FakeRouter() if router_here else None
     ctx, bus = context(router)
-    root = Delivery(b"{}", Chain(RootMessage(), delivered, 30.0, True), seen=delivered > 1,
-                    delivered=delivered, recover=delivered > 1)
+    delivery, _ = root(delivered)
 
     async def handler(delivery: Delivery) -> None:
         await ctx.deliver_result(RESULT, msg_id="r1:t1:result")
         await delivery.ack()
 
-    await handle_root(handler, root)
+    await handle_root(handler, delivery)
     recover = delivered > 1
     if router is not None:
         assert router.accepted == [(RESULT, recover)] and bus.published == []
