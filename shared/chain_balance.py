@@ -24,7 +24,7 @@ import time
 import uuid
 from typing import Any
 
-from . import codec
+from . import codec, metrics
 
 log = logging.getLogger("loopwire.chain_balance")
 
@@ -50,9 +50,11 @@ class ChainBalance:
     # -- what the chains tell it -------------------------------------------------------------
     def opened(self) -> None:
         self.held += 1
+        metrics.WORK_CHAINS.inc()
 
     def closed(self) -> None:
         self.held -= 1
+        metrics.WORK_CHAINS.dec()
 
     def should_shed(self) -> bool:
         """Whether the next hop should go to JetStream to move a chain elsewhere."""

@@ -154,6 +154,13 @@ STEPS = Counter(
     ["service", "outcome"],
 )
 ERRORS = Counter("loopwire_errors", "Errors reported (error events and failed steps), by code.", ["code"])
+WORK_HOPS = Counter(
+    "loopwire_work_hops",
+    "Work the router sent on (memory.assemble, tools.execute), by how: chain (a task in this "
+    "process) or jetstream (a message).",
+    ["target", "via"],
+)
+WORK_CHAINS = Gauge("loopwire_work_chains", "Work chains this process holds now (runs kept in this process).")
 
 ALL_METRICS: tuple[Any, ...] = (
     RUNS_STARTED, RUNS_ENDED, TURNS, STEERS, ABORTS, COMPACTIONS, APPROVALS_PENDING,
@@ -162,7 +169,7 @@ ALL_METRICS: tuple[Any, ...] = (
     MODEL_FALLBACKS, CIRCUIT_BREAKER_STATE, LLM_TTFT, LLM_REQUEST_DURATION,
     TOOL_CALLS, TOOL_CALL_DURATION,
     JETSTREAM_CONSUMER_PENDING, JETSTREAM_CONSUMER_ACK_PENDING, JETSTREAM_REDELIVERIES,
-    STEPS, ERRORS,
+    STEPS, ERRORS, WORK_HOPS, WORK_CHAINS,
 )
 """Every metric above, for tests and docs."""
 

@@ -20,7 +20,7 @@ import orjson
 from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
-from loopwire.shared import codec
+from loopwire.shared import codec, metrics
 from loopwire.shared.bus import event_items
 from loopwire.shared.chain import Delivery
 from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult, ToolsResult
@@ -258,8 +258,11 @@ class RouterService:
                 subject = subjects.memory_assemble if effect.target == "memory.assemble" else subjects.tools_execute
                 # A task of this chain when the service runs here (after the commit, outside
                 # the session's lock), else a JetStream message.
-                if not self.ctx.hand_off(subject, effect.model or effect.envelope, replay):
+                if self.ctx.hand_off(subject, effect.model or effect.envelope, replay):
+                    metrics.child(metrics.WORK_HOPS, target=effect.target, via="chain").inc()
+                else:
                     await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id, replay=replay)
+                    metrics.child(metrics.WORK_HOPS, target=effect.target, via="jetstream").inc()
 
 
 

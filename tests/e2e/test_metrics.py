@@ -76,6 +76,17 @@ async def test_loop_and_fallback_move_the_counters(system: LoopwireContainer, nc
     tokens_in = total(after, "loopwire_tokens_total", direction="input") - total(before, "loopwire_tokens_total",
                                                                                  direction="input")
     assert tokens_in == ended["usage"]["input_tokens"]
+    # One generation per turn: the first published by the start's handler, the others
+    # handed off as tasks of the run's work chain (one process: nothing to balance).
+    assert delta(before, after, "loopwire_work_hops_total", target="memory.assemble", via="jetstream") == 1
+    assert delta(before, after, "loopwire_work_hops_total", target="memory.assemble", via="chain") == \
+        ended["turns"] - 1
+    for _ in range(50):  # its last hop settles the chain just after run.ended goes out
+        if (await asyncio.to_thread(scrape, system))[1].get(("loopwire_work_chains", ())) == 0:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the run's work chain did not end with the run")
     calls = len(ev.of("tool.result"))
     assert delta(before, after, "loopwire_tool_calls_total", tool="add", outcome="ok") == calls
     assert "metrics-1" not in text, "no session ids as labels"
