@@ -26,8 +26,9 @@ recorded runs again with the same tool-use id. Only the root's own result recove
 started later in a recovered chain are ordinary ones (no outbox is replayed twice).
 
 Settling: a hop's handler acks, nacks or rejects its `Delivery` as it would a JetStream
-message. The root is nacked (redelivered after NACK_DELAY_S, and recovered) if any hop
-nacked, rejected only if its own handler rejected it, else acked.
+message. The root is nacked (redelivered after NACK_DELAY_S, and recovered) if any
+handler of the chain nacked (or raised), else rejected if one rejected its delivery (a
+body that can never decode), else acked.
 """
 
 from __future__ import annotations
