@@ -166,6 +166,11 @@ class ToolsResult(_Envelope):
     kind: Literal["tools.result"] = "tools.result"
     results: list[ToolResultItem]
     """One per call, in the model's order."""
+    results_reported: bool = True
+    """Whether the tools service emitted each result's `tool.result` event. False for a
+    single call whose result it handed to a router in its process: the router emits the
+    event with the step's transition, in the same Redis write (also when the result comes
+    too late to be applied: an executed call always has its event)."""
 
 
 WorkEnvelope = Annotated[

@@ -88,7 +88,7 @@ class ServiceContext:
         router's consumer retries it (the router ignores a result it already applied)."""
         delivery = current_delivery()
         recover = delivery is not None and delivery.recover
-        router = None if self.stopping else self.local.get("router")
+        router = self.local.get("router") if self.router_here() else None
         if router is not None:
             try:
                 await router.accept_result(result, recover=recover)
@@ -96,6 +96,10 @@ class ServiceContext:
             except Exception:
                 log.exception("in-process hand-over of step result %s failed; publishing it", msg_id)
         await self.bus.publish_work(self.subjects.router_result, result, msg_id=msg_id, recover=recover)
+
+    def router_here(self) -> bool:
+        """Whether a step result delivered now goes to a router in this process as a call."""
+        return not self.stopping and "router" in self.local
 
     def hand_off(self, subject: str, envelope: Any, replay: bool) -> bool:
         """Work for `subject` as a task of the current chain when its handler runs in this

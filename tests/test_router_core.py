@@ -144,6 +144,30 @@ def test_step_results_are_recognised_without_a_place_among_the_recent_inputs(fre
     assert late.state is None and late.effects == [] and not late.replay  # older: ignored
 
 
+def test_the_router_emits_the_tool_result_of_a_single_call_step_with_its_transition(fresh: SessionState) -> None:
+    st, _ = step(fresh, start({"input": "hi"}))
+    st, first = step(st, gen_result("run1:g1", [tool_use("t1")], stop="tool_use"))
+    tools_step = work(first)[0].envelope["step_id"]
+    result = tools_result(tools_step, [("t1", "add", "3")])
+    result.result.results_reported = False  # the tools service left the event to the router
+    after, d = step(st, result)
+    assert kinds(d)[:2] == ["tool.result", "user.message"]
+    assert events(d)[0].key == "tool.result:t1"
+    assert {k: events(d)[0].fields[k] for k in ("tool_use_id", "name", "is_error", "content")} == \
+        {"tool_use_id": "t1", "name": "add", "is_error": False, "content": "3"}
+
+    # Too late to be applied (the run moved on): the executed call still gets its event
+    # (the event log keeps one copy per key, so a second one changes nothing).
+    moved_on, _ = step(after, gen_result("run1:g2", [tool_use("t2")], stop="tool_use"))
+    late = decide(moved_on, result, CFG)
+    assert late.state is None and kinds(late) == ["tool.result"] and work(late) == []
+    # ... and from a redelivered chain root, the current outbox follows it.
+    result.recover = True
+    recovered = decide(moved_on, result, CFG)
+    assert kinds(recovered)[0] == "tool.result" and recovered.replay
+    assert [w.target for w in work(recovered)] == ["tools.execute"]
+
+
 def test_a_result_from_a_redelivered_chain_root_replays_the_current_outbox(fresh: SessionState) -> None:
     # shared/chain.py: a crash lost the hops after this result; the redelivered root hands
     # the recorded result over again, marked recover, and the session's current work goes

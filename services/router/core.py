@@ -162,7 +162,10 @@ def decide(state: SessionState, inp: i._Input, cfg: CoreConfig = CoreConfig(), o
     tx = _Tx(state, inp, owned)
     handled = _HANDLERS[type(inp)](tx, inp, cfg)
     if handled is None:
-        return _replay(state) if inp.recover else Decision(state=None)
+        late = _result_events(inp)  # owed even by a result the run moved past
+        decision = _replay(state) if inp.recover else Decision(state=None)
+        decision.effects[:0] = late
+        return decision
     return handled
 
 
@@ -384,11 +387,24 @@ def _on_failed_generation(tx: _Tx, run: RunState, result: GenerationResult, cfg:
     _request_generation(tx, run)
 
 
+def _result_events(inp: i._Input) -> list[Effect]:
+    """The `tool.result` events of a step whose tools service left them to the router
+    (`ToolsResult.results_reported`: a single call), first among the transition's effects."""
+    if not isinstance(inp, i.ToolsInput) or inp.result.results_reported:
+        return []
+    r = inp.result
+    return [EmitEvent(kind="tool.result", key=f"tool.result:{item.tool_use_id}", run_id=r.run_id,
+                      fields={"turn": r.turn, "tool_use_id": item.tool_use_id, "name": item.name,
+                              "is_error": item.is_error, "content": item.content})
+            for item in r.results]
+
+
 def _on_tools(tx: _Tx, inp: i.ToolsInput, cfg: CoreConfig) -> Decision | None:
     result: ToolsResult = inp.result
     run = tx.st.run
     if run is None or run.pending_step != result.step_id:
         return None
+    tx.effects.extend(_result_events(inp))
     run.pending_step = None
     by_id = {r.tool_use_id: r for r in result.results}
     answered = {b["tool_use_id"]: b for b in run.answered}

@@ -160,10 +160,20 @@ class ToolsService:
                    cancel: CancelSignal) -> None:
         assert self.executor is not None
         try:
+            # Several calls: each result's event goes out as its call finishes. One call whose
+            # result goes to a router in this process: the router emits the event with the
+            # step's transition, in the same Redis write. Else it goes out here and now.
+            single = len(env.calls) == 1
             with Heartbeat(msg.in_progress, self.ctx.settings.ack_wait_s):
-                results = await self.executor.execute(env, on_result=emit, cancel=cancel, seen=seen_before(msg))
+                results = await self.executor.execute(env, on_result=None if single else emit, cancel=cancel,
+                                                      seen=seen_before(msg))
+                left_to_router = single and self.ctx.router_here()
+                if single and not left_to_router:
+                    for item in results:
+                        await emit(item)
                 result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
-                                     turn=env.turn, trace=env.trace, results=results)
+                                     turn=env.turn, trace=env.trace, results=results,
+                                     results_reported=not left_to_router)
                 await self.ctx.deliver_result(result, msg_id=f"{env.step_id}:result")
         except Exception:
             # Our own effects failed (Redis, NATS): redeliver; recorded calls will not rerun.
