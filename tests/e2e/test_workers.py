@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,8 @@ from loopwire.testing import LoopwireContainer
 from tests.bench.procstat import children_of, stat_fields
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import E2E_ENV, connected
-from .events import SessionEvents
+from .conftest import E2E_ENV, connected, serve_tools, wait_for_tools
+from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
 
@@ -151,6 +152,63 @@ async def test_a_killed_worker_is_restarted(workers: LoopwireContainer, wnc: Nat
     assert f"worker 1 (pid {old}) exited with signal SIGKILL" in workers.logs()
     ended = await run_session(workers, wnc, "still there?")
     assert ended["status"] == "completed" and ended["final_text"] == "Echo: still there?"
+
+
+async def test_runs_held_by_a_worker_killed_mid_run_finish_whole(workers: LoopwireContainer, wnc: NatsClient,
+                                                                  fake: FakeAnthropic) -> None:
+    # Each worker keeps the runs it took in-process (work chains, shared/chain.py). Kill
+    # one while sixteen runs of four slow tool-turns are going: its runs come back from
+    # their chains' root messages (LOOPWIRE_ACK_WAIT_S=3) and finish in either worker,
+    # each transcript whole: every tool call once with one result, seqs increasing.
+    provider, svc = await serve_tools(wnc)
+    provider.slow_delay_s = 0.3
+    await wait_for_tools(wnc, {"slow_echo"})
+    turns = 4
+
+    def model(body: dict[str, Any]) -> dict[str, Any]:
+        done = sum(1 for m in body["messages"] if m["role"] == "user" and isinstance(m["content"], list)
+                   for b in m["content"] if b.get("type") == "tool_result")
+        if done < turns:
+            return {"text": f"step {done}", "tool_use": [{"name": "slow_echo", "input": {"text": f"t{done}"}}]}
+        return {"text": "all done"}
+
+    fake.responder = model
+    assert workers.proc is not None
+    victim = worker_pids(workers.proc.pid)[1]
+    sids = [f"killed-{uuid.uuid4().hex[:8]}-{i}" for i in range(16)]
+    sessions = [SessionEvents(wnc, sid) for sid in sids]
+    try:
+        for ev in sessions:
+            await ev.__aenter__()
+            await ev.publish("start", {"input": "go", "tools": ["slow_echo"]})
+        await asyncio.sleep(0.8)  # every run is between its first and its last turn
+        os.kill(victim, signal.SIGKILL)
+        ended = await asyncio.gather(*(ev.wait_for("run.ended", timeout=60) for ev in sessions))
+    finally:
+        for ev in sessions:
+            await ev.__aexit__(None, None, None)
+        await svc.stop()
+    assert [(e["status"], e["final_text"]) for e in ended] == [("completed", "all done")] * len(sids)
+    call_ids: set[str] = set()
+    retracted = 0
+    for sid in sids:
+        transcript = (await query(wnc, "transcript.get", {"session_id": sid}))["events"]
+        seqs = [e["seq"] for e in transcript]
+        assert seqs == sorted(set(seqs)), sid
+        calls = Counter(e["tool_use_id"] for e in transcript if e["kind"] == "tool.call")
+        results = Counter(e["tool_use_id"] for e in transcript if e["kind"] == "tool.result")
+        assert len(calls) == turns and calls == results and set(calls.values()) == {1}, sid
+        assert [e["kind"] for e in transcript].count("run.ended") == 1, sid
+        call_ids |= set(calls)
+        retracted += [e["kind"] for e in transcript].count("retracted")
+    # Every call reached the provider under its tool_use id; one that ran twice (its result
+    # was never recorded before the kill) ran again under the same id.
+    runs_of = Counter(headers["Loopwire-Tool-Use-Id"] for name, _, headers in provider.calls if name == "slow_echo")
+    assert set(runs_of) == call_ids
+    # The killed worker held runs (all sixteen on the other: a 1-in-65536 draw): the
+    # steps it had in flight were done again, a tool call run again or a generation
+    # retracted and asked again.
+    assert sum(n - 1 for n in runs_of.values()) + retracted >= 1, "nothing was recovered"
 
 
 def test_sigterm_stops_every_worker(workers: LoopwireContainer) -> None:
