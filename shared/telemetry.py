@@ -55,6 +55,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import orjson
+from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event as _Event
@@ -257,9 +258,46 @@ def inject_context(context: Context | None = None) -> dict[str, str]:
     return carrier
 
 
+_EXTRACTED: dict[tuple[str | None, ...], Context] = {}
+_EXTRACTED_MAX = 4096
+_W3C_FIELDS = ("traceparent", "tracestate", "baggage")
+
+
 def extract_context(carrier: Mapping[str, str] | None) -> Context:
-    """The context a carrier (envelope `trace` field, NATS headers) continues."""
-    return propagate.extract(dict(carrier or {}))
+    """The context a carrier (envelope `trace` field, NATS headers) continues.
+
+    With the default W3C propagators, kept per (traceparent, tracestate, baggage): a
+    Context is immutable, every step of a run carries the run's one traceparent, and
+    parsing it anew is most of what a span costs when none is recorded."""
+    carrier = carrier or {}
+    if not _w3c_only(propagate.get_global_textmap()):
+        return propagate.extract(dict(carrier))  # other propagators read other headers
+    key = tuple(carrier.get(field) for field in _W3C_FIELDS)
+    found = _EXTRACTED.get(key)
+    if found is None:
+        if len(_EXTRACTED) >= _EXTRACTED_MAX:
+            _EXTRACTED.clear()
+        found = _EXTRACTED[key] = propagate.extract(
+            {k: v for k, v in zip(_W3C_FIELDS, key, strict=True) if v is not None})
+    return found
+
+
+_textmap_checked: tuple[Any, bool] = (None, False)
+
+
+def _w3c_only(textmap: Any) -> bool:
+    """Whether the propagator reads only the W3C fields (checked once per propagator)."""
+    global _textmap_checked
+    if _textmap_checked[0] is not textmap:
+        _textmap_checked = (textmap, set(textmap.fields) <= set(_W3C_FIELDS))
+    return _textmap_checked[1]
+
+
+def _recording() -> bool:
+    """Whether any spans can be recorded: a provider is set (loopwire's, a test's, the
+    embedding application's), not the API's default."""
+    return _provider_override is not None or not isinstance(trace.get_tracer_provider(),
+                                                            trace.ProxyTracerProvider)
 
 
 def current_trace_id() -> str | None:
@@ -282,6 +320,18 @@ def _parent_context(parent: Context | Mapping[str, str] | None) -> Context | Non
 @contextmanager
 def _span(name: str, kind: SpanKind, parent: Context | Mapping[str, str] | None,
           attributes: dict[str, Any]) -> Iterator[Span]:
+    if not _recording():
+        # What the API's no-op tracer does (the parent's span, non-recording, made current,
+        # so log lines and `inject_context` keep the run's trace), without its machinery.
+        span = trace.get_current_span(_parent_context(parent))
+        if not isinstance(span, trace.NonRecordingSpan):
+            span = trace.NonRecordingSpan(span.get_span_context())
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            yield span
+        finally:
+            otel_context.detach(token)
+        return
     with get_tracer().start_as_current_span(
         name, context=_parent_context(parent), kind=kind,
         record_exception=False, set_status_on_exception=False,

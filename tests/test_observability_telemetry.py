@@ -118,6 +118,50 @@ def test_trace_id_carries_on_without_any_provider() -> None:
     assert telemetry.current_trace_id() is None
 
 
+def test_without_a_provider_nested_spans_restore_the_context_even_on_errors() -> None:
+    telemetry.set_tracer_provider(None)
+    outer = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+    inner = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    with telemetry.chat_span("m", parent=outer):
+        with pytest.raises(RuntimeError), telemetry.chat_span("m", parent=inner):
+            assert telemetry.current_trace_id() == "0af7651916cd43dd8448eb211c80319c"
+            raise RuntimeError("boom")
+        assert telemetry.current_trace_id() == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert telemetry.current_trace_id() is None
+
+
+def test_extracted_contexts_are_reused_per_w3c_fields_and_other_propagators_are_honoured() -> None:
+    from opentelemetry import propagate
+    from opentelemetry.propagators.textmap import DefaultGetter, TextMapPropagator
+
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    first = telemetry.extract_context({"traceparent": parent, "Nats-Msg-Id": "a"})
+    assert telemetry.extract_context({"traceparent": parent, "Nats-Msg-Id": "b"}) is first  # other headers: same
+    assert telemetry.extract_context({}) is not first
+
+    class B3Ish(TextMapPropagator):  # reads a header the W3C ones do not
+        def extract(self, carrier, context=None, getter=DefaultGetter()):  # type: ignore[no-untyped-def]
+            seen.append(dict(carrier))
+            return context or telemetry.Context()
+
+        def inject(self, carrier, context=None, setter=None):  # type: ignore[no-untyped-def]
+            return None
+
+        @property
+        def fields(self) -> set[str]:
+            return {"x-b3-traceid"}
+
+    seen: list[dict[str, str]] = []
+    before = propagate.get_global_textmap()
+    propagate.set_global_textmap(B3Ish())
+    try:
+        telemetry.extract_context({"x-b3-traceid": "1"})
+        telemetry.extract_context({"x-b3-traceid": "2"})
+    finally:
+        propagate.set_global_textmap(before)
+    assert seen == [{"x-b3-traceid": "1"}, {"x-b3-traceid": "2"}]  # each parsed, none kept
+
+
 def test_fake_key_never_recorded(spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, "true")
     messages = [{"role": "user", "content": f"my key is {FAKE_KEY}, use it"}]
