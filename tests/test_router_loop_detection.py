@@ -193,3 +193,15 @@ def test_new_user_input_clears_the_window() -> None:
     assert d.run.loop_window == [], "the follow-up was taken: earlier turns answered something else"
     d.answer("OK.")
     assert d.of("loop.detected") == []
+
+
+def test_call_signatures_are_those_of_canonical_json() -> None:
+    # Signatures stored by an earlier version (json.dumps) still match after an upgrade.
+    import hashlib
+    import json
+
+    from loopwire.router.loop_detection import call_signature
+
+    call = {"name": "add", "input": {"b": 2.5, "a": [1, "é", None, True], "z": {"y": 1, "x": "\u2028"}}}
+    canonical = json.dumps(call["input"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert call_signature(call) == f"tool:add:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"

@@ -33,11 +33,12 @@ New user input (a follow-up at the outer boundary, a steer) clears the window (n
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
+
+import orjson
 
 from .next_step import EventSpec, NextStep, NextStepConverge, NextStepFinalOutput, NextStepRunAgain
 from .stages import Turn, not_executed
@@ -68,8 +69,10 @@ def normalise(text: str) -> str:
 
 
 def call_signature(call: dict[str, Any]) -> str:
-    canonical = json.dumps(call.get("input") or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    digest = hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    # Canonical JSON (sorted keys, compact, UTF-8): the same bytes as json.dumps(sort_keys=True,
+    # separators=(",", ":"), ensure_ascii=False) for JSON input, at a tenth of the cost.
+    canonical = orjson.dumps(call.get("input") or {}, option=orjson.OPT_SORT_KEYS)
+    digest = hashlib.sha256(canonical).hexdigest()[:16]
     return f"tool:{call.get('name', '')}:{digest}"
 
 
