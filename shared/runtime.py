@@ -53,7 +53,7 @@ class ServiceContext:
     handlers: dict[str, WorkHandler] = field(default_factory=dict)
     """work subject -> its handler in this process, for hand-offs (shared/chain.py); filled
     only where in-process hand-overs are on."""
-    hops: set[asyncio.Task[None]] = field(default_factory=set)
+    hop_tasks: set[asyncio.Task[None]] = field(default_factory=set)
     """Handed-off hops running now (a graceful stop waits for them)."""
     balance: ChainBalance | None = None
     """Spreads chains over the replicas (shared/chain_balance.py), where hand-offs are on."""
@@ -111,13 +111,13 @@ class ServiceContext:
         # A model is handed over as it is; a dict (a replayed outbox) as its JSON, which
         # the handler validates like any message.
         body = envelope if isinstance(envelope, BaseModel) else dumps(envelope)
-        return hand_off(handler, body, replay, self.hops, self.settings.chain_max_hops, self.balance)
+        return hand_off(handler, body, replay, self.hop_tasks, self.settings.chain_max_hops, self.balance)
 
     async def wait_for_hops(self, timeout: float) -> None:
         """Until the handed-off hops in flight have ended (a graceful stop): each hands its
         next hop to JetStream, since `stopping` is set, and its chain settles its root."""
-        if self.hops:
-            await asyncio.wait(set(self.hops), timeout=timeout)
+        if self.hop_tasks:
+            await asyncio.wait(set(self.hop_tasks), timeout=timeout)
 
     # -- subscriber helpers ----------------------------------------------------------------
     def work_stream(self) -> JStream:
