@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from faststream.nats import NatsBroker
 
+from loopwire.shared import gc_tuning
 from loopwire.shared.chain_balance import ChainBalance
 from loopwire.shared.context_middleware import ContextMiddleware
 from loopwire.shared.http_server import Handle, start_http_server
@@ -150,6 +151,9 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
             running.http = await start_http_server(settings.metrics_host, port, running.ready)
         except OSError as exc:
             log.error("cannot serve /metrics on port %s: %s", port, exc)
+    # Last: what start-up made (modules, schemas, clients) is frozen out of every later
+    # collection (shared/gc_tuning.py).
+    gc_tuning.apply(settings.gc_thresholds, settings.gc_freeze)
     log.info("loopwire %s up (NATS %s, Redis %s)", ", ".join(names), settings.nats_url, settings.redis_url)
     return running
 

@@ -52,6 +52,13 @@ class Settings(BaseSettings):
     """Hops handed off under one work message before the next goes to JetStream again
     (and starts a new chain, in whichever replica takes it): spreads long runs over the
     replicas and bounds what one redelivery recovers. 0: no limit."""
+    gc_thresholds: str = "20000,20,20"
+    """Thresholds of Python's cyclic garbage collector (`gc.set_threshold`), set when the
+    services start; empty keeps Python's `700,10,10`. See shared/gc_tuning.py: with the
+    defaults a worker under load spent ~25% of its CPU collecting."""
+    gc_freeze: bool = True
+    """`gc.freeze()` once the services are up: the objects made at start-up are never
+    walked by a collection again."""
     chain_balance: bool = True
     """`loopwire up` processes tell each other how many work chains they hold (core NATS
     `<prefix>.ctl.chains`); one holding more than its share publishes the next hop of a
@@ -179,6 +186,14 @@ class Settings(BaseSettings):
     log_json: bool = False
     """JSON log lines (with session, run and trace ids) instead of text."""
 
+
+    @field_validator("gc_thresholds")
+    @classmethod
+    def _gc_thresholds(cls, value: str) -> str:
+        from .gc_tuning import parse_thresholds
+
+        parse_thresholds(value)  # a clear error at start-up, not at the first collection
+        return value
 
     @field_validator("tool_modules", mode="before")
     @classmethod

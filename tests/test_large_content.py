@@ -49,7 +49,8 @@ async def test_five_megabyte_tool_result_end_to_end(
             {"text": "Still here."},
         ])
         settings = Settings(nats_url=nats_server.url, redis_url=redis_server.url, subject_prefix=prefix,
-                            metrics_port=0, tool_modules=["tests.tracing_tools"], llm_provider="anthropic")
+                            metrics_port=0, tool_modules=["tests.tracing_tools"], llm_provider="anthropic",
+                            gc_thresholds="", gc_freeze=False)  # leave the test process's collector alone
         running = await start_services(SERVICE_NAMES, settings)
         events: list[dict] = []
         try:

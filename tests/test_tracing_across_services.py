@@ -31,7 +31,8 @@ async def test_one_trace_spans_router_llm_and_tools(
             {"text": "It is 3."},
         ])
         settings = Settings(nats_url=nats_server.url, redis_url=redis_server.url, subject_prefix=prefix,
-                            metrics_port=0, tool_modules=["tests.tracing_tools"], llm_provider="anthropic")
+                            metrics_port=0, tool_modules=["tests.tracing_tools"], llm_provider="anthropic",
+                            gc_thresholds="", gc_freeze=False)  # leave the test process's collector alone
         running = await start_services(SERVICE_NAMES, settings)
         try:
             lw = await LoopwireClient.connect(nats_server.url, prefix)

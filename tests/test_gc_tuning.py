@@ -1,0 +1,43 @@
+"""shared/gc_tuning.py: the collector's thresholds and the freeze after start-up."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+from pydantic import ValidationError
+
+from loopwire.shared import gc_tuning
+from loopwire.shared.settings import Settings
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    before = gc.get_threshold()
+    yield
+    gc.set_threshold(*before)
+    gc.unfreeze()
+
+
+def test_thresholds_and_freeze_are_applied(collector: None) -> None:
+    gc_tuning.apply("20000,20,20", freeze=True)
+    assert gc.get_threshold() == (20000, 20, 20)
+    assert gc.get_freeze_count() > 1000  # at least the modules imported so far
+
+
+def test_empty_keeps_the_thresholds_and_no_freeze_freezes_nothing(collector: None) -> None:
+    before = gc.get_threshold()
+    gc_tuning.apply("", freeze=False)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("text", ["a,b", "1,2,3,4", "-1", "700,,10"])
+def test_bad_thresholds_fail_at_start_up(text: str) -> None:
+    with pytest.raises(ValidationError, match="thresholds|invalid literal"):
+        Settings(gc_thresholds=text)
+
+
+def test_defaults_are_the_measured_ones() -> None:
+    settings = Settings()
+    assert gc_tuning.parse_thresholds(settings.gc_thresholds) == (20000, 20, 20) and settings.gc_freeze
