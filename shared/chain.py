@@ -173,7 +173,7 @@ def current_delivery() -> Delivery | None:
     return _current.get()
 
 
-async def handle_root(handler: WorkHandler, delivery: Delivery) -> None:
+async def run_handler(handler: WorkHandler, delivery: Delivery) -> None:
     """Run a work handler on a delivery: a consumer's JetStream message (the root of a
     chain), or a hop in its own task. One the handler left unsettled is nacked."""
     token = _current.set(delivery)
@@ -208,12 +208,11 @@ def hand_off(handler: WorkHandler, envelope: Any, replay: bool, tasks: set[async
         balance.opened()
         chain.on_end = balance.closed
     chain.hops += 1
-    if isinstance(envelope, bytes):
-        delivery = Delivery(envelope, chain, seen=replay, delivered=chain.delivered if replay else 1)
-    else:
-        delivery = Delivery(b"", chain, seen=replay, delivered=chain.delivered if replay else 1, envelope=envelope)
+    as_bytes = isinstance(envelope, bytes)
+    delivery = Delivery(envelope if as_bytes else b"", chain, seen=replay,
+                        delivered=chain.delivered if replay else 1, envelope=None if as_bytes else envelope)
     chain.retain()
-    task = asyncio.get_running_loop().create_task(handle_root(handler, delivery))
+    task = asyncio.get_running_loop().create_task(run_handler(handler, delivery))
     tasks.add(task)
     task.add_done_callback(tasks.discard)
     return True

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from .blobs import BlobStore
 from .bus import RECOVER_HEADER, REPLAY_HEADER, Bus
-from .chain import Chain, Delivery, WorkHandler, current_delivery, hand_off, handle_root
+from .chain import Chain, Delivery, WorkHandler, current_delivery, hand_off, run_handler
 from .chain_balance import ChainBalance
 from .codec import dumps
 from .envelopes import GenerationResult, ToolsResult
@@ -88,7 +88,7 @@ class ServiceContext:
         router's consumer retries it (the router ignores a result it already applied)."""
         delivery = current_delivery()
         recover = delivery is not None and delivery.recover
-        router = self.local.get("router") if self.router_here() else None
+        router = self.here("router")
         if router is not None:
             try:
                 await router.accept_result(result, recover=recover)
@@ -97,9 +97,10 @@ class ServiceContext:
                 log.exception("in-process hand-over of step result %s failed; publishing it", msg_id)
         await self.bus.publish_work(self.subjects.router_result, result, msg_id=msg_id, recover=recover)
 
-    def router_here(self) -> bool:
-        """Whether a step result delivered now goes to a router in this process as a call."""
-        return not self.stopping and "router" in self.local
+    def here(self, name: str) -> Any | None:
+        """The service `name` when it runs in this process and work may be handed to it as
+        a call now (not during a graceful stop), else None."""
+        return None if self.stopping else self.local.get(name)
 
     def hand_off(self, subject: str, envelope: Any, replay: bool) -> bool:
         """Work for `subject` as a task of the current chain when its handler runs in this
@@ -158,7 +159,7 @@ class ServiceContext:
             # per message (~200 µs of CPU, docs/benchmarks.md); a body-only handler that
             # takes the message from the context skips it.
             async def consume(body: Any) -> None:
-                await handle_root(handler, root_delivery(context.get_local("message"), ack_wait_s, holds))
+                await run_handler(handler, root_delivery(context.get_local("message"), ack_wait_s, holds))
 
             consume.__name__ = getattr(handler, "__name__", "consume")
             consume.__doc__ = handler.__doc__
@@ -189,23 +190,19 @@ def root_delivery(msg: NatsMessage, ack_wait_s: float, holds: bool) -> Delivery:
                     delivered=delivered, recover=recover, raw_message=raw)
 
 
-def delivery_count(msg: NatsMessage | Delivery) -> int:
+def delivery_count(msg: NatsMessage) -> int:
     """Which delivery of its JetStream message this is (1 for anything else)."""
-    if isinstance(msg, Delivery):
-        return msg.delivered
     try:
         return int(msg.raw_message.metadata.num_delivered)
     except Exception:  # not a JetStream message (e.g. a test broker)
         return 1
 
 
-def seen_before(msg: NatsMessage | Delivery) -> bool:
+def seen_before(msg: NatsMessage) -> bool:
     """Whether this work message may have been handled before: a redelivery, or a message
-    its publisher marked as a possible re-publish (bus.REPLAY_HEADER), or a hop handed off
-    by a replayed outbox. Only then does a consumer read its step record first; new work
-    saves that round trip."""
-    if isinstance(msg, Delivery):
-        return msg.seen
+    its publisher marked as a possible re-publish (bus.REPLAY_HEADER). Only then does a
+    consumer read its step record first; new work saves that round trip. (`Delivery.seen`
+    carries the answer to the handler, for a hop of a replayed outbox too.)"""
     raw = msg.raw_message
     try:
         if int(raw.metadata.num_delivered) > 1:

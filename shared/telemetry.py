@@ -65,6 +65,8 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as GA
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from .lru import LruCache
+
 log = logging.getLogger("loopwire.telemetry")
 
 CAPTURE_CONTENT_ENV = "LOOPWIRE_OTEL_CAPTURE_CONTENT"
@@ -258,8 +260,7 @@ def inject_context(context: Context | None = None) -> dict[str, str]:
     return carrier
 
 
-_EXTRACTED: dict[tuple[str | None, ...], Context] = {}
-_EXTRACTED_MAX = 4096
+_EXTRACTED = LruCache[tuple[str | None, ...], Context](4096)
 _W3C_FIELDS = ("traceparent", "tracestate", "baggage")
 
 
@@ -275,10 +276,8 @@ def extract_context(carrier: Mapping[str, str] | None) -> Context:
     key = tuple(carrier.get(field) for field in _W3C_FIELDS)
     found = _EXTRACTED.get(key)
     if found is None:
-        if len(_EXTRACTED) >= _EXTRACTED_MAX:
-            _EXTRACTED.clear()
-        found = _EXTRACTED[key] = propagate.extract(
-            {k: v for k, v in zip(_W3C_FIELDS, key, strict=True) if v is not None})
+        found = propagate.extract({k: v for k, v in zip(_W3C_FIELDS, key, strict=True) if v is not None})
+        _EXTRACTED.put(key, found)
     return found
 
 

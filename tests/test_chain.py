@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from loopwire.shared.chain import Chain, Delivery, current_delivery, hand_off, handle_root
-from loopwire.shared.runtime import ServiceContext, delivery_count, seen_before
+from loopwire.shared.chain import Chain, Delivery, current_delivery, hand_off, run_handler
+from loopwire.shared.runtime import ServiceContext
 from loopwire.shared.settings import Settings
 from loopwire.shared.subjects import Subjects
 
@@ -68,7 +68,7 @@ async def test_the_root_is_acked_only_after_every_hop_handed_off_under_it() -> N
         await d.ack()
 
     delivery, message = root()
-    await handle_root(handler, delivery)
+    await run_handler(handler, delivery)
     assert message.settled == [] and delivery.chain.open == 1  # the handler acked; its hop holds the root
     await asyncio.sleep(0.01)
     assert message.settled == []
@@ -91,7 +91,7 @@ async def test_a_long_chain_keeps_its_root_alive() -> None:
         await d.ack()
 
     delivery, message = root(ack_wait_s=0.3)  # a beat every 0.1 s
-    await handle_root(handler, delivery)
+    await run_handler(handler, delivery)
     await until_idle(tasks)
     assert message.calls.count("in_progress") >= 2
     assert message.calls[-1] == "ack"
@@ -117,7 +117,7 @@ async def test_a_failed_hop_nacks_the_root_once_the_rest_have_settled(how: str) 
         await d.ack()
 
     delivery, message = root()
-    await handle_root(handler, delivery)
+    await run_handler(handler, delivery)
     await until_idle(tasks)
     assert message.settled == ["nack 2.5" if how == "nack" else "nack 1.0"]
 
@@ -130,10 +130,10 @@ async def test_a_rejected_root_with_no_hops_is_rejected_and_a_raising_handler_na
         raise RuntimeError("bug")
 
     delivery, message = root()
-    await handle_root(rejecting, delivery)
+    await run_handler(rejecting, delivery)
     assert message.settled == ["reject"]
     delivery, message = root()
-    await handle_root(raising, delivery)
+    await run_handler(raising, delivery)
     assert message.settled == ["nack 1.0"]
 
 
@@ -151,11 +151,11 @@ async def test_hops_of_a_replayed_outbox_look_for_records_and_inherit_the_delive
         await d.ack()
 
     delivery, message = root(delivered=3)
-    await handle_root(handler, delivery)
+    await run_handler(handler, delivery)
     await until_idle(tasks)
     replayed, new = got
-    assert (seen_before(replayed), delivery_count(replayed), replayed.recover) == (True, 3, False)
-    assert (seen_before(new), delivery_count(new), new.recover) == (False, 1, False)
+    assert (replayed.seen, replayed.delivered, replayed.recover) == (True, 3, False)
+    assert (new.seen, new.delivered, new.recover) == (False, 1, False)
     assert message.settled == ["ack"]
 
 
@@ -172,7 +172,7 @@ async def test_no_hand_off_outside_a_chain_or_under_one_that_holds_none() -> Non
         await d.ack()
 
     delivery, message = root(holds=False)
-    await handle_root(ingress_handler, delivery)
+    await run_handler(ingress_handler, delivery)
     assert results == [False] and message.settled == ["ack"] and not tasks
 
 
@@ -200,7 +200,7 @@ async def test_service_context_hands_off_only_to_a_handler_in_this_process(case:
         await d.ack()
 
     delivery, message = root()
-    await handle_root(handler, delivery)
+    await run_handler(handler, delivery)
     await ctx.wait_for_hops(5)
     assert answers == [case == "handler here"]
     assert got == ([b'{"step_id":"s1"}'] if case == "handler here" else [])
@@ -224,7 +224,7 @@ async def test_a_chain_hands_off_at_most_max_hops_then_work_is_published() -> No
         await d.ack()
 
     delivery, message = root()
-    await handle_root(handler, delivery)
+    await run_handler(handler, delivery)
     await until_idle(tasks)
     assert answers == [True, True, True, False]  # the 4th goes to JetStream, a new chain
     assert delivery.chain.hops == 3 and message.settled == ["ack"]
@@ -246,7 +246,7 @@ async def test_code_a_handler_left_running_after_it_settled_hands_off_nothing() 
         later.append(asyncio.create_task(background()))
 
     delivery, message = root()
-    await handle_root(handler, delivery)
+    await run_handler(handler, delivery)
     assert await later[0] is False and not tasks and message.settled == ["ack"]
 
 
@@ -268,7 +268,7 @@ async def test_a_model_is_handed_off_as_it_is_and_bytes_are_validated() -> None:
         await d.ack()
 
     delivery, message = root()
-    await handle_root(handler, delivery)
+    await run_handler(handler, delivery)
     await until_idle(tasks)
     assert got[0] is env and got[1] == env and got[1] is not env
     with pytest.raises(ValueError):

@@ -11,7 +11,7 @@ import nats
 import pytest
 
 from loopwire.shared import metrics
-from loopwire.shared.chain import Chain, Delivery, hand_off, handle_root
+from loopwire.shared.chain import Chain, Delivery, hand_off, run_handler
 from loopwire.shared.chain_balance import ChainBalance
 from loopwire.testing.servers import ServerHandle
 
@@ -74,7 +74,7 @@ async def test_hand_off_counts_held_chains_and_publishes_when_told_to_shed() -> 
 
     root = Root()
     gauge = metrics.WORK_CHAINS._value.get()
-    await handle_root(handler, Delivery(b"r", Chain(root, 1, 30.0, True), seen=False, delivered=1))
+    await run_handler(handler, Delivery(b"r", Chain(root, 1, 30.0, True), seen=False, delivered=1))
     assert answers == [True, False] and balance.held == 1 and balance.shed == 1
     assert metrics.WORK_CHAINS._value.get() == gauge + 1  # loopwire_work_chains
     go.set()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from loopwire.shared.chain import Delivery, handle_root
+from loopwire.shared.chain import Delivery, run_handler
 from loopwire.shared.envelopes import ToolResultItem, ToolsResult
 from loopwire.shared.runtime import ServiceContext
 from loopwire.shared.settings import Settings
@@ -80,7 +80,7 @@ async def test_a_result_of_a_redelivered_root_is_marked_recover(router_here: boo
         await ctx.deliver_result(RESULT, msg_id="r1:t1:result")
         await delivery.ack()
 
-    await handle_root(handler, delivery)
+    await run_handler(handler, delivery)
     recover = delivered > 1
     if router is not None:
         assert router.accepted == [(RESULT, recover)] and bus.published == []

@@ -33,12 +33,11 @@ from typing import Any
 from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
-from loopwire.shared import codec
 from loopwire.shared.blobs import resolve_messages
-from loopwire.shared.chain import Delivery
+from loopwire.shared.chain import Delivery, decode
 from loopwire.shared.envelopes import Generate, GenerationResult
 from loopwire.shared.inflight import Heartbeat, InflightSteps, StepCancelled, unless_cancelled
-from loopwire.shared.runtime import ServiceContext, delivery_count, seen_before
+from loopwire.shared.runtime import ServiceContext
 
 from .breaker import CircuitBreaker, RunGate, breaker_from_settings
 from .errors import ModelCallError
@@ -98,17 +97,15 @@ class LlmService:
 
     # -- the handler ---------------------------------------------------------------------------
     async def handle(self, msg: Delivery) -> None:
-        body = msg.body
         try:
-            env = Generate.model_validate(codec.loads(body) if isinstance(body, bytes | str) else body)
-        except (ValidationError, ValueError) as exc:
+            env = decode(msg, Generate)
+        except ValidationError as exc:
             # Redelivering a body that can never decode would loop until max_deliver.
             log.error("dropping a malformed llm.generate envelope: %s", exc)
             await msg.reject()
             return
-        delivered = delivery_count(msg)
         try:
-            await self.process(env, delivered=delivered, heartbeat=msg.in_progress, seen=seen_before(msg))
+            await self.process(env, delivered=msg.delivered, heartbeat=msg.in_progress, seen=msg.seen)
         except Exception:
             log.exception("llm step %s failed before its result was published; will be redelivered",
                           env.step_id)

@@ -25,7 +25,7 @@ from loopwire.shared.chain import Delivery, decode
 from loopwire.shared.envelopes import AssembleContext, ToolSpec
 from loopwire.shared.inflight import Heartbeat
 from loopwire.shared.lru import LruCache
-from loopwire.shared.runtime import ServiceContext, delivery_count, seen_before
+from loopwire.shared.runtime import ServiceContext
 from loopwire.shared.session_store import RedisSessionStore
 
 from . import compaction as c
@@ -95,7 +95,7 @@ class MemoryService:
             return
         try:
             with Heartbeat(msg.in_progress, self.ctx.settings.ack_wait_s):
-                await self.assemble(env, replay=seen_before(msg), delivered=delivery_count(msg))
+                await self.assemble(env, replay=msg.seen, delivered=msg.delivered)
         except Exception:
             log.exception("session %s: assembling %s failed; it will be redelivered", env.session_id, env.step_id)
             await msg.nack(delay=1.0)
@@ -150,7 +150,7 @@ class MemoryService:
                 extra = compacting if extra is None else extra + compacting
         notes = [outcome.note] if outcome.note else []
         request = build_generate(env, outcome.messages, tools, system_prompt(context.system, notes), extra)
-        llm = None if self.ctx.stopping else self.ctx.local.get("llm")
+        llm = self.ctx.here("llm")
         if llm is not None:
             # The llm service runs in this process: generate here, while this step's message
             # stays unacked (and kept alive by on_assemble's heartbeat); a crash redelivers

@@ -265,8 +265,6 @@ class RouterService:
                     metrics.child(metrics.WORK_HOPS, target=effect.target, via="jetstream").inc()
 
 
-
-
 def _leading_events(effects: list[Effect]) -> list[tuple[str | None, str, str | None, dict[str, Any]]]:
     """(run_id, kind, key, fields) of the events before the first effect of another kind."""
     lead: list[tuple[str | None, str, str | None, dict[str, Any]]] = []

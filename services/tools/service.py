@@ -34,7 +34,7 @@ from loopwire.shared.chain import Delivery, decode
 from loopwire.shared.contract import error_reply
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem, ToolsResult
 from loopwire.shared.inflight import CancelSignal, Heartbeat, InflightSteps
-from loopwire.shared.runtime import ServiceContext, seen_before
+from loopwire.shared.runtime import ServiceContext
 
 from .catalog import Catalog, catalog_max_age, read_catalog_entries
 from .discovery import Discovery
@@ -166,8 +166,8 @@ class ToolsService:
             single = len(env.calls) == 1
             with Heartbeat(msg.in_progress, self.ctx.settings.ack_wait_s):
                 results = await self.executor.execute(env, on_result=None if single else emit, cancel=cancel,
-                                                      seen=seen_before(msg))
-                left_to_router = single and self.ctx.router_here()
+                                                      seen=msg.seen)
+                left_to_router = single and self.ctx.here("router") is not None
                 if single and not left_to_router:
                     for item in results:
                         await emit(item)
