@@ -15,11 +15,12 @@ import logging
 import os
 import sys
 import uuid
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 from rich.console import Console
 
+from loopwire.shared.contract import Profile
 from loopwire.shared.settings import Settings
 
 app = typer.Typer(help="loopwire: a distributed runtime for LLM agent loops over NATS and Redis.",
@@ -27,6 +28,7 @@ app = typer.Typer(help="loopwire: a distributed runtime for LLM agent loops over
 console = Console()
 
 DEMO_PROMPT = "What is 17 * 23 + 4? Use the calculator tool."
+PROFILE_NAMES = ", ".join(get_args(Profile))
 
 
 def _setup(settings: Settings, level: str | None = None) -> None:
@@ -81,7 +83,7 @@ def up(
     if embedded:
         from loopwire.embedded import ensure_servers
 
-        servers = ensure_servers(settings.nats_url, settings.redis_url)
+        servers = ensure_servers(settings.nats_url, settings.redis_url, settings.data_dir)
         for line in servers.started:
             console.print(f"[dim]started {line}[/dim]")
 
@@ -145,7 +147,7 @@ def serve(name: Annotated[str, typer.Argument(help="router, llm, tools, memory o
 @app.command()
 def run(
     prompt: Annotated[str, typer.Argument(help="What to ask.")],
-    profile: Annotated[str, typer.Option(help="agentic or conversational")] = "agentic",
+    profile: Annotated[str, typer.Option(help=f"One of: {PROFILE_NAMES}.")] = "agentic",
     model: Annotated[str | None, typer.Option(help="Primary model id.")] = None,
     session: Annotated[str | None, typer.Option(help="Session id (a new one when omitted).")] = None,
     tools: Annotated[str | None, typer.Option(help="Comma-separated tool names (default: all).")] = None,

@@ -8,7 +8,6 @@ always`, Redis with an append-only file, so `make run` twice keeps its sessions.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import subprocess
 from dataclasses import dataclass, field
@@ -42,9 +41,11 @@ class EmbeddedServers:
                 proc.kill()
 
 
-def ensure_servers(nats_url: str, redis_url: str, data_dir: str | None = None) -> EmbeddedServers:
+def ensure_servers(nats_url: str, redis_url: str, data_dir: str = ".run") -> EmbeddedServers:
+    """Start what does not answer; every file the servers write (data, config, logs) goes
+    under `data_dir` (LOOPWIRE_DATA_DIR), whatever the working directory."""
     out = EmbeddedServers()
-    base = Path(data_dir or os.environ.get("LOOPWIRE_DATA_DIR", ".run")).resolve()
+    base = Path(data_dir).resolve()
     nats = urlparse(nats_url.split(",")[0])
     nats_port = nats.port or 4222
     if not reachable(nats.hostname or "127.0.0.1", nats_port):

@@ -27,7 +27,7 @@ from loopwire.shared.metrics import sample_consumers
 from loopwire.shared.runtime import Service, ServiceContext, build_context
 from loopwire.shared.settings import Settings
 from loopwire.shared.streams import ensure_streams
-from loopwire.shared.telemetry import setup_tracing, shutdown_tracing
+from loopwire.shared.telemetry import set_capture_content, setup_tracing, shutdown_tracing
 
 log = logging.getLogger("loopwire.launcher")
 
@@ -123,6 +123,7 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     if unknown:
         raise ValueError(f"unknown service(s): {', '.join(unknown)}; choose from {', '.join(SERVICE_NAMES)}")
     # Tracing exports only when a standard OTEL_* exporter variable is set.
+    set_capture_content(settings.otel_capture_content)
     setup_tracing("loopwire" if len(names) > 1 else f"loopwire-{names[0]}")
     broker = make_broker(settings)
     ctx = build_context(settings, broker)

@@ -13,7 +13,7 @@ Usage (a handler counts what it did, in one line)::
 
     body = metrics.metrics_text()        # what /metrics serves (see http_server.py)
 
-Conventions (FIELD-NOTES): one ``loopwire_`` prefix, base units (seconds, USD), counters
+Conventions (Prometheus' naming practice): one ``loopwire_`` prefix, base units (seconds, USD), counters
 end in ``_total`` (prometheus-client appends it to the names below), and no session, run
 or user ids as labels. Label values that come from user input (model ids) go through
 :func:`model_label`, which caps how many distinct values one process will ever export, so a
@@ -230,7 +230,7 @@ def child(metric: Any, **labels: str) -> Any:
 
 def observe_usage(model: str, input_tokens: int, output_tokens: int, cost_usd: float = 0.0) -> None:
     """Count one model response's tokens and cost. `input_tokens` already includes the
-    cache read and cache creation tokens (FIELD-NOTES: Anthropic reports them apart)."""
+    cache read and cache creation tokens (Anthropic's usage reports them apart)."""
     m = model_label(model)
     if input_tokens:
         child(TOKENS, direction="input", model=m).inc(input_tokens)

@@ -9,11 +9,9 @@ logged once, so a missing price never stops a run.
 from __future__ import annotations
 
 import logging
-import os
-
-import orjson
 
 from .envelopes import Usage
+from .settings import get_settings
 
 log = logging.getLogger("loopwire.pricing")
 
@@ -29,14 +27,9 @@ _warned: set[str] = set()
 
 
 def price_table() -> dict[str, dict[str, float]]:
-    table = dict(DEFAULT_PRICES)
-    extra = os.environ.get("LOOPWIRE_PRICES")
-    if extra:
-        try:
-            table.update(orjson.loads(extra))
-        except orjson.JSONDecodeError:
-            log.error("LOOPWIRE_PRICES is not valid JSON; using the default prices")
-    return table
+    """The built-in prices with LOOPWIRE_PRICES on top (a malformed value stops the
+    process at start-up, when its settings are read, not at a run's first cost)."""
+    return {**DEFAULT_PRICES, **get_settings().prices}
 
 
 def price_for(model: str, table: dict[str, dict[str, float]] | None = None) -> dict[str, float] | None:

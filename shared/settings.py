@@ -29,6 +29,9 @@ class Settings(BaseSettings):
     """Prometheus /metrics (and /healthz, /readyz) of `loopwire up`; 0 disables."""
     metrics_host: str = "0.0.0.0"
     """Address of the /metrics, /healthz, /readyz server."""
+    data_dir: str = ".run"
+    """Where `loopwire up --embedded` keeps the data and logs of the nats-server and
+    redis-server it starts."""
     workers: int = 1
     """Processes `loopwire up` runs, each with all five services, so one machine's cores
     are all used (`loopwire up --workers N` overrides it); worker i serves /metrics on
@@ -86,6 +89,10 @@ class Settings(BaseSettings):
     """Model of a run whose StartRun names none."""
     default_max_tokens: int = 4096
     """max_tokens of a run whose StartRun names none."""
+    prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """JSON object of model prices in USD per million tokens, added to (or overriding) the
+    built-in table (shared/pricing.py): `{"my-model": {"input": 1.0, "output": 5.0,
+    "cache_read": 0.1, "cache_write": 1.25}}`; a model id uses its longest known prefix."""
 
     # -- llm ------------------------------------------------------------------------------
     llm_provider: str = "auto"
@@ -180,7 +187,11 @@ class Settings(BaseSettings):
     memory_reflections_in_context: int = 3
     """Latest reflections hydrated into the system prompt."""
 
-    # -- logging --------------------------------------------------------------------------
+    # -- logging and tracing ----------------------------------------------------------------
+    otel_capture_content: bool = False
+    """Record message contents (prompts, completions, tool arguments and results) on the
+    trace spans, redacted; off by default. Trace export itself is asked for with the
+    standard `OTEL_EXPORTER_OTLP_ENDPOINT` (docs/observability.md)."""
     log_level: str = "INFO"
     """Log level of the services."""
     log_json: bool = False
@@ -217,7 +228,7 @@ def settings_table() -> str:
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
         default = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
-        shown = "—" if default in (None, []) else f"`{default}`"
+        shown = "—" if default in (None, [], {}) else f"`{default}`"
         meaning = " ".join((field.description or "").split()).replace("|", "\\|")
         rows.append(f"| `LOOPWIRE_{name.upper()}` | {shown} | {meaning} |")
     return "\n".join(rows) + "\n"

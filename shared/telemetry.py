@@ -22,7 +22,8 @@ Usage::
     next_envelope.trace = telemetry.inject_context()   # W3C traceparent/tracestate of the current span
 
 Spans: ``invoke_agent {profile}`` (INTERNAL), ``chat {model}`` (CLIENT), ``execute_tool
-{tool}`` (INTERNAL), with the gen_ai.* attributes of FIELD-NOTES. Events (loop detections,
+{tool}`` (INTERNAL), with the gen_ai.* attributes of OpenTelemetry's GenAI semantic
+conventions. Events (loop detections,
 fallbacks, budget warnings, compactions) go on the current span with :func:`add_span_event`.
 
 Export is off unless a standard variable asks for it: ``OTEL_EXPORTER_OTLP_ENDPOINT``,
@@ -69,7 +70,6 @@ from .lru import LruCache
 
 log = logging.getLogger("loopwire.telemetry")
 
-CAPTURE_CONTENT_ENV = "LOOPWIRE_OTEL_CAPTURE_CONTENT"
 PROVIDER_ANTHROPIC = GA.GenAiProviderNameValues.ANTHROPIC.value
 MAX_CONTENT_CHARS = 16 * 1024
 """Recorded content longer than this is truncated (a span is not a transcript)."""
@@ -150,9 +150,20 @@ def _redact_str(text: str) -> str:
     return text
 
 
+_capture_content = False
+
+
+def set_capture_content(on: bool) -> None:
+    """Allow (or forbid) recording message contents; the launcher sets it from
+    ``LOOPWIRE_OTEL_CAPTURE_CONTENT`` (Settings.otel_capture_content). Off until then, so
+    an application embedding loopwire records no contents unless it asks."""
+    global _capture_content
+    _capture_content = on
+
+
 def capture_content() -> bool:
-    """Whether message contents may be recorded (``LOOPWIRE_OTEL_CAPTURE_CONTENT=true``)."""
-    return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    """Whether message contents may be recorded."""
+    return _capture_content
 
 
 # ==========================================================================================

@@ -56,7 +56,7 @@ async def redis_client(redis_server: ServerHandle) -> AsyncIterator[object]:
 def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
     """loopwire's spans in an in-memory exporter, through the same provider set-up as
     production (the run-trace id generator, the redacting wrapper, content capture off)."""
-    monkeypatch.delenv(telemetry.CAPTURE_CONTENT_ENV, raising=False)
+    monkeypatch.setattr(telemetry, "_capture_content", False)
     exporter = InMemorySpanExporter()
     provider = TracerProvider(id_generator=telemetry.RunIdGenerator())
     provider.add_span_processor(SimpleSpanProcessor(exporter))

@@ -55,7 +55,8 @@ def test_chat_span_has_genai_attributes(spans: InMemorySpanExporter) -> None:
     assert a["gen_ai.response.model"] == "claude-sonnet-4-5-20250929"
     assert a["gen_ai.response.id"] == "msg_01"
     assert tuple(a["gen_ai.response.finish_reasons"]) == ("tool_use",)
-    # FIELD-NOTES: for Anthropic, input tokens = input + cache_read + cache_creation.
+    # Anthropic reports cache reads and writes apart from input_tokens; the GenAI
+    # convention's input tokens are all three.
     assert a["gen_ai.usage.input_tokens"] == 1005
     assert a["gen_ai.usage.output_tokens"] == 40
     assert a["gen_ai.usage.cache_read.input_tokens"] == 900
@@ -163,7 +164,7 @@ def test_extracted_contexts_are_reused_per_w3c_fields_and_other_propagators_are_
 
 
 def test_fake_key_never_recorded(spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, "true")
+    telemetry.set_capture_content(True)  # the spans fixture puts it back
     messages = [{"role": "user", "content": f"my key is {FAKE_KEY}, use it"}]
     with pytest.raises(RuntimeError):
         with telemetry.invoke_agent_span("agentic", "s1"):

@@ -5,7 +5,7 @@ A profile is data:
 - `stages`: the post-generation stages, in order (stages.py); the first that answers
   decides the next step;
 - `phases`, `initial_phase`, `transitions`: the profile's phases (`RunState.profile_phase`)
-  and the only moves allowed between them (the seed's mode-transition table). Every move
+  and the only moves allowed between them (the profile's transition table). Every move
   goes through `phases.change_phase`, which raises `IllegalTransition` for a move not in
   the table and returns the `phase.changed` event. A run that ends otherwise (abort,
   limits, a failure, the finish tool) ends in the phase it is in: `run.ended` is the

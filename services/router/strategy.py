@@ -20,8 +20,8 @@ Resolution is exact and deterministic (`resolve`):
 2. else `(actor, None)`: the actor's default entry (one that declares no expectation);
 3. else none: the profile's defaults.
 
-An entry for `(actor, another expectation)` is never used: the seed documents the bug of
-a first-match-by-actor lookup handing a run another expectation's config.
+An entry for `(actor, another expectation)` is never used: a first-match-by-actor lookup
+would hand a run the config written for another expectation (its prompt and tools).
 
 The run's own StartRun fields win over the config's: `system` is appended after the
 composed prompt, `tools` (when given) replaces the config's, `tool_permissions` and

@@ -1,4 +1,4 @@
-"""The seed-003 loop as the agentic profiles' strategy template:
+"""The strategy loop, the agentic profiles' template:
 
     interpret → validate → [preview] → execute → summarize → loop or done
 

@@ -1,0 +1,83 @@
+"""Settings that used to be read from the environment directly now go through the
+settings class (and so the README table): LOOPWIRE_DATA_DIR, LOOPWIRE_PRICES,
+LOOPWIRE_OTEL_CAPTURE_CONTENT. Also: the CLI's `--profile` help names every profile."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import get_args
+
+import pytest
+from typer.testing import CliRunner
+
+from loopwire.cli import app
+from loopwire.embedded import ensure_servers
+from loopwire.shared import pricing, telemetry
+from loopwire.shared.contract import Profile
+from loopwire.shared.envelopes import Usage
+from loopwire.shared.settings import Settings, get_settings
+from loopwire.testing.servers import free_port
+
+
+@pytest.fixture
+def fresh_settings() -> Iterator[None]:
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+@pytest.mark.unit
+def test_prices_come_from_the_settings(monkeypatch: pytest.MonkeyPatch, fresh_settings: None) -> None:
+    monkeypatch.setenv("LOOPWIRE_PRICES", '{"my-model": {"input": 2.0, "output": 10.0}}')
+    usage = Usage(input_tokens=1_000_000, output_tokens=100_000)
+    assert pricing.cost_usd("my-model-2026", usage) == pytest.approx(2.0 + 1.0)
+    assert pricing.price_for("claude-sonnet-4-5") == pricing.DEFAULT_PRICES["claude-sonnet-4"]
+
+
+@pytest.mark.unit
+def test_malformed_prices_are_refused_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPWIRE_PRICES", "{not json")
+    with pytest.raises(ValueError, match="prices"):  # pydantic-settings names the field
+        Settings()
+
+
+@pytest.mark.unit
+def test_capture_content_follows_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(telemetry, "_capture_content", False)
+    monkeypatch.setenv("LOOPWIRE_OTEL_CAPTURE_CONTENT", "true")
+    settings = Settings()
+    assert settings.otel_capture_content is True
+    telemetry.set_capture_content(settings.otel_capture_content)  # what the launcher does
+    assert telemetry.capture_content() is True
+    monkeypatch.delenv("LOOPWIRE_OTEL_CAPTURE_CONTENT")
+    assert Settings().otel_capture_content is False
+
+
+@pytest.mark.unit
+def test_profile_help_lists_every_profile() -> None:
+    result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if "--profile" in line)
+    for name in get_args(Profile):
+        assert name in line, (name, line)
+
+
+@pytest.mark.integration
+def test_embedded_servers_write_only_under_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing lands in the working directory (a stray redis.log once did): data, config
+    and logs of both servers go under LOOPWIRE_DATA_DIR."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("LOOPWIRE_DATA_DIR", str(tmp_path / "data"))
+    settings = Settings(nats_url=f"nats://127.0.0.1:{free_port()}", redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    servers = ensure_servers(settings.nats_url, settings.redis_url, settings.data_dir)
+    try:
+        assert len(servers.procs) == 2
+    finally:
+        servers.stop()
+    assert os.listdir(cwd) == []
+    written = {p.name for p in (tmp_path / "data").iterdir()}
+    assert {"nats", "redis", "nats.conf", "nats.log", "redis.log"} <= written
