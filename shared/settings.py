@@ -9,6 +9,8 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .contract import Permission
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LOOPWIRE_", extra="ignore", use_attribute_docstrings=True)
@@ -85,6 +87,9 @@ class Settings(BaseSettings):
     travel as a reference block (shared/blobs.py)."""
     max_body_bytes: int = 256 * 1024
     """Ingress bodies larger than this are rejected with an `error` event."""
+    max_body_depth: int = 32
+    """Ingress bodies (and queries) nested deeper than this many levels of objects and
+    arrays are rejected with an `error` event (`body_too_deep`)."""
     default_model: str = "claude-sonnet-4-5"
     """Model of a run whose StartRun names none."""
     default_max_tokens: int = 4096
@@ -138,6 +143,20 @@ class Settings(BaseSettings):
     `lw:strategies` adds (and overrides) configs at run time."""
     max_subagent_depth: int = 3
     """A child run (metadata.parent_session_id) deeper than this is refused with an error."""
+
+    # -- operator policy (what a client may only narrow) ------------------------------------
+    workspace_roots: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Directories (separated by `:`) inside which a run may name a workspace
+    (`metadata.workspace`, relative to a root or absolute inside one, symlinks resolved);
+    anything else is refused with `error` `workspace_not_allowed`. Unset: no run may name
+    a workspace."""
+    tool_policy: Annotated[dict[str, Permission], NoDecode] = Field(default_factory=dict)
+    """JSON object `{tool name: "auto" or "approve" or "deny"}`: a run's (and a strategy
+    config's) `tool_permissions` may make a tool stricter than this, never looser."""
+    tool_providers: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    """JSON object `{tool name: service name}`: which provider serves a tool that several
+    providers (different NATS service names) offer. Without a pin such a tool is a
+    conflict: refused and reported, never served by either."""
 
     # -- tools ----------------------------------------------------------------------------
     tool_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -204,6 +223,20 @@ class Settings(BaseSettings):
         from .gc_tuning import parse_thresholds
 
         parse_thresholds(value)  # a clear error at start-up, not at the first collection
+        return value
+
+    @field_validator("workspace_roots", mode="before")
+    @classmethod
+    def _split_roots(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part for part in value.split(":") if part.strip()]
+        return value
+
+    @field_validator("tool_policy", "tool_providers", mode="before")
+    @classmethod
+    def _json_object(cls, value: object) -> object:
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else {}
         return value
 
     @field_validator("tool_modules", mode="before")

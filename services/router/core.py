@@ -190,6 +190,8 @@ def _on_start(tx: _Tx, inp: i.StartInput, cfg: CoreConfig) -> Decision:
                        f"profile '{body.profile}' is part of the contract but not available in this "
                        "version (external executors come later); use 'agentic', 'agentic_planned', "
                        "'turn_by_turn' or 'conversational'")
+    if inp.workspace_refusal is not None:
+        return _reject(tx.st, inp, "workspace_not_allowed", inp.workspace_refusal)
     if tx.st.status != "idle":
         return _reject(tx.st, inp, "session_busy",
                        f"session {tx.st.session_id} already has an active run; publish `message` to "

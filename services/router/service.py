@@ -145,9 +145,12 @@ class RouterService:
             body = inp.body
             config = await self.strategies.resolve(body.strategy.actor, body.strategy.expectation)
             inp.strategy = config.model_dump(mode="json") if config is not None else None
-            if body.profile == "agentic_planned" and body.metadata.get("workspace"):
+            roots = self.ctx.settings.workspace_roots
+            path, refusal = await asyncio.to_thread(workspace.resolve_workspace, body.metadata, roots)
+            inp.workspace_refusal = refusal
+            if path is not None and body.profile == "agentic_planned":
                 try:
-                    inp.workspace = await asyncio.to_thread(workspace.gather, body.metadata)
+                    inp.workspace = await asyncio.to_thread(workspace.gather, path, roots)
                 except Exception as exc:  # a snapshot is a help, never a reason to fail the start
                     log.warning("session %s: workspace snapshot failed: %s", sid, exc)
                     inp.workspace = {"error": f"the snapshot failed: {exc}"}
