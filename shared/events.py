@@ -29,6 +29,9 @@ class EventUsage(BaseModel):
 class RunStarted(Event):
     kind: Literal["run.started"] = "run.started"
     profile: str
+    ignored_fields: list[str] | None = Field(default=None, description=(
+        "Addition: StartRun fields the request carried that loopwire does not know and ignored "
+        "(`tool_permission`, `limits.max_turn`); absent when there were none."))
 
 
 class PhaseChanged(Event):

@@ -8,7 +8,7 @@ a core made with `CoreConfig()` behaves as a deployment with no overrides.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loopwire.shared.settings import Settings
@@ -34,6 +34,8 @@ class CoreConfig:
     context_retries: int = _default("context_retries")
     max_subagent_depth: int = _default("max_subagent_depth")
     """A child run deeper than this is refused (subagent.py)."""
+    tool_policy: dict[str, str] = field(default_factory=dict)
+    """LOOPWIRE_TOOL_POLICY: the floor of every run's tool permissions (tool_policy.py)."""
 
     @classmethod
     def from_settings(cls, settings: Any) -> CoreConfig:

@@ -15,7 +15,8 @@ The profiles issue adds (docs/profiles.md): profile phases and their transition 
 (profiles.py, phases.py), the strategy loop's plan gate and preview (strategy_loop.py),
 durable approval checkpoints and `decision` (approval.py), the finish tool (finish.py),
 agentic_planned's plan, execute and verify phases (planning.py), strategy configs
-(strategy.py, resolved by the shell) and subagent depth (subagent.py).
+(strategy.py, resolved by the shell) and subagent depth (subagent.py). The operator's
+tool policy is the floor of every run's permissions (tool_policy.py).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from .progress_injection import note_tool_batch, progress_notes, truncate
 from .stages import Turn, not_executed, user_text
 from .state import RECENT_INPUTS, RunConfig, RunState, SessionState
 from .strategy import StrategyConfig
+from .tool_policy import merge_permissions, narrow_tools
 from .workspace import render as render_workspace
 
 __all__ = ["CoreConfig", "Count", "Decision", "decide"]
@@ -444,6 +446,9 @@ def _after_batch(tx: _Tx, run: RunState, blocks: list[dict[str, Any]]) -> None:
 def _start_run(tx: _Tx, config: RunConfig, messages: list[dict[str, Any]], run_id: str,
                cfg: CoreConfig, plan: Any = None, workspace: dict[str, Any] | None = None) -> Decision:
     st = tx.st
+    # The operator's policy as it is now, also over a follow-up's stored settings.
+    config = config.model_copy(update={"tool_permissions": merge_permissions(cfg.tool_policy,
+                                                                              config.tool_permissions)})
     run = RunState(run_id=run_id, config=config, trace=tx.inp.new_trace, started_ns=tx.inp.now_ns)
     prompts = [user_text(m["content"]) for m in messages if m["role"] == "user"]
     run.task = truncate(prompts[-1] if prompts else "", PROMPT_CHARS)
@@ -457,8 +462,10 @@ def _start_run(tx: _Tx, config: RunConfig, messages: list[dict[str, Any]], run_i
     # `config` (an addition) lets a session be rebuilt from its transcript with its settings.
     profile = get_profile(config.profile)
     run.profile_phase = profile.initial_phase
+    ignored = {"ignored_fields": tx.inp.ignored_fields} if isinstance(tx.inp, i.StartInput) and tx.inp.ignored_fields \
+        else {}
     tx.emit("run.started", f"run.started:{run_id}", run_id, profile=config.profile,
-            config=config.model_dump(mode="json"), **_lineage(config))
+            config=config.model_dump(mode="json"), **_lineage(config), **ignored)
     if profile.planned:
         run.workspace = render_workspace(workspace)
         steps = planning.parse_plan(plan) if plan is not None else []
@@ -743,8 +750,9 @@ def _run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None
         profile=body.profile, system=strategy.system_prompt(body.system) if strategy else body.system,
         models=models, max_tokens=body.model.max_tokens or cfg.default_max_tokens,
         temperature=body.model.temperature,
-        tools=body.tools if body.tools is not None or strategy is None else strategy.tools,
-        tool_permissions={**(strategy.tool_permissions if strategy else {}), **body.tool_permissions},
+        tools=narrow_tools(strategy.tools if strategy else None, body.tools),
+        tool_permissions=merge_permissions(cfg.tool_policy, strategy.tool_permissions if strategy else {},
+                                           body.tool_permissions),
         max_turns=limits["max_turns"] or profile.max_turns,
         max_total_tokens=limits["max_total_tokens"], max_cost_usd=limits["max_cost_usd"],
         context_window=limits["context_window"] or 200_000,

@@ -1,5 +1,7 @@
 """Decoding of ingress messages into router inputs; every way the input can be bad
-becomes a RejectedInput with a code a client can act on."""
+becomes a RejectedInput with a code a client can act on: `unknown_verb`,
+`body_too_large`, `bad_json`, `bad_request`, `body_too_deep`, `unsupported_version`,
+`internal_field` (shared/input_guard.py), `invalid_body`."""
 
 from __future__ import annotations
 
@@ -7,6 +9,13 @@ import orjson
 from pydantic import ValidationError
 
 from loopwire.shared.contract import INGRESS_MODELS, describe_validation_error
+from loopwire.shared.input_guard import (
+    INTERNAL_PREFIX,
+    deeper_than,
+    internal_field_paths,
+    unknown_fields,
+    version_problem,
+)
 from loopwire.shared.subjects import valid_session_id
 
 from . import inputs as i
@@ -18,9 +27,12 @@ _INPUT_TYPES = {
     "abort": i.AbortInput,
     "decision": i.DecisionInput,
 }
+_CONTENT_FIELDS = ("input", "content")
+"""The fields of an ingress body that hold messages or content blocks."""
 
 
-def decode_ingress(verb: str, data: bytes, input_id: str, new_id: str, max_bytes: int) -> i._Input:
+def decode_ingress(verb: str, data: bytes, input_id: str, new_id: str, max_bytes: int,
+                   max_depth: int = 32) -> i._Input:
     """Bytes of `loopwire.in.<sid>.<verb>` -> a router input (maybe a RejectedInput)."""
     if verb not in INGRESS_MODELS:
         return i.RejectedInput(input_id=input_id, code="unknown_verb",
@@ -34,11 +46,26 @@ def decode_ingress(verb: str, data: bytes, input_id: str, new_id: str, max_bytes
         return i.RejectedInput(input_id=input_id, code="bad_json", message=f"the body is not valid JSON: {exc}")
     if not isinstance(raw, dict):
         return i.RejectedInput(input_id=input_id, code="bad_request", message="the body must be a JSON object")
+    if deeper_than(raw, max_depth):
+        return i.RejectedInput(input_id=input_id, code="body_too_deep",
+                               message=f"the body nests objects and arrays deeper than {max_depth} levels "
+                                       "(LOOPWIRE_MAX_BODY_DEPTH)")
+    problem = version_problem(raw)
+    if problem is not None:
+        return i.RejectedInput(input_id=input_id, code="unsupported_version", message=problem)
+    internal = internal_field_paths({k: raw[k] for k in _CONTENT_FIELDS if k in raw})
+    if internal:
+        return i.RejectedInput(input_id=input_id, code="internal_field",
+                               message=f"content may not carry loopwire's own fields ({', '.join(internal[:5])}): "
+                                       f"keys starting with '{INTERNAL_PREFIX}' are set by loopwire only")
+    model = INGRESS_MODELS[verb]
     try:
-        body = INGRESS_MODELS[verb].model_validate(raw)
+        body = model.model_validate(raw)
     except ValidationError as exc:
         return i.RejectedInput(input_id=input_id, code="invalid_body",
                                message=f"invalid {verb} body: {describe_validation_error(exc)}")
+    if verb == "start":
+        return i.StartInput(input_id=input_id, new_id=new_id, body=body, ignored_fields=unknown_fields(raw, model))
     return _INPUT_TYPES[verb](input_id=input_id, new_id=new_id, body=body)
 
 

@@ -38,6 +38,9 @@ class StartInput(_Input):
     """agentic_planned: the WorkspaceSnapshot of `metadata.workspace` (workspace.py)."""
     parent_depth: int | None = None
     """A child run: the subagent depth of the parent session's run, when it is known."""
+    ignored_fields: list[str] = Field(default_factory=list)
+    """StartRun fields the body carried that loopwire does not know (a typo such as
+    `tool_permission`): named in `run.started` so the client sees them."""
     workspace_refusal: str | None = None
     """Why `metadata.workspace` may not be used (outside LOOPWIRE_WORKSPACE_ROOTS, ...):
     the start is refused with `workspace_not_allowed` (workspace.py)."""

@@ -98,7 +98,8 @@ class RouterService:
         sid, verb = parsed
         seq = raw.metadata.sequence.stream
         inp = decode_ingress(verb, msg.body, input_id=f"in:{seq}", new_id=uuid.uuid4().hex[:16],
-                             max_bytes=self.ctx.settings.max_body_bytes)
+                             max_bytes=self.ctx.settings.max_body_bytes,
+                             max_depth=self.ctx.settings.max_body_depth)
         if isinstance(inp, i.RejectedInput):
             log.warning("session %s: %s rejected: %s", sid, verb, inp.message)
         await self._apply_and_ack(sid, inp, msg)

@@ -23,9 +23,11 @@ Resolution is exact and deterministic (`resolve`):
 An entry for `(actor, another expectation)` is never used: a first-match-by-actor lookup
 would hand a run the config written for another expectation (its prompt and tools).
 
-The run's own StartRun fields win over the config's: `system` is appended after the
-composed prompt, `tools` (when given) replaces the config's, `tool_permissions` and
-`limits` are merged field by field with the run's values on top.
+What the run gets: `system` is appended after the composed prompt; the config's `tools`
+and `tool_permissions` are a floor the run may only make stricter (tool_policy.py: its
+`tools` narrow the config's, per tool the strictest permission applies, the operator's
+LOOPWIRE_TOOL_POLICY included); `limits` are merged field by field with the run's values
+on top.
 """
 
 from __future__ import annotations

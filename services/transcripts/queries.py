@@ -15,6 +15,7 @@ from loopwire.shared.contract import (
     error_reply,
 )
 from loopwire.shared.event_log import EventLogStore
+from loopwire.shared.input_guard import deeper_than, version_problem
 from loopwire.shared.session_store import SessionStore
 from loopwire.shared.subjects import valid_session_id
 
@@ -23,7 +24,7 @@ from .rebuild import read_transcript, reconstruct
 Q = TypeVar("Q", SessionGetRequest, TranscriptGetRequest)
 
 
-def parse_query(data: bytes, model: type[Q]) -> Q | dict[str, Any]:
+def parse_query(data: bytes, model: type[Q], max_depth: int = 32) -> Q | dict[str, Any]:
     """A request model, or the error reply to send back."""
     try:
         raw = orjson.loads(data)
@@ -31,6 +32,11 @@ def parse_query(data: bytes, model: type[Q]) -> Q | dict[str, Any]:
         return error_reply("bad_json", f"the request is not valid JSON: {exc}")
     if not isinstance(raw, dict):
         return error_reply("bad_request", "the request must be a JSON object")
+    if deeper_than(raw, max_depth):
+        return error_reply("body_too_deep", f"the request nests deeper than {max_depth} levels")
+    problem = version_problem(raw)
+    if problem is not None:
+        return error_reply("unsupported_version", problem)
     try:
         req = model.model_validate(raw)
     except ValidationError as exc:

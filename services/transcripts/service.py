@@ -36,7 +36,7 @@ class TranscriptsService:
         return None
 
     async def on_session_get(self, msg: NatsMessage) -> bytes:
-        req = parse_query(msg.body, SessionGetRequest)
+        req = parse_query(msg.body, SessionGetRequest, self.ctx.settings.max_body_depth)
         if isinstance(req, dict):
             return orjson.dumps(req)
         try:
@@ -46,7 +46,7 @@ class TranscriptsService:
             return orjson.dumps(error_reply("internal", f"session.get failed: {exc}"))
 
     async def on_transcript_get(self, msg: NatsMessage) -> bytes:
-        req = parse_query(msg.body, TranscriptGetRequest)
+        req = parse_query(msg.body, TranscriptGetRequest, self.ctx.settings.max_body_depth)
         if isinstance(req, dict):
             return orjson.dumps(req)
         try:
