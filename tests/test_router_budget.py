@@ -69,7 +69,10 @@ def test_exhaustion_converges_with_one_tool_less_generation_then_ends_with_its_a
     ended = d.ended()
     assert ended["status"] == "budget_exhausted" and ended["final_text"] == "Best answer: 3."
     assert ended["reason"] == "max_total_tokens"
-    assert ended["conclusion"]["summary"] == "Out of budget. Best answer: 3."
+    # The technical summary: the best answer, then what the run executed (seed 003).
+    assert ended["conclusion"]["summary"] == ("Out of budget. Best answer: 3. "
+                                              "Executed 1 tool call(s) over 2 turn(s): add x1 (1 ok).")
+    assert ended["conclusion"]["executed"] == [{"tool": "add", "calls": 1, "ok": 1, "error": 0}]
     assert ended["conclusion"]["classification"] == {"primary": "incomplete", "terminal": "budget_exhausted"}
     assert d.state.status == "idle"
 
@@ -134,3 +137,55 @@ def test_memory_extra_usage_joins_the_ledger_once_even_on_a_failed_step() -> Non
     assert d.ended()["usage"] == {"input_tokens": 520, "output_tokens": 57}
     assert d.ended()["turns"] == 1, "memory's calls are not turns"
     assert d.of("message")[0]["usage"] == {"input_tokens": 100, "output_tokens": 5}
+
+
+def test_an_answer_cut_at_a_max_tokens_the_budget_shrank_ends_budget_exhausted() -> None:
+    # The case: the second generation's max_tokens is the budget's headroom, the
+    # answer is cut there, and the run used more than its limit: never `completed`.
+    d = Driver()
+    d.start(input="add 1 and 2", limits={"max_total_tokens": 1_500})
+    d.answer("Adding.", call("t1"), usage=(400, 50))
+    d.tools()
+    assert d.work()["max_tokens"] == 600 and d.run.budget_capped
+    d.answer("The sum of 1 and 2 is, after careful", stop="max_tokens", usage=(480, 600))
+    ended = d.ended()
+    assert ended["status"] == "budget_exhausted" and ended["reason"] == "max_total_tokens"
+    assert ended["final_text"] == "The sum of 1 and 2 is, after careful", "the best answer it has"
+    assert ended["conclusion"]["classification"] == {"primary": "incomplete", "terminal": "budget_exhausted"}
+
+
+def test_a_cut_answer_within_budget_still_ends_budget_exhausted_when_the_budget_shrank_it() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", limits={"max_total_tokens": 1_500})
+    d.answer(call("t1"), usage=(400, 50))
+    d.tools()
+    d.answer("Partial", stop="max_tokens", usage=(450, 100))  # 1000 of 1500: cut, not spent
+    assert d.ended()["status"] == "budget_exhausted" and d.ended()["reason"] == "max_total_tokens"
+
+
+def test_a_cut_answer_at_the_runs_own_max_tokens_is_not_the_budgets_doing() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", limits={"max_total_tokens": 100_000})
+    d.answer(call("t1"), usage=(400, 50))
+    d.tools()
+    assert d.work()["max_tokens"] == 1000 and not d.run.budget_capped
+    d.answer("Partial", stop="max_tokens", usage=(450, 1000))
+    assert d.ended()["status"] == "completed"
+
+
+def test_an_answer_that_spends_the_budget_is_not_completed_even_when_the_model_ended_its_turn() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", limits={"max_total_tokens": 1_000})
+    d.answer("It is 3.", usage=(990, 20))  # one generation over the whole budget
+    ended = d.ended()
+    assert ended["status"] == "budget_exhausted" and ended["final_text"] == "It is 3."
+    assert d.ended()["usage"] == {"input_tokens": 990, "output_tokens": 20}
+
+
+def test_a_run_within_its_budget_completes() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", limits={"max_total_tokens": 5_000})
+    d.answer(call("t1"), usage=(400, 50))
+    d.tools()
+    d.answer("It is 3.", usage=(480, 10))
+    assert d.ended()["status"] == "completed" and d.ended()["conclusion"] is None

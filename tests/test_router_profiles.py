@@ -58,7 +58,7 @@ def test_change_phase_moves_the_run_and_says_so() -> None:
 def test_profile_defaults_and_limits_overrides() -> None:
     assert {n: (p.max_turns, p.compaction_at_pct, p.progress_injection) for n, p in PROFILES.items() if p.implemented} \
         == {"agentic": (50, 0.8, "system_reminder"), "agentic_planned": (100, 0.8, "system_reminder"),
-            "turn_by_turn": (50, 0.85, "none"), "conversational": (1, 0.85, "none")}
+            "turn_by_turn": (50, 0.85, "none"), "conversational": (100, 0.8, "none")}
     d = Driver()
     d.start(profile="turn_by_turn")
     assert (d.run.config.max_turns, d.run.config.compaction_at_pct) == (50, 0.85)

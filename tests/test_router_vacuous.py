@@ -98,3 +98,45 @@ def test_the_retry_respects_max_turns_by_passing_the_answer_through() -> None:
     d.answer(".")
     assert d.of("retracted") == []
     assert d.ended()["status"] == "max_turns" and d.ended()["final_text"] == "."
+
+
+def test_conversational_retries_a_vacuous_answer_within_its_run() -> None:
+    d = Driver()
+    d.start(input="hello", profile="conversational")
+    assert (d.run.config.max_turns, d.run.config.compaction_at_pct) == (100, 0.8), "seed 000's table"
+    d.answer(".")
+    assert len(d.of("retracted")) == 1 and "only punctuation" in d.work()["ephemeral_notes"][0]
+    d.answer("Hello! How can I help?")
+    assert d.ended()["status"] == "completed" and d.ended()["final_text"] == "Hello! How can I help?"
+
+
+def test_conversational_continues_a_paused_turn() -> None:
+    d = Driver()
+    d.start(input="search the web for the news", profile="conversational")
+    d.answer("Searching", stop="pause_turn")
+    assert d.state.status == "running" and d.work()["kind"] == "memory.assemble"
+    d.answer("Here is the news.")
+    assert d.ended()["status"] == "completed" and d.ended()["turns"] == 2
+
+
+def test_an_accepted_turn_restores_the_vacuous_allowance() -> None:
+    d = Driver(cfg=CoreConfig(default_model="m1", vacuous_max_retries=2))
+    d.start(input="hello")
+    d.answer(".")
+    d.answer("7")  # another vacuous answer (a repeat of the first would be a loop)
+    assert d.run.vacuous_retries == 2, "the allowance is used up"
+    d.answer(call("t1"))  # a good turn: the model acts
+    assert d.run.vacuous_retries == 0
+    d.tools()
+    d.answer(".")
+    assert len(d.of("retracted")) == 3, "retried again after the good turn"
+    d.answer("Done: 3.")
+    assert d.ended()["final_text"] == "Done: 3."
+
+
+def test_without_an_accepted_turn_the_allowance_stays_spent() -> None:
+    d = Driver(cfg=CoreConfig(default_model="m1", vacuous_max_retries=1))
+    d.start(input="hello")
+    d.answer(".")
+    d.answer("?")  # out of retries: passed through, and a passed-through answer restores nothing
+    assert d.ended()["final_text"] == "?" and len(d.of("retracted")) == 1

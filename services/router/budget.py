@@ -17,7 +17,12 @@ iteration_limits.py). What this module decides:
   left for an answer. The run then converges: ONE last generation without tools and with a
   note asking for the best answer now (max_tokens `FINAL_ANSWER_MAX_TOKENS` at most: the
   last answer may overrun the budget by that much, which is the price of never ending
-  with a bare error), and `run.ended` `budget_exhausted` with that answer.
+  with a bare error), and `run.ended` `budget_exhausted` with that answer;
+- the end a budget caused (`end_cause`): a run whose answer would end it `completed`
+  ends `budget_exhausted` instead when the budget is used up (spent >= the limit), or when
+  its last generation was cut (`stop_reason: max_tokens`) at a `max_tokens` the budget's
+  headroom had shrunk: the run stopped because of the budget, whatever the model meant.
+  A run never reports `completed` over its budget.
 """
 
 from __future__ import annotations
@@ -59,13 +64,41 @@ def exhausted(run: RunState) -> str | None:
 
 
 def max_tokens_for(run: RunState, requested: int) -> int:
-    """`max_tokens` of the next call: the run's setting, shrunk to the token headroom."""
+    """`max_tokens` of the next call: the run's setting, shrunk to the token headroom.
+    Records in `run.budget_capped` whether the budget shrank it (`end_cause`)."""
+    run.budget_capped = False
     if run.converging is not None:
         return max(1, min(requested, FINAL_ANSWER_MAX_TOKENS))
     headroom = token_headroom(run)
     if headroom is None:
         return requested
-    return max(1, min(requested, max(headroom, MIN_GENERATION_TOKENS)))
+    granted = max(1, min(requested, max(headroom, MIN_GENERATION_TOKENS)))
+    run.budget_capped = granted < requested
+    return granted
+
+
+def used_up(run: RunState) -> str | None:
+    """The limit the run has spent entirely (`max_total_tokens`, `max_cost_usd`), or None.
+    Unlike `exhausted`, a headroom too small for another answer does not count: the run
+    may still end within its budget."""
+    cfg = run.config
+    if cfg.max_total_tokens is not None and tokens_used(run) >= cfg.max_total_tokens:
+        return "max_total_tokens"
+    if cfg.max_cost_usd is not None and run.cost_usd >= cfg.max_cost_usd:
+        return "max_cost_usd"
+    return None
+
+
+def end_cause(run: RunState, stop_reason: str | None) -> str | None:
+    """The limit that caused the end of a run whose latest generation would end it: the
+    budget is used up, or the generation was cut at a `max_tokens` the token budget had
+    shrunk. None: the run ends on its own terms."""
+    spent = used_up(run)
+    if spent is not None:
+        return spent
+    if stop_reason == "max_tokens" and run.budget_capped:
+        return "max_total_tokens"
+    return None
 
 
 def warnings_due(run: RunState, pct: float) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ tool policy is the floor of every run's permissions (tool_policy.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loopwire.shared.contract import Limits, StartRun, text_to_content
@@ -36,7 +36,7 @@ from loopwire.shared.envelopes import (
 from loopwire.shared.events import user_message_fields
 from loopwire.shared.pricing import cost_usd
 
-from . import approval, budget, loop_detection, planning, strategy_loop, subagent
+from . import approval, budget, loop_detection, planning, strategy_loop, subagent, technical_summary
 from . import inputs as i
 from .config import CoreConfig
 from .effects import Effect, EmitEvent, PublishNotice, PublishWork, effect_from_dict
@@ -317,6 +317,10 @@ def _on_generation(tx: _Tx, inp: i.GenerationInput, cfg: CoreConfig) -> Decision
                 tool_calls=tool_calls, mode=_mode(run), config=cfg, step_id=result.step_id)
     step = _next_step(turn)
     step = _within_limits(run, step, text, cfg)
+    if isinstance(step, NextStepFinalOutput) and step.status == "completed":
+        cause = budget.end_cause(run, result.stop_reason)
+        if cause is not None:  # the budget stopped this run, whatever the model meant
+            step = replace(step, status="budget_exhausted", reason=cause)
 
     if not (isinstance(step, NextStepRunAgain) and step.drop_turn):
         if message.get("content"):
@@ -336,11 +340,12 @@ def _next_step(turn: Turn) -> NextStep:
     run = turn.run
     if run.converging is not None:
         conclusion, text = None, turn.text
-        if run.converging == "budget_exhausted" and strategy_loop.finish_offered(run):
-            call = finish_call(turn.tool_calls)
+        call = finish_call(turn.tool_calls) if run.converging == "budget_exhausted" else None
+        if call is not None and strategy_loop.finish_offered(run):
             conclusion = out_of_budget_conclusion(call, turn.text, run.last_text)
-            if call is not None or not text.strip():
-                text = conclusion["summary"]
+            conclusion["executed"] = [dict(e) for e in run.executed]
+            text = conclusion["summary"]
+        # Without a finish call, _end_run gives the run its technical summary.
         return NextStepFinalOutput(status=run.converging, text=text, reason=run.converge_reason,
                                    conclusion=conclusion)
     step: NextStep | None = None
@@ -349,7 +354,10 @@ def _next_step(turn: Turn) -> NextStep:
         if step is not None:
             break
     if not turn.flags:
-        run.loop_level = 0  # a good turn resets the ladder
+        # An accepted turn restores the remedies: the loop ladder and the vacuous-retry
+        # allowance are shared, so a long run keeps them after using them (vacuous.py).
+        run.loop_level = 0
+        run.vacuous_retries = 0
     return step or NextStepFinalOutput(status="completed", text=turn.text)
 
 
@@ -371,11 +379,8 @@ def _on_failed_generation(tx: _Tx, run: RunState, result: GenerationResult, cfg:
     verdict = classify_generation_failure(result.error, run, cfg)
     if verdict.action == "terminate":
         status = run.converging or "failed"
-        conclusion = None
-        if run.converging == "budget_exhausted" and strategy_loop.finish_offered(run):
-            conclusion = out_of_budget_conclusion(None, "", run.last_text)
         _end_run(tx, status, None, cfg, error=(verdict.code, verdict.message),
-                 reason=run.converge_reason if run.converging else verdict.code, conclusion=conclusion)
+                 reason=run.converge_reason if run.converging else verdict.code)
         return
     tx.emit("error", f"error:{result.step_id}", run.run_id, code=verdict.code, message=verdict.message,
             action=verdict.action)
@@ -433,6 +438,7 @@ def _after_batch(tx: _Tx, run: RunState, blocks: list[dict[str, Any]]) -> None:
     run.pending_calls = []
     run.answered = []
     note_tool_batch(run, blocks, names)
+    technical_summary.record_batch(run, blocks, names)
     content: list[dict[str, Any]] = blocks + _drain_steering(tx.st)
     tx.add_message({"role": "user", "content": content})
     profile = get_profile(run.config.profile)
@@ -634,8 +640,16 @@ def _end_run(tx: _Tx, status: str, text: str | None, cfg: CoreConfig,
     if error is not None:
         tx.emit("error", f"error:{run.run_id}:{status}", run.run_id, code=error[0], message=error[1],
                 action="terminate")
+    spent = budget.used_up(run) if status == "completed" else None
+    if spent is not None:  # never `completed` over budget, however the run got here
+        status, reason = "budget_exhausted", spent
     _close_dangling_tool_uses(tx, run, status)
     final_text = text if text is not None and text.strip() else run.last_text
+    if conclusion is None:
+        conclusion = technical_summary.stopped_conclusion(run, status, final_text,
+                                                          strategy_loop.finish_offered(run))
+    if not final_text.strip() and conclusion is not None:
+        final_text = conclusion["summary"]  # never silently: the summary is the best answer left
     tx.emit("run.ended", f"run.ended:{run.run_id}", run.run_id, status=status, final_text=final_text,
             conclusion=conclusion, turns=run.turn,
             usage={"input_tokens": run.usage.total_input(), "output_tokens": run.usage.output_tokens},

@@ -19,7 +19,7 @@ A profile is data:
 | agentic | act | - | 50 | 0.8 | system_reminder |
 | agentic_planned | plan, execute, verify, done | plan→execute, execute→verify, verify→done | 100 | 0.8 | system_reminder |
 | turn_by_turn | propose, review, execute, done | propose→review, review→execute, review→propose, review→done, execute→propose | 50 | 0.85 | none |
-| conversational | chat | - | 1 | 0.85 | none |
+| conversational | chat | - | 100 | 0.8 | none |
 | claude_code, opencode, codex, acp | - | - | unsupported: external executors are a later issue (`unsupported_profile`) |
 """
 
@@ -55,7 +55,9 @@ class Profile:
     max_outer_iterations: int = 10
     """Times one run takes follow-ups at the outer boundary (LOOPWIRE_MAX_OUTER_ITERATIONS)."""
     single_generation: bool = False
-    """One generation per run (conversational): follow-ups start new runs."""
+    """One answer per run (conversational): follow-ups start new runs instead of being
+    taken at the outer boundary. The run may still generate more than once for that
+    answer: a vacuous answer retried, a `pause_turn` continued."""
     offers_finish: bool = False
     """The reserved tool `finish_agentic_task` is offered (finish.py)."""
     planned: bool = False
@@ -112,7 +114,7 @@ PROFILES: dict[str, Profile] = {
         max_inner_iterations=100, max_outer_iterations=10, reviews_every_turn=True),
     "conversational": Profile(
         "conversational", offers_tools=False, stages=(VacuousAnswerStage(), RoutingStage()), phases=("chat",),
-        max_turns=1, compaction_at_pct=0.85, progress_injection="none",
+        max_turns=100, compaction_at_pct=0.8, progress_injection="none",
         max_inner_iterations=10, max_outer_iterations=1, single_generation=True),
     # External executors (a coding agent's own loop behind the same contract) come with
     # their own issue. Until then a StartRun naming them gets a clear `error` event.

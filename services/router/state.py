@@ -99,6 +99,9 @@ class RunState(BaseModel):
     """Input + output tokens of the latest generation: what the next call re-reads at least."""
     budget_warned: list[str] = Field(default_factory=list)
     """Limits (`max_total_tokens`, `max_cost_usd`) whose warning was emitted."""
+    budget_capped: bool = False
+    """The pending generation's `max_tokens` was shrunk by the token budget (budget.py):
+    cut short at it, the run ends `budget_exhausted`."""
     converging: str | None = None
     """Set while the last, tool-less generation runs: the `run.ended` status it ends with."""
     converge_reason: str | None = None
@@ -118,6 +121,9 @@ class RunState(BaseModel):
     tool_calls_made: int = 0
     tools_used: list[str] = Field(default_factory=list)
     """Distinct tool names called in this run, in first-use order (progress reminder)."""
+    executed: list[dict[str, Any]] = Field(default_factory=list)
+    """`[{"tool", "calls", "ok", "error"}]` in first-use order: what the run executed, for
+    the conclusion of a run the router stops (technical_summary.py)."""
 
     # -- profiles issue bookkeeping (schema 1, additive) --
     profile_phase: str = ""

@@ -1,0 +1,95 @@
+"""The seeds' loop behaviour end to end, through the public contract only (plain nats-py,
+the fake Messages API, tools served with nats.micro): a budget that ends a run, the
+technical summary of a stopped run, conversational defaults, the vacuous allowance,
+settings restored from the transcript, the loop ladder, and turn_by_turn."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from nats.aio.client import Client as NatsClient
+
+from tests.fakes.anthropic_server import FakeAnthropic
+
+from .conftest import ToolProvider, wait_for_tools
+from .events import SessionEvents
+
+pytestmark = pytest.mark.e2e
+
+
+def sid() -> str:
+    return f"e2e-seed-{uuid.uuid4().hex[:10]}"
+
+
+def cut_at_max_tokens(body: dict[str, Any]) -> dict[str, Any]:
+    """A model that talks past any budget: its answer fills `max_tokens` and is cut there."""
+    limit = int(body["max_tokens"])
+    return {"text": "The sum is 42, and here is a long explanation " * 3, "stop_reason": "max_tokens",
+            "usage": {"input_tokens": 480, "output_tokens": limit}}
+
+
+async def test_an_answer_the_budget_cut_short_ends_the_run_budget_exhausted(
+        nc: NatsClient, fake: FakeAnthropic, tool_provider: ToolProvider) -> None:
+    await wait_for_tools(nc, {"add"})
+    fake.script("*", [{"text": "Let me add.", "tool_use": [{"name": "add", "input": {"a": 40, "b": 2}}],
+                       "usage": {"input_tokens": 400, "output_tokens": 50}}])
+    fake.responder = cut_at_max_tokens
+    s = sid()
+    async with SessionEvents(nc, s) as ev:
+        await ev.publish("start", {"input": "What is 40 + 2? Explain at length.", "tools": ["add"],
+                                   "limits": {"max_total_tokens": 1500}})
+        ended = await ev.wait_for("run.ended")
+    ev.check_bodies()
+    requests = fake.message_requests
+    assert len(requests) == 2 and requests[0]["max_tokens"] == 1500, "nothing used yet: the whole budget"
+    assert requests[1]["max_tokens"] == 600, "1500 - 450 used - 450 re-read: the budget's headroom"
+    (_, cut) = ev.of("message")
+    assert cut["stop_reason"] == "max_tokens"
+    assert ended["status"] == "budget_exhausted", "a run the budget stopped is never `completed`"
+    assert ended["reason"] == "max_total_tokens"
+    assert ended["final_text"].startswith("The sum is 42"), "with the best answer it has"
+    assert ended["usage"]["input_tokens"] + ended["usage"]["output_tokens"] == 1530
+    conclusion = ended["conclusion"]
+    assert conclusion["classification"] == {"primary": "incomplete", "terminal": "budget_exhausted"}
+    assert conclusion["executed"] == [{"tool": "add", "calls": 1, "ok": 1, "error": 0}]
+    assert [c[:2] for c in tool_provider.calls] == [("add", {"a": 40, "b": 2})]
+
+
+async def test_conversational_retries_a_vacuous_answer_and_continues_a_paused_turn(
+        nc: NatsClient, fake: FakeAnthropic) -> None:
+    fake.script("*", [{"text": "."}, {"text": "Hello! How can I help?"},
+                      {"text": "Looking it up", "stop_reason": "pause_turn"}, {"text": "It is sunny."}])
+    s = sid()
+    async with SessionEvents(nc, s) as ev:
+        await ev.publish("start", {"input": "hello", "profile": "conversational"})
+        first = await ev.wait_for("run.ended")
+        await ev.publish("message", {"content": "and the weather?"})
+        second = await ev.wait_for("run.ended", count=2)
+    ev.check_bodies()
+    assert first["status"] == "completed" and first["final_text"] == "Hello! How can I help?"
+    assert first["turns"] == 2, "seed 000: conversational has 100 turns, so the '.' was retried"
+    (retracted,) = ev.of("retracted")
+    assert "punctuation_only" in retracted["reason"]
+    assert "only punctuation" in str(fake.message_requests[1]["system"])
+    assert second["status"] == "completed" and second["final_text"] == "It is sunny." and second["turns"] == 2
+    assert [r["messages"][-1]["role"] for r in fake.message_requests[2:]] == ["user", "assistant"], \
+        "the paused turn was sent back as is to continue"
+
+
+async def test_the_vacuous_allowance_comes_back_after_an_accepted_turn(
+        nc: NatsClient, fake: FakeAnthropic, tool_provider: ToolProvider) -> None:
+    await wait_for_tools(nc, {"add"})
+    # Two vacuous answers use the allowance (2); a tool turn is accepted; the next "."
+    # is retried again instead of ending the run.
+    fake.script("*", [{"text": "."}, {"text": "7"}, {"tool_use": [{"name": "add", "input": {"a": 1, "b": 2}}]},
+                      {"text": "..."}, {"text": "1 + 2 is 3."}])
+    s = sid()
+    async with SessionEvents(nc, s) as ev:
+        await ev.publish("start", {"input": "hello, please add one and two for me", "tools": ["add"]})
+        ended = await ev.wait_for("run.ended")
+    ev.check_bodies()
+    assert len(ev.of("retracted")) == 3
+    assert ended["status"] == "completed" and ended["final_text"] == "1 + 2 is 3."
+    assert len(fake.message_requests) == 5

@@ -1,0 +1,92 @@
+"""The technical summary (seed 003's converge fallback): a run the router stops after
+tools ran concludes with what it executed."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopwire.router import technical_summary
+from loopwire.router.state import RunConfig, RunState
+from tests.router_driver import Driver, call
+
+pytestmark = pytest.mark.unit
+
+
+def test_record_and_describe_count_calls_per_tool_with_their_outcomes() -> None:
+    run = RunState(run_id="r", config=RunConfig(models=["m"], max_tokens=10), turn=3)
+    technical_summary.record_batch(run, [{"tool_use_id": "a", "content": "1"},
+                                         {"tool_use_id": "b", "content": "x", "is_error": True}],
+                                   {"a": "add", "b": "search"})
+    technical_summary.record_batch(run, [{"tool_use_id": "c", "content": "2"}], {"c": "add"})
+    assert run.executed == [{"tool": "add", "calls": 2, "ok": 2, "error": 0},
+                            {"tool": "search", "calls": 1, "ok": 0, "error": 1}]
+    assert technical_summary.describe(run) == ("Executed 3 tool call(s) over 3 turn(s): add x2 (2 ok); "
+                                               "search x1 (1 error).")
+
+
+def loop_once(d: Driver, tid: str) -> None:
+    d.answer(call(tid, "add", {"a": 1, "b": 1}))
+
+
+def test_a_loop_terminated_run_after_tools_concludes_with_what_it_executed() -> None:
+    d = Driver()
+    d.start(input="add 1 and 1")
+    for n in (1, 2):
+        loop_once(d, f"t{n}")
+        d.tools(content="2")
+    loop_once(d, "t3")  # redirect
+    loop_once(d, "t4")  # no fallback, temperature unset: raised from the default, or terminate
+    while d.run.converging is None:
+        loop_once(d, f"t{len(d.of('loop.detected')) + 4}")
+    d.answer("")  # the converging generation says nothing
+    ended = d.ended()
+    assert ended["status"] == "loop_terminated"
+    conclusion = ended["conclusion"]
+    assert conclusion["classification"] == {"primary": "incomplete", "terminal": "loop_terminated"}
+    assert conclusion["executed"] == [{"tool": "add", "calls": 2, "ok": 2, "error": 0}]
+    assert conclusion["summary"].startswith("Stopped: the run was going round in a loop.")
+    assert "add x2 (2 ok)" in conclusion["summary"]
+    assert ended["final_text"] == conclusion["summary"], "no answer of its own: the summary is the answer"
+
+
+def test_budget_exhausted_without_the_finish_tool_still_summarises_the_tools() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", profile="turn_by_turn", limits={"max_total_tokens": 1_000})
+    d.answer(call("t1"), usage=(450, 50))
+    (asked,) = d.of("approval.requested")
+    d.decision(asked["checkpoint_id"], "approve")
+    d.tools(content="boom", is_error=True)
+    assert d.run.converging == "budget_exhausted"
+    d.answer("Could not add.", usage=(500, 5))
+    conclusion = d.ended()["conclusion"]
+    assert conclusion["executed"] == [{"tool": "add", "calls": 1, "ok": 0, "error": 1}]
+    assert conclusion["summary"] == ("Out of budget. Could not add. Executed 1 tool call(s) over 2 turn(s): "
+                                     "add x1 (1 error).")
+
+
+def test_a_failed_converging_generation_concludes_with_the_summary() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", limits={"max_total_tokens": 1_000})
+    d.answer(call("t1"), usage=(450, 50))
+    d.tools()
+    d.fail("model_overloaded", retryable=True)
+    ended = d.ended()
+    assert ended["status"] == "budget_exhausted"
+    assert ended["conclusion"]["executed"] == [{"tool": "add", "calls": 1, "ok": 1, "error": 0}]
+    assert ended["final_text"] == ended["conclusion"]["summary"]
+
+
+def test_a_run_the_model_finished_gets_no_technical_summary() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2")
+    d.answer(call("t1"))
+    d.tools()
+    d.answer("It is 3.")
+    assert d.ended()["status"] == "completed" and d.ended()["conclusion"] is None
+
+
+def test_a_stopped_run_that_ran_no_tool_and_offers_no_finish_tool_has_no_conclusion() -> None:
+    d = Driver()
+    d.start(input="hi", profile="conversational", limits={"max_total_tokens": 10})
+    d.answer("Hello.", usage=(20, 5))
+    assert d.ended()["status"] == "budget_exhausted" and d.ended()["conclusion"] is None
