@@ -93,3 +93,31 @@ async def test_the_vacuous_allowance_comes_back_after_an_accepted_turn(
     assert len(ev.of("retracted")) == 3
     assert ended["status"] == "completed" and ended["final_text"] == "1 + 2 is 3."
     assert len(fake.message_requests) == 5
+
+
+def keeps_adding(body: dict[str, Any]) -> dict[str, Any]:
+    """A model stuck on one call; asked without tools (the converging turn), it says nothing."""
+    if any(t["name"] == "add" for t in body.get("tools", [])):
+        return {"tool_use": [{"name": "add", "input": {"a": 1, "b": 1}}]}
+    return {"content": []}
+
+
+async def test_a_loop_terminated_run_concludes_with_what_it_executed(
+        nc: NatsClient, fake: FakeAnthropic, tool_provider: ToolProvider) -> None:
+    await wait_for_tools(nc, {"add"})
+    fake.responder = keeps_adding
+    s = sid()
+    async with SessionEvents(nc, s) as ev:
+        await ev.publish("start", {"input": "add one and one", "tools": ["add"],
+                                   "model": {"primary": "m-a", "fallbacks": ["m-b"]}})
+        ended = await ev.wait_for("run.ended")
+    ev.check_bodies()
+    assert [d["escalation"] for d in ev.of("loop.detected")] == ["redirect", "switch_model", "terminate"]
+    assert ended["status"] == "loop_terminated" and ended["reason"] == "repeated_tool_call"
+    executed = len(tool_provider.calls)
+    assert executed == 2, "the third identical call was detected, not executed"
+    conclusion = ended["conclusion"]
+    assert conclusion["executed"] == [{"tool": "add", "calls": executed, "ok": executed, "error": 0}]
+    assert conclusion["classification"] == {"primary": "incomplete", "terminal": "loop_terminated"}
+    assert f"add x{executed} ({executed} ok)" in conclusion["summary"]
+    assert ended["final_text"] == conclusion["summary"], "no answer of its own: the summary is the answer"
