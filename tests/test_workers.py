@@ -144,10 +144,10 @@ def test_a_worker_stops_itself_when_its_parent_is_gone(tmp_path: Path) -> None:
 def test_a_container_of_several_workers_gets_adjacent_free_metrics_ports() -> None:
     import socket
 
+    from loopwire.testing.processes import workers_in
     from loopwire.testing.servers import free_ports
-    from loopwire.testing.system import _workers_in
 
-    assert [_workers_in(s) for s in ("up", "up --workers 3", "up --workers=2 --embedded", "serve router")] == \
+    assert [workers_in(s) for s in ("up", "up --workers 3", "up --workers=2 --embedded", "serve router")] == \
         [1, 3, 2, 1]
     port = free_ports(3)
     for p in (port, port + 1, port + 2):

@@ -1,4 +1,4 @@
-"""A whole loopwire for a test suite: NATS, Redis and `loopwire up`, as one object.
+"""A whole loopwire for a test suite: NATS, Redis and loopwire, as one object.
 
     from loopwire.testing import LoopwireContainer
 
@@ -7,9 +7,13 @@
         ...
 
 NATS and Redis run as testcontainers when a Docker engine answers, and as the
-pip-shipped `nats-server` / `redis-server` processes otherwise. loopwire itself runs as a
-local `loopwire up` process (or, with `image=`, as a container of that image when Docker
-answers). `kill()` / `start_loopwire()` let a test crash and restart it.
+pip-shipped `nats-server` / `redis-server` processes otherwise. loopwire itself runs as
+local processes in one of three layouts (`layout=`, see LAYOUTS): `loopwire up`, `loopwire
+up --workers 2`, or the deployed one, each service its own `loopwire serve NAME` process
+with two routers (as docker-compose.yml and the Helm chart run it). With `image=` it runs
+as a container of that image when Docker answers. `kill()` / `start_loopwire()` crash and
+restart the whole of it; `kill_service()`, `pause_service()` / `resume_service()` and
+`start_loopwire()` again do it to one service's processes alone.
 """
 
 from __future__ import annotations
@@ -18,32 +22,43 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
-from .servers import ServerHandle, docker_available, free_ports, start_nats, start_redis
+from .processes import LoopwireProcess
+from .servers import ServerHandle, docker_available, start_nats, start_redis
+
+LAYOUTS: dict[str, tuple[str, ...]] = {
+    # One process, all five services, hops handed over in-process.
+    "up": ("up",),
+    # Two processes of all five services: two routers among them.
+    "workers": ("up --workers 2",),
+    # What compose and Helm deploy: one process per service, two router replicas.
+    "split": ("serve router", "serve router", "serve llm", "serve tools", "serve memory", "serve transcripts"),
+}
+"""Layout name -> the loopwire commands it runs, one process each."""
 
 
 class LoopwireContainer:
     def __init__(self, env: dict[str, str] | None = None, prefix: str = "loopwire",
                  use_docker: bool | None = None, image: str | None = None,
-                 services: str = "up", ready_timeout: float = 60.0) -> None:
+                 services: str = "up", ready_timeout: float = 60.0, layout: str | None = None) -> None:
+        if layout is not None and layout not in LAYOUTS:
+            raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
         self.env = dict(env or {})
         self.prefix = prefix
         self.use_docker = docker_available() if use_docker is None else use_docker
         self.image = image
+        self.layout = layout
+        # `services` is one loopwire command (`up`, `serve router`, ...); a layout is several.
         self.services = services
         self.ready_timeout = ready_timeout
         self.nats: ServerHandle | None = None
         self.redis: ServerHandle | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.processes = [LoopwireProcess(command) for command in (LAYOUTS[layout] if layout else (services,))]
         self.container: Any = None
-        self.metrics_port = 0
-        self.log_path = Path(tempfile.mkstemp(prefix="loopwire-", suffix=".log")[1])
+        self._container_port = 0
 
     # -- testcontainers-style API ---------------------------------------------------------------
     def start(self) -> LoopwireContainer:
@@ -73,6 +88,15 @@ class LoopwireContainer:
         return self.redis.url
 
     @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        """The first loopwire process (the only one, or worker 0, of `up`)."""
+        return self.processes[0].proc
+
+    @property
+    def metrics_port(self) -> int:
+        return self._container_port or self.processes[0].metrics_port
+
+    @property
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.metrics_port}"
 
@@ -88,65 +112,85 @@ class LoopwireContainer:
         env.update(self.env)
         return env
 
-    # -- the loopwire process -----------------------------------------------------------------
+    # -- the loopwire processes ---------------------------------------------------------------
     def start_loopwire(self) -> None:
-        """Start (or start again) `loopwire up` and wait until /readyz answers 200."""
+        """Start every loopwire process that is not running (all of them at first, or those
+        a test killed) and wait until each answers /readyz with 200."""
         if self.image and self.use_docker:
             self._start_container()
             return
-        # `up --workers N`: worker i serves /metrics on port + i, so N adjacent free ports.
-        self.metrics_port = self.metrics_port or free_ports(_workers_in(self.services))
-        args = [sys.executable, "-m", "loopwire.cli", *self.services.split()]
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the process owns it
-        self.proc = subprocess.Popen(args, env=self.process_env(), stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        log.close()
-        self.wait_ready()
+        started = [p for p in self.processes if not p.running]
+        env = self.process_env()
+        for process in started:
+            process.launch(env)
+        deadline = time.monotonic() + self.ready_timeout
+        for process in started:
+            process.wait_ready(deadline)
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + self.ready_timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"loopwire exited with {self.proc.returncode}:\n{self.logs()[-4000:]}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{self.metrics_url}/readyz", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            time.sleep(0.1)
-        raise TimeoutError(f"loopwire not ready after {self.ready_timeout}s:\n{self.logs()[-4000:]}")
+        if self.container is not None:
+            self._wait_container(deadline)
+            return
+        for process in self.processes:
+            process.wait_ready(deadline)
+
+    def of_service(self, service: str) -> list[LoopwireProcess]:
+        """The processes that run `service` (`router`, ... in the split layout; `up`)."""
+        found = [p for p in self.processes if p.service == service]
+        if not found:
+            raise ValueError(f"no {service!r} process in {[p.command for p in self.processes]}")
+        return found
 
     def kill(self) -> None:
-        """kill -9 the loopwire process (and its children): a crash, not a shutdown."""
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        """kill -9 every loopwire process (and their children): a crash, not a shutdown."""
+        for process in self.processes:
+            process.kill()
+
+    def kill_service(self, service: str) -> None:
+        """kill -9 the processes of one service alone; `start_loopwire()` restarts them."""
+        for process in self.of_service(service):
+            process.kill()
+
+    def pause_service(self, service: str, index: int = 0) -> None:
+        """SIGSTOP one process of a service: it keeps its messages and its connections."""
+        self.of_service(service)[index].pause()
+
+    def resume_service(self, service: str, index: int = 0) -> None:
+        self.of_service(service)[index].resume()
 
     def terminate(self, timeout: float = 40.0) -> int:
-        """SIGTERM and wait: a graceful shutdown. Returns the exit code."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
+        """SIGTERM every process and wait: a graceful shutdown. Returns the first non-zero exit
+        code, else 0."""
+        codes = []
+        for process in self.processes:
+            if process.running:
+                assert process.proc is not None
+                process.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for process in self.processes:
+            if process.proc is not None:
+                codes.append(process.proc.wait(timeout=max(0.1, deadline - time.monotonic())))
+        return next((code for code in codes if code), 0)
 
     def stop_loopwire(self) -> None:
         if self.container is not None:
             with contextlib.suppress(Exception):
                 self.container.stop()
             self.container = None
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        for process in self.processes:
+            process.stop()
 
     def logs(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        if len(self.processes) == 1:
+            return self.processes[0].logs()
+        return "".join(f"==> loopwire {p.command} [{n}] <==\n{p.logs()}" for n, p in enumerate(self.processes))
 
     def _start_container(self) -> None:  # pragma: no cover - needs a Docker engine
         from testcontainers.core.container import DockerContainer  # type: ignore[import-untyped]
 
         assert self.image is not None
+        self._container_port = 9464
         env = self.process_env()
         env["LOOPWIRE_METRICS_PORT"] = "9464"
         env["LOOPWIRE_METRICS_HOST"] = "0.0.0.0"
@@ -156,16 +200,13 @@ class LoopwireContainer:
             if key.startswith(("LOOPWIRE_", "ANTHROPIC_", "OTEL_")):
                 container = container.with_env(key, value)
         self.container = container.start()
-        self.metrics_port = 9464
         self.wait_ready()
 
-
-def _workers_in(services: str) -> int:
-    """N of a `... --workers N` in the command, else 1."""
-    words = services.split()
-    for n, word in enumerate(words):
-        if word == "--workers" and n + 1 < len(words) and words[n + 1].isdigit():
-            return max(1, int(words[n + 1]))
-        if word.startswith("--workers=") and word.split("=", 1)[1].isdigit():
-            return max(1, int(word.split("=", 1)[1]))
-    return 1
+    def _wait_container(self, deadline: float) -> None:  # pragma: no cover - needs a Docker engine
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"{self.metrics_url}/readyz", timeout=1) as resp:
+                    if resp.status == 200:
+                        return
+            time.sleep(0.1)
+        raise TimeoutError(f"loopwire container not ready after {self.ready_timeout}s")

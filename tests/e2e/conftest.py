@@ -1,7 +1,12 @@
-"""End-to-end fixtures: `loopwire up` as a subprocess (via loopwire.testing, exactly as a
+"""End-to-end fixtures: loopwire as subprocesses (via loopwire.testing, exactly as a
 user's suite would use it), a fake Anthropic Messages API in this process, and tool
 providers served with nats.micro. Tests drive everything through the public contract with
-plain nats-py."""
+plain nats-py.
+
+`system` / `own_system` run `loopwire up`; a module that wants its tests on every layout
+(`up`, `up --workers 2`, and one `loopwire serve` process per service with two routers:
+loopwire.testing.LAYOUTS) sets `system = layout_system` and/or `own_system =
+own_layout_system` at its top, and its tests run once per layout."""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import pytest
 from nats import micro
 from nats.aio.client import Client as NatsClient
 
-from loopwire.testing import LoopwireContainer
+from loopwire.testing import LAYOUTS, LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
 E2E_ENV = {
@@ -40,10 +45,10 @@ def fake_anthropic() -> Iterator[FakeAnthropic]:
 
 
 @contextlib.contextmanager
-def started_system(fake_anthropic: FakeAnthropic, **env: str) -> Iterator[LoopwireContainer]:
-    """`loopwire up` on its own NATS and Redis, talking to the fake Messages API; `env`
-    adds to (or overrides) E2E_ENV."""
-    with LoopwireContainer(env={**E2E_ENV, "ANTHROPIC_BASE_URL": fake_anthropic.url, **env}) as lw:
+def started_system(fake_anthropic: FakeAnthropic, layout: str = "up", **env: str) -> Iterator[LoopwireContainer]:
+    """loopwire in `layout` on its own NATS and Redis, talking to the fake Messages API;
+    `env` adds to (or overrides) E2E_ENV."""
+    with LoopwireContainer(env={**E2E_ENV, "ANTHROPIC_BASE_URL": fake_anthropic.url, **env}, layout=layout) as lw:
         yield lw
 
 
@@ -66,6 +71,27 @@ def system(fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
 def own_system(fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
     """A system of this test's own, for tests that kill or stop loopwire."""
     with started_system(fake_anthropic) as lw:
+        yield lw
+
+
+@pytest.fixture(scope="module", params=list(LAYOUTS))
+def layout_system(request: pytest.FixtureRequest, fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
+    """A system shared by a module's tests, once per layout."""
+    with started_system(fake_anthropic, layout=request.param) as lw:
+        yield lw
+
+
+@pytest.fixture(params=list(LAYOUTS))
+def own_layout_system(request: pytest.FixtureRequest, fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
+    """A system of this test's own, once per layout."""
+    with started_system(fake_anthropic, layout=request.param) as lw:
+        yield lw
+
+
+@pytest.fixture
+def split_system(fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
+    """The deployed layout, of this test's own: one `loopwire serve` per service, two routers."""
+    with started_system(fake_anthropic, layout="split") as lw:
         yield lw
 
 

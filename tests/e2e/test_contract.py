@@ -1,6 +1,7 @@
-"""The public contract end to end: `loopwire up` as a subprocess, plain nats-py, a tool
-served by nats.micro, and the llm service talking through the real Anthropic SDK to a
-local Messages API server."""
+"""The public contract end to end, on every layout (`loopwire up`, `up --workers 2`, one
+`loopwire serve` process per service with two routers): plain nats-py, a tool served by
+nats.micro, and the llm service talking through the real Anthropic SDK to a local
+Messages API server."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from nats.aio.client import Client as NatsClient
 
 from tests.fakes.anthropic_server import FakeAnthropic
 
+from . import conftest
 from .conftest import ToolProvider, wait_for_tools
 from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
+
+system = conftest.layout_system  # every test here runs on every layout (once per layout)
 
 
 def sid() -> str:

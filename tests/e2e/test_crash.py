@@ -15,10 +15,13 @@ from nats.aio.client import Client as NatsClient
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
+from . import conftest
 from .conftest import connected, serve_tools, started_system, wait_for_tools
 from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
+
+own_system = conftest.own_layout_system  # each test here runs on every layout
 
 
 async def test_kill_9_during_a_slow_tool_loses_and_repeats_nothing(
