@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import uuid
-from typing import Annotated, get_args
+from typing import TYPE_CHECKING, Annotated, get_args
 
 import typer
 from rich.console import Console
@@ -23,12 +23,37 @@ from rich.console import Console
 from loopwire.shared.contract import Profile
 from loopwire.shared.settings import Settings
 
+if TYPE_CHECKING:
+    from loopwire.client import LoopwireClient
+
 app = typer.Typer(help="loopwire: a distributed runtime for LLM agent loops over NATS and Redis.",
                   no_args_is_help=True, add_completion=False)
 console = Console()
 
 DEMO_PROMPT = "What is 17 * 23 + 4? Use the calculator tool."
 PROFILE_NAMES = ", ".join(get_args(Profile))
+
+
+def _settings() -> Settings:
+    """The operator's settings, with the NATS and Redis credentials checked (one way of
+    authenticating, files that exist): a clear message and exit 2 instead of a traceback.
+    Every configured secret is masked in what this process prints from here on."""
+    from loopwire.shared.credentials import (
+        CredentialsError,
+        nats_security,
+        redis_connect_options,
+        register_configured_secrets,
+    )
+
+    settings = Settings()
+    try:
+        nats_security(settings)
+        redis_connect_options(settings)
+    except (CredentialsError, OSError) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    register_configured_secrets(settings)
+    return settings
 
 
 def _setup(settings: Settings, level: str | None = None) -> None:
@@ -60,8 +85,9 @@ def up(
 ) -> None:
     """Run all five services in this process (and in N-1 more with --workers N)."""
     from loopwire.launcher import SERVICE_NAMES, serve_until_signal
+    from loopwire.shared.credentials import display_url
 
-    settings = Settings()
+    settings = _settings()
     count = settings.workers if workers is None else workers
     if count < 1:
         source = "--workers" if workers is not None else "LOOPWIRE_WORKERS"
@@ -98,8 +124,9 @@ def up(
                 map(str, [os.getpid(), *pool.pids()])), describe_ports(port, count))
         else:
             where = f"; metrics on :{port}/metrics" if port else ""
+        # Never the URLs as given: they may hold a password or a token.
         console.print(f"[green]loopwire up[/green]: router, llm, tools, memory, transcripts on "
-                      f"{settings.nats_url} / {settings.redis_url}{where}")
+                      f"{display_url(settings.nats_url)} / {display_url(settings.redis_url)}{where}")
         if demo:
             await _demo(settings)
             console.print("[dim]services keep running; publish to loopwire.in.<sid>.start, "
@@ -139,7 +166,7 @@ def serve(name: Annotated[str, typer.Argument(help="router, llm, tools, memory o
     if name not in SERVICE_NAMES:
         console.print(f"[red]unknown service {name!r}[/red]; choose from {', '.join(SERVICE_NAMES)}")
         raise typer.Exit(2)
-    settings = Settings()
+    settings = _settings()
     _setup(settings)
     asyncio.run(serve_until_signal([name], settings))
 
@@ -156,7 +183,7 @@ def run(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the run to end.")] = 600.0,
 ) -> None:
     """Start a run and render its events live."""
-    settings = Settings()
+    settings = _settings()
     start: dict[str, object] = {"profile": profile, "input": prompt}
     if model:
         start["model"] = {"primary": model}
@@ -175,12 +202,11 @@ def transcript(
     after_seq: Annotated[int, typer.Option(help="Only events after this seq.")] = 0,
 ) -> None:
     """Print a session's transcript (every stored event, in seq order)."""
-    from loopwire.client import LoopwireClient
 
-    settings = Settings()
+    settings = _settings()
 
     async def main() -> None:
-        async with await LoopwireClient.connect(settings.nats_url, settings.subject_prefix) as lw:
+        async with await _connect(settings) as lw:
             after = after_seq
             while True:
                 page = await lw.transcript_get(sid, after_seq=after)
@@ -204,13 +230,39 @@ def asyncapi() -> None:
     sys.stdout.write(asyncapi_json())
 
 
+async def _connect(settings: Settings) -> LoopwireClient:
+    """The CLI's connection, with the operator's credentials and TLS (the services' own,
+    shared/credentials.py). A server that refuses or does not answer ends the command
+    within seconds with a short message, not a minute of retries and a traceback."""
+    from loopwire.client import LoopwireClient
+    from loopwire.shared.credentials import display_url
+
+    errors: list[str] = []
+
+    async def remember(exc: Exception) -> None:
+        errors.append(str(exc) or type(exc).__name__)
+
+    try:
+        client = await LoopwireClient.from_settings(settings, connect_timeout=2, max_reconnect_attempts=2,
+                                                    reconnect_time_wait=0.5, error_cb=remember)
+    except Exception as exc:
+        cause = errors[-1] if errors else (str(exc) or type(exc).__name__)
+        console.print(f"[red]cannot connect to NATS at {display_url(settings.nats_url)}: {cause}[/red]")
+        raise typer.Exit(1) from None
+    # Connected: a later outage is ridden out as nats-py does by default (it reads its
+    # options at each reconnect), so a long `run` survives a server restart.
+    client.nc.options["max_reconnect_attempts"] = 60
+    client.nc.options["reconnect_time_wait"] = 2
+    return client
+
+
 async def _run(settings: Settings, sid: str, start: dict[str, object], json_events: bool,
                timeout: float) -> dict[str, object]:
-    from loopwire.client import LoopwireClient, RunFailedToStart
+    from loopwire.client import RunFailedToStart
     from loopwire.render import EventRenderer
 
     renderer = EventRenderer(console, show_json=json_events)
-    async with await LoopwireClient.connect(settings.nats_url, settings.subject_prefix) as lw:
+    async with await _connect(settings) as lw:
         console.print(f"[dim]session {sid}[/dim]")
         try:
             return await lw.run(sid, start, on_event=renderer, timeout=timeout)

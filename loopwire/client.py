@@ -17,6 +17,8 @@ import nats
 import orjson
 from nats.aio.client import Client as NatsClient
 
+from loopwire.shared.credentials import nats_connect_options
+from loopwire.shared.settings import Settings
 from loopwire.shared.subjects import Subjects
 
 EventCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
@@ -38,8 +40,17 @@ class LoopwireClient:
 
     @classmethod
     async def connect(cls, url: str, prefix: str = "loopwire", **options: Any) -> LoopwireClient:
+        """`options`: more keyword arguments of ``nats.connect`` (user, password, token,
+        user_credentials, nkeys_seed, tls, ...)."""
         nc = await nats.connect(url, **options)
         return cls(nc, prefix, own_connection=True)
+
+    @classmethod
+    async def from_settings(cls, settings: Settings, **options: Any) -> LoopwireClient:
+        """Connect as the operator configured it: `LOOPWIRE_NATS_URL`, its credentials and
+        TLS (shared/credentials.py, the same options the services use) and the prefix."""
+        nc = await nats.connect(**{**nats_connect_options(settings), **options})
+        return cls(nc, settings.subject_prefix, own_connection=True)
 
     async def __aenter__(self) -> LoopwireClient:
         return self

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from loopwire.shared.credentials import display_url
 from loopwire.testing.servers import nats_server_binary, redis_server_binary, wait_port
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", ""}
@@ -50,7 +51,7 @@ def ensure_servers(nats_url: str, redis_url: str, data_dir: str = ".run") -> Emb
     nats_port = nats.port or 4222
     if not reachable(nats.hostname or "127.0.0.1", nats_port):
         if (nats.hostname or "") not in LOCAL_HOSTS:
-            raise RuntimeError(f"NATS at {nats_url} does not answer and is not local; start it first")
+            raise RuntimeError(f"NATS at {display_url(nats_url)} does not answer and is not local; start it first")
         store = base / "nats"
         store.mkdir(parents=True, exist_ok=True)
         conf = base / "nats.conf"
@@ -66,7 +67,7 @@ def ensure_servers(nats_url: str, redis_url: str, data_dir: str = ".run") -> Emb
     if not reachable(redis.hostname or "127.0.0.1", redis_port):
         if (redis.hostname or "") not in LOCAL_HOSTS:
             out.stop()
-            raise RuntimeError(f"Redis at {redis_url} does not answer and is not local; start it first")
+            raise RuntimeError(f"Redis at {display_url(redis_url)} does not answer and is not local; start it first")
         rdir = base / "redis"
         rdir.mkdir(parents=True, exist_ok=True)
         proc = subprocess.Popen(

@@ -21,6 +21,7 @@ from faststream.nats import NatsBroker
 from loopwire.shared import gc_tuning
 from loopwire.shared.chain_balance import ChainBalance
 from loopwire.shared.context_middleware import ContextMiddleware
+from loopwire.shared.credentials import display_url, nats_security, nats_servers, register_configured_secrets
 from loopwire.shared.http_server import Handle, start_http_server
 from loopwire.shared.message_metrics import message_metrics_middleware
 from loopwire.shared.metrics import sample_consumers
@@ -46,14 +47,11 @@ def service_classes() -> dict[str, Callable[[ServiceContext], Service]]:
 
 
 def make_broker(settings: Settings, graceful_timeout: float = 25.0) -> NatsBroker:
-    kwargs: dict[str, object] = {}
-    if settings.nats_user:
-        kwargs["user"] = settings.nats_user
-        kwargs["password"] = settings.nats_password or ""
-    if settings.nats_creds_file:
-        kwargs["user_credentials"] = settings.nats_creds_file
     return NatsBroker(
-        settings.nats_url.split(","),
+        nats_servers(settings),
+        # User and password, token, creds, nkey seed, TLS: the same options the CLI's
+        # nats-py connection gets (shared/credentials.py).
+        security=nats_security(settings),
         # Per-message access logs go to DEBUG: at hundreds of messages a second they cost
         # more CPU than the work they describe.
         log_level=logging.DEBUG,
@@ -62,7 +60,6 @@ def make_broker(settings: Settings, graceful_timeout: float = 25.0) -> NatsBroke
         graceful_timeout=graceful_timeout,
         max_reconnect_attempts=-1,
         middlewares=[ContextMiddleware, message_metrics_middleware()],
-        **kwargs,  # type: ignore[arg-type]
     )
 
 
@@ -123,6 +120,7 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     if unknown:
         raise ValueError(f"unknown service(s): {', '.join(unknown)}; choose from {', '.join(SERVICE_NAMES)}")
     # Tracing exports only when a standard OTEL_* exporter variable is set.
+    register_configured_secrets(settings)
     set_capture_content(settings.otel_capture_content)
     setup_tracing("loopwire" if len(names) > 1 else f"loopwire-{names[0]}")
     broker = make_broker(settings)
@@ -155,7 +153,8 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     # Last: what start-up made (modules, schemas, clients) is frozen out of every later
     # collection (shared/gc_tuning.py).
     gc_tuning.apply(settings.gc_thresholds, settings.gc_freeze)
-    log.info("loopwire %s up (NATS %s, Redis %s)", ", ".join(names), settings.nats_url, settings.redis_url)
+    log.info("loopwire %s up (NATS %s, Redis %s)", ", ".join(names), display_url(settings.nats_url),
+             display_url(settings.redis_url))
     return running
 
 

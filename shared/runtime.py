@@ -23,6 +23,7 @@ from .bus import RECOVER_HEADER, REPLAY_HEADER, Bus
 from .chain import Chain, Delivery, WorkHandler, current_delivery, hand_off, run_handler
 from .chain_balance import ChainBalance
 from .codec import dumps
+from .credentials import redis_connect_options
 from .envelopes import GenerationResult, ToolsResult
 from .event_log import EventLogStore, RedisEventLog
 from .redis_conn import connect_redis
@@ -219,7 +220,7 @@ async def _raw_body(msg: Any) -> Any:
 
 
 def build_context(settings: Settings, broker: NatsBroker) -> ServiceContext:
-    redis = connect_redis(settings.redis_url)
+    redis = connect_redis(settings.redis_url, **redis_connect_options(settings))
     return ServiceContext(
         settings=settings,
         subjects=Subjects(settings.subject_prefix),

