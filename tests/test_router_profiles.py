@@ -360,7 +360,34 @@ def test_a_start_beyond_the_depth_limit_is_an_error() -> None:
     assert out.state is None and d.of("error", out)[0]["code"] == "subagent_depth_exceeded"
     out = Driver().apply(child(depth_claimed=4))  # unknown parent: the claim counts
     assert out.state is None
-    assert subagent.child_depth({}, 5) == 0, "not a child run"
+    assert subagent.child_depth({}, None, 5) == 0, "not a child run"
+
+
+def test_the_parent_may_come_from_the_forwarded_call_headers() -> None:
+    headers = subagent.child_headers("p1", "tu1")
+    assert subagent.parent_of({}, headers) == "p1"
+    assert subagent.parent_of({"parent_session_id": "p0"}, headers) == "p0"
+    d = Driver()
+    out = d.apply(i.StartInput(input_id="in:1", new_id="c1", body=StartRun(input="sub task"),
+                               parent_session_id="p1", parent_depth=3))
+    assert d.of("error", out)[0]["code"] == "subagent_depth_exceeded", "no metadata, the header still counts"
+    d.apply(i.StartInput(input_id="in:2", new_id="c2", body=StartRun(input="sub task"),
+                         parent_session_id="p1", parent_depth=0))
+    assert d.run.config.subagent_depth == 1 and d.of("run.started")[-1]["parent_session_id"] == "p1"
+
+
+def test_a_child_session_keeps_its_depth_when_started_again_without_the_fields() -> None:
+    d = Driver()
+    d.apply(child(parent_depth=2))  # input in:1
+    d._seq = 1
+    assert d.run.config.subagent_depth == 3
+    d.answer("done")
+    d.start(run_id="again")  # no parent_session_id, no header: the session's record counts
+    assert d.run.config.subagent_depth == 3
+    d.answer("done")
+    out = d.apply(i.StartInput(input_id="in:9", new_id="deeper", body=StartRun(input="x"),
+                               parent_session_id="p1", parent_depth=3))
+    assert d.of("error", out)[0]["code"] == "subagent_depth_exceeded"
 
 
 def test_child_start_body_is_a_valid_start_run() -> None:

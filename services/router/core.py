@@ -198,13 +198,17 @@ def _on_start(tx: _Tx, inp: i.StartInput, cfg: CoreConfig) -> Decision:
         return _reject(tx.st, inp, "session_busy",
                        f"session {tx.st.session_id} already has an active run; publish `message` to "
                        "follow up or `abort` it first")
-    depth = subagent.child_depth(body.metadata, inp.parent_depth)
+    parent = inp.parent_session_id or subagent.parent_of(body.metadata)
+    recorded = tx.st.last_config.subagent_depth if tx.st.last_config else 0
+    depth = subagent.child_depth(body.metadata, parent, inp.parent_depth, recorded)
     if depth > cfg.max_subagent_depth:
         return _reject(tx.st, inp, "subagent_depth_exceeded",
                        f"a child run at subagent depth {depth} is deeper than the limit "
                        f"({cfg.max_subagent_depth}, LOOPWIRE_MAX_SUBAGENT_DEPTH)")
     strategy = StrategyConfig.model_validate(inp.strategy) if inp.strategy else None
     config = _run_config(body, cfg, strategy, depth)
+    if parent is not None and subagent.parent_of(config.metadata) != parent:
+        config.metadata = {**config.metadata, subagent.PARENT_SESSION: parent}
     messages = _input_messages(body)
     return _start_run(tx, config, messages, run_id=inp.new_id, cfg=cfg, plan=body.plan, workspace=inp.workspace)
 
@@ -487,7 +491,7 @@ def _lineage(config: RunConfig) -> dict[str, Any]:
     """`run.started` of a child run names its parent (additions)."""
     if config.subagent_depth == 0:
         return {}
-    return {"parent_session_id": config.metadata.get(subagent.PARENT_SESSION),
+    return {"parent_session_id": subagent.parent_of(config.metadata),
             "parent_tool_use_id": config.metadata.get(subagent.PARENT_TOOL_USE),
             "subagent_depth": config.subagent_depth}
 

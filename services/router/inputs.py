@@ -36,6 +36,9 @@ class StartInput(_Input):
     """The strategy config resolved for `body.strategy` (strategy.py), dumped."""
     workspace: dict[str, Any] | None = None
     """agentic_planned: the WorkspaceSnapshot of `metadata.workspace` (workspace.py)."""
+    parent_session_id: str | None = None
+    """A child run: its parent session, from the metadata or the forwarded call header
+    (subagent.parent_of, read by the shell)."""
     parent_depth: int | None = None
     """A child run: the subagent depth of the parent session's run, when it is known."""
     ignored_fields: list[str] = Field(default_factory=list)

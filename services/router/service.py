@@ -102,6 +102,10 @@ class RouterService:
                              max_depth=self.ctx.settings.max_body_depth)
         if isinstance(inp, i.RejectedInput):
             log.warning("session %s: %s rejected: %s", sid, verb, inp.message)
+        elif isinstance(inp, i.StartInput):
+            # A tool that forwards its call's headers names its parent (subagent.py).
+            parent = subagent.parent_of(inp.body.metadata, raw.headers)
+            inp.parent_session_id = parent if parent != sid else None
         await self._apply_and_ack(sid, inp, msg)
 
     async def on_result(self, msg: Delivery) -> None:
@@ -155,7 +159,7 @@ class RouterService:
                 except Exception as exc:  # a snapshot is a help, never a reason to fail the start
                     log.warning("session %s: workspace snapshot failed: %s", sid, exc)
                     inp.workspace = {"error": f"the snapshot failed: {exc}"}
-            parent = subagent.parent_of(body.metadata)
+            parent = inp.parent_session_id = inp.parent_session_id or subagent.parent_of(body.metadata)
             if parent is not None:
                 raw, _ = await self.ctx.sessions.load(parent)
                 if raw is not None:

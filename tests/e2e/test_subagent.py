@@ -12,7 +12,7 @@ import pytest
 from nats import micro
 from nats.aio.client import Client as NatsClient
 
-from loopwire.router.subagent import child_start
+from loopwire.router.subagent import child_headers, child_start
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import wait_for_tools
@@ -39,7 +39,9 @@ async def serve_delegate(nc: NatsClient, children: list[str]) -> micro.Service:
         sub = await nc.subscribe(f"loopwire.out.{child}.run.ended", cb=on_end)
         start = child_start(headers["Loopwire-Session-Id"], headers["Loopwire-Tool-Use-Id"], 0, body["task"],
                             tools=[])
-        await nc.jetstream().publish(f"loopwire.in.{child}.start", json.dumps(start).encode())
+        await nc.jetstream().publish(f"loopwire.in.{child}.start", json.dumps(start).encode(),
+                                     headers=child_headers(headers["Loopwire-Session-Id"],
+                                                           headers["Loopwire-Tool-Use-Id"]))
         try:
             result = await asyncio.wait_for(ended, 30)
         finally:
