@@ -19,6 +19,13 @@ Profile = Literal[
     "claude_code", "opencode", "codex", "acp",
 ]
 Permission = Literal["auto", "approve", "deny"]
+
+FINISH_TOOL = "finish_agentic_task"
+"""The reserved tool that ends an agentic run (services/router/finish.py)."""
+UPDATE_PLAN_TOOL = "update_plan"
+"""The reserved tool of agentic_planned's plan phase (services/router/planning.py)."""
+RESERVED_TOOL_NAMES = frozenset({FINISH_TOOL, UPDATE_PLAN_TOOL})
+"""Names the router answers itself: no provider and no in-process tool may take them."""
 RunStatus = Literal["completed", "aborted", "budget_exhausted", "max_turns", "loop_terminated", "failed"]
 SessionStatus = Literal["idle", "running", "awaiting_approval", "unknown"]
 

@@ -131,6 +131,11 @@ TOOL_CALL_DURATION = Histogram(
     ["tool"],
     buckets=TOOL_BUCKETS,
 )
+TOOL_CONFLICTS = Gauge(
+    "loopwire_tool_conflicts",
+    "Tool names that providers with different service names offer and no LOOPWIRE_TOOL_PROVIDERS "
+    "pin settles: refused (served by none) until the operator pins one.",
+)
 
 # -- the bus -------------------------------------------------------------------------------
 JETSTREAM_CONSUMER_PENDING = Gauge(
@@ -167,7 +172,7 @@ ALL_METRICS: tuple[Any, ...] = (
     TOKENS, COST_USD, BUDGET_WARNINGS, BUDGET_EXHAUSTIONS,
     LOOP_DETECTIONS, VACUOUS_RETRIES, COMMITMENT_NUDGES,
     MODEL_FALLBACKS, CIRCUIT_BREAKER_STATE, LLM_TTFT, LLM_REQUEST_DURATION,
-    TOOL_CALLS, TOOL_CALL_DURATION,
+    TOOL_CALLS, TOOL_CALL_DURATION, TOOL_CONFLICTS,
     JETSTREAM_CONSUMER_PENDING, JETSTREAM_CONSUMER_ACK_PENDING, JETSTREAM_REDELIVERIES,
     STEPS, ERRORS, WORK_HOPS, WORK_CHAINS,
 )

@@ -38,12 +38,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from loopwire.shared import contract
 from loopwire.shared.envelopes import ToolSpec
 
 from .next_step import NextStep, NextStepFinalOutput
 from .stages import Turn
 
-FINISH_TOOL = "finish_agentic_task"
+FINISH_TOOL = contract.FINISH_TOOL
 
 FINISH_SPEC = ToolSpec(
     name=FINISH_TOOL,

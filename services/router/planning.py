@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from loopwire.shared.contract import UPDATE_PLAN_TOOL
 from loopwire.shared.envelopes import ToolSpec
 
 from .next_step import EventSpec, NextStep, NextStepFinalOutput, NextStepRunAgain
@@ -37,7 +38,7 @@ from .phases import change_phase
 from .stages import Turn
 from .state import RunState, SessionState
 
-UPDATE_PLAN = "update_plan"
+UPDATE_PLAN = UPDATE_PLAN_TOOL
 STATUSES = ("pending", "in_progress", "completed")
 PLAN_NUDGES = 1
 MAX_STEPS = 50

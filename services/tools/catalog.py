@@ -12,21 +12,28 @@ provider's last answer for NATS tools). Readers ignore entries older than
 `catalog_max_age(settings)`; writers delete the entries they forgot and any entry that
 is past that age (a writer that died leaves nothing behind for long).
 
-An in-process tool wins over a provider of the same name; when providers of one name
-listen on different subjects, the first in (service name, instance id) order is used.
+Who serves a name is never decided by sort order (a provider whose service name sorts
+first must not take over a tool): an in-process tool (the operator loaded it) wins over
+providers of the same name; several instances of ONE service (replicas) serve a tool
+together; providers with different service names offering one tool name are a
+conflict, which the operator settles with `LOOPWIRE_TOOL_PROVIDERS` (`{tool: service
+name}`: only that service's instances serve it, and while it is absent nobody does).
+An unsettled conflict is refused: the tool is in no catalog, calls get "unknown tool",
+it is logged, counted in `loopwire_tool_conflicts` and listed by `api.tools.list`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
 import redis.asyncio as aioredis
 
+from loopwire.shared import metrics
 from loopwire.shared.envelopes import ToolSpec
 from loopwire.shared.settings import Settings
 
@@ -73,38 +80,84 @@ class CatalogEntry:
                    seen_at=float(d.get("seen_at", 0)))
 
 
+@dataclass(frozen=True)
+class ToolConflict:
+    """One tool name offered by more than one source."""
+
+    name: str
+    services: tuple[str, ...]
+    """The providers' service names (and `in-process` for a Python tool), sorted."""
+    resolution: Literal["refused", "pinned", "in_process"]
+    """`refused`: nobody serves it; `pinned`: LOOPWIRE_TOOL_PROVIDERS names the one that
+    does; `in_process`: the operator's in-process tool does."""
+    served_by: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "services": list(self.services), "resolution": self.resolution,
+                "served_by": self.served_by}
+
+
+Instances = list[tuple[DiscoveredTool, float]]
+
+
 class Catalog:
     """The tools service's own view: registry + provider table, resolved by name."""
 
-    def __init__(self, registry: ToolRegistry, providers: ProviderTable | None = None) -> None:
+    def __init__(self, registry: ToolRegistry, providers: ProviderTable | None = None,
+                 pins: Mapping[str, str] | None = None) -> None:
         self.registry = registry
         self.providers = providers
+        self.pins = dict(pins or {})
+        """LOOPWIRE_TOOL_PROVIDERS: tool name -> the service name that serves it."""
         self._published: dict[str, bytes] = {}
-        self._conflicts_told: set[str] = set()
+        self._conflicts_told: set[tuple[str, tuple[str, ...]]] = set()
+
+    def _served(self) -> tuple[dict[str, Instances], dict[str, ToolConflict]]:
+        """The provider instances that may serve each tool name, and the conflicts."""
+        usable: dict[str, Instances] = {}
+        conflicts: dict[str, ToolConflict] = {}
+        by_name = self.providers.tools_by_name() if self.providers is not None else {}
+        for name, instances in by_name.items():
+            services = tuple(sorted({t.service_name for t, _ in instances}))
+            pin = self.pins.get(name)
+            if pin is not None:
+                chosen = [(t, seen) for t, seen in instances if t.service_name == pin]
+                if chosen:
+                    usable[name] = chosen
+                if len(services) > 1 or not chosen:
+                    conflicts[name] = ToolConflict(name, services, "pinned", pin)
+            elif len(services) > 1:
+                conflicts[name] = ToolConflict(name, services, "refused", None)
+            else:
+                usable[name] = instances
+        for t in self.registry.all():
+            if t.name in by_name:
+                services = tuple(sorted({s.service_name for s, _ in by_name[t.name]} | {"in-process"}))
+                conflicts[t.name] = ToolConflict(t.name, services, "in_process", "in-process")
+        for conflict in conflicts.values():
+            self._tell_conflict(conflict)
+        return usable, conflicts
 
     def resolve(self, name: str) -> ResolvedTool | None:
         found = self.registry.get(name)
         if found is not None:
             return found
-        if self.providers is None:
-            return None
-        instances = self.providers.tools_by_name().get(name)
-        if not instances:
-            return None
-        self._tell_conflict(name, instances)
-        return instances[0][0]
+        instances = self._served()[0].get(name)
+        return instances[0][0] if instances else None
+
+    def conflicts(self) -> list[ToolConflict]:
+        return sorted(self._served()[1].values(), key=lambda c: c.name)
 
     def entries(self, now: float | None = None) -> dict[str, CatalogEntry]:
         now = time.time() if now is None else now
         out: dict[str, CatalogEntry] = {}
-        if self.providers is not None:
-            for name, instances in self.providers.tools_by_name().items():
-                first = instances[0][0]
-                out[name] = CatalogEntry(name, first.description, first.input_schema, "nats",
-                                         first.exclusive, max(seen for _, seen in instances))
+        usable, conflicts = self._served()
+        metrics.TOOL_CONFLICTS.set(sum(1 for c in conflicts.values() if c.resolution == "refused"))
+        for name, instances in usable.items():
+            first = instances[0][0]
+            out[name] = CatalogEntry(name, first.description, first.input_schema, "nats",
+                                     first.exclusive, max(seen for _, seen in instances))
         for t in self.registry.all():
-            if t.name in out:
-                self._tell_conflict(t.name, None)
             out[t.name] = CatalogEntry(t.name, t.description, t.input_schema, "python", t.exclusive, now)
         return dict(sorted(out.items()))
 
@@ -138,17 +191,21 @@ class Catalog:
         await pipe.execute()
         self._published = entries
 
-    def _tell_conflict(self, name: str, instances: list[tuple[DiscoveredTool, float]] | None) -> None:
-        if name in self._conflicts_told:
+    def _tell_conflict(self, conflict: ToolConflict) -> None:
+        told = (conflict.name, conflict.services)
+        if told in self._conflicts_told:  # each round sees it again: say it once
             return
-        if instances is None:
-            self._conflicts_told.add(name)
-            log.warning("tool %s is both an in-process tool and a NATS provider's; the in-process one is used",
-                        name)
-        elif len({t.subject for t, _ in instances}) > 1:
-            self._conflicts_told.add(name)
-            log.warning("tool %s is served on several subjects (%s); calls go to %s", name,
-                        ", ".join(sorted({t.subject for t, _ in instances})), instances[0][0].subject)
+        self._conflicts_told.add(told)
+        offered = ", ".join(conflict.services)
+        if conflict.resolution == "refused":
+            log.error("tool %s is offered by several providers (%s): refused, no call goes to any of them; "
+                      "pin one with LOOPWIRE_TOOL_PROVIDERS", conflict.name, offered)
+        elif conflict.resolution == "pinned":
+            log.warning("tool %s is offered by %s; served by %s only (LOOPWIRE_TOOL_PROVIDERS)",
+                        conflict.name, offered or "no provider", conflict.served_by)
+        else:
+            log.warning("tool %s is an in-process tool and a provider's (%s); the in-process one is used",
+                        conflict.name, offered)
 
 
 async def read_catalog_entries(redis: aioredis.Redis, max_age_s: float,

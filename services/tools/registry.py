@@ -32,6 +32,8 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import Draft202012Validator, validator_for
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from loopwire.shared.contract import RESERVED_TOOL_NAMES
+
 from .retry import RetryPolicy, TransientToolError  # noqa: F401 - TransientToolError is public here
 
 log = logging.getLogger("loopwire.tools.registry")
@@ -39,8 +41,9 @@ log = logging.getLogger("loopwire.tools.registry")
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 """What the Anthropic Messages API accepts as a tool name."""
 
-RESERVED_NAMES = frozenset({"finish_agentic_task"})
-"""Names the router answers itself; no tool may take them."""
+RESERVED_NAMES = RESERVED_TOOL_NAMES
+"""Names the router answers itself (`finish_agentic_task`, `update_plan`); no tool may
+take them."""
 
 
 class ToolError(Exception):

@@ -55,7 +55,7 @@ class ToolsService:
     def __init__(self, ctx: ServiceContext, registry: ToolRegistry | None = None) -> None:
         self.ctx = ctx
         self.registry = registry if registry is not None else default_registry
-        self.catalog = Catalog(self.registry)
+        self.catalog = Catalog(self.registry, pins=ctx.settings.tool_providers)
         self.discovery: Discovery | None = None
         self.executor: Executor | None = None
         self._ready = asyncio.Event()
@@ -197,4 +197,4 @@ class ToolsService:
             return orjson.dumps(error_reply("internal", f"tools.list failed: {exc}"))
         return orjson.dumps({"tools": [
             {"name": e.name, "description": e.description, "input_schema": e.input_schema, "source": e.source}
-            for e in entries.values()]})
+            for e in entries.values()], "conflicts": [c.to_dict() for c in self.catalog.conflicts()]})
