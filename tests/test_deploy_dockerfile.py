@@ -155,7 +155,7 @@ def ignored(path: str) -> bool:
         ".ruff_cache/x",
         "tests/test_deploy_dockerfile.py",
         "helm/loopwire/values.yaml",
-        "deploy/compose/nats.conf",
+        "deploy/nats/nats.conf",
         "docs/deployment.md",
         "loopwire.egg-info/PKG-INFO",
         "loopwire/__pycache__/cli.cpython-311.pyc",

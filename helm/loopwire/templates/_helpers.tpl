@@ -143,8 +143,15 @@ that false and 0 set on a service win over a true or non-zero default.
 Fail early on values that cannot work together.
 */}}
 {{- define "loopwire.validate" -}}
-{{- if and .Values.nats.userPasswordSecret.name .Values.nats.credentialsSecret.name -}}
-{{- fail "nats.userPasswordSecret and nats.credentialsSecret are exclusive: set one" -}}
+{{- $natsAuth := list -}}
+{{- range $mode := list "userPasswordSecret" "credentialsSecret" "tokenSecret" -}}
+{{- if (index $.Values.nats $mode).name -}}{{- $natsAuth = append $natsAuth (printf "nats.%s" $mode) -}}{{- end -}}
+{{- end -}}
+{{- if gt (len $natsAuth) 1 -}}
+{{- fail (printf "%s are exclusive: set one way of authenticating to NATS" (join " and " $natsAuth)) -}}
+{{- end -}}
+{{- if and .Values.nats.tlsSecret.name (ne (empty .Values.nats.tlsSecret.certKey) (empty .Values.nats.tlsSecret.keyKey)) -}}
+{{- fail "nats.tlsSecret.certKey and nats.tlsSecret.keyKey go together" -}}
 {{- end -}}
 {{- if and (not .Values.redis.url) (not .Values.redis.urlSecret.name) -}}
 {{- fail "set redis.url or redis.urlSecret.name" -}}
