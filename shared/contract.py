@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .codec import now_rfc3339
+from .telemetry import redact
 
 PROTOCOL_VERSION = 1
 
@@ -159,13 +160,17 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 def make_event(kind: str, session_id: str, run_id: str | None, seq: int, ts: str | None = None,
                **fields: Any) -> dict[str, Any]:
-    """An egress event body: the common fields first, then the kind's own."""
+    """An egress event body: the common fields first, then the kind's own. An `error`'s
+    message often quotes an exception: secrets in it (a URL's password, an API key) are
+    masked before it is stored or published."""
+    if kind == "error" and isinstance(fields.get("message"), str):
+        fields["message"] = redact(fields["message"])
     return {"v": PROTOCOL_VERSION, "session_id": session_id, "run_id": run_id, "seq": seq,
             "kind": kind, "ts": ts or now_rfc3339(), **fields}
 
 
 def error_reply(code: str, message: str) -> dict[str, Any]:
-    return {"v": PROTOCOL_VERSION, "error": {"code": code, "message": message}}
+    return {"v": PROTOCOL_VERSION, "error": {"code": code, "message": redact(message)}}
 
 
 def text_to_content(content: str | ContentBlocks) -> ContentBlocks:
