@@ -59,6 +59,13 @@ class EventLogStore(Protocol):
 
     async def delete(self, sid: str) -> None: ...
 
+    async def restore(self, sid: str, events: list[dict[str, Any]]) -> bool:
+        """Put back the events of a session whose log is empty (read from the events
+        stream, event_archive.py), with their own seqs; the counter goes on from the
+        highest, so no seq is ever reused. False (nothing written) when the log is not
+        empty or its counter is already past them."""
+        ...
+
 
 @dataclass
 class InMemoryEventLog:
@@ -95,6 +102,14 @@ class InMemoryEventLog:
         self.events.pop(sid, None)
         self.keys.pop(sid, None)
         # The counter stays: seqs are never reused.
+
+    async def restore(self, sid: str, events: list[dict[str, Any]]) -> bool:
+        top = max((e["seq"] for e in events), default=0)
+        if self.events.get(sid) or self.seqs.get(sid, 0) >= top:
+            return False
+        self.events[sid] = {e["seq"]: dict(e) for e in events}
+        self.seqs[sid] = top
+        return True
 
 
 _APPEND_LUA = """
@@ -186,12 +201,28 @@ def appended_events(stripped: list[dict[str, Any]], flat: list[Any]) -> list[tup
     return out
 
 
+_RESTORE_LUA = """
+local top = tonumber(ARGV[2])
+if redis.call('XLEN', KEYS[2]) > 0 or tonumber(redis.call('GET', KEYS[1]) or '0') >= top then
+  return 0
+end
+for i = 3, #ARGV, 2 do
+  redis.call('XADD', KEYS[2], ARGV[i] .. '-0', 'e', ARGV[i + 1])
+end
+redis.call('SET', KEYS[1], top)
+local ttl = tonumber(ARGV[1])
+if ttl > 0 then redis.call('EXPIRE', KEYS[2], ttl) end
+return 1
+"""
+
+
 class RedisEventLog:
     def __init__(self, redis: aioredis.Redis, ttl_s: int = 0) -> None:
         self._r = redis
         self._ttl = ttl_s
         self._append = redis.register_script(_APPEND_LUA)
         self._append_many = redis.register_script(_APPEND_MANY_LUA)
+        self._restore = redis.register_script(_RESTORE_LUA)
 
     async def append(self, sid: str, body: dict[str, Any], key: str | None,
                      store: bool = True) -> tuple[dict[str, Any], bool]:
@@ -228,3 +259,12 @@ class RedisEventLog:
 
     async def delete(self, sid: str) -> None:
         await self._r.delete(f"lw:ek:{sid}", f"lw:e:{sid}")
+
+    async def restore(self, sid: str, events: list[dict[str, Any]]) -> bool:
+        ordered = sorted(events, key=lambda e: e["seq"])
+        if not ordered:
+            return False
+        args: list[str | bytes] = [str(self._ttl), str(ordered[-1]["seq"])]
+        for event in ordered:
+            args += [str(event["seq"]), codec.dumps({k: v for k, v in event.items() if k != "seq"})]
+        return bool(await self._restore(keys=[f"lw:seq:{sid}", f"lw:e:{sid}"], args=args))

@@ -166,3 +166,17 @@ async def test_append_many_is_append_of_each_in_order(stores: tuple[Any, Any, An
     assert await log.append_many("s", []) == []
     again = await log.append_many("s", [({"kind": "b", "run_id": "r"}, "k2", True)])
     assert again == [(got[0][0], False)], "a redelivered transition gets its events back"
+
+
+async def test_restore_puts_back_a_lost_log_and_the_counter_goes_on(stores: tuple[Any, Any, Any]) -> None:
+    _, _, events = stores
+    archived = [{"v": 1, "session_id": "s", "run_id": "r", "seq": n, "kind": k}
+                for n, k in ((1, "run.started"), (2, "message"), (4, "run.ended"))]
+    assert await events.restore("s", archived)
+    assert await events.read("s") == archived
+    assert await events.last_seq("s") == 4
+    appended, new = await events.append("s", {"v": 1, "session_id": "s", "run_id": "r", "kind": "run.started"},
+                                        "k1")
+    assert new and appended["seq"] == 5, "no seq is reused after a restore"
+    assert not await events.restore("s", archived), "a log that is there is never overwritten"
+    assert [e["seq"] for e in await events.read("s")] == [1, 2, 4, 5]

@@ -24,6 +24,7 @@ from loopwire.shared import codec, metrics
 from loopwire.shared.bus import event_items
 from loopwire.shared.chain import Delivery
 from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult, ToolsResult
+from loopwire.shared.event_archive import read_archive
 from loopwire.shared.event_log import RedisEventLog
 from loopwire.shared.keyed_lock import KeyedLock
 from loopwire.shared.lru import LruCache
@@ -64,6 +65,11 @@ class RouterService:
         self._catalog: CatalogCache | None = None
         """The tool catalog, for the schemas of the plan gate (reused for up to a second)."""
         self._strategies: StrategyStore | None = None
+
+    async def _archive(self, sid: str) -> list[dict[str, Any]]:
+        """The session's events from the LOOPWIRE_EVENTS stream (a rebuild after Redis lost
+        the event log too)."""
+        return await read_archive(self.ctx.bus.js, self.ctx.subjects, sid)
 
     @property
     def strategies(self) -> StrategyStore:
@@ -234,7 +240,7 @@ class RouterService:
     async def _load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
         raw, version = await self.ctx.sessions.load(sid)
         if raw is None and await rebuild_session(sid, self.ctx.events, self.ctx.sessions,
-                                                 self.ctx.settings.default_max_tokens):
+                                                 self.ctx.settings.default_max_tokens, archive=self._archive):
             # The state was lost (expired, flushed) but the transcript holds the
             # conversation: continue it instead of starting over.
             raw, version = await self.ctx.sessions.load(sid)

@@ -18,12 +18,22 @@ Which events make the history, in `seq` order:
 Consecutive user messages are merged (steering rides in the tool results' message, as
 the router does it). The state is idle: a run in flight when the state was lost is over
 (its late results are stale to the router). `run.started.config` (addition) gives the
-rebuilt session its last run's settings; without it, the profile and the last model used.
+rebuilt session what its last run was started with (profile, models, max_tokens and
+temperature, tools and their permissions, limits, system prompt, strategy, metadata), so
+a `message` on it starts the next run with the same settings; without it, the profile
+and the last model used.
+
+When Redis lost the event log as well (all of its data), the transcript's second copy is
+the LOOPWIRE_EVENTS stream (shared/event_archive.py): `rebuild_session` reads it there,
+puts the log back in Redis with its own seqs (`EventLogStore.restore`: `transcript.get`
+answers again and the next event's seq follows the last one, never reusing one) and
+rebuilds from it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -200,17 +210,29 @@ async def read_transcript(sid: str, events: EventLogStore) -> list[dict[str, Any
         after = page[-1]["seq"]
 
 
+Archive = Callable[[str], Awaitable[list[dict[str, Any]]]]
+"""A session's events from the events stream (shared/event_archive.py `read_archive`)."""
+
+
 async def rebuild_session(sid: str, events_store: EventLogStore, sessions_store: SessionStore,
-                          default_max_tokens: int = 4096) -> dict[str, Any] | None:
+                          default_max_tokens: int = 4096, archive: Archive | None = None) -> dict[str, Any] | None:
     """Rebuild a session whose state is missing from its transcript and store it.
 
     Returns the stored state, or None when there is nothing to rebuild (no transcript,
     no run in it) or the session exists (its state is kept; nothing is overwritten).
-    Call it where a missing state would otherwise start a new session."""
+    With `archive`, a session whose event log is gone from Redis too is rebuilt from the
+    events stream, and its log restored first. Call it where a missing state would
+    otherwise start a new session."""
     raw, _version = await sessions_store.load(sid)
     if raw is not None:
         return None
-    rebuilt = reconstruct(sid, await read_transcript(sid, events_store), default_max_tokens)
+    events = await read_transcript(sid, events_store)
+    if not events and archive is not None:
+        events = await archive(sid)
+        if events and await events_store.restore(sid, events):
+            log.info("session %s: event log restored from the events stream (%d events, up to seq %d)", sid,
+                     len(events), events[-1]["seq"])
+    rebuilt = reconstruct(sid, events, default_max_tokens)
     if rebuilt is None:
         return None
     if not await sessions_store.commit(sid, 0, rebuilt.state, 0, rebuilt.history):

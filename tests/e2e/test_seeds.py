@@ -9,12 +9,14 @@ import uuid
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
 
+from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import ToolProvider, wait_for_tools
-from .events import SessionEvents
+from .conftest import ToolProvider, serve_tools, wait_for_tools
+from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
 
@@ -121,3 +123,54 @@ async def test_a_loop_terminated_run_concludes_with_what_it_executed(
     assert conclusion["classification"] == {"primary": "incomplete", "terminal": "loop_terminated"}
     assert f"add x{executed} ({executed} ok)" in conclusion["summary"]
     assert ended["final_text"] == conclusion["summary"], "no answer of its own: the summary is the answer"
+
+
+STARTED_WITH = {
+    "profile": "agentic", "system": "Be terse.", "tools": ["add"], "tool_permissions": {"add": "approve"},
+    "model": {"primary": "m-own", "fallbacks": ["m-fallback"], "max_tokens": 777, "temperature": 0.3},
+    "limits": {"max_turns": 7, "max_total_tokens": 90_000, "compaction_at_pct": 0.7},
+    "strategy": {"actor": "ops", "expectation": "triage"},
+}
+
+
+async def test_a_session_rebuilt_after_redis_lost_everything_keeps_what_it_was_started_with(
+        own_system: LoopwireContainer, own_nc: NatsClient, fake: FakeAnthropic) -> None:
+    """The whole of Redis is lost between two runs: the next `message` finds the session
+    in the events stream, with its history, its run settings and its seqs."""
+    _provider, svc = await serve_tools(own_nc)
+    await wait_for_tools(own_nc, {"add"})
+    fake.script("*", [{"text": "Noted: ALPHA-7."},
+                      {"text": "Adding.", "tool_use": [{"name": "add", "input": {"a": 1, "b": 2}}]},
+                      {"text": "It is 3."}])
+    s = sid()
+    async with SessionEvents(own_nc, s) as ev:
+        await ev.publish("start", {"input": "My code is ALPHA-7.", **STARTED_WITH})
+        first = await ev.wait_for("run.ended")
+        r = aioredis.from_url(own_system.get_redis_url())
+        await r.flushall()
+        await r.aclose()
+        await wait_for_tools(own_nc, {"add"})  # the tools service writes its catalog again
+        await ev.publish("message", {"content": "Now add 1 and 2."})
+        asked = await ev.wait_for("approval.requested")
+        await ev.publish("decision", {"checkpoint_id": asked["checkpoint_id"], "decision": "approve"})
+        second = await ev.wait_for("run.ended", count=2)
+        transcript = await query(own_nc, "transcript.get", {"session_id": s})
+    await svc.stop()
+    ev.check_bodies()
+    assert first["status"] == second["status"] == "completed" and second["final_text"] == "It is 3."
+    request = fake.message_requests[1]
+    assert request["messages"][0]["content"][0]["text"] == "My code is ALPHA-7.", "the history came back"
+    assert request["model"] == "m-own" and request["max_tokens"] == 777 and request["temperature"] == 0.3
+    assert "Be terse." in str(request["system"])
+    assert [t["name"] for t in request["tools"] if t["name"] == "add"] == ["add"]
+    started = ev.of("run.started")
+    assert len(started) == 2 and started[1]["profile"] == "agentic"
+    assert started[1]["config"] == started[0]["config"], "the same settings: models, tools, limits, strategy"
+    config = started[1]["config"]
+    assert config["models"] == ["m-own", "m-fallback"] and config["tool_permissions"]["add"] == "approve"
+    assert (config["max_turns"], config["max_total_tokens"], config["compaction_at_pct"]) == (7, 90_000, 0.7)
+    assert (config["actor"], config["expectation"]) == ("ops", "triage")
+    assert started[1]["seq"] > first["seq"], "seqs go on after the last one: none is reused"
+    seqs = [e["seq"] for e in transcript["events"]]
+    assert seqs == sorted(set(seqs)) and seqs[-1] == second["seq"]
+    assert [e["kind"] for e in transcript["events"]].count("run.ended") == 2, "the transcript came back too"

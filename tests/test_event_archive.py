@@ -1,0 +1,67 @@
+"""A session's events read back from the LOOPWIRE_EVENTS stream (real nats-server), and a
+session rebuilt from there when Redis lost its event log as well as its state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import nats
+import pytest
+
+from loopwire.shared.bus import Bus
+from loopwire.shared.event_archive import read_archive
+from loopwire.shared.event_log import InMemoryEventLog
+from loopwire.shared.events import user_message_fields
+from loopwire.shared.session_store import InMemorySessionStore
+from loopwire.shared.settings import Settings
+from loopwire.shared.streams import ensure_streams
+from loopwire.shared.subjects import Subjects
+from loopwire.testing.servers import ServerHandle
+from loopwire.transcripts.rebuild import rebuild_session
+
+pytestmark = pytest.mark.integration
+
+CONFIG = {"profile": "conversational", "system": "be brief", "models": ["m-own"], "max_tokens": 300,
+          "temperature": 0.2, "tools": [], "max_turns": 9}
+
+
+async def emit_run(bus: Bus, sid: str) -> None:
+    await bus.emit(sid, "r1", "user.message", "u1", **user_message_fields(
+        {"role": "user", "content": [{"type": "text", "text": "My code is ALPHA-7."}]}, 0, "input", set()))
+    await bus.emit(sid, "r1", "run.started", "s1", profile="conversational", config=CONFIG)
+    await bus.emit(sid, "r1", "text.delta", None, turn=1, text="Noted")
+    await bus.emit(sid, "r1", "message", "m1", turn=1, message={"role": "assistant", "content": [
+        {"type": "text", "text": "Noted."}]}, model="m-own", stop_reason="end_turn",
+        usage={"input_tokens": 10, "output_tokens": 2})
+    await bus.emit(sid, "r1", "run.ended", "e1", status="completed", final_text="Noted.", conclusion=None,
+                   turns=1, usage={"input_tokens": 10, "output_tokens": 2}, cost_usd=0.0)
+
+
+async def test_the_stream_gives_back_a_sessions_events_and_a_rebuild_restores_log_state_and_settings(
+        nats_server: ServerHandle, prefix: str) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        settings = Settings(subject_prefix=prefix)
+        await ensure_streams(js, settings)
+        subjects = Subjects(prefix)
+        written = InMemoryEventLog()
+        bus = Bus(nc, subjects, written)
+        await emit_run(bus, "s-a")
+        await emit_run(bus, "s-b")  # another session's events stay out of s-a's
+        archived = await read_archive(js, subjects, "s-a")
+        assert archived == await written.read("s-a"), "every stored event, in seq order, nothing else"
+        assert "text.delta" not in [e["kind"] for e in archived]
+        assert await read_archive(js, subjects, "nobody") == []
+
+        lost_log, lost_state = InMemoryEventLog(), InMemorySessionStore()  # Redis lost everything
+        state = await rebuild_session("s-a", lost_log, lost_state, archive=lambda s: read_archive(js, subjects, s))
+        assert state is not None and state["last_config"] == CONFIG
+        assert await lost_log.read("s-a") == archived and await lost_log.last_seq("s-a") == archived[-1]["seq"]
+        history: list[dict[str, Any]] = await lost_state.history("s-a")
+        assert [m["role"] for m in history] == ["user", "assistant"]
+        info = await js.stream_info(f"LOOPWIRE_EVENTS_{prefix.upper()}")
+        consumers = info.state.consumer_count
+        assert consumers == 0, "the reader's consumers are gone"
+    finally:
+        await nc.drain()
