@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -187,6 +187,11 @@ class Settings(BaseSettings):
     """How often tool providers are discovered with $SRV.INFO."""
     discovery_misses: int = 3
     """A provider that misses this many discovery rounds in a row is forgotten."""
+    mcp_servers: Annotated[dict[str, dict[str, Any]], NoDecode] = Field(default_factory=dict, repr=False)
+    """MCP servers whose tools the tools service offers (docs/tools.md), a JSON object
+    `{"<server>": {"command": "...", "args": [...], "env": {...}}}` (stdio) or
+    `{"<server>": {"url": "http://.../mcp", "headers": {...}}}` (streamable HTTP); optional
+    per server: `timeout_s`, `retries`. Tool `t` of server `s` is the loopwire tool `s__t`."""
 
     # -- memory (context assembly, docs/memory.md) ------------------------------------------
     context_window_cap: int = 0
@@ -257,6 +262,19 @@ class Settings(BaseSettings):
     def _json_object(cls, value: object) -> object:
         if isinstance(value, str):
             return json.loads(value) if value.strip() else {}
+        return value
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _mcp_servers_json(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if not text:
+                return {}
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"LOOPWIRE_MCP_SERVERS is not JSON: {exc}") from None
         return value
 
     @field_validator("tool_modules", mode="before")

@@ -106,6 +106,12 @@ class Subjects:
         with its PubAck."""
         return f"{self.prefix}.rpc.llm.summarize"
 
+    @property
+    def tools_call(self) -> str:
+        """`loopwire mcp` -> tools, core request/reply: one tool call outside any run
+        (services/tools/direct_call.py). Internal like the rest of `<prefix>.rpc.>`."""
+        return f"{self.prefix}.rpc.tools.call"
+
     # -- internal: cancel notices to in-flight work (core NATS, best effort) -----------
     def cancel(self, sid: str) -> str:
         return f"{self.prefix}.ctl.{sid}.cancel"

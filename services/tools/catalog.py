@@ -5,15 +5,17 @@ publishes it to Redis after every discovery round, so other services (the memory
 service builds the model's tool list from it) read it without a hop::
 
     HSET lw:tools:catalog <tool name> '{"name", "description", "input_schema",
-                                        "source": "python"|"nats", "exclusive", "seen_at"}'
+                                        "source": "python"|"nats"|"mcp", "exclusive", "seen_at"}'
 
 `seen_at` is when the entry was last confirmed (each round for in-process tools; the
-provider's last answer for NATS tools). Readers ignore entries older than
+provider's last answer for NATS tools; each round while its server is connected for MCP
+tools, mcp_client.py). Readers ignore entries older than
 `catalog_max_age(settings)`; writers delete the entries they forgot and any entry that
 is past that age (a writer that died leaves nothing behind for long).
 
 Who serves a name is never decided by sort order (a provider whose service name sorts
 first must not take over a tool): an in-process tool (the operator loaded it) wins over
+an MCP server's tool (the operator configured it: LOOPWIRE_MCP_SERVERS), which wins over
 providers of the same name; several instances of ONE service (replicas) serve a tool
 together; providers with different service names offering one tool name are a
 conflict, which the operator settles with `LOOPWIRE_TOOL_PROVIDERS` (`{tool: service
@@ -28,7 +30,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import orjson
 import redis.asyncio as aioredis
@@ -40,13 +42,18 @@ from loopwire.shared.settings import Settings
 from .discovery import DiscoveredTool, ProviderTable
 from .registry import PythonTool, ToolRegistry
 
+if TYPE_CHECKING:
+    # Only for types: the router and memory services read the catalog through this
+    # module and need not load the MCP SDK.
+    from .mcp_client import McpServers, McpTool
+
 log = logging.getLogger("loopwire.tools.catalog")
 
 CATALOG_KEY = "lw:tools:catalog"
 CACHE_TTL_S = 1.0
 """How long a reader reuses the catalog it read (never longer than a discovery round)."""
 
-ResolvedTool = PythonTool | DiscoveredTool
+ResolvedTool: TypeAlias = "PythonTool | McpTool | DiscoveredTool"
 
 
 def catalog_max_age(settings: Settings) -> float:
@@ -59,7 +66,7 @@ class CatalogEntry:
     name: str
     description: str
     input_schema: dict[str, Any]
-    source: Literal["python", "nats"]
+    source: Literal["python", "nats", "mcp"]
     exclusive: bool
     seen_at: float
 
@@ -86,10 +93,12 @@ class ToolConflict:
 
     name: str
     services: tuple[str, ...]
-    """The providers' service names (and `in-process` for a Python tool), sorted."""
-    resolution: Literal["refused", "pinned", "in_process"]
+    """The providers' service names (`in-process` for a Python tool, `mcp:<server>` for an
+    MCP server's), sorted."""
+    resolution: Literal["refused", "pinned", "in_process", "mcp"]
     """`refused`: nobody serves it; `pinned`: LOOPWIRE_TOOL_PROVIDERS names the one that
-    does; `in_process`: the operator's in-process tool does."""
+    does; `in_process`: the operator's in-process tool does; `mcp`: the operator's MCP
+    server does."""
     served_by: str | None
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,12 +110,13 @@ Instances = list[tuple[DiscoveredTool, float]]
 
 
 class Catalog:
-    """The tools service's own view: registry + provider table, resolved by name."""
+    """The tools service's own view: registry + MCP servers + provider table, resolved by name."""
 
     def __init__(self, registry: ToolRegistry, providers: ProviderTable | None = None,
-                 pins: Mapping[str, str] | None = None) -> None:
+                 pins: Mapping[str, str] | None = None, mcp: McpServers | None = None) -> None:
         self.registry = registry
         self.providers = providers
+        self.mcp = mcp
         self.pins = dict(pins or {})
         """LOOPWIRE_TOOL_PROVIDERS: tool name -> the service name that serves it."""
         self._published: dict[str, bytes] = {}
@@ -130,9 +140,18 @@ class Catalog:
                 conflicts[name] = ToolConflict(name, services, "refused", None)
             else:
                 usable[name] = instances
+        mcp_tools = self.mcp.tools_by_name(time.time()) if self.mcp is not None else {}
+        for name, (tool, _) in mcp_tools.items():
+            if name in by_name and self.registry.get(name) is None:
+                source = f"mcp:{tool.connection.name}"
+                services = tuple(sorted({s.service_name for s, _ in by_name[name]} | {source}))
+                conflicts[name] = ToolConflict(name, services, "mcp", source)
         for t in self.registry.all():
-            if t.name in by_name:
-                services = tuple(sorted({s.service_name for s, _ in by_name[t.name]} | {"in-process"}))
+            if t.name in by_name or t.name in mcp_tools:
+                others = {s.service_name for s, _ in by_name.get(t.name, [])}
+                if t.name in mcp_tools:
+                    others.add(f"mcp:{mcp_tools[t.name][0].connection.name}")
+                services = tuple(sorted(others | {"in-process"}))
                 conflicts[t.name] = ToolConflict(t.name, services, "in_process", "in-process")
         for conflict in conflicts.values():
             self._tell_conflict(conflict)
@@ -142,6 +161,10 @@ class Catalog:
         found = self.registry.get(name)
         if found is not None:
             return found
+        if self.mcp is not None:
+            from_mcp = self.mcp.get(name)
+            if from_mcp is not None:
+                return from_mcp
         instances = self._served()[0].get(name)
         return instances[0][0] if instances else None
 
@@ -157,6 +180,9 @@ class Catalog:
             first = instances[0][0]
             out[name] = CatalogEntry(name, first.description, first.input_schema, "nats",
                                      first.exclusive, max(seen for _, seen in instances))
+        if self.mcp is not None:
+            for name, (tool, seen) in self.mcp.tools_by_name(now).items():
+                out[name] = CatalogEntry(name, tool.description, tool.input_schema, "mcp", tool.exclusive, seen)
         for t in self.registry.all():
             out[t.name] = CatalogEntry(t.name, t.description, t.input_schema, "python", t.exclusive, now)
         return dict(sorted(out.items()))
@@ -203,6 +229,9 @@ class Catalog:
         elif conflict.resolution == "pinned":
             log.warning("tool %s is offered by %s; served by %s only (LOOPWIRE_TOOL_PROVIDERS)",
                         conflict.name, offered or "no provider", conflict.served_by)
+        elif conflict.resolution == "mcp":
+            log.warning("tool %s is an MCP server's tool and a provider's (%s); %s is used",
+                        conflict.name, offered, conflict.served_by)
         else:
             log.warning("tool %s is an in-process tool and a provider's (%s); the in-process one is used",
                         conflict.name, offered)

@@ -32,6 +32,7 @@ from loopwire.shared.step_store import StepStore
 
 from .catalog import Catalog, ResolvedTool
 from .invoke import Outcome, ProviderUnavailable, call_provider, call_python
+from .mcp_client import McpTool, McpUnavailable
 from .registry import PythonTool, ToolError
 from .retry import TransientToolError, with_retries
 
@@ -144,7 +145,7 @@ class Executor:
         if cancel is not None and cancel.is_set():
             return error(f"tool {call.name} was cancelled before it ran")[0], False
 
-        timeout = (tool.timeout_s if isinstance(tool, PythonTool) else None) or self.default_timeout_s
+        timeout = (tool.timeout_s if isinstance(tool, PythonTool | McpTool) else None) or self.default_timeout_s
         deadline = asyncio.timeout(timeout)
         with telemetry.execute_tool_span(call.name, call.tool_use_id, arguments=call.input,
                                          conversation_id=env.session_id, parent=env.trace) as span:
@@ -159,6 +160,8 @@ class Executor:
                 return error(f"tool {call.name} failed: timed out")
             except ToolError as exc:
                 return error(str(exc))
+            except McpUnavailable as exc:
+                return error(f"tool {call.name} is unavailable: {exc}")
             except ProviderUnavailable:
                 return error(f"tool {call.name} is unavailable: no provider answered")
             except Exception as exc:  # a tool's own failure: the model reads it
@@ -182,6 +185,8 @@ class Executor:
                            timeout: float) -> Outcome:
         if isinstance(tool, PythonTool):
             return await call_python(tool, call.input)
+        if isinstance(tool, McpTool):
+            return await tool.call(call.input, session_id=env.session_id, tool_use_id=call.tool_use_id)
         if self.nc is None:
             raise ProviderUnavailable("no NATS connection")
         # Our own deadline fires first; nats' request timeout is only a backstop.

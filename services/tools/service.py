@@ -11,6 +11,9 @@ published, so a redelivered envelope re-runs only the calls that never finished.
 In the background it discovers NATS tool providers every `discovery_interval_s` and
 publishes the catalog (in-process + discovered tools) to Redis for the memory service;
 `<prefix>.api.tools.list` answers with that catalog (core request/reply, one replica).
+MCP servers named in LOOPWIRE_MCP_SERVERS are connected at start (mcp_client.py) and
+their tools join the catalog; `<prefix>.rpc.tools.call` runs one call outside any run for
+`loopwire mcp` (direct_call.py).
 It also listens on `<prefix>.ctl.<sid>.cancel` (core NATS, best effort; body optional,
 ``{"run_id": ...}`` narrows it to one run): in-flight calls of that session stop with a
 "cancelled" error result, which is not recorded.
@@ -37,11 +40,21 @@ from loopwire.shared.inflight import CancelSignal, Heartbeat, InflightSteps
 from loopwire.shared.runtime import ServiceContext
 
 from .catalog import Catalog, catalog_max_age, read_catalog_entries
+from .direct_call import DirectCalls
 from .discovery import Discovery
 from .executor import Executor
+from .mcp_client import McpServers
+from .mcp_config import parse_servers
 from .registry import ToolRegistry, default_registry, load_modules
 
 log = logging.getLogger("loopwire.tools")
+
+DIRECT_CALLS_AT_ONCE = 16
+"""`rpc.tools.call` requests one replica runs at the same time."""
+
+MCP_START_WAIT_S = 15.0
+"""How long the service's start waits for its MCP servers' first connection (and their
+tools) before it takes work without the ones still missing; they join when they connect."""
 
 REFRESH_MIN_GAP_S = 0.2
 """An unknown tool triggers an extra discovery round unless one finished this recently: a
@@ -58,24 +71,36 @@ class ToolsService:
         self.catalog = Catalog(self.registry, pins=ctx.settings.tool_providers)
         self.discovery: Discovery | None = None
         self.executor: Executor | None = None
+        self.mcp: McpServers | None = None
+        self.direct: DirectCalls | None = None
         self._ready = asyncio.Event()
         self._stopping = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._cancel_sub: Any = None
         self._inflight = InflightSteps(ctx.subjects)
         self._last_round = 0.0
+        self._republish: asyncio.Task[None] | None = None
+        self._catalog_dirty = False
 
     # -- lifecycle ----------------------------------------------------------------------------
     def register(self, broker: NatsBroker) -> None:
         self.ctx.work_subscriber(self.ctx.subjects.tools_execute, "tools")(self.handle)
         broker.subscriber(self.ctx.subjects.tools_list,
                           queue=f"{self.ctx.settings.subject_prefix}-tools")(self.on_tools_list)
+        # Calls run for as long as their tools take: several at once, as in runs.
+        broker.subscriber(self.ctx.subjects.tools_call, queue=f"{self.ctx.settings.subject_prefix}-tools",
+                          max_workers=DIRECT_CALLS_AT_ONCE)(self.on_tools_call)
 
     async def start(self) -> None:
         settings = self.ctx.settings
         loaded = load_modules(settings.tool_modules)
         if loaded:
             log.info("tool modules %s loaded: %d in-process tools", ", ".join(loaded), len(self.registry))
+        servers = parse_servers(settings.mcp_servers)  # a bad entry stops the start, clearly
+        if servers:
+            self.mcp = McpServers.from_config(servers, on_change=self._mcp_changed)
+            self.catalog.mcp = self.mcp
+            self.mcp.start()
         nc = self.ctx.bus.nc
         self.discovery = Discovery(nc, settings.discovery_misses,
                                    max_wait_s=min(2.0, max(0.5, settings.discovery_interval_s)))
@@ -84,6 +109,9 @@ class ToolsService:
                                  refresh=self._refresh_soon,
                                  blobs=self.ctx.blobs, large_content_bytes=settings.large_content_bytes,
                                  on_protocol_error=self._bad_reply)
+        self.direct = DirectCalls(self.catalog, self.executor, self.ctx.bus, settings, refresh=self._refresh_soon)
+        if self.mcp is not None:
+            await self.mcp.wait_connected(MCP_START_WAIT_S)
         self._cancel_sub = await nc.subscribe(self.ctx.subjects.cancel_all, cb=self._inflight.on_notice)
         try:
             await self.refresh()
@@ -94,6 +122,8 @@ class ToolsService:
 
     async def stop(self) -> None:
         self._stopping.set()
+        if self.mcp is not None:
+            await self.mcp.stop()  # stdio servers are this replica's processes: end them
         if self._loop_task is not None:
             self._loop_task.cancel()
             # Bounded: the flag ends the loop even if a library swallowed the cancel.
@@ -114,6 +144,23 @@ class ToolsService:
             log.debug("discovery: %d providers answered, %d new, %d forgotten",
                       report.seen, len(report.added), len(report.forgotten))
         await self.catalog.publish(self.ctx.redis, catalog_max_age(self.ctx.settings))
+
+    def _mcp_changed(self) -> None:
+        """An MCP server connected or changed its tools: publish the catalog now, not at
+        the next round (one publish at a time; a change during one is published after it)."""
+        self._catalog_dirty = True
+        if self._ready.is_set() and not self._stopping.is_set() and (
+                self._republish is None or self._republish.done()):
+            self._republish = asyncio.create_task(self._publish_catalog(), name="tools-mcp-publish")
+
+    async def _publish_catalog(self) -> None:
+        while self._catalog_dirty:
+            self._catalog_dirty = False
+            try:
+                await self.catalog.publish(self.ctx.redis, catalog_max_age(self.ctx.settings))
+            except Exception:
+                log.exception("publishing the tool catalog failed; the next discovery round tries again")
+                return
 
     async def _refresh_soon(self) -> None:
         if time.monotonic() - self._last_round >= REFRESH_MIN_GAP_S:
@@ -185,6 +232,12 @@ class ToolsService:
     async def _bad_reply(self, env: ExecuteTools, call: ToolCall, problem: str) -> None:
         await self.ctx.bus.emit(env.session_id, env.run_id, "error", key=f"bad_tool_reply:{call.tool_use_id}",
                                 code="bad_tool_reply", message=f"tool {call.name}: {problem}")
+
+    # -- one call outside any run (loopwire mcp) ------------------------------------------------
+    async def on_tools_call(self, msg: NatsMessage) -> bytes:
+        if self.direct is None or not self._ready.is_set():
+            return orjson.dumps(error_reply("unavailable", "the tools service is starting"))
+        return await self.direct.handle(msg.body)
 
     # -- the tools.list query ----------------------------------------------------------------------
     async def on_tools_list(self, msg: NatsMessage) -> bytes:
