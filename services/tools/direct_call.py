@@ -44,9 +44,9 @@ DEFAULT_SESSION = "mcp"
 
 
 def operator_permission(settings: Settings, name: str) -> str:
-    """The operator's policy for a tool (`LOOPWIRE_TOOL_POLICY`), `auto` when it names none."""
-    policy = getattr(settings, "tool_policy", None) or {}
-    return str(policy.get(name, "auto"))
+    """The operator's policy for a tool (`LOOPWIRE_TOOL_POLICY`), `auto` when it names none.
+    A caller of `loopwire mcp` has no permissions of its own to add: the policy is all."""
+    return settings.tool_policy.get(name, "auto")
 
 
 class DirectCalls:
