@@ -33,9 +33,12 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("workspace-roots")
 
 
-@pytest.fixture(scope="module")
-def policy_system(fake_anthropic: FakeAnthropic, roots: Path) -> Iterator[LoopwireContainer]:
-    with started_system(fake_anthropic, LOOPWIRE_WORKSPACE_ROOTS=str(roots),
+@pytest.fixture(scope="module", params=["up", "split"])
+def policy_system(request: pytest.FixtureRequest, fake_anthropic: FakeAnthropic,
+                  roots: Path) -> Iterator[LoopwireContainer]:
+    """`loopwire up`, and the deployed layout (one `loopwire serve` per service, two
+    routers), each process with the operator's settings."""
+    with started_system(fake_anthropic, layout=request.param, LOOPWIRE_WORKSPACE_ROOTS=str(roots),
                         LOOPWIRE_TOOL_POLICY=json.dumps(POLICY),
                         LOOPWIRE_TOOL_PROVIDERS=json.dumps({"pinned_count": "zzz-good"})) as lw:
         yield lw
@@ -87,7 +90,7 @@ async def test_a_workspace_outside_the_operator_roots_starts_no_run(pnc: NatsCli
 
 async def test_a_malicious_repository_inside_the_roots_runs_nothing(pnc: NatsClient, fake: FakeAnthropic,
                                                                     roots: Path) -> None:
-    repo = roots / "evil-repo"
+    repo = roots / f"evil-repo-{uuid.uuid4().hex[:6]}"
     repo.mkdir()
     marker = roots.parent / f"pwned-{uuid.uuid4().hex[:6]}"
     payload = roots.parent / "payload.sh"
@@ -106,7 +109,7 @@ async def test_a_malicious_repository_inside_the_roots_runs_nothing(pnc: NatsCli
     sid = new_sid("ws-evil")
     async with SessionEvents(pnc, sid) as ev:
         await ev.publish("start", {"input": "look at the repo", "profile": "agentic_planned", "tools": [],
-                                   "metadata": {"workspace": "evil-repo"}})
+                                   "metadata": {"workspace": repo.name}})
         await ev.wait_for("run.started")
         first = await asyncio.to_thread(fake.wait_for_requests, 1, 20.0)
         await ev.publish("abort", {"reason": "seen enough"})
@@ -151,8 +154,9 @@ async def test_poison_input_is_refused_and_the_session_stays_usable(pnc: NatsCli
         await ev.wait_for("error", count=4)
         await ev.publish("start", {"input": "hi"})
         ended = await ev.wait_for("run.ended", timeout=30)
-    assert [e["code"] for e in ev.of("error")] == ["internal_field", "unsupported_version", "body_too_deep",
-                                                   "internal_field"]
+    # Each refused with its own code (the order among them is the ingress order's concern).
+    assert sorted(e["code"] for e in ev.of("error")) == ["body_too_deep", "internal_field", "internal_field",
+                                                         "unsupported_version"]
     assert ended["status"] == "completed" and ended["final_text"] == "Fine."
     history = json.dumps((await query(pnc, "session.get", {"session_id": sid}))["messages"])
     assert "loopwire_ref" not in history
