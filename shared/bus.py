@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from . import codec
 from .context_middleware import RUN_HEADER, SESSION_HEADER
-from .contract import make_event
+from .contract import EPHEMERAL_KINDS, make_event
 from .event_log import Append, EventLogStore
 from .subjects import Subjects
 from .telemetry import inject_context
@@ -95,7 +95,7 @@ class Bus:
             for event, _new in stored:
                 subject = self.subjects.event(session_id, event["kind"])
                 data = codec.dumps(event)
-                if event["kind"] == "text.delta":
+                if event["kind"] in EPHEMERAL_KINDS:  # no PubAck to wait for: a signal of the moment
                     await self.nc.publish(subject, data)
                 else:
                     acks.append(await self.js.publish_async(
@@ -111,6 +111,6 @@ class Bus:
 def event_items(session_id: str,
                 events: list[tuple[str | None, str, str | None, dict[str, Any]]]) -> list[Append]:
     """(run_id, kind, key, fields) -> what the event log appends: (body, key, store);
-    `text.delta` takes a seq but is not stored."""
-    return [(make_event(kind, session_id, run_id, 0, **fields), key, kind != "text.delta")
+    ephemeral kinds (`text.delta`, progress) take a seq but are not stored."""
+    return [(make_event(kind, session_id, run_id, 0, **fields), key, kind not in EPHEMERAL_KINDS)
             for run_id, kind, key, fields in events]

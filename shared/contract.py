@@ -36,8 +36,12 @@ EVENT_KINDS = (
     "error", "run.ended",
 )
 ADDED_EVENT_KINDS = ("budget.warning", "user.message", "memory.observation", "memory.reflection",
-                     "plan.updated")
+                     "plan.updated", "generating", "tools.progress")
 """Event kinds loopwire adds to the contract (docs/protocol.md marks them as additions)."""
+EPHEMERAL_KINDS = frozenset({"text.delta", "generating", "tools.progress"})
+"""Events of the moment: they take a seq and go out on the wire (and into the
+LOOPWIRE_EVENTS stream) but are not kept in the transcript (`transcript.get`), whose
+other events say the same thing for good (`message`, `tool.result`)."""
 
 
 class _In(BaseModel):

@@ -129,6 +129,25 @@ class UserMessage(Event):
     source: str = Field(description="input, follow_up, steer or router")
 
 
+class Generating(Event):
+    """Addition: a generation has started (again after a model fallback), so a UI can show
+    that the model is working before its first text. Not kept in the transcript."""
+
+    kind: Literal["generating"] = "generating"
+    turn: int
+    model: str = Field(description="The model asked.")
+
+
+class ToolsProgress(Event):
+    """Addition: one more of the calls of a turn has finished (after its `tool.result`).
+    Not kept in the transcript."""
+
+    kind: Literal["tools.progress"] = "tools.progress"
+    turn: int
+    total: int = Field(ge=1, description="The calls of this turn the tools service runs.")
+    completed: int = Field(ge=1, description="How many of them have finished.")
+
+
 class MemoryNote(Event):
     """Addition: an observation or reflection of the memory service."""
 
@@ -183,7 +202,7 @@ EVENT_MODELS: dict[str, type[Event]] = {
     m.model_fields["kind"].default: m
     for m in (RunStarted, PhaseChanged, TextDelta, MessageEvent, ToolCallEvent, ToolResultEvent, Retracted,
               ApprovalRequested, LoopDetected, ModelFallback, Compaction, ErrorEvent, RunEnded, BudgetWarning,
-              UserMessage, MemoryObservation, MemoryReflection, PlanUpdated)
+              UserMessage, MemoryObservation, MemoryReflection, PlanUpdated, Generating, ToolsProgress)
 }
 
 

@@ -151,16 +151,17 @@ def test_the_router_emits_the_tool_result_of_a_single_call_step_with_its_transit
     result = tools_result(tools_step, [("t1", "add", "3")])
     result.result.results_reported = False  # the tools service left the event to the router
     after, d = step(st, result)
-    assert kinds(d)[:2] == ["tool.result", "user.message"]
+    assert kinds(d)[:3] == ["tool.result", "tools.progress", "user.message"]
     assert events(d)[0].key == "tool.result:t1"
     assert {k: events(d)[0].fields[k] for k in ("tool_use_id", "name", "is_error", "content")} == \
         {"tool_use_id": "t1", "name": "add", "is_error": False, "content": "3"}
+    assert {k: events(d)[1].fields[k] for k in ("total", "completed")} == {"total": 1, "completed": 1}
 
     # Too late to be applied (the run moved on): the executed call still gets its event
     # (the event log keeps one copy per key, so a second one changes nothing).
     moved_on, _ = step(after, gen_result("run1:g2", [tool_use("t2")], stop="tool_use"))
     late = decide(moved_on, result, CFG)
-    assert late.state is None and kinds(late) == ["tool.result"] and work(late) == []
+    assert late.state is None and kinds(late) == ["tool.result", "tools.progress"] and work(late) == []
     # ... and from a redelivered chain root, the current outbox follows it.
     result.recover = True
     recovered = decide(moved_on, result, CFG)

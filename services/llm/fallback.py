@@ -29,6 +29,8 @@ SwitchCallback = Callable[[dict[str, str]], Awaitable[None]]
 DiscardCallback = Callable[[str, str], Awaitable[None]]
 """Called with (model, reason) when an attempt that already streamed text failed: the
 text pieces of that attempt are void (the service emits `retracted`)."""
+StartCallback = Callable[[str], Awaitable[None]]
+"""Called with a model's id when the chain starts asking it (not again for its retries)."""
 Sleep = Callable[[float], Awaitable[None]]
 
 
@@ -106,7 +108,8 @@ class FallbackModel(Model):
 
     async def run(self, request: ModelRequest, on_text: TextCallback | None = None,
                   on_switch: SwitchCallback | None = None,
-                  on_discard: DiscardCallback | None = None) -> FallbackResult:
+                  on_discard: DiscardCallback | None = None,
+                  on_start: StartCallback | None = None) -> FallbackResult:
         if not self.models:
             raise ModelCallError("bad_request", "no model to call", False, None, request.model)
         switches: list[dict[str, str]] = []
@@ -125,6 +128,8 @@ class FallbackModel(Model):
                                             True, None, model_id)
                 continue
             model = self.factory(model_id)
+            if on_start is not None:
+                await on_start(model_id)
             for retry in range(self.policy.max_retries + 1):
                 attempts += 1
                 streamed = False

@@ -174,6 +174,9 @@ class LlmService:
             switches += 1
             count_fallback(switch)
 
+        async def on_start(model: str) -> None:
+            await bus.emit(sid, run_id, "generating", turn=env.turn, model=model)
+
         async def on_discard(model: str, reason: str) -> None:
             nonlocal discards
             discards += 1
@@ -184,7 +187,7 @@ class LlmService:
         with self._inflight.track(sid, run_id) as cancel:
             try:
                 outcome = await unless_cancelled(
-                    runner.run(model_request(env, default_model), on_text, on_switch, on_discard), cancel)
+                    runner.run(model_request(env, default_model), on_text, on_switch, on_discard, on_start), cancel)
             except StepCancelled:
                 if streamed:
                     await bus.emit(sid, run_id, "retracted", key=f"{env.step_id}:retract:cancel",

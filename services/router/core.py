@@ -102,6 +102,9 @@ class _Tx:
         self.inp = inp
         self.effects: list[Effect] = []
         self.append: list[dict[str, Any]] = []
+        self.sources: dict[int, str] = {}
+        """The `user.message` source of an appended message, where the input's is not it
+        (follow-ups taken at the outer boundary of a step's result)."""
         self.counts: list[Count] = []
 
     def emit(self, kind: str, key: str, run_id: str | None, **fields: Any) -> None:
@@ -110,7 +113,9 @@ class _Tx:
     def count(self, name: str, labels: dict[str, str] | None = None, **values: float) -> None:
         self.counts.append(Count(name, labels or {}, values))
 
-    def add_message(self, message: dict[str, Any]) -> None:
+    def add_message(self, message: dict[str, Any], source: str | None = None) -> None:
+        if source is not None:
+            self.sources[len(self.append)] = source
         self.append.append(message)
         self.st.history_len += 1
 
@@ -139,7 +144,7 @@ class _Tx:
         turn = self.st.run.turn if self.st.run else 0
         events = [EmitEvent(kind="user.message", key=f"user.message:{self.inp.input_id}:{n}",
                             run_id=self.st.run.run_id if self.st.run else None,
-                            fields=user_message_fields(m, turn, source, reported))
+                            fields=user_message_fields(m, turn, self.sources.get(n, source), reported))
                   for n, m in enumerate(self.append) if not self._model_wrote(m)]
         if not events:
             return
@@ -401,15 +406,20 @@ def _on_failed_generation(tx: _Tx, run: RunState, result: GenerationResult, cfg:
 
 
 def _result_events(inp: i._Input) -> list[Effect]:
-    """The `tool.result` events of a step whose tools service left them to the router
+    """The `tool.result` events (each followed by `tools.progress`, as the tools service
+    emits them) of a step whose tools service left them to the router
     (`ToolsResult.results_reported`: a single call), first among the transition's effects."""
     if not isinstance(inp, i.ToolsInput) or inp.result.results_reported:
         return []
     r = inp.result
-    return [EmitEvent(kind="tool.result", key=f"tool.result:{item.tool_use_id}", run_id=r.run_id,
-                      fields={"turn": r.turn, "tool_use_id": item.tool_use_id, "name": item.name,
-                              "is_error": item.is_error, "content": item.content})
-            for item in r.results]
+    out: list[Effect] = []
+    for n, item in enumerate(r.results, 1):
+        out.append(EmitEvent(kind="tool.result", key=f"tool.result:{item.tool_use_id}", run_id=r.run_id,
+                             fields={"turn": r.turn, "tool_use_id": item.tool_use_id, "name": item.name,
+                                     "is_error": item.is_error, "content": item.content}))
+        out.append(EmitEvent(kind="tools.progress", key=f"tools.progress:{item.tool_use_id}", run_id=r.run_id,
+                             fields={"turn": r.turn, "total": len(r.results), "completed": n}))
+    return out
 
 
 def _on_tools(tx: _Tx, inp: i.ToolsInput, cfg: CoreConfig) -> Decision | None:
@@ -454,7 +464,8 @@ def _after_batch(tx: _Tx, run: RunState, blocks: list[dict[str, Any]]) -> None:
 
 # -- transitions ----------------------------------------------------------------------------
 def _start_run(tx: _Tx, config: RunConfig, messages: list[dict[str, Any]], run_id: str,
-               cfg: CoreConfig, plan: Any = None, workspace: dict[str, Any] | None = None) -> Decision:
+               cfg: CoreConfig, plan: Any = None, workspace: dict[str, Any] | None = None,
+               source: str | None = None) -> Decision:
     st = tx.st
     # The operator's policy as it is now, also over a follow-up's stored settings.
     config = config.model_copy(update={"tool_permissions": merge_permissions(cfg.tool_policy,
@@ -468,7 +479,7 @@ def _start_run(tx: _Tx, config: RunConfig, messages: list[dict[str, Any]], run_i
     st.last_config = config
     st.runs += 1
     for m in messages:
-        tx.add_message(m)
+        tx.add_message(m, source)
     # `config` (an addition) lets a session be rebuilt from its transcript with its settings.
     profile = get_profile(config.profile)
     run.profile_phase = profile.initial_phase
@@ -544,7 +555,7 @@ def _take_follow_ups(tx: _Tx, run: RunState) -> None:
     """The outer boundary: follow-ups that arrived during the run are taken now, with the
     full history, instead of ending and starting a new run."""
     content = _drain_steering(tx.st) + _drain_queued(tx.st)
-    tx.add_message({"role": "user", "content": content})
+    tx.add_message({"role": "user", "content": content}, source="follow_up")
     run.outer += 1
     run.inner = 0
     run.last_prompt = truncate(user_text(content), PROMPT_CHARS)
@@ -667,7 +678,7 @@ def _end_run(tx: _Tx, status: str, text: str | None, cfg: CoreConfig,
         # Follow-ups that arrived too late for the last boundary start the next run.
         content = _drain_steering(st) + _drain_queued(st)
         _start_run(tx, st.last_config, [{"role": "user", "content": content}], run_id=f"{run.run_id}.next",
-                   cfg=cfg)
+                   cfg=cfg, source="follow_up")
     elif not start_queued:
         st.queued.clear()
         st.steering.clear()

@@ -5,7 +5,7 @@
 
 The handler is a shell around :class:`~loopwire.tools.executor.Executor`: decode, run the
 calls (heartbeating JetStream meanwhile), emit one `tool.result` event per call as it
-completes, publish the ToolsResult, ack. Each result is recorded before anything is
+completes (each followed by `tools.progress`), publish the ToolsResult, ack. Each result is recorded before anything is
 published, so a redelivered envelope re-runs only the calls that never finished.
 
 In the background it discovers NATS tool providers every `discovery_interval_s` and
@@ -194,11 +194,18 @@ class ToolsService:
             return
         assert self.executor is not None
 
+        completed = 0
+
         async def emit(item: ToolResultItem) -> None:
-            await self.ctx.bus.emit(env.session_id, env.run_id, "tool.result",
-                                    key=f"tool.result:{item.tool_use_id}", turn=env.turn,
-                                    tool_use_id=item.tool_use_id, name=item.name,
-                                    is_error=item.is_error, content=item.content)
+            """The call's `tool.result`, then `tools.progress`, in one Redis call."""
+            nonlocal completed
+            completed += 1
+            await self.ctx.bus.emit_many(env.session_id, [
+                (env.run_id, "tool.result", f"tool.result:{item.tool_use_id}",
+                 {"turn": env.turn, "tool_use_id": item.tool_use_id, "name": item.name,
+                  "is_error": item.is_error, "content": item.content}),
+                (env.run_id, "tools.progress", None,
+                 {"turn": env.turn, "total": len(env.calls), "completed": completed})])
 
         with self._inflight.track(env.session_id, env.run_id) as cancel:
             await self._run(env, msg, emit, cancel)

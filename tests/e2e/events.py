@@ -9,6 +9,7 @@ from typing import Any
 
 from nats.aio.client import Client as NatsClient
 
+from loopwire.shared.contract import EPHEMERAL_KINDS
 from loopwire.shared.events import validate_event
 
 
@@ -61,8 +62,8 @@ class SessionEvents:
         return [e for e in self.events if e["kind"] == kind]
 
     def durable(self) -> list[dict[str, Any]]:
-        """Events a transcript keeps (text.delta is ephemeral)."""
-        return [e for e in self.events if e["kind"] != "text.delta"]
+        """Events a transcript keeps (text.delta and the progress events are ephemeral)."""
+        return [e for e in self.events if e["kind"] not in EPHEMERAL_KINDS]
 
 
 async def query(nc: NatsClient, what: str, body: dict[str, Any] | bytes, prefix: str = "loopwire") -> dict[str, Any]:
