@@ -55,6 +55,9 @@ class ModelSpec(_In):
     """Tried in order when the primary fails with a retryable error."""
     max_tokens: int | None = Field(default=None, gt=0)
     temperature: float | None = Field(default=None, ge=0, le=1)
+    memory: str | None = None
+    """Addition: the model of the memory's own calls (compaction summaries, observations,
+    reflections); else LOOPWIRE_MEMORY_MODEL, else the run's models."""
 
 
 class Limits(_In):

@@ -120,6 +120,9 @@ class AssembleContext(_Envelope):
     """The run's `limits.compaction_at_pct`: the share of the window that triggers compaction."""
     actor: str | None = None
     """The run's `strategy.actor`: observations and reflections are kept per actor too."""
+    memory_model: str | None = None
+    """The model of memory's own calls for this run (StartRun `model.memory`, else
+    LOOPWIRE_MEMORY_MODEL); None: the run's `models`."""
 
 
 # -- memory -> llm ------------------------------------------------------------------------
@@ -134,6 +137,8 @@ class Generate(_Envelope):
     extra_usage: Usage | None = None
     """Tokens the memory service spent for this step (summaries, observations): the llm
     service copies it into the GenerationResult, the router adds it to the run's usage."""
+    extra_model: str | None = None
+    """The model `extra_usage` was spent on, for its price (None: this step's model)."""
 
 
 # -- llm -> router ------------------------------------------------------------------------
@@ -151,6 +156,8 @@ class GenerationResult(_Envelope):
     extra_usage: Usage | None = None
     """`Generate.extra_usage`, passed through: tokens spent on this step besides the model
     call itself (memory's summaries); the router adds it to the run's usage and cost."""
+    extra_model: str | None = None
+    """`Generate.extra_model`, passed through."""
 
 
 # -- router -> tools ----------------------------------------------------------------------

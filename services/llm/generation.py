@@ -45,7 +45,8 @@ def _identity(env: Generate) -> dict[str, Any]:
     # extra_usage (memory's summaries for this step) rides along to the router, which
     # counts it in the run's budget whether the model call succeeded or not.
     return {"session_id": env.session_id, "run_id": env.run_id, "step_id": env.step_id,
-            "turn": env.turn, "trace": dict(env.trace), "extra_usage": env.extra_usage}
+            "turn": env.turn, "trace": dict(env.trace), "extra_usage": env.extra_usage,
+            "extra_model": env.extra_model}
 
 
 def result_ok(env: Generate, outcome: FallbackResult) -> GenerationResult:

@@ -36,8 +36,11 @@ class LlmSummarizer:
     async def complete(self, env: AssembleContext, step_id: str, system: str, messages: list[dict[str, Any]],
                        max_tokens: int) -> tuple[str, Usage]:
         """One non-streamed generation for `env`'s run; the text and what it cost."""
+        # The run's memory model when it has one: summaries need no more than that, and
+        # its usage is priced as that model's (extra_model).
+        models = [env.memory_model] if env.memory_model else env.models
         request = Generate(session_id=env.session_id, run_id=env.run_id, step_id=step_id, turn=env.turn,
-                           trace=env.trace, models=env.models, system=system, messages=messages,
+                           trace=env.trace, models=models, system=system, messages=messages,
                            max_tokens=max_tokens)
         try:
             reply = await self.nc.request(self.subject, codec.dumps(request), timeout=self.timeout_s)

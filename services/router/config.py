@@ -22,6 +22,8 @@ def _default(name: str) -> Any:
 class CoreConfig:
     default_model: str = _default("default_model")
     default_max_tokens: int = _default("default_max_tokens")
+    memory_model: str | None = _default("memory_model")
+    """The memory's model for a run whose StartRun names none; None: the run's models."""
     max_inner_iterations: int = _default("max_inner_iterations")
     """Generations per outer iteration; 0: the profile's default."""
     max_outer_iterations: int = _default("max_outer_iterations")

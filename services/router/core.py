@@ -590,7 +590,7 @@ def _request_generation(tx: _Tx, run: RunState, notes: list[str] | None = None) 
         models=cfg.models[run.model_offset:], max_tokens=budget.max_tokens_for(run, cfg.max_tokens),
         temperature=run.temperature if run.temperature is not None else cfg.temperature,
         reduce_context=run.context_retries > 0, context_window=cfg.context_window,
-        compaction_at_pct=cfg.compaction_at_pct, actor=cfg.actor, trace=run.trace,
+        compaction_at_pct=cfg.compaction_at_pct, actor=cfg.actor, memory_model=cfg.memory_model, trace=run.trace,
     )
     tx.effects.append(PublishWork(target="memory.assemble", envelope=env.model_dump(mode="json"), model=env,
                                   msg_id=f"{step_id}:assemble"))
@@ -725,11 +725,13 @@ def _account(tx: _Tx, run: RunState, result: GenerationResult) -> None:
     _add_usage(tx, run, result, result.usage, "turn")
 
 
-def _add_usage(tx: _Tx, run: RunState, result: GenerationResult, usage: Usage, count: str) -> None:
-    """Add `usage` to the run's and the session's ledger (with its cost) and count it."""
+def _add_usage(tx: _Tx, run: RunState, result: GenerationResult, usage: Usage, count: str,
+               model: str | None = None) -> None:
+    """Add `usage` to the run's and the session's ledger (with its cost, at `model`'s price,
+    by default the generation's) and count it."""
     run.usage = run.usage + usage
     tx.st.usage = tx.st.usage + usage
-    model = result.model or run.config.models[run.model_offset]
+    model = model or result.model or run.config.models[run.model_offset]
     cost = cost_usd(model, usage)
     run.cost_usd += cost
     tx.st.cost_usd += cost
@@ -741,7 +743,7 @@ def _account_extra(tx: _Tx, run: RunState, result: GenerationResult) -> None:
     """Tokens memory spent on this step besides the model call (its summaries), reported
     once with the step's result, whether the call succeeded or not."""
     if result.extra_usage is not None:
-        _add_usage(tx, run, result, result.extra_usage, "extra_usage")
+        _add_usage(tx, run, result, result.extra_usage, "extra_usage", model=result.extra_model)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -778,7 +780,7 @@ def _run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None
     return RunConfig(
         profile=body.profile, system=strategy.system_prompt(body.system) if strategy else body.system,
         models=models, max_tokens=body.model.max_tokens or cfg.default_max_tokens,
-        temperature=body.model.temperature,
+        temperature=body.model.temperature, memory_model=body.model.memory or cfg.memory_model,
         tools=narrow_tools(strategy.tools if strategy else None, body.tools),
         tool_permissions=merge_permissions(cfg.tool_policy, strategy.tool_permissions if strategy else {},
                                            body.tool_permissions),

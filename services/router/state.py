@@ -27,6 +27,8 @@ class RunConfig(BaseModel):
     models: list[str]
     max_tokens: int
     temperature: float | None = None
+    memory_model: str | None = None
+    """StartRun `model.memory`, else LOOPWIRE_MEMORY_MODEL: the memory's own calls."""
     tools: list[str] | None = None
     tool_permissions: dict[str, str] = Field(default_factory=dict)
     max_turns: int = 50
