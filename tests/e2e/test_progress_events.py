@@ -31,7 +31,7 @@ def last_text(content: str | list[dict[str, Any]]) -> str | None:
 async def test_generating_and_tools_progress(nc: NatsClient, fake: FakeAnthropic,
                                              tool_provider: ToolProvider) -> None:
     await wait_for_tools(nc, {"add", "slow_echo"})
-    tool_provider.slow_delay_s = 0.3  # finishes last: progress follows the finishing order
+    tool_provider.slow_delay_s = 1.0  # finishes last: progress follows the finishing order
     fake.script("*", [
         {"text": "Three at once.", "tool_use": [{"name": "slow_echo", "input": {"text": "late"}},
                                                 {"name": "add", "input": {"a": 1, "b": 2}},
