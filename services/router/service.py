@@ -161,7 +161,9 @@ class RouterService:
             inp.workspace_refusal = refusal
             if path is not None and body.profile == "agentic_planned":
                 try:
-                    inp.workspace = await asyncio.to_thread(workspace.gather, path, roots)
+                    # Bounded: a huge work tree must not hold the session's ingress.
+                    inp.workspace = await asyncio.wait_for(asyncio.to_thread(workspace.gather, path, roots),
+                                                           workspace.GATHER_TIMEOUT_S)
                 except Exception as exc:  # a snapshot is a help, never a reason to fail the start
                     log.warning("session %s: workspace snapshot failed: %s", sid, exc)
                     inp.workspace = {"error": f"the snapshot failed: {exc}"}

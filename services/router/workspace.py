@@ -42,6 +42,8 @@ MAX_ENTRIES = 200
 MAX_FILE_CHARS = 4000
 MAX_STATUS_LINES = 40
 MAX_COMMITS = 5
+GATHER_TIMEOUT_S = 10.0
+"""How long the shell waits for a snapshot before the run starts without one."""
 INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md", "README.md", "README.rst", "README.txt", "README")
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache",
                        ".pytest_cache", ".ruff_cache", ".tox", "dist", "build", ".idea", ".vscode"})
