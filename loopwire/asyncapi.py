@@ -18,6 +18,7 @@ from loopwire.shared.contract import (
     Decision,
     FollowUp,
     SessionGetRequest,
+    SessionsListRequest,
     StartRun,
     TranscriptGetRequest,
 )
@@ -43,6 +44,10 @@ def build_spec_broker() -> NatsBroker:
                          "Query a session's status, usage and messages (core request/reply).")
     _document_subscriber(broker, f"{PREFIX}.api.transcript.get", TranscriptGetRequest,
                          "Query a session's stored events in seq order, paginated (core request/reply).")
+    _document_subscriber(broker, f"{PREFIX}.api.sessions.list", SessionsListRequest,
+                         "Addition: the sessions, most recently updated first, a page at a time "
+                         "(core request/reply; reply {sessions: [{session_id, status, profile, turns, "
+                         "updated_at}], cursor}).")
     for kind, model in EVENT_MODELS.items():
         broker.publisher(f"{PREFIX}.out.{{sid}}.{kind}", schema=model, title=f"{PREFIX}.out.{{sid}}.{kind}",
                          description=f"`{kind}` events of a session; retained in LOOPWIRE_EVENTS.")

@@ -156,6 +156,16 @@ class TranscriptGetRequest(_In):
     limit: int = Field(default=1000, gt=0, le=10000)
 
 
+class SessionsListRequest(_In):
+    """`<prefix>.api.sessions.list` (an addition): sessions, most recently updated first."""
+
+    status: Literal["idle", "running", "awaiting_approval"] | None = None
+    """Only sessions in this status."""
+    limit: int = Field(default=100, gt=0, le=1000)
+    cursor: str | None = Field(default=None, max_length=256)
+    """The `cursor` of the previous page (opaque)."""
+
+
 def describe_validation_error(exc: ValidationError) -> str:
     """One readable line per problem: ``limits.max_turns: Input should be greater than 0``."""
     parts = []

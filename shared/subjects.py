@@ -69,6 +69,11 @@ class Subjects:
         return f"{self.prefix}.api.transcript.get"
 
     @property
+    def sessions_list(self) -> str:
+        """Addition to the contract: sessions by update time (the transcripts service)."""
+        return f"{self.prefix}.api.sessions.list"
+
+    @property
     def tools_list(self) -> str:
         """Addition to the contract: what the tools service knows now."""
         return f"{self.prefix}.api.tools.list"

@@ -11,7 +11,7 @@ import pytest
 
 from loopwire.shared.event_log import InMemoryEventLog, RedisEventLog
 from loopwire.shared.redis_conn import connect_redis
-from loopwire.shared.session_store import InMemorySessionStore, RedisSessionStore
+from loopwire.shared.session_store import InMemorySessionStore, RedisSessionStore, sessions_index_key
 from loopwire.shared.step_store import InMemoryStepStore, RedisStepStore
 
 pytestmark = pytest.mark.integration
@@ -180,3 +180,28 @@ async def test_restore_puts_back_a_lost_log_and_the_counter_goes_on(stores: tupl
     assert new and appended["seq"] == 5, "no seq is reused after a restore"
     assert not await events.restore("s", archived), "a log that is there is never overwritten"
     assert [e["seq"] for e in await events.read("s")] == [1, 2, 4, 5]
+
+
+async def test_sessions_index_most_recent_first_with_a_cursor(stores: tuple[Any, Any, Any]) -> None:
+    """Every commit marks its session updated; pages follow each other by (ms, sid) with
+    no entry twice or missed, ties within one millisecond included; tenants apart."""
+    sessions, _, _ = stores
+    for sid in ("a", "b", "c", "acme.x", "acme.y"):
+        assert await sessions.commit(sid, 0, {"status": "idle"}, 0, [])
+        await asyncio.sleep(0.003)
+    assert await sessions.commit("a", 1, {"status": "running"}, 0, [])  # a moves to the top
+    index = sessions_index_key("a")
+    listed = await sessions.recently_updated(index, None, 10)
+    assert [sid for sid, _ in listed] == ["a", "c", "b"]
+    assert listed[0][1] >= listed[1][1] > listed[2][1] > 0
+    first = await sessions.recently_updated(index, None, 2)
+    rest = await sessions.recently_updated(index, (first[-1][1], first[-1][0]), 2)
+    assert [sid for sid, _ in first + rest] == ["a", "c", "b"]
+    tenant = await sessions.recently_updated(sessions_index_key("acme.x"), None, 10)
+    assert [sid for sid, _ in tenant] == ["acme.y", "acme.x"]
+    assert await sessions.load_many(["a", "nobody", "acme.x"]) == [{"status": "running"}, None, {"status": "idle"}]
+    # entries of one millisecond are ordered by sid, and a cursor inside them skips none
+    ms = listed[0][1]
+    assert await sessions.recently_updated(index, (ms, "a"), 10) == listed[1:]
+    await sessions.delete("c")
+    assert [sid for sid, _ in await sessions.recently_updated(index, None, 10)] == ["a", "b"]

@@ -1,4 +1,5 @@
-"""The two public queries, as pure functions of what the stores hold."""
+"""The public queries on sessions, as pure functions of what the stores hold (the sessions
+list in sessions_list.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pydantic import ValidationError
 from loopwire.shared.contract import (
     PROTOCOL_VERSION,
     SessionGetRequest,
+    SessionsListRequest,
     TranscriptGetRequest,
     describe_validation_error,
     error_reply,
@@ -21,7 +23,7 @@ from loopwire.shared.subjects import valid_session_id
 
 from .rebuild import read_transcript, reconstruct
 
-Q = TypeVar("Q", SessionGetRequest, TranscriptGetRequest)
+Q = TypeVar("Q", SessionGetRequest, TranscriptGetRequest, SessionsListRequest)
 
 
 def parse_query(data: bytes, model: type[Q], max_depth: int = 32) -> Q | dict[str, Any]:
@@ -41,7 +43,7 @@ def parse_query(data: bytes, model: type[Q], max_depth: int = 32) -> Q | dict[st
         req = model.model_validate(raw)
     except ValidationError as exc:
         return error_reply("invalid_request", describe_validation_error(exc))
-    if not valid_session_id(req.session_id):
+    if isinstance(req, SessionGetRequest | TranscriptGetRequest) and not valid_session_id(req.session_id):
         return error_reply("invalid_session_id", "session_id must be 1-128 characters of [A-Za-z0-9_-]")
     return req
 

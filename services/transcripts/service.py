@@ -1,4 +1,4 @@
-"""The transcripts service: answers `session.get` and `transcript.get` (core
+"""The transcripts service: answers `session.get`, `transcript.get` and `sessions.list` (core
 request/reply, one queue group across replicas). The event log itself is written by the
 emitting services through shared.event_log (seq assignment and storage in one Lua call)
 and published to LOOPWIRE_EVENTS."""
@@ -10,10 +10,11 @@ import logging
 import orjson
 from faststream.nats import NatsBroker, NatsMessage
 
-from loopwire.shared.contract import SessionGetRequest, TranscriptGetRequest, error_reply
+from loopwire.shared.contract import SessionGetRequest, SessionsListRequest, TranscriptGetRequest, error_reply
 from loopwire.shared.runtime import ServiceContext
 
 from .queries import parse_query, session_get, transcript_get
+from .sessions_list import sessions_list
 
 log = logging.getLogger("loopwire.transcripts")
 
@@ -28,6 +29,7 @@ class TranscriptsService:
         queue = f"{self.ctx.settings.subject_prefix}-transcripts"
         broker.subscriber(self.ctx.subjects.session_get, queue=queue)(self.on_session_get)
         broker.subscriber(self.ctx.subjects.transcript_get, queue=queue)(self.on_transcript_get)
+        broker.subscriber(self.ctx.subjects.sessions_list, queue=queue)(self.on_sessions_list)
 
     async def start(self) -> None:
         return None
@@ -54,3 +56,13 @@ class TranscriptsService:
         except Exception as exc:
             log.exception("transcript.get failed")
             return orjson.dumps(error_reply("internal", f"transcript.get failed: {exc}"))
+
+    async def on_sessions_list(self, msg: NatsMessage) -> bytes:
+        req = parse_query(msg.body, SessionsListRequest, self.ctx.settings.max_body_depth)
+        if isinstance(req, dict):
+            return orjson.dumps(req)
+        try:
+            return orjson.dumps(await sessions_list(req, self.ctx.sessions))
+        except Exception as exc:
+            log.exception("sessions.list failed")
+            return orjson.dumps(error_reply("internal", f"sessions.list failed: {exc}"))

@@ -176,6 +176,8 @@ async def test_the_public_contract_works_as_the_client_user(
     assert session["status"] == "idle" and session["turns"] >= 3
     transcript = await query(nc, "transcript.get", {"session_id": s})
     assert [e["kind"] for e in transcript["events"]][0] == "run.started"
+    listed = await query(nc, "sessions.list", {"limit": 5})
+    assert listed["sessions"][0]["session_id"] == s
     assert client.errors == [] and provider_conn.errors == []
 
 

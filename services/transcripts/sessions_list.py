@@ -1,0 +1,73 @@
+"""`<prefix>.api.sessions.list` (an addition to the contract): the sessions, most
+recently updated first, a page at a time.
+
+The router's commit script (shared/session_store.py) marks a session updated in a sorted
+set by Redis's clock, in the same round trip as its state; a page reads the set from the
+cursor and the pages' states in one pipelined call. The cursor is the last listed entry's
+`<ms>:<sid>`, so a session updated while a client pages moves to the top instead of
+shifting the pages under it. A status filter reads at most SCAN_CAP entries per request
+and answers with what it found and a cursor to go on from.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from loopwire.shared.contract import PROTOCOL_VERSION, SessionsListRequest, error_reply
+from loopwire.shared.session_store import SessionStore, sessions_index_key
+
+SCAN_CAP = 2000
+"""Index entries one request reads at most while filtering by status."""
+
+
+def parse_cursor(cursor: str | None) -> tuple[int, str] | None | dict[str, Any]:
+    """(ms, sid) of a cursor, None without one, or the error reply for a malformed one."""
+    if cursor is None:
+        return None
+    ms, colon, sid = cursor.partition(":")
+    if not colon or not ms.isdigit() or not sid:
+        return error_reply("invalid_request", "cursor: not a cursor this query returned")
+    return int(ms), sid
+
+
+def rfc3339_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def summary(public_sid: str, state: dict[str, Any], ms: int) -> dict[str, Any]:
+    run = state.get("run") or {}
+    config = run.get("config") or state.get("last_config") or {}
+    return {"session_id": public_sid, "status": state.get("status", "idle"), "profile": config.get("profile"),
+            "turns": state.get("turns", 0), "updated_at": rfc3339_ms(ms)}
+
+
+async def sessions_list(req: SessionsListRequest, sessions: SessionStore, tenant: str | None = None) -> dict[str, Any]:
+    """One page for `tenant`'s sessions (its own index; session ids shown without the
+    tenant token), or for the sessions without a tenant."""
+    after = parse_cursor(req.cursor)
+    if isinstance(after, dict):
+        return after
+    index = sessions_index_key(f"{tenant}.x" if tenant else "x")
+    strip = len(tenant) + 1 if tenant else 0
+    listed: list[dict[str, Any]] = []
+    scanned = 0
+    exhausted = False
+    while len(listed) < req.limit and scanned < SCAN_CAP:
+        batch = await sessions.recently_updated(index, after, min(req.limit, SCAN_CAP - scanned))
+        if not batch:
+            exhausted = True
+            break
+        states = await sessions.load_many([sid for sid, _ in batch])
+        for (sid, ms), state in zip(batch, states, strict=True):
+            after = (ms, sid)
+            scanned += 1
+            if state is None:  # expired or deleted since: not a session any more
+                continue
+            if req.status is not None and state.get("status", "idle") != req.status:
+                continue
+            listed.append(summary(sid[strip:], state, ms))
+            if len(listed) == req.limit:
+                break
+    cursor = None if exhausted or after is None else f"{after[0]}:{after[1]}"
+    return {"v": PROTOCOL_VERSION, "sessions": listed, "cursor": cursor}
