@@ -32,6 +32,10 @@ class RunStarted(Event):
     ignored_fields: list[str] | None = Field(default=None, description=(
         "Addition: StartRun fields the request carried that loopwire does not know and ignored "
         "(`tool_permission`, `limits.max_turn`); absent when there were none."))
+    config: dict[str, Any] | None = Field(default=None, description=(
+        "Addition: what the run was started with as loopwire resolved it (profile, system, models, max_tokens, "
+        "temperature, tools, tool_permissions, limits, strategy, metadata): a rebuilt session's next run "
+        "starts with it."))
 
 
 class PhaseChanged(Event):
@@ -91,6 +95,12 @@ class LoopDetected(Event):
     kind: Literal["loop.detected"] = "loop.detected"
     detection: str
     escalation: Literal["redirect", "switch_model", "terminate"]
+    occurrences: int | None = Field(default=None, description=(
+        "Addition: how many times the pattern occurred in a row (turns with the same call or answer, "
+        "repetitions of the cycle)."))
+    to_model: str | None = Field(default=None, description="Addition: the fallback model the switch rung chose.")
+    temperature: float | None = Field(default=None, description=(
+        "Addition: the raised temperature of a switch rung without a fallback model."))
 
 
 class ModelFallback(Event):
@@ -183,7 +193,9 @@ class RunEnded(Event):
     final_text: str
     conclusion: Any = Field(default=None, description=(
         "The finish tool's normalised input (docs/profiles.md): summary, confidence, classification, "
-        "findings (raise/clear), outputs (output proposals); also set for an agentic run out of budget."))
+        "findings (raise/clear), outputs (output proposals); also set for an agentic run out of budget, and "
+        "for a run stopped (budget_exhausted, loop_terminated) after tools ran: a technical summary with "
+        "`executed` [{tool, calls, ok, error}] (addition)."))
     turns: int
     usage: EventUsage
     cost_usd: float

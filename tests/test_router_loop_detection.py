@@ -10,6 +10,7 @@ from loopwire.router.loop_detection import (
     REDIRECT,
     call_signature,
     detect,
+    detect_occurrences,
     escalation,
     normalise,
     similar,
@@ -70,10 +71,17 @@ def test_alternating_cycles_of_two_and_three() -> None:
 
 
 def test_escalation_ladder_rungs() -> None:
-    assert escalation(0, can_switch=True) == "redirect"
-    assert escalation(1, can_switch=True) == "switch_model"
-    assert escalation(1, can_switch=False) == "terminate"
-    assert escalation(2, can_switch=True) == "terminate"
+    assert [escalation(n) for n in range(4)] == ["redirect", "switch_model", "terminate", "terminate"]
+
+
+def test_occurrences_count_the_pattern_in_a_row() -> None:
+    a, b, c = sig("a"), sig("b"), sig("c")
+    assert detect_occurrences([c, a, a, a]) == ("repeated_tool_call", 3)
+    assert detect_occurrences([a, a, a, a, a]) == ("repeated_tool_call", 5)
+    assert detect_occurrences([text_sig("Same."), text_sig("same"), text_sig("SAME!")]) == ("repeated_text", 3)
+    assert detect_occurrences([a, b, a, b]) == ("alternating_cycle", 2)
+    assert detect_occurrences([a, b, a, b, a, b]) == ("alternating_cycle", 3)
+    assert detect_occurrences([a, b, c, a, b, c]) == ("alternating_cycle", 2)
 
 
 # -- the ladder in the core ---------------------------------------------------------------------------
@@ -94,7 +102,7 @@ def test_a_repeated_call_is_redirected_then_the_model_switched_then_the_run_term
     d.start(input="add 1 and 2", model={"primary": "m1", "fallbacks": ["m2"]})
     loop_to_redirect(d)
     redirect = d.of("loop.detected")[-1]
-    assert redirect == {"detection": "repeated_tool_call", "escalation": "redirect"}
+    assert redirect == {"detection": "repeated_tool_call", "escalation": "redirect", "occurrences": 3}
     assert d.work()["kind"] == "memory.assemble", "the looping call is not executed"
     user = d.history[-1]
     assert user["role"] == "user"
@@ -103,7 +111,7 @@ def test_a_repeated_call_is_redirected_then_the_model_switched_then_the_run_term
 
     loop_once(d, "t4")
     assert d.of("loop.detected")[-1] == {"detection": "repeated_tool_call", "escalation": "switch_model",
-                                         "to_model": "m2"}
+                                         "occurrences": 4, "to_model": "m2"}
     assert d.of("model.fallback")[-1] == {"from_model": "m1", "to_model": "m2", "reason": "loop_detected"}
     assert d.work()["models"] == ["m2"]
 
@@ -127,12 +135,35 @@ def test_without_a_fallback_the_temperature_is_raised_when_it_can_be() -> None:
     assert d.work()["temperature"] == 0.5
 
 
-def test_without_fallback_or_temperature_the_second_rung_terminates() -> None:
+def test_without_fallback_or_temperature_the_temperature_rises_from_the_models_default() -> None:
+    # Seed 001: the switch rung is there without a fallback model too; an unset
+    # temperature is the API's default (1.0, its maximum), made explicit.
     d = Driver()
     d.start(input="add 1 and 2")
     loop_to_redirect(d)
     loop_once(d, "t4")
-    assert [e["escalation"] for e in d.of("loop.detected")] == ["redirect", "terminate"]
+    assert [e["escalation"] for e in d.of("loop.detected")] == ["redirect", "switch_model"]
+    assert d.of("loop.detected")[-1]["temperature"] == 1.0 and d.work()["temperature"] == 1.0
+    assert d.history[-1]["content"][-1]["text"].startswith("Loop detected. Please try a different approach")
+    loop_once(d, "t5")
+    assert d.of("loop.detected")[-1]["escalation"] == "terminate" and d.run.converging == "loop_terminated"
+
+
+def test_a_raised_temperature_rises_again_from_where_the_ladder_left_it() -> None:
+    d = Driver()
+    d.start(input="add 1 and 2", model={"temperature": 0.1})
+    loop_to_redirect(d)
+    loop_once(d, "t4")
+    assert d.run.temperature == 0.4
+    d.answer("Trying something else.", call("t5", "mul"))  # a good turn: the ladder starts again
+    d.tools()
+    for n in (6, 7):
+        loop_once(d, f"t{n}")
+        d.tools()
+    loop_once(d, "t8")
+    loop_once(d, "t9")
+    assert [e["escalation"] for e in d.of("loop.detected")][-2:] == ["redirect", "switch_model"]
+    assert d.work()["temperature"] == 0.7
 
 
 def test_a_good_turn_resets_the_ladder() -> None:
@@ -169,7 +200,7 @@ def test_repeated_text_after_a_nudge_is_redirected_with_a_user_message() -> None
     d.answer("Let me check the weather.")
     assert d.history[-1]["role"] == "user", "the commitment nudge"
     d.answer("Let me check the weather!")
-    assert d.of("loop.detected")[-1] == {"detection": "repeated_text", "escalation": "redirect"}
+    assert d.of("loop.detected")[-1] == {"detection": "repeated_text", "escalation": "redirect", "occurrences": 2}
     assert d.history[-1]["content"][-1]["text"] == REDIRECT.format(
         what="you have given the same answer several times")
 
@@ -181,7 +212,7 @@ def test_a_repeated_vacuous_answer_is_passed_through() -> None:
     assert d.of("retracted"), "the first '.' is retracted and retried"
     d.answer(".")
     assert d.of("loop.detected")[-1] == {"detection": "repeated_text", "escalation": "terminate",
-                                         "action": "pass_through"}
+                                         "action": "pass_through", "occurrences": 2}
     assert d.ended()["status"] == "completed" and d.ended()["final_text"] == "."
 
 

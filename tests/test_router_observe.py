@@ -49,16 +49,17 @@ def test_counters_follow_the_decisions() -> None:
         d.answer(call(f"t{n}"), usage=(300_000 if n == 0 else 10, 5))
         if n < 2:
             d.tools()
-    d.answer(call("t3"))                              # terminate (no fallback)
+    d.answer(call("t3"))                             # switch: the temperature (no fallback)
+    d.answer(call("t4"))                             # terminate
     d.answer("It is 3.")
     for decision in d.decisions:
         count_decision(decision, "agentic")
     assert sample("loopwire_runs_started_total", {"profile": "agentic"}) == before["started"] + 1
     assert sample("loopwire_runs_ended_total", {"profile": "agentic", "status": "loop_terminated"}) == \
         before["ended"] + 1
-    assert sample("loopwire_turns_total", {"profile": "agentic"}) == before["turns"] + 7
+    assert sample("loopwire_turns_total", {"profile": "agentic"}) == before["turns"] + 8
     assert sample("loopwire_tokens_total", {"direction": "input", "model": "m-observe"}) == \
-        before["tokens"] + 10 * 6 + 300_000
+        before["tokens"] + 10 * 7 + 300_000
     assert sample("loopwire_loop_detections_total", {"detection": "repeated_tool_call",
                                                      "escalation": "redirect"}) == before["loops"] + 1
     assert sample("loopwire_vacuous_retries_total") == before["vacuous"] + 1

@@ -15,9 +15,13 @@ The ladder, one rung per detection while the loop goes on:
 
     0 redirect      a user message "Loop detected. Please try a different approach..."
     1 switch_model  the run's next fallback model becomes its primary (a `model.fallback`
-                    event, reason `loop_detected`); without one the temperature is raised;
-                    with neither, this rung is `terminate`
+                    event, reason `loop_detected`); without one the temperature is raised
+                    from the run's (or, unset, from the model's default) by 0.3, up to the
+                    API's maximum, and the model is redirected once more
     2 terminate     one last generation without tools, then `run.ended` `loop_terminated`
+
+`loop.detected` carries `occurrences` (an addition): how many times the pattern has
+occurred in a row (turns with the same call or answer; repetitions of the cycle).
 
 The redirect is a *user message* stored in the history, not an ephemeral note: the
 looping turn is already in the history, and the next request needs a user turn after it
@@ -53,6 +57,8 @@ MIN_FUZZY_CHARS = 20
 """Shorter answers must match exactly (after normalisation) to count as the same."""
 RAISED_TEMPERATURE_STEP = 0.3
 MAX_TEMPERATURE = 1.0
+MODEL_DEFAULT_TEMPERATURE = 1.0
+"""The Messages API's temperature when a request sets none (its documented default)."""
 
 REDIRECT = ("Loop detected. Please try a different approach: {what} without making progress. "
             "Do not repeat it; change your approach, or give your final answer if you have one.")
@@ -96,6 +102,14 @@ def similar(a: str, b: str) -> bool:
 
 def detect(window: list[list[str]], repeat_threshold: int = 3, text_repeats: int = 2) -> str | None:
     """The detection the newest turn (`window[-1]`) completes, or None."""
+    found = detect_occurrences(window, repeat_threshold, text_repeats)
+    return found[0] if found else None
+
+
+def detect_occurrences(window: list[list[str]], repeat_threshold: int = 3,
+                       text_repeats: int = 2) -> tuple[str, int] | None:
+    """The detection the newest turn completes and how many times its pattern occurred in
+    a row (turns for a repeat, whole repetitions for a cycle), or None."""
     if not window:
         return None
     current = window[-1]
@@ -106,21 +120,26 @@ def detect(window: list[list[str]], repeat_threshold: int = 3, text_repeats: int
                 break
             run += 1
         if run >= max(2, text_repeats):
-            return "repeated_text"
+            return "repeated_text", run
     else:
+        longest = 0
         for call in set(current):
             run = 0
             for sig in reversed(window):
                 if call not in sig:
                     break
                 run += 1
-            if run >= max(2, repeat_threshold):
-                return "repeated_tool_call"
+            longest = max(longest, run)
+        if longest >= max(2, repeat_threshold):
+            return "repeated_tool_call", longest
     keys = ["|".join(sig) for sig in window]
     for period in (2, 3):
         tail = keys[-2 * period:]
         if len(tail) == 2 * period and tail[:period] == tail[period:] and len(set(tail[:period])) == period:
-            return "alternating_cycle"
+            repeats = 2
+            while keys[-(repeats + 1) * period:-repeats * period] == tail[:period]:
+                repeats += 1
+            return "alternating_cycle", repeats
     return None
 
 
@@ -137,22 +156,17 @@ def next_model(run: RunState) -> str | None:
     return models[run.model_offset + 1] if run.model_offset + 1 < len(models) else None
 
 
-def raised_temperature(run: RunState) -> float | None:
-    """A higher temperature for the run, or None when it cannot go higher (unset means
-    the API's default, 1.0, already the maximum)."""
+def raised_temperature(run: RunState) -> float:
+    """The run's temperature raised by a step: from the one the ladder or the run set,
+    else from the model's default; never past the API's maximum."""
     current = run.temperature if run.temperature is not None else run.config.temperature
-    if current is None or current >= MAX_TEMPERATURE:
-        return None
-    return round(min(MAX_TEMPERATURE, current + RAISED_TEMPERATURE_STEP), 3)
+    base = MODEL_DEFAULT_TEMPERATURE if current is None else current
+    return round(min(MAX_TEMPERATURE, base + RAISED_TEMPERATURE_STEP), 3)
 
 
-def escalation(level: int, can_switch: bool) -> str:
+def escalation(level: int) -> str:
     """The rung for the `level`-th detection in a row (0-based)."""
-    if level == 0:
-        return "redirect"
-    if level == 1 and can_switch:
-        return "switch_model"
-    return "terminate"
+    return ("redirect", "switch_model")[level] if level < 2 else "terminate"
 
 
 def clear(run: RunState) -> None:
@@ -168,21 +182,24 @@ class LoopDetectionStage:
     def after_generation(self, turn: Turn) -> NextStep | None:
         run, cfg = turn.run, turn.config
         run.loop_window = (run.loop_window + [turn_signature(turn.tool_calls, turn.text)])[-WINDOW:]
-        detection = detect(run.loop_window, cfg.loop_repeat_threshold, cfg.loop_text_repeats)
-        if detection is None:
+        found = detect_occurrences(run.loop_window, cfg.loop_repeat_threshold, cfg.loop_text_repeats)
+        if found is None:
             return None
+        detection, occurrences = found
         turn.flags.add("loop")
         if not turn.tool_calls and vacuous_problem(turn.text, run.last_prompt) is not None:
             # The same empty answer again: asking once more will not help. Pass it through.
             turn.flags.add("vacuous")
             return NextStepFinalOutput(status="completed", text=turn.text, events=(EventSpec(
-                "loop.detected", {"detection": detection, "escalation": "terminate", "action": "pass_through"}),))
+                "loop.detected", {"detection": detection, "escalation": "terminate", "action": "pass_through",
+                                  "occurrences": occurrences}),))
         new_model = next_model(run)
-        temperature = None if new_model else raised_temperature(run)
-        rung = escalation(run.loop_level, new_model is not None or temperature is not None)
+        # Seed 001's ladder has its switch rung whether or not there is a fallback model:
+        # without one the sampling changes instead (raised_temperature).
+        rung = escalation(run.loop_level)
         run.loop_level += 1
         what = describe(detection)
-        event: dict[str, Any] = {"detection": detection, "escalation": rung}
+        event: dict[str, Any] = {"detection": detection, "escalation": rung, "occurrences": occurrences}
         if rung == "terminate":
             return NextStepConverge(status="loop_terminated", reason=detection, events=(EventSpec("loop.detected", event),),
                                     append=[_user(turn, NOT_EXECUTED, TERMINATE.format(what=what))])
@@ -193,8 +210,7 @@ class LoopDetectionStage:
             run.model_offset += 1
             event["to_model"] = new_model
         elif rung == "switch_model":
-            run.temperature = temperature
-            event["temperature"] = temperature
+            run.temperature = event["temperature"] = raised_temperature(run)
         return NextStepRunAgain(append=[_user(turn, NOT_EXECUTED, REDIRECT.format(what=what))],
                                 reason=f"loop_{rung}", events=(EventSpec("loop.detected", event), *switch))
 

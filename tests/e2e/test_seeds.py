@@ -174,3 +174,23 @@ async def test_a_session_rebuilt_after_redis_lost_everything_keeps_what_it_was_s
     seqs = [e["seq"] for e in transcript["events"]]
     assert seqs == sorted(set(seqs)) and seqs[-1] == second["seq"]
     assert [e["kind"] for e in transcript["events"]].count("run.ended") == 2, "the transcript came back too"
+
+
+async def test_the_ladder_switches_without_a_fallback_by_raising_the_temperature(
+        nc: NatsClient, fake: FakeAnthropic, tool_provider: ToolProvider) -> None:
+    await wait_for_tools(nc, {"add"})
+    fake.responder = keeps_adding
+    s = sid()
+    async with SessionEvents(nc, s) as ev:
+        await ev.publish("start", {"input": "add one and one", "tools": ["add"], "model": {"primary": "m-only"}})
+        ended = await ev.wait_for("run.ended")
+    ev.check_bodies()
+    detected = ev.of("loop.detected")
+    assert [(d["escalation"], d["occurrences"]) for d in detected] == [
+        ("redirect", 3), ("switch_model", 4), ("terminate", 5)], "seed 001's three rungs, each counted"
+    assert detected[1]["temperature"] == 1.0 and "to_model" not in detected[1]
+    assert ev.of("model.fallback") == [], "no fallback model to switch to"
+    temperatures = [r.get("temperature") for r in fake.message_requests]
+    assert temperatures[:4] == [None] * 4 and set(temperatures[4:]) == {1.0}, \
+        "unset, then the model's default made explicit: the switch rung's change of sampling"
+    assert ended["status"] == "loop_terminated"
