@@ -45,7 +45,8 @@ async def test_a_model_repeating_one_tool_call_is_redirected_then_terminated(
         ended = await ev.wait_for("run.ended")
     ev.check_bodies()
     assert [(e["detection"], e["escalation"]) for e in ev.of("loop.detected")] == [
-        ("repeated_tool_call", "redirect"), ("repeated_tool_call", "terminate")]
+        ("repeated_tool_call", "redirect"), ("repeated_tool_call", "switch_model"),
+        ("repeated_tool_call", "terminate")], "no fallback model: the switch rung raises the temperature"
     assert ended["status"] == "loop_terminated" and ended["reason"] == "repeated_tool_call"
     assert ended["final_text"] == "I kept getting 2, so the answer is 2."
     assert [c[0] for c in tool_provider.calls] == ["add", "add"], "the looping calls are not executed"
