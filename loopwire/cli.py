@@ -4,56 +4,38 @@
     loopwire up --workers N             ... in N processes (loopwire/workers.py)
     loopwire serve NAME                 one service (router, llm, tools, memory, transcripts)
     loopwire run "prompt"               start a run and show its events live
-    loopwire transcript SID             print a session's transcript
+    loopwire approve|deny|send|steer|abort SID ...,  sessions, tools, transcript SID
+                                        (loopwire/commands/)
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import sys
 import uuid
-from typing import TYPE_CHECKING, Annotated, get_args
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from loopwire.shared.contract import Profile
+from loopwire.commands import register as register_commands
 from loopwire.shared.settings import Settings
-
-if TYPE_CHECKING:
-    from loopwire.client import LoopwireClient
 
 app = typer.Typer(help="loopwire: a distributed runtime for LLM agent loops over NATS and Redis.",
                   no_args_is_help=True, add_completion=False)
 console = Console()
+register_commands(app)
 
 DEMO_PROMPT = "What is 17 * 23 + 4? Use the calculator tool."
-PROFILE_NAMES = ", ".join(get_args(Profile))
 
 
 def _settings() -> Settings:
-    """The operator's settings, with the NATS and Redis credentials checked (one way of
-    authenticating, files that exist): a clear message and exit 2 instead of a traceback.
-    Every configured secret is masked in what this process prints from here on."""
-    from loopwire.shared.credentials import (
-        CredentialsError,
-        nats_security,
-        redis_connect_options,
-        register_configured_secrets,
-    )
+    """The operator's settings, credentials checked (loopwire/commands/connection.py)."""
+    from loopwire.commands.connection import cli_settings
 
-    settings = Settings()
-    try:
-        nats_security(settings)
-        redis_connect_options(settings)
-    except (CredentialsError, OSError) as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
-    register_configured_secrets(settings)
-    return settings
+    return cli_settings()
 
 
 def _setup(settings: Settings, level: str | None = None) -> None:
@@ -132,6 +114,9 @@ def up(
             console.print("[dim]services keep running; publish to loopwire.in.<sid>.start, "
                           "or press Ctrl-C to stop[/dim]")
 
+    from loopwire.commands.waiting import wait_for_servers
+
+    asyncio.run(wait_for_servers(settings, console))
     try:
         asyncio.run(serve_until_signal(SERVICE_NAMES, settings, after_start,
                                        on_stop=pool.stop if pool is not None else None))
@@ -172,106 +157,11 @@ def serve(name: Annotated[str, typer.Argument(help="router, llm, tools, memory o
 
 
 @app.command()
-def run(
-    prompt: Annotated[str, typer.Argument(help="What to ask.")],
-    profile: Annotated[str, typer.Option(help=f"One of: {PROFILE_NAMES}.")] = "agentic",
-    model: Annotated[str | None, typer.Option(help="Primary model id.")] = None,
-    session: Annotated[str | None, typer.Option(help="Session id (a new one when omitted).")] = None,
-    tools: Annotated[str | None, typer.Option(help="Comma-separated tool names (default: all).")] = None,
-    max_turns: Annotated[int | None, typer.Option(help="limits.max_turns")] = None,
-    json_events: Annotated[bool, typer.Option("--json", help="Print raw events as JSON.")] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the run to end.")] = 600.0,
-) -> None:
-    """Start a run and render its events live."""
-    settings = _settings()
-    start: dict[str, object] = {"profile": profile, "input": prompt}
-    if model:
-        start["model"] = {"primary": model}
-    if tools is not None:
-        start["tools"] = [t.strip() for t in tools.split(",") if t.strip()]
-    if max_turns:
-        start["limits"] = {"max_turns": max_turns}
-    sid = session or f"cli-{uuid.uuid4().hex[:12]}"
-    ended = asyncio.run(_run(settings, sid, start, json_events, timeout))
-    raise typer.Exit(0 if ended.get("status") == "completed" else 1)
-
-
-@app.command()
-def transcript(
-    sid: Annotated[str, typer.Argument(help="Session id.")],
-    after_seq: Annotated[int, typer.Option(help="Only events after this seq.")] = 0,
-) -> None:
-    """Print a session's transcript (every stored event, in seq order)."""
-
-    settings = _settings()
-
-    async def main() -> None:
-        async with await _connect(settings) as lw:
-            after = after_seq
-            while True:
-                page = await lw.transcript_get(sid, after_seq=after)
-                if "error" in page:
-                    console.print(f"[red]{page['error']['code']}: {page['error']['message']}[/red]")
-                    raise typer.Exit(1)
-                for event in page["events"]:
-                    sys.stdout.write(json.dumps(event) + "\n")
-                if "next_after_seq" not in page:
-                    break
-                after = page["next_after_seq"]
-
-    asyncio.run(main())
-
-
-@app.command()
 def asyncapi() -> None:
     """Print the AsyncAPI document of the public subjects (docs/asyncapi.json)."""
     from loopwire.asyncapi import asyncapi_json
 
     sys.stdout.write(asyncapi_json())
-
-
-async def _connect(settings: Settings) -> LoopwireClient:
-    """The CLI's connection, with the operator's credentials and TLS (the services' own,
-    shared/credentials.py). A server that refuses or does not answer ends the command
-    within seconds with a short message, not a minute of retries and a traceback."""
-    from loopwire.client import LoopwireClient
-    from loopwire.shared.credentials import display_url
-
-    errors: list[str] = []
-
-    async def remember(exc: Exception) -> None:
-        errors.append(str(exc) or type(exc).__name__)
-
-    try:
-        client = await LoopwireClient.from_settings(settings, connect_timeout=2, max_reconnect_attempts=2,
-                                                    reconnect_time_wait=0.5, error_cb=remember)
-    except Exception as exc:
-        cause = errors[-1] if errors else (str(exc) or type(exc).__name__)
-        console.print(f"[red]cannot connect to NATS at {display_url(settings.nats_url)}: {cause}[/red]")
-        raise typer.Exit(1) from None
-    # Connected: a later outage is ridden out as nats-py does by default (it reads its
-    # options at each reconnect), so a long `run` survives a server restart.
-    client.nc.options["max_reconnect_attempts"] = 60
-    client.nc.options["reconnect_time_wait"] = 2
-    return client
-
-
-async def _run(settings: Settings, sid: str, start: dict[str, object], json_events: bool,
-               timeout: float) -> dict[str, object]:
-    from loopwire.client import RunFailedToStart
-    from loopwire.render import EventRenderer
-
-    renderer = EventRenderer(console, show_json=json_events)
-    async with await _connect(settings) as lw:
-        console.print(f"[dim]session {sid}[/dim]")
-        try:
-            return await lw.run(sid, start, on_event=renderer, timeout=timeout)
-        except RunFailedToStart as exc:
-            console.print(f"[bold red]rejected[/bold red] {exc}")
-            return {"status": "rejected"}
-        except TimeoutError:
-            console.print(f"[red]no run.ended within {timeout}s[/red]")
-            return {"status": "timeout"}
 
 
 async def _demo(settings: Settings) -> None:
@@ -285,8 +175,10 @@ async def _demo(settings: Settings) -> None:
     else:
         console.rule(f"[bold]demo[/bold] — {provider_description(settings)}")
     console.print(f"[bold]user ▸[/bold] {DEMO_PROMPT}")
-    await _run(settings, f"demo-{uuid.uuid4().hex[:8]}", {"input": DEMO_PROMPT, "tools": ["calculator"]},
-               json_events=False, timeout=300)
+    from loopwire.commands.run import follow_run
+
+    await follow_run(settings, f"demo-{uuid.uuid4().hex[:8]}", {"input": DEMO_PROMPT, "tools": ["calculator"]},
+                     json_events=False, timeout=300, console=console)
     console.rule()
 
 

@@ -1,20 +1,41 @@
-"""Live rendering of a run's events in the terminal (rich)."""
+"""Rendering of a session's events in the terminal (rich): live, as a run goes, or
+replayed from its transcript; or as JSON lines (one event per line on stdout, nothing
+else there, so `| jq` works)."""
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
+import orjson
 from rich.console import Console
 from rich.text import Text
 
 
-class EventRenderer:
-    """Streams text as it arrives, shows tool calls and results, and a closing line."""
+def blocks_text(content: Any) -> str:
+    """The text of a message's content (a string or content blocks)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
 
-    def __init__(self, console: Console | None = None, show_json: bool = False) -> None:
+
+def cost_text(cost: Any) -> str:
+    """`cost_usd` is null when a model has no known price: say so rather than print $0."""
+    return "cost unknown" if cost is None else f"${float(cost):.6f}"
+
+
+class EventRenderer:
+    """Streams text as it arrives, shows tool calls and results, and a closing line.
+    `replay=True` renders a stored transcript, which has `message` and `user.message`
+    events instead of the (ephemeral) text deltas."""
+
+    def __init__(self, console: Console | None = None, show_json: bool = False, replay: bool = False) -> None:
         self.console = console or Console()
         self.show_json = show_json
+        self.replay = replay
         self._in_text = False
 
     def _end_text(self) -> None:
@@ -26,7 +47,8 @@ class EventRenderer:
         kind = event["kind"]
         c = self.console
         if self.show_json:
-            c.print_json(json.dumps(event))
+            sys.stdout.write(orjson.dumps(event).decode() + "\n")
+            sys.stdout.flush()
             return
         if kind == "text.delta":
             if not self._in_text:
@@ -35,7 +57,15 @@ class EventRenderer:
             c.print(event["text"], end="", markup=False, highlight=False)
             return
         self._end_text()
-        if kind == "run.started":
+        if self.replay and kind == "message":
+            text = blocks_text((event.get("message") or {}).get("content"))
+            if text:
+                c.print(Text.assemble(("assistant ▸ ", "bold cyan"), text))
+        elif self.replay and kind == "user.message":
+            text = blocks_text((event.get("message") or {}).get("content"))
+            if text:
+                c.print(Text.assemble((f"{event.get('source', 'user')} ▸ ", "bold"), text))
+        elif kind == "run.started":
             c.print(f"[dim]run {event['run_id']} started (profile {event['profile']})[/dim]")
         elif kind == "tool.call":
             c.print(Text.assemble(("tool ▸ ", "bold yellow"), (event["name"], "yellow"),
@@ -57,6 +87,15 @@ class EventRenderer:
             c.print(f"[dim]context compacted {event['tokens_before']} → {event['tokens_after']} tokens[/dim]")
         elif kind == "approval.requested":
             c.print(f"[bold yellow]approval requested[/bold yellow] checkpoint {event['checkpoint_id']}")
+            for call in event.get("tool_calls") or []:
+                c.print(Text.assemble("  wants to call ", (str(call.get("name")), "yellow"), " ",
+                                      json.dumps(call.get("input", {}))))
+            if event.get("proposal") is not None:
+                c.print(Text.assemble("  proposes: ", str(event["proposal"])))
+        elif kind == "warning":
+            c.print(f"[yellow]warning[/yellow] {event.get('code')}: {event.get('message')}", highlight=False)
+        elif kind == "budget.warning":
+            c.print(f"[yellow]budget[/yellow] {event.get('limit')} at {float(event.get('pct', 0)):.0%}")
         elif kind == "phase.changed":
             c.print(f"[dim]phase {event['from']} → {event['to']}[/dim]")
         elif kind == "error":
@@ -66,4 +105,4 @@ class EventRenderer:
             style = "green" if event["status"] == "completed" else "yellow"
             c.print(f"[bold {style}]■ {event['status']}[/bold {style}] after {event['turns']} turn(s), "
                     f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens, "
-                    f"${event.get('cost_usd', 0):.6f}")
+                    f"{cost_text(event.get('cost_usd'))}")

@@ -253,7 +253,7 @@ def test_the_cli_runs_as_the_client_user_over_mutual_tls(fake_anthropic: FakeAnt
                              capture_output=True, text=True, timeout=60)
         assert run.returncode == 0, run.stdout + run.stderr
         assert "Hello over TLS." in run.stdout
-        shown = subprocess.run([*cli, "transcript", "cli-tls-1"], env=env, capture_output=True, text=True, timeout=30)
+        shown = subprocess.run([*cli, "transcript", "cli-tls-1", "--json"], env=env, capture_output=True, text=True, timeout=30)
         assert shown.returncode == 0, shown.stderr
         kinds = [json.loads(line)["kind"] for line in shown.stdout.splitlines() if line.startswith("{")]
         assert kinds[0] == "run.started" and kinds[-1] == "run.ended"

@@ -1,0 +1,103 @@
+"""Verbs that read: sessions, tools, transcript. Readable tables and text by default;
+`--json` prints JSON lines (one object per line, nothing else on stdout)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from loopwire.render import EventRenderer, cost_text
+from loopwire.shared.settings import Settings
+
+from .connection import cli_settings, client, fail, request, run_command, stdout_line
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="JSON lines: one object per line, nothing else on stdout.")]
+
+SESSIONS_LIST = "api.sessions.list"
+
+
+async def list_sessions(settings: Settings, status: str | None, limit: int, as_json: bool) -> None:
+    async with client(settings) as lw:
+        body: dict[str, Any] = {"limit": limit}
+        if status:
+            body["status"] = status
+        page = await request(lw, settings, f"{settings.subject_prefix}.{SESSIONS_LIST}", body)
+    sessions = page.get("sessions") or []
+    if as_json:
+        for row in sessions:
+            stdout_line(orjson.dumps(row).decode())
+        return
+    if not sessions:
+        Console().print("no sessions" + (f" with status {status}" if status else ""))
+        return
+    table = Table("session", "status", "profile", "turns", "tokens", "cost", "updated")
+    for row in sessions:
+        usage = row.get("usage") or {}
+        tokens = (f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out" if usage else "")
+        cost = cost_text(row.get("cost_usd")) if "cost_usd" in row else ""
+        table.add_row(str(row.get("session_id")), str(row.get("status")), str(row.get("profile") or ""),
+                      str(row.get("turns", "")), tokens, cost, str(row.get("updated_at") or ""))
+    Console().print(table)
+
+
+async def list_tools(settings: Settings, as_json: bool) -> None:
+    async with client(settings) as lw:
+        reply = await request(lw, settings, lw.subjects.tools_list, {})
+    tools = sorted(reply.get("tools") or [], key=lambda t: t.get("name", ""))
+    if as_json:
+        for tool in tools:
+            stdout_line(orjson.dumps(tool).decode())
+        return
+    if not tools:
+        Console().print("no tools known to the tools service")
+        return
+    table = Table("tool", "source", "description")
+    for tool in tools:
+        table.add_row(str(tool.get("name")), str(tool.get("source", "")), str(tool.get("description") or ""))
+    Console().print(table)
+
+
+async def print_transcript(settings: Settings, sid: str, after_seq: int, as_json: bool) -> None:
+    renderer = EventRenderer(Console(), show_json=as_json, replay=True)
+    shown = 0
+    async with client(settings) as lw:
+        after = after_seq
+        while True:
+            page = await request(lw, settings, lw.subjects.transcript_get,
+                                 {"session_id": sid, "after_seq": after, "limit": 1000})
+            for event in page.get("events") or []:
+                renderer(event)
+                shown += 1
+            if "next_after_seq" not in page:
+                break
+            after = page["next_after_seq"]
+        if shown == 0 and after_seq == 0:
+            session = await request(lw, settings, lw.subjects.session_get, {"session_id": sid})
+            if session.get("status") == "unknown":
+                fail(f"unknown session {sid!r}: no transcript")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def sessions(status: Annotated[str | None, typer.Option(
+                     help="Only sessions with this status (idle, running, awaiting_approval).")] = None,
+                 limit: Annotated[int, typer.Option(help="At most this many.")] = 100,
+                 as_json: JsonOpt = False) -> None:
+        """List sessions, most recently updated first."""
+        run_command(list_sessions(cli_settings(), status, limit, as_json))
+
+    @app.command()
+    def tools(as_json: JsonOpt = False) -> None:
+        """List the tools the tools service knows now."""
+        run_command(list_tools(cli_settings(), as_json))
+
+    @app.command()
+    def transcript(sid: Annotated[str, typer.Argument(help="Session id.")],
+                   after_seq: Annotated[int, typer.Option(help="Only events after this seq.")] = 0,
+                   as_json: JsonOpt = False) -> None:
+        """Print a session's transcript (every stored event, in seq order)."""
+        run_command(print_transcript(cli_settings(), sid, after_seq, as_json))
