@@ -34,11 +34,16 @@ async def nats_problem(settings: Settings) -> str | None:
 async def redis_problem(settings: Settings) -> str | None:
     import redis.asyncio as aioredis
 
-    client = aioredis.from_url(settings.redis_url, socket_connect_timeout=1.0, socket_timeout=1.0)
+    from loopwire.shared.credentials import display_url, redis_connect_options
+    from loopwire.shared.telemetry import redact
+
+    client = aioredis.from_url(settings.redis_url, socket_connect_timeout=1.0, socket_timeout=1.0,
+                               **redis_connect_options(settings))
     try:
         await client.ping()
     except Exception as exc:  # any failure is a reason to wait; it is shown, not raised
-        return f"cannot reach Redis at {settings.redis_url} ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"cannot reach Redis at {display_url(settings.redis_url)} ({redact(reason)})"
     finally:
         with contextlib.suppress(Exception):
             await client.aclose()
