@@ -4,7 +4,7 @@ PYTHON  ?= python3
 BIN      = $(VENV)/bin
 STAMP    = $(VENV)/.installed-stamp
 
-.PHONY: install run test test-unit lint bench compose-up compose-down clean
+.PHONY: install run test test-unit lint bench compose-up compose-down clean test-node-deps
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,8 +28,17 @@ $(BIN)/promtool: | $(STAMP)
 run: install
 	$(BIN)/loopwire up --embedded --demo
 
+# A third party's MCP server from npm (@modelcontextprotocol/server-everything), pinned by
+# tests/node/package-lock.json, for tests/e2e/test_mcp_servers.py. Without npm the test
+# falls back to `npx`, or skips; nothing else needs Node.
+test-node-deps:
+	@if command -v npm >/dev/null 2>&1; then \
+	  test tests/node/node_modules/.package-lock.json -nt tests/node/package-lock.json \
+	    || (cd tests/node && npm ci --no-audit --no-fund --loglevel=error); \
+	else echo "npm not found: the test with an MCP server from npm will be skipped"; fi
+
 ## test: every tier (unit, integration, e2e, deploy checks); servers are started by the fixtures
-test: install $(BIN)/promtool
+test: install $(BIN)/promtool test-node-deps
 	$(BIN)/pytest
 
 test-unit: install

@@ -59,7 +59,7 @@ class Running:
         return item
 
     def server_pid(self) -> int:
-        return int(self.pid_file.read_text())
+        return int(self.pid_file.read_text().split()[-1])
 
 
 @pytest.fixture(scope="module")

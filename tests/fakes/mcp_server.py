@@ -7,8 +7,9 @@ as loopwire tool providers. Run it as a process::
 Tools: `echo` (text), `echo_count` (how many times `echo` ran here), `fail` (an `isError` result), `pixel` (an image and text), `measure`
 (structured content), `enable_extra` (adds the tool `extra` and sends
 `notifications/tools/list_changed`), `sleep`, `whoami` (this process's pid: a restarted server
-answers with another). With `--pid-file PATH` the process writes its pid there at start,
-so a test can kill it.
+answers with another). With `--pid-file PATH` the process appends its pid to that file
+at start (one line per process: a restart, or a second tools replica, adds a line), so a
+test can kill it and count the processes.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ def main() -> None:
     parser.add_argument("--pid-file", default=None)
     args = parser.parse_args()
     if args.pid_file:
-        Path(args.pid_file).write_text(str(os.getpid()))
+        with Path(args.pid_file).open("a") as pids:
+            pids.write(f"{os.getpid()}\n")
     if args.http is not None:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
     else:
