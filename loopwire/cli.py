@@ -6,6 +6,7 @@
     loopwire run "prompt"               start a run and show its events live
     loopwire approve|deny|send|steer|abort SID ...,  sessions, tools, transcript SID
                                         (loopwire/commands/)
+    loopwire mcp [--http PORT]          the tools service's tools as an MCP server (stdio or HTTP)
 """
 
 from __future__ import annotations
@@ -154,6 +155,31 @@ def serve(name: Annotated[str, typer.Argument(help="router, llm, tools, memory o
     settings = _settings()
     _setup(settings)
     asyncio.run(serve_until_signal([name], settings))
+
+
+@app.command()
+def mcp(
+    http: Annotated[int | None, typer.Option("--http", metavar="PORT", help=(
+        "Serve streamable HTTP on this port (at /mcp) instead of stdio."))] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on with --http.")] = "127.0.0.1",
+) -> None:
+    """Serve the tools the tools service knows (NATS providers, Python tools, MCP servers)
+    to MCP clients; calls run through the tools service (docs/tools.md)."""
+    from loopwire.commands.connection import client, err_console, run_command
+    from loopwire.mcp_serve import serve_http, serve_stdio
+
+    settings = _settings()
+    _setup(settings)  # logs go to stderr: on stdio, stdout is the protocol
+
+    async def main() -> None:
+        async with client(settings) as lw:
+            if http is None:
+                await serve_stdio(settings, lw.nc)
+            else:
+                err_console.print(f"loopwire mcp: http://{host}:{http}/mcp", highlight=False)
+                await serve_http(settings, lw.nc, host, http)
+
+    run_command(main())
 
 
 @app.command()
