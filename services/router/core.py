@@ -249,9 +249,7 @@ def _on_steer(tx: _Tx, inp: i.SteerInput, cfg: CoreConfig) -> Decision:
         tx.emit("retracted", f"retracted:{run.pending_step}:steer", run.run_id, turn=run.turn + 1,
                 reason=STEERED_GENERATION)
     if run.checkpoint is not None:  # a steer withdraws the open checkpoint
-        approval.close(st, run)
-        if run.profile_phase == "review":
-            _phase(tx, run, "propose")
+        approval.close(st, run)  # turn_by_turn stays in review: the next reply is reviewed
     tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))
     tx.add_message({"role": "user", "content": content})
     run.last_prompt = truncate(user_text(user["content"]), PROMPT_CHARS)
@@ -282,11 +280,12 @@ def _on_decision(tx: _Tx, inp: i.DecisionInput, cfg: CoreConfig) -> Decision:
     approval.close(tx.st, run)
     approved = body.decision == "approve"
     if cp.kind == "proposal":
-        if approved:
+        if approved:  # the approved answer is carried out: it is the run's answer
+            _phase(tx, run, "execute")
             _phase(tx, run, "done")
             _end_run(tx, "completed", cp.text, cfg)
         else:
-            _phase(tx, run, "propose")
+            _phase(tx, run, "review")  # another round of review
             tx.add_message(approval.proposal_denied_message(body.note))
             _request_generation(tx, run)
         return tx.finish()
@@ -294,7 +293,7 @@ def _on_decision(tx: _Tx, inp: i.DecisionInput, cfg: CoreConfig) -> Decision:
     if not approved:
         denied.update(approval.user_denials(cp, body.note))
     if run.profile_phase == "review":
-        _phase(tx, run, "execute" if approved else "propose")
+        _phase(tx, run, "execute" if approved else "review")
     _execute(tx, run, cp.calls, denied)
     return tx.finish()
 
@@ -457,8 +456,6 @@ def _after_batch(tx: _Tx, run: RunState, blocks: list[dict[str, Any]]) -> None:
     tx.add_message({"role": "user", "content": content})
     profile = get_profile(run.config.profile)
     notes = progress_notes(profile.progress_injection, run, blocks, names)
-    if profile.reviews_every_turn and run.profile_phase == "execute":
-        _phase(tx, run, "propose")
     _request_generation(tx, run, notes=notes)
 
 
@@ -487,8 +484,9 @@ def _start_run(tx: _Tx, config: RunConfig, messages: list[dict[str, Any]], run_i
         else {}
     tx.emit("run.started", f"run.started:{run_id}", run_id, profile=config.profile,
             config=config.model_dump(mode="json"), **_lineage(config), **ignored)
-    if profile.planned:
+    if profile.snapshots_workspace:
         run.workspace = render_workspace(workspace)
+    if profile.planned:
         steps = planning.parse_plan(plan) if plan is not None else []
         if steps:  # a pre-built plan skips the plan phase
             run.plan = steps
@@ -513,6 +511,13 @@ def _phase(tx: _Tx, run: RunState, to: str) -> None:
     _emit_spec(tx, run, change_phase(run, to), "")
 
 
+def _to_review(tx: _Tx, run: RunState) -> None:
+    """turn_by_turn: a proposal made after executing goes back to review (execute→review);
+    one made in review stays there."""
+    if run.profile_phase == "execute" and get_profile(run.config.profile).reviews_every_turn:
+        _phase(tx, run, "review")
+
+
 def _emit_spec(tx: _Tx, run: RunState, spec: Any, key: str) -> None:
     if spec.kind == "phase.changed":
         key = f"phase.changed:{run.run_id}:{run.phase_changes}"
@@ -524,7 +529,7 @@ def _apply(tx: _Tx, run: RunState, step: NextStep, cfg: CoreConfig,
     if isinstance(step, NextStepExecuteTools):
         _dispatch(tx, run, step.calls, schemas)
     elif isinstance(step, NextStepReview):
-        _phase(tx, run, "review")
+        _to_review(tx, run)
         fields = approval.open_checkpoint(tx.st, run, "proposal", [], [], {}, step.text)
         tx.emit("approval.requested", f"approval.requested:{fields['checkpoint_id']}", run.run_id, **fields)
     elif isinstance(step, NextStepRunAgain):
@@ -572,11 +577,14 @@ def _request_generation(tx: _Tx, run: RunState, notes: list[str] | None = None) 
         if exhausted is not None:
             run.converging, run.converge_reason = "budget_exhausted", exhausted
             notes.append(OUT_OF_BUDGET_NOTE if strategy_loop.finish_offered(run) else budget.FINAL_ANSWER_NOTE)
-    if get_profile(run.config.profile).planned and run.converging is None:
+    profile = get_profile(run.config.profile)
+    if profile.planned and run.converging is None:
         if run.profile_phase == "plan":
             notes.append(planning.plan_note(run, run.config.tools))
         elif run.profile_phase == "execute" and run.plan:
             notes.append(planning.status_note(run))
+    elif profile.snapshots_workspace and run.workspace and run.tool_calls_made == 0 and run.converging is None:
+        notes.append(run.workspace)  # the WorkspaceSnapshot, while nothing has run that could change it
     offer = strategy_loop.offer(run)
     run.phase = "generate"
     run.gen_seq += 1
@@ -615,8 +623,7 @@ def _dispatch(tx: _Tx, run: RunState, calls: list[dict[str, Any]],
             _emit_spec(tx, run, spec, f"{spec.kind}:{run.run_id}:t{run.turn}:{n}:{m}")
     ask = strategy_loop.preview(run, calls, rejected, reserved)
     if ask:
-        if run.profile_phase == "propose":
-            _phase(tx, run, "review")
+        _to_review(tx, run)
         fields = approval.open_checkpoint(tx.st, run, "tool_calls", calls, ask, rejected, run.last_text)
         tx.emit("approval.requested", f"approval.requested:{fields['checkpoint_id']}", run.run_id, **fields)
         return

@@ -18,7 +18,7 @@ A profile is data:
 |---|---|---|---|---|---|
 | agentic | act | - | 50 | 0.8 | system_reminder |
 | agentic_planned | plan, execute, verify, done | plan→execute, execute→verify, verify→done | 100 | 0.8 | system_reminder |
-| turn_by_turn | propose, review, execute, done | propose→review, review→execute, review→propose, review→done, execute→propose | 50 | 0.85 | none |
+| turn_by_turn | review, execute, done | review→review, review→execute, execute→review, execute→done | 200 | 0.8 | none |
 | conversational | chat | - | 100 | 0.8 | none |
 | claude_code, opencode, codex, acp | - | - | unsupported: external executors are a later issue (`unsupported_profile`) |
 """
@@ -64,6 +64,10 @@ class Profile:
     """plan → execute → verify (planning.py)."""
     reviews_every_turn: bool = False
     """Every proposal waits for a human decision (approval.py)."""
+    snapshots_workspace: bool = False
+    """A run naming `metadata.workspace` gets its WorkspaceSnapshot (workspace.py, gathered
+    by the shell at the start) as a note: agentic_planned in its plan phase, turn_by_turn
+    until its first tool batch ran (after that the snapshot may be stale)."""
     implemented: bool = True
     notes: str = field(default="", compare=False)
 
@@ -90,9 +94,11 @@ _AGENTIC_STAGES: tuple[Stage, ...] = (FinishStage(), LoopDetectionStage(), Vacuo
                                       CommitmentGateStage(), RoutingStage())
 _PLANNED_STAGES: tuple[Stage, ...] = (FinishStage(), LoopDetectionStage(), VacuousAnswerStage(),
                                       CommitmentGateStage(), PlanStage(), RoutingStage())
-# turn_by_turn: the user reviews every proposal, so there is no commitment gate (a
-# promise without action is the user's to judge) and review replaces plain routing.
-_TURN_BY_TURN_STAGES: tuple[Stage, ...] = (LoopDetectionStage(), VacuousAnswerStage(), ReviewStage())
+# turn_by_turn (seed 000): the user reviews every proposal, so review replaces plain
+# routing; the commitment gate comes first, so a reply that only promises an action is
+# asked to act (a proposal the user could approve) before it reaches the user.
+_TURN_BY_TURN_STAGES: tuple[Stage, ...] = (LoopDetectionStage(), VacuousAnswerStage(), CommitmentGateStage(),
+                                           ReviewStage())
 
 PROFILES: dict[str, Profile] = {
     "agentic": Profile(
@@ -104,14 +110,14 @@ PROFILES: dict[str, Profile] = {
         phases=("plan", "execute", "verify", "done"),
         transitions=_moves("plan->execute", "execute->verify", "verify->done"),
         max_turns=100, compaction_at_pct=0.8, progress_injection="system_reminder",
-        max_inner_iterations=150, max_outer_iterations=10, offers_finish=True, planned=True),
+        max_inner_iterations=150, max_outer_iterations=10, offers_finish=True, planned=True,
+        snapshots_workspace=True),
     "turn_by_turn": Profile(
         "turn_by_turn", offers_tools=True, stages=_TURN_BY_TURN_STAGES,
-        phases=("propose", "review", "execute", "done"),
-        transitions=_moves("propose->review", "review->execute", "review->propose", "review->done",
-                           "execute->propose"),
-        max_turns=50, compaction_at_pct=0.85, progress_injection="none",
-        max_inner_iterations=100, max_outer_iterations=10, reviews_every_turn=True),
+        phases=("review", "execute", "done"),
+        transitions=_moves("review->review", "review->execute", "execute->review", "execute->done"),
+        max_turns=200, compaction_at_pct=0.8, progress_injection="none",
+        max_inner_iterations=200, max_outer_iterations=10, reviews_every_turn=True, snapshots_workspace=True),
     "conversational": Profile(
         "conversational", offers_tools=False, stages=(VacuousAnswerStage(), RoutingStage()), phases=("chat",),
         max_turns=100, compaction_at_pct=0.8, progress_injection="none",

@@ -41,6 +41,7 @@ from .core import Decision, decide
 from .effects import Effect, EmitEvent, PublishNotice
 from .ingress import check_session_id, decode_ingress
 from .observe import count_approvals, count_decision, record_ended_runs
+from .profiles import get_profile
 from .state import SessionState
 from .strategy import StrategyStore
 
@@ -159,7 +160,7 @@ class RouterService:
             roots = self.ctx.settings.workspace_roots
             path, refusal = await asyncio.to_thread(workspace.resolve_workspace, body.metadata, roots)
             inp.workspace_refusal = refusal
-            if path is not None and body.profile == "agentic_planned":
+            if path is not None and get_profile(body.profile).snapshots_workspace:
                 try:
                     # Bounded: a huge work tree must not hold the session's ingress.
                     inp.workspace = await asyncio.wait_for(asyncio.to_thread(workspace.gather, path, roots),

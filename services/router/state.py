@@ -130,7 +130,7 @@ class RunState(BaseModel):
     # -- profiles issue bookkeeping (schema 1, additive) --
     profile_phase: str = ""
     """The profile's phase (profiles.py transition table): `plan`/`execute`/`verify`,
-    `propose`/`review`/`execute`, ...; `phase` above is the step in flight."""
+    `review`/`execute`/`done`, ...; `phase` above is the step in flight."""
     phase_changes: int = 0
     """`phase.changed` events emitted in this run (their dedup keys count them)."""
     checkpoint: Checkpoint | None = None

@@ -6,8 +6,10 @@ settings restored from the transcript, the loop ladder, and turn_by_turn."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
@@ -15,7 +17,7 @@ from nats.aio.client import Client as NatsClient
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import ToolProvider, serve_tools, wait_for_tools
+from .conftest import ToolProvider, serve_tools, started_system, wait_for_tools
 from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
@@ -194,3 +196,78 @@ async def test_the_ladder_switches_without_a_fallback_by_raising_the_temperature
     assert temperatures[:4] == [None] * 4 and set(temperatures[4:]) == {1.0}, \
         "unset, then the model's default made explicit: the switch rung's change of sampling"
     assert ended["status"] == "loop_terminated"
+
+
+async def test_turn_by_turn_reviews_tool_calls_and_text_through_review_execute_done(
+        nc: NatsClient, fake: FakeAnthropic, tool_provider: ToolProvider) -> None:
+    """Seed 000: every proposal is reviewed; a denied call never runs and the model reads
+    why (review→review); an approved one runs (review→execute), the next proposal is
+    reviewed again (execute→review), and an approved answer ends the run (→ done)."""
+    await wait_for_tools(nc, {"add"})
+    fake.script("*", [
+        {"text": "I will add 2 and 2.", "tool_use": [{"name": "add", "input": {"a": 2, "b": 2}}]},
+        {"text": "Then 40 and 2.", "tool_use": [{"name": "add", "input": {"a": 40, "b": 2}}]},
+        {"text": "The answer is 42."},
+    ])
+    s = sid()
+    async with SessionEvents(nc, s) as ev:
+        await ev.publish("start", {"input": "What is 40 + 2?", "profile": "turn_by_turn", "tools": ["add"]})
+        first = await ev.wait_for("approval.requested")
+        await ev.publish("decision", {"checkpoint_id": first["checkpoint_id"], "decision": "deny",
+                                      "note": "wrong numbers"})
+        second = await ev.wait_for("approval.requested", count=2)
+        assert tool_provider.calls == [], "a denied call never reaches the provider"
+        await ev.publish("decision", {"checkpoint_id": second["checkpoint_id"], "decision": "approve"})
+        third = await ev.wait_for("approval.requested", count=3)
+        await ev.publish("decision", {"checkpoint_id": third["checkpoint_id"], "decision": "approve"})
+        ended = await ev.wait_for("run.ended")
+    ev.check_bodies()
+    assert first["tool_calls"][0]["input"] == {"a": 2, "b": 2} and "proposal" not in first
+    assert second["tool_calls"][0]["input"] == {"a": 40, "b": 2}
+    assert third["proposal"] == "The answer is 42."
+    assert [c[:2] for c in tool_provider.calls] == [("add", {"a": 40, "b": 2})], "only the approved call ran"
+    denied, ran = ev.of("tool.result")
+    assert denied["is_error"] and "denied by the user: wrong numbers" in denied["content"]
+    assert ran["content"] == "42" and not ran["is_error"]
+    assert [(p["from"], p["to"]) for p in ev.of("phase.changed")] == [
+        ("review", "review"), ("review", "execute"), ("execute", "review"), ("review", "execute"),
+        ("execute", "done")]
+    assert ended["status"] == "completed" and ended["final_text"] == "The answer is 42."
+    requests = fake.message_requests
+    assert len(requests) == 3, "decisions make no model call of their own"
+    assert "system-reminder" not in str(requests[2].get("system")), "turn_by_turn injects no progress note"
+
+
+async def test_turn_by_turn_starts_from_a_snapshot_of_its_workspace(
+        fake_anthropic: FakeAnthropic, tmp_path: Path) -> None:
+    """Seed 000's WorkspaceSnapshot stage: a turn_by_turn run naming a workspace (inside
+    the operator's LOOPWIRE_WORKSPACE_ROOTS) proposes knowing its files; once a tool has
+    run, the snapshot may be stale and is no longer shown."""
+    root = tmp_path / "work"
+    (root / "proj").mkdir(parents=True)
+    (root / "proj" / "deploy.sh").write_text("#!/bin/sh\necho deploy\n")
+    (root / "proj" / "AGENTS.md").write_text("Always run the tests first.")
+    fake_anthropic.reset()
+    fake_anthropic.script("*", [{"text": "Proposal.", "tool_use": [{"name": "add", "input": {"a": 1, "b": 1}}]},
+                                {"text": "Done: 2."}])
+    with started_system(fake_anthropic, LOOPWIRE_WORKSPACE_ROOTS=str(root)) as lw:
+        client = await nats.connect(lw.get_nats_url())
+        try:
+            _provider, svc = await serve_tools(client)
+            await wait_for_tools(client, {"add"})
+            async with SessionEvents(client, sid()) as ev:
+                await ev.publish("start", {"input": "deploy it", "profile": "turn_by_turn", "tools": ["add"],
+                                           "metadata": {"workspace": "proj"}})
+                asked = await ev.wait_for("approval.requested")
+                await ev.publish("decision", {"checkpoint_id": asked["checkpoint_id"], "decision": "approve"})
+                proposal = await ev.wait_for("approval.requested", count=2)
+                await ev.publish("decision", {"checkpoint_id": proposal["checkpoint_id"], "decision": "approve"})
+                ended = await ev.wait_for("run.ended")
+            await svc.stop()
+        finally:
+            await client.drain()
+    ev.check_bodies()
+    first, after_tool = (str(r.get("system")) for r in fake_anthropic.message_requests)
+    assert "deploy.sh" in first and "Always run the tests first." in first, "the snapshot's files and AGENTS.md"
+    assert "deploy.sh" not in after_tool
+    assert ended["status"] == "completed" and ended["final_text"] == "Done: 2."
