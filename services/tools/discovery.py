@@ -33,12 +33,15 @@ from nats.aio.msg import Msg
 
 from .registry import RESERVED_NAMES, TOOL_NAME_RE, compile_validator
 from .retry import RetryPolicy
+from .staging import EXECUTIONS, parse_depends_on
 
 log = logging.getLogger("loopwire.tools.discovery")
 
 INFO_SUBJECT = "$SRV.INFO"
 TOOL_KEY = "loopwire.tool"
 EXCLUSIVE_KEY = "loopwire.exclusive"
+EXECUTION_KEY = "loopwire.execution"
+DEPENDS_KEY = "loopwire.depends_on"
 
 
 @dataclass(eq=False)
@@ -52,6 +55,11 @@ class DiscoveredTool:
     service_name: str
     service_id: str
     exclusive: bool = False
+    execution: str = "parallel"
+    """`loopwire.execution`: `parallel`, `sequential` or `exclusive` (staging.py);
+    `loopwire.exclusive: "true"` is the older spelling of `exclusive`."""
+    depends_on: tuple[str, ...] = ()
+    """`loopwire.depends_on`: tools whose calls in the same turn finish first."""
     validator: Validator | None = field(default=None, repr=False)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     """From the endpoint metadata `loopwire.retries` / `loopwire.retry_backoff_s`."""
@@ -85,11 +93,21 @@ def parse_service_info(info: Any, warn: Callable[[str], None] = log.warning) -> 
         except (ValueError, SchemaError) as exc:
             warn(f"{where}: bad input_schema for tool {name}: {_short(exc)}; endpoint ignored")
             continue
+        exclusive = str(meta.get(EXCLUSIVE_KEY, "")).lower() == "true"
+        execution = str(meta.get(EXECUTION_KEY) or ("exclusive" if exclusive else "parallel")).strip().lower()
+        try:
+            if execution not in EXECUTIONS:
+                raise ValueError(f"{EXECUTION_KEY} {meta.get(EXECUTION_KEY)!r} is not one of {', '.join(EXECUTIONS)}")
+            depends_on = parse_depends_on(meta.get(DEPENDS_KEY))
+        except ValueError as exc:
+            # Run with another order than the provider asked for? No: the operator hears of it.
+            warn(f"{where}: tool {name}: {exc}; endpoint ignored")
+            continue
         tools.append(DiscoveredTool(
             name=name, description=str(meta.get("description") or ""), input_schema=schema,
             subject=subject, service_name=service_name, service_id=service_id,
-            exclusive=str(meta.get(EXCLUSIVE_KEY, "")).lower() == "true", validator=validator,
-            retry=RetryPolicy.from_metadata(meta),
+            exclusive=execution == "exclusive", execution=execution, depends_on=depends_on,
+            validator=validator, retry=RetryPolicy.from_metadata(meta),
         ))
     return tools
 

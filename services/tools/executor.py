@@ -6,9 +6,9 @@ gets an error result without reaching the tool; otherwise the tool runs under it
 timeout. Every outcome, failures included, becomes a result the model can read:
 nothing a tool does crashes the service.
 
-Calls run concurrently, except that an `exclusive` tool runs alone (the calls before
-it finish first, the calls after it wait) and a call waits for the earlier calls named
-in its `depends_on`. Each result is recorded under `tool:<sid>:<tool_use_id>` the
+Calls run concurrently, in the order their tools' execution hints and dependencies ask
+for (staging.py: `sequential` calls one after another, an `exclusive` call alone, a call
+after the calls it depends on; a dependency cycle is refused with error results). Each result is recorded under `tool:<sid>:<tool_use_id>` the
 moment it exists, then handed to `on_result` (the service emits `tool.result` there);
 the list returned is in the model's order.
 """
@@ -35,6 +35,7 @@ from .invoke import Outcome, ProviderUnavailable, call_provider, call_python
 from .mcp_client import McpTool, McpUnavailable
 from .registry import PythonTool, ToolError
 from .retry import TransientToolError, with_retries
+from .staging import Hint, Staging, hint_of, stage
 
 log = logging.getLogger("loopwire.tools.executor")
 
@@ -89,18 +90,22 @@ class Executor:
             await self.refresh()
             tools = [self.catalog.resolve(c.name) for c in calls]
 
-        prereqs = _prerequisites(calls, tools, env.denied)
+        # A denied call never runs, so it orders nothing.
+        plan = stage(calls, [Hint() if c.tool_use_id in env.denied else hint_of(t)
+                             for c, t in zip(calls, tools, strict=True)])
         finished = [asyncio.Event() for _ in calls]
+        outcomes: dict[int, ToolResultItem] = {}
 
         async def run(i: int) -> ToolResultItem:
             try:
                 if recorded[i] is not None:
                     item = ToolResultItem.model_validate(recorded[i])
                 else:
-                    for j in prereqs[i]:
+                    for j in () if i in plan.refused else plan.after[i]:  # a refused call waits on nothing
                         await finished[j].wait()
                     started = time.monotonic()
-                    item, keep = await self._run_one(env, calls[i], tools[i], cancel)
+                    item, keep = await self._run_one(env, calls[i], tools[i], cancel,
+                                                     refused=plan.refused.get(i) or _failed_need(calls, plan, outcomes, i))
                     metrics.observe_tool_call(calls[i].name, _outcome(item, keep, tools[i] is not None),
                                               time.monotonic() - started)
                     if self.blobs is not None:
@@ -111,6 +116,7 @@ class Executor:
                         stands = await self.steps.put_if_absent(step_key(env.session_id, item.tool_use_id),
                                                                 item.model_dump(mode="json"))
                         item = ToolResultItem.model_validate(stands)
+                outcomes[i] = item
                 if on_result is not None:
                     await on_result(item)
                 return item
@@ -128,9 +134,10 @@ class Executor:
         return [t.result() for t in tasks]
 
     async def _run_one(self, env: ExecuteTools, call: ToolCall, tool: ResolvedTool | None,
-                       cancel: CancelSignal | None) -> tuple[ToolResultItem, bool]:
+                       cancel: CancelSignal | None, refused: str | None = None) -> tuple[ToolResultItem, bool]:
         """One call's result, and whether to record it (a cancelled call is not: the same
-        tool_use_id may be asked for again and must then really run)."""
+        tool_use_id may be asked for again and must then really run). `refused`: the
+        staging's reason not to run it."""
         def error(text: str) -> tuple[ToolResultItem, bool]:
             return ToolResultItem(tool_use_id=call.tool_use_id, name=call.name, content=text,
                                   is_error=True), True
@@ -139,6 +146,8 @@ class Executor:
             return error(f"tool {call.name} was not run: {env.denied[call.tool_use_id] or 'denied'}")
         if tool is None:
             return error(f"unknown tool: {call.name}")
+        if refused is not None:
+            return error(refused)
         problem = validation_problem(tool, call.input)
         if problem is not None:
             return error(f"invalid input for tool {call.name}: {problem}")
@@ -212,23 +221,11 @@ def validation_problem(tool: ResolvedTool, arguments: dict[str, Any], limit: int
     return "; ".join(parts)
 
 
-def _prerequisites(calls: list[ToolCall], tools: list[ResolvedTool | None],
-                   denied: dict[str, str]) -> list[set[int]]:
-    """For each call, the indexes of the calls that must finish before it starts.
-    Only earlier calls count, so there is never a cycle."""
-    index = {c.tool_use_id: i for i, c in enumerate(calls)}
-    exclusive = [t is not None and t.exclusive and c.tool_use_id not in denied
-                 for c, t in zip(calls, tools, strict=True)]
-    out: list[set[int]] = []
-    for i, call in enumerate(calls):
-        pre = {j for j in range(i) if exclusive[i] or exclusive[j]}
-        for dep in call.depends_on:
-            j = index.get(dep)
-            if j is not None and j < i:
-                pre.add(j)
-            else:
-                log.debug("call %s depends on %s, which is not an earlier call; ignored",
-                          call.tool_use_id, dep)
-        out.append(pre)
-    return out
-
+def _failed_need(calls: list[ToolCall], plan: Staging, outcomes: dict[int, ToolResultItem],
+                 i: int) -> str | None:
+    """Why call `i` is not run when a call it depends on failed, else None."""
+    failed = [calls[j] for j in sorted(plan.needs[i]) if j in outcomes and outcomes[j].is_error]
+    if not failed:
+        return None
+    named = ", ".join(f"{c.name} ({c.tool_use_id})" for c in failed)
+    return f"tool {calls[i].name} was not run: it depends on {named}, which failed"

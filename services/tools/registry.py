@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from loopwire.shared.contract import RESERVED_TOOL_NAMES
 
 from .retry import RetryPolicy, TransientToolError  # noqa: F401 - TransientToolError is public here
+from .staging import EXECUTIONS
 
 log = logging.getLogger("loopwire.tools.registry")
 
@@ -69,6 +70,10 @@ class PythonTool:
     fn: Callable[..., Any]
     exclusive: bool = False
     """Runs alone: calls before it finish first, calls after it wait for it."""
+    execution: str | None = None
+    """`parallel`, `sequential` or `exclusive` (staging.py); None: from `exclusive`."""
+    depends_on: tuple[str, ...] = ()
+    """Tools whose calls in the same turn finish before a call of this one starts."""
     timeout_s: float | None = None
     """Overrides settings.tool_timeout_s for this tool."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -124,7 +129,8 @@ class ToolRegistry:
     def add(self, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None,
             exclusive: bool = False, timeout_s: float | None = None,
             input_schema: dict[str, Any] | None = None, retries: int = 0,
-            retry_backoff_s: float = 0.2) -> PythonTool:
+            retry_backoff_s: float = 0.2, execution: str | None = None,
+            depends_on: Iterable[str] = ()) -> PythonTool:
         """Register `fn`; a later registration under the same name replaces the earlier
         one (a module re-imported in tests, a deliberate override)."""
         tool_name = name or fn.__name__
@@ -132,6 +138,8 @@ class ToolRegistry:
             raise ValueError(f"tool name {tool_name!r} must match {TOOL_NAME_RE.pattern}")
         if tool_name in RESERVED_NAMES:
             raise ValueError(f"tool name {tool_name!r} is reserved")
+        if execution is not None and execution not in EXECUTIONS:
+            raise ValueError(f"execution {execution!r} of tool {tool_name!r} must be one of {', '.join(EXECUTIONS)}")
         summary, param_docs = parse_docstring(inspect.getdoc(fn) or "")
         model: type[BaseModel] | None = None
         if input_schema is None:
@@ -139,7 +147,8 @@ class ToolRegistry:
             input_schema = schema_of(model)
         spec = PythonTool(name=tool_name, description=description if description is not None else summary,
                           input_schema=input_schema, fn=fn, exclusive=exclusive, timeout_s=timeout_s,
-                          input_model=model, retry=RetryPolicy(retries, retry_backoff_s))
+                          input_model=model, retry=RetryPolicy(retries, retry_backoff_s),
+                          execution=execution, depends_on=tuple(depends_on))
         if tool_name in self._tools and self._tools[tool_name].fn is not fn:
             log.warning("tool %s registered again; the new definition replaces the old", tool_name)
         self._tools[tool_name] = spec
@@ -147,7 +156,8 @@ class ToolRegistry:
 
     def tool(self, fn: Callable[..., Any] | str | None = None, *, name: str | None = None,
              description: str | None = None, exclusive: bool = False, timeout_s: float | None = None,
-             input_schema: dict[str, Any] | None = None, retries: int = 0, retry_backoff_s: float = 0.2) -> Any:
+             input_schema: dict[str, Any] | None = None, retries: int = 0, retry_backoff_s: float = 0.2,
+             execution: str | None = None, depends_on: Iterable[str] = ()) -> Any:
         """Decorator: ``@reg.tool``, ``@reg.tool("name")`` or ``@reg.tool(name=..., ...)``.
         Returns the function unchanged, so it stays callable as before."""
         if isinstance(fn, str):
@@ -156,7 +166,7 @@ class ToolRegistry:
         def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
             self.add(func, name=name, description=description, exclusive=exclusive,
                      timeout_s=timeout_s, input_schema=input_schema, retries=retries,
-                     retry_backoff_s=retry_backoff_s)
+                     retry_backoff_s=retry_backoff_s, execution=execution, depends_on=depends_on)
             return func
 
         return decorate(fn) if fn is not None else decorate
@@ -168,11 +178,12 @@ default_registry = ToolRegistry()
 
 def tool(fn: Callable[..., Any] | str | None = None, *, name: str | None = None,
          description: str | None = None, exclusive: bool = False, timeout_s: float | None = None,
-         input_schema: dict[str, Any] | None = None, retries: int = 0, retry_backoff_s: float = 0.2) -> Any:
+         input_schema: dict[str, Any] | None = None, retries: int = 0, retry_backoff_s: float = 0.2,
+         execution: str | None = None, depends_on: Iterable[str] = ()) -> Any:
     """Register a function as a tool in :data:`default_registry` (see `ToolRegistry.tool`)."""
     return default_registry.tool(fn, name=name, description=description, exclusive=exclusive,
                                  timeout_s=timeout_s, input_schema=input_schema, retries=retries,
-                                 retry_backoff_s=retry_backoff_s)
+                                 retry_backoff_s=retry_backoff_s, execution=execution, depends_on=depends_on)
 
 
 def load_modules(modules: Iterable[str]) -> list[str]:
