@@ -33,9 +33,13 @@ class RunFailedToStart(RuntimeError):
 
 
 class LoopwireClient:
-    def __init__(self, nc: NatsClient, prefix: str = "loopwire", own_connection: bool = False) -> None:
+    def __init__(self, nc: NatsClient, prefix: str = "loopwire", own_connection: bool = False,
+                 tenant: str | None = None) -> None:
+        """`tenant`: with tenants on (docs/security.md), the tenant this client acts for:
+        its session ids are `<tenant>.<sid>` and its queries go to that tenant's subjects."""
         self.nc = nc
-        self.subjects = Subjects(prefix)
+        self.subjects = Subjects(prefix, tenants=tenant is not None)
+        self.tenant = tenant
         self._own = own_connection
 
     @classmethod
@@ -49,8 +53,11 @@ class LoopwireClient:
     async def from_settings(cls, settings: Settings, **options: Any) -> LoopwireClient:
         """Connect as the operator configured it: `LOOPWIRE_NATS_URL`, its credentials and
         TLS (shared/credentials.py, the same options the services use) and the prefix."""
+        if settings.tenant:
+            # deploy/nats/tenants.conf gives each tenant's user only its own reply inbox
+            options = {"inbox_prefix": f"_INBOX_{settings.tenant}", **options}
         nc = await nats.connect(**{**nats_connect_options(settings), **options})
-        return cls(nc, settings.subject_prefix, own_connection=True)
+        return cls(nc, settings.subject_prefix, own_connection=True, tenant=settings.tenant)
 
     async def __aenter__(self) -> LoopwireClient:
         return self
@@ -68,18 +75,33 @@ class LoopwireClient:
         (`{"stream": ..., "seq": ..., "duplicate"?: true}`): durably accepted."""
         data = body if isinstance(body, bytes) else orjson.dumps(body)
         headers = {"Nats-Msg-Id": msg_id} if msg_id else None
-        reply = await self.nc.request(self.subjects.ingress(sid, verb), data, timeout=timeout, headers=headers)
+        reply = await self.nc.request(self.subjects.ingress(self.scoped(sid), verb), data, timeout=timeout,
+                                      headers=headers)
         return orjson.loads(reply.data)
 
     async def session_get(self, sid: str, timeout: float = 5.0) -> dict[str, Any]:
-        reply = await self.nc.request(self.subjects.session_get, orjson.dumps({"session_id": sid}), timeout=timeout)
+        reply = await self.nc.request(self.subjects.query("session.get", self.tenant),
+                                      orjson.dumps({"session_id": self.scoped(sid)}), timeout=timeout)
         return orjson.loads(reply.data)
 
     async def transcript_get(self, sid: str, after_seq: int = 0, limit: int = 1000,
                              timeout: float = 5.0) -> dict[str, Any]:
-        body = {"session_id": sid, "after_seq": after_seq, "limit": limit}
-        reply = await self.nc.request(self.subjects.transcript_get, orjson.dumps(body), timeout=timeout)
+        body = {"session_id": self.scoped(sid), "after_seq": after_seq, "limit": limit}
+        reply = await self.nc.request(self.subjects.query("transcript.get", self.tenant), orjson.dumps(body),
+                                      timeout=timeout)
         return orjson.loads(reply.data)
+
+    async def sessions_list(self, status: str | None = None, limit: int = 100, cursor: str | None = None,
+                            timeout: float = 5.0) -> dict[str, Any]:
+        """One page of sessions, most recently updated first (`cursor` of the reply: the next)."""
+        body = {"status": status, "limit": limit, "cursor": cursor}
+        reply = await self.nc.request(self.subjects.query("sessions.list", self.tenant), orjson.dumps(body),
+                                      timeout=timeout)
+        return orjson.loads(reply.data)
+
+    def scoped(self, sid: str) -> str:
+        """`sid` as the session id it is: `<tenant>.<sid>` for a client of a tenant."""
+        return f"{self.tenant}.{sid}" if self.tenant and "." not in sid else sid
 
     async def run(self, sid: str, start: dict[str, Any], on_event: EventCallback | None = None,
                   timeout: float = 300.0) -> dict[str, Any]:
@@ -89,7 +111,7 @@ class LoopwireClient:
         async def collect(msg: Any) -> None:
             queue.put_nowait(orjson.loads(msg.data))
 
-        sub = await self.nc.subscribe(self.subjects.session_events(sid), cb=collect)
+        sub = await self.nc.subscribe(self.subjects.session_events(self.scoped(sid)), cb=collect)
         try:
             await self.publish(sid, "start", {"v": 1, **start}, msg_id=uuid.uuid4().hex)
             run_id: str | None = None

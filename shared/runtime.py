@@ -223,7 +223,7 @@ def build_context(settings: Settings, broker: NatsBroker) -> ServiceContext:
     redis = connect_redis(settings.redis_url, **redis_connect_options(settings))
     return ServiceContext(
         settings=settings,
-        subjects=Subjects(settings.subject_prefix),
+        subjects=Subjects(settings.subject_prefix, settings.tenants),
         redis=redis,
         sessions=RedisSessionStore(redis, settings.session_ttl_s),
         steps=RedisStepStore(redis, settings.step_result_ttl_s),

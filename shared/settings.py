@@ -38,6 +38,16 @@ class Settings(BaseSettings):
     """Client certificate (PEM) for NATS mutual TLS (with LOOPWIRE_NATS_TLS_KEY)."""
     nats_tls_key: str | None = None
     """Private key (PEM) of LOOPWIRE_NATS_TLS_CERT."""
+    tenants: bool = False
+    """Tenants (docs/security.md): every session id is `<tenant>.<sid>`, so its subjects
+    carry the tenant as a token of their own (`<prefix>.in.<tenant>.<sid>.<verb>`,
+    `<prefix>.out.<tenant>.<sid>.<kind>`) that NATS permissions can match, and queries
+    are also answered on `<prefix>.api.<tenant>.<query>` for that tenant's sessions only.
+    Off: session ids are one token and carry no tenant."""
+    tenant: str | None = None
+    """The tenant a client (the CLI, LoopwireClient.from_settings) acts for when tenants
+    are on: its queries go to `<prefix>.api.<tenant>.…` and its reply inbox is
+    `_INBOX_<tenant>` (deploy/nats/tenants.conf)."""
     redis_url: str = "redis://127.0.0.1:6379/0"
     """Redis for session state, step records, the event log and blobs; `rediss://` for
     TLS. A password in the URL is never printed."""

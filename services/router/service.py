@@ -97,9 +97,10 @@ class RouterService:
     async def on_ingress(self, msg: Delivery) -> None:
         raw = msg.raw_message
         parsed = self.ctx.subjects.parse_ingress(raw.subject)
-        if parsed is None or not check_session_id(parsed[0]):
+        if parsed is None or not check_session_id(parsed[0], self.ctx.settings.tenants):
             log.warning("ingress on %r dropped: the session id must be 1-128 characters of "
-                        "[A-Za-z0-9_-]", raw.subject)
+                        "[A-Za-z0-9_-]%s", raw.subject,
+                        ", after a tenant token (LOOPWIRE_TENANTS)" if self.ctx.settings.tenants else "")
             await msg.reject()
             return
         sid, verb = parsed

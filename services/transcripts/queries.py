@@ -19,15 +19,18 @@ from loopwire.shared.contract import (
 from loopwire.shared.event_log import EventLogStore
 from loopwire.shared.input_guard import deeper_than, version_problem
 from loopwire.shared.session_store import SessionStore
-from loopwire.shared.subjects import valid_session_id
+from loopwire.shared.subjects import tenant_of, valid_session_id
 
 from .rebuild import read_transcript, reconstruct
 
 Q = TypeVar("Q", SessionGetRequest, TranscriptGetRequest, SessionsListRequest)
 
 
-def parse_query(data: bytes, model: type[Q], max_depth: int = 32) -> Q | dict[str, Any]:
-    """A request model, or the error reply to send back."""
+def parse_query(data: bytes, model: type[Q], max_depth: int = 32, tenants: bool = False,
+                tenant: str | None = None) -> Q | dict[str, Any]:
+    """A request model, or the error reply to send back. `tenant`: the query came on that
+    tenant's subject (`<prefix>.api.<tenant>.…`): its `session_id` is one of that tenant's
+    (`<sid>` or `<tenant>.<sid>`), never another's."""
     try:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -43,8 +46,16 @@ def parse_query(data: bytes, model: type[Q], max_depth: int = 32) -> Q | dict[st
         req = model.model_validate(raw)
     except ValidationError as exc:
         return error_reply("invalid_request", describe_validation_error(exc))
-    if isinstance(req, SessionGetRequest | TranscriptGetRequest) and not valid_session_id(req.session_id):
-        return error_reply("invalid_session_id", "session_id must be 1-128 characters of [A-Za-z0-9_-]")
+    if isinstance(req, SessionGetRequest | TranscriptGetRequest):
+        sid = req.session_id
+        if tenant is not None:
+            sid = sid if "." in sid else f"{tenant}.{sid}"
+            if tenant_of(sid) != tenant:
+                return error_reply("invalid_session_id", f"session {req.session_id!r} is not one of tenant {tenant}'s")
+            req = req.model_copy(update={"session_id": sid})
+        if not valid_session_id(sid, tenants):
+            shape = "<tenant>.<sid>, each " if tenants else ""
+            return error_reply("invalid_session_id", f"session_id must be {shape}1-128 characters of [A-Za-z0-9_-]")
     return req
 
 

@@ -1,11 +1,17 @@
-"""The transcripts service: answers `session.get`, `transcript.get` and `sessions.list` (core
-request/reply, one queue group across replicas). The event log itself is written by the
-emitting services through shared.event_log (seq assignment and storage in one Lua call)
-and published to LOOPWIRE_EVENTS."""
+"""The transcripts service: answers `session.get`, `transcript.get` and `sessions.list`
+(core request/reply, one queue group across replicas). The event log itself is written by
+the emitting services through shared.event_log (seq assignment and storage in one Lua
+call) and published to LOOPWIRE_EVENTS.
+
+With tenants (LOOPWIRE_TENANTS) each query is also answered on
+`<prefix>.api.<tenant>.<query>`, for that tenant's sessions only: the tenant comes from
+the subject, which NATS permissions restrict, never from the body."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 from faststream.nats import NatsBroker, NatsMessage
@@ -18,6 +24,9 @@ from .sessions_list import sessions_list
 
 log = logging.getLogger("loopwire.transcripts")
 
+Answer = Callable[[Any, str | None], Awaitable[dict[str, Any]]]
+"""A query's answer from its request and the tenant of its subject (None: none)."""
+
 
 class TranscriptsService:
     name = "transcripts"
@@ -27,9 +36,17 @@ class TranscriptsService:
 
     def register(self, broker: NatsBroker) -> None:
         queue = f"{self.ctx.settings.subject_prefix}-transcripts"
-        broker.subscriber(self.ctx.subjects.session_get, queue=queue)(self.on_session_get)
-        broker.subscriber(self.ctx.subjects.transcript_get, queue=queue)(self.on_transcript_get)
-        broker.subscriber(self.ctx.subjects.sessions_list, queue=queue)(self.on_sessions_list)
+        subjects = self.ctx.subjects
+        queries: dict[str, tuple[type[Any], Answer]] = {
+            "session.get": (SessionGetRequest, lambda req, _: session_get(req, self.ctx.sessions, self.ctx.events)),
+            "transcript.get": (TranscriptGetRequest, lambda req, _: transcript_get(req, self.ctx.events)),
+            "sessions.list": (SessionsListRequest, lambda req, tenant: sessions_list(req, self.ctx.sessions, tenant)),
+        }
+        for name, (model, answer) in queries.items():
+            broker.subscriber(subjects.query(name), queue=queue)(self._handler(name, model, answer, False))
+            if self.ctx.settings.tenants:
+                broker.subscriber(subjects.query(name, tenant="*"), queue=queue)(
+                    self._handler(name, model, answer, True))
 
     async def start(self) -> None:
         return None
@@ -37,32 +54,20 @@ class TranscriptsService:
     async def stop(self) -> None:
         return None
 
-    async def on_session_get(self, msg: NatsMessage) -> bytes:
-        req = parse_query(msg.body, SessionGetRequest, self.ctx.settings.max_body_depth)
-        if isinstance(req, dict):
-            return orjson.dumps(req)
-        try:
-            return orjson.dumps(await session_get(req, self.ctx.sessions, self.ctx.events))
-        except Exception as exc:
-            log.exception("session.get failed")
-            return orjson.dumps(error_reply("internal", f"session.get failed: {exc}"))
+    def _handler(self, name: str, model: type[Any], answer: Answer,
+                 tenant_scoped: bool) -> Callable[[NatsMessage], Awaitable[bytes]]:
+        settings = self.ctx.settings
 
-    async def on_transcript_get(self, msg: NatsMessage) -> bytes:
-        req = parse_query(msg.body, TranscriptGetRequest, self.ctx.settings.max_body_depth)
-        if isinstance(req, dict):
-            return orjson.dumps(req)
-        try:
-            return orjson.dumps(await transcript_get(req, self.ctx.events))
-        except Exception as exc:
-            log.exception("transcript.get failed")
-            return orjson.dumps(error_reply("internal", f"transcript.get failed: {exc}"))
+        async def handle(msg: NatsMessage) -> bytes:
+            tenant = self.ctx.subjects.tenant_of_query(msg.raw_message.subject) if tenant_scoped else None
+            req = parse_query(msg.body, model, settings.max_body_depth, settings.tenants, tenant)
+            if isinstance(req, dict):
+                return orjson.dumps(req)
+            try:
+                return orjson.dumps(await answer(req, tenant))
+            except Exception as exc:
+                log.exception("%s failed", name)
+                return orjson.dumps(error_reply("internal", f"{name} failed: {exc}"))
 
-    async def on_sessions_list(self, msg: NatsMessage) -> bytes:
-        req = parse_query(msg.body, SessionsListRequest, self.ctx.settings.max_body_depth)
-        if isinstance(req, dict):
-            return orjson.dumps(req)
-        try:
-            return orjson.dumps(await sessions_list(req, self.ctx.sessions))
-        except Exception as exc:
-            log.exception("sessions.list failed")
-            return orjson.dumps(error_reply("internal", f"sessions.list failed: {exc}"))
+        handle.__name__ = f"on_{name.replace('.', '_')}{'_of_tenant' if tenant_scoped else ''}"
+        return handle

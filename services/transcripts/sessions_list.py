@@ -35,21 +35,20 @@ def rfc3339_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def summary(public_sid: str, state: dict[str, Any], ms: int) -> dict[str, Any]:
+def summary(sid: str, state: dict[str, Any], ms: int) -> dict[str, Any]:
     run = state.get("run") or {}
     config = run.get("config") or state.get("last_config") or {}
-    return {"session_id": public_sid, "status": state.get("status", "idle"), "profile": config.get("profile"),
+    return {"session_id": sid, "status": state.get("status", "idle"), "profile": config.get("profile"),
             "turns": state.get("turns", 0), "updated_at": rfc3339_ms(ms)}
 
 
 async def sessions_list(req: SessionsListRequest, sessions: SessionStore, tenant: str | None = None) -> dict[str, Any]:
-    """One page for `tenant`'s sessions (its own index; session ids shown without the
-    tenant token), or for the sessions without a tenant."""
+    """One page of `tenant`'s sessions (its own index), or of the sessions without a
+    tenant."""
     after = parse_cursor(req.cursor)
     if isinstance(after, dict):
         return after
     index = sessions_index_key(f"{tenant}.x" if tenant else "x")
-    strip = len(tenant) + 1 if tenant else 0
     listed: list[dict[str, Any]] = []
     scanned = 0
     exhausted = False
@@ -66,7 +65,7 @@ async def sessions_list(req: SessionsListRequest, sessions: SessionStore, tenant
                 continue
             if req.status is not None and state.get("status", "idle") != req.status:
                 continue
-            listed.append(summary(sid[strip:], state, ms))
+            listed.append(summary(sid, state, ms))
             if len(listed) == req.limit:
                 break
     cursor = None if exhausted or after is None else f"{after[0]}:{after[1]}"
