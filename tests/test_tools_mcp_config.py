@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from loopwire.shared.settings import Settings
-from loopwire.tools.mcp_config import McpConfigError, parse_servers
+from loopwire.shared.telemetry import redact, register_secret
+from loopwire.tools.mcp_config import McpConfigError, parse_servers, secret_values
 
 pytestmark = pytest.mark.unit
 
@@ -27,3 +28,17 @@ def test_the_setting_is_checked_with_clear_errors() -> None:
         assert "secret-token" not in str(err.value)
     with pytest.raises(ValueError, match="not JSON"):
         Settings(mcp_servers="{nope")  # type: ignore[arg-type]
+
+
+def test_tokens_in_headers_and_secret_variables_are_masked_everywhere() -> None:
+    servers = parse_servers({
+        "web": {"url": "http://h/mcp", "headers": {"Authorization": "Bearer tok-3f9a1c", "X-Trace": "on-please"}},
+        "fs": {"command": "srv", "env": {"GITHUB_TOKEN": "ghp-77aa", "LOG_LEVEL": "warn"}},
+    })
+    values = secret_values(servers)
+    assert {"Bearer tok-3f9a1c", "tok-3f9a1c", "on-please", "ghp-77aa"} <= set(values)
+    assert "warn" not in values
+    for value in values:
+        register_secret(value, min_length=4)
+    assert redact("server said: bad token tok-3f9a1c; env ghp-77aa") == (
+        "server said: bad token ***; env ***")

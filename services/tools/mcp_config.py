@@ -98,5 +98,23 @@ def parse_servers(raw: dict[str, Any]) -> dict[str, McpServerConfig]:
     return out
 
 
+SECRET_ENV_RE = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
+
+
+def secret_values(configs: dict[str, McpServerConfig]) -> list[str]:
+    """What to mask in every redacted output (shared/telemetry.register_secret): every
+    header value, and the values of variables named like secrets. A server that echoes its
+    token in an error message then shows `***` in log lines, spans and error events.
+    (Masking every `env` value would garble logs with words like `warn`.)"""
+    values: list[str] = []
+    for cfg in configs.values():
+        values.extend(cfg.headers.values())
+        for key, value in cfg.headers.items():
+            if key.lower() == "authorization" and " " in value:
+                values.append(value.split(" ", 1)[1])  # the bare token after "Bearer "
+        values.extend(value for key, value in cfg.env.items() if SECRET_ENV_RE.search(key))
+    return values
+
+
 def loopwire_name(server: str, tool: str) -> str:
     return f"{server}{SEPARATOR}{tool}"

@@ -38,13 +38,14 @@ from loopwire.shared.contract import error_reply
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem, ToolsResult
 from loopwire.shared.inflight import CancelSignal, Heartbeat, InflightSteps
 from loopwire.shared.runtime import ServiceContext
+from loopwire.shared.telemetry import register_secret
 
 from .catalog import Catalog, catalog_max_age, read_catalog_entries
 from .direct_call import DirectCalls
 from .discovery import Discovery
 from .executor import Executor
 from .mcp_client import McpServers
-from .mcp_config import parse_servers
+from .mcp_config import parse_servers, secret_values
 from .registry import ToolRegistry, default_registry, load_modules
 
 log = logging.getLogger("loopwire.tools")
@@ -97,6 +98,8 @@ class ToolsService:
         if loaded:
             log.info("tool modules %s loaded: %d in-process tools", ", ".join(loaded), len(self.registry))
         servers = parse_servers(settings.mcp_servers)  # a bad entry stops the start, clearly
+        for secret in secret_values(servers):
+            register_secret(secret, min_length=4)
         if servers:
             self.mcp = McpServers.from_config(servers, on_change=self._mcp_changed)
             self.catalog.mcp = self.mcp
