@@ -25,6 +25,7 @@ from loopwire.shared.credentials import display_url, nats_security, nats_servers
 from loopwire.shared.http_server import Handle, start_http_server
 from loopwire.shared.message_metrics import message_metrics_middleware
 from loopwire.shared.metrics import sample_consumers
+from loopwire.shared.redis_conn import warn_if_volatile
 from loopwire.shared.runtime import Service, ServiceContext, build_context
 from loopwire.shared.settings import Settings
 from loopwire.shared.streams import ensure_streams
@@ -125,6 +126,7 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     setup_tracing("loopwire" if len(names) > 1 else f"loopwire-{names[0]}")
     broker = make_broker(settings)
     ctx = build_context(settings, broker)
+    await warn_if_volatile(ctx.redis)
     services = [classes[name](ctx) for name in names]
     if settings.local_handover and len(services) > 1:
         ctx.local = {service.name: service for service in services}

@@ -25,30 +25,36 @@ root. Work already recorded is answered from its record; a tool whose result was
 recorded runs again with the same tool-use id. Only the root's own result recovers: hops
 started later in a recovered chain are ordinary ones (no outbox is replayed twice).
 
-Settling: a hop's handler acks, nacks or rejects its `Delivery` as it would a JetStream
-message. The root is nacked (redelivered after NACK_DELAY_S, and recovered) if any
-handler of the chain nacked (or raised), else rejected if one rejected its delivery (a
-body that can never decode), else acked.
+Settling is the handler runner's (`run_handler`), never the handler's: a handler that
+returns has done its work; one that raises is judged by the one redelivery policy
+(shared/redelivery.py), the same for a JetStream message and a hop handed over here. The
+root is acked when every delivery of its chain returned; nacked with the policy's delay
+(growing with the root's delivery count) if any met an outage or a fault not yet given up;
+and given up (reported as a dead letter, then terminated) if one raised `Undeliverable` or
+kept failing with a fault. While any handler of the chain runs, the runner keeps the
+root alive with `in_progress()` every ack_wait/3.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+import orjson
 from pydantic import BaseModel
 
 from .chain_balance import ChainBalance
 from .inflight import Heartbeat
+from .redelivery import DeadLetter, RedeliveryPolicy, Undeliverable, is_outage
 
 log = logging.getLogger("loopwire.chain")
 
-NACK_DELAY_S = 1.0
-
 WorkHandler = Callable[["Delivery"], Awaitable[Any]]
+ReportDeadLetter = Callable[[DeadLetter], Awaitable[None]]
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -63,9 +69,11 @@ def decode(delivery: Delivery, model: type[M]) -> M:
 
 
 class Chain:
-    """The root message of a chain and the count of its hops not yet settled."""
+    """The root message of a chain, the count of its deliveries not yet settled, and the
+    worst outcome among those that were."""
 
-    def __init__(self, root: Any, delivered: int, ack_wait_s: float, holds: bool) -> None:
+    def __init__(self, root: Any, delivered: int, ack_wait_s: float, holds: bool,
+                 policy: RedeliveryPolicy | None = None, report: ReportDeadLetter | None = None) -> None:
         self.root = root
         """The JetStream message (FastStream's NatsMessage) the chain settles at its end."""
         self.delivered = delivered
@@ -73,10 +81,15 @@ class Chain:
         llm retracts a partial answer streamed by an earlier attempt when it is > 1)."""
         self.holds = holds
         """Whether hops may be handed off under this root (not under ingress messages)."""
-        self._ack_wait_s = ack_wait_s
+        self.ack_wait_s = ack_wait_s
+        self.policy = policy or RedeliveryPolicy()
+        self.report = report
+        """Publishes a dead letter (shared/dead_letters.py); None: a message given up is
+        only logged (the dead-letter consumer's own messages)."""
         self._open = 1  # the root's own handler
         self._outcome = "ack"
-        self._delay = NACK_DELAY_S
+        self._delay: float | None = None
+        self._failed: tuple[Delivery, str] | None = None
         self._heartbeat: Heartbeat | None = None
         self.hops = 0
         """Hops handed off under this root so far."""
@@ -87,18 +100,26 @@ class Chain:
     def open(self) -> int:
         return self._open
 
+    @property
+    def kept_alive(self) -> bool:
+        """Whether the chain's own timer sends the root's heartbeats (hops are held)."""
+        return self._heartbeat is not None
+
     def retain(self) -> None:
         self._open += 1
         if self._heartbeat is None:
             # From now on the chain may outlive the root's handler and its heartbeat.
-            self._heartbeat = Heartbeat(self.root.in_progress, self._ack_wait_s).__enter__()
+            self._heartbeat = Heartbeat(self.root.in_progress, self.ack_wait_s).__enter__()
 
-    async def release(self, outcome: str, delay: float | None = None) -> None:
-        if outcome == "nack":
-            self._outcome = "nack"
-            self._delay = delay if delay is not None else self._delay
-        elif outcome == "reject" and self._outcome == "ack":
-            self._outcome = "reject"
+    async def release(self, delivery: Delivery, outcome: str, delay: float | None = None,
+                      reason: str = "") -> None:
+        """`outcome`: ack, nack (an outage, or a handler's own nack), fault, or give_up."""
+        if _RANK[outcome] > _RANK[self._outcome]:
+            self._outcome = outcome
+        if outcome == "nack" and delay is not None:
+            self._delay = delay
+        if outcome in ("fault", "give_up") and self._failed is None:
+            self._failed = (delivery, reason)
         self._open -= 1
         if self._open > 0:
             return
@@ -106,24 +127,84 @@ class Chain:
             self._heartbeat.__exit__(None, None, None)
         if self.on_end is not None:
             self.on_end()
-        if self._outcome == "nack":
-            await self.root.nack(delay=self._delay)
-        elif self._outcome == "reject":
-            await self.root.reject()
+        await self._settle_root()
+
+    async def _settle_root(self) -> None:
+        outcome, policy = self._outcome, self.policy
+        if outcome == "fault" and policy.gives_up(self.delivered, fault=True):
+            outcome = "give_up"
+        if outcome == "give_up":
+            assert self._failed is not None
+            delivery, reason = self._failed
+            if await self._give_up(delivery, reason):
+                await self.root.reject()
+                return
+            outcome = "nack"  # the dead letter could not be published (NATS away): later
+        if outcome == "nack":
+            await self.root.nack(delay=self._delay if self._delay is not None else policy.delay(self.delivered))
+        elif outcome == "fault":
+            await self.root.nack(delay=FAULT_DELAY_S)
         else:
             await self.root.ack()
+
+    async def _give_up(self, delivery: Delivery, reason: str) -> bool:
+        letter = dead_letter_of(self, delivery, reason)
+        log.error("giving up %s of session %s (run %s, step %s) after %d deliveries: %s", letter.subject,
+                  letter.session_id, letter.run_id, letter.step_id, letter.deliveries, reason)
+        if self.report is None:
+            return True
+        try:
+            await self.report(letter)
+        except Exception as exc:
+            log.warning("the dead letter for %s could not be published (%s); redelivering it", letter.subject, exc)
+            return False
+        return True
+
+
+_RANK = {"ack": 0, "fault": 1, "nack": 2, "give_up": 3}
+FAULT_DELAY_S = 1.0
+"""Pause before the next delivery after a fault (it is given up after a few)."""
+
+
+def dead_letter_of(chain: Chain, delivery: Delivery, reason: str) -> DeadLetter:
+    """What is known of a delivery given up: its root's place in JetStream, and the session,
+    run and step of the failing envelope (the model handed off, the body, or the headers)."""
+    raw = getattr(chain.root, "raw_message", None)
+    meta = getattr(raw, "metadata", None)
+    stream = consumer = ""
+    seq = 0
+    with contextlib.suppress(Exception):
+        stream, consumer, seq = meta.stream, meta.consumer, int(meta.sequence.stream)  # type: ignore[union-attr]
+    ids: dict[str, Any] = {}
+    envelope = delivery.envelope
+    if envelope is not None:
+        ids = {k: getattr(envelope, k, None) for k in ("session_id", "run_id", "step_id")}
+    elif delivery.body:
+        with contextlib.suppress(Exception):
+            body = orjson.loads(delivery.body)
+            if isinstance(body, dict):
+                ids = {k: body.get(k) for k in ("session_id", "run_id", "step_id")}
+    headers = getattr(delivery.raw_message, "headers", None) or {}
+    ids = {k: v if isinstance(v, str) else None for k, v in ids.items()}
+    subject = delivery.subject or getattr(delivery.raw_message, "subject", "") or ""
+    return DeadLetter(stream=stream, stream_seq=seq, consumer=consumer, subject=subject,
+                      deliveries=chain.delivered,
+                      session_id=ids.get("session_id") or headers.get("Loopwire-Session-Id"),
+                      run_id=ids.get("run_id") or headers.get("Loopwire-Run-Id"),
+                      step_id=ids.get("step_id"), reason=reason)
 
 
 class Delivery:
     """One work envelope as its handler sees it, whether JetStream delivered it (the root
-    of a chain) or the router handed it off in this process. Settle it exactly like a
-    JetStream message: `ack()`, `nack(delay)` or `reject()`; `in_progress()` keeps the
-    chain's root alive."""
+    of a chain) or the router handed it off in this process. The handler returns when its
+    work is done and raises when it is not (`run_handler` settles it); `ack()`, `nack(delay)`
+    and `reject()` settle it explicitly, exactly like a JetStream message."""
 
-    __slots__ = ("body", "envelope", "seen", "delivered", "recover", "raw_message", "_chain", "_settled")
+    __slots__ = ("body", "envelope", "seen", "delivered", "recover", "raw_message", "subject", "_chain",
+                 "_settled")
 
     def __init__(self, body: bytes, chain: Chain, *, seen: bool, delivered: int, recover: bool = False,
-                 raw_message: Any = None, envelope: Any = None) -> None:
+                 raw_message: Any = None, envelope: Any = None, subject: str = "") -> None:
         self.body = body
         self.envelope = envelope
         """A hand-off's envelope as the validated model the router built (then `body` is
@@ -135,6 +216,8 @@ class Delivery:
         """A redelivered root: a result the session moved past replays its current outbox."""
         self.raw_message = raw_message
         """The nats-py message of a root (subject, headers, metadata); None for a hand-off."""
+        self.subject = subject
+        """The work subject of a hand-off (a root's is its raw message's)."""
         self._chain = chain
         self._settled = False
 
@@ -153,16 +236,16 @@ class Delivery:
         await self._settle("nack", delay)
 
     async def reject(self) -> None:
-        await self._settle("reject")
+        await self._settle("give_up", reason="rejected by its handler")
 
     async def in_progress(self) -> None:
         await self._chain.root.in_progress()
 
-    async def _settle(self, outcome: str, delay: float | None = None) -> None:
+    async def _settle(self, outcome: str, delay: float | None = None, reason: str = "") -> None:
         if self._settled:
             return
         self._settled = True
-        await self._chain.release(outcome, delay)
+        await self._chain.release(self, outcome, delay, reason)
 
 
 _current: ContextVar[Delivery | None] = ContextVar("loopwire_delivery", default=None)
@@ -174,22 +257,41 @@ def current_delivery() -> Delivery | None:
 
 
 async def run_handler(handler: WorkHandler, delivery: Delivery) -> None:
-    """Run a work handler on a delivery: a consumer's JetStream message (the root of a
-    chain), or a hop in its own task. One the handler left unsettled is nacked."""
+    """Run a work handler on a delivery (a consumer's JetStream message, the root of a
+    chain, or a hop in its own task), keep the root alive while it runs, and settle the
+    delivery by what the handler did: returned (ack), raised an outage (nack, growing
+    delay), `Undeliverable` (give up), anything else (a fault: retried a few times, then
+    given up). A delivery the handler settled itself keeps that outcome."""
     token = _current.set(delivery)
+    outcome, reason = "ack", ""
     try:
-        await handler(delivery)
-    except Exception:
-        log.exception("work handler %s failed; its chain's root will be redelivered",
-                      getattr(handler, "__qualname__", handler))
+        # A hop of a chain that is already kept alive needs no beat of its own.
+        beat = None if delivery.chain.kept_alive else delivery.in_progress
+        with Heartbeat(beat, delivery.chain.ack_wait_s):
+            await handler(delivery)
+    except Undeliverable as exc:
+        outcome, reason = "give_up", f"malformed: {exc}"
+        log.error("work handler %s cannot handle its message: %s", _name(handler), exc)
+    except Exception as exc:
+        if is_outage(exc):
+            outcome = "nack"
+            log.warning("work handler %s met an outage (%s: %s); it will be redelivered later",
+                        _name(handler), type(exc).__name__, exc)
+        else:
+            outcome, reason = "fault", f"fault: {type(exc).__name__}: {exc}"
+            log.exception("work handler %s failed; its chain's root will be redelivered", _name(handler))
     finally:
         _current.reset(token)
-        if not delivery.settled:
-            await delivery.nack()
+    if not delivery.settled:
+        await delivery._settle(outcome, reason=reason)
+
+
+def _name(handler: WorkHandler) -> str:
+    return str(getattr(handler, "__qualname__", handler))
 
 
 def hand_off(handler: WorkHandler, envelope: Any, replay: bool, tasks: set[asyncio.Task[None]],
-             max_hops: int = 0, balance: ChainBalance | None = None) -> bool:
+             max_hops: int = 0, balance: ChainBalance | None = None, subject: str = "") -> bool:
     """Start `handler` on `envelope` (a validated model, or JSON bytes) as a task of the
     current chain. False when this code runs under no chain that holds hops (an ingress
     handler, a test), when the chain has had `max_hops` (when > 0), or when `balance` says
@@ -210,7 +312,8 @@ def hand_off(handler: WorkHandler, envelope: Any, replay: bool, tasks: set[async
     chain.hops += 1
     as_bytes = isinstance(envelope, bytes)
     delivery = Delivery(envelope if as_bytes else b"", chain, seen=replay,
-                        delivered=chain.delivered if replay else 1, envelope=None if as_bytes else envelope)
+                        delivered=chain.delivered if replay else 1, envelope=None if as_bytes else envelope,
+                        subject=subject)
     chain.retain()
     task = asyncio.get_running_loop().create_task(run_handler(handler, delivery))
     tasks.add(task)

@@ -165,6 +165,14 @@ WORK_HOPS = Counter(
     "process) or jetstream (a message).",
     ["target", "via"],
 )
+DEAD_LETTERS = Counter(
+    "loopwire_dead_letters",
+    "Work given up, whose run was ended failed (error code undeliverable), by target (the work "
+    "subject, or ingress) and cause: max_deliveries (an outage longer than the tolerance, or "
+    "processes that kept dying), fault (a handler that kept failing), malformed, stalled (the "
+    "watchdog: no progress for longer than the tolerance).",
+    ["target", "cause"],
+)
 WORK_CHAINS = Gauge("loopwire_work_chains", "Work chains this process holds now (runs kept in this process).")
 
 ALL_METRICS: tuple[Any, ...] = (
@@ -174,7 +182,7 @@ ALL_METRICS: tuple[Any, ...] = (
     MODEL_FALLBACKS, CIRCUIT_BREAKER_STATE, LLM_TTFT, LLM_REQUEST_DURATION,
     TOOL_CALLS, TOOL_CALL_DURATION, TOOL_CONFLICTS,
     JETSTREAM_CONSUMER_PENDING, JETSTREAM_CONSUMER_ACK_PENDING, JETSTREAM_REDELIVERIES,
-    STEPS, ERRORS, WORK_HOPS, WORK_CHAINS,
+    STEPS, ERRORS, WORK_HOPS, WORK_CHAINS, DEAD_LETTERS,
 )
 """Every metric above, for tests and docs."""
 

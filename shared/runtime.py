@@ -26,6 +26,7 @@ from .codec import dumps
 from .credentials import redis_connect_options
 from .envelopes import GenerationResult, ToolsResult
 from .event_log import EventLogStore, RedisEventLog
+from .redelivery import DeadLetter, RedeliveryPolicy
 from .redis_conn import connect_redis
 from .session_store import RedisSessionStore, SessionStore
 from .settings import Settings
@@ -61,6 +62,21 @@ class ServiceContext:
     stopping: bool = False
     """Set when a graceful stop begins: hand-overs go back to JetStream, so work that
     arrives while the consumers drain waits in the stream for the next process."""
+    policy: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
+    """The one redelivery policy of every work handler (shared/redelivery.py)."""
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.policy = RedeliveryPolicy(tolerance_s=s.outage_tolerance_s, max_deliver=s.max_deliver,
+                                       fault_max_deliver=s.fault_max_deliver)
+
+    async def report_dead_letter(self, letter: DeadLetter) -> None:
+        """Work given up by a handler, to the router's dead-letter consumer (JetStream,
+        LOOPWIRE_DEADLETTERS): its run ends `failed` with an `error` `undeliverable`."""
+        msg_id = f"dead:{letter.stream}:{letter.stream_seq}" if letter.stream_seq else \
+            f"dead:{letter.subject}:{letter.step_id}:{letter.deliveries}"
+        await self.bus.js.publish(self.subjects.dead_letter, letter.model_dump_json().encode(),
+                                  headers={"Nats-Msg-Id": msg_id})
 
     def durable_name(self, label: str) -> str:
         return f"{self.settings.subject_prefix.replace('.', '_')}_{label}"
@@ -113,7 +129,8 @@ class ServiceContext:
         # A model is handed over as it is; a dict (a replayed outbox) as its JSON, which
         # the handler validates like any message.
         body = envelope if isinstance(envelope, BaseModel) else dumps(envelope)
-        return hand_off(handler, body, replay, self.hop_tasks, self.settings.chain_max_hops, self.balance)
+        return hand_off(handler, body, replay, self.hop_tasks, self.settings.chain_max_hops, self.balance,
+                        subject=subject)
 
     async def wait_for_hops(self, timeout: float) -> None:
         """Until the handed-off hops in flight have ended (a graceful stop): each hands its
@@ -129,7 +146,8 @@ class ServiceContext:
         return JStream(name=stream_name(self.settings.subject_prefix, INGRESS_STREAM), declare=False)
 
     def work_subscriber(self, subject: str, durable: str, max_workers: int = 64,
-                        stream: JStream | None = None, holds: bool = True) -> Any:
+                        stream: JStream | None = None, holds: bool = True,
+                        max_deliver: int | None = None, reports: bool = True) -> Any:
         """A durable JetStream push consumer shared by every replica (deliver group =
         durable), acked by the handler itself after its effects are durable.
 
@@ -143,14 +161,22 @@ class ServiceContext:
         trip per message (and nats-py's fetch(batch>1) may wait out its timeout), while a
         push consumer with a queue group balances across replicas at no extra latency.
         FastStream warns about any durable push consumer because one *without* a queue
-        cannot scale; ours has one, so that warning is silenced here."""
+        cannot scale; ours has one, so that warning is silenced here.
+
+        Settling is the runner's (shared/chain.py, `run_handler`) under the one redelivery
+        policy (shared/redelivery.py). `max_deliver` overrides LOOPWIRE_MAX_DELIVER (-1:
+        never give up); `reports`: work given up is reported as a dead letter (not for the
+        dead-letter consumer itself)."""
         name = self.durable_name(durable)
         self.consumers[durable] = (stream.name if stream else self.work_stream().name, name)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The JetStream Push consumer with the `durable`")
-            subscriber = self._subscriber(subject, stream, name, max_workers)
+            subscriber = self._subscriber(subject, stream, name, max_workers,
+                                          self.settings.max_deliver if max_deliver is None else max_deliver)
         context = self.broker.context
         ack_wait_s = self.settings.ack_wait_s
+        policy = self.policy
+        report = self.report_dead_letter if reports else None
 
         def decorate(handler: WorkHandler) -> Any:
             if self.local:
@@ -160,7 +186,8 @@ class ServiceContext:
             # per message (~200 µs of CPU, docs/benchmarks.md); a body-only handler that
             # takes the message from the context skips it.
             async def consume(body: Any) -> None:
-                await run_handler(handler, root_delivery(context.get_local("message"), ack_wait_s, holds))
+                await run_handler(handler, root_delivery(context.get_local("message"), ack_wait_s, holds,
+                                                         policy, report))
 
             consume.__name__ = getattr(handler, "__name__", "consume")
             consume.__doc__ = handler.__doc__
@@ -168,26 +195,28 @@ class ServiceContext:
 
         return decorate
 
-    def _subscriber(self, subject: str, stream: JStream | None, name: str, max_workers: int) -> Any:
+    def _subscriber(self, subject: str, stream: JStream | None, name: str, max_workers: int,
+                    max_deliver: int) -> Any:
         return self.broker.subscriber(
             subject,
             decoder=_raw_body,
             stream=stream or self.work_stream(),
             durable=name,
             queue=name,
-            config=ConsumerConfig(ack_wait=self.settings.ack_wait_s, max_deliver=self.settings.max_deliver,
+            config=ConsumerConfig(ack_wait=self.settings.ack_wait_s, max_deliver=max_deliver,
                                   max_ack_pending=10_000),
             ack_policy=AckPolicy.MANUAL,
             max_workers=max_workers,
         )
 
 
-def root_delivery(msg: NatsMessage, ack_wait_s: float, holds: bool) -> Delivery:
+def root_delivery(msg: NatsMessage, ack_wait_s: float, holds: bool, policy: RedeliveryPolicy | None = None,
+                  report: Any = None) -> Delivery:
     """A JetStream message as the root `Delivery` of a work chain."""
     delivered = delivery_count(msg)
     raw = msg.raw_message
     recover = delivered > 1 or bool(raw.headers and raw.headers.get(RECOVER_HEADER))
-    return Delivery(msg.body, Chain(msg, delivered, ack_wait_s, holds), seen=seen_before(msg),
+    return Delivery(msg.body, Chain(msg, delivered, ack_wait_s, holds, policy, report), seen=seen_before(msg),
                     delivered=delivered, recover=recover, raw_message=raw)
 
 

@@ -73,7 +73,18 @@ class Settings(BaseSettings):
     ack_wait_s: float = 30.0
     """JetStream AckWait for work consumers; long work sends in_progress() heartbeats."""
     max_deliver: int = 20
-    """Deliveries before a work message is given up (and the run fails with an error)."""
+    """Deliveries before a work message is given up: its run ends `failed` with an `error`
+    event `undeliverable` (shared/dead_letters.py). Redeliveries after an outage-like
+    failure are spaced so that these deliveries span LOOPWIRE_OUTAGE_TOLERANCE_S."""
+    outage_tolerance_s: float = 300.0
+    """An outage of NATS or Redis up to this long delays runs and loses none: failed
+    handlers are redelivered with a growing delay that spans it (shared/redelivery.py);
+    a run with a step in flight and no progress for longer is ended `failed`
+    (`undeliverable`) by the router's watchdog."""
+    fault_max_deliver: int = 3
+    """Deliveries of a work message whose handler keeps failing with an error that is not
+    an outage (a bug, a poison input in the session's history) before it is given up as
+    undeliverable, so one bad step never retries for the whole tolerance."""
     dedup_window_s: float = 120.0
     """Duplicate window of the ingress and work streams (Nats-Msg-Id)."""
     stream_replicas: int = 1
@@ -193,6 +204,9 @@ class Settings(BaseSettings):
     """Python modules to import for in-process tools (comma separated or JSON list)."""
     tool_timeout_s: float = 120.0
     """Per-call timeout; a call that takes longer gets an error result."""
+    tool_attempt_timeout_s: float = 30.0
+    """A provider request unanswered this long (or whose reply a NATS reconnect may have
+    lost) is sent again with the same Loopwire-Tool-Use-Id, within the call's timeout."""
     discovery_interval_s: float = 2.0
     """How often tool providers are discovered with $SRV.INFO."""
     discovery_misses: int = 3

@@ -17,7 +17,15 @@ from nats.js.api import (
 from nats.js.errors import BadRequestError, NotFoundError
 
 from .settings import Settings
-from .subjects import EVENTS_STREAM, INGRESS_STREAM, WORK_STREAM, Subjects, stream_name
+from .subjects import (
+    DEAD_LETTER_STREAM,
+    EVENTS_STREAM,
+    INGRESS_STREAM,
+    MAX_DELIVERIES_ADVISORY,
+    WORK_STREAM,
+    Subjects,
+    stream_name,
+)
 
 log = logging.getLogger("loopwire.streams")
 
@@ -45,6 +53,17 @@ def stream_configs(settings: Settings) -> list[StreamConfig]:
         # removed when acked; one that outlived every delivery attempt ages out.
         StreamConfig(
             name=stream_name(prefix, WORK_STREAM), subjects=[subjects.work_all],
+            retention=RetentionPolicy.WORK_QUEUE, storage=StorageType.FILE,
+            max_age=settings.work_max_age_s or None, duplicate_window=settings.dedup_window_s,
+            num_replicas=settings.stream_replicas, discard=DiscardPolicy.OLD,
+        ),
+        # Work given up (shared/redelivery.py): the handlers' own dead letters and the
+        # server's max-deliveries advisories of the two streams whose consumers can give
+        # up, kept until the router has ended their runs (shared/dead_letters.py).
+        StreamConfig(
+            name=stream_name(prefix, DEAD_LETTER_STREAM),
+            subjects=[subjects.dead_letter] + [
+                f"{MAX_DELIVERIES_ADVISORY}.{stream_name(prefix, base)}.*" for base in (INGRESS_STREAM, WORK_STREAM)],
             retention=RetentionPolicy.WORK_QUEUE, storage=StorageType.FILE,
             max_age=settings.work_max_age_s or None, duplicate_window=settings.dedup_window_s,
             num_replicas=settings.stream_replicas, discard=DiscardPolicy.OLD,

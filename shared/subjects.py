@@ -17,6 +17,10 @@ INGRESS_VERBS = ("start", "message", "steer", "abort", "decision")
 INGRESS_STREAM = "LOOPWIRE_INGRESS"
 EVENTS_STREAM = "LOOPWIRE_EVENTS"
 WORK_STREAM = "LOOPWIRE_WORK"
+DEAD_LETTER_STREAM = "LOOPWIRE_DEADLETTERS"
+MAX_DELIVERIES_ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
+"""`<this>.<stream>.<consumer>`: what nats-server publishes when a message reached its
+consumer's max deliveries (the message stays in its stream)."""
 
 
 def valid_session_id(sid: str, tenants: bool = False) -> bool:
@@ -142,6 +146,13 @@ class Subjects:
         """`loopwire mcp` -> tools, core request/reply: one tool call outside any run
         (services/tools/direct_call.py). Internal like the rest of `<prefix>.rpc.>`."""
         return f"{self.prefix}.rpc.tools.call"
+
+    @property
+    def dead_letter(self) -> str:
+        """Work a handler gave up (shared/redelivery.py), to the router: captured by
+        LOOPWIRE_DEADLETTERS with the max-deliveries advisories of the other streams.
+        Outside `<prefix>.work.>` (LOOPWIRE_WORK captures that)."""
+        return f"{self.prefix}.deadletter"
 
     # -- internal: cancel notices to in-flight work (core NATS, best effort) -----------
     def cancel(self, sid: str) -> str:

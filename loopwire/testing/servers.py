@@ -127,10 +127,22 @@ class ServerHandle:
 
     def restart(self) -> None:
         """Stop and start the same local process on the same port and data dir."""
+        self.halt()
+        self.resume()
+
+    def halt(self) -> None:
+        """Stop the local process (SIGTERM: a clean shutdown), keeping its port and data
+        for `resume()`: an outage of this server."""
         if self.proc is None:
-            raise RuntimeError("restart works for local processes only")
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+            raise RuntimeError("halt works for local processes only")
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+    def resume(self) -> None:
+        """Start the process `halt()` stopped, on the same port with the same data."""
+        if self.proc is None:
+            raise RuntimeError("resume works for local processes only")
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
         wait_port(self.port, proc=self.proc)
 
@@ -197,8 +209,11 @@ def start_redis(use_docker: bool | None = None, *, password: str | None = None) 
         return ServerHandle(url=f"redis://{host}:{port}/0", port=port, container=container)
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="lw-redis-")
+    # With an append-only file, as the embedded Redis, compose and Helm run it: a test that
+    # stops and restarts it (an outage) keeps its data.
     argv = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", workdir, "--daemonize", "no", "--loglevel", "warning"]
+            "--appendonly", "yes", "--appendfsync", "everysec", "--dir", workdir, "--daemonize", "no",
+            "--loglevel", "warning"]
     if password is not None:
         argv += ["--requirepass", password]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -7,7 +7,9 @@ The handler is a thin shell::
            -> run the fallback chain, streaming `text.delta` events, `model.fallback`
               on switches, heartbeats (in_progress) while it runs
            -> record `gen:<step_id>` -> to the router (a work message, or a call when
-              it runs in this process: ServiceContext.deliver_result) -> ack
+              it runs in this process: ServiceContext.deliver_result) -> return
+              (the handler runner acks; an exception is judged by the one redelivery
+              policy, shared/redelivery.py)
 
 Record before publish, ack after publish: a crash anywhere replays safely (the record
 answers the replay; the result's Nats-Msg-Id deduplicates a second publish).
@@ -34,9 +36,10 @@ from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
 from loopwire.shared.blobs import resolve_messages
-from loopwire.shared.chain import Delivery, decode
+from loopwire.shared.chain import Delivery, current_delivery, decode
 from loopwire.shared.envelopes import Generate, GenerationResult
 from loopwire.shared.inflight import Heartbeat, InflightSteps, StepCancelled, unless_cancelled
+from loopwire.shared.redelivery import Undeliverable
 from loopwire.shared.runtime import ServiceContext
 
 from .breaker import CircuitBreaker, RunGate, breaker_from_settings
@@ -52,8 +55,6 @@ log = logging.getLogger("loopwire.llm")
 
 REDELIVERED_REASON = "redelivered: the partial answer is void"
 CANCELLED_REASON = "cancelled: the partial answer is void"
-NACK_DELAY_S = 2.0
-"""Pause before a redelivery when an effect (Redis, NATS) failed."""
 
 
 class LlmService:
@@ -97,21 +98,13 @@ class LlmService:
 
     # -- the handler ---------------------------------------------------------------------------
     async def handle(self, msg: Delivery) -> None:
+        """Settled by the handler runner (shared/chain.py): returns when the result is on
+        its way to the router; raises (redelivered, or given up) when it is not."""
         try:
             env = decode(msg, Generate)
         except ValidationError as exc:
-            # Redelivering a body that can never decode would loop until max_deliver.
-            log.error("dropping a malformed llm.generate envelope: %s", exc)
-            await msg.reject()
-            return
-        try:
-            await self.process(env, delivered=msg.delivered, heartbeat=msg.in_progress, seen=msg.seen)
-        except Exception:
-            log.exception("llm step %s failed before its result was published; will be redelivered",
-                          env.step_id)
-            await msg.nack(delay=NACK_DELAY_S)
-            return
-        await msg.ack()
+            raise Undeliverable(f"a malformed llm.generate envelope: {exc}") from None
+        await self.process(env, delivered=msg.delivered, seen=msg.seen)
 
     async def process(self, env: Generate, delivered: int = 1,
                       heartbeat: Callable[[], Awaitable[None]] | None = None, seen: bool = True) -> GenerationResult:
@@ -127,7 +120,9 @@ class LlmService:
         if delivered > 1:
             await ctx.bus.emit(env.session_id, env.run_id, "retracted", key=f"{env.step_id}:retract:{delivered}",
                                turn=env.turn, reason=REDELIVERED_REASON)
-        with Heartbeat(heartbeat, ctx.settings.ack_wait_s):
+        # The delivery's runner keeps it alive meanwhile (shared/chain.py); `heartbeat` is
+        # for a caller outside a delivery.
+        with Heartbeat(None if current_delivery() is not None else heartbeat, ctx.settings.ack_wait_s):
             result = await self._generate(env, delivered)
         if result.error is not None and result.error.code == "cancelled":
             # Not recorded: the step is stale for the router, and nothing was decided.

@@ -9,7 +9,8 @@ observer look at the turns in the background.
       -> effects: store the new compaction (with its cost), emit `compaction`, claim the
          tokens spent for this step (`extra_usage`), publish `Generate` (in `loopwire up`:
          hand it to the llm service in-process, docs/architecture.md)
-      -> ack -> Observer.poke (observations/reflections, off the critical path)
+      -> return (the handler runner acks) -> Observer.poke (observations/reflections,
+         off the critical path)
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from pydantic import ValidationError
 from loopwire.shared import metrics
 from loopwire.shared.chain import Delivery, decode
 from loopwire.shared.envelopes import AssembleContext, ToolSpec
-from loopwire.shared.inflight import Heartbeat
 from loopwire.shared.lru import LruCache
+from loopwire.shared.redelivery import Undeliverable
 from loopwire.shared.runtime import ServiceContext
 from loopwire.shared.session_store import RedisSessionStore
 
@@ -87,20 +88,13 @@ class MemoryService:
 
     # -- the handler -------------------------------------------------------------------------
     async def on_assemble(self, msg: Delivery) -> None:
+        """Settled by the handler runner (shared/chain.py), which also keeps the message
+        alive while the generation runs here (in `loopwire up`)."""
         try:
             env = decode(msg, AssembleContext)
         except ValidationError as exc:
-            log.error("malformed assemble envelope dropped: %s", exc)
-            await msg.reject()  # a body that can never decode is not redelivered
-            return
-        try:
-            with Heartbeat(msg.in_progress, self.ctx.settings.ack_wait_s):
-                await self.assemble(env, replay=msg.seen, delivered=msg.delivered)
-        except Exception:
-            log.exception("session %s: assembling %s failed; it will be redelivered", env.session_id, env.step_id)
-            await msg.nack(delay=1.0)
-            return
-        await msg.ack()
+            raise Undeliverable(f"a malformed assemble envelope: {exc}") from None
+        await self.assemble(env, replay=msg.seen, delivered=msg.delivered)
         self.observer.poke(env)
 
     async def assemble(self, env: AssembleContext, replay: bool = False, delivered: int = 1) -> GuardOutcome:
@@ -153,7 +147,7 @@ class MemoryService:
         llm = self.ctx.here("llm")
         if llm is not None:
             # The llm service runs in this process: generate here, while this step's message
-            # stays unacked (and kept alive by on_assemble's heartbeat); a crash redelivers
+            # stays unacked (and kept alive by its handler runner); a crash redelivers
             # it and the llm answers from its record if it got that far.
             await llm.process(request, delivered=delivered, seen=replay)
         else:

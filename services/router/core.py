@@ -298,6 +298,26 @@ def _on_decision(tx: _Tx, inp: i.DecisionInput, cfg: CoreConfig) -> Decision:
     return tx.finish()
 
 
+def _on_undeliverable(tx: _Tx, inp: i.UndeliverableInput, cfg: CoreConfig) -> Decision | None:
+    """Work that will not be done: the run it belongs to ends `failed` (its best answer so
+    far, dangling tool calls answered), the session is idle and takes new input (queued
+    follow-ups start the next run). Work of a run that already ended only leaves the error."""
+    run = tx.st.run
+    message = f"{inp.what or 'work'} could not be delivered: {inp.reason or 'gave up'}"
+    if run is None or inp.run_id is None or run.run_id != inp.run_id:
+        if inp.run_id is None:  # ingress: the client's input was not applied
+            return _reject(tx.st, inp, UNDELIVERABLE, message)
+        return None
+    if inp.step_id is not None and run.pending_step != inp.step_id:
+        return None  # the watchdog's step was answered since it looked
+    tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))  # whatever still runs
+    _end_run(tx, "failed", None, cfg, error=(UNDELIVERABLE, message), reason=UNDELIVERABLE)
+    return tx.finish()
+
+
+UNDELIVERABLE = "undeliverable"
+
+
 # -- step results -------------------------------------------------------------------------
 def _on_generation(tx: _Tx, inp: i.GenerationInput, cfg: CoreConfig) -> Decision | None:
     result: GenerationResult = inp.result
@@ -814,4 +834,5 @@ _HANDLERS: dict[type, Any] = {
     i.DecisionInput: _on_decision,
     i.GenerationInput: _on_generation,
     i.ToolsInput: _on_tools,
+    i.UndeliverableInput: _on_undeliverable,
 }

@@ -91,8 +91,24 @@ class RejectedInput(_Input):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
+class UndeliverableInput(_Input):
+    """Work of a run that will not be delivered again (a dead letter: shared/dead_letters.py),
+    or a run whose step made no progress for longer than the outage tolerance (the
+    router's watchdog): the run ends `failed` with an `error` event `undeliverable`."""
+
+    kind: Literal["undeliverable"] = "undeliverable"
+    run_id: str | None = None
+    """The run the work belongs to; None: no run (an ingress message), only the error."""
+    step_id: str | None = None
+    """When set, only a run still waiting for this step is ended (the watchdog's check
+    that nothing moved since it looked)."""
+    what: str = ""
+    """What was given up (a work subject, `ingress <verb>`, `step <id>`), for the message."""
+    reason: str = ""
+
+
 RouterInput = Annotated[
     StartInput | MessageInput | SteerInput | AbortInput | DecisionInput | GenerationInput
-    | ToolsInput | RejectedInput,
+    | ToolsInput | RejectedInput | UndeliverableInput,
     Field(discriminator="kind"),
 ]

@@ -17,19 +17,22 @@ import uuid
 from typing import Any
 
 import orjson
-from faststream.nats import NatsBroker
+from faststream.nats import JStream, NatsBroker
 from pydantic import ValidationError
 
 from loopwire.shared import codec, metrics
 from loopwire.shared.bus import event_items
 from loopwire.shared.chain import Delivery
+from loopwire.shared.dead_letters import discard_original, original_body, read_dead_letter, work_label
 from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult, ToolsResult
 from loopwire.shared.event_archive import read_archive
 from loopwire.shared.event_log import RedisEventLog
 from loopwire.shared.keyed_lock import KeyedLock
 from loopwire.shared.lru import LruCache
+from loopwire.shared.redelivery import CommitContention, DeadLetter, Undeliverable, is_outage
 from loopwire.shared.runtime import ServiceContext
 from loopwire.shared.session_store import RedisSessionStore
+from loopwire.shared.subjects import DEAD_LETTER_STREAM, MAX_DELIVERIES_ADVISORY, WORK_STREAM, stream_name
 from loopwire.shared.telemetry import new_run_trace
 from loopwire.tools.catalog import CatalogCache
 from loopwire.transcripts.rebuild import rebuild_session
@@ -86,6 +89,13 @@ class RouterService:
         self.ctx.work_subscriber(subjects.ingress_all, "router_ingress",
                                  stream=self.ctx.ingress_stream(), holds=False)(self.on_ingress)
         self.ctx.work_subscriber(subjects.router_result, "router_results")(self.on_result)
+        # Work given up anywhere (shared/dead_letters.py): its handler never gives up in
+        # turn (an outage waits as long as it lasts) and reports nothing itself.
+        dead = JStream(name=stream_name(self.ctx.settings.subject_prefix, DEAD_LETTER_STREAM), declare=False)
+        for subject, durable in ((subjects.dead_letter, "router_dead_letters"),
+                                 (f"{MAX_DELIVERIES_ADVISORY}.>", "router_max_deliveries")):
+            self.ctx.work_subscriber(subject, durable, stream=dead, holds=False, max_deliver=-1,
+                                     reports=False)(self.on_dead_letter)
 
     async def start(self) -> None:
         return None
@@ -101,8 +111,7 @@ class RouterService:
             log.warning("ingress on %r dropped: the session id must be 1-128 characters of "
                         "[A-Za-z0-9_-]%s", raw.subject,
                         ", after a tenant token (LOOPWIRE_TENANTS)" if self.ctx.settings.tenants else "")
-            await msg.reject()
-            return
+            return  # acked: no delivery can fix it, and there is no session to tell
         sid, verb = parsed
         seq = raw.metadata.sequence.stream
         inp = decode_ingress(verb, msg.body, input_id=f"in:{seq}", new_id=uuid.uuid4().hex[:16],
@@ -120,10 +129,56 @@ class RouterService:
         try:
             result = STEP_RESULT_ADAPTER.validate_python(orjson.loads(msg.body))
         except (orjson.JSONDecodeError, ValidationError) as exc:
-            log.error("malformed step result dropped: %s", exc)
-            await msg.reject()
-            return
+            raise Undeliverable(f"a malformed step result: {exc}") from None
         await self._apply_and_ack(result.session_id, _result_input(result, msg.recover), msg)
+
+    async def on_dead_letter(self, msg: Delivery) -> None:
+        """Work given up (shared/dead_letters.py): its run ends `failed` with an `error`
+        `undeliverable`. A given-up ingress message is applied once more first (an outage
+        that outlasted its deliveries is over when this runs), and only reported as an
+        error if applying it fails again."""
+        js = self.ctx.bus.js
+        try:
+            letter = await read_dead_letter(js, msg.body)
+        except (ValueError, ValidationError) as exc:
+            raise Undeliverable(f"a malformed dead letter: {exc}") from None
+        if letter is None:
+            return
+        prefix = self.ctx.settings.subject_prefix
+        target = work_label(letter.subject, prefix)
+        if target == "ingress":
+            await self._dead_ingress(letter)
+        elif letter.session_id:
+            what = f"{target} (step {letter.step_id})" if letter.step_id else target
+            await self._apply_input(letter.session_id, i.UndeliverableInput(
+                input_id=f"dead:{letter.stream}:{letter.stream_seq}:{letter.step_id}:{letter.subject}",
+                run_id=letter.run_id, what=what, reason=_why(letter)))
+        else:
+            log.error("dead letter for %s names no session: %s", letter.subject or "unknown work", letter.reason)
+        metrics.DEAD_LETTERS.labels(target=target, cause=letter.reason.split(":", 1)[0] or "unknown").inc()
+        if letter.stream == stream_name(prefix, WORK_STREAM):
+            await discard_original(js, letter)
+
+    async def _dead_ingress(self, letter: DeadLetter) -> None:
+        parsed = self.ctx.subjects.parse_ingress(letter.subject)
+        if parsed is None or not check_session_id(parsed[0], self.ctx.settings.tenants):
+            return
+        sid, verb = parsed
+        body = await original_body(self.ctx.bus.js, letter)
+        if body is not None:
+            inp = decode_ingress(verb, body, input_id=f"in:{letter.stream_seq}", new_id=uuid.uuid4().hex[:16],
+                                 max_bytes=self.ctx.settings.max_body_bytes)
+            try:
+                await self._apply_input(sid, inp)
+                log.warning("session %s: %s (ingress %d) applied from its dead letter", sid, verb, letter.stream_seq)
+                return
+            except Exception as exc:
+                if is_outage(exc):
+                    raise  # still away: this dead letter is redelivered later
+                log.exception("session %s: %s (ingress %d) fails again; reporting it", sid, verb, letter.stream_seq)
+        await self._apply_input(sid, i.UndeliverableInput(
+            input_id=f"dead:in:{letter.stream_seq}", what=f"your `{verb}` (ingress {letter.stream_seq})",
+            reason=_why(letter)))
 
     async def accept_result(self, result: GenerationResult | ToolsResult, recover: bool = False) -> None:
         """A step result handed over in-process by a service running beside the router
@@ -134,13 +189,8 @@ class RouterService:
 
     # -- the shell --------------------------------------------------------------------------
     async def _apply_and_ack(self, sid: str, inp: i._Input, msg: Delivery) -> None:
-        try:
-            await self._apply_input(sid, inp)
-        except Exception:
-            log.exception("session %s: applying %s failed; it will be redelivered", sid, inp.input_id)
-            await msg.nack(delay=1.0)
-            return
-        await msg.ack()
+        """Applied, or raises: the handler runner settles the message (shared/chain.py)."""
+        await self._apply_input(sid, inp)
 
     async def _apply_input(self, sid: str, inp: i._Input) -> None:
         # What the pure core may not draw itself: a clock reading and a trace id for a
@@ -225,7 +275,7 @@ class RouterService:
                 if not decision.replay:
                     record_ended_runs(before, decision)
                 return decision
-        raise RuntimeError(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
+        raise CommitContention(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
 
     async def _commit(self, sid: str, version: int, dumped: bytes,
                       decision: Decision) -> tuple[bool, list[tuple[dict[str, Any], bool]]]:
@@ -291,6 +341,13 @@ def _leading_events(effects: list[Effect]) -> list[tuple[str | None, str, str | 
             break
         lead.append((effect.run_id, effect.kind, effect.key, effect.fields))
     return lead
+
+
+def _why(letter: DeadLetter) -> str:
+    if letter.reason == "max_deliveries":
+        return (f"given up after {letter.deliveries} deliveries (a service or its store was unreachable "
+                "for longer than the outage tolerance, or the processes handling it kept stopping)")
+    return f"given up after {letter.deliveries} deliveries: {letter.reason}"
 
 
 def _result_input(result: GenerationResult | ToolsResult, recover: bool = False) -> i._Input:

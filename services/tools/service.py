@@ -4,9 +4,11 @@
     (the result is a call instead when the router runs in this process: ServiceContext.deliver_result)
 
 The handler is a shell around :class:`~loopwire.tools.executor.Executor`: decode, run the
-calls (heartbeating JetStream meanwhile), emit one `tool.result` event per call as it
-completes (each followed by `tools.progress`), publish the ToolsResult, ack. Each result is recorded before anything is
-published, so a redelivered envelope re-runs only the calls that never finished.
+calls, emit one `tool.result` event per call as it completes (each followed by
+`tools.progress`; a single call's are emitted by the router with the step's transition),
+publish the ToolsResult, return (the handler runner acks, and heartbeats JetStream
+meanwhile: shared/chain.py). Each result is recorded before anything is published, so a
+redelivered envelope re-runs only the calls that never finished.
 
 In the background it discovers NATS tool providers every `discovery_interval_s` and
 publishes the catalog (in-process + discovered tools) to Redis for the memory service;
@@ -36,7 +38,8 @@ from pydantic import ValidationError
 from loopwire.shared.chain import Delivery, decode
 from loopwire.shared.contract import error_reply
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem, ToolsResult
-from loopwire.shared.inflight import CancelSignal, Heartbeat, InflightSteps
+from loopwire.shared.inflight import CancelSignal, InflightSteps
+from loopwire.shared.redelivery import Undeliverable
 from loopwire.shared.runtime import ServiceContext
 from loopwire.shared.telemetry import register_secret
 
@@ -183,18 +186,16 @@ class ToolsService:
 
     # -- the work handler -------------------------------------------------------------------------
     async def handle(self, msg: Delivery) -> None:
+        """Settled by the handler runner (shared/chain.py), which keeps the message alive
+        while the calls run: returns when the ToolsResult is on its way to the router;
+        raises when our own effects failed (Redis, NATS), and the redelivery re-runs only
+        the calls that never recorded a result."""
         try:
             env = decode(msg, ExecuteTools)
         except ValidationError as exc:
-            log.error("malformed ExecuteTools envelope dropped: %s", exc)
-            await msg.reject()  # term: a redelivery cannot fix it
-            return
-        try:
-            async with asyncio.timeout(self.ctx.settings.ack_wait_s / 2):
-                await self._ready.wait()  # start() has not finished: modules, first discovery
-        except TimeoutError:
-            await msg.nack(delay=1.0)
-            return
+            raise Undeliverable(f"a malformed ExecuteTools envelope: {exc}") from None
+        async with asyncio.timeout(self.ctx.settings.ack_wait_s / 2):
+            await self._ready.wait()  # start() has not finished: modules, first discovery
         assert self.executor is not None
 
         completed = 0
@@ -216,28 +217,16 @@ class ToolsService:
     async def _run(self, env: ExecuteTools, msg: Delivery, emit: Callable[[ToolResultItem], Awaitable[None]],
                    cancel: CancelSignal) -> None:
         assert self.executor is not None
-        try:
-            # Several calls: each result's event goes out as its call finishes. One call whose
-            # result goes to a router in this process: the router emits the event with the
-            # step's transition, in the same Redis write. Else it goes out here and now.
-            single = len(env.calls) == 1
-            with Heartbeat(msg.in_progress, self.ctx.settings.ack_wait_s):
-                results = await self.executor.execute(env, on_result=None if single else emit, cancel=cancel,
-                                                      seen=msg.seen)
-                left_to_router = single and self.ctx.here("router") is not None
-                if single and not left_to_router:
-                    for item in results:
-                        await emit(item)
-                result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
-                                     turn=env.turn, trace=env.trace, results=results,
-                                     results_reported=not left_to_router)
-                await self.ctx.deliver_result(result, msg_id=f"{env.step_id}:result")
-        except Exception:
-            # Our own effects failed (Redis, NATS): redeliver; recorded calls will not rerun.
-            log.exception("tools step %s failed; it will be redelivered", env.step_id)
-            await msg.nack(delay=1.0)
-            return
-        await msg.ack()
+        # Several calls: each result's event goes out as its call finishes. A single call's
+        # event is the router's to emit, with the step's transition in the same Redis write
+        # (ToolsResult.results_reported = false), whether the router runs in this process or
+        # not: the same events, in the same order, in every layout.
+        single = len(env.calls) == 1
+        results = await self.executor.execute(env, on_result=None if single else emit, cancel=cancel,
+                                              seen=msg.seen)
+        result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
+                             turn=env.turn, trace=env.trace, results=results, results_reported=not single)
+        await self.ctx.deliver_result(result, msg_id=f"{env.step_id}:result")
 
     async def _bad_reply(self, env: ExecuteTools, call: ToolCall, problem: str) -> None:
         await self.ctx.bus.emit(env.session_id, env.run_id, "error", key=f"bad_tool_reply:{call.tool_use_id}",
