@@ -7,6 +7,7 @@ import logging
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -68,7 +69,8 @@ async def test_the_test_servers_and_the_embedded_redis_persist(redis_server) -> 
         assert await persistence_problem(client) is None, "start_redis runs with an append-only file"
     finally:
         await client.aclose()
-    from pathlib import Path
 
+
+def test_the_embedded_redis_runs_with_an_append_only_file() -> None:
     embedded = Path(__file__).resolve().parents[1] / "loopwire" / "embedded.py"
     assert '"--appendonly", "yes"' in embedded.read_text()
