@@ -9,6 +9,7 @@ loopwire.testing use; a user may use it or write the same in a few lines).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -16,10 +17,11 @@ from typing import Any
 import nats
 import orjson
 from nats.aio.client import Client as NatsClient
+from nats.js.api import DeliverPolicy
 
 from loopwire.shared.credentials import nats_connect_options
 from loopwire.shared.settings import Settings
-from loopwire.shared.subjects import Subjects
+from loopwire.shared.subjects import EVENTS_STREAM, Subjects, stream_name
 
 EventCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
 
@@ -103,21 +105,35 @@ class LoopwireClient:
         """`sid` as the session id it is: `<tenant>.<sid>` for a client of a tenant."""
         return f"{self.tenant}.{sid}" if self.tenant and "." not in sid else sid
 
+    async def follow(self, sid: str, after_seq: int = 0, new_only: bool = False) -> SessionFollower:
+        """Follow a session's events through the LOOPWIRE_EVENTS stream with an ordered
+        consumer: each event once, in `seq` order, across NATS restarts and reconnects and
+        across a loopwire process killed mid-run (whose recovery may publish an event
+        again: it is skipped by its `seq`). `after_seq`: only events after it (a client
+        that saw up to there); `new_only`: only events published from now on.
+
+        Use as `async with await lw.follow(sid) as events: async for event in events: ...`."""
+        follower = SessionFollower(after_seq)
+        js = self.nc.jetstream()
+        self._ensure_stream_name()
+        follower.sub = await js.subscribe(
+            self.subjects.session_events(self.scoped(sid)), stream=self._events_stream, ordered_consumer=True,
+            deliver_policy=DeliverPolicy.NEW if new_only else DeliverPolicy.ALL, cb=follower.on_msg)
+        return follower
+
+    def _ensure_stream_name(self) -> None:
+        if not hasattr(self, "_events_stream"):
+            self._events_stream = stream_name(self.subjects.prefix, EVENTS_STREAM)
+
     async def run(self, sid: str, start: dict[str, Any], on_event: EventCallback | None = None,
                   timeout: float = 300.0) -> dict[str, Any]:
-        """Start a run and follow its events until its `run.ended`, which is returned."""
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-
-        async def collect(msg: Any) -> None:
-            queue.put_nowait(orjson.loads(msg.data))
-
-        sub = await self.nc.subscribe(self.subjects.session_events(self.scoped(sid)), cb=collect)
-        try:
+        """Start a run and follow its events (`follow`: each once) until its `run.ended`,
+        which is returned."""
+        async with await self.follow(sid, new_only=True) as events:
             await self.publish(sid, "start", {"v": 1, **start}, msg_id=uuid.uuid4().hex)
             run_id: str | None = None
             async with asyncio.timeout(timeout):
-                while True:
-                    event = await queue.get()
+                async for event in events:
                     if run_id is None:
                         if event["kind"] == "run.started":
                             run_id = event["run_id"]
@@ -133,5 +149,45 @@ class LoopwireClient:
                             await maybe
                     if event["kind"] == "run.ended":
                         return event
-        finally:
-            await sub.unsubscribe()
+        raise RuntimeError("the event subscription ended before run.ended")
+
+
+class SessionFollower:
+    """The events of one session, each once, in `seq` order (LoopwireClient.follow)."""
+
+    def __init__(self, after_seq: int = 0) -> None:
+        self.last_seq = after_seq
+        """The highest `seq` handed out so far: an event at or below it is a re-publish."""
+        self.skipped = 0
+        """Events dropped as already seen (a recovery's re-publish beyond the dedup window)."""
+        self.sub: Any = None
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    async def on_msg(self, msg: Any) -> None:
+        self._queue.put_nowait(orjson.loads(msg.data))
+
+    async def __aenter__(self) -> SessionFollower:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self.sub is not None:
+            with contextlib.suppress(Exception):
+                await self.sub.unsubscribe()
+            self.sub = None
+
+    def __aiter__(self) -> SessionFollower:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        while True:
+            event = await self._queue.get()
+            seq = event.get("seq")
+            if isinstance(seq, int):
+                if seq <= self.last_seq:
+                    self.skipped += 1
+                    continue
+                self.last_seq = seq
+            return event

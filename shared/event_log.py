@@ -216,6 +216,17 @@ return 1
 """
 
 
+_RAISE_SEQ_LUA = """
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local floor = tonumber(ARGV[1])
+if cur < floor then
+  redis.call('SET', KEYS[1], floor)
+  if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2])) end
+end
+return cur
+"""
+
+
 class RedisEventLog:
     def __init__(self, redis: aioredis.Redis, ttl_s: int = 0) -> None:
         self._r = redis
@@ -223,6 +234,7 @@ class RedisEventLog:
         self._append = redis.register_script(_APPEND_LUA)
         self._append_many = redis.register_script(_APPEND_MANY_LUA)
         self._restore = redis.register_script(_RESTORE_LUA)
+        self._raise_seq = redis.register_script(_RAISE_SEQ_LUA)
 
     async def append(self, sid: str, body: dict[str, Any], key: str | None,
                      store: bool = True) -> tuple[dict[str, Any], bool]:
@@ -256,6 +268,11 @@ class RedisEventLog:
     async def last_seq(self, sid: str) -> int:
         raw = await self._r.get(f"lw:seq:{sid}")
         return int(raw) if raw else 0
+
+    async def raise_seq(self, sid: str, floor: int) -> None:
+        """Make the session's next `seq` come after `floor` (the last one published, read
+        from LOOPWIRE_EVENTS after Redis lost the counter): never reused, never from 1."""
+        await self._raise_seq(keys=[f"lw:seq:{sid}"], args=[str(floor), str(self._ttl)])
 
     async def delete(self, sid: str) -> None:
         await self._r.delete(f"lw:ek:{sid}", f"lw:e:{sid}")

@@ -31,6 +31,7 @@ from loopwire.shared.keyed_lock import KeyedLock
 from loopwire.shared.lru import LruCache
 from loopwire.shared.redelivery import CommitContention, DeadLetter, Undeliverable, is_outage
 from loopwire.shared.runtime import ServiceContext
+from loopwire.shared.seq_floor import last_published_seq
 from loopwire.shared.session_store import RedisSessionStore
 from loopwire.shared.subjects import DEAD_LETTER_STREAM, MAX_DELIVERIES_ADVISORY, WORK_STREAM, stream_name
 from loopwire.shared.telemetry import new_run_trace
@@ -47,6 +48,7 @@ from .observe import count_approvals, count_decision, record_ended_runs
 from .profiles import get_profile
 from .state import SessionState
 from .strategy import StrategyStore
+from .watchdog import Watchdog, note_status, stall_after
 
 log = logging.getLogger("loopwire.router")
 
@@ -69,6 +71,8 @@ class RouterService:
         self._catalog: CatalogCache | None = None
         """The tool catalog, for the schemas of the plan gate (reused for up to a second)."""
         self._strategies: StrategyStore | None = None
+        self._watchdog: Watchdog | None = None
+        """Ends runs whose step made no progress for too long (watchdog.py)."""
 
     async def _archive(self, sid: str) -> list[dict[str, Any]]:
         """The session's events from the LOOPWIRE_EVENTS stream (a rebuild after Redis lost
@@ -98,10 +102,12 @@ class RouterService:
                                      reports=False)(self.on_dead_letter)
 
     async def start(self) -> None:
-        return None
+        self._watchdog = Watchdog(self.ctx.redis, self._apply_input, self._load, stall_after(self.ctx.settings))
+        self._watchdog.start()
 
     async def stop(self) -> None:
-        return None
+        if self._watchdog is not None:
+            await self._watchdog.stop()
 
     # -- handlers ---------------------------------------------------------------------------
     async def on_ingress(self, msg: Delivery) -> None:
@@ -267,8 +273,12 @@ class RouterService:
                         use_cache = False
                         continue
                     self._states.put(sid, (version + 1, decision.state))
+                    if (decision.state.status == "running") != (before.status == "running"):
+                        await note_status(self.ctx.redis, sid, decision.state.status == "running")
                 elif decision.replay:
                     self._states.put(sid, (version, state))  # a replay leaves the state as it was
+                    # The commit it replays may have died before its note: made again.
+                    await note_status(self.ctx.redis, sid, state.status == "running")
                 await self.perform(sid, decision.effects, replay=decision.replay, stored=stored)
                 count_decision(decision, before.profile)
                 count_approvals(before, decision)
@@ -298,6 +308,14 @@ class RouterService:
             # The state was lost (expired, flushed) but the transcript holds the
             # conversation: continue it instead of starting over.
             raw, version = await self.ctx.sessions.load(sid)
+        elif raw is None and isinstance(self.ctx.events, RedisEventLog):
+            # New, or lost with its transcript: its seqs continue after any it had
+            # published (shared/seq_floor.py).
+            floor = await last_published_seq(self.ctx.bus.js, self.ctx.subjects, sid)
+            if floor:
+                log.warning("session %s has no state but published events up to seq %d; continuing after it",
+                            sid, floor)
+                await self.ctx.events.raise_seq(sid, floor)
         return raw, version
 
     async def perform(self, sid: str, effects: list[Effect], replay: bool = False,

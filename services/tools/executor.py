@@ -58,7 +58,7 @@ def _outcome(item: ToolResultItem, recorded: bool, known: bool) -> str:
 
 class Executor:
     def __init__(self, catalog: Catalog, steps: StepStore, nc: NatsClient | None,
-                 default_timeout_s: float,
+                 default_timeout_s: float, attempt_timeout_s: float | None = None,
                  refresh: Callable[[], Awaitable[Any]] | None = None,
                  blobs: BlobStore | None = None, large_content_bytes: int = 64 * 1024,
                  on_protocol_error: Callable[[ExecuteTools, ToolCall, str], Awaitable[Any]] | None = None) -> None:
@@ -71,6 +71,8 @@ class Executor:
         self.steps = steps
         self.nc = nc
         self.default_timeout_s = default_timeout_s
+        self.attempt_timeout_s = attempt_timeout_s
+        """A provider request unanswered this long is sent again (invoke.call_provider)."""
         self.refresh = refresh
         """Runs one discovery round; used once per envelope when a tool is unknown, so a
         provider that started a moment ago is found before its call fails."""
@@ -200,7 +202,8 @@ class Executor:
             raise ProviderUnavailable("no NATS connection")
         # Our own deadline fires first; nats' request timeout is only a backstop.
         return await call_provider(self.nc, tool.subject, call.input, session_id=env.session_id,
-                                   tool_use_id=call.tool_use_id, timeout_s=timeout + 1.0)
+                                   tool_use_id=call.tool_use_id, timeout_s=timeout + 1.0,
+                                   attempt_timeout_s=self.attempt_timeout_s)
 
 
 def validation_problem(tool: ResolvedTool, arguments: dict[str, Any], limit: int = 3) -> str | None:

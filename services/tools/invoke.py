@@ -11,13 +11,15 @@ reply (headers `Nats-Service-Error`, `Nats-Service-Error-Code`) counts as an err
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
 
+import nats.errors
 import orjson
 from nats.aio.client import Client as NatsClient
-from nats.errors import NoRespondersError
 from pydantic import BaseModel
 
 from .registry import PythonTool
@@ -28,6 +30,11 @@ SESSION_HEADER = "Loopwire-Session-Id"
 TOOL_USE_HEADER = "Loopwire-Tool-Use-Id"
 SERVICE_ERROR_HEADER = "Nats-Service-Error"
 SERVICE_ERROR_CODE_HEADER = "Nats-Service-Error-Code"
+STATUS_HEADER = "Status"
+NO_RESPONDERS_STATUS = "503"
+"""What nats-server sends to a request's reply subject when nothing subscribes to it."""
+RECONNECT_CHECK_S = 0.5
+"""How often a call waiting for its reply checks whether the client reconnected."""
 
 Content = str | list[dict[str, Any]]
 
@@ -73,15 +80,55 @@ async def call_python(tool: PythonTool, arguments: dict[str, Any]) -> Outcome:
 
 
 async def call_provider(nc: NatsClient, subject: str, arguments: dict[str, Any], *, session_id: str,
-                        tool_use_id: str, timeout_s: float) -> Outcome:
-    """One request to a provider endpoint. Raises TimeoutError (nats' own subclasses it)
-    and ProviderUnavailable."""
+                        tool_use_id: str, timeout_s: float, attempt_timeout_s: float | None = None) -> Outcome:
+    """One call to a provider endpoint, within `timeout_s`. Raises TimeoutError (nats' own
+    subclasses it) and ProviderUnavailable.
+
+    A reply can be lost on the way back (the connection of either side dropped while the
+    provider worked: a NATS restart, a partition), and a request can be lost on the way
+    there. So the request is sent again, with the same Loopwire-Tool-Use-Id (the provider's
+    idempotency key) and to the same reply inbox, when this client reconnected since it was
+    sent, or when no reply came within `attempt_timeout_s`; the first reply to any attempt
+    answers the call."""
     headers = {SESSION_HEADER: session_id, TOOL_USE_HEADER: tool_use_id}
+    payload = orjson.dumps(arguments)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    per_attempt = attempt_timeout_s if attempt_timeout_s and attempt_timeout_s > 0 else timeout_s
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
     try:
-        reply = await nc.request(subject, orjson.dumps(arguments), timeout=timeout_s, headers=headers)
-    except NoRespondersError:
-        raise ProviderUnavailable(f"no provider answers on {subject}") from None
-    return parse_reply(reply.data, reply.headers or {})
+        attempt = 0
+        while True:
+            attempt += 1
+            reconnects = nc.stats["reconnects"]
+            await nc.publish(subject, payload, reply=inbox, headers=headers)
+            attempt_end = min(deadline, loop.time() + per_attempt)
+            reply = await _reply(sub, nc, attempt_end, reconnects)
+            if reply is not None:
+                if (reply.headers or {}).get(STATUS_HEADER) == NO_RESPONDERS_STATUS:
+                    raise ProviderUnavailable(f"no provider answers on {subject}")
+                return parse_reply(reply.data, reply.headers or {})
+            if loop.time() >= deadline:
+                raise TimeoutError(f"no reply from {subject} in {timeout_s:g}s ({attempt} attempts)")
+            log.info("tool call %s on %s: no reply to attempt %d (%s); sending it again", tool_use_id, subject,
+                     attempt, "reconnected" if nc.stats["reconnects"] != reconnects else "attempt timed out")
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+
+
+async def _reply(sub: Any, nc: NatsClient, until: float, reconnects: int) -> Any:
+    """The next message on the call's inbox before `until`; None when the attempt is over
+    (its time is up, or the client reconnected: a reply sent meanwhile may be lost)."""
+    loop = asyncio.get_running_loop()
+    while (left := until - loop.time()) > 0:
+        try:
+            return await sub.next_msg(timeout=min(left, RECONNECT_CHECK_S))
+        except nats.errors.TimeoutError:
+            if nc.stats["reconnects"] != reconnects:
+                return None
+    return None
 
 
 def parse_reply(data: bytes, headers: dict[str, str]) -> Outcome:

@@ -112,6 +112,7 @@ class ToolsService:
                                    max_wait_s=min(2.0, max(0.5, settings.discovery_interval_s)))
         self.catalog.providers = self.discovery.table
         self.executor = Executor(self.catalog, self.ctx.steps, nc, settings.tool_timeout_s,
+                                 attempt_timeout_s=settings.tool_attempt_timeout_s,
                                  refresh=self._refresh_soon,
                                  blobs=self.ctx.blobs, large_content_bytes=settings.large_content_bytes,
                                  on_protocol_error=self._bad_reply)

@@ -1,0 +1,210 @@
+"""Outages of Redis and NATS, on the layout users deploy (one `loopwire serve` process per
+service, two routers): accepted input and runs are delayed, never lost; work that still
+cannot be done after the tolerance ends its run `failed` / `undeliverable` and the session
+takes a new `start` (docs/deployment.md, "Failures")."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client as NatsClient
+
+from tests.fakes.anthropic_server import FakeAnthropic
+
+from .conftest import connected, serve_tools, started_system, wait_for_tools
+from .events import query
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+SPLIT = "split"
+
+
+async def start(nc: NatsClient, sid: str, body: dict[str, Any]) -> dict[str, Any]:
+    ack = await nc.request(f"loopwire.in.{sid}.start", json.dumps(body).encode(), timeout=10,
+                           headers={"Nats-Msg-Id": uuid.uuid4().hex})
+    reply = json.loads(ack.data)
+    assert reply.get("stream") == "LOOPWIRE_INGRESS", f"durably accepted: {reply}"
+    return reply
+
+
+async def ended(nc: NatsClient, sid: str, timeout: float, count: int = 1) -> list[dict[str, Any]]:
+    """The session's `run.ended` events, from its transcript (polled: a live subscription
+    may miss events while NATS is away), once there are `count` of them."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    last: list[dict[str, Any]] = []
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            events = (await query(nc, "transcript.get", {"session_id": sid}))["events"]
+            last = events
+            runs = [e for e in events if e["kind"] == "run.ended"]
+            if len(runs) >= count:
+                return runs
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError):
+            pass
+        await asyncio.sleep(0.5)
+    raise TimeoutError(f"session {sid}: {count} run.ended not seen in {timeout}s; events: "
+                       f"{[e['kind'] for e in last]}")
+
+
+async def status(nc: NatsClient, sid: str) -> str:
+    return str((await query(nc, "session.get", {"session_id": sid}))["status"])
+
+
+@pytest.mark.timeout(240)
+async def test_redis_stopped_40s_mid_tool_loses_no_run_and_no_accepted_start(
+        fake_anthropic: FakeAnthropic, fake: FakeAnthropic) -> None:
+    # A tolerance above the outage, short enough that redeliveries come every few seconds.
+    with started_system(fake_anthropic, layout=SPLIT, LOOPWIRE_OUTAGE_TOLERANCE_S="60") as system:
+        async with connected(system) as nc:
+            provider, svc = await serve_tools(nc)
+            provider.slow_delay_s = 3.0
+            await wait_for_tools(nc, {"slow_echo"})
+            fake.script("*", [
+                {"text": "Echoing.", "tool_use": [{"name": "slow_echo", "input": {"text": "hi"}}]},
+                {"text": "It said: echo: hi"},
+            ])
+            await start(nc, "redis-out-1", {"input": "echo hi", "tools": ["slow_echo"]})
+            await asyncio.wait_for(provider.slow_started.wait(), 30)
+            assert system.redis is not None
+            await asyncio.to_thread(system.redis.halt)
+            # Accepted while Redis is away: JetStream holds it, the router applies it later.
+            await start(nc, "redis-out-2", {"input": "just say hi", "tools": []})
+            await asyncio.sleep(40)
+            provider.slow_delay_s = 0.1
+            await asyncio.to_thread(system.redis.resume)
+
+            first = await ended(nc, "redis-out-1", timeout=120)
+            assert first[0]["status"] == "completed"
+            second = await ended(nc, "redis-out-2", timeout=60)
+            assert second[0]["status"] == "completed"
+            ids = {c[2]["Loopwire-Tool-Use-Id"] for c in provider.calls if c[0] == "slow_echo"}
+            assert len(ids) == 1, "every attempt at the call carried the same idempotency key"
+            for sid in ("redis-out-1", "redis-out-2"):
+                assert await status(nc, sid) == "idle"
+                events = (await query(nc, "transcript.get", {"session_id": sid}))["events"]
+                seqs = [e["seq"] for e in events]
+                assert seqs == sorted(set(seqs)), "every stored event once"
+            await svc.stop()
+
+
+@pytest.mark.timeout(180)
+async def test_nats_restarted_with_its_store_mid_run_the_run_completes(
+        fake_anthropic: FakeAnthropic, fake: FakeAnthropic) -> None:
+    with started_system(fake_anthropic, layout=SPLIT) as system:
+        async with connected(system) as nc:
+            provider, svc = await serve_tools(nc)
+            provider.slow_delay_s = 2.0
+            await wait_for_tools(nc, {"slow_echo"})
+            fake.script("*", [
+                {"text": "Echoing.", "tool_use": [{"name": "slow_echo", "input": {"text": "hi"}}]},
+                {"text": "It said: echo: hi"},
+            ])
+            await start(nc, "nats-out-1", {"input": "echo hi", "tools": ["slow_echo"]})
+            await asyncio.wait_for(provider.slow_started.wait(), 30)
+            assert system.nats is not None
+            await asyncio.to_thread(system.nats.halt)
+            await asyncio.sleep(2)
+            await asyncio.to_thread(system.nats.resume)
+            runs = await ended(nc, "nats-out-1", timeout=120)
+            assert runs[0]["status"] == "completed" and runs[0]["final_text"] == "It said: echo: hi"
+            assert await status(nc, "nats-out-1") == "idle"
+            await svc.stop()
+
+
+@pytest.mark.timeout(240)
+async def test_an_outage_longer_than_the_tolerance_ends_the_run_and_frees_the_session(
+        fake_anthropic: FakeAnthropic, fake: FakeAnthropic) -> None:
+    with started_system(fake_anthropic, layout=SPLIT, LOOPWIRE_OUTAGE_TOLERANCE_S="10") as system:
+        async with connected(system) as nc:
+            provider, svc = await serve_tools(nc)
+            provider.slow_delay_s = 3.0
+            await wait_for_tools(nc, {"slow_echo"})
+            fake.script("*", [
+                {"text": "Echoing.", "tool_use": [{"name": "slow_echo", "input": {"text": "hi"}}]},
+                {"text": "It said: echo: hi"},
+                {"text": "Hello again."},
+            ])
+            sid = "too-long"
+            await start(nc, sid, {"input": "echo hi", "tools": ["slow_echo"]})
+            await asyncio.wait_for(provider.slow_started.wait(), 30)
+            assert system.redis is not None
+            await asyncio.to_thread(system.redis.halt)
+            await asyncio.sleep(45)
+            provider.slow_delay_s = 0.1
+            await asyncio.to_thread(system.redis.resume)
+
+            (first,) = await ended(nc, sid, timeout=90)
+            assert first["status"] in ("completed", "failed")
+            events = (await query(nc, "transcript.get", {"session_id": sid}))["events"]
+            if first["status"] == "failed":
+                errors = [e for e in events if e["kind"] == "error"]
+                assert errors and errors[-1]["code"] == "undeliverable", errors
+            assert await status(nc, sid) == "idle", "the session is not left running"
+            await start(nc, sid, {"input": "hello again", "tools": []})
+            runs = await ended(nc, sid, timeout=60, count=2)
+            assert runs[1]["status"] == "completed" and runs[1]["final_text"] in ("Hello again.", "It said: echo: hi")
+            await svc.stop()
+
+
+@pytest.mark.timeout(120)
+async def test_a_step_nobody_takes_is_ended_by_the_watchdog(
+        fake_anthropic: FakeAnthropic, fake: FakeAnthropic) -> None:
+    # Every tools process is gone: the step's message waits in JetStream, never delivered,
+    # so it never reaches max deliveries. The router's watchdog ends the run.
+    with started_system(fake_anthropic, layout=SPLIT, LOOPWIRE_OUTAGE_TOLERANCE_S="5",
+                        LOOPWIRE_LLM_TIMEOUT_S="5", LOOPWIRE_TOOL_TIMEOUT_S="5") as system:
+        async with connected(system) as nc:
+            provider, svc = await serve_tools(nc)
+            await wait_for_tools(nc, {"add"})
+            system.kill_service("tools")
+            fake.script("*", [
+                {"text": "Adding.", "tool_use": [{"name": "add", "input": {"a": 1, "b": 2}}]},
+                {"text": "Hello again."},
+            ])
+            sid = "nobody-takes-it"
+            await start(nc, sid, {"input": "1 + 2?", "tools": ["add"]})
+            (first,) = await ended(nc, sid, timeout=60)
+            assert first["status"] == "failed" and first["reason"] == "undeliverable"
+            events = (await query(nc, "transcript.get", {"session_id": sid}))["events"]
+            (error,) = [e for e in events if e["kind"] == "error"]
+            assert error["code"] == "undeliverable" and "no progress" in error["message"]
+            assert provider.calls == []
+            assert await status(nc, sid) == "idle"
+            await start(nc, sid, {"input": "hello again", "tools": []})
+            runs = await ended(nc, sid, timeout=60, count=2)
+            assert runs[1]["status"] == "completed" and runs[1]["final_text"] == "Hello again."
+            await svc.stop()
+
+
+@pytest.mark.timeout(90)
+async def test_after_redis_lost_its_data_a_session_seq_continues_from_the_events_stream(
+        fake_anthropic: FakeAnthropic, fake: FakeAnthropic) -> None:
+    import redis.asyncio as aioredis
+
+    with started_system(fake_anthropic) as system:
+        async with connected(system) as nc:
+            fake.script("*", [{"text": "First."}, {"text": "Second."}])
+            sid = "lost-state"
+            await start(nc, sid, {"input": "one", "tools": []})
+            await ended(nc, sid, timeout=30)
+            before = (await query(nc, "transcript.get", {"session_id": sid}))["events"]
+            last = max(e["seq"] for e in before)
+            r = aioredis.Redis.from_url(system.get_redis_url())
+            await r.flushall()  # what a restart of a Redis without persistence leaves
+            await r.aclose()
+            got: list[int] = []
+
+            async def on_event(msg: Any) -> None:
+                got.append(json.loads(msg.data)["seq"])
+
+            sub = await nc.subscribe(f"loopwire.out.{sid}.>", cb=on_event)
+            await start(nc, sid, {"input": "two", "tools": []})
+            (run,) = await ended(nc, sid, timeout=30)
+            await sub.unsubscribe()
+            assert run["final_text"] == "Second." and run["seq"] > last
+            assert got and min(got) == last + 1, "the new events continue the old seqs, never from 1"
