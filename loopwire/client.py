@@ -18,6 +18,7 @@ import nats
 import orjson
 from nats.aio.client import Client as NatsClient
 from nats.js.api import DeliverPolicy
+from nats.js.errors import NotFoundError
 
 from loopwire.shared.credentials import nats_connect_options
 from loopwire.shared.settings import Settings
@@ -116,9 +117,13 @@ class LoopwireClient:
         follower = SessionFollower(after_seq)
         js = self.nc.jetstream()
         self._ensure_stream_name()
-        follower.sub = await js.subscribe(
-            self.subjects.session_events(self.scoped(sid)), stream=self._events_stream, ordered_consumer=True,
-            deliver_policy=DeliverPolicy.NEW if new_only else DeliverPolicy.ALL, cb=follower.on_msg)
+        try:
+            follower.sub = await js.subscribe(
+                self.subjects.session_events(self.scoped(sid)), stream=self._events_stream, ordered_consumer=True,
+                deliver_policy=DeliverPolicy.NEW if new_only else DeliverPolicy.ALL, cb=follower.on_msg)
+        except NotFoundError:
+            # No events stream: no loopwire service ever ran against this NATS.
+            raise nats.errors.NoRespondersError() from None
         return follower
 
     def _ensure_stream_name(self) -> None:
