@@ -23,6 +23,7 @@ import pytest_asyncio
 from faststream.nats import NatsBroker
 from nats.aio.client import Client as NatsClient
 
+from loopwire.shared import metrics
 from loopwire.shared.envelopes import ExecuteTools, ToolCall
 from loopwire.shared.runtime import ServiceContext, build_context
 from loopwire.shared.settings import Settings
@@ -133,6 +134,21 @@ async def test_an_is_error_result_is_an_error_result(running: Running, server: s
     item = await running.execute(f"{server}__fail", {"reason": "no disk"}, "toolu_fail")  # a run's call
     assert item.is_error is True
     assert "refused: no disk" in item.content
+
+
+async def test_a_call_is_counted_and_traced_as_any_tool_call(running: Running, spans: Any) -> None:
+    def calls(outcome: str) -> float:
+        return metrics.REGISTRY.get_sample_value(
+            "loopwire_tool_calls_total", {"tool": "remote__echo", "outcome": outcome}) or 0.0
+
+    ok, error = calls("ok"), calls("error")
+    await running.execute("remote__echo", {"text": "traced"}, "toolu_tr")
+    await running.execute("remote__echo", {"txt": "no"}, "toolu_tr2")
+    assert (calls("ok"), calls("error")) == (ok + 1, error + 1)
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "execute_tool remote__echo"
+               and s.attributes.get("gen_ai.tool.call.id") == "toolu_tr"]
+    assert span.attributes["gen_ai.tool.name"] == "remote__echo"
+    assert span.attributes["gen_ai.conversation.id"] == "s1"
 
 
 async def test_images_and_structured_content_map_to_content_blocks(running: Running) -> None:

@@ -143,6 +143,23 @@ async def test_an_is_error_result_reaches_the_model_as_an_error(mnc: NatsClient,
     assert block["is_error"] is True and "refused: the disk is full" in str(block["content"])
 
 
+async def test_an_mcp_tool_waits_for_its_approval(mnc: NatsClient, fake: FakeAnthropic) -> None:
+    await wait_for_tools(mnc, {"local__echo"})
+    fake.script("*", [{"text": "Asking.", "tool_use": [{"name": "local__echo", "input": {"text": "approved"}}]},
+                      {"text": "Done.", "stop_reason": "end_turn"}])
+    sid = f"e2e-mcp-{uuid.uuid4().hex[:8]}"
+    async with SessionEvents(mnc, sid) as ev:
+        await ev.publish("start", {"v": 1, "input": "Echo, once approved.", "tools": ["local__echo"],
+                                   "tool_permissions": {"local__echo": "approve"}})
+        asked = await ev.wait_for("approval.requested", timeout=60)
+        assert [c["name"] for c in asked["tool_calls"]] == ["local__echo"]
+        assert not ev.of("tool.result"), "nothing runs before the decision"
+        await ev.publish("decision", {"checkpoint_id": asked["checkpoint_id"], "decision": "approve"})
+        ended = await ev.wait_for("run.ended", timeout=60)
+    assert ended["status"] == "completed"
+    assert ev.of("tool.result")[0]["content"] == "echo: approved"
+
+
 async def test_the_stdio_server_killed_mid_session_is_restarted(mcp_system: McpSystem, mnc: NatsClient,
                                                               fake: FakeAnthropic) -> None:
     ev = await run_with(mnc, fake, "local__whoami", {})
@@ -186,3 +203,26 @@ async def test_a_third_party_server_from_npm(mcp_system: McpSystem, mnc: NatsCli
     assert any(b["type"] == "image" and b["source"]["media_type"] == "image/png" for b in blocks)
     seen = tool_result_seen_by_model(fake)["content"]
     assert any(b["type"] == "image" for b in seen), "the model got the image as an image block"
+
+
+def test_each_tools_replica_keeps_its_own_stdio_server(fake_anthropic: FakeAnthropic, tmp_path: Path) -> None:
+    """`loopwire up --workers 2`: two processes with a tools service each, so two server
+    processes, one child of each; a run's call is served by one of them."""
+    pid_file = tmp_path / "stdio.pids"
+    servers = json.dumps({"local": stdio_server(pid_file)})
+    with started_system(fake_anthropic, layout="workers", LOOPWIRE_MCP_SERVERS=servers) as lw:
+        pids = [int(p) for p in pid_file.read_text().split()]
+        assert len(pids) == 2, pids
+        parents = {parent_of(pid) for pid in pids}
+        (worker0,) = lw.processes
+        assert worker0.proc is not None and len(parents) == 2 and worker0.proc.pid in parents
+        (worker1,) = parents - {worker0.proc.pid}
+        assert parent_of(worker1) == worker0.proc.pid  # worker 1 is worker 0's child
+
+        async def one_run() -> None:
+            async with connected(lw) as nc:
+                ev = await run_with(nc, fake_anthropic, "local__whoami", {})
+                assert int(ev.of("tool.result")[0]["content"]) in pids
+
+        fake_anthropic.reset()
+        asyncio.run(one_run())
