@@ -208,3 +208,18 @@ def test_error_events_and_replies_mask_secrets() -> None:
     assert "abcdef123456" not in reply["error"]["message"]
     text = make_event("message", "s1", "r1", 4, message={"role": "assistant", "content": "my password is a"})
     assert text["message"]["content"] == "my password is a", "only error messages are rewritten"
+
+
+async def test_creds_file_against_an_operator_mode_server(tmp_path: Path) -> None:
+    """LOOPWIRE_NATS_CREDS (and its deprecated alias) with a user JWT signed by an account
+    the server's operator trusts (decentralised auth, as `nsc` sets it up)."""
+    from tests.nats_jwt import operator_setup
+
+    config, creds = operator_setup(tmp_path)
+    server = server_with(tmp_path, config)
+    try:
+        await round_trip(Settings(nats_url=server.url, nats_creds=str(creds)))
+        await round_trip(Settings(nats_url=server.url, nats_creds_file=str(creds)))
+        assert "uthorization" in await refused(Settings(nats_url=server.url))
+    finally:
+        server.stop()
