@@ -207,8 +207,8 @@ class RedisSessionStore:
         out: list[tuple[str, int]] = []
         offset = 0
         while len(out) < count:
-            rows = await self._r.zrevrangebyscore(index, top, "-inf", start=offset, num=count + 16,
-                                                  withscores=True)
+            rows: list[tuple[bytes, float]] = await self._r.zrevrangebyscore(  # type: ignore[assignment]
+                index, top, "-inf", start=offset, num=count + 16, withscores=True)
             if not rows:
                 break
             offset += len(rows)
