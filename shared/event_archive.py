@@ -8,9 +8,12 @@ JetStream stream LOOPWIRE_EVENTS, which keeps it on disk independently of Redis 
 has it: `read_archive` reads it back, in `seq` order, without `text.delta` (ephemeral:
 never part of a transcript).
 
-The read uses an ephemeral pull consumer filtered on the session's subjects, with no
-acks, fetched in batches of exactly what is pending (a batch larger than what is left
-would wait for its whole timeout), and deleted when done.
+A session that never ran (every new session: the router asks before creating one)
+costs one direct read of the stream's last `run.started` of that session, a lookup by
+literal subject; only a session that has one is read in full, with an ephemeral pull
+consumer filtered on the session's subjects, with no acks, fetched in batches of exactly
+what is pending (a batch larger than what is left would wait for its whole timeout), and
+deleted when done.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ async def read_archive(js: JetStreamContext, subjects: Subjects, sid: str) -> li
     """Every durable event of session `sid` in LOOPWIRE_EVENTS, in `seq` order (each
     seq once: a republished event is the same event). Empty when the stream holds none."""
     stream = stream_name(subjects.prefix, EVENTS_STREAM)
+    try:
+        await js.get_last_msg(stream, subjects.event(sid, "run.started"))
+    except NotFoundError:
+        return []  # no run ever started on this session (or no such stream): nothing to read
     try:
         sub = await js.pull_subscribe(subjects.session_events(sid), stream=stream, config=ConsumerConfig(
             deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE, inactive_threshold=INACTIVE_S,

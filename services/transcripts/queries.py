@@ -21,7 +21,7 @@ from loopwire.shared.input_guard import deeper_than, version_problem
 from loopwire.shared.session_store import SessionStore
 from loopwire.shared.subjects import tenant_of, valid_session_id
 
-from .rebuild import read_transcript, reconstruct
+from .rebuild import Archive, read_transcript, reconstruct, restore_log
 
 Q = TypeVar("Q", SessionGetRequest, TranscriptGetRequest, SessionsListRequest)
 
@@ -60,14 +60,16 @@ def parse_query(data: bytes, model: type[Q], max_depth: int = 32, tenants: bool 
 
 
 async def session_get(req: SessionGetRequest, sessions: SessionStore,
-                      events: EventLogStore | None = None) -> dict[str, Any]:
+                      events: EventLogStore | None = None, archive: Archive | None = None) -> dict[str, Any]:
     raw, _version = await sessions.load(req.session_id)
     messages: list[dict[str, Any]] | None = None
     source = "state"
     if raw is None and events is not None:
         # The state is gone but the transcript is not: answer from the transcript (the
         # router rebuilds the state itself at the session's next input).
-        rebuilt = reconstruct(req.session_id, await read_transcript(req.session_id, events))
+        # When Redis lost the log too, the events stream still has it (rebuild.py).
+        stored = await read_transcript(req.session_id, events) or await restore_log(req.session_id, events, archive)
+        rebuilt = reconstruct(req.session_id, stored)
         if rebuilt is not None:
             raw, messages, source = rebuilt.state, rebuilt.history, "transcript"
     if raw is None:
@@ -99,8 +101,13 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
     return reply
 
 
-async def transcript_get(req: TranscriptGetRequest, events: EventLogStore) -> dict[str, Any]:
+async def transcript_get(req: TranscriptGetRequest, events: EventLogStore,
+                         archive: Archive | None = None) -> dict[str, Any]:
     page = await events.read(req.session_id, after_seq=req.after_seq, limit=req.limit)
+    if not page and archive is not None and await events.last_seq(req.session_id) == 0:
+        # No counter: the session never was, or Redis lost its log; the events stream knows.
+        if await restore_log(req.session_id, events, archive):
+            page = await events.read(req.session_id, after_seq=req.after_seq, limit=req.limit)
     reply: dict[str, Any] = {"v": PROTOCOL_VERSION, "events": page}
     if len(page) == req.limit:
         reply["next_after_seq"] = page[-1]["seq"]

@@ -214,6 +214,18 @@ Archive = Callable[[str], Awaitable[list[dict[str, Any]]]]
 """A session's events from the events stream (shared/event_archive.py `read_archive`)."""
 
 
+async def restore_log(sid: str, events_store: EventLogStore, archive: Archive | None) -> list[dict[str, Any]]:
+    """A session's events from the events stream, put back into the event log (which
+    must be empty: `EventLogStore.restore` writes nothing into a log that has events)."""
+    if archive is None:
+        return []
+    events = await archive(sid)
+    if events and await events_store.restore(sid, events):
+        log.info("session %s: event log restored from the events stream (%d events, up to seq %d)", sid,
+                 len(events), events[-1]["seq"])
+    return events
+
+
 async def rebuild_session(sid: str, events_store: EventLogStore, sessions_store: SessionStore,
                           default_max_tokens: int = 4096, archive: Archive | None = None) -> dict[str, Any] | None:
     """Rebuild a session whose state is missing from its transcript and store it.
@@ -226,12 +238,7 @@ async def rebuild_session(sid: str, events_store: EventLogStore, sessions_store:
     raw, _version = await sessions_store.load(sid)
     if raw is not None:
         return None
-    events = await read_transcript(sid, events_store)
-    if not events and archive is not None:
-        events = await archive(sid)
-        if events and await events_store.restore(sid, events):
-            log.info("session %s: event log restored from the events stream (%d events, up to seq %d)", sid,
-                     len(events), events[-1]["seq"])
+    events = await read_transcript(sid, events_store) or await restore_log(sid, events_store, archive)
     rebuilt = reconstruct(sid, events, default_max_tokens)
     if rebuilt is None:
         return None

@@ -17,6 +17,7 @@ import orjson
 from faststream.nats import NatsBroker, NatsMessage
 
 from loopwire.shared.contract import SessionGetRequest, SessionsListRequest, TranscriptGetRequest, error_reply
+from loopwire.shared.event_archive import read_archive
 from loopwire.shared.runtime import ServiceContext
 
 from .queries import parse_query, session_get, transcript_get
@@ -38,8 +39,9 @@ class TranscriptsService:
         queue = f"{self.ctx.settings.subject_prefix}-transcripts"
         subjects = self.ctx.subjects
         queries: dict[str, tuple[type[Any], Answer]] = {
-            "session.get": (SessionGetRequest, lambda req, _: session_get(req, self.ctx.sessions, self.ctx.events)),
-            "transcript.get": (TranscriptGetRequest, lambda req, _: transcript_get(req, self.ctx.events)),
+            "session.get": (SessionGetRequest,
+                            lambda req, _: session_get(req, self.ctx.sessions, self.ctx.events, self._archive)),
+            "transcript.get": (TranscriptGetRequest, lambda req, _: transcript_get(req, self.ctx.events, self._archive)),
             "sessions.list": (SessionsListRequest, lambda req, tenant: sessions_list(req, self.ctx.sessions, tenant)),
         }
         for name, (model, answer) in queries.items():
@@ -47,6 +49,10 @@ class TranscriptsService:
             if self.ctx.settings.tenants:
                 broker.subscriber(subjects.query(name, tenant="*"), queue=queue)(
                     self._handler(name, model, answer, True))
+
+    async def _archive(self, sid: str) -> list[dict[str, Any]]:
+        """The session's events from the LOOPWIRE_EVENTS stream (Redis lost its log)."""
+        return await read_archive(self.ctx.bus.js, self.ctx.subjects, sid)
 
     async def start(self) -> None:
         return None

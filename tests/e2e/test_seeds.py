@@ -151,6 +151,8 @@ async def test_a_session_rebuilt_after_redis_lost_everything_keeps_what_it_was_s
         r = aioredis.from_url(own_system.get_redis_url())
         await r.flushall()
         await r.aclose()
+        lost = await query(own_nc, "transcript.get", {"session_id": s})
+        session = await query(own_nc, "session.get", {"session_id": s})
         await wait_for_tools(own_nc, {"add"})  # the tools service writes its catalog again
         await ev.publish("message", {"content": "Now add 1 and 2."})
         asked = await ev.wait_for("approval.requested")
@@ -172,6 +174,8 @@ async def test_a_session_rebuilt_after_redis_lost_everything_keeps_what_it_was_s
     assert config["models"] == ["m-own", "m-fallback"] and config["tool_permissions"]["add"] == "approve"
     assert (config["max_turns"], config["max_total_tokens"], config["compaction_at_pct"]) == (7, 90_000, 0.7)
     assert (config["actor"], config["expectation"]) == ("ops", "triage")
+    assert [e["seq"] for e in lost["events"]][-1] == first["seq"], "transcript.get answers from the stream"
+    assert (session["status"], session["profile"], session["turns"]) == ("idle", "agentic", 1)
     assert started[1]["seq"] > first["seq"], "seqs go on after the last one: none is reused"
     seqs = [e["seq"] for e in transcript["events"]]
     assert seqs == sorted(set(seqs)) and seqs[-1] == second["seq"]
