@@ -181,6 +181,16 @@ class PlanUpdated(Event):
     verification: str | None = None
 
 
+class WarningEvent(Event):
+    """Addition: something the user should know that does not stop the run: `unknown_price`
+    (a model with no known price: `run.ended.cost_usd` is null), `unknown_tools` (the run
+    named tools nobody serves)."""
+
+    kind: Literal["warning"] = "warning"
+    code: str
+    message: str
+
+
 class ErrorEvent(Event):
     kind: Literal["error"] = "error"
     code: str
@@ -198,7 +208,8 @@ class RunEnded(Event):
         "`executed` [{tool, calls, ok, error}] (addition)."))
     turns: int
     usage: EventUsage
-    cost_usd: float
+    cost_usd: float | None = Field(description=(
+        "Addition: null when a model of the run has no known price (a `warning` event said so)."))
     reason: str | None = Field(default=None, description="Addition: why the run did not simply complete.")
 
 
@@ -213,7 +224,7 @@ class MemoryReflection(MemoryNote):
 EVENT_MODELS: dict[str, type[Event]] = {
     m.model_fields["kind"].default: m
     for m in (RunStarted, PhaseChanged, TextDelta, MessageEvent, ToolCallEvent, ToolResultEvent, Retracted,
-              ApprovalRequested, LoopDetected, ModelFallback, Compaction, ErrorEvent, RunEnded, BudgetWarning,
+              ApprovalRequested, LoopDetected, ModelFallback, Compaction, ErrorEvent, WarningEvent, RunEnded, BudgetWarning,
               UserMessage, MemoryObservation, MemoryReflection, PlanUpdated, Generating, ToolsProgress)
 }
 

@@ -20,6 +20,10 @@ from loopwire.testing.servers import ServerHandle, start_nats, start_redis
 
 os.environ.pop("ANTHROPIC_API_KEY", None)
 os.environ.pop("ANTHROPIC_BASE_URL", None)
+# The unit tests' placeholder model ids cost nothing, as an operator would price a model
+# of their own with LOOPWIRE_PRICES; an unpriced model (cost_usd null and a `warning`) is
+# tested on its own (tests/test_pricing.py). Processes the tests start get their own env.
+os.environ["LOOPWIRE_PRICES"] = '{"m1": {"input": 0, "output": 0}, "m2": {"input": 0, "output": 0}}'
 
 
 @pytest.fixture(scope="session")

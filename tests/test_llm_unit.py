@@ -138,7 +138,7 @@ async def test_demo_brain_calls_calculator_then_reads_the_result() -> None:
 async def test_demo_brain_quotes_the_prompt_without_the_calculator() -> None:
     answer = await DemoModel().generate(req("What is 2 + 2?"))
     assert answer.tool_uses() == [] and '"What is 2 + 2?"' in answer.text()
-    assert answer.model == "m1"
+    assert answer.model == "loopwire-demo", "the demo model names itself, not the model asked for"
 
 
 # -- error classifier -------------------------------------------------------------------------

@@ -132,11 +132,15 @@ def _content(request: ModelRequest, text: str | None, tool_uses: list[dict[str, 
 
 # -- the scripted model --------------------------------------------------------------------
 class ScriptedModel(Model):
-    """Plays `responses` in order, one per call; records every request."""
+    """Plays `responses` in order, one per call; records every request. A test double in
+    place of a real model: its replies name the model asked for unless `model_id` says
+    otherwise (the offline models a user can run, DemoModel and BenchModel, name
+    themselves)."""
 
     name = "scripted"
 
-    def __init__(self, responses: list[ScriptEntry] | None = None) -> None:
+    def __init__(self, responses: list[ScriptEntry] | None = None, model_id: str | None = None) -> None:
+        self.model_id = model_id
         self._script: list[ScriptEntry] = list(responses or [])
         self._next = 0
         self.requests: list[ModelRequest] = []
@@ -172,7 +176,8 @@ class ScriptedModel(Model):
         content = _content(request, resp.text, resp.tool_uses)
         stop = resp.stop_reason or ("tool_use" if resp.tool_uses else "end_turn")
         return ModelResponse(message={"role": "assistant", "content": content}, stop_reason=stop,
-                             model=request.model, usage=resp.usage or estimate_usage(request, content),
+                             model=self.model_id or request.model,
+                             usage=resp.usage or estimate_usage(request, content),
                              response_id=f"msg_scripted_{len(self.requests)}")
 
 
@@ -200,9 +205,11 @@ def _text_of(content: Any) -> str:
 
 
 class DemoModel(Model):
-    """Deterministic answers without an API, good enough to show the loop working."""
+    """Deterministic answers without an API, good enough to show the loop working. Its
+    replies name it (`loopwire-demo`): it is not the model asked for and has no price."""
 
     name = "demo"
+    model_id = "loopwire-demo"
 
     async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
         if bench_target(request) is not None:  # `make bench`: see BenchModel below
@@ -228,7 +235,7 @@ class DemoModel(Model):
         await _stream_text(text, on_text)
         blocks = _content(request, text, tool_uses)
         return ModelResponse(message={"role": "assistant", "content": blocks},
-                             stop_reason="tool_use" if tool_uses else "end_turn", model=request.model,
+                             stop_reason="tool_use" if tool_uses else "end_turn", model=self.model_id,
                              usage=estimate_usage(request, blocks),
                              response_id=_stable_id(request, "msg").replace("toolu_", "msg_demo_"))
 
@@ -287,6 +294,7 @@ class BenchModel(Model):
     and usage is a constant per call instead of a word count of the whole history."""
 
     name = "bench"
+    model_id = "loopwire-bench"
 
     async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
         target = bench_target(request) or 0
@@ -303,7 +311,7 @@ class BenchModel(Model):
             blocks = [{"type": "text", "text": "done"}]
             stop = "end_turn"
         return ModelResponse(message={"role": "assistant", "content": blocks}, stop_reason=stop,
-                             model=request.model, usage=Usage(input_tokens=10, output_tokens=5),
+                             model=self.model_id, usage=Usage(input_tokens=10, output_tokens=5),
                              response_id=f"msg_bench_{done}")
 
 

@@ -34,7 +34,7 @@ from loopwire.shared.envelopes import (
     Usage,
 )
 from loopwire.shared.events import user_message_fields
-from loopwire.shared.pricing import cost_usd
+from loopwire.shared.pricing import cost_usd, is_offline_model
 
 from . import approval, budget, loop_detection, planning, strategy_loop, subagent, technical_summary
 from . import inputs as i
@@ -504,6 +504,11 @@ def _start_run(tx: _Tx, config: RunConfig, messages: list[dict[str, Any]], run_i
         else {}
     tx.emit("run.started", f"run.started:{run_id}", run_id, profile=config.profile,
             config=config.model_dump(mode="json"), **_lineage(config), **ignored)
+    unknown = tx.inp.unknown_tools if isinstance(tx.inp, i.StartInput) else []
+    if unknown:
+        tx.emit("warning", f"warning:{run_id}:unknown_tools", run_id, code="unknown_tools",
+                message=f"no tool named {', '.join(unknown)} is known; the run goes on without "
+                        f"{'it' if len(unknown) == 1 else 'them'}", tools=unknown)
     if profile.snapshots_workspace:
         run.workspace = render_workspace(workspace)
     if profile.planned:
@@ -695,7 +700,7 @@ def _end_run(tx: _Tx, status: str, text: str | None, cfg: CoreConfig,
     tx.emit("run.ended", f"run.ended:{run.run_id}", run.run_id, status=status, final_text=final_text,
             conclusion=conclusion, turns=run.turn,
             usage={"input_tokens": run.usage.total_input(), "output_tokens": run.usage.output_tokens},
-            cost_usd=round(run.cost_usd, 8), **({"reason": reason} if reason else {}))
+            cost_usd=None if run.unpriced else round(run.cost_usd, 8), **({"reason": reason} if reason else {}))
     run.phase = "done"
     run.pending_step = None
     run.checkpoint = None
@@ -760,10 +765,27 @@ def _add_usage(tx: _Tx, run: RunState, result: GenerationResult, usage: Usage, c
     tx.st.usage = tx.st.usage + usage
     model = model or result.model or run.config.models[run.model_offset]
     cost = cost_usd(model, usage)
-    run.cost_usd += cost
-    tx.st.cost_usd += cost
+    if cost is None:
+        _unpriced(tx, run, model)
+    else:
+        run.cost_usd += cost
+        tx.st.cost_usd += cost
     tx.count(count, {"profile": run.config.profile, "model": model},
-             input_tokens=usage.total_input(), output_tokens=usage.output_tokens, cost_usd=cost)
+             input_tokens=usage.total_input(), output_tokens=usage.output_tokens, cost_usd=cost or 0.0)
+
+
+def _unpriced(tx: _Tx, run: RunState, model: str) -> None:
+    """A model with no known price makes the run's cost unknown (null, not a made-up 0);
+    the first time per run and model a `warning` says so (loopwire's own offline models
+    have no price by design and need no warning)."""
+    tx.st.cost_unknown = True
+    if model in run.unpriced:
+        return
+    run.unpriced.append(model)
+    if not is_offline_model(model):
+        tx.emit("warning", f"warning:{run.run_id}:unknown_price:{model}", run.run_id, code="unknown_price",
+                message=f"no price is known for model {model}: the run's cost_usd is null "
+                        "(LOOPWIRE_PRICES can give it one)")
 
 
 def _account_extra(tx: _Tx, run: RunState, result: GenerationResult) -> None:

@@ -44,6 +44,9 @@ class StartInput(_Input):
     ignored_fields: list[str] = Field(default_factory=list)
     """StartRun fields the body carried that loopwire does not know (a typo such as
     `tool_permission`): named in `run.started` so the client sees them."""
+    unknown_tools: list[str] = Field(default_factory=list)
+    """Names in StartRun `tools` that the tool catalog does not hold at the start: a
+    `warning` event lists them (the run goes on with the others)."""
     workspace_refusal: str | None = None
     """Why `metadata.workspace` may not be used (outside LOOPWIRE_WORKSPACE_ROOTS, ...):
     the start is refused with `workspace_not_allowed` (workspace.py)."""

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from loopwire.shared import codec, metrics
 from loopwire.shared.bus import event_items
 from loopwire.shared.chain import Delivery
+from loopwire.shared.contract import RESERVED_TOOL_NAMES
 from loopwire.shared.dead_letters import discard_original, original_body, read_dead_letter, work_label
 from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult, ToolsResult
 from loopwire.shared.event_archive import read_archive
@@ -225,6 +226,7 @@ class RouterService:
                 except Exception as exc:  # a snapshot is a help, never a reason to fail the start
                     log.warning("session %s: workspace snapshot failed: %s", sid, exc)
                     inp.workspace = {"error": f"the snapshot failed: {exc}"}
+            inp.unknown_tools = await self._unknown_tools(sid, body.tools)
             parent = inp.parent_session_id = inp.parent_session_id or subagent.parent_of(body.metadata)
             if parent is not None:
                 raw, _ = await self.ctx.sessions.load(parent)
@@ -243,6 +245,24 @@ class RouterService:
                     log.warning("session %s: tool catalog unreadable, plan gate without schemas: %s", sid, exc)
                 else:
                     inp.tool_schemas = {n: catalog[n].input_schema for n in names if n in catalog}
+
+    async def _catalog_of(self, names: list[str]) -> dict[str, Any]:
+        if self._catalog is None:
+            self._catalog = CatalogCache(self.ctx.redis, self.ctx.settings)
+        return await self._catalog.get(names)
+
+    async def _unknown_tools(self, sid: str, names: list[str] | None) -> list[str]:
+        """The names of a start's `tools` the catalog does not hold (reserved tools, which
+        loopwire answers itself, are always known)."""
+        wanted = [n for n in names or [] if n not in RESERVED_TOOL_NAMES]
+        if not wanted:
+            return []
+        try:
+            catalog = await self._catalog_of(wanted)
+        except Exception as exc:  # a warning is a help; an unreadable catalog is no reason to fail
+            log.warning("session %s: tool catalog unreadable, unknown tools not checked: %s", sid, exc)
+            return []
+        return [n for n in wanted if n not in catalog]
 
     async def apply(self, sid: str, inp: i._Input) -> Decision:
         async with self._locks.hold(sid):

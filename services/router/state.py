@@ -82,6 +82,10 @@ class RunState(BaseModel):
     """tool_use blocks of the last assistant message while their results are awaited."""
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float = 0.0
+    """The cost of the generations whose model has a price (shared/pricing.py)."""
+    unpriced: list[str] = Field(default_factory=list)
+    """Models of this run with no known price: its `cost_usd` is null (unknown), and a
+    `warning` event named each one once."""
     last_text: str = ""
     """Text of the latest assistant message: the best answer so far."""
 
@@ -157,6 +161,8 @@ class SessionState(BaseModel):
     turns: int = 0
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float = 0.0
+    cost_unknown: bool = False
+    """Some generation of the session had no known price: `session.get` reports `cost_usd` null."""
     queued: list[dict[str, Any]] = Field(default_factory=list)
     """Follow-up user messages waiting for the next outer boundary."""
     steering: list[dict[str, Any]] = Field(default_factory=list)

@@ -69,6 +69,7 @@ class _Builder:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    cost_unknown: bool = False
     open_run: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0})
     """Usage of the run without a `run.ended` yet (its total is not in any event)."""
     profile: str | None = None
@@ -156,6 +157,7 @@ class _Builder:
             self.input_tokens += int(usage.get("input_tokens", 0) or 0)
             self.output_tokens += int(usage.get("output_tokens", 0) or 0)
             self.cost_usd += float(event.get("cost_usd", 0.0) or 0.0)
+            self.cost_unknown = self.cost_unknown or ("cost_usd" in event and event["cost_usd"] is None)
             self.open_run = {"input_tokens": 0, "output_tokens": 0}
 
     def last_config(self) -> dict[str, Any] | None:
@@ -176,7 +178,7 @@ class _Builder:
             "usage": {"input_tokens": self.input_tokens + self.open_run["input_tokens"],
                       "output_tokens": self.output_tokens + self.open_run["output_tokens"],
                       "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
-            "cost_usd": round(self.cost_usd, 8), "queued": [], "steering": [], "recent_inputs": [], "outbox": [],
+            "cost_usd": round(self.cost_usd, 8), "cost_unknown": self.cost_unknown, "queued": [], "steering": [], "recent_inputs": [], "outbox": [],
             "outbox_input": None,
         }
 

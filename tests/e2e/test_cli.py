@@ -185,3 +185,19 @@ async def test_transcript_and_tools(system: LoopwireContainer, nc: NatsClient, f
     assert tools.code == 0 and "add" in tools.out and "Add two numbers." in tools.out
     listed = {t["name"] for t in json_lines((await on_system(system, "tools", "--json")).out)}
     assert {"add", "slow_echo"} <= listed
+
+
+async def test_the_offline_model_names_itself_has_no_cost_and_unknown_tools_are_warned_of() -> None:
+    # `loopwire up` with no API key: the offline demo model, as a new user first meets it.
+    with LoopwireContainer(env={"LOOPWIRE_LLM_PROVIDER": "scripted", "LOOPWIRE_TOOL_MODULES": "loopwire.demo.tools",
+                                "LOOPWIRE_ACK_WAIT_S": "3"}) as offline:
+        result = await on_system(offline, "run", "What is 6 * 7?", "--tools", "calculator,nosuchtool", "--json")
+        shown = await on_system(offline, "run", "What is 6 * 7?", "--tools", "calculator")
+    assert result.code == 0, result.err
+    events = json_lines(result.out)
+    (warning,) = [e for e in events if e["kind"] == "warning"]
+    assert warning["code"] == "unknown_tools" and warning["tools"] == ["nosuchtool"]
+    assert {e["model"] for e in events if e["kind"] == "message"} == {"loopwire-demo"}
+    ended = events[-1]
+    assert ended["kind"] == "run.ended" and ended["cost_usd"] is None and "42" in ended["final_text"]
+    assert shown.code == 0 and "cost unknown" in shown.out and "$0.000000" not in shown.out
