@@ -17,7 +17,6 @@ from .connection import cli_settings, client, fail, request, run_command, stdout
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="JSON lines: one object per line, nothing else on stdout.")]
 
-SESSIONS_LIST = "api.sessions.list"
 
 
 async def list_sessions(settings: Settings, status: str | None, limit: int, as_json: bool) -> None:
@@ -25,7 +24,7 @@ async def list_sessions(settings: Settings, status: str | None, limit: int, as_j
         body: dict[str, Any] = {"limit": limit}
         if status:
             body["status"] = status
-        page = await request(lw, settings, f"{settings.subject_prefix}.{SESSIONS_LIST}", body)
+        page = await request(lw, settings, lw.subjects.sessions_list, body)
     sessions = page.get("sessions") or []
     if as_json:
         for row in sessions:

@@ -1,0 +1,53 @@
+"""A tool provider in Python: the `weather` tool on the NATS services protocol (nats.micro).
+The tools service discovers it within seconds and offers it to the model; run several
+copies and NATS balances them. Stops on Ctrl-C or SIGTERM.
+
+    python examples/tool_provider.py [--nats-url nats://127.0.0.1:4222]
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+
+import nats
+from nats import micro
+
+FORECASTS = {"paris": "Sunny, 21 °C", "london": "Light rain, 14 °C"}
+
+
+async def main(url: str) -> None:
+    nc = await nats.connect(url)
+    svc = await micro.add_service(nc, name="weather", version="1.0.0", description="example weather provider")
+
+    async def weather(req: micro.Request) -> None:
+        args = json.loads(req.data)                        # already validated against the schema
+        tool_use_id = req.headers.get("Loopwire-Tool-Use-Id")  # the idempotency key of this call
+        forecast = FORECASTS.get(args["city"].lower())
+        if forecast is None:
+            body = {"content": f"No forecast for {args['city']}.", "is_error": True}
+        else:
+            body = {"content": f"{forecast} in {args['city']}", "is_error": False}
+        print(f"weather({args['city']!r}) for call {tool_use_id}", flush=True)
+        await req.respond(json.dumps(body).encode())
+
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    await svc.add_endpoint(name="weather", handler=weather, metadata={
+        "loopwire.tool": "weather", "description": "Current weather for a city.",
+        "input_schema": json.dumps(schema)})
+    print("serving the weather tool; Ctrl-C to stop", flush=True)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await svc.stop()
+    await nc.drain()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nats-url", default=os.environ.get("LOOPWIRE_NATS_URL", "nats://127.0.0.1:4222"))
+    asyncio.run(main(parser.parse_args().nats_url))
