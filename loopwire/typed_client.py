@@ -23,14 +23,13 @@ methods stay available as `client.raw`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
 
 import orjson
 
-from loopwire.client import LoopwireClient, RunFailedToStart
+from loopwire.client import LoopwireClient
 from loopwire.shared.events import ApprovalRequested, Event, RunEnded, validate_event
 from loopwire.shared.settings import Settings
 
@@ -104,32 +103,15 @@ class Client:
         await self._publish(session_id, "decision", body)
 
     # -- events ------------------------------------------------------------------------------
-    async def _subscribe(self, session_id: str) -> _LiveEvents:
-        live = _LiveEvents()
-        live.sub = await self.raw.nc.subscribe(self.raw.subjects.session_events(session_id), cb=live.collect)
-        return live
-
     async def events(self, session_id: str, after_seq: int | None = 0) -> AsyncIterator[Event]:
-        """The session's events as typed models, in `seq` order, each once: the stored
-        ones after `after_seq` first (`transcript.get`), then live ones as they come.
-        `after_seq=None`: live events only. Runs until the caller stops iterating."""
-        live = await self._subscribe(session_id)
-        try:
-            last = after_seq
-            if after_seq is not None:
-                # Subscribed first, then read what is stored: nothing falls in between,
-                # and what both give is skipped by its seq.
-                for stored in await self.transcript(session_id, after_seq=after_seq):
-                    last = max(last or 0, stored.seq)
-                    yield stored
-            while True:
-                event = await live.next()
-                if last is not None and event.seq <= last:
-                    continue
-                last = event.seq
-                yield event
-        finally:
-            await live.close()
+        """The session's events as typed models, each once, in `seq` order, through the
+        LOOPWIRE_EVENTS stream (LoopwireClient.follow: an ordered consumer): those after
+        `after_seq` (0: from the start), or with `after_seq=None` only new ones. Runs
+        until the caller stops iterating."""
+        follower = await self.raw.follow(session_id, after_seq=after_seq or 0, new_only=after_seq is None)
+        async with follower:
+            async for body in follower:
+                yield validate_event(body)
 
     async def run(self, input: str | list[dict[str, Any]], session_id: str | None = None, *,
                   on_event: TypedCallback | None = None, approve: Approver | None = None,
@@ -139,55 +121,39 @@ class Client:
         `on_event` sees every event of the run. Raises RunFailedToStart when the start
         is refused (an `error` without a run)."""
         sid = session_id or f"py-{uuid.uuid4().hex[:12]}"
-        live = await self._subscribe(sid)  # before the start: its first event is not missed
-        try:
-            async with asyncio.timeout(timeout):
-                await self.start(input, sid, **fields)
-                run_id: str | None = None
-                while True:
-                    event = await live.next()
-                    if run_id is None:
-                        if event.kind == "run.started":
-                            run_id = event.run_id
-                        elif event.kind == "error" and event.run_id is None:
-                            raise RunFailedToStart(event.model_dump(by_alias=True))
-                        else:
-                            continue
-                    if event.run_id != run_id:
-                        continue
-                    if on_event is not None:
-                        maybe = on_event(event)
-                        if asyncio.iscoroutine(maybe):
-                            await maybe
-                    if isinstance(event, ApprovalRequested) and approve is not None:
-                        verdict = approve(event)
-                        ok = await verdict if asyncio.iscoroutine(verdict) else verdict
-                        await self.decide(sid, event.checkpoint_id, "approve" if ok else "deny")
-                    if isinstance(event, RunEnded):
-                        return event
-        finally:
-            await live.close()
+
+        async def typed(body: dict[str, Any]) -> None:
+            event = validate_event(body)
+            if on_event is not None:
+                maybe = on_event(event)
+                if asyncio.iscoroutine(maybe):
+                    await maybe
+            if isinstance(event, ApprovalRequested) and approve is not None:
+                verdict = approve(event)
+                ok = await verdict if asyncio.iscoroutine(verdict) else verdict
+                await self.decide(sid, event.checkpoint_id, "approve" if ok else "deny")
+
+        ended = await self.raw.run(sid, {"input": input, **fields}, on_event=typed, timeout=timeout)
+        return RunEnded.model_validate(ended)
 
     # -- queries -----------------------------------------------------------------------------
-    async def _query(self, subject: str, body: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
-        reply = await self.raw.nc.request(subject, orjson.dumps(body), timeout=timeout)
-        data: dict[str, Any] = orjson.loads(reply.data)
-        if "error" in data:
-            raise QueryError(data["error"])
-        return data
+    @staticmethod
+    def _checked(reply: dict[str, Any]) -> dict[str, Any]:
+        if "error" in reply:
+            raise QueryError(reply["error"])
+        return reply
 
     async def session(self, session_id: str) -> dict[str, Any]:
         """`session.get`: status (`unknown` for a session never seen), profile, turns,
         usage, cost_usd, messages, and the open checkpoint_id while awaiting approval."""
-        return await self._query(self.raw.subjects.session_get, {"session_id": session_id})
+        return self._checked(await self.raw.session_get(session_id))
 
     async def transcript(self, session_id: str, after_seq: int = 0) -> list[Event]:
         """Every stored event after `after_seq`, typed, in seq order (all pages)."""
         events: list[Event] = []
         after = after_seq
         while True:
-            page = await self._query(self.raw.subjects.transcript_get,
-                                     {"session_id": session_id, "after_seq": after, "limit": 1000})
+            page = self._checked(await self.raw.transcript_get(session_id, after_seq=after))
             events.extend(validate_event(e) for e in page.get("events", []))
             if "next_after_seq" not in page:
                 return events
@@ -195,35 +161,11 @@ class Client:
 
     async def tools(self) -> list[dict[str, Any]]:
         """What the tools service knows now: name, description, input_schema, source."""
-        return list((await self._query(self.raw.subjects.tools_list, {}))["tools"])
+        reply = await self.raw.nc.request(self.raw.subjects.tools_list, b"{}", timeout=5.0)
+        return list(self._checked(orjson.loads(reply.data))["tools"])
 
     async def sessions(self, status: str | None = None, limit: int = 100,
                        cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
         """One page of sessions, most recently updated first, and the cursor of the next."""
-        body: dict[str, Any] = {"limit": limit}
-        if status:
-            body["status"] = status
-        if cursor:
-            body["cursor"] = cursor
-        page = await self._query(self.raw.subjects.sessions_list, body)
+        page = self._checked(await self.raw.sessions_list(status, limit, cursor))
         return list(page.get("sessions", [])), page.get("cursor")
-
-
-class _LiveEvents:
-    """A core subscription to one session's events, queued until read."""
-
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[bytes] = asyncio.Queue()
-        self.sub: Any = None
-
-    async def collect(self, msg: Any) -> None:
-        self.queue.put_nowait(msg.data)
-
-    async def next(self) -> Event:
-        return validate_event(orjson.loads(await self.queue.get()))
-
-    async def close(self) -> None:
-        if self.sub is not None:
-            with contextlib.suppress(Exception):
-                await self.sub.unsubscribe()
-            self.sub = None

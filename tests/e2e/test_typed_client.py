@@ -44,7 +44,7 @@ async def test_run_approve_and_typed_events(system: LoopwireContainer, fake: Fak
                              on_event=seen.append, approve=approve, timeout=60)
         assert isinstance(ended, RunEnded) and ended.status == "completed" and ended.final_text == "The sum is 42."
         assert [c["input"] for c in asked[0].tool_calls or []] == [{"a": 2, "b": 40}]
-        assert isinstance(seen[0], RunStarted) and seen[-1] is ended
+        assert isinstance(seen[0], RunStarted) and seen[-1] == ended
         assert any(isinstance(e, ToolCallEvent) for e in seen) and any(isinstance(e, ToolResultEvent) for e in seen)
         assert "".join(e.text for e in seen if isinstance(e, TextDelta)).endswith("The sum is 42.")
         seqs = [e.seq for e in seen]
