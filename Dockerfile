@@ -28,10 +28,10 @@ COPY loopwire ./loopwire
 COPY shared ./shared
 COPY services ./services
 
-# Build a wheel first (a real, non-editable package), then install it with its extras.
+# Build a wheel first (a real, non-editable package), then install it (OTLP export included).
 # Every dependency ships manylinux wheels, so no compiler is needed.
 RUN /opt/loopwire/bin/pip wheel --no-deps --wheel-dir /wheels . \
- && /opt/loopwire/bin/pip install "$(ls /wheels/loopwire-*.whl)[otlp]" \
+ && /opt/loopwire/bin/pip install "$(ls /wheels/loopwire-*.whl)" \
  && /opt/loopwire/bin/python -m compileall -q /opt/loopwire/lib \
  && /opt/loopwire/bin/loopwire --help > /dev/null
 

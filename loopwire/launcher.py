@@ -29,7 +29,7 @@ from loopwire.shared.redis_conn import warn_if_volatile
 from loopwire.shared.runtime import Service, ServiceContext, build_context
 from loopwire.shared.settings import Settings
 from loopwire.shared.streams import ensure_streams
-from loopwire.shared.telemetry import set_capture_content, setup_tracing, shutdown_tracing
+from loopwire.shared.telemetry import broker_middlewares, set_capture_content, setup_tracing, shutdown_tracing
 
 log = logging.getLogger("loopwire.launcher")
 
@@ -60,7 +60,7 @@ def make_broker(settings: Settings, graceful_timeout: float = 25.0) -> NatsBroke
         logger=logging.getLogger("loopwire.faststream"),
         graceful_timeout=graceful_timeout,
         max_reconnect_attempts=-1,
-        middlewares=[ContextMiddleware, message_metrics_middleware()],
+        middlewares=[ContextMiddleware, message_metrics_middleware(), *broker_middlewares()],
     )
 
 

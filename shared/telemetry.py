@@ -29,9 +29,11 @@ fallbacks, budget warnings, compactions) go on the current span with :func:`add_
 Export is off unless a standard variable asks for it: ``OTEL_EXPORTER_OTLP_ENDPOINT``,
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_TRACES_EXPORTER`` (``otlp``, ``console``,
 ``none``). Then :func:`setup_tracing` installs an SDK TracerProvider with a batch processor
-and an OTLP/HTTP exporter (package ``opentelemetry-exporter-otlp-proto-http``, the ``otlp``
-extra; gRPC when ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc`` and its package is installed). Without
-them nothing is installed: the helpers hand out non-recording spans that still carry an
+and an OTLP/HTTP exporter (``opentelemetry-exporter-otlp-proto-http``, a dependency of
+loopwire; gRPC when ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc`` and
+``opentelemetry-exporter-otlp-proto-grpc`` is installed), and the services' brokers get
+FastStream's ``NatsTelemetryMiddleware``, so every JetStream hop is a messaging span in
+the run's trace (:func:`broker_middlewares`). Without them nothing is installed: the helpers hand out non-recording spans that still carry an
 incoming traceparent along, so trace ids stay continuous (and in the logs) at near-zero cost.
 
 Privacy: message contents (prompts, completions, tool arguments and results) are recorded
@@ -233,10 +235,21 @@ def _make_exporter(name: str) -> Any:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError:
         package = "opentelemetry-exporter-otlp-proto-" + ("grpc" if protocol == "grpc" else "http")
-        log.warning("trace export requested but %s is not installed (pip install 'loopwire[otlp]'); "
-                    "tracing stays off", package)
+        log.warning("trace export requested but %s is not installed (pip install %s); "
+                    "tracing stays off", package, package)
         return None
     return OTLPSpanExporter()
+
+
+def broker_middlewares() -> list[Any]:
+    """FastStream's NATS telemetry middleware when this process exports traces (a consumer
+    span per message received, parented by its `traceparent` header), else nothing: with
+    no exporter it would only cost CPU on every message."""
+    if _installed_provider is None:
+        return []
+    from faststream.nats.opentelemetry import NatsTelemetryMiddleware
+
+    return [NatsTelemetryMiddleware(tracer_provider=_installed_provider, include_messages_counters=False)]
 
 
 def shutdown_tracing() -> None:
