@@ -64,17 +64,13 @@ def exhausted(run: RunState) -> str | None:
 
 
 def max_tokens_for(run: RunState, requested: int) -> int:
-    """`max_tokens` of the next call: the run's setting, shrunk to the token headroom.
-    Records in `run.budget_capped` whether the budget shrank it (`end_cause`)."""
-    run.budget_capped = False
+    """`max_tokens` of the next call: the run's setting, shrunk to the token headroom."""
     if run.converging is not None:
         return max(1, min(requested, FINAL_ANSWER_MAX_TOKENS))
     headroom = token_headroom(run)
     if headroom is None:
         return requested
-    granted = max(1, min(requested, max(headroom, MIN_GENERATION_TOKENS)))
-    run.budget_capped = granted < requested
-    return granted
+    return max(1, min(requested, max(headroom, MIN_GENERATION_TOKENS)))
 
 
 def used_up(run: RunState) -> str | None:

@@ -616,11 +616,14 @@ def _request_generation(tx: _Tx, run: RunState, notes: list[str] | None = None) 
     step_id = f"{run.run_id}:g{run.gen_seq}"
     run.pending_step = step_id
     cfg = run.config
+    max_tokens = budget.max_tokens_for(run, cfg.max_tokens)
+    # Cut short at a max_tokens the budget shrank, the run ends budget_exhausted (budget.end_cause).
+    run.budget_capped = run.converging is None and max_tokens < cfg.max_tokens
     env = AssembleContext(
         session_id=tx.st.session_id, run_id=run.run_id, step_id=step_id, turn=run.turn + 1,
         history_len=tx.st.history_len, system=cfg.system, ephemeral_notes=notes,
         tools=offer.tools, offer_tools=offer.offer, extra_tools=offer.extra,
-        models=cfg.models[run.model_offset:], max_tokens=budget.max_tokens_for(run, cfg.max_tokens),
+        models=cfg.models[run.model_offset:], max_tokens=max_tokens,
         temperature=run.temperature if run.temperature is not None else cfg.temperature,
         reduce_context=run.context_retries > 0, context_window=cfg.context_window,
         compaction_at_pct=cfg.compaction_at_pct, actor=cfg.actor, memory_model=cfg.memory_model, trace=run.trace,
