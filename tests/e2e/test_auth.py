@@ -54,9 +54,11 @@ def services_env(fake: FakeAnthropic, **more: str) -> dict[str, str]:
             "LOOPWIRE_REDIS_PASSWORD": REDIS_PASSWORD, **more}
 
 
-@pytest.fixture(scope="module")
-def secured(fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
-    with LoopwireContainer(env=services_env(fake_anthropic),
+@pytest.fixture(scope="module", params=["up", "split"])
+def secured(request: pytest.FixtureRequest, fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
+    """`loopwire up`, and the deployed layout (one `loopwire serve` per service, two
+    routers), each as the services user against the users of deploy/nats/users.conf."""
+    with LoopwireContainer(env=services_env(fake_anthropic), layout=request.param,
                            nats_options={"include": USERS_CONF, "env": PASSWORDS},
                            redis_options={"password": REDIS_PASSWORD}) as lw:
         yield lw

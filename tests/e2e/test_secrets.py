@@ -64,13 +64,14 @@ async def every_redis_value(client: aioredis.Redis) -> list[tuple[str, bytes]]:
 
 
 @pytest.mark.timeout(120)
-async def test_no_secret_in_any_output_or_store(fake_anthropic: FakeAnthropic) -> None:
+@pytest.mark.parametrize("layout", ["up", "split"])
+async def test_no_secret_in_any_output_or_store(fake_anthropic: FakeAnthropic, layout: str) -> None:
     passwords = {"LOOPWIRE_NATS_SERVICES_PASSWORD": NATS_PASSWORD, "LOOPWIRE_NATS_CLIENT_PASSWORD": "c" * 12,
                  "LOOPWIRE_NATS_PROVIDER_PASSWORD": "p" * 12}
     lw = LoopwireContainer(env={
         **E2E_ENV, "ANTHROPIC_BASE_URL": fake_anthropic.url, "ANTHROPIC_API_KEY": API_KEY,
         "LOOPWIRE_LOG_LEVEL": "DEBUG", "OTEL_TRACES_EXPORTER": "console", "LOOPWIRE_OTEL_CAPTURE_CONTENT": "true",
-        "LOOPWIRE_TOOL_MODULES": "loopwire.demo.tools"})
+        "LOOPWIRE_TOOL_MODULES": "loopwire.demo.tools"}, layout=layout)
     lw.nats = start_nats(include=USERS_CONF, env=passwords)
     lw.redis = start_redis(password=REDIS_PASSWORD)
     nats_url = f"nats://loopwire-services:{NATS_PASSWORD}@127.0.0.1:{lw.nats.port}"
@@ -110,7 +111,7 @@ async def test_no_secret_in_any_output_or_store(fake_anthropic: FakeAnthropic) -
         assert {"LOOPWIRE_INGRESS", "LOOPWIRE_EVENTS", "LOOPWIRE_WORK"} <= {st.config.name for st in streams}
         stored = 0
         for stream in streams:
-            for seq in range(stream.state.first_seq, stream.state.last_seq + 1):
+            for seq in range(max(1, stream.state.first_seq), stream.state.last_seq + 1):  # 0: never written
                 try:
                     msg = await js.get_msg(stream.config.name, seq)
                 except NotFoundError:
@@ -131,9 +132,15 @@ async def test_no_secret_in_any_output_or_store(fake_anthropic: FakeAnthropic) -
     finally:
         lw.stop()
     output = lw.logs()
-    # The output is there to be searched: the banner, DEBUG lines, spans, the retry.
-    assert "loopwire up" in output and f"nats://loopwire-services:***@127.0.0.1:{lw.nats.port}" in output
+    # The output is there to be searched: each process's start-up line (and `up`'s banner)
+    # with the URLs, DEBUG lines, spans, the retry.
+    assert f"up (NATS nats://loopwire-services:***@127.0.0.1:{lw.nats.port}" in output
     assert f"redis://:***@127.0.0.1:{lw.redis.port}/0" in output
+    if layout == "up":
+        # (the console wraps the banner at its width)
+        assert ("loopwire up: router, llm, tools, memory, transcripts on nats://loopwire-services:***@"
+                in " ".join(output.split()))
     assert '"trace_id"' in output or "trace_id" in output
-    found += leaks("the output of loopwire up", output)
+    found += leaks("the output of loopwire", output)
+    found += leaks("the output of loopwire, lines joined", "".join(output.split()))  # a wrapped line
     assert found == []
