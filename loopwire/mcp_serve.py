@@ -133,12 +133,12 @@ def _session_of(ctx: ServerRequestContext[Any], params: types.CallToolRequestPar
     return client_session(name, http_session or process_id)
 
 
-def mcp_content(content: Any) -> list[types.TextContent | types.ImageContent]:
+def mcp_content(content: Any) -> list[types.ContentBlock]:
     """loopwire tool_result content as MCP content: text and base64 images as they are,
     anything else (a large result's reference block) as its text or its JSON."""
     if isinstance(content, str):
         return [types.TextContent(type="text", text=content)]
-    out: list[types.TextContent | types.ImageContent] = []
+    out: list[types.ContentBlock] = []
     for block in content if isinstance(content, list) else [content]:
         if not isinstance(block, dict):
             out.append(types.TextContent(type="text", text=orjson.dumps(block).decode()))

@@ -33,7 +33,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
@@ -328,7 +328,7 @@ class McpConnection:
                                      + (f" ({self.last_error})" if self.last_error else ""))
             session = self._session
             assert session is not None
-        meta: types.RequestParamsMeta = {META_SESSION: session_id, META_TOOL_USE: tool_use_id}  # type: ignore[typeddict-unknown-key]
+        meta = cast(types.RequestParamsMeta, {META_SESSION: session_id, META_TOOL_USE: tool_use_id})
         try:
             result = await session.call_tool(remote_name, arguments, meta=meta)
         except MCPError as exc:
