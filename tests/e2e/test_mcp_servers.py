@@ -25,7 +25,7 @@ from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.mcp_helpers import ROOT, http_server, stdio_server
 
-from .conftest import connected, started_system, wait_for_tools
+from .conftest import E2E_ENV, connected, started_system, wait_for_tools
 from .events import SessionEvents
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -73,7 +73,7 @@ async def mnc(mcp_system: McpSystem) -> AsyncIterator[NatsClient]:
 
 
 async def run_with(nc: NatsClient, fake: FakeAnthropic, tool: str, tool_input: dict[str, Any],
-                   final: str = "Done.") -> SessionEvents:
+                   final: str = "Done.", timeout: float = 60) -> SessionEvents:
     """One run whose model calls `tool` once and then answers `final`."""
     await wait_for_tools(nc, {tool})
     fake.script("*", [{"text": "Calling it.", "tool_use": [{"name": tool, "input": tool_input}]},
@@ -81,7 +81,7 @@ async def run_with(nc: NatsClient, fake: FakeAnthropic, tool: str, tool_input: d
     sid = f"e2e-mcp-{uuid.uuid4().hex[:8]}"
     async with SessionEvents(nc, sid) as ev:
         await ev.publish("start", {"v": 1, "input": f"Use {tool}.", "tools": [tool]})
-        ended = await ev.wait_for("run.ended", timeout=60)
+        ended = await ev.wait_for("run.ended", timeout=timeout)
     assert ended["status"] == "completed", ended
     ev.check_bodies()
     return ev
@@ -205,12 +205,15 @@ async def test_a_third_party_server_from_npm(mcp_system: McpSystem, mnc: NatsCli
     assert any(b["type"] == "image" for b in seen), "the model got the image as an image block"
 
 
+@pytest.mark.timeout(300)
 def test_each_tools_replica_keeps_its_own_stdio_server(fake_anthropic: FakeAnthropic, tmp_path: Path) -> None:
     """`loopwire up --workers 2`: two processes with a tools service each, so two server
     processes, one child of each; a run's call is served by one of them."""
     pid_file = tmp_path / "stdio.pids"
     servers = json.dumps({"local": stdio_server(pid_file)})
-    with started_system(fake_anthropic, layout="workers", LOOPWIRE_MCP_SERVERS=servers) as lw:
+    # Each worker starts its own server process before it is ready: give a loaded machine time.
+    env = {**E2E_ENV, "ANTHROPIC_BASE_URL": fake_anthropic.url, "LOOPWIRE_MCP_SERVERS": servers}
+    with LoopwireContainer(env=env, layout="workers", ready_timeout=150) as lw:
         pids = [int(p) for p in pid_file.read_text().split()]
         assert len(pids) == 2, pids
         parents = {parent_of(pid) for pid in pids}
@@ -221,8 +224,12 @@ def test_each_tools_replica_keeps_its_own_stdio_server(fake_anthropic: FakeAnthr
 
         async def one_run() -> None:
             async with connected(lw) as nc:
-                ev = await run_with(nc, fake_anthropic, "local__whoami", {})
+                ev = await run_with(nc, fake_anthropic, "local__whoami", {}, timeout=150)
                 assert int(ev.of("tool.result")[0]["content"]) in pids
 
         fake_anthropic.reset()
-        asyncio.run(one_run())
+        try:
+            asyncio.run(one_run())
+        except BaseException:
+            print(lw.logs()[-6000:])  # which process was stuck where
+            raise
