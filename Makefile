@@ -24,6 +24,13 @@ $(BIN)/promtool: | $(STAMP)
 	  && cd / && rm -rf $$tmp
 	@$@ --version 2>&1 | head -1
 
+# chromium (for the session inspector's browser test, tests/e2e/test_ui.py): Debian's
+# package, driven by Playwright from PyPI, whose own browser download is not used.
+/usr/bin/chromium:
+	@command -v apt-get >/dev/null || { echo "install chromium at /usr/bin/chromium"; exit 1; }
+	@apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+	@$@ --version 2>/dev/null | head -1
+
 ## run: all five services + a demo session (starts nats-server/redis-server from pip when none answers)
 run: install
 	$(BIN)/loopwire up --embedded --demo
@@ -38,7 +45,7 @@ test-node-deps:
 	else echo "npm not found: the test with an MCP server from npm will be skipped"; fi
 
 ## test: every tier (unit, integration, e2e, deploy checks); servers are started by the fixtures
-test: install $(BIN)/promtool test-node-deps
+test: install $(BIN)/promtool /usr/bin/chromium test-node-deps
 	$(BIN)/pytest
 
 test-unit: install

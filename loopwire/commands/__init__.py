@@ -40,9 +40,10 @@ def global_options(
 
 
 def register(app: typer.Typer) -> None:
-    from . import inspect, operate, run
+    from . import inspect, inspector, operate, run
 
     app.callback()(global_options)
     run.register(app)
     operate.register(app)
     inspect.register(app)
+    inspector.register(app)

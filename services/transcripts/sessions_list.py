@@ -38,8 +38,14 @@ def rfc3339_ms(ms: int) -> str:
 def summary(sid: str, state: dict[str, Any], ms: int) -> dict[str, Any]:
     run = state.get("run") or {}
     config = run.get("config") or state.get("last_config") or {}
+    usage = state.get("usage") or {}
+    input_tokens = (usage.get("input_tokens", 0) + usage.get("cache_read_input_tokens", 0)
+                    + usage.get("cache_creation_input_tokens", 0))
     return {"session_id": sid, "status": state.get("status", "idle"), "profile": config.get("profile"),
-            "turns": state.get("turns", 0), "updated_at": rfc3339_ms(ms)}
+            "turns": state.get("turns", 0), "updated_at": rfc3339_ms(ms),
+            # additions: what session.get says of the same state, for a list that shows them
+            "usage": {"input_tokens": input_tokens, "output_tokens": usage.get("output_tokens", 0)},
+            "cost_usd": None if state.get("cost_unknown") else round(float(state.get("cost_usd", 0.0)), 8)}
 
 
 async def sessions_list(req: SessionsListRequest, sessions: SessionStore, tenant: str | None = None) -> dict[str, Any]:

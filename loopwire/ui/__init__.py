@@ -1,0 +1,1 @@
+"""The session inspector served by `loopwire ui` (app.py; the pages in static/)."""
