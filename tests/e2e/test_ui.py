@@ -103,3 +103,31 @@ async def test_watch_a_run_stream_and_approve_its_checkpoint(inspector: str, chr
         finally:
             await browser.close()
     keep_screenshot(tmp_path / "inspector.png")
+
+
+def post(url: str, body: bytes, content_type: str) -> tuple[int, dict[str, object]]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+async def test_writes_take_json_only_and_bad_input_is_refused(inspector: str) -> None:
+    # A cross-site form post (urlencoded) cannot approve or abort through the inspector.
+    status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/s1/abort", b"reason=x",
+                                            "application/x-www-form-urlencoded")
+    assert status == 415 and reply["error"]["code"] == "json_only"  # type: ignore[index]
+    status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/s1/explode", b"{}", "application/json")
+    assert status == 404 and reply["error"]["code"] == "unknown_verb"  # type: ignore[index]
+    status, reply = await asyncio.to_thread(post, f"{inspector}/api/start", b'{"session_id": "a b"}',
+                                            "application/json")
+    assert status == 400 and reply["error"]["code"] == "invalid_session_id"  # type: ignore[index]
+    status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/s1/abort", b'{"reason": "x"}',
+                                            "application/json")
+    assert status == 202 and reply["ack"]["stream"] == "LOOPWIRE_INGRESS"  # type: ignore[index]
