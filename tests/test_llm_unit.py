@@ -233,9 +233,15 @@ async def test_fallback_switches_after_retries_are_exhausted() -> None:
     async def on_switch(switch: dict[str, str]) -> None:
         seen.append(switch)
 
-    result = await runner.run(req(), on_switch=on_switch)
+    started: list[str] = []
+
+    async def on_start(model: str) -> None:  # the llm service's `generating` event
+        started.append(model)
+
+    result = await runner.run(req(), on_switch=on_switch, on_start=on_start)
     assert result.response.text() == "from the fallback" and result.response.model == "f"
     assert result.fallbacks == seen == [{"from_model": "p", "to_model": "f", "reason": "model_overloaded: Overloaded"}]
+    assert started == ["p", "f"], "once per model, not per retry"
     assert result.attempts == 4 and len(sleeps.delays) == 2  # no sleep before switching
     assert [r.model for r in fallback.requests] == ["f"]
     primary.assert_done()

@@ -292,3 +292,21 @@ async def test_a_malformed_envelope_is_dropped_and_the_next_one_served(stack: St
     request = await stack.assemble(stack.env(len(history)))
     assert request.messages == history
     await stack.memory_settled(deliveries=2)
+
+
+@pytest.mark.parametrize("overrides", [{"memory_observe_every_turns": 2, "memory_reflect_every_observations": 1}])
+async def test_observations_and_reflections_ask_the_memory_model(stack: Stack) -> None:
+    """The run's memory model (StartRun `model.memory` / LOOPWIRE_MEMORY_MODEL, resolved by
+    the router) writes the observations and reflections; their usage travels priced as it."""
+    history = conversation(turns=2)
+    await stack.seed(history)
+    await stack.assemble(stack.env(len(history), memory_model="claude-memory-1"))
+    await stack.events.wait_for("memory.observation")
+    await stack.events.wait_for("memory.reflection")
+    await stack.memory.observer.idle()
+    background = [b for b in stack.fake.message_requests if b.get("system") in (OBSERVATION_SYSTEM, REFLECTION_SYSTEM)]
+    assert {b["system"] for b in background} == {OBSERVATION_SYSTEM, REFLECTION_SYSTEM}
+    assert {b["model"] for b in background} == {"claude-memory-1"}
+    claimed = await stack.assemble(stack.env(len(history), memory_model="claude-memory-1"))
+    assert claimed.extra_usage is not None and claimed.extra_model == "claude-memory-1"
+    assert claimed.models == ["claude-a"], "the generation itself stays on the run's model"
