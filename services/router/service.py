@@ -272,7 +272,9 @@ class RouterService:
                 if cached is not None:
                     version, state = cached
                 else:
-                    raw, version = await self._load(sid)
+                    # A refused input changes no state: it needs no rebuild of a lost one,
+                    # which would cost a read of the events stream per bad body.
+                    raw, version = await self._load(sid, rebuild=not isinstance(inp, i.RejectedInput))
                     state = SessionState.load(raw, sid)
                 # The state is this attempt's alone (taken out of the cache, or just loaded):
                 # the core may change it in place. What the counters need of the state
@@ -321,9 +323,9 @@ class RouterService:
         committed = await sessions.commit(sid, version, dumped, decision.history_len_before, decision.append)
         return committed, []
 
-    async def _load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
+    async def _load(self, sid: str, rebuild: bool = True) -> tuple[dict[str, Any] | None, int]:
         raw, version = await self.ctx.sessions.load(sid)
-        if raw is None and await rebuild_session(sid, self.ctx.events, self.ctx.sessions,
+        if raw is None and rebuild and await rebuild_session(sid, self.ctx.events, self.ctx.sessions,
                                                  self.ctx.settings.default_max_tokens, archive=self._archive):
             # The state was lost (expired, flushed) but the transcript holds the
             # conversation: continue it instead of starting over.

@@ -1,6 +1,7 @@
-"""Operators decide, clients ask, end to end: `loopwire up` with LOOPWIRE_WORKSPACE_ROOTS,
-LOOPWIRE_TOOL_POLICY and LOOPWIRE_TOOL_PROVIDERS set, driven by a plain NATS client that
-asks for more than it is allowed, sends poison bodies, and offers a hijacking provider."""
+"""Operators decide, clients ask, end to end: `loopwire up` (and the deployed layout) with
+LOOPWIRE_WORKSPACE_ROOTS, LOOPWIRE_TOOL_POLICY and LOOPWIRE_TOOL_PROVIDERS set, driven by a
+plain NATS client that asks for more than it is allowed, sends poison bodies, offers a
+hijacking provider, and floods every ingress verb and query with fuzzed bodies."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import orjson
 import pytest
+from hypothesis import strategies as st
 from nats import micro
 from nats.aio.client import Client as NatsClient
 
@@ -22,6 +25,17 @@ from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import started_system, wait_for_tools
 from .events import SessionEvents, query
+from .fuzz_cases import (
+    INGRESS_EXAMPLES,
+    MAX_BYTES,
+    QUERY_EXAMPLES,
+    SUBJECT_EXAMPLES,
+    VERBS,
+    bad_sids,
+    generate,
+    ingress_case,
+    query_case,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -39,6 +53,7 @@ def policy_system(request: pytest.FixtureRequest, fake_anthropic: FakeAnthropic,
     """`loopwire up`, and the deployed layout (one `loopwire serve` per service, two
     routers), each process with the operator's settings."""
     with started_system(fake_anthropic, layout=request.param, LOOPWIRE_WORKSPACE_ROOTS=str(roots),
+                        LOOPWIRE_MAX_BODY_BYTES=str(MAX_BYTES),
                         LOOPWIRE_TOOL_POLICY=json.dumps(POLICY),
                         LOOPWIRE_TOOL_PROVIDERS=json.dumps({"pinned_count": "zzz-good"})) as lw:
         yield lw
@@ -188,3 +203,95 @@ async def test_a_hijacking_provider_gets_no_call(pnc: NatsClient, fake: FakeAnth
     assert results["pinned_count"]["content"] == "zzz-good" and not results["pinned_count"]["is_error"]
     assert results["shared_tool"]["is_error"]
     assert evil_calls == [] and good_calls == ["zzz-good"]
+
+
+# -- fuzzing (issue 13, item 8) ------------------------------------------------------------------
+FUZZ_SHARE = {"up": 1.0, "split": 0.3}
+"""The share of the generated examples each layout gets: all of them for `loopwire up`,
+a third for the deployed layout, to keep the suite short."""
+FUZZ_BATCH = 200
+EXPECTED_CODES = {"bad_json", "bad_request", "invalid_body", "body_too_large", "body_too_deep",
+                  "unsupported_version", "internal_field", "unknown_verb", "no_active_run",
+                  "unknown_checkpoint"}
+
+
+@pytest.fixture(scope="module")
+def cases() -> dict[str, list[Any]]:
+    """The examples, generated once for the module (Hypothesis, derandomized)."""
+    return {"ingress": generate(ingress_case(), INGRESS_EXAMPLES), "queries": generate(query_case(), QUERY_EXAMPLES),
+            "subjects": generate(st.tuples(bad_sids, st.sampled_from(VERBS)), SUBJECT_EXAMPLES)}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_fuzzed_ingress_and_queries_get_errors_and_nothing_breaks(policy_system: LoopwireContainer,
+                                                                         cases: dict[str, list[Any]],
+                                                                         fake: FakeAnthropic) -> None:
+    """Hypothesis-generated bad bodies (tests/e2e/fuzz_cases.py) through real NATS, in
+    concurrent batches, each ingress body on a session of its own: every bad body on a
+    valid session gets an `error` event on that session, every bad query an error reply,
+    a bad subject is dropped, no process exits, and a normal run started in the middle
+    of the flood completes."""
+    fuzz_system = policy_system
+    assert len(cases["ingress"]) >= INGRESS_EXAMPLES * 0.9 and len(cases["queries"]) >= QUERY_EXAMPLES * 0.9
+    share = FUZZ_SHARE[fuzz_system.layout or "up"]
+    ingress = cases["ingress"][:int(len(cases["ingress"]) * share)]
+    queries = cases["queries"][:int(len(cases["queries"]) * share)]
+    subjects = cases["subjects"][:int(len(cases["subjects"]) * share)]
+
+    nc = await nats.connect(fuzz_system.get_nats_url())
+    run = f"fz-normal-{uuid.uuid4().hex[:6]}"
+    errors: dict[str, list[str]] = {}
+    got_all = asyncio.Event()
+    sids = {f"fz{n}-{uuid.uuid4().hex[:4]}": case for n, case in enumerate(ingress)}
+
+    async def on_error(msg: Any) -> None:
+        event = orjson.loads(msg.data)
+        errors.setdefault(event["session_id"], []).append(event["code"])
+        if all(s in errors for s in sids):
+            got_all.set()
+
+    sub = await nc.subscribe("loopwire.out.*.error", cb=on_error)
+    js = nc.jetstream()
+    fake.script("*", [{"text": "Still here."}])
+    try:
+        async with SessionEvents(nc, run) as normal:
+            items = list(sids.items())
+            started = False
+            for at in range(0, len(items), FUZZ_BATCH):
+                if not started and at >= len(items) // 2:  # in the middle of the flood
+                    ack = await normal.publish("start", {"input": "are you alive?"})
+                    assert ack.get("stream") and "error" not in ack, ack
+                    started = True
+                await asyncio.gather(*(js.publish(f"loopwire.in.{sid}.{verb}", data,
+                                                  headers={"Nats-Msg-Id": uuid.uuid4().hex})
+                                       for sid, (verb, data) in items[at:at + FUZZ_BATCH]))
+            for sid_text, verb in subjects:
+                try:
+                    await nc.publish(f"loopwire.in.{sid_text}.{verb}", b'{"input": "hi"}')
+                except nats.errors.Error:
+                    pass  # the client itself refuses some subjects: nothing reaches loopwire
+            replies = []
+            for at in range(0, len(queries), FUZZ_BATCH):
+                replies += await asyncio.gather(*(nc.request(f"loopwire.api.{what}", data, timeout=10)
+                                                  for what, data in queries[at:at + FUZZ_BATCH]))
+            ended = await normal.wait_for("run.ended", timeout=60)
+            async with asyncio.timeout(90):
+                await got_all.wait()
+        assert await nc.request("loopwire.api.tools.list", b"\xff not json", timeout=10)
+    finally:
+        await sub.unsubscribe()
+        await nc.drain()
+
+    missing = [(sid, sids[sid]) for sid in sids if sid not in errors]
+    assert not missing, f"{len(missing)} bad bodies got no error event, e.g. {missing[:3]}"
+    codes = {code for sid in sids for code in errors[sid]}
+    assert codes <= EXPECTED_CODES, codes - EXPECTED_CODES
+    assert {"bad_json", "body_too_large", "body_too_deep", "unsupported_version", "internal_field",
+            "invalid_body"} <= codes
+    answered = [orjson.loads(r.data) for r in replies]
+    not_errors = [(q, a) for q, a in zip(queries, answered, strict=True) if "error" not in a]
+    assert not not_errors, f"bad queries answered without an error: {not_errors[:3]}"
+    assert ended["status"] == "completed" and ended["final_text"] == "Still here."
+    exited = [p.command for p in fuzz_system.processes if not p.running]
+    assert not exited, f"loopwire processes exited: {exited}"

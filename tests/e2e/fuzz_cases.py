@@ -1,48 +1,27 @@
-"""Fuzzed ingress and queries against a running `loopwire up` (issue 13, item 8).
+"""What the ingress fuzzing publishes (tests/e2e/test_operator_policy.py, issue 13, item 8).
 
 Hypothesis generates bodies that are each bad in one way (not JSON, not an object, wrong
 types, missing fields, unknown enum values, sizes around LOOPWIRE_MAX_BODY_BYTES,
 nesting beyond LOOPWIRE_MAX_BODY_DEPTH, `v` other than 1, loopwire's internal fields in
 content, odd unicode everywhere), for every ingress verb (and unknown verbs) and for the
 queries; and subjects whose session id holds `*`, `>`, `.` or other characters a
-session id may not have. They are published through real NATS in concurrent batches,
-each ingress body on a session of its own. Checked: every bad body on a valid session
-gets an `error` event on that session, every bad query an error reply, no bad subject
-gets anything but a drop, the process never exits, and a normal run started in the
-middle of the flood completes. The counts are recorded in docs/testing.md.
+session id may not have. The counts are recorded in docs/testing.md.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import nats
 import orjson
-import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-
-from loopwire.testing import LoopwireContainer
-from tests.fakes.anthropic_server import FakeAnthropic
-
-from .conftest import started_system
-from .events import SessionEvents
-
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 MAX_BYTES = 4096
 INGRESS_EXAMPLES = 2000
 QUERY_EXAMPLES = 600
 SUBJECT_EXAMPLES = 200
-BATCH = 200
 VERBS = ("start", "message", "steer", "abort", "decision")
-EXPECTED_CODES = {"bad_json", "bad_request", "invalid_body", "body_too_large", "body_too_deep",
-                  "unsupported_version", "internal_field", "unknown_verb", "no_active_run",
-                  "unknown_checkpoint"}
 
 # -- strategies ------------------------------------------------------------------------------
 ODD = ["\u0000", "\u202e", "\ufeff", "\U0001f4a5", "e\u0301", "\u2028", "\uffff", "\U0010ffff", "\\", "\"", "%s",
@@ -53,9 +32,10 @@ scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**63), ma
                     st.floats(allow_nan=False, allow_infinity=False), odd_text)
 values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                        st.dictionaries(odd_text, inner, max_size=4)),
-                      max_leaves=12)
-extras = st.dictionaries(odd_text.filter(lambda k: k not in {"v", "input", "content", "checkpoint_id",
-                                                              "decision", "reason"}), values, max_size=3)
+                      max_leaves=6)
+non_objects = st.one_of(scalars, st.lists(values, max_size=3))
+extras = st.dictionaries(odd_text.map(lambda k: f"x{k}"), values, max_size=2)
+"""Unknown fields (ignored by the contract), never one of the contract's own names."""
 
 
 def dumps(body: Any) -> bytes:
@@ -112,7 +92,7 @@ def ingress_case(draw: st.DrawFn) -> tuple[str, bytes]:
             st.sampled_from([b"", b"{", b'{"input": "x"', b'{"input": "\\ud800"}', b"\xff\xfe{}", b"{'a': 1}",
                              b'{"input": NaN}', b"[1,2,"])))
     elif kind == "not_object":
-        data = dumps(draw(values.filter(lambda v: not isinstance(v, dict))))
+        data = dumps(draw(non_objects))
     elif kind == "wrong_types":
         data = draw(wrong_types(verb))
     elif kind == "too_large":
@@ -154,7 +134,7 @@ def query_case(draw: st.DrawFn) -> tuple[str, bytes]:
     if kind == "not_json":
         data = draw(st.binary(max_size=32).filter(_not_json))
     elif kind == "not_object":
-        data = dumps(draw(values.filter(lambda v: not isinstance(v, dict))))
+        data = dumps(draw(non_objects))
     elif kind == "bad_id":
         data = dumps({"session_id": draw(st.one_of(st.just(""), st.just("x" * 129),
                                                    odd_text.map(lambda t: f"a{t}*.>")))})
@@ -183,7 +163,7 @@ def generate(strategy: st.SearchStrategy[Any], n: int) -> list[Any]:
     """`n` examples of `strategy`, drawn by Hypothesis (its generation, its edge cases)."""
     out: list[Any] = []
 
-    @settings(max_examples=n, database=None, deadline=None, derandomize=True,
+    @settings(max_examples=n, database=None, deadline=None, derandomize=True, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(strategy)
     def collect(example: Any) -> None:
@@ -193,69 +173,3 @@ def generate(strategy: st.SearchStrategy[Any], n: int) -> list[Any]:
     return out
 
 
-# -- the test ----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def fuzz_system(fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
-    with started_system(fake_anthropic, LOOPWIRE_MAX_BODY_BYTES=str(MAX_BYTES)) as lw:
-        yield lw
-
-
-async def test_fuzzed_ingress_and_queries_get_errors_and_nothing_breaks(fuzz_system: LoopwireContainer,
-                                                                         fake: FakeAnthropic) -> None:
-    ingress = generate(ingress_case(), INGRESS_EXAMPLES)
-    queries = generate(query_case(), QUERY_EXAMPLES)
-    subjects = generate(st.tuples(bad_sids, st.sampled_from(VERBS)), SUBJECT_EXAMPLES)
-    assert len(ingress) >= INGRESS_EXAMPLES * 0.9 and len(queries) >= QUERY_EXAMPLES * 0.9
-
-    nc = await nats.connect(fuzz_system.get_nats_url())
-    run = f"fz-normal-{uuid.uuid4().hex[:6]}"
-    errors: dict[str, list[str]] = {}
-    got_all = asyncio.Event()
-    sids = {f"fz{n}-{uuid.uuid4().hex[:4]}": case for n, case in enumerate(ingress)}
-
-    async def on_error(msg: Any) -> None:
-        event = orjson.loads(msg.data)
-        errors.setdefault(event["session_id"], []).append(event["code"])
-        if all(s in errors for s in sids):
-            got_all.set()
-
-    sub = await nc.subscribe("loopwire.out.*.error", cb=on_error)
-    js = nc.jetstream()
-    fake.script("*", [{"text": "Still here."}])
-    try:
-        async with SessionEvents(nc, run) as normal:
-            items = list(sids.items())
-            for at in range(0, len(items), BATCH):
-                if at == len(items) // 2:
-                    await normal.publish("start", {"input": "are you alive?"})
-                await asyncio.gather(*(js.publish(f"loopwire.in.{sid}.{verb}", data,
-                                                  headers={"Nats-Msg-Id": uuid.uuid4().hex})
-                                       for sid, (verb, data) in items[at:at + BATCH]))
-            for sid_text, verb in subjects:
-                try:
-                    await nc.publish(f"loopwire.in.{sid_text}.{verb}", b'{"input": "hi"}')
-                except nats.errors.Error:
-                    pass  # the client itself refuses some subjects: nothing reaches loopwire
-            replies = []
-            for at in range(0, len(queries), BATCH):
-                replies += await asyncio.gather(*(nc.request(f"loopwire.api.{what}", data, timeout=10)
-                                                  for what, data in queries[at:at + BATCH]))
-            ended = await normal.wait_for("run.ended", timeout=60)
-            async with asyncio.timeout(90):
-                await got_all.wait()
-        assert await nc.request("loopwire.api.tools.list", b"\xff not json", timeout=10)
-    finally:
-        await sub.unsubscribe()
-        await nc.drain()
-
-    missing = [(sid, sids[sid]) for sid in sids if sid not in errors]
-    assert not missing, f"{len(missing)} bad bodies got no error event, e.g. {missing[:3]}"
-    codes = {code for found in errors.values() for code in found}
-    assert codes <= EXPECTED_CODES, codes - EXPECTED_CODES
-    assert {"bad_json", "body_too_large", "body_too_deep", "unsupported_version", "internal_field",
-            "invalid_body"} <= codes
-    answered = [orjson.loads(r.data) for r in replies]
-    not_errors = [(q, a) for q, a in zip(queries, answered, strict=True) if "error" not in a]
-    assert not not_errors, f"bad queries answered without an error: {not_errors[:3]}"
-    assert ended["status"] == "completed" and ended["final_text"] == "Still here."
-    assert fuzz_system.proc is not None and fuzz_system.proc.poll() is None, "loopwire up exited"
