@@ -273,3 +273,28 @@ async def test_racing_deliveries_agree_on_the_first_recorded_result(steps: InMem
 
     (item,) = await Executor(Catalog(reg), steps, None, 5).execute(envelope(call("t1", "flaky")))
     assert item.content == "first"
+
+
+async def test_an_in_process_tool_knows_the_call_it_serves() -> None:
+    """What a tool forwards when it starts a child run (router/subagent.py): the same ids a
+    NATS provider gets as headers, in async and in sync tools alike."""
+    from loopwire.tools.registry import current_call
+
+    reg = ToolRegistry()
+
+    async def whose_async() -> dict[str, str]:
+        ctx = current_call()
+        assert ctx is not None
+        return ctx.headers()
+
+    def whose_sync() -> str:
+        ctx = current_call()
+        return f"{ctx.session_id}/{ctx.tool_use_id}" if ctx else "none"
+
+    reg.add(whose_async)
+    reg.add(whose_sync)
+    first, second = await Executor(Catalog(reg), InMemoryStepStore(), None, 5).execute(
+        envelope(call("t1", "whose_async"), call("t2", "whose_sync")))
+    assert '"Loopwire-Session-Id":"sess"' in str(first.content) and '"Loopwire-Tool-Use-Id":"t1"' in str(first.content)
+    assert second.content == "sess/t2"
+    assert current_call() is None, "outside a call there is none"

@@ -8,7 +8,8 @@ choosing, with the link to its parent in `metadata`:
 
 and with the headers of the call that runs it, `Loopwire-Session-Id` and
 `Loopwire-Tool-Use-Id`, forwarded on the publish (`child_start` builds that body,
-`child_headers` those headers). The tool follows the child's `run.ended` on
+`child_headers` those headers; an in-process tool gets them from
+`loopwire.tools.registry.current_call().headers()`). The tool follows the child's `run.ended` on
 `loopwire.out.<child sid>.run.ended` and returns what it needs as its result.
 
 The depth comes from the router's own records, not from what the start claims:

@@ -195,7 +195,7 @@ class Executor:
     async def _invoke_once(self, env: ExecuteTools, call: ToolCall, tool: ResolvedTool,
                            timeout: float) -> Outcome:
         if isinstance(tool, PythonTool):
-            return await call_python(tool, call.input)
+            return await call_python(tool, call.input, session_id=env.session_id, tool_use_id=call.tool_use_id)
         if isinstance(tool, McpTool):
             return await tool.call(call.input, session_id=env.session_id, tool_use_id=call.tool_use_id)
         if self.nc is None:

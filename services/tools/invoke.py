@@ -22,7 +22,7 @@ import orjson
 from nats.aio.client import Client as NatsClient
 from pydantic import BaseModel
 
-from .registry import PythonTool
+from .registry import CallContext, PythonTool
 
 log = logging.getLogger("loopwire.tools.invoke")
 
@@ -75,8 +75,9 @@ def to_content(value: Any) -> Content:
         return str(value)
 
 
-async def call_python(tool: PythonTool, arguments: dict[str, Any]) -> Outcome:
-    return Outcome(to_content(await tool.call(arguments)))
+async def call_python(tool: PythonTool, arguments: dict[str, Any], *, session_id: str = "",
+                      tool_use_id: str = "") -> Outcome:
+    return Outcome(to_content(await tool.call(arguments, CallContext(session_id, tool_use_id))))
 
 
 async def call_provider(nc: NatsClient, subject: str, arguments: dict[str, Any], *, session_id: str,

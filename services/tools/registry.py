@@ -25,6 +25,7 @@ import logging
 import re
 import typing
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,27 @@ TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 RESERVED_NAMES = RESERVED_TOOL_NAMES
 """Names the router answers itself (`finish_agentic_task`, `update_plan`); no tool may
 take them."""
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """The call an in-process tool is running for: the same ids a NATS provider gets as
+    headers. A tool that starts a child run forwards `headers()` on the child's `start`,
+    so the router knows the child's parent (services/router/subagent.py)."""
+
+    session_id: str
+    tool_use_id: str
+
+    def headers(self) -> dict[str, str]:
+        return {"Loopwire-Session-Id": self.session_id, "Loopwire-Tool-Use-Id": self.tool_use_id}
+
+
+_current_call: ContextVar[CallContext | None] = ContextVar("loopwire_tool_call", default=None)
+
+
+def current_call() -> CallContext | None:
+    """The call the running in-process tool serves (None outside a tool call)."""
+    return _current_call.get()
 
 
 class ToolError(Exception):
@@ -90,12 +112,17 @@ class PythonTool:
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 
-    async def call(self, arguments: dict[str, Any]) -> Any:
-        """Run the function with `arguments` (already checked against the schema)."""
+    async def call(self, arguments: dict[str, Any], context: CallContext | None = None) -> Any:
+        """Run the function with `arguments` (already checked against the schema);
+        `current_call()` gives it `context` (a thread of a sync tool copies it)."""
         kwargs = self._kwargs(arguments)
-        if self.is_async:
-            return await self.fn(**kwargs)
-        return await asyncio.to_thread(self.fn, **kwargs)
+        token = _current_call.set(context)
+        try:
+            if self.is_async:
+                return await self.fn(**kwargs)
+            return await asyncio.to_thread(self.fn, **kwargs)
+        finally:
+            _current_call.reset(token)
 
     def _kwargs(self, arguments: dict[str, Any]) -> dict[str, Any]:
         if self.input_model is None:
