@@ -6,8 +6,10 @@ Redis with `requirepass` — through FastStream's broker (the services) and plai
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Iterator
+import ssl
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import nats
@@ -223,3 +225,42 @@ async def test_creds_file_against_an_operator_mode_server(tmp_path: Path) -> Non
         assert "uthorization" in await refused(Settings(nats_url=server.url))
     finally:
         server.stop()
+
+
+@pytest.fixture
+async def redis_over_tls(redis_with_password: ServerHandle, tls_files: TlsFiles) -> AsyncIterator[str]:
+    """A `rediss://` URL: a TLS endpoint with the throwaway CA's server certificate in front
+    of the password-protected redis-server (the pip-shipped binary has no TLS of its own)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(tls_files.server_cert), str(tls_files.server_key))
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def forward(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        redis_r, redis_w = await asyncio.open_connection("127.0.0.1", redis_with_password.port)
+        await asyncio.gather(pipe(client_r, redis_w), pipe(redis_r, client_w))
+
+    server = await asyncio.start_server(forward, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    yield f"rediss://127.0.0.1:{port}/0"
+    server.close()
+
+
+async def test_rediss_with_a_private_ca(redis_over_tls: str, tls_files: TlsFiles) -> None:
+    """LOOPWIRE_REDIS_TLS_CA verifies the server of a rediss:// URL; without it the
+    certificate of the private CA is not trusted."""
+    settings = Settings(redis_url=redis_over_tls, redis_password="r3dis-pw-8812", redis_tls_ca=str(tls_files.ca))
+    good = connect_redis(settings.redis_url, **redis_connect_options(settings))
+    untrusted = connect_redis(redis_over_tls, password="r3dis-pw-8812")
+    try:
+        assert await good.set("tls-check", b"1") and await good.get("tls-check") == b"1"
+        with pytest.raises(Exception, match="(?i)certificate"):
+            await asyncio.wait_for(untrusted.ping(), 5)
+    finally:
+        await good.aclose()
+        await untrusted.aclose()
