@@ -76,7 +76,8 @@ async def running(nats_server: ServerHandle, redis_server: ServerHandle, http_ur
     prefix = f"lwt{uuid.uuid4().hex[:10]}"
     settings = Settings(subject_prefix=prefix, nats_url=nats_server.url, redis_url=redis_server.url,
                         discovery_interval_s=0.5, discovery_misses=2, ack_wait_s=2, tool_timeout_s=15,
-                        mcp_servers={"local": stdio_server(pid_file), "remote": {"url": http_url}},
+                        mcp_servers={"local": stdio_server(pid_file),
+                                     "remote": {"url": http_url, "timeout_s": 2}},
                         tool_policy={"local__fail": "deny", "local__pixel": "approve"})
     broker = NatsBroker(settings.nats_url)
     ctx = build_context(settings, broker)
@@ -149,6 +150,12 @@ async def test_a_call_is_counted_and_traced_as_any_tool_call(running: Running, s
                and s.attributes.get("gen_ai.tool.call.id") == "toolu_tr"]
     assert span.attributes["gen_ai.tool.name"] == "remote__echo"
     assert span.attributes["gen_ai.conversation.id"] == "s1"
+
+
+async def test_a_servers_timeout_bounds_its_calls(running: Running) -> None:
+    item = await running.execute("remote__sleep", {"seconds": 20}, "toolu_slow")
+    assert item.is_error and item.content == "tool remote__sleep timed out after 2s"
+    assert (await running.call("remote__echo", {"text": "still here"}))["content"] == "echo: still here"
 
 
 async def test_images_and_structured_content_map_to_content_blocks(running: Running) -> None:

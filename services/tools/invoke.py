@@ -1,4 +1,5 @@
-"""Calling one tool: an in-process function or a NATS provider, and shaping what comes back.
+"""Calling one tool: an in-process function or a NATS provider, and shaping what comes back
+(an MCP server's tool is called by its connection, mcp_client.py, into the same Outcome).
 
 Both paths return an :class:`Outcome` (content + is_error) or raise; the executor turns a
 raise into an error result and owns timeouts, validation and recording.
