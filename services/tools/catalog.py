@@ -45,7 +45,8 @@ from .registry import PythonTool, ToolRegistry
 if TYPE_CHECKING:
     # Only for types: the router and memory services read the catalog through this
     # module and need not load the MCP SDK.
-    from .mcp_client import McpServers, McpTool
+    from .mcp_client import McpServers
+    from .mcp_tool import McpTool
 
 log = logging.getLogger("loopwire.tools.catalog")
 

@@ -32,7 +32,7 @@ from loopwire.shared.step_store import StepStore
 
 from .catalog import Catalog, ResolvedTool
 from .invoke import Outcome, ProviderUnavailable, call_provider, call_python
-from .mcp_client import McpTool, McpUnavailable
+from .mcp_tool import McpTool, McpUnavailable
 from .registry import PythonTool, ToolError
 from .retry import TransientToolError, with_retries
 from .staging import Hint, Staging, hint_of, stage

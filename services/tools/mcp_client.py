@@ -32,21 +32,20 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import anyio
 import httpx2
 from jsonschema.exceptions import SchemaError
-from jsonschema.protocols import Validator
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from .invoke import Outcome, ProviderUnavailable
+from .invoke import Outcome
 from .mcp_config import McpServerConfig, loopwire_name
 from .mcp_content import outcome_of
+from .mcp_tool import McpTool, McpUnavailable
 from .registry import RESERVED_NAMES, TOOL_NAME_RE, compile_validator
 from .retry import RetryPolicy
 
@@ -65,29 +64,6 @@ META_SESSION = "loopwire/session_id"
 META_TOOL_USE = "loopwire/tool_use_id"
 """`_meta` of every call: the server can key its own idempotency on the tool-use id, as a
 NATS provider does on its `Loopwire-Tool-Use-Id` header."""
-
-
-class McpUnavailable(ProviderUnavailable):
-    """The server is not connected (starting, restarting, or gone)."""
-
-
-@dataclass(eq=False)
-class McpTool:
-    """One tool of one MCP server, under its loopwire name."""
-
-    name: str
-    remote_name: str
-    description: str
-    input_schema: dict[str, Any]
-    connection: McpConnection = field(repr=False)
-    validator: Validator | None = field(default=None, repr=False)
-    exclusive: bool = False
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    timeout_s: float | None = None
-
-    async def call(self, arguments: dict[str, Any], *, session_id: str, tool_use_id: str) -> Outcome:
-        return await self.connection.call(self.remote_name, arguments, session_id=session_id,
-                                          tool_use_id=tool_use_id)
 
 
 class _WatchedStream:

@@ -28,7 +28,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from faststream.nats import NatsBroker
@@ -47,9 +47,11 @@ from .catalog import Catalog, catalog_max_age, read_catalog_entries
 from .direct_call import DirectCalls
 from .discovery import Discovery
 from .executor import Executor
-from .mcp_client import McpServers
 from .mcp_config import parse_servers, secret_values
 from .registry import ToolRegistry, default_registry, load_modules
+
+if TYPE_CHECKING:
+    from .mcp_client import McpServers
 
 log = logging.getLogger("loopwire.tools")
 
@@ -75,7 +77,7 @@ class ToolsService:
         self.catalog = Catalog(self.registry, pins=ctx.settings.tool_providers)
         self.discovery: Discovery | None = None
         self.executor: Executor | None = None
-        self.mcp: McpServers | None = None
+        self.mcp: McpServers | None = None  # LOOPWIRE_MCP_SERVERS' connections
         self.direct: DirectCalls | None = None
         self._ready = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -104,6 +106,8 @@ class ToolsService:
         for secret in secret_values(servers):
             register_secret(secret, min_length=4)
         if servers:
+            from .mcp_client import McpServers  # the MCP SDK, only when there are servers
+
             self.mcp = McpServers.from_config(servers, on_change=self._mcp_changed)
             self.catalog.mcp = self.mcp
             self.mcp.start()
