@@ -223,7 +223,7 @@ def test_failed_generation_ends_failed_with_error_event(fresh: SessionState) -> 
     assert events(d)[1].fields["status"] == "failed"
 
 
-def test_conversational_is_one_generation_without_tools(fresh: SessionState) -> None:
+def test_conversational_answers_once_without_tools(fresh: SessionState) -> None:
     st, d = step(fresh, start({"input": "hi", "profile": "conversational"}))
     assert work(d)[0].envelope["offer_tools"] is False
     st, d = step(st, gen_result("run1:g1", [{"type": "text", "text": "hey"}]))
