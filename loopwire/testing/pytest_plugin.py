@@ -1,8 +1,12 @@
-"""pytest fixtures for testing against loopwire.
+"""pytest fixtures for testing against loopwire, registered through the `pytest11` entry
+point: installing `loopwire[testing]` makes them available, nothing to add to a conftest.
 
-Enable in your conftest.py with ``pytest_plugins = ["loopwire.testing.pytest_plugin"]``.
-Set extra environment for the loopwire process (a fake model server, tool modules) by
-overriding the `loopwire_env` fixture.
+- `fake_anthropic`: a fake Anthropic Messages API (loopwire.testing.fake_anthropic), one
+  per test session; script its answers with `fake_anthropic.script("*", [{"text": ...}])`.
+- `loopwire_env`: environment for the loopwire processes; by default it points the llm
+  service at `fake_anthropic`. Override it to use something else.
+- `loopwire_system`: a started LoopwireContainer (NATS, Redis, `loopwire up`).
+- `loopwire_client`: a connected `loopwire.Client` (async; needs pytest-asyncio).
 """
 
 from __future__ import annotations
@@ -10,16 +14,24 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import pytest_asyncio
 
-from loopwire.client import LoopwireClient
+from loopwire.typed_client import Client
 
+from .fake_anthropic import FakeAnthropic
 from .system import LoopwireContainer
 
 
+@pytest.fixture(scope="session")
+def fake_anthropic() -> Iterator[FakeAnthropic]:
+    with FakeAnthropic() as server:
+        yield server
+
+
 @pytest.fixture
-def loopwire_env() -> dict[str, str]:
+def loopwire_env(fake_anthropic: FakeAnthropic) -> dict[str, str]:
     """Environment for the loopwire process; override to point it at your fakes."""
-    return {}
+    return {"ANTHROPIC_BASE_URL": fake_anthropic.url, "ANTHROPIC_API_KEY": "test-key-not-real"}
 
 
 @pytest.fixture
@@ -28,8 +40,8 @@ def loopwire_system(loopwire_env: dict[str, str]) -> Iterator[LoopwireContainer]
         yield system
 
 
-@pytest.fixture
-async def loopwire_client(loopwire_system: LoopwireContainer) -> AsyncIterator[LoopwireClient]:
-    client = await LoopwireClient.connect(loopwire_system.get_nats_url(), loopwire_system.prefix)
+@pytest_asyncio.fixture
+async def loopwire_client(loopwire_system: LoopwireContainer) -> AsyncIterator[Client]:
+    client = await Client.connect(loopwire_system.get_nats_url(), loopwire_system.prefix)
     yield client
     await client.close()

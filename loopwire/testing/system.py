@@ -11,7 +11,9 @@ pip-shipped `nats-server` / `redis-server` processes otherwise. loopwire itself 
 local processes in one of three layouts (`layout=`, see LAYOUTS): `loopwire up`, `loopwire
 up --workers 2`, or the deployed one, each service its own `loopwire serve NAME` process
 with two routers (as docker-compose.yml and the Helm chart run it). With `image=` it runs
-as a container of that image when Docker answers. `kill()` / `start_loopwire()` crash and
+as a container of that image when Docker answers: LoopwireContainer is a testcontainers
+`DockerContainer` (`with_env`, `get_exposed_port`, ... as any other module), which keeps
+the local processes as its fallback on a machine without Docker. `kill()` / `start_loopwire()` crash and
 restart the whole of it; `kill_service()`, `pause_service()` / `resume_service()` and
 `start_loopwire()` again do it to one service's processes alone.
 """
@@ -25,6 +27,8 @@ import subprocess
 import time
 import urllib.request
 from typing import Any
+
+from testcontainers.core.container import DockerContainer  # type: ignore[import-untyped]
 
 from .processes import LoopwireProcess
 from .servers import ServerHandle, docker_available, start_nats, start_redis
@@ -40,7 +44,7 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
 """Layout name -> the loopwire commands it runs, one process each."""
 
 
-class LoopwireContainer:
+class LoopwireContainer(DockerContainer):  # type: ignore[misc]
     def __init__(self, env: dict[str, str] | None = None, prefix: str = "loopwire",
                  use_docker: bool | None = None, image: str | None = None,
                  services: str = "up", ready_timeout: float = 60.0, layout: str | None = None,
@@ -65,6 +69,11 @@ class LoopwireContainer:
         self.processes = [LoopwireProcess(command) for command in (LAYOUTS[layout] if layout else (services,))]
         self.container: Any = None
         self._container_port = 0
+        if self.image and self.use_docker:
+            # The Docker side of the object: the image, run with the command of `services`.
+            # Without Docker it is not set up at all (testcontainers' own set-up connects to
+            # the engine); the processes above are the fallback.
+            super().__init__(self.image, command=self.services, env=self.env)
 
     # -- testcontainers-style API ---------------------------------------------------------------
     def start(self) -> LoopwireContainer:
@@ -182,7 +191,7 @@ class LoopwireContainer:
     def stop_loopwire(self) -> None:
         if self.container is not None:
             with contextlib.suppress(Exception):
-                self.container.stop()
+                DockerContainer.stop(self)
             self.container = None
         for process in self.processes:
             process.stop()
@@ -193,19 +202,18 @@ class LoopwireContainer:
         return "".join(f"==> loopwire {p.command} [{n}] <==\n{p.logs()}" for n, p in enumerate(self.processes))
 
     def _start_container(self) -> None:  # pragma: no cover - needs a Docker engine
-        from testcontainers.core.container import DockerContainer  # type: ignore[import-untyped]
+        from .servers import free_port
 
         assert self.image is not None
-        self._container_port = 9464
+        # Host networking: the container reaches NATS and Redis at the URLs the test uses.
+        self._container_port = free_port()
         env = self.process_env()
-        env["LOOPWIRE_METRICS_PORT"] = "9464"
-        env["LOOPWIRE_METRICS_HOST"] = "0.0.0.0"
-        container = DockerContainer(self.image).with_command(self.services).with_exposed_ports(9464)
-        container = container.with_kwargs(network_mode="host")
-        for key, value in env.items():
-            if key.startswith(("LOOPWIRE_", "ANTHROPIC_", "OTEL_")):
-                container = container.with_env(key, value)
-        self.container = container.start()
+        env["LOOPWIRE_METRICS_PORT"] = str(self._container_port)
+        env["LOOPWIRE_METRICS_HOST"] = "127.0.0.1"
+        self.env = {k: v for k, v in env.items() if k.startswith(("LOOPWIRE_", "ANTHROPIC_", "OTEL_"))}
+        self.with_kwargs(network_mode="host")
+        DockerContainer.start(self)
+        self.container = self
         self.wait_ready()
 
     def _wait_container(self, deadline: float) -> None:  # pragma: no cover - needs a Docker engine

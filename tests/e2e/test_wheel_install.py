@@ -12,10 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -28,38 +26,15 @@ import pytest
 from loopwire.testing.servers import ServerHandle, free_port
 
 from .events import SessionEvents
+from .wheel import build_wheel, fresh_venv
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _run(argv: list[str], cwd: Path, timeout: float) -> None:
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_USER")})
-    assert done.returncode == 0, f"{' '.join(argv)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with only the wheel and its declared runtime dependencies; its bin."""
     root = tmp_path_factory.mktemp("wheel")
-    dist = root / "dist"
-    # Built from a clean copy: setuptools builds in the source tree, and a build/ left
-    # there by an earlier build could put modules deleted since into the wheel.
-    source = root / "src"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".run", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"))
-    _run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(dist)], root, 240)
-    wheels = sorted(dist.glob("loopwire-*.whl"))
-    assert len(wheels) == 1, wheels
-    venv = root / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)], root, 120)
-    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheels[0])], root, 300)
-    probe = subprocess.run([str(venv / "bin" / "python"), "-c", "import loopwire; print(loopwire.__file__)"],
-                           cwd=root, capture_output=True, text=True, check=True)
-    assert str(venv) in probe.stdout, f"loopwire imported from outside the venv: {probe.stdout}"
-    return venv / "bin"
+    return fresh_venv(root, build_wheel(root))
 
 
 @contextlib.contextmanager

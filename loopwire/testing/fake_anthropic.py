@@ -1,0 +1,500 @@
+"""A fake Anthropic Messages API: a real local HTTP server for tests and demos
+(`loopwire.testing.fake_anthropic`, in the `testing` extra, for a user's own suite too).
+
+It speaks enough of the API for the official SDK to be used unchanged against it
+(point ANTHROPIC_BASE_URL at `server.url`):
+
+- `POST /v1/messages`: a JSON `Message`, or with `"stream": true` the exact SSE event
+  sequence (message_start with input usage, ping, content_block_start / delta
+  (`text_delta`, `input_json_delta` cut into several `partial_json` pieces) / stop,
+  message_delta with stop_reason and cumulative usage, message_stop);
+- `POST /v1/messages/count_tokens`: `{"input_tokens": ceil(chars / 4)}` of the JSON of
+  system + messages + tools (deterministic);
+- error injection (`fail_next(529, n=2)`), scripted answers per model
+  (`script("claude-x", [...])`, `"*"` for any model), an optional responder function,
+  and an echo answer when nothing else applies;
+- every request recorded in `requests`.
+
+A response spec is a dict::
+
+    {"text": "Hello", "chunks": ["He", "llo"],            # text, optionally pre-cut
+     "tool_use": [{"name": "calculator", "input": {...}, "id": "toolu_1"?}],
+     "content": [raw blocks],                             # instead of text/tool_use
+     "stop_reason": "end_turn",                           # default: tool_use if tools
+     "usage": {"input_tokens": 10, "output_tokens": 5},   # default: counted
+     "delay_s": 0.0, "chunk_delay_s": 0.0,                # slow start / slow stream
+     "error": {"status": 529, "type": "overloaded_error", "message": "Overloaded"},
+     "error_after": 2}                                    # with stream: fail mid-stream
+
+In-process::
+
+    with FakeAnthropic() as server:
+        server.script("*", [{"text": "hi"}])
+        ... AsyncAnthropic(base_url=server.url, api_key="x") ...
+        assert len(server.message_requests) == 1
+
+As a process (other suites run it in a subprocess)::
+
+    python -m loopwire.testing.fake_anthropic --port 0 --script script.json
+    # prints FAKE_ANTHROPIC_URL=http://127.0.0.1:PORT once it listens
+
+The script file is a list of response specs (for any model) or
+`{"scripts": {"<model or *>": [specs]}, "failures": [{"status": 529, "n": 2}]}`.
+A running process is steered over HTTP too: `POST /_fake/script` `{"model", "responses"}`,
+`POST /_fake/fail_next` `{"status", "n", "model"}`, `POST /_fake/reset`,
+`GET /_fake/requests`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Responder = Callable[[dict[str, Any]], dict[str, Any] | None]
+
+ERROR_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+    429: "rate_limit_error", 500: "api_error", 504: "timeout_error", 529: "overloaded_error",
+}
+ERROR_MESSAGES = {
+    400: "Invalid request", 401: "invalid x-api-key", 403: "Forbidden", 404: "Not found",
+    429: "Number of request tokens has exceeded your per-minute rate limit",
+    500: "Internal server error", 529: "Overloaded",
+}
+
+
+def count_tokens(body: dict[str, Any]) -> int:
+    """Deterministic token count: a quarter of the characters of system+messages+tools."""
+    payload = {"system": body.get("system"), "messages": body.get("messages", []), "tools": body.get("tools", [])}
+    return max(1, math.ceil(len(json.dumps(payload, separators=(",", ":"), sort_keys=True)) / 4))
+
+
+def _words_chunks(text: str, words_per_chunk: int = 3) -> list[str]:
+    """`text` in pieces of a few words that join back to exactly `text`."""
+    words = re.findall(r"\S+\s*|\s+", text)
+    pieces = ["".join(words[i:i + words_per_chunk]) for i in range(0, len(words), words_per_chunk)]
+    return pieces or ([text] if text else [])
+
+
+def _json_chunks(data: str, parts: int = 3) -> list[str]:
+    size = max(1, math.ceil(len(data) / parts))
+    return [data[i:i + size] for i in range(0, len(data), size)]
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    for message in reversed(body.get("messages", [])):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        texts = [b.get("text", "") for b in content or [] if b.get("type") == "text"]
+        results = [b for b in content or [] if b.get("type") == "tool_result"]
+        if results and not texts:
+            return "tool results: " + "; ".join(str(r.get("content")) for r in results)
+        return " ".join(texts)
+    return ""
+
+
+@dataclass
+class Failure:
+    status: int
+    remaining: int | None
+    """None: fail every matching request from now on."""
+    model: str | None = None
+    message: str | None = None
+    error_type: str | None = None
+    retry_after: float | None = None
+    mid_stream: bool = False
+    """For a streamed request: answer 200, start the message, then send an error event."""
+
+    def matches(self, model: str) -> bool:
+        return (self.remaining is None or self.remaining > 0) and self.model in (None, "*", model)
+
+
+@dataclass
+class RecordedRequest:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
+
+
+class FakeAnthropic:
+    """The fake server; `start()` serves on a free port in a background thread."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self.requests: list[RecordedRequest] = []
+        self.responder: Responder | None = None
+        self._scripts: dict[str, deque[dict[str, Any]]] = {}
+        self._failures: list[Failure] = []
+        self._lock = threading.Condition()
+        self._msg_counter = 0
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> FakeAnthropic:
+        handler = type("Handler", (_Handler,), {"fake": self})
+        self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
+        self._httpd.daemon_threads = True
+        self.port = int(self._httpd.server_address[1])
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="fake-anthropic",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> FakeAnthropic:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- steering ---------------------------------------------------------------------------
+    def script(self, model: str, responses: list[dict[str, Any]]) -> None:
+        """Queue responses for `model` (`"*"`: any model without a script of its own)."""
+        with self._lock:
+            self._scripts.setdefault(model, deque()).extend(responses)
+
+    def fail_next(self, status: int = 529, n: int | None = 1, model: str | None = None,
+                  message: str | None = None, error_type: str | None = None,
+                  retry_after: float | None = None, mid_stream: bool = False) -> None:
+        """Fail the next `n` message requests (for `model`, or any); `n=None`: all of them."""
+        with self._lock:
+            self._failures.append(Failure(status, n, model, message, error_type, retry_after, mid_stream))
+
+    def reset(self) -> None:
+        with self._lock:
+            self._scripts.clear()
+            self._failures.clear()
+            self.requests.clear()
+            self.responder = None
+
+    @property
+    def message_requests(self) -> list[dict[str, Any]]:
+        """Bodies of the `POST /v1/messages` requests so far."""
+        with self._lock:
+            return [r.body for r in self.requests if r.path == "/v1/messages"]
+
+    def pending(self, model: str = "*") -> int:
+        with self._lock:
+            return len(self._scripts.get(model, ()))
+
+    def wait_for_requests(self, n: int, timeout: float = 10.0, path: str = "/v1/messages") -> list[RecordedRequest]:
+        """Block until `n` requests to `path` arrived (for threads; use asyncio.to_thread)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                hits = [r for r in self.requests if r.path == path]
+                if len(hits) >= n:
+                    return hits
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{len(hits)} of {n} requests to {path} after {timeout}s")
+                self._lock.wait(left)
+
+    # -- answering (called from handler threads) -----------------------------------------
+    def _record(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> None:
+        with self._lock:
+            self.requests.append(RecordedRequest(path, headers, body))
+            self._lock.notify_all()
+
+    def _take_failure(self, model: str) -> Failure | None:
+        with self._lock:
+            for failure in self._failures:
+                if failure.matches(model):
+                    if failure.remaining is not None:
+                        failure.remaining -= 1
+                    return failure
+        return None
+
+    def _take_response(self, body: dict[str, Any]) -> dict[str, Any]:
+        model = str(body.get("model", ""))
+        with self._lock:
+            for key in (model, "*"):
+                queue = self._scripts.get(key)
+                if queue:
+                    return queue.popleft()
+            responder = self.responder
+        if responder is not None:
+            spec = responder(body)
+            if spec is not None:
+                return spec
+        return {"text": f"Echo: {_last_user_text(body)}"}
+
+    def _next_ids(self) -> tuple[str, int]:
+        with self._lock:
+            self._msg_counter += 1
+            return f"msg_fake_{self._msg_counter:06d}", self._msg_counter
+
+    def build_message(self, body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+        """The complete `Message` for a response spec."""
+        msg_id, n = self._next_ids()
+        if spec.get("content") is not None:
+            content = [dict(b) for b in spec["content"]]
+        else:
+            content = []
+            text = spec.get("text")
+            if text is None and spec.get("chunks"):
+                text = "".join(spec["chunks"])
+            if text:
+                content.append({"type": "text", "text": text})
+            for i, tu in enumerate(spec.get("tool_use") or []):
+                content.append({"type": "tool_use", "id": tu.get("id") or f"toolu_fake_{n:06d}_{i}",
+                                "name": tu["name"], "input": tu.get("input", {})})
+        has_tools = any(b.get("type") == "tool_use" for b in content)
+        out_chars = sum(len(b.get("text", "")) + len(json.dumps(b.get("input", ""))) for b in content)
+        usage = {"input_tokens": count_tokens(body), "output_tokens": max(1, math.ceil(out_chars / 4)),
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        usage.update(spec.get("usage") or {})
+        return {"id": msg_id, "type": "message", "role": "assistant", "model": spec.get("model") or body.get("model"),
+                "content": content, "stop_reason": spec.get("stop_reason") or ("tool_use" if has_tools else "end_turn"),
+                "stop_sequence": None, "usage": usage}
+
+    def stream_events(self, message: dict[str, Any], spec: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The SSE events of a streamed `message`, in the API's order."""
+        usage = message["usage"]
+        start = dict(message, content=[], stop_reason=None,
+                     usage={**usage, "output_tokens": min(1, usage["output_tokens"])})
+        yield "message_start", {"type": "message_start", "message": start}
+        yield "ping", {"type": "ping"}
+        deltas = 0
+        error_after = int(spec["error_after"]) if spec.get("error_after") is not None else None
+        for index, block in enumerate(message["content"]):
+            if block["type"] == "text":
+                yield "content_block_start", {"type": "content_block_start", "index": index,
+                                              "content_block": {"type": "text", "text": ""}}
+                chunks = spec.get("chunks") if spec.get("content") is None else None
+                pieces: list[str] = list(chunks) if chunks else _words_chunks(block["text"])
+                if error_after == 0:
+                    yield "error", self._error_body(spec["error"].get("status", 529), spec["error"])
+                    return
+                for piece in pieces:
+                    deltas += 1
+                    yield "content_block_delta", {"type": "content_block_delta", "index": index,
+                                                  "delta": {"type": "text_delta", "text": piece}}
+                    if error_after is not None and deltas >= error_after:
+                        # the API reports an overload inside a started stream this way
+                        yield "error", self._error_body(spec["error"].get("status", 529), spec["error"])
+                        return
+            elif block["type"] == "tool_use":
+                yield "content_block_start", {"type": "content_block_start", "index": index,
+                                              "content_block": {"type": "tool_use", "id": block["id"],
+                                                                "name": block["name"], "input": {}}}
+                for piece in ["", *_json_chunks(json.dumps(block["input"]))]:
+                    yield "content_block_delta", {"type": "content_block_delta", "index": index,
+                                                  "delta": {"type": "input_json_delta", "partial_json": piece}}
+            else:
+                yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
+            yield "content_block_stop", {"type": "content_block_stop", "index": index}
+        if error_after is not None:  # no text to break off in: fail before the end
+            yield "error", self._error_body(spec["error"].get("status", 529), spec["error"])
+            return
+        # message_delta usage is cumulative (totals, not increments).
+        yield "message_delta", {"type": "message_delta",
+                                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                                "usage": {"input_tokens": usage["input_tokens"],
+                                          "output_tokens": usage["output_tokens"]}}
+        yield "message_stop", {"type": "message_stop"}
+
+    @staticmethod
+    def _error_body(status: int, error: dict[str, Any] | None = None) -> dict[str, Any]:
+        error = error or {}
+        return {"type": "error", "error": {
+            "type": error.get("type") or ERROR_TYPES.get(status, "api_error"),
+            "message": error.get("message") or ERROR_MESSAGES.get(status, f"error {status}")}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 30  # an idle keep-alive connection ends its thread after this
+    fake: FakeAnthropic
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet in tests
+        pass
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _read_json(self) -> dict[str, Any]:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            value = json.loads(raw or b"{}")
+        except ValueError:
+            return {"_invalid_json": raw.decode("utf-8", "replace")}
+        return value if isinstance(value, dict) else {"_body": value}
+
+    def _send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("request-id", f"req_fake_{id(body):x}")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    # -- routes -----------------------------------------------------------------------------
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path.startswith("/_fake/requests"):
+            with self.fake._lock:
+                data = [{"path": r.path, "body": r.body} for r in self.fake.requests]
+            self._send_json(200, {"requests": data})
+        elif self.path.startswith("/_fake/health"):
+            self._send_json(200, {"ok": True})
+        else:
+            self._send_json(404, FakeAnthropic._error_body(404))
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        path = self.path.split("?", 1)[0]
+        body = self._read_json()
+        try:
+            if path == "/v1/messages":
+                self.fake._record(path, dict(self.headers.items()), body)
+                self._messages(body)
+            elif path == "/v1/messages/count_tokens":
+                self.fake._record(path, dict(self.headers.items()), body)
+                self._send_json(200, {"input_tokens": count_tokens(body)})
+            elif path.startswith("/_fake/"):
+                self._control(path, body)
+            else:
+                self._send_json(404, FakeAnthropic._error_body(404))
+        except (BrokenPipeError, ConnectionResetError):  # the client went away mid-answer
+            self.close_connection = True
+
+    def _control(self, path: str, body: dict[str, Any]) -> None:
+        fake = self.fake
+        if path == "/_fake/script":
+            fake.script(body.get("model") or "*", list(body.get("responses") or []))
+        elif path == "/_fake/fail_next":
+            fake.fail_next(int(body.get("status", 529)), body.get("n", 1), body.get("model"),
+                           body.get("message"), body.get("type"), body.get("retry_after"),
+                           bool(body.get("mid_stream", False)))
+        elif path == "/_fake/reset":
+            fake.reset()
+        else:
+            self._send_json(404, FakeAnthropic._error_body(404))
+            return
+        self._send_json(200, {"ok": True})
+
+    def _messages(self, body: dict[str, Any]) -> None:
+        fake = self.fake
+        model = str(body.get("model", ""))
+        if not body.get("messages") or not body.get("max_tokens") or not model:
+            self._send_json(400, FakeAnthropic._error_body(400, {"message": "model, messages and max_tokens are required"}))
+            return
+        stream = bool(body.get("stream"))
+        failure = fake._take_failure(model)
+        if failure is not None and not (failure.mid_stream and stream):
+            headers = {"retry-after": str(failure.retry_after)} if failure.retry_after is not None else {}
+            headers["x-should-retry"] = "true" if failure.status in (408, 409, 429) or failure.status >= 500 else "false"
+            self._send_json(failure.status, FakeAnthropic._error_body(
+                failure.status, {"type": failure.error_type, "message": failure.message}), headers)
+            return
+        spec = dict(fake._take_response(body))
+        if failure is not None:  # a mid-stream failure: a normal start, then an error event
+            spec.setdefault("text", "This answer will break off")
+            spec["error"] = {"status": failure.status, "type": failure.error_type, "message": failure.message}
+            spec["error_after"] = 1
+        if spec.get("delay_s"):
+            time.sleep(float(spec["delay_s"]))
+        error = spec.get("error")
+        if error and spec.get("error_after") is None:
+            status = int(error.get("status", 529))
+            self._send_json(status, FakeAnthropic._error_body(status, error))
+            return
+        message = fake.build_message(body, spec)
+        if not stream:
+            self._send_json(200, message)
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.send_header("request-id", f"req_{message['id']}")
+        self.end_headers()
+        chunk_delay = float(spec.get("chunk_delay_s") or 0)
+        for event, data in fake.stream_events(message, spec):
+            if chunk_delay and event == "content_block_delta":
+                time.sleep(chunk_delay)
+            self._chunk(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+        self._chunk(b"")
+
+
+# -- pytest and command line ---------------------------------------------------------------
+try:
+    import pytest
+
+    @pytest.fixture
+    def anthropic_server() -> Iterator[FakeAnthropic]:
+        """A started fake; import this name into a test module to use it as a fixture."""
+        with FakeAnthropic() as server:
+            yield server
+except ImportError:  # pragma: no cover - the standalone process needs no pytest
+    pass
+
+
+def load_script(server: FakeAnthropic, path: str) -> None:
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if isinstance(data, list):
+        server.script("*", data)
+        return
+    for model, responses in (data.get("scripts") or {}).items():
+        server.script(model, responses)
+    for f in data.get("failures") or []:
+        server.fail_next(int(f.get("status", 529)), f.get("n", 1), f.get("model"), f.get("message"),
+                         f.get("type"), f.get("retry_after"), bool(f.get("mid_stream", False)))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Fake Anthropic Messages API for loopwire tests.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--script", help="JSON file of scripted responses")
+    args = parser.parse_args(argv)
+    server = FakeAnthropic(args.host, args.port)
+    if args.script:
+        load_script(server, args.script)
+    server.start()
+    print(f"FAKE_ANTHROPIC_URL={server.url}", flush=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    done.wait()
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()
