@@ -59,7 +59,7 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
         self.redis_options = dict(redis_options or {})
         self.prefix = prefix
         self.use_docker = docker_available() if use_docker is None else use_docker
-        self.image = image
+        self.image = image  # type: ignore[assignment]  # None: no image, local processes
         self.layout = layout
         # `services` is one loopwire command (`up`, `serve router`, ...); a layout is several.
         self.services = services
@@ -82,7 +82,8 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
         self.start_loopwire()
         return self
 
-    def stop(self) -> None:
+    def stop(self, force: bool = True, delete_volume: bool = True) -> None:
+        """Stop loopwire (its container or processes), then NATS and Redis."""
         self.stop_loopwire()
         for server in (self.nats, self.redis):
             if server is not None:

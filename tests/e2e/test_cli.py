@@ -201,3 +201,23 @@ async def test_the_offline_model_names_itself_has_no_cost_and_unknown_tools_are_
     ended = events[-1]
     assert ended["kind"] == "run.ended" and ended["cost_usd"] is None and "42" in ended["final_text"]
     assert shown.code == 0 and "cost unknown" in shown.out and "$0.000000" not in shown.out
+
+
+async def test_sessions_lists_them_with_status_tokens_and_cost(system: LoopwireContainer, nc: NatsClient,
+                                                               fake: FakeAnthropic) -> None:
+    fake.script("*", [{"text": "Listed."}, {"text": "Draft."}])
+    done, waiting = sid(), sid()
+    assert (await on_system(system, "run", "hi", "--session", done, "--tools", "")).code == 0
+    async with SessionEvents(nc, waiting) as ev:
+        await ev.publish("start", {"input": "write a line", "profile": "turn_by_turn"})
+        await ev.wait_for("approval.requested")
+
+    table = await on_system(system, "sessions")
+    assert table.code == 0, table.err
+    row = next(line for line in table.out.splitlines() if done in line)
+    assert "idle" in row and "agentic" in row and " in / " in row and "$" in row
+
+    rows = json_lines((await on_system(system, "sessions", "--status", "awaiting_approval", "--json")).out)
+    assert waiting in {r["session_id"] for r in rows} and done not in {r["session_id"] for r in rows}
+    assert all(r["status"] == "awaiting_approval" for r in rows)
+    assert (await on_system(system, "deny", waiting)).code == 0
