@@ -204,17 +204,21 @@ class ToolsService:
         assert self.executor is not None
 
         completed = 0
+        # One call's events at a time: `completed` then counts up in seq order (and in the
+        # order they are published), even when two calls finish at once.
+        in_order = asyncio.Lock()
 
         async def emit(item: ToolResultItem) -> None:
             """The call's `tool.result`, then `tools.progress`, in one Redis call."""
             nonlocal completed
-            completed += 1
-            await self.ctx.bus.emit_many(env.session_id, [
-                (env.run_id, "tool.result", f"tool.result:{item.tool_use_id}",
-                 {"turn": env.turn, "tool_use_id": item.tool_use_id, "name": item.name,
-                  "is_error": item.is_error, "content": item.content}),
-                (env.run_id, "tools.progress", None,
-                 {"turn": env.turn, "total": len(env.calls), "completed": completed})])
+            async with in_order:
+                completed += 1
+                await self.ctx.bus.emit_many(env.session_id, [
+                    (env.run_id, "tool.result", f"tool.result:{item.tool_use_id}",
+                     {"turn": env.turn, "tool_use_id": item.tool_use_id, "name": item.name,
+                      "is_error": item.is_error, "content": item.content}),
+                    (env.run_id, "tools.progress", None,
+                     {"turn": env.turn, "total": len(env.calls), "completed": completed})])
 
         with self._inflight.track(env.session_id, env.run_id) as cancel:
             await self._run(env, msg, emit, cancel)

@@ -55,10 +55,10 @@ async def test_generating_and_tools_progress(nc: NatsClient, fake: FakeAnthropic
                             if e["kind"] in ("text.delta", "message") and e.get("turn") == g["turn"])
         assert g["seq"] < first_of_turn
 
-    progress = ev.of("tools.progress")
+    progress = sorted(ev.of("tools.progress"), key=lambda p: p["seq"])
     assert [(p["turn"], p["total"], p["completed"]) for p in progress] == [(1, 3, 1), (1, 3, 2), (1, 3, 3),
                                                                          (2, 1, 1)]
-    results = ev.of("tool.result")
+    results = sorted(ev.of("tool.result"), key=lambda r: r["seq"])
     for p in progress:  # each follows the result that completed it
         done = [r for r in results if r["turn"] == p["turn"] and r["seq"] < p["seq"]]
         assert len(done) == p["completed"], (p, done)
