@@ -69,7 +69,7 @@ def test_exhaustion_converges_with_one_tool_less_generation_then_ends_with_its_a
     ended = d.ended()
     assert ended["status"] == "budget_exhausted" and ended["final_text"] == "Best answer: 3."
     assert ended["reason"] == "max_total_tokens"
-    # The technical summary: the best answer, then what the run executed (seed 003).
+    # The technical summary: the best answer, then what the run executed.
     assert ended["conclusion"]["summary"] == ("Out of budget. Best answer: 3. "
                                               "Executed 1 tool call(s) over 2 turn(s): add x1 (1 ok).")
     assert ended["conclusion"]["executed"] == [{"tool": "add", "calls": 1, "ok": 1, "error": 0}]

@@ -136,7 +136,7 @@ def test_without_a_fallback_the_temperature_is_raised_when_it_can_be() -> None:
 
 
 def test_without_fallback_or_temperature_the_temperature_rises_from_the_models_default() -> None:
-    # Seed 001: the switch rung is there without a fallback model too; an unset
+    # The switch rung is there without a fallback model too; an unset
     # temperature is the API's default (1.0, its maximum), made explicit.
     d = Driver()
     d.start(input="add 1 and 2")

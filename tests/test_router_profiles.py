@@ -23,7 +23,7 @@ TABLES = {
     "agentic": {},
     "conversational": {},
     "agentic_planned": {"plan": {"execute"}, "execute": {"verify"}, "verify": {"done"}},
-    # seed 000's table
+    # the defaults table of docs/profiles.md
     "turn_by_turn": {"review": {"review", "execute"}, "execute": {"review", "done"}},
 }
 
@@ -89,7 +89,7 @@ def test_agentic_offers_the_finish_tool_and_changes_no_phase() -> None:
     assert none.work()["offer_tools"] is False and none.work()["extra_tools"] == []
 
 
-# -- turn_by_turn (seed 000: review ⇄ execute → done) ------------------------------------------
+# -- turn_by_turn (review ⇄ execute → done) ---------------------------------------------------
 def test_turn_by_turn_text_proposal_approved_is_the_answer() -> None:
     d = Driver()
     d.start(profile="turn_by_turn", input="write a haiku")

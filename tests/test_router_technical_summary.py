@@ -1,4 +1,4 @@
-"""The technical summary (seed 003's converge fallback): a run the router stops after
+"""The technical summary (the strategy loop's converge fallback): a run the router stops after
 tools ran concludes with what it executed."""
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def test_the_retry_respects_max_turns_by_passing_the_answer_through() -> None:
 def test_conversational_retries_a_vacuous_answer_within_its_run() -> None:
     d = Driver()
     d.start(input="hello", profile="conversational")
-    assert (d.run.config.max_turns, d.run.config.compaction_at_pct) == (100, 0.8), "seed 000's table"
+    assert (d.run.config.max_turns, d.run.config.compaction_at_pct) == (100, 0.8), "the profile table"
     d.answer(".")
     assert len(d.of("retracted")) == 1 and "only punctuation" in d.work()["ephemeral_notes"][0]
     d.answer("Hello! How can I help?")

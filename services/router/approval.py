@@ -106,7 +106,7 @@ def proposal_denied_message(note: str | None) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ReviewStage:
-    """turn_by_turn's routing (seed 000): every proposal goes to the user. Tool calls go
+    """turn_by_turn's routing: every proposal goes to the user. Tool calls go
     on to the strategy loop, whose preview puts every runnable call in a checkpoint; a
     reply without tool calls becomes a `proposal` checkpoint. The core moves the phases:
     a denial is review→review, an approval review→execute, the next proposal

@@ -194,8 +194,9 @@ class LoopDetectionStage:
                 "loop.detected", {"detection": detection, "escalation": "terminate", "action": "pass_through",
                                   "occurrences": occurrences}),))
         new_model = next_model(run)
-        # Seed 001's ladder has its switch rung whether or not there is a fallback model:
-        # without one the sampling changes instead (raised_temperature).
+        # The ladder has its switch rung whether or not there is a fallback model, so a run
+        # with one model gets a changed attempt before it is terminated: without a
+        # fallback the sampling changes instead (raised_temperature).
         rung = escalation(run.loop_level)
         run.loop_level += 1
         what = describe(detection)

@@ -94,7 +94,7 @@ _AGENTIC_STAGES: tuple[Stage, ...] = (FinishStage(), LoopDetectionStage(), Vacuo
                                       CommitmentGateStage(), RoutingStage())
 _PLANNED_STAGES: tuple[Stage, ...] = (FinishStage(), LoopDetectionStage(), VacuousAnswerStage(),
                                       CommitmentGateStage(), PlanStage(), RoutingStage())
-# turn_by_turn (seed 000): the user reviews every proposal, so review replaces plain
+# turn_by_turn: the user reviews every proposal, so review replaces plain
 # routing; the commitment gate comes first, so a reply that only promises an action is
 # asked to act (a proposal the user could approve) before it reaches the user.
 _TURN_BY_TURN_STAGES: tuple[Stage, ...] = (LoopDetectionStage(), VacuousAnswerStage(), CommitmentGateStage(),

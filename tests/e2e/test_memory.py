@@ -104,7 +104,7 @@ async def test_a_200_turn_conversation_stays_under_a_small_window_and_keeps_its_
     ev.check_bodies()
 
     compactions = ev.of("compaction")
-    threshold = window * 0.8  # the conversational profile's compaction_at_pct (seed 000)
+    threshold = window * 0.8  # the conversational profile's compaction_at_pct (docs/profiles.md)
     assert len(compactions) >= 5, "a small window compacts again and again"
     for c in compactions:
         assert c["tokens_before"] >= threshold > c["tokens_after"], c

@@ -215,7 +215,7 @@ async def test_turn_by_turn_reviews_a_text_proposal(nc: NatsClient, fake: FakeAn
     assert ended["status"] == "completed" and ended["final_text"] == "Draft two."
     assert "shorter" in fake.message_requests[1]["messages"][-1]["content"][0]["text"]
     assert [(p["from"], p["to"]) for p in ev.of("phase.changed")] == [
-        ("review", "review"), ("review", "execute"), ("execute", "done")], "seed 000's table"
+        ("review", "review"), ("review", "execute"), ("execute", "done")], "the profile's transition table"
 
 
 async def test_a_child_run_beyond_the_depth_limit_is_refused(nc: NatsClient, fake: FakeAnthropic) -> None:
