@@ -59,3 +59,12 @@ async def test_the_tool_provider_serves_a_run_through_the_approval_flow(
     assert "weather('Paris') for call toolu_" in provider_out.decode()
     # the tool result reached the model
     assert "Sunny, 21 °C in Paris" in str(fake.message_requests[-1]["messages"][-1])
+
+
+async def test_the_mcp_client_calls_a_loopwire_tool(system: LoopwireContainer, nc: NatsClient,
+                                                     tool_provider: object) -> None:
+    await wait_for_tools(nc, {"add"})
+    code, out = await run_example(system, "mcp_client.py", "add", '{"a": 20, "b": 22}')
+    assert code == 0, out
+    assert "tools: " in out and "add" in out.split("tools: ", 1)[1].splitlines()[0]
+    assert "add -> 42" in out
