@@ -17,7 +17,7 @@ from nats.aio.client import Client as NatsClient
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import ToolProvider, serve_tools, started_system, wait_for_tools
+from .conftest import ToolProvider, connected, serve_tools, started_system, wait_for_tools
 from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
@@ -139,6 +139,17 @@ async def test_a_session_rebuilt_after_redis_lost_everything_keeps_what_it_was_s
         own_system: LoopwireContainer, own_nc: NatsClient, fake: FakeAnthropic) -> None:
     """The whole of Redis is lost between two runs: the next `message` finds the session
     in the events stream, with its history, its run settings and its seqs."""
+    await rebuilt_after_redis_lost_everything(own_system, own_nc, fake)
+
+
+async def test_the_same_in_the_deployed_layout(split_system: LoopwireContainer, fake: FakeAnthropic) -> None:
+    """One `loopwire serve` per service and two routers, as compose and Helm run them."""
+    async with connected(split_system) as client:
+        await rebuilt_after_redis_lost_everything(split_system, client, fake)
+
+
+async def rebuilt_after_redis_lost_everything(own_system: LoopwireContainer, own_nc: NatsClient,
+                                              fake: FakeAnthropic) -> None:
     _provider, svc = await serve_tools(own_nc)
     await wait_for_tools(own_nc, {"add"})
     fake.script("*", [{"text": "Noted: ALPHA-7."},
