@@ -173,6 +173,11 @@ DEAD_LETTERS = Counter(
     "watchdog: no progress for longer than the tolerance).",
     ["target", "cause"],
 )
+INGRESS_IN_BACKLOG = Counter(
+    "loopwire_ingress_backlog_applied",
+    "Ingress messages a router applied before the one delivered to it, because they came "
+    "earlier in the stream and were not applied yet (per-session order across replicas).",
+)
 WORK_CHAINS = Gauge("loopwire_work_chains", "Work chains this process holds now (runs kept in this process).")
 
 ALL_METRICS: tuple[Any, ...] = (
@@ -182,7 +187,7 @@ ALL_METRICS: tuple[Any, ...] = (
     MODEL_FALLBACKS, CIRCUIT_BREAKER_STATE, LLM_TTFT, LLM_REQUEST_DURATION,
     TOOL_CALLS, TOOL_CALL_DURATION, TOOL_CONFLICTS,
     JETSTREAM_CONSUMER_PENDING, JETSTREAM_CONSUMER_ACK_PENDING, JETSTREAM_REDELIVERIES,
-    STEPS, ERRORS, WORK_HOPS, WORK_CHAINS, DEAD_LETTERS,
+    STEPS, ERRORS, WORK_HOPS, INGRESS_IN_BACKLOG, WORK_CHAINS, DEAD_LETTERS,
 )
 """Every metric above, for tests and docs."""
 

@@ -204,7 +204,7 @@ class ServiceContext:
             durable=name,
             queue=name,
             config=ConsumerConfig(ack_wait=self.settings.ack_wait_s, max_deliver=max_deliver,
-                                  max_ack_pending=10_000),
+                                  max_ack_pending=10_000, deliver_subject=self.subjects.deliver(name)),
             ack_policy=AckPolicy.MANUAL,
             max_workers=max_workers,
         )

@@ -168,6 +168,14 @@ class Subjects:
         shared/chain_balance.py."""
         return f"{self.prefix}.ctl.chains"
 
+    def deliver(self, durable: str) -> str:
+        """Where the durable push consumer `durable` delivers (its replicas subscribe with
+        the deliver group): fixed rather than a random inbox, so replicas that start at
+        the same moment create the consumer with the same config, which JetStream accepts
+        from each of them (with an inbox of its own, the second one's create is refused,
+        "consumer name already in use"). Outside `_INBOX.>`, which clients may read."""
+        return f"{self.prefix}.deliver.{durable}"
+
 
 def stream_name(prefix: str, base: str) -> str:
     """Stream names carry the prefix when it is not the default, so two deployments

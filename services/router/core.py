@@ -124,11 +124,23 @@ class _Tx:
         self._report_user_messages()
         if not isinstance(self.inp, i.GenerationInput | i.ToolsInput):
             st.recent_inputs = (st.recent_inputs + [self.inp.input_id])[-RECENT_INPUTS:]
-        st.outbox = [e.model_dump(mode="json") for e in self.effects]
+        st.ingress_seq = max(st.ingress_seq, self.inp.ingress_seq)
+        st.outbox = [e.model_dump(mode="json") for e in self.effects] + self._work_in_flight()
         st.outbox_input = self.inp.input_id
         return Decision(state=st, effects=self.effects, append=self.append,
                         history_len_before=self.history_len_before, counts=self.counts)
 
+
+    def _work_in_flight(self) -> list[dict[str, Any]]:
+        """The work of the step still in flight, from the outbox this transition replaces,
+        when this transition sends none of its own (a follow-up queued, an approval
+        decided later): kept in the outbox, so that performing the outbox again (a
+        redelivered input, after a crash that may have lost that work) still sends it."""
+        run = self.st.run
+        if run is None or run.pending_step is None or any(isinstance(e, PublishWork) for e in self.effects):
+            return []
+        return [e for e in self.st.outbox
+                if e.get("type") == "work" and e.get("envelope", {}).get("step_id") == run.pending_step]
 
     def _model_wrote(self, message: dict[str, Any]) -> bool:
         """The model's own answer has its `message` event; everything else (including an
@@ -160,20 +172,51 @@ def decide(state: SessionState, inp: i._Input, cfg: CoreConfig = CoreConfig(), o
     """The next state and the effects for `inp`. `state` is left as it was, unless the
     caller hands it over with `owned=True` (it was made for this call and is not used
     after it; the shell does that to save a copy per input)."""
+    if inp.ingress_seq and inp.ingress_seq <= state.ingress_seq:
+        # Applied already, in stream order: by this replica before a crash, or by another
+        # one as the backlog of a later input. The replica it was delivered to holds it
+        # unacked until the work it started is surely out, so that one performs the
+        # session's current outbox again (it keeps the work in flight: _work_in_flight);
+        # a replica that only read it from the stream leaves it alone.
+        return Decision(state=None) if inp.backlog else _replay(state)
     if state.outbox_input == inp.input_id:
         return _replay(state)  # the latest input again: its effects may not have gone out
     if inp.input_id in state.recent_inputs:
         return _replay(state) if inp.recover else Decision(state=None)
     if isinstance(inp, i.RejectedInput):
-        return _reject(state, inp, inp.code, inp.message)
-    tx = _Tx(state, inp, owned)
+        return _settled(state, inp, _reject(state, inp, inp.code, inp.message))
+    # An ingress input keeps `state` intact: if it is refused, _settled starts from it.
+    tx = _Tx(state, inp, owned and not inp.ingress_seq)
     handled = _HANDLERS[type(inp)](tx, inp, cfg)
     if handled is None:
         late = _result_events(inp)  # owed even by a result the run moved past
         decision = _replay(state) if inp.recover else Decision(state=None)
         decision.effects[:0] = late
         return decision
-    return handled
+    return _settled(state, inp, handled)
+
+
+def _settled(state: SessionState, inp: i._Input, decision: Decision) -> Decision:
+    """An ingress input refused on a session that exists (`session_busy`, `no_active_run`,
+    ...) still moves the session's ingress position past it, with its `error` as the
+    outbox: decided once, it is never decided again (by then the answer could differ).
+    A session that does not exist stays so: nothing is stored for a refused input, and
+    deciding it again gives the same refusal."""
+    if decision.state is not None or decision.replay or not inp.ingress_seq or not _stored(state):
+        return decision
+    st = state.model_copy()
+    st.recent_inputs = (st.recent_inputs + [inp.input_id])[-RECENT_INPUTS:]
+    st.ingress_seq = max(st.ingress_seq, inp.ingress_seq)
+    st.outbox = [e.model_dump(mode="json") for e in decision.effects]
+    st.outbox_input = inp.input_id
+    return Decision(state=st, effects=decision.effects, history_len_before=state.history_len,
+                    counts=decision.counts)
+
+
+def _stored(state: SessionState) -> bool:
+    """The state was committed before (every commit records its input; a state rebuilt from
+    a transcript has its history)."""
+    return state.outbox_input is not None or state.history_len > 0 or state.runs > 0
 
 
 def _replay(state: SessionState) -> Decision:

@@ -22,6 +22,12 @@ class _Input(BaseModel):
     """A fresh traceparent the shell drew, used if this input starts a run."""
     now_ns: int = 0
     """When the shell received the input (the core reads no clock)."""
+    ingress_seq: int = 0
+    """An ingress input: its stream sequence in LOOPWIRE_INGRESS (0 for step results)."""
+    backlog: bool = False
+    """An ingress input read from the stream by a replica that is applying a later input of
+    the session (ingress_order.py), not delivered to it: when it was applied already, the
+    replica it was delivered to performs its effects (it holds it unacked until then)."""
     recover: bool = False
     """The input comes from a redelivered chain root (shared/chain.py): if the session
     moved past it, its current outbox is performed again, since the crash that caused

@@ -45,6 +45,7 @@ from .config import CoreConfig
 from .core import Decision, decide
 from .effects import Effect, EmitEvent, PublishNotice
 from .ingress import check_session_id, decode_ingress
+from .ingress_order import IngressReader
 from .observe import count_approvals, count_decision, record_ended_runs
 from .profiles import get_profile
 from .state import SessionState
@@ -73,6 +74,7 @@ class RouterService:
         """The tool catalog, for the schemas of the plan gate (reused for up to a second)."""
         self._strategies: StrategyStore | None = None
         self._watchdog: Watchdog | None = None
+        self._ingress_reader: IngressReader | None = None
         """Ends runs whose step made no progress for too long (watchdog.py)."""
 
     async def _archive(self, sid: str) -> list[dict[str, Any]]:
@@ -121,16 +123,24 @@ class RouterService:
             return  # acked: no delivery can fix it, and there is no session to tell
         sid, verb = parsed
         seq = raw.metadata.sequence.stream
-        inp = decode_ingress(verb, msg.body, input_id=f"in:{seq}", new_id=uuid.uuid4().hex[:16],
+        inp = self._decode_ingress(sid, verb, seq, msg.body, raw.headers)
+        await self._apply_and_ack(sid, inp, msg)
+
+    def _decode_ingress(self, sid: str, verb: str, seq: int, data: bytes, headers: dict[str, str] | None,
+                        backlog: bool = False) -> i._Input:
+        inp = decode_ingress(verb, data, input_id=f"in:{seq}", new_id=uuid.uuid4().hex[:16],
                              max_bytes=self.ctx.settings.max_body_bytes,
                              max_depth=self.ctx.settings.max_body_depth)
+        inp.ingress_seq = seq
+        inp.backlog = backlog
         if isinstance(inp, i.RejectedInput):
-            log.warning("session %s: %s rejected: %s", sid, verb, inp.message)
+            if not backlog:
+                log.warning("session %s: %s rejected: %s", sid, verb, inp.message)
         elif isinstance(inp, i.StartInput):
             # A tool that forwards its call's headers names its parent (subagent.py).
-            parent = subagent.parent_of(inp.body.metadata, raw.headers)
+            parent = subagent.parent_of(inp.body.metadata, headers)
             inp.parent_session_id = parent if parent != sid else None
-        await self._apply_and_ack(sid, inp, msg)
+        return inp
 
     async def on_result(self, msg: Delivery) -> None:
         try:
@@ -266,47 +276,88 @@ class RouterService:
 
     async def apply(self, sid: str, inp: i._Input) -> Decision:
         async with self._locks.hold(sid):
-            use_cache = not inp.recover  # a recovery replays the stored outbox, not a cached one
-            for _ in range(MAX_COMMIT_ATTEMPTS):
-                cached = self._states.pop(sid) if use_cache else None
-                if cached is not None:
-                    version, state = cached
-                else:
-                    # A refused input changes no state: it needs no rebuild of a lost one,
-                    # which would cost a read of the events stream per bad body.
-                    raw, version = await self._load(sid, rebuild=not isinstance(inp, i.RejectedInput))
-                    state = SessionState.load(raw, sid)
-                # The state is this attempt's alone (taken out of the cache, or just loaded):
-                # the core may change it in place. What the counters need of the state
-                # before the input, a shallow copy keeps.
-                before = state.model_copy()
-                decision = decide(state, inp, self.core, owned=True)
-                if cached is not None and decision.state is None and not decision.replay:
-                    # A no-op on a possibly stale copy (a result "not awaited" may be awaited
-                    # in the state another replica wrote): decide again on the stored state.
+            if inp.ingress_seq:
+                await self._apply_earlier_ingress(sid, inp.ingress_seq, rebuild=not isinstance(inp, i.RejectedInput))
+            return await self._apply_locked(sid, inp)
+
+    async def _apply_earlier_ingress(self, sid: str, seq: int, rebuild: bool) -> None:
+        """Apply the session's ingress messages that precede `seq` in the stream and are not
+        applied yet, in stream order (ingress_order.py). Called holding the session's lock."""
+        after = await self._ingress_position(sid, rebuild)
+        while (earlier := await self.ingress_reader.next_after(sid, after)) is not None and earlier.seq < seq:
+            parsed = self.ctx.subjects.parse_ingress(earlier.subject)
+            if parsed is not None:
+                inp = self._decode_ingress(sid, parsed[1], earlier.seq, earlier.data, earlier.headers, backlog=True)
+                inp.now_ns = time.time_ns()
+                inp.new_trace = new_run_trace()
+                await self.look_up(sid, inp)
+                await self._apply_locked(sid, inp)
+                metrics.INGRESS_IN_BACKLOG.inc()
+            after = earlier.seq
+
+    async def _ingress_position(self, sid: str, rebuild: bool = True) -> int:
+        """The stream sequence from which the session's unapplied ingress is read: its
+        state's (this replica's latest, else the stored one), or, for a session that has
+        none, the ingress consumer's ack floor."""
+        cached = self._states.get(sid)
+        if cached is None:
+            raw, version = await self._load(sid, rebuild)
+            cached = (version, SessionState.load(raw, sid))
+            if raw is not None or rebuild:  # (an unrebuilt empty state must not be committed on)
+                self._states.put(sid, cached)  # what the input's own commit starts from
+        return cached[1].ingress_seq or await self.ingress_reader.ack_floor()
+
+    @property
+    def ingress_reader(self) -> IngressReader:
+        if self._ingress_reader is None:
+            self._ingress_reader = IngressReader(
+                self.ctx.bus.js, self.ctx.ingress_stream().name, self.ctx.durable_name("router_ingress"),
+                self.ctx.subjects.ingress_all.removesuffix(".>"))
+        return self._ingress_reader
+
+    async def _apply_locked(self, sid: str, inp: i._Input) -> Decision:
+        use_cache = not inp.recover  # a recovery replays the stored outbox, not a cached one
+        for _ in range(MAX_COMMIT_ATTEMPTS):
+            cached = self._states.pop(sid) if use_cache else None
+            if cached is not None:
+                version, state = cached
+            else:
+                # A refused input changes no state: it needs no rebuild of a lost one,
+                # which would cost a read of the events stream per bad body.
+                raw, version = await self._load(sid, rebuild=not isinstance(inp, i.RejectedInput))
+                state = SessionState.load(raw, sid)
+            # The state is this attempt's alone (taken out of the cache, or just loaded):
+            # the core may change it in place. What the counters need of the state
+            # before the input, a shallow copy keeps.
+            before = state.model_copy()
+            decision = decide(state, inp, self.core, owned=True)
+            if cached is not None and decision.state is None:
+                # A no-op on a possibly stale copy (a result "not awaited" may be awaited
+                # in the state another replica wrote), or a replay of what may not be the
+                # latest outbox: decide again on the stored state.
+                use_cache = False
+                continue
+            stored: list[tuple[dict[str, Any], bool]] = []
+            if decision.state is not None:
+                dumped = decision.state.dump_json()
+                committed, stored = await self._commit(sid, version, dumped, decision)
+                if not committed:
+                    # Another replica advanced the session: decide again on its state.
                     use_cache = False
                     continue
-                stored: list[tuple[dict[str, Any], bool]] = []
-                if decision.state is not None:
-                    dumped = decision.state.dump_json()
-                    committed, stored = await self._commit(sid, version, dumped, decision)
-                    if not committed:
-                        # Another replica advanced the session: decide again on its state.
-                        use_cache = False
-                        continue
-                    self._states.put(sid, (version + 1, decision.state))
-                    if (decision.state.status == "running") != (before.status == "running"):
-                        await note_status(self.ctx.redis, sid, decision.state.status == "running")
-                elif decision.replay:
-                    self._states.put(sid, (version, state))  # a replay leaves the state as it was
-                    # The commit it replays may have died before its note: made again.
-                    await note_status(self.ctx.redis, sid, state.status == "running")
-                await self.perform(sid, decision.effects, replay=decision.replay, stored=stored)
-                count_decision(decision, before.profile)
-                count_approvals(before, decision)
-                if not decision.replay:
-                    record_ended_runs(before, decision)
-                return decision
+                self._states.put(sid, (version + 1, decision.state))
+                if (decision.state.status == "running") != (before.status == "running"):
+                    await note_status(self.ctx.redis, sid, decision.state.status == "running")
+            elif decision.replay:
+                self._states.put(sid, (version, state))  # a replay leaves the state as it was
+                # The commit it replays may have died before its note: made again.
+                await note_status(self.ctx.redis, sid, state.status == "running")
+            await self.perform(sid, decision.effects, replay=decision.replay, stored=stored)
+            count_decision(decision, before.profile)
+            count_approvals(before, decision)
+            if not decision.replay:
+                record_ended_runs(before, decision)
+            return decision
         raise CommitContention(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
 
     async def _commit(self, sid: str, version: int, dumped: bytes,

@@ -174,6 +174,10 @@ class SessionState(BaseModel):
     """Ids of the latest applied ingress inputs (`in:<stream seq>`): redeliveries are
     no-ops. Step results need no entry: one is applied only while its step is the pending
     one, and the latest input, whatever its kind, is `outbox_input`."""
+    ingress_seq: int = 0
+    """Stream sequence (LOOPWIRE_INGRESS) of the last ingress message applied to the session,
+    refusals included: ingress is applied in stream order across router replicas
+    (ingress_order.py), and a message at or below it was applied already. 0: none yet."""
     outbox: list[dict[str, Any]] = Field(default_factory=list)
     """Effects of the latest transition; performed again when its input is redelivered
     (a crash between commit and publish loses nothing; every effect is idempotent)."""

@@ -133,9 +133,10 @@ class System:
         for name, part in self.parts.items():
             part.stop_loopwire()
             if keep_logs:
-                log(f"log of {name}: {part.log_path}")
+                log(f"log of {name}: {', '.join(str(p.log_path) for p in part.processes)}")
             else:
-                part.log_path.unlink(missing_ok=True)
+                for process in part.processes:
+                    process.log_path.unlink(missing_ok=True)
 
 
 async def measure_layout(name: str, nats_url: str, redis_url: str, infra: dict[str, int],
