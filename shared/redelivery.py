@@ -30,6 +30,8 @@ from nats.js import errors as js_errors
 from pydantic import BaseModel
 from redis import exceptions as redis_errors
 
+from .step_store import StepHeld
+
 FAULT_DELAY_S = 1.0
 """Pause before the next delivery after a fault (few, quick attempts)."""
 FIRST_DELAY_S = 1.0
@@ -64,6 +66,7 @@ _OUTAGE_TYPES: tuple[type[BaseException], ...] = (
     asyncio.TimeoutError,
     ConnectionError,
     CommitContention,
+    StepHeld,  # another live worker runs the step: later it is recorded, or its claim expired
 )
 
 

@@ -205,3 +205,30 @@ async def test_sessions_index_most_recent_first_with_a_cursor(stores: tuple[Any,
     assert await sessions.recently_updated(index, (ms, "a"), 10) == listed[1:]
     await sessions.delete("c")
     assert [sid for sid, _ in await sessions.recently_updated(index, None, 10)] == ["a", "b"]
+
+
+async def test_a_step_claim_fences_its_side_effect(stores: tuple[Any, Any, Any]) -> None:
+    from loopwire.shared.step_store import StepHeld
+
+    _, steps, _ = stores
+    first = await steps.claim("c:step1", ["r:a", "r:b"], ttl_s=0.5)
+    assert first.token and first.records == [None, None]
+    with pytest.raises(StepHeld):  # a second worker performs nothing while the first lives
+        await steps.claim("c:step1", ["r:a", "r:b"], ttl_s=0.5)
+    assert await steps.renew("c:step1", first.token, 0.5)
+    await asyncio.sleep(0.7)  # the first worker stopped renewing (paused): its claim expires
+    second = await steps.claim("c:step1", ["r:a", "r:b"], ttl_s=5)
+    assert second.token and second.token != first.token
+    assert int(second.token.split("|")[1]) > int(first.token.split("|")[1]), "a higher fencing token"
+    assert not await steps.renew("c:step1", first.token, 5)
+    # The paused worker resumes: its write is refused, the owner's stands.
+    with pytest.raises(StepHeld):
+        await steps.record_claimed("c:step1", first.token, "r:a", {"by": "first"})
+    assert await steps.record_claimed("c:step1", second.token, "r:a", {"by": "second"}) == {"by": "second"}
+    assert await steps.record_claimed("c:step1", second.token, "r:b", {"by": "second"}, release=True) == {
+        "by": "second"}
+    # Everything recorded: a late delivery gets the records and claims nothing.
+    late = await steps.claim("c:step1", ["r:a", "r:b"], ttl_s=5)
+    assert late.token is None and late.records == [{"by": "second"}, {"by": "second"}]
+    # A record that stands is returned to a writer whose claim expired unchallenged.
+    assert await steps.record_claimed("c:step1", first.token, "r:a", {"by": "first"}) == {"by": "second"}

@@ -56,7 +56,7 @@ class Running:
         assert self.service.executor is not None
         env = ExecuteTools(session_id="s1", run_id="r1", step_id=f"r1:{tool_use_id}",
                            calls=[ToolCall(tool_use_id=tool_use_id, name=name, input=arguments)])
-        (item,) = await self.service.executor.execute(env, seen=False)
+        (item,) = await self.service.executor.execute(env)
         return item
 
     def server_pid(self) -> int:

@@ -47,12 +47,12 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
 class LoopwireContainer(DockerContainer):  # type: ignore[misc]
     def __init__(self, env: dict[str, str] | None = None, prefix: str = "loopwire",
                  use_docker: bool | None = None, image: str | None = None,
-                 services: str = "up", ready_timeout: float = 60.0, layout: str | None = None,
+                 services: str = "up", ready_timeout: float = 60.0, layout: str | tuple[str, ...] | None = None,
                  nats_options: dict[str, Any] | None = None, redis_options: dict[str, Any] | None = None) -> None:
         """`nats_options` / `redis_options`: keyword arguments of `start_nats` /
         `start_redis` (a users config, TLS, a Redis password); loopwire's own credentials
         for them go in `env` (LOOPWIRE_NATS_USER, LOOPWIRE_REDIS_PASSWORD, ...)."""
-        if layout is not None and layout not in LAYOUTS:
+        if isinstance(layout, str) and layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
         self.env = dict(env or {})
         self.nats_options = dict(nats_options or {})
@@ -66,7 +66,9 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
         self.ready_timeout = ready_timeout
         self.nats: ServerHandle | None = None
         self.redis: ServerHandle | None = None
-        self.processes = [LoopwireProcess(command) for command in (LAYOUTS[layout] if layout else (services,))]
+        # A layout is a name in LAYOUTS or its own tuple of commands (`serve tools` twice, ...).
+        commands = LAYOUTS[layout] if isinstance(layout, str) else layout or (services,)
+        self.processes = [LoopwireProcess(command) for command in commands]
         self.container: Any = None
         self._container_port = 0
         if self.image and self.use_docker:

@@ -2,11 +2,12 @@
 
 The handler is a thin shell::
 
-    decode -> recorded already? republish the record, ack (no model call)
+    decode -> claim the step (shared/step_store.py): recorded already? republish the
+              record, ack (no model call); claimed by another live worker? retried later
            -> redelivered? emit `retracted` (the earlier partial answer is void)
            -> run the fallback chain, streaming `text.delta` events, `model.fallback`
               on switches, heartbeats (in_progress) while it runs
-           -> record `gen:<step_id>` -> to the router (a work message, or a call when
+           -> record `gen:<step_id>` under the claim (lost it: publish nothing) -> to the router (a work message, or a call when
               it runs in this process: ServiceContext.deliver_result) -> return
               (the handler runner acks; an exception is judged by the one redelivery
               policy, shared/redelivery.py)
@@ -41,6 +42,7 @@ from loopwire.shared.envelopes import Generate, GenerationResult
 from loopwire.shared.inflight import Heartbeat, InflightSteps, StepCancelled, unless_cancelled
 from loopwire.shared.redelivery import Undeliverable
 from loopwire.shared.runtime import ServiceContext
+from loopwire.shared.step_store import renewed
 
 from .breaker import CircuitBreaker, RunGate, breaker_from_settings
 from .errors import ModelCallError
@@ -104,35 +106,40 @@ class LlmService:
             env = decode(msg, Generate)
         except ValidationError as exc:
             raise Undeliverable(f"a malformed llm.generate envelope: {exc}") from None
-        await self.process(env, delivered=msg.delivered, seen=msg.seen)
+        await self.process(env, delivered=msg.delivered)
 
     async def process(self, env: Generate, delivered: int = 1,
-                      heartbeat: Callable[[], Awaitable[None]] | None = None, seen: bool = True) -> GenerationResult:
-        """Answer one step: from its record when it has one, else from the model.
-
-        `seen`: the step may have been handled before (runtime.seen_before); new work has
-        no record to look for."""
+                      heartbeat: Callable[[], Awaitable[None]] | None = None) -> GenerationResult:
+        """Answer one step: from its record when it has one, else from the model."""
         ctx = self.ctx
-        recorded = await ctx.steps.get(record_key(env.step_id)) if seen else None
-        if recorded is not None:
+        key = record_key(env.step_id)
+        # Every delivery, first or not, claims the step before the model is called: one
+        # in a paused process's buffer may be work another replica did meanwhile
+        # (shared/step_store.py). Raises StepHeld while another live worker has it.
+        ttl_s = ctx.settings.ack_wait_s
+        claim = await ctx.steps.claim(key, [key], ttl_s)
+        if claim.token is None:  # recorded: answered from the record, no model call
             count_step("replayed")
-            return await self._publish_recorded(env, recorded)
+            return await self._publish_recorded(env, claim.records[0] or {})
         if delivered > 1:
             await ctx.bus.emit(env.session_id, env.run_id, "retracted", key=f"{env.step_id}:retract:{delivered}",
                                turn=env.turn, reason=REDELIVERED_REASON)
         # The delivery's runner keeps it alive meanwhile (shared/chain.py); `heartbeat` is
         # for a caller outside a delivery.
         with Heartbeat(None if current_delivery() is not None else heartbeat, ctx.settings.ack_wait_s):
-            result = await self._generate(env, delivered)
+            async with renewed(ctx.steps, key, claim.token, ttl_s):
+                result = await self._generate(env, delivered)
         if result.error is not None and result.error.code == "cancelled":
             # Not recorded: the step is stale for the router, and nothing was decided.
+            await ctx.steps.release(key, claim.token)
             await ctx.deliver_result(result, msg_id=result_msg_id(env.step_id))
             count_step("cancelled")
             return result
-        # Another delivery of this step may have finished first (a redelivery while this
-        # one ran): its result was published, so it stays the one on record.
+        # Written under this worker's claim only: one that lost it (paused past AckWait
+        # while another replica took the step) raises StepHeld and publishes nothing. A
+        # delivery that finished first stays the one on record.
         mine = result.model_dump(mode="json")
-        standing = await ctx.steps.put_if_absent(record_key(env.step_id), mine)
+        standing = await ctx.steps.record_claimed(key, claim.token, key, mine, release=True)
         if standing != mine:
             return await self._publish_recorded(env, standing)
         await ctx.deliver_result(result, msg_id=result_msg_id(env.step_id))

@@ -149,7 +149,7 @@ class MemoryService:
             # The llm service runs in this process: generate here, while this step's message
             # stays unacked (and kept alive by its handler runner); a crash redelivers
             # it and the llm answers from its record if it got that far.
-            await llm.process(request, delivered=delivered, seen=replay)
+            await llm.process(request, delivered=delivered)
         else:
             await self.ctx.bus.publish_work(self.ctx.subjects.llm_generate, request,
                                             msg_id=f"{env.step_id}:generate", replay=replay)

@@ -103,7 +103,7 @@ class DirectCalls:
         await self.bus.emit(session_id, None, "tool.call", key=f"tool.call:{tool_use_id}", turn=0,
                             tool_use_id=tool_use_id, name=name, input=arguments)
         env = ExecuteTools(session_id=session_id, run_id="", step_id=f"direct:{tool_use_id}", calls=[call])
-        (item,) = await self.executor.execute(env, seen=bool(req.get("tool_use_id")))
+        (item,) = await self.executor.execute(env)
         await self.bus.emit(session_id, None, "tool.result", key=f"tool.result:{tool_use_id}", turn=0,
                             tool_use_id=tool_use_id, name=name, is_error=item.is_error, content=item.content)
         return {"tool_use_id": tool_use_id, "content": item.content, "is_error": item.is_error}

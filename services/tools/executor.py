@@ -16,6 +16,7 @@ the list returned is in the model's order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -28,7 +29,7 @@ from loopwire.shared import metrics, telemetry
 from loopwire.shared.blobs import BlobStore, externalize
 from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem
 from loopwire.shared.inflight import CancelSignal, StepCancelled, unless_cancelled
-from loopwire.shared.step_store import StepStore
+from loopwire.shared.step_store import StepStore, renewed
 
 from .catalog import Catalog, ResolvedTool
 from .invoke import Outcome, ProviderUnavailable, call_provider, call_python
@@ -47,6 +48,11 @@ def step_key(session_id: str, tool_use_id: str) -> str:
     return f"tool:{session_id}:{tool_use_id}"
 
 
+def batch_key(session_id: str, step_id: str) -> str:
+    """The claim of one ExecuteTools step (its batch of calls)."""
+    return f"tools:{session_id}:{step_id}"
+
+
 def _outcome(item: ToolResultItem, recorded: bool, known: bool) -> str:
     """The `outcome` label of loopwire_tool_calls_total: ok, error, unknown, cancelled."""
     if not recorded:
@@ -58,7 +64,7 @@ def _outcome(item: ToolResultItem, recorded: bool, known: bool) -> str:
 
 class Executor:
     def __init__(self, catalog: Catalog, steps: StepStore, nc: NatsClient | None,
-                 default_timeout_s: float, attempt_timeout_s: float | None = None,
+                 default_timeout_s: float, attempt_timeout_s: float | None = None, claim_ttl_s: float = 30.0,
                  refresh: Callable[[], Awaitable[Any]] | None = None,
                  blobs: BlobStore | None = None, large_content_bytes: int = 64 * 1024,
                  on_protocol_error: Callable[[ExecuteTools, ToolCall, str], Awaitable[Any]] | None = None) -> None:
@@ -72,19 +78,43 @@ class Executor:
         self.nc = nc
         self.default_timeout_s = default_timeout_s
         self.attempt_timeout_s = attempt_timeout_s
+        self.claim_ttl_s = claim_ttl_s
+        """How long a batch's claim outlives a worker that stopped renewing it (AckWait)."""
         """A provider request unanswered this long is sent again (invoke.call_provider)."""
         self.refresh = refresh
         """Runs one discovery round; used once per envelope when a tool is unknown, so a
         provider that started a moment ago is found before its call fails."""
 
     async def execute(self, env: ExecuteTools, on_result: ResultCallback | None = None,
-                      cancel: CancelSignal | None = None, seen: bool = True) -> list[ToolResultItem]:
-        """`seen`: the envelope may have been handled before (runtime.seen_before), so
-        some calls may have recorded results; a new envelope has none to look for."""
+                      cancel: CancelSignal | None = None) -> list[ToolResultItem]:
         calls = env.calls
-        recorded: list[dict[str, Any] | None] = (
-            await self.steps.get_many([step_key(env.session_id, c.tool_use_id) for c in calls]) if seen
-            else [None] * len(calls))
+        # Every delivery, first or not, claims the batch before any call runs, in the script
+        # that reads the calls' records (shared/step_store.py): one in a paused process's
+        # buffer may be work another replica did meanwhile. StepHeld while another live
+        # worker runs it.
+        claim_key = batch_key(env.session_id, env.step_id)
+        claim = await self.steps.claim(claim_key, [step_key(env.session_id, c.tool_use_id) for c in calls],
+                                       self.claim_ttl_s)
+        recorded = claim.records
+        if claim.token is None:  # all recorded: reported again (events dedup), nothing runs
+            items = [ToolResultItem.model_validate(r) for r in recorded]
+            for item in items:
+                if on_result is not None:
+                    await on_result(item)
+            return items
+        token = claim.token
+        try:
+            async with renewed(self.steps, claim_key, token, self.claim_ttl_s):
+                return await self._execute(env, recorded, (claim_key, token), on_result, cancel)
+        finally:
+            # A redelivery finds the records, or (a cancelled call is not recorded, a
+            # failure here) may run what is missing at once.
+            with contextlib.suppress(Exception):
+                await self.steps.release(claim_key, token)
+
+    async def _execute(self, env: ExecuteTools, recorded: list[dict[str, Any] | None], claim: tuple[str, str],
+                       on_result: ResultCallback | None, cancel: CancelSignal | None) -> list[ToolResultItem]:
+        calls = env.calls
         tools = [self.catalog.resolve(c.name) for c in calls]
         if self.refresh is not None and any(
                 rec is None and t is None and c.tool_use_id not in env.denied
@@ -113,10 +143,10 @@ class Executor:
                     if self.blobs is not None:
                         item.content = await externalize(item.content, self.blobs, self.large_content_bytes)
                     if keep:
-                        # Two deliveries racing on one call both ran it; they still agree
-                        # on one result: the first recorded.
-                        stands = await self.steps.put_if_absent(step_key(env.session_id, item.tool_use_id),
-                                                                item.model_dump(mode="json"))
+                        # Under this worker's claim only (one that lost it raises StepHeld
+                        # and publishes nothing); a result recorded first stands.
+                        stands = await self.steps.record_claimed(*claim, step_key(env.session_id, item.tool_use_id),
+                                                                 item.model_dump(mode="json"))
                         item = ToolResultItem.model_validate(stands)
                 outcomes[i] = item
                 if on_result is not None:

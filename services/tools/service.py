@@ -119,7 +119,7 @@ class ToolsService:
                                  attempt_timeout_s=settings.tool_attempt_timeout_s,
                                  refresh=self._refresh_soon,
                                  blobs=self.ctx.blobs, large_content_bytes=settings.large_content_bytes,
-                                 on_protocol_error=self._bad_reply)
+                                 on_protocol_error=self._bad_reply, claim_ttl_s=settings.ack_wait_s)
         self.direct = DirectCalls(self.catalog, self.executor, self.ctx.bus, settings, refresh=self._refresh_soon)
         if self.mcp is not None:
             await self.mcp.wait_connected(MCP_START_WAIT_S)
@@ -231,8 +231,7 @@ class ToolsService:
         # (ToolsResult.results_reported = false), whether the router runs in this process or
         # not: the same events, in the same order, in every layout.
         single = len(env.calls) == 1
-        results = await self.executor.execute(env, on_result=None if single else emit, cancel=cancel,
-                                              seen=msg.seen)
+        results = await self.executor.execute(env, on_result=None if single else emit, cancel=cancel)
         result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
                              turn=env.turn, trace=env.trace, results=results, results_reported=not single)
         await self.ctx.deliver_result(result, msg_id=f"{env.step_id}:result")

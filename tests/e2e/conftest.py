@@ -45,7 +45,8 @@ def fake_anthropic() -> Iterator[FakeAnthropic]:
 
 
 @contextlib.contextmanager
-def started_system(fake_anthropic: FakeAnthropic, layout: str = "up", **env: str) -> Iterator[LoopwireContainer]:
+def started_system(fake_anthropic: FakeAnthropic, layout: str | tuple[str, ...] = "up",
+                   **env: str) -> Iterator[LoopwireContainer]:
     """loopwire in `layout` on its own NATS and Redis, talking to the fake Messages API;
     `env` adds to (or overrides) E2E_ENV."""
     with LoopwireContainer(env={**E2E_ENV, "ANTHROPIC_BASE_URL": fake_anthropic.url, **env}, layout=layout) as lw:
