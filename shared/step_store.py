@@ -257,15 +257,24 @@ def _text(raw: bytes | str) -> str:
 async def renewed(store: StepStore, claim_key: str, token: str, ttl_s: float) -> AsyncIterator[None]:
     """Keep the claim alive while the call it fences runs (renewed every third of its
     TTL). A worker that stops (SIGSTOP, a long GC pause) stops renewing, and its claim
-    expires after one TTL, like its message's AckWait."""
+    expires after one TTL, like its message's AckWait. The renewal is told to stop, never
+    cancelled: a Redis command cancelled half-way is not worth the risk to the connection."""
+    done = asyncio.Event()
+
     async def renew() -> None:
-        while await asyncio.sleep(ttl_s / 3, True) and await store.renew(claim_key, token, ttl_s):
-            pass
+        while True:
+            try:
+                await asyncio.wait_for(done.wait(), ttl_s / 3)
+                return
+            except TimeoutError:
+                pass
+            if not await store.renew(claim_key, token, ttl_s):
+                return
 
     task = asyncio.create_task(renew(), name=f"claim-renewal {claim_key}")
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(BaseException):
+        done.set()
+        with contextlib.suppress(Exception):  # a failed renewal only shortens the claim
             await task
