@@ -308,6 +308,10 @@ def test_a_workspace_outside_the_operator_roots_is_refused(tmp_path: Path) -> No
     assert workspace.resolve_workspace({"workspace": "ok", "allowed_roots": [str(tmp_path / "secret")]},
                                        roots)[0] is None
     assert workspace.resolve_workspace({"workspace": "ok", "allowed_roots": [str(root)]}, roots)[0] == root / "ok"
+    for unusable in ("ok\x00", "a" * 5000, "ok/" + "b" * 300):
+        path, refusal = workspace.resolve_workspace({"workspace": unusable}, roots)
+        assert path is None and refusal, unusable[:20]
+    assert workspace.resolve_workspace({"workspace": "ok", "allowed_roots": ["\x00"]}, roots)[0] is None
     # No operator roots: no workspace at all.
     path, refusal = workspace.resolve_workspace({"workspace": str(root / "ok")}, [])
     assert path is None and "LOOPWIRE_WORKSPACE_ROOTS" in (refusal or "")

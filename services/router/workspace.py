@@ -66,6 +66,15 @@ def names_workspace(metadata: dict[str, Any]) -> bool:
 def resolve_workspace(metadata: dict[str, Any], operator_roots: list[str]) -> tuple[Path | None, str | None]:
     """The workspace directory `metadata` names, or why it is refused: (None, None) when
     it names none. `operator_roots`: LOOPWIRE_WORKSPACE_ROOTS."""
+    try:
+        return _resolve(metadata, operator_roots)
+    except (OSError, ValueError) as exc:
+        # A path the OS cannot take (a NUL byte, a name too long) is refused like any
+        # other, never an exception that would make the start fail on every delivery.
+        return None, f"the workspace is not a usable path ({type(exc).__name__})"
+
+
+def _resolve(metadata: dict[str, Any], operator_roots: list[str]) -> tuple[Path | None, str | None]:
     if not names_workspace(metadata):
         return None, None
     workspace = metadata[WORKSPACE_KEY]

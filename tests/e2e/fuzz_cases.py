@@ -85,7 +85,7 @@ def valid_body(verb: str, text: str) -> dict[str, Any]:
 def ingress_case(draw: st.DrawFn) -> tuple[str, bytes]:
     verb = draw(st.sampled_from(VERBS))
     kind = draw(st.sampled_from(["not_json", "not_object", "wrong_types", "too_large", "too_deep", "version",
-                                 "internal", "unknown_verb"]))
+                                 "internal", "unknown_verb", "workspace"]))
     if kind == "not_json":
         data = draw(st.one_of(
             st.binary(max_size=64).filter(_not_json),
@@ -112,6 +112,13 @@ def ingress_case(draw: st.DrawFn) -> tuple[str, bytes]:
         block = {"type": "text", "text": draw(odd_text), key: draw(values)}
         verb = draw(st.sampled_from(["start", "message", "steer"]))
         data = dumps({"input": [{"role": "user", "content": [block]}]} if verb == "start" else {"content": [block]})
+    elif kind == "workspace":  # never a directory inside the operator's roots
+        verb = "start"
+        where = draw(st.one_of(odd_text.map(lambda t: f"{t}\x00"), st.sampled_from(["/etc", "/", "..", "../..",
+                                                                                   "/proc/self", "a" * 5000]),
+                               st.integers(), st.lists(st.just("x"), min_size=1, max_size=2)))
+        data = dumps({"input": "hi", "profile": draw(st.sampled_from(["agentic", "agentic_planned"])),
+                      "metadata": {"workspace": where, "allowed_roots": ["/"]}})
     else:
         verb = draw(odd_text.filter(lambda v: v not in VERBS and v and all(c not in v for c in ".*> \t\r\n")
                                     and v.isprintable()))
