@@ -111,8 +111,16 @@ async def test_nats_restarted_with_its_store_mid_run_the_run_completes(
             await asyncio.to_thread(system.nats.halt)
             await asyncio.sleep(2)
             await asyncio.to_thread(system.nats.resume)
+            back = asyncio.get_running_loop().time()
             runs = await ended(nc, "nats-out-1", timeout=120)
+            took = asyncio.get_running_loop().time() - back
             assert runs[0]["status"] == "completed" and runs[0]["final_text"] == "It said: echo: hi"
+            # The provider's reply lost to the restart was asked for again, not waited out
+            # for the tool's timeout (30 s here) and recorded as "timed out".
+            assert took < 25, f"the run took {took:.0f} s after NATS came back"
+            events = (await query(nc, "transcript.get", {"session_id": "nats-out-1"}))["events"]
+            (result,) = [e for e in events if e["kind"] == "tool.result"]
+            assert result["content"] == "echo: hi" and not result["is_error"]
             assert await status(nc, "nats-out-1") == "idle"
             await svc.stop()
 
