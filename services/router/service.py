@@ -381,7 +381,7 @@ class RouterService:
             # The state was lost (expired, flushed) but the transcript holds the
             # conversation: continue it instead of starting over.
             raw, version = await self.ctx.sessions.load(sid)
-        elif raw is None and isinstance(self.ctx.events, RedisEventLog):
+        elif raw is None and rebuild and isinstance(self.ctx.events, RedisEventLog):
             # New, or lost with its transcript: its seqs continue after any it had
             # published (shared/seq_floor.py).
             floor = await last_published_seq(self.ctx.bus.js, self.ctx.subjects, sid)
