@@ -1,4 +1,4 @@
-"""The seeds' loop behaviour end to end, through the public contract only (plain nats-py,
+"""The profiles' loop behaviour end to end, through the public contract only (plain nats-py,
 the fake Messages API, tools served with nats.micro): a budget that ends a run, the
 technical summary of a stopped run, conversational defaults, the vacuous allowance,
 settings restored from the transcript, the loop ladder, and turn_by_turn."""
@@ -73,7 +73,7 @@ async def test_conversational_retries_a_vacuous_answer_and_continues_a_paused_tu
         second = await ev.wait_for("run.ended", count=2)
     ev.check_bodies()
     assert first["status"] == "completed" and first["final_text"] == "Hello! How can I help?"
-    assert first["turns"] == 2, "seed 000: conversational has 100 turns, so the '.' was retried"
+    assert first["turns"] == 2, "conversational has 100 turns, so the '.' was retried"
     (retracted,) = ev.of("retracted")
     assert "punctuation_only" in retracted["reason"]
     assert "only punctuation" in str(fake.message_requests[1]["system"])
@@ -204,7 +204,7 @@ async def test_the_ladder_switches_without_a_fallback_by_raising_the_temperature
     ev.check_bodies()
     detected = ev.of("loop.detected")
     assert [(d["escalation"], d["occurrences"]) for d in detected] == [
-        ("redirect", 3), ("switch_model", 4), ("terminate", 5)], "seed 001's three rungs, each counted"
+        ("redirect", 3), ("switch_model", 4), ("terminate", 5)], "the ladder's three rungs, each counted"
     assert detected[1]["temperature"] == 1.0 and "to_model" not in detected[1]
     assert ev.of("model.fallback") == [], "no fallback model to switch to"
     temperatures = [r.get("temperature") for r in fake.message_requests]
@@ -215,7 +215,7 @@ async def test_the_ladder_switches_without_a_fallback_by_raising_the_temperature
 
 async def test_turn_by_turn_reviews_tool_calls_and_text_through_review_execute_done(
         nc: NatsClient, fake: FakeAnthropic, tool_provider: ToolProvider) -> None:
-    """Seed 000: every proposal is reviewed; a denied call never runs and the model reads
+    """turn_by_turn: every proposal is reviewed; a denied call never runs and the model reads
     why (review→review); an approved one runs (review→execute), the next proposal is
     reviewed again (execute→review), and an approved answer ends the run (→ done)."""
     await wait_for_tools(nc, {"add"})
@@ -255,7 +255,7 @@ async def test_turn_by_turn_reviews_tool_calls_and_text_through_review_execute_d
 
 async def test_turn_by_turn_starts_from_a_snapshot_of_its_workspace(
         fake_anthropic: FakeAnthropic, tmp_path: Path) -> None:
-    """Seed 000's WorkspaceSnapshot stage: a turn_by_turn run naming a workspace (inside
+    """The WorkspaceSnapshot stage: a turn_by_turn run naming a workspace (inside
     the operator's LOOPWIRE_WORKSPACE_ROOTS) proposes knowing its files; once a tool has
     run, the snapshot may be stale and is no longer shown."""
     root = tmp_path / "work"
