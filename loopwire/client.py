@@ -115,6 +115,14 @@ class LoopwireClient:
 
         Use as `async with await lw.follow(sid) as events: async for event in events: ...`."""
         follower = SessionFollower(after_seq)
+        if self.tenant is not None:
+            # A tenant's user has no JetStream API (deploy/nats/tenants.conf): nats-py's
+            # ordered consumer is created on a subject that does not name its filter, so
+            # permissions could not keep it to the tenant's sessions. It follows live on
+            # the tenant's own subjects, each seq once; `transcript.get` fills a gap.
+            follower.sub = await self.nc.subscribe(self.subjects.session_events(self.scoped(sid)),
+                                                   cb=follower.on_msg)
+            return follower
         js = self.nc.jetstream()
         self._ensure_stream_name()
         try:

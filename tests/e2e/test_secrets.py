@@ -63,7 +63,7 @@ async def every_redis_value(client: aioredis.Redis) -> list[tuple[str, bytes]]:
     return out
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("layout", ["up", "split"])
 async def test_no_secret_in_any_output_or_store(fake_anthropic: FakeAnthropic, layout: str) -> None:
     passwords = {"LOOPWIRE_NATS_SERVICES_PASSWORD": NATS_PASSWORD, "LOOPWIRE_NATS_CLIENT_PASSWORD": "c" * 12,
@@ -95,10 +95,10 @@ async def test_no_secret_in_any_output_or_store(fake_anthropic: FakeAnthropic, l
         s = f"secrets-{uuid.uuid4().hex[:8]}"
         async with SessionEvents(nc, s) as ev:
             await ev.publish("start", {"v": 1, "input": "What is 6 * 7?", "tools": ["calculator"]})
-            ended = await ev.wait_for("run.ended")
+            ended = await ev.wait_for("run.ended", timeout=60)
             assert ended["status"] == "completed" and ended["final_text"] == "It is 42."
             await ev.publish("start", b"{not json")  # an error event of its own
-            await ev.wait_for("error", code="bad_json")
+            await ev.wait_for("error", timeout=60, code="bad_json")
         await nc.request("loopwire.api.session.get", b"[]", timeout=5)  # a bad query
         await nc.request("loopwire.api.transcript.get", json.dumps({"session_id": s}).encode(), timeout=5)
 

@@ -22,7 +22,7 @@ async def run_once(nc: NatsClient, sid: str, verb: str = "start", count: int = 1
     async with SessionEvents(nc, sid) as ev:
         body = {"v": 1, "input": "hi", "tools": []} if verb == "start" else {"content": "again"}
         await ev.publish(verb, body)
-        await ev.wait_for("run.ended", count=1)
+        await ev.wait_for("run.ended", count=1, timeout=60)
 
 
 async def every_page(nc: NatsClient, limit: int, **filters: str) -> list[dict]:
@@ -38,7 +38,7 @@ async def every_page(nc: NatsClient, limit: int, **filters: str) -> list[dict]:
     raise AssertionError("the pages never ended")
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(240)
 async def test_sessions_most_recent_first_paged_and_filtered(nc: NatsClient, fake: FakeAnthropic,
                                                             tool_provider: ToolProvider) -> None:
     fake.script("*", [{"chunks": [f"answer {n}"], "stop_reason": "end_turn"} for n in range(4)])
@@ -48,7 +48,7 @@ async def test_sessions_most_recent_first_paged_and_filtered(nc: NatsClient, fak
         await run_once(nc, sid)
     async with SessionEvents(nc, s1) as ev:  # a follow-up: s1 is now the most recent
         await ev.publish("message", {"content": "again"})
-        await ev.wait_for("run.ended", count=1)
+        await ev.wait_for("run.ended", count=1, timeout=60)
 
     page = await query(nc, "sessions.list", {})
     mine = [s for s in page["sessions"] if s["session_id"].startswith(f"list-{tag}")]
@@ -64,19 +64,19 @@ async def test_sessions_most_recent_first_paged_and_filtered(nc: NatsClient, fak
     assert [s["session_id"] for s in paged] == [s["session_id"] for s in page["sessions"]]
 
     # status filter: a run waiting for approval
-    await wait_for_tools(nc, {"add"})
+    await wait_for_tools(nc, {"add"}, timeout=60)
     fake.script("*", [{"chunks": ["Adding."], "tool_use": [{"name": "add", "input": {"a": 1, "b": 2}}]}])
     waiting = f"list-{tag}-approve"
     async with SessionEvents(nc, waiting) as ev:
         await ev.publish("start", {"v": 1, "input": "add", "tools": ["add"], "tool_permissions": {"add": "approve"}})
-        await ev.wait_for("approval.requested")
+        await ev.wait_for("approval.requested", timeout=60)
         awaiting = await every_page(nc, 50, status="awaiting_approval")
         assert waiting in [s["session_id"] for s in awaiting]
         assert {s["status"] for s in awaiting} == {"awaiting_approval"}
         idle = await every_page(nc, 50, status="idle")
         assert waiting not in [s["session_id"] for s in idle] and s1 in [s["session_id"] for s in idle]
         await ev.publish("abort", {"reason": "test over"})
-        await ev.wait_for("run.ended")
+        await ev.wait_for("run.ended", timeout=60)
 
 
 @pytest.mark.parametrize(("body", "code"), [

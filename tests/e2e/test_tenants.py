@@ -87,14 +87,14 @@ async def tenants(tenanted: LoopwireContainer) -> AsyncIterator[tuple[Tenant, Te
         await tenant.lw.close()
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(240)
 async def test_two_tenants_cannot_reach_each_others_sessions(tenants: tuple[Tenant, Tenant],
                                                             fake: FakeAnthropic) -> None:
     acme, globex = tenants
     assert acme.lw is not None and globex.lw is not None
     fake.script("*", [{"chunks": [f"answer {n}"], "stop_reason": "end_turn"} for n in range(3)])
     own = f"t-{uuid.uuid4().hex[:8]}"
-    ended = {t.name: await t.lw.run(own, {"input": "hi", "tools": []}, timeout=30)  # type: ignore[union-attr]
+    ended = {t.name: await t.lw.run(own, {"input": "hi", "tools": []}, timeout=90)  # type: ignore[union-attr]
              for t in (acme, globex)}
     assert ended["acme"]["status"] == ended["globex"]["status"] == "completed"
     assert ended["acme"]["session_id"] == f"acme.{own}" and ended["globex"]["session_id"] == f"globex.{own}"
