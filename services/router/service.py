@@ -352,13 +352,25 @@ class RouterService:
                 self._states.put(sid, (version, state))  # a replay leaves the state as it was
                 # The commit it replays may have died before its note: made again.
                 await note_status(self.ctx.redis, sid, state.status == "running")
-            await self.perform(sid, decision.effects, replay=decision.replay, stored=stored)
+            if inp.backlog and decision.state is None and not decision.replay:
+                await self._refused_in_backlog(sid, decision.effects)
+            else:
+                await self.perform(sid, decision.effects, replay=decision.replay, stored=stored)
             count_decision(decision, before.profile)
             count_approvals(before, decision)
             if not decision.replay:
                 record_ended_runs(before, decision)
             return decision
         raise CommitContention(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
+
+    async def _refused_in_backlog(self, sid: str, effects: list[Effect]) -> None:
+        """A refusal read from the stream (a session with no state refuses the same way
+        every time): its events are stored if they are not yet, but published only then,
+        since the replica it was delivered to publishes them too."""
+        events = [(e.run_id, e.kind, e.key, e.fields) for e in effects if isinstance(e, EmitEvent)]
+        if events:
+            stored = await self.ctx.events.append_many(sid, event_items(sid, events))
+            await self.ctx.bus.publish_stored(sid, [(event, new) for event, new in stored if new])
 
     async def _commit(self, sid: str, version: int, dumped: bytes,
                       decision: Decision) -> tuple[bool, list[tuple[dict[str, Any], bool]]]:
