@@ -124,13 +124,15 @@ local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('ZADD', KEYS[6], now_ms, ARGV[7])
 if ttl > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (now_ms - ttl * 1000))
+  redis.call('EXPIRE', KEYS[6], ttl)
 end
 return append_events(KEYS[3], KEYS[4], KEYS[5], ttl, ARGV, 8 + n)
 """
 """The commit: compare the version, write the state, trim the history to the length the
 old state counted, append the new messages (ARGV[6] of them, from ARGV[8]), mark the
 session (ARGV[7]) updated now in the sessions index (KEYS[6], Redis's own clock, so
-replicas agree; entries older than the TTL leave it), then append the events that
+replicas agree; entries older than the TTL leave it, and the index itself expires a
+TTL after the last commit of any of its sessions), then append the events that
 follow them (event_log.APPEND_EVENTS_LUA). nil when the version moved: nothing is
 written."""
 

@@ -53,8 +53,8 @@ async def test_every_session_key_expires_with_the_session(redis_client: Any) -> 
     forever = {k for k, left in keys.items() if left == -1}
     assert forever == {"lw:seq:s1"}, "only the seq counter outlives the session"
     assert keys["lw:step:gen:s1:g1"] > ttl and keys["lw:mem:xu:r:g1"] > ttl
-    session_keys = [k for k in keys if k.startswith(("lw:s:", "lw:h:", "lw:e:", "lw:ek:", "lw:mem:s1", "lw:mem:actor"))]
-    assert len(session_keys) >= 9 and all(0 < keys[k] <= ttl for k in session_keys)
+    session_keys = [k for k in keys if k.startswith(("lw:s:", "lw:sessions", "lw:h:", "lw:e:", "lw:ek:", "lw:mem:s1", "lw:mem:actor"))]
+    assert len(session_keys) >= 10 and all(0 < keys[k] <= ttl for k in session_keys)
 
 
 @pytest.mark.integration
