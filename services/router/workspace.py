@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from dulwich.errors import NotGitRepository
 from dulwich.index import get_unstaged_changes
@@ -113,7 +113,7 @@ def read_git(path: Path, roots: list[Path]) -> dict[str, Any] | None:
     with repo:
         if not inside(_real(repo.path), roots) or not inside(_real(repo.controldir()), roots):
             return None  # a repository above the roots, or a `.git` file pointing out of them
-        head = repo.refs.read_ref(b"HEAD") or b""
+        head = repo.refs.read_ref(cast(Any, b"HEAD")) or b""
         branch = _short(head[len(b"ref: refs/heads/"):]) if head.startswith(b"ref: refs/heads/") else "HEAD"
         index = repo.open_index()
         lines: list[str] = []

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 import orjson
 
@@ -44,7 +44,7 @@ def hint_of(tool: Any) -> Hint:
     if tool is None:
         return Hint()
     execution = getattr(tool, "execution", None) or ("exclusive" if getattr(tool, "exclusive", False) else "parallel")
-    return Hint(execution, tuple(getattr(tool, "depends_on", ()) or ()))
+    return Hint(cast(Execution, execution), tuple(getattr(tool, "depends_on", ()) or ()))
 
 
 @dataclass
