@@ -4,7 +4,7 @@ PYTHON  ?= python3
 BIN      = $(VENV)/bin
 STAMP    = $(VENV)/.installed-stamp
 
-.PHONY: install run test test-unit lint bench compose-up compose-down clean test-node-deps
+.PHONY: install run test test-unit lint bench compose-up compose-down clean test-node-deps agents
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,8 +44,17 @@ test-node-deps:
 	    || (cd tests/node && npm ci --no-audit --no-fund --loglevel=error); \
 	else echo "npm not found: the test with an MCP server from npm will be skipped"; fi
 
+# The coding agents of the external-executor profiles (claude_code, codex, opencode, acp),
+# pinned by deploy/agents/package-lock.json, installed into deploy/agents/node_modules
+# (their binaries: deploy/agents/node_modules/.bin). Without npm the executor tests skip.
+agents:
+	@if command -v npm >/dev/null 2>&1; then \
+	  test deploy/agents/node_modules/.package-lock.json -nt deploy/agents/package-lock.json \
+	    || (cd deploy/agents && npm ci --no-audit --no-fund --loglevel=error); \
+	else echo "npm not found: the external-executor tests will be skipped"; fi
+
 ## test: every tier (unit, integration, e2e, deploy checks); servers are started by the fixtures
-test: install $(BIN)/promtool /usr/bin/chromium test-node-deps
+test: install $(BIN)/promtool /usr/bin/chromium test-node-deps agents
 	$(BIN)/pytest
 
 test-unit: install
