@@ -74,6 +74,13 @@ class Strategy(_In):
     expectation: str | None = None
 
 
+class ExecutorChoice(_In):
+    """StartRun `executor` (profile `acp`): which of the operator's agents runs the loop."""
+
+    agent: str | None = None
+    """A name of LOOPWIRE_ACP_AGENTS; any other is refused (`unknown_agent`)."""
+
+
 ContentBlocks = list[dict[str, Any]]
 
 
@@ -94,6 +101,8 @@ class StartRun(_In):
     plan: Any = None
     strategy: Strategy = Field(default_factory=Strategy)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    executor: ExecutorChoice | None = None
+    """The external executors' profiles (`acp`): the agent, named by the operator's list."""
 
     @field_validator("input")
     @classmethod

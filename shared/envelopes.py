@@ -81,6 +81,31 @@ class Usage(BaseModel):
         )
 
 
+class ExecutorSpec(BaseModel):
+    """An external executor's step (profiles claude_code, opencode, codex, acp): what the
+    llm service needs to run the agent, decided by the router (services/llm/executors)."""
+
+    profile: str
+    agent: str | None = None
+    """`acp`: the agent's name (LOOPWIRE_ACP_AGENTS)."""
+    workspace: str | None = None
+    """The run's workspace, an absolute path the router checked against
+    LOOPWIRE_WORKSPACE_ROOTS; None: the session's own directory."""
+    permissions: dict[str, str] = Field(default_factory=dict)
+    """The run's tool permissions over the operator's policy, applied to the agent's own
+    tools and to loopwire's by name."""
+    max_turns: int | None = None
+    """The agent's model turns left in the run."""
+    max_total_tokens: int | None = None
+    """Tokens left in the run's budget (None: no limit)."""
+    max_cost_usd: float | None = None
+    """Dollars left in the run's budget (None: no limit)."""
+    context_tokens: int = 0
+    """The agent's context size after its last turn, as it reported it."""
+    compaction_at_pct: float = 0.8
+    context_window: int = 200_000
+
+
 class StepError(BaseModel):
     """A failed step, as data (Temporal's ApplicationError, in spirit)."""
 
@@ -123,6 +148,8 @@ class AssembleContext(_Envelope):
     memory_model: str | None = None
     """The model of memory's own calls for this run (StartRun `model.memory`, else
     LOOPWIRE_MEMORY_MODEL); None: the run's `models`."""
+    executor: ExecutorSpec | None = None
+    """Set in the external executors' profiles: an agent answers this step, not a model."""
 
 
 # -- memory -> llm ------------------------------------------------------------------------
@@ -139,6 +166,8 @@ class Generate(_Envelope):
     service copies it into the GenerationResult, the router adds it to the run's usage."""
     extra_model: str | None = None
     """The model `extra_usage` was spent on, for its price (None: this step's model)."""
+    executor: ExecutorSpec | None = None
+    """`AssembleContext.executor`, passed through: an agent answers this step."""
 
 
 # -- llm -> router ------------------------------------------------------------------------
@@ -158,6 +187,10 @@ class GenerationResult(_Envelope):
     call itself (memory's summaries); the router adds it to the run's usage and cost."""
     extra_model: str | None = None
     """`Generate.extra_model`, passed through."""
+    turns: int = 1
+    """Model calls this step made: an external agent's own turns (executors), else 1."""
+    cost_usd: float | None = None
+    """What the step cost as an external agent reported it; None: priced by loopwire."""
 
 
 # -- router -> tools ----------------------------------------------------------------------

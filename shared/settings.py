@@ -166,6 +166,24 @@ class Settings(BaseSettings):
     llm_breaker_probe_ttl_s: float = 120.0
     """How long one replica's claim on the half-open probe lasts if it never reports back."""
 
+    # -- external executors (profiles claude_code, opencode, codex, acp; docs/executors.md) --
+    claude_code_cmd: str = "claude"
+    """Command line of Claude Code, the agent of profile `claude_code`."""
+    opencode_cmd: str = "opencode"
+    """Command line of opencode, the agent of profile `opencode`."""
+    codex_cmd: str = "codex"
+    """Command line of Codex, the agent of profile `codex`."""
+    acp_agents: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    """JSON object `{"<name>": "<command line>"}`: the ACP agents a run of profile `acp` may
+    name (StartRun `"executor": {"agent": "<name>"}`); any other name is refused."""
+    executor_dir: str | None = None
+    """Where an executor run without a workspace gets its session's own directory
+    (`<dir>/sessions/<sid>`) and the agents keep their state (`<dir>/agents/<agent>`: put
+    it on a volume every llm replica mounts, and a step redelivered to another replica
+    resumes the agent's session there). Unset: `loopwire-executor` in the temp directory."""
+    executor_timeout_s: float = 3600.0
+    """Longest one agent turn may take (its process is stopped then, the step fails)."""
+
     # -- loop control (router) --------------------------------------------------------------
     max_inner_iterations: int = 0
     """Generations allowed in one outer iteration of a run; 0: the profile's default."""
@@ -291,7 +309,7 @@ class Settings(BaseSettings):
             return [part for part in value.split(":") if part.strip()]
         return value
 
-    @field_validator("tool_policy", "tool_providers", mode="before")
+    @field_validator("tool_policy", "tool_providers", "acp_agents", mode="before")
     @classmethod
     def _json_object(cls, value: object) -> object:
         if isinstance(value, str):

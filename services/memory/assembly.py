@@ -69,5 +69,5 @@ def build_generate(env: AssembleContext, messages: list[dict[str, Any]], tools: 
         session_id=env.session_id, run_id=env.run_id, step_id=env.step_id, turn=env.turn, trace=env.trace,
         models=env.models, system=system, messages=messages, tools=tools, max_tokens=env.max_tokens,
         temperature=env.temperature, extra_usage=extra_usage,
-        extra_model=env.memory_model if extra_usage is not None else None,
+        extra_model=env.memory_model if extra_usage is not None else None, executor=env.executor,
     )
