@@ -63,6 +63,7 @@ test-unit: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy services shared loopwire
+	$(BIN)/python -m tests.import_contracts
 
 ## bench: 200 sessions x 20 tool-turns through `loopwire up`, plus the raw NATS/Redis floor
 bench: install

@@ -11,7 +11,7 @@ import asyncio
 import os
 
 import loopwire
-from loopwire.shared.events import ApprovalRequested, Event, TextDelta, ToolResultEvent
+from loopwire.shared.contract.events import ApprovalRequested, Event, TextDelta, ToolResultEvent
 
 
 async def main(url: str, prompt: str, yes: bool) -> int:

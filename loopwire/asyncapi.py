@@ -13,7 +13,8 @@ from typing import Any
 from faststream.nats import NatsBroker
 from faststream.specification import AsyncAPI
 
-from loopwire.shared.contract import (
+from loopwire.shared.contract.events import EVENT_MODELS
+from loopwire.shared.contract.protocol import (
     Abort,
     Decision,
     FollowUp,
@@ -22,7 +23,6 @@ from loopwire.shared.contract import (
     StartRun,
     TranscriptGetRequest,
 )
-from loopwire.shared.events import EVENT_MODELS
 
 PREFIX = "loopwire"
 

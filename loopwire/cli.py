@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 
 from loopwire.commands import register as register_commands
-from loopwire.shared.settings import Settings
+from loopwire.shared.runtime.settings import Settings
 
 app = typer.Typer(help="loopwire: a distributed runtime for LLM agent loops over NATS and Redis.",
                   no_args_is_help=True, add_completion=False)
@@ -41,7 +41,7 @@ def _settings() -> Settings:
 
 def _setup(settings: Settings, level: str | None = None) -> None:
     try:
-        from loopwire.shared.logs import setup_logging
+        from loopwire.shared.observability.logs import setup_logging
 
         setup_logging(level or settings.log_level, json=settings.log_json)
     except ImportError:  # pragma: no cover - logs module always ships
@@ -68,7 +68,7 @@ def up(
 ) -> None:
     """Run all five services in this process (and in N-1 more with --workers N)."""
     from loopwire.launcher import SERVICE_NAMES, serve_until_signal
-    from loopwire.shared.credentials import display_url
+    from loopwire.shared.runtime.credentials import display_url
 
     settings = _settings()
     count = settings.workers if workers is None else workers

@@ -20,9 +20,9 @@ from nats.aio.client import Client as NatsClient
 from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from loopwire.shared.credentials import nats_connect_options
-from loopwire.shared.settings import Settings
-from loopwire.shared.subjects import EVENTS_STREAM, Subjects, stream_name
+from loopwire.shared.contract.subjects import EVENTS_STREAM, Subjects, stream_name
+from loopwire.shared.runtime.credentials import nats_connect_options
+from loopwire.shared.runtime.settings import Settings
 
 EventCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
 
@@ -55,7 +55,7 @@ class LoopwireClient:
     @classmethod
     async def from_settings(cls, settings: Settings, **options: Any) -> LoopwireClient:
         """Connect as the operator configured it: `LOOPWIRE_NATS_URL`, its credentials and
-        TLS (shared/credentials.py, the same options the services use) and the prefix."""
+        TLS (shared/runtime/credentials.py, the same options the services use) and the prefix."""
         if settings.tenant:
             # deploy/nats/tenants.conf gives each tenant's user only its own reply inbox
             options = {"inbox_prefix": f"_INBOX_{settings.tenant}", **options}

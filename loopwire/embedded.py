@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from loopwire.shared.credentials import display_url
+from loopwire.shared.runtime.credentials import display_url
 from loopwire.testing.servers import nats_server_binary, redis_server_binary, wait_port
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", ""}

@@ -18,18 +18,28 @@ from dataclasses import dataclass, field
 
 from faststream.nats import NatsBroker
 
-from loopwire.shared import gc_tuning
-from loopwire.shared.chain_balance import ChainBalance
-from loopwire.shared.context_middleware import ContextMiddleware
-from loopwire.shared.credentials import display_url, nats_security, nats_servers, register_configured_secrets
-from loopwire.shared.http_server import Handle, start_http_server
-from loopwire.shared.message_metrics import message_metrics_middleware
-from loopwire.shared.metrics import sample_consumers
-from loopwire.shared.redis_conn import warn_if_volatile
-from loopwire.shared.runtime import Service, ServiceContext, build_context
-from loopwire.shared.settings import Settings
-from loopwire.shared.streams import ensure_streams
-from loopwire.shared.telemetry import broker_middlewares, set_capture_content, setup_tracing, shutdown_tracing
+from loopwire.shared.observability.context_middleware import ContextMiddleware
+from loopwire.shared.observability.http_server import Handle, start_http_server
+from loopwire.shared.observability.message_metrics import message_metrics_middleware
+from loopwire.shared.observability.metrics import sample_consumers
+from loopwire.shared.observability.tracing import (
+    broker_middlewares,
+    set_capture_content,
+    setup_tracing,
+    shutdown_tracing,
+)
+from loopwire.shared.runtime import gc_tuning
+from loopwire.shared.runtime.chain_balance import ChainBalance
+from loopwire.shared.runtime.credentials import (
+    display_url,
+    nats_security,
+    nats_servers,
+    register_configured_secrets,
+)
+from loopwire.shared.runtime.service_context import Service, ServiceContext, build_context
+from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.runtime.streams import ensure_streams
+from loopwire.shared.stores.redis_connection import warn_if_volatile
 
 log = logging.getLogger("loopwire.launcher")
 
@@ -51,7 +61,7 @@ def make_broker(settings: Settings, graceful_timeout: float = 25.0) -> NatsBroke
     return NatsBroker(
         nats_servers(settings),
         # User and password, token, creds, nkey seed, TLS: the same options the CLI's
-        # nats-py connection gets (shared/credentials.py).
+        # nats-py connection gets (shared/runtime/credentials.py).
         security=nats_security(settings),
         # Per-message access logs go to DEBUG: at hundreds of messages a second they cost
         # more CPU than the work they describe.
@@ -94,7 +104,7 @@ class Running:
             task.cancel()
         if self.ctx.balance is not None:
             await self.ctx.balance.stop()
-        # Hops handed off in this process (shared/chain.py) finish first, while the
+        # Hops handed off in this process (shared/runtime/chain.py) finish first, while the
         # connection is up to settle their chains' roots; their next hops go to JetStream.
         with contextlib.suppress(Exception):
             await self.ctx.wait_for_hops(self.broker.config.graceful_timeout or 25.0)
@@ -153,7 +163,7 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
         except OSError as exc:
             log.error("cannot serve /metrics on port %s: %s", port, exc)
     # Last: what start-up made (modules, schemas, clients) is frozen out of every later
-    # collection (shared/gc_tuning.py).
+    # collection (shared/runtime/gc_tuning.py).
     gc_tuning.apply(settings.gc_thresholds, settings.gc_freeze)
     log.info("loopwire %s up (NATS %s, Redis %s)", ", ".join(names), display_url(settings.nats_url),
              display_url(settings.redis_url))

@@ -13,7 +13,7 @@
             elif isinstance(event, RunEnded):
                 break
 
-Events are the models of `loopwire.shared.events` (RunStarted, TextDelta, ToolCallEvent,
+Events are the models of `loopwire.shared.contract.events` (RunStarted, TextDelta, ToolCallEvent,
 ApprovalRequested, RunEnded, ...; an unknown kind comes as the base `Event`). Input goes
 through the durable ingress (JetStream acknowledges each publish); the queries are core
 request/reply. It is built on `LoopwireClient` (loopwire/client.py), whose dict-level
@@ -30,8 +30,8 @@ from typing import Any, Literal
 import orjson
 
 from loopwire.client import LoopwireClient
-from loopwire.shared.events import ApprovalRequested, Event, RunEnded, validate_event
-from loopwire.shared.settings import Settings
+from loopwire.shared.contract.events import ApprovalRequested, Event, RunEnded, validate_event
+from loopwire.shared.runtime.settings import Settings
 
 TypedCallback = Callable[[Event], Awaitable[None] | None]
 Approver = Callable[[ApprovalRequested], Awaitable[bool] | bool]

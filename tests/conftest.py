@@ -15,7 +15,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from loopwire.shared import telemetry
+from loopwire.shared.observability import tracing
+from loopwire.shared.observability.tracing import spans as tracing_spans
 from loopwire.testing.servers import ServerHandle, start_nats, start_redis
 
 os.environ.pop("ANTHROPIC_API_KEY", None)
@@ -48,7 +49,7 @@ def prefix() -> str:
 
 @pytest.fixture
 async def redis_client(redis_server: ServerHandle) -> AsyncIterator[object]:
-    from loopwire.shared.redis_conn import connect_redis
+    from loopwire.shared.stores.redis_connection import connect_redis
 
     client = connect_redis(redis_server.url)
     await client.flushdb()
@@ -60,11 +61,11 @@ async def redis_client(redis_server: ServerHandle) -> AsyncIterator[object]:
 def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
     """loopwire's spans in an in-memory exporter, through the same provider set-up as
     production (the run-trace id generator, the redacting wrapper, content capture off)."""
-    monkeypatch.setattr(telemetry, "_capture_content", False)
+    monkeypatch.setattr(tracing_spans, "_capture_content", False)
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(id_generator=telemetry.RunIdGenerator())
+    provider = TracerProvider(id_generator=tracing.RunIdGenerator())
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry.set_tracer_provider(provider)
+    tracing.set_tracer_provider(provider)
     yield exporter
-    telemetry.set_tracer_provider(None)
+    tracing.set_tracer_provider(None)
     provider.shutdown()

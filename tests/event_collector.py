@@ -12,9 +12,9 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from loopwire.shared import codec
-from loopwire.shared.runtime import ServiceContext
-from loopwire.shared.subjects import WORK_STREAM, stream_name
+from loopwire.shared.contract import codec
+from loopwire.shared.contract.subjects import WORK_STREAM, stream_name
+from loopwire.shared.runtime.service_context import ServiceContext
 
 
 @dataclass

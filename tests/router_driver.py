@@ -10,9 +10,9 @@ from loopwire.router import inputs as i
 from loopwire.router.core import CoreConfig, Decision, decide
 from loopwire.router.effects import EmitEvent, PublishNotice, PublishWork
 from loopwire.router.state import RunState, SessionState
-from loopwire.shared.contract import Abort, FollowUp, StartRun
-from loopwire.shared.contract import Decision as DecisionBody
-from loopwire.shared.envelopes import GenerationResult, StepError, ToolResultItem, ToolsResult, Usage
+from loopwire.shared.contract.envelopes import GenerationResult, StepError, ToolResultItem, ToolsResult, Usage
+from loopwire.shared.contract.protocol import Abort, FollowUp, StartRun
+from loopwire.shared.contract.protocol import Decision as DecisionBody
 
 CFG = CoreConfig(default_model="m1", default_max_tokens=1000)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from loopwire.asyncapi import asyncapi_document, asyncapi_json
-from loopwire.shared.contract import ADDED_EVENT_KINDS, EVENT_KINDS
-from loopwire.shared.events import EVENT_MODELS, validate_event
-from loopwire.shared.subjects import INGRESS_VERBS
+from loopwire.shared.contract.events import EVENT_MODELS, validate_event
+from loopwire.shared.contract.protocol import ADDED_EVENT_KINDS, EVENT_KINDS
+from loopwire.shared.contract.subjects import INGRESS_VERBS
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Work chains (shared/chain.py): hops handed off in-process under one JetStream message,
+"""Work chains (shared/runtime/chain.py): hops handed off in-process under one JetStream message,
 which is settled only when the last of them has; ServiceContext.hand_off decides between
 a hop and a published message."""
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from loopwire.shared.chain import Chain, Delivery, current_delivery, hand_off, run_handler
-from loopwire.shared.runtime import ServiceContext
-from loopwire.shared.settings import Settings
-from loopwire.shared.subjects import Subjects
+from loopwire.shared.contract.subjects import Subjects
+from loopwire.shared.runtime.chain import Chain, Delivery, current_delivery, hand_off, run_handler
+from loopwire.shared.runtime.service_context import ServiceContext
+from loopwire.shared.runtime.settings import Settings
 
 
 class RootMessage:
@@ -252,8 +252,8 @@ async def test_code_a_handler_left_running_after_it_settled_hands_off_nothing() 
 
 
 async def test_a_model_is_handed_off_as_it_is_and_bytes_are_validated() -> None:
-    from loopwire.shared.chain import decode
-    from loopwire.shared.envelopes import ExecuteTools
+    from loopwire.shared.contract.envelopes import ExecuteTools
+    from loopwire.shared.runtime.chain import decode
 
     env = ExecuteTools(session_id="s1", run_id="r1", step_id="r1:t1", calls=[])
     tasks: set[asyncio.Task[None]] = set()

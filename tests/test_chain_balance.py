@@ -1,4 +1,4 @@
-"""ChainBalance (shared/chain_balance.py): a process holding more than its share of work
+"""ChainBalance (shared/runtime/chain_balance.py): a process holding more than its share of work
 chains sheds hops to JetStream, at most its excess per interval; alone it never does.
 The reports go over a real nats-server."""
 
@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import nats
 import pytest
 
-from loopwire.shared import metrics
-from loopwire.shared.chain import Chain, Delivery, hand_off, run_handler
-from loopwire.shared.chain_balance import ChainBalance
+from loopwire.shared.observability import metrics
+from loopwire.shared.runtime.chain import Chain, Delivery, hand_off, run_handler
+from loopwire.shared.runtime.chain_balance import ChainBalance
 from loopwire.testing.servers import ServerHandle
 
 

@@ -1,4 +1,4 @@
-"""shared/codec.py: the event timestamp."""
+"""shared/contract/codec.py: the event timestamp."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 import time
 from datetime import UTC, datetime
 
-from loopwire.shared.codec import now_rfc3339
+from loopwire.shared.contract.codec import now_rfc3339
 
 
 def test_now_is_rfc3339_utc_to_the_millisecond_and_moves_on() -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from loopwire.shared.contract import make_event
-from loopwire.shared.event_log import RedisEventLog
-from loopwire.shared.session_store import RedisSessionStore
+from loopwire.shared.contract.protocol import make_event
+from loopwire.shared.stores.event_log import RedisEventLog
+from loopwire.shared.stores.session_store import RedisSessionStore
 
 
 def events(sid: str, *specs: tuple[str, str | None]) -> list[tuple[dict[str, Any], str | None, bool]]:

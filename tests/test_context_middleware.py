@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from faststream.nats import NatsBroker, NatsMessage, TestNatsBroker
 
-from loopwire.shared.context_middleware import (
+from loopwire.shared.observability.context_middleware import (
     RUN_HEADER,
     SESSION_HEADER,
     ContextMiddleware,
     session_from_subject,
 )
-from loopwire.shared.logs import session_id_var, setup_logging
+from loopwire.shared.observability.logs import session_id_var, setup_logging
 
 pytestmark = pytest.mark.unit
 
@@ -46,7 +46,7 @@ async def test_handler_sees_session_and_run_from_headers_and_subjects() -> None:
 
 
 def test_json_log_lines_carry_the_ids() -> None:
-    from loopwire.shared.logs import log_context
+    from loopwire.shared.observability.logs import log_context
 
     stream = io.StringIO()
     setup_logging("INFO", json=True, stream=stream)

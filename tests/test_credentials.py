@@ -1,4 +1,4 @@
-"""NATS and Redis credentials from operator settings (shared/credentials.py), against real
+"""NATS and Redis credentials from operator settings (shared/runtime/credentials.py), against real
 servers: user and password, token, nkey seed, TLS with a throwaway CA and mutual TLS, a
 Redis with `requirepass` — through FastStream's broker (the services) and plain nats-py
 (the CLI and client) alike."""
@@ -18,7 +18,8 @@ import pytest
 
 from loopwire.client import LoopwireClient
 from loopwire.launcher import make_broker
-from loopwire.shared.credentials import (
+from loopwire.shared.contract.redaction import redact
+from loopwire.shared.runtime.credentials import (
     CredentialsError,
     display_url,
     nats_connect_options,
@@ -26,9 +27,8 @@ from loopwire.shared.credentials import (
     redis_connect_options,
     register_configured_secrets,
 )
-from loopwire.shared.redis_conn import connect_redis
-from loopwire.shared.settings import Settings
-from loopwire.shared.telemetry import redact
+from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.stores.redis_connection import connect_redis
 from loopwire.testing.servers import ServerHandle, start_nats, start_redis
 from tests.tls_certs import TlsFiles, make_tls_files
 
@@ -200,7 +200,7 @@ async def test_redis_password_from_settings(redis_with_password: ServerHandle) -
 
 def test_error_events_and_replies_mask_secrets() -> None:
     """An error's message often quotes an exception; what it quotes never leaves whole."""
-    from loopwire.shared.contract import error_reply, make_event
+    from loopwire.shared.contract.protocol import error_reply, make_event
 
     register_configured_secrets(Settings(redis_password="pw-in-an-error-77"))
     event = make_event("error", "s1", "r1", 3, code="step_failed",

@@ -175,7 +175,7 @@ def test_dockerignore_keeps_out(path: str) -> None:
         "pyproject.toml",
         "README.md",
         "loopwire/__init__.py",
-        "shared/settings.py",
+        "shared/runtime/settings.py",
         "services/router/__init__.py",
     ],
 )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loopwire.shared.settings import settings_table
+from loopwire.shared.runtime.settings import settings_table
 
 pytestmark = pytest.mark.unit
 
@@ -18,5 +18,5 @@ def test_readme_settings_table_matches_the_settings() -> None:
     start = text.index("\n", text.index("<!-- settings-table:start")) + 1
     end = text.index("<!-- settings-table:end -->")
     assert text[start:end] == settings_table(), (
-        "regenerate the README table: python -c 'from loopwire.shared.settings import settings_table; "
+        "regenerate the README table: python -c 'from loopwire.shared.runtime.settings import settings_table; "
         "print(settings_table())'")

@@ -8,14 +8,14 @@ from typing import Any
 import nats
 import pytest
 
-from loopwire.shared.bus import Bus
-from loopwire.shared.event_archive import read_archive
-from loopwire.shared.event_log import InMemoryEventLog
-from loopwire.shared.events import user_message_fields
-from loopwire.shared.session_store import InMemorySessionStore
-from loopwire.shared.settings import Settings
-from loopwire.shared.streams import ensure_streams
-from loopwire.shared.subjects import Subjects
+from loopwire.shared.contract.events import user_message_fields
+from loopwire.shared.contract.subjects import Subjects
+from loopwire.shared.runtime.bus import Bus
+from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.runtime.streams import ensure_streams
+from loopwire.shared.stores.event_archive import read_archive
+from loopwire.shared.stores.event_log import InMemoryEventLog
+from loopwire.shared.stores.session_store import InMemorySessionStore
 from loopwire.testing.servers import ServerHandle
 from loopwire.transcripts.rebuild import rebuild_session
 

@@ -1,4 +1,4 @@
-"""shared/gc_tuning.py: the collector's thresholds and the freeze after start-up."""
+"""shared/runtime/gc_tuning.py: the collector's thresholds and the freeze after start-up."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from pydantic import ValidationError
 
-from loopwire.shared import gc_tuning
-from loopwire.shared.settings import Settings
+from loopwire.shared.runtime import gc_tuning
+from loopwire.shared.runtime.settings import Settings
 
 
 @pytest.fixture

@@ -7,8 +7,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from loopwire.shared.inflight import CancelSignal, Heartbeat, InflightSteps, StepCancelled, unless_cancelled
-from loopwire.shared.subjects import Subjects
+from loopwire.shared.contract.subjects import Subjects
+from loopwire.shared.runtime.inflight import (
+    CancelSignal,
+    Heartbeat,
+    InflightSteps,
+    StepCancelled,
+    unless_cancelled,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -9,10 +9,10 @@ import pytest
 
 from loopwire.client import LoopwireClient
 from loopwire.launcher import SERVICE_NAMES, start_services
-from loopwire.shared import codec
-from loopwire.shared.blobs import REF_KEY, BlobStore, externalize, resolve_messages
-from loopwire.shared.redis_conn import connect_redis
-from loopwire.shared.settings import Settings
+from loopwire.shared.contract import codec
+from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.stores.blobs import REF_KEY, BlobStore, externalize, resolve_messages
+from loopwire.shared.stores.redis_connection import connect_redis
 from loopwire.testing import ServerHandle
 from tests.fakes.anthropic_server import FakeAnthropic
 
@@ -86,7 +86,7 @@ async def test_five_megabyte_tool_result_end_to_end(
 
 
 def test_references_are_found_where_externalize_puts_them_and_only_there() -> None:
-    from loopwire.shared.blobs import REF_KEY, messages_have_refs
+    from loopwire.shared.stores.blobs import REF_KEY, messages_have_refs
 
     ref = {"type": "text", "text": "preview", REF_KEY: {"sha256": "ab", "bytes": 10}}
     assert not messages_have_refs([{"role": "user", "content": "plain"},

@@ -17,8 +17,8 @@ from loopwire.llm.anthropic_model import PLACEHOLDER_API_KEY, AnthropicModel, bu
 from loopwire.llm.errors import ModelCallError
 from loopwire.llm.fallback import FallbackModel, RetryPolicy
 from loopwire.llm.model import ModelRequest
-from loopwire.shared.envelopes import ToolSpec, Usage
-from loopwire.shared.settings import Settings
+from loopwire.shared.contract.envelopes import ToolSpec, Usage
+from loopwire.shared.runtime.settings import Settings
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration

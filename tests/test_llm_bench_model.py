@@ -11,8 +11,8 @@ import pytest
 from loopwire.llm.model import ModelRequest
 from loopwire.llm.providers import build_model_factory
 from loopwire.llm.scripted_model import BenchModel, DemoModel, bench_target, count_tool_results
-from loopwire.shared.envelopes import ToolSpec
-from loopwire.shared.settings import Settings
+from loopwire.shared.contract.envelopes import ToolSpec
+from loopwire.shared.runtime.settings import Settings
 
 pytestmark = pytest.mark.unit
 

@@ -20,8 +20,8 @@ from loopwire.llm.errors import ModelCallError
 from loopwire.llm.fallback import FallbackModel, RetryPolicy
 from loopwire.llm.model import ModelRequest
 from loopwire.llm.scripted_model import ScriptedModel
-from loopwire.shared import metrics
-from loopwire.shared.settings import Settings
+from loopwire.shared.observability import metrics
+from loopwire.shared.runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -24,9 +24,9 @@ from loopwire.llm.scripted_model import (
     find_expression,
     split_chunks,
 )
-from loopwire.shared import metrics
-from loopwire.shared.envelopes import Generate, ToolSpec, Usage
-from loopwire.shared.settings import Settings
+from loopwire.shared.contract.envelopes import Generate, ToolSpec, Usage
+from loopwire.shared.observability import metrics
+from loopwire.shared.runtime.settings import Settings
 
 pytestmark = pytest.mark.unit
 

@@ -1,7 +1,7 @@
 """ServiceContext.deliver_result: an in-process hand-over to the router when it runs in
 this process, a `router.result` work message otherwise, when stopping, and when the
 hand-over fails (so the router's consumer retries it). A result produced under a
-redelivered chain root is marked recover either way (shared/chain.py)."""
+redelivered chain root is marked recover either way (shared/runtime/chain.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from loopwire.shared.chain import Delivery, run_handler
-from loopwire.shared.envelopes import ToolResultItem, ToolsResult
-from loopwire.shared.runtime import ServiceContext
-from loopwire.shared.settings import Settings
-from loopwire.shared.subjects import Subjects
+from loopwire.shared.contract.envelopes import ToolResultItem, ToolsResult
+from loopwire.shared.contract.subjects import Subjects
+from loopwire.shared.runtime.chain import Delivery, run_handler
+from loopwire.shared.runtime.service_context import ServiceContext
+from loopwire.shared.runtime.settings import Settings
 from tests.test_chain import root
 
 

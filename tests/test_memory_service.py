@@ -23,12 +23,12 @@ from loopwire.memory.compaction import SUMMARY_SYSTEM, CompactionRecord
 from loopwire.memory.observations import OBSERVATION_SYSTEM, REFLECTION_SYSTEM
 from loopwire.memory.service import MemoryService
 from loopwire.memory.tokens import TokenCounter
-from loopwire.shared import codec
-from loopwire.shared.envelopes import AssembleContext, Generate, Usage
-from loopwire.shared.runtime import ServiceContext, build_context
-from loopwire.shared.settings import Settings
-from loopwire.shared.streams import ensure_streams
-from loopwire.shared.subjects import WORK_STREAM, stream_name
+from loopwire.shared.contract import codec
+from loopwire.shared.contract.envelopes import AssembleContext, Generate, Usage
+from loopwire.shared.contract.subjects import WORK_STREAM, stream_name
+from loopwire.shared.runtime.service_context import ServiceContext, build_context
+from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.runtime.streams import ensure_streams
 from loopwire.testing.servers import ServerHandle
 from tests.event_collector import Events, watch_session
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server, count_tokens  # noqa: F401 - fixture
@@ -264,8 +264,8 @@ async def test_observations_and_reflections_are_written_in_the_background(stack:
 
 
 async def test_the_summarize_subject_replays_recorded_answers_and_never_records_failures(stack: Stack) -> None:
-    from loopwire.shared.envelopes import GenerationResult
-    from loopwire.shared.subjects import Subjects
+    from loopwire.shared.contract.envelopes import GenerationResult
+    from loopwire.shared.contract.subjects import Subjects
 
     def request(step: str) -> bytes:
         return codec.dumps(Generate(session_id=stack.sid, run_id="r", step_id=step, models=["claude-a"],

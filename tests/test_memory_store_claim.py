@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 from loopwire.memory.store import MemoryStore
-from loopwire.shared.envelopes import Usage
+from loopwire.shared.contract.envelopes import Usage
 
 
 async def test_snapshot_claims_the_usage_once_per_step_even_after_a_script_flush(redis_client: Any) -> None:

@@ -18,8 +18,8 @@ import anthropic
 import pytest
 
 from loopwire.memory.tokens import Estimator, TokenCounter, build_token_counter
-from loopwire.shared.envelopes import ToolSpec
-from loopwire.shared.settings import Settings
+from loopwire.shared.contract.envelopes import ToolSpec
+from loopwire.shared.runtime.settings import Settings
 from loopwire.testing.servers import free_port
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server, count_tokens  # noqa: F401 - fixture
 from tests.memory_helpers import agentic, conversation, text
@@ -161,7 +161,7 @@ def test_the_counter_follows_the_llm_provider() -> None:
 
 @pytest.mark.integration
 async def test_content_by_reference_is_counted_at_its_full_size(anthropic_server: FakeAnthropic) -> None:  # noqa: F811
-    from loopwire.shared.blobs import REF_KEY
+    from loopwire.shared.stores.blobs import REF_KEY
 
     ref = {"type": "text", "text": "preview...", REF_KEY: {"sha256": "ab" * 32, "bytes": 400_000}}
     messages = [text("user", "read the file"),

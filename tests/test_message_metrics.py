@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from loopwire.shared.message_metrics import subject_pattern
+from loopwire.shared.observability.message_metrics import subject_pattern
 
 
 @pytest.mark.parametrize(("subject", "pattern"), [
@@ -28,8 +28,8 @@ async def test_the_middleware_counts_every_message_once_per_masked_subject(nats_
     children: each message counted once, sessions masked, nothing left in flight."""
     from faststream.nats import NatsBroker
 
-    from loopwire.shared import metrics
-    from loopwire.shared.message_metrics import message_metrics_middleware
+    from loopwire.shared.observability import metrics
+    from loopwire.shared.observability.message_metrics import message_metrics_middleware
 
     prefix = f"mm{uuid.uuid4().hex[:6]}"
     broker = NatsBroker(nats_server.url, logger=None, middlewares=[message_metrics_middleware()])

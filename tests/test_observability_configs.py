@@ -1,4 +1,4 @@
-"""The monitoring configs parse and speak only of metrics shared/metrics.py defines."""
+"""The monitoring configs parse and speak only of metrics shared/observability/metrics.py defines."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from loopwire.shared import metrics
+from loopwire.shared.observability import metrics
 
 pytestmark = pytest.mark.unit
 
@@ -133,9 +133,9 @@ def test_docs_list_every_metric_and_no_other() -> None:
 
 
 def faststream_names() -> set[str]:
-    """The message-level metrics of FastStream's middleware (shared/message_metrics.py),
+    """The message-level metrics of FastStream's middleware (shared/observability/message_metrics.py),
     with their exposition suffixes."""
-    from loopwire.shared.message_metrics import message_metrics_middleware
+    from loopwire.shared.observability.message_metrics import message_metrics_middleware
 
     message_metrics_middleware()  # registers its metrics in metrics.REGISTRY
     names: set[str] = set()

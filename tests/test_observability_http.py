@@ -1,4 +1,4 @@
-"""shared/http_server.py: /metrics, /healthz, /readyz over a real socket."""
+"""shared/observability/http_server.py: /metrics, /healthz, /readyz over a real socket."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from loopwire.shared import metrics
-from loopwire.shared.http_server import Handle, start_http_server
+from loopwire.shared.observability import metrics
+from loopwire.shared.observability.http_server import Handle, start_http_server
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""shared/logs.py: ids on every line, JSON and text, redaction, context that follows tasks."""
+"""shared/observability/logs.py: ids on every line, JSON and text, redaction, context that follows tasks."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import orjson
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from loopwire.shared import telemetry
-from loopwire.shared.logs import log_context, run_id_var, session_id_var, setup_logging
+from loopwire.shared.observability import tracing
+from loopwire.shared.observability.logs import log_context, run_id_var, session_id_var, setup_logging
 
 pytestmark = pytest.mark.unit
 
@@ -44,15 +44,15 @@ def _json_lines(stream: io.StringIO) -> list[dict]:
 def test_json_lines_carry_ids_and_trace(capture: Install) -> None:
     stream, log = capture(True)
     provider = TracerProvider()
-    telemetry.set_tracer_provider(provider)
+    tracing.set_tracer_provider(provider)
     try:
         with log_context(session_id="s1", run_id="r1"):
-            with telemetry.invoke_agent_span("agentic", "s1") as span:
+            with tracing.invoke_agent_span("agentic", "s1") as span:
                 log.info("turn %d started", 3, extra={"turn": 3})
                 trace_id = format(span.get_span_context().trace_id, "032x")
         log.warning("outside")
     finally:
-        telemetry.set_tracer_provider(None)
+        tracing.set_tracer_provider(None)
         provider.shutdown()
 
     inside, outside = _json_lines(stream)

@@ -1,4 +1,4 @@
-"""shared/metrics.py: names, labels, helpers, bounded cardinality."""
+"""shared/observability/metrics.py: names, labels, helpers, bounded cardinality."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from loopwire.shared import metrics
+from loopwire.shared.observability import metrics
 
 pytestmark = pytest.mark.unit
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loopwire.shared import metrics
-from loopwire.shared.http_server import start_http_server
+from loopwire.shared.observability import metrics
+from loopwire.shared.observability.http_server import start_http_server
 
 pytestmark = pytest.mark.unit
 

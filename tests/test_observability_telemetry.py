@@ -1,4 +1,5 @@
-"""shared/telemetry.py: GenAI spans, W3C propagation, redaction, opt-in content, setup."""
+"""shared/observability/tracing/ and shared/contract/redaction.py: GenAI spans, W3C propagation,
+redaction, opt-in content, setup."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import subprocess
 import sys
 
 import pytest
+from opentelemetry.context import Context
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from loopwire.shared import telemetry
+from loopwire.shared.contract import redaction
+from loopwire.shared.observability import tracing
+from loopwire.shared.observability.tracing import setup as tracing_setup
 
 pytestmark = pytest.mark.unit
 
@@ -35,9 +39,9 @@ def _everything_recorded(exporter: InMemorySpanExporter) -> str:
 
 
 def test_chat_span_has_genai_attributes(spans: InMemorySpanExporter) -> None:
-    with telemetry.chat_span("claude-sonnet-4-5", conversation_id="s1", max_tokens=1024,
+    with tracing.chat_span("claude-sonnet-4-5", conversation_id="s1", max_tokens=1024,
                              temperature=0.2) as span:
-        telemetry.record_chat_response(
+        tracing.record_chat_response(
             span, response_model="claude-sonnet-4-5-20250929", response_id="msg_01",
             finish_reasons=["tool_use"], input_tokens=100, output_tokens=40,
             cache_read_input_tokens=900, cache_creation_input_tokens=5, time_to_first_chunk_s=0.31)
@@ -65,11 +69,11 @@ def test_chat_span_has_genai_attributes(spans: InMemorySpanExporter) -> None:
 
 
 def test_agent_and_tool_spans_nest(spans: InMemorySpanExporter) -> None:
-    with telemetry.invoke_agent_span("agentic", "s1", run_id="r1") as agent:
-        with telemetry.execute_tool_span("add", "toolu_01", arguments={"a": 1}) as tool:
-            telemetry.record_tool_result(tool, "3")
-        with telemetry.execute_tool_span("boom", "toolu_02") as tool:
-            telemetry.record_tool_result(tool, "nope", is_error=True)
+    with tracing.invoke_agent_span("agentic", "s1", run_id="r1") as agent:
+        with tracing.execute_tool_span("add", "toolu_01", arguments={"a": 1}) as tool:
+            tracing.record_tool_result(tool, "3")
+        with tracing.execute_tool_span("boom", "toolu_02") as tool:
+            tracing.record_tool_result(tool, "nope", is_error=True)
 
     finished = {s.name: s for s in spans.get_finished_spans()}
     agent_span = finished["invoke_agent agentic"]
@@ -89,14 +93,14 @@ def test_agent_and_tool_spans_nest(spans: InMemorySpanExporter) -> None:
 
 def test_traceparent_continues_the_trace_elsewhere(spans: InMemorySpanExporter) -> None:
     # "router": opens the run's span and puts its context in the envelope.
-    with telemetry.invoke_agent_span("agentic", "s1"):
-        carrier = telemetry.inject_context()
+    with tracing.invoke_agent_span("agentic", "s1"):
+        carrier = tracing.inject_context()
     assert set(carrier) >= {"traceparent"}
-    assert telemetry.inject_context() == {}  # outside any span there is nothing to send
+    assert tracing.inject_context() == {}  # outside any span there is nothing to send
 
     # "llm": another task, no shared context but the carrier (as after a NATS hop).
     async def remote() -> None:
-        with telemetry.chat_span("claude-haiku-4-5", parent=carrier):
+        with tracing.chat_span("claude-haiku-4-5", parent=carrier):
             pass
 
     asyncio.run(remote())
@@ -109,26 +113,26 @@ def test_traceparent_continues_the_trace_elsewhere(spans: InMemorySpanExporter) 
 
 def test_trace_id_carries_on_without_any_provider() -> None:
     """Export off: spans do not record, but an incoming traceparent is passed along."""
-    telemetry.set_tracer_provider(None)
+    tracing.set_tracer_provider(None)
     incoming = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
-    with telemetry.chat_span("m", parent=incoming) as span:
+    with tracing.chat_span("m", parent=incoming) as span:
         assert not span.is_recording()
-        assert telemetry.current_trace_id() == "4bf92f3577b34da6a3ce929d0e0e4736"
-        assert telemetry.inject_context()["traceparent"].startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
-        telemetry.add_span_event("loop.detected", detection="repeat")  # a no-op, no error
-    assert telemetry.current_trace_id() is None
+        assert tracing.current_trace_id() == "4bf92f3577b34da6a3ce929d0e0e4736"
+        assert tracing.inject_context()["traceparent"].startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
+        tracing.add_span_event("loop.detected", detection="repeat")  # a no-op, no error
+    assert tracing.current_trace_id() is None
 
 
 def test_without_a_provider_nested_spans_restore_the_context_even_on_errors() -> None:
-    telemetry.set_tracer_provider(None)
+    tracing.set_tracer_provider(None)
     outer = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
     inner = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
-    with telemetry.chat_span("m", parent=outer):
-        with pytest.raises(RuntimeError), telemetry.chat_span("m", parent=inner):
-            assert telemetry.current_trace_id() == "0af7651916cd43dd8448eb211c80319c"
+    with tracing.chat_span("m", parent=outer):
+        with pytest.raises(RuntimeError), tracing.chat_span("m", parent=inner):
+            assert tracing.current_trace_id() == "0af7651916cd43dd8448eb211c80319c"
             raise RuntimeError("boom")
-        assert telemetry.current_trace_id() == "4bf92f3577b34da6a3ce929d0e0e4736"
-    assert telemetry.current_trace_id() is None
+        assert tracing.current_trace_id() == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert tracing.current_trace_id() is None
 
 
 def test_extracted_contexts_are_reused_per_w3c_fields_and_other_propagators_are_honoured() -> None:
@@ -136,14 +140,14 @@ def test_extracted_contexts_are_reused_per_w3c_fields_and_other_propagators_are_
     from opentelemetry.propagators.textmap import DefaultGetter, TextMapPropagator
 
     parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    first = telemetry.extract_context({"traceparent": parent, "Nats-Msg-Id": "a"})
-    assert telemetry.extract_context({"traceparent": parent, "Nats-Msg-Id": "b"}) is first  # other headers: same
-    assert telemetry.extract_context({}) is not first
+    first = tracing.extract_context({"traceparent": parent, "Nats-Msg-Id": "a"})
+    assert tracing.extract_context({"traceparent": parent, "Nats-Msg-Id": "b"}) is first  # other headers: same
+    assert tracing.extract_context({}) is not first
 
     class B3Ish(TextMapPropagator):  # reads a header the W3C ones do not
         def extract(self, carrier, context=None, getter=DefaultGetter()):  # type: ignore[no-untyped-def]
             seen.append(dict(carrier))
-            return context or telemetry.Context()
+            return context or Context()
 
         def inject(self, carrier, context=None, setter=None):  # type: ignore[no-untyped-def]
             return None
@@ -156,28 +160,28 @@ def test_extracted_contexts_are_reused_per_w3c_fields_and_other_propagators_are_
     before = propagate.get_global_textmap()
     propagate.set_global_textmap(B3Ish())
     try:
-        telemetry.extract_context({"x-b3-traceid": "1"})
-        telemetry.extract_context({"x-b3-traceid": "2"})
+        tracing.extract_context({"x-b3-traceid": "1"})
+        tracing.extract_context({"x-b3-traceid": "2"})
     finally:
         propagate.set_global_textmap(before)
     assert seen == [{"x-b3-traceid": "1"}, {"x-b3-traceid": "2"}]  # each parsed, none kept
 
 
 def test_fake_key_never_recorded(spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch) -> None:
-    telemetry.set_capture_content(True)  # the spans fixture puts it back
+    tracing.set_capture_content(True)  # the spans fixture puts it back
     messages = [{"role": "user", "content": f"my key is {FAKE_KEY}, use it"}]
     with pytest.raises(RuntimeError):
-        with telemetry.invoke_agent_span("agentic", "s1"):
-            with telemetry.chat_span("claude-sonnet-4-5", system=f"api_key={FAKE_KEY}",
+        with tracing.invoke_agent_span("agentic", "s1"):
+            with tracing.chat_span("claude-sonnet-4-5", system=f"api_key={FAKE_KEY}",
                                      messages=messages) as chat:
-                telemetry.record_chat_response(
+                tracing.record_chat_response(
                     chat, response_id="msg_1", input_tokens=1, output_tokens=1,
                     output_messages=[{"role": "assistant", "content": f"echo {FAKE_KEY}"}])
-            telemetry.add_span_event("model.fallback", from_model="a", to_model="b",
+            tracing.add_span_event("model.fallback", from_model="a", to_model="b",
                                      reason=f"401 for Bearer {FAKE_KEY}", detail={"x-api-key": FAKE_KEY})
-            with telemetry.execute_tool_span("http", "toolu_1",
+            with tracing.execute_tool_span("http", "toolu_1",
                                              arguments={"headers": {"Authorization": f"Bearer {FAKE_KEY}"}}) as t:
-                telemetry.record_tool_result(t, f"token={FAKE_KEY}")
+                tracing.record_tool_result(t, f"token={FAKE_KEY}")
             raise RuntimeError(f"upstream rejected {FAKE_KEY}")
 
     recorded = _everything_recorded(spans)
@@ -196,7 +200,7 @@ def test_fake_key_never_recorded(spans: InMemorySpanExporter, monkeypatch: pytes
 def test_redacting_exporter_masks_attributes_set_by_hand() -> None:
     inner = InMemorySpanExporter()
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(telemetry.RedactingSpanExporter(inner)))
+    provider.add_span_processor(SimpleSpanProcessor(tracing.RedactingSpanExporter(inner)))
     tracer = provider.get_tracer("t")
     with tracer.start_as_current_span("raw") as span:
         span.set_attribute("http.request.header.authorization", f"Bearer {FAKE_KEY}")
@@ -217,25 +221,25 @@ def test_redacting_exporter_masks_attributes_set_by_hand() -> None:
     ("max_tokens=4096 output_tokens: 12", "max_tokens=4096 output_tokens: 12"),
 ])
 def test_redact_strings(text: str, expected: str) -> None:
-    assert telemetry.redact(text) == expected
+    assert redaction.redact(text) == expected
 
 
 def test_redact_structures_by_key() -> None:
     value = {"api_key": "abc", "input_tokens": 3, "nested": [{"Authorization": "xyz"}], "t": FAKE_KEY}
-    assert telemetry.redact(value) == {"api_key": "***", "input_tokens": 3,
+    assert redaction.redact(value) == {"api_key": "***", "input_tokens": 3,
                                        "nested": [{"Authorization": "***"}], "t": "sk-ant-***"}
 
 
 def test_registered_literal_secret_is_masked() -> None:
-    telemetry.register_secret("correct-horse-battery")
-    assert telemetry.redact("nats pass is correct-horse-battery!") == "nats pass is ***!"
+    redaction.register_secret("correct-horse-battery")
+    assert redaction.redact("nats pass is correct-horse-battery!") == "nats pass is ***!"
 
 
 def test_setup_tracing_is_off_without_otel_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER"):
         monkeypatch.delenv(name, raising=False)
-    assert telemetry.export_requested() is False
-    assert telemetry.setup_tracing("loopwire-test") is False
+    assert tracing.export_requested() is False
+    assert tracing.setup_tracing("loopwire-test") is False
 
 
 def test_missing_otlp_package_warns_and_stays_off(monkeypatch: pytest.MonkeyPatch,
@@ -245,7 +249,7 @@ def test_missing_otlp_package_warns_and_stays_off(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL", raising=False)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", raising=False)
     with caplog.at_level(logging.WARNING, logger="loopwire.telemetry"):
-        assert telemetry._make_exporter("otlp") is None
+        assert tracing_setup._make_exporter("otlp") is None
     assert "opentelemetry-exporter-otlp-proto-http" in caplog.text
 
 
@@ -253,12 +257,12 @@ def test_setup_tracing_exports_when_asked() -> None:
     """A real process with OTEL_TRACES_EXPORTER=console: a provider is installed, the span is
     exported with our service name, and the fake key is masked on the way out."""
     code = f"""
-from loopwire.shared import telemetry
-assert telemetry.setup_tracing("loopwire-llm") is True
-assert telemetry.setup_tracing("loopwire-router") is True   # first call wins, no error
-with telemetry.chat_span("claude-sonnet-4-5") as span:
+from loopwire.shared.observability import tracing
+assert tracing.setup_tracing("loopwire-llm") is True
+assert tracing.setup_tracing("loopwire-router") is True   # first call wins, no error
+with tracing.chat_span("claude-sonnet-4-5") as span:
     span.set_attribute("raw", "Bearer {FAKE_KEY}")
-telemetry.shutdown_tracing()
+tracing.shutdown_tracing()
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["OTEL_TRACES_EXPORTER"] = "console"

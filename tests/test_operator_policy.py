@@ -14,9 +14,9 @@ from loopwire.router.core import CoreConfig
 from loopwire.router.ingress import decode_ingress
 from loopwire.router.strategy import StrategyConfig
 from loopwire.router.tool_policy import merge_permissions, narrow_tools
-from loopwire.shared.contract import StartRun, TranscriptGetRequest
-from loopwire.shared.events import validate_event
-from loopwire.shared.input_guard import deeper_than
+from loopwire.shared.contract.events import validate_event
+from loopwire.shared.contract.input_guard import deeper_than
+from loopwire.shared.contract.protocol import StartRun, TranscriptGetRequest
 from loopwire.transcripts.queries import parse_query
 from tests.router_driver import Driver, call
 

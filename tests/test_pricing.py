@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from loopwire.router import inputs as i
-from loopwire.shared.contract import StartRun
-from loopwire.shared.envelopes import Usage
-from loopwire.shared.events import validate_event
-from loopwire.shared.pricing import DEFAULT_PRICES, cost_usd, price_for
+from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.events import validate_event
+from loopwire.shared.contract.protocol import StartRun
+from loopwire.shared.runtime.pricing import DEFAULT_PRICES, cost_usd, price_for
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.unit

@@ -1,5 +1,5 @@
-"""The one redelivery policy (shared/redelivery.py) as the handler runner applies it
-(shared/chain.py): outages back off over the tolerance, faults are given up after a few
+"""The one redelivery policy (shared/runtime/redelivery.py) as the handler runner applies it
+(shared/runtime/chain.py): outages back off over the tolerance, faults are given up after a few
 deliveries, undeliverable bodies at once, and what is given up is reported as a dead
 letter naming the session, run and step of the failing envelope."""
 
@@ -11,9 +11,9 @@ import pytest
 import redis.exceptions
 from nats import errors as nats_errors
 
-from loopwire.shared.chain import Chain, Delivery, hand_off, run_handler
-from loopwire.shared.envelopes import ExecuteTools
-from loopwire.shared.redelivery import (
+from loopwire.shared.contract.envelopes import ExecuteTools
+from loopwire.shared.runtime.chain import Chain, Delivery, hand_off, run_handler
+from loopwire.shared.runtime.redelivery import (
     CommitContention,
     DeadLetter,
     RedeliveryPolicy,

@@ -1,5 +1,5 @@
 """The services read Redis's persistence settings at start and warn loudly when a restart
-would lose state (shared/redis_conn.py), against real redis-servers configured each way."""
+would lose state (shared/stores/redis_connection.py), against real redis-servers configured each way."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from loopwire.shared.redis_conn import connect_redis, persistence_problem, warn_if_volatile
+from loopwire.shared.stores.redis_connection import connect_redis, persistence_problem, warn_if_volatile
 from loopwire.testing.servers import free_port, redis_server_binary, wait_port
 
 pytestmark = pytest.mark.integration

@@ -10,9 +10,9 @@ from loopwire.router import inputs as i
 from loopwire.router.core import CoreConfig, Decision, decide
 from loopwire.router.effects import EmitEvent, PublishWork
 from loopwire.router.state import SessionState
-from loopwire.shared.contract import Abort, FollowUp, StartRun
-from loopwire.shared.contract import Decision as DecisionBody
-from loopwire.shared.envelopes import GenerationResult, StepError, ToolResultItem, ToolsResult, Usage
+from loopwire.shared.contract.envelopes import GenerationResult, StepError, ToolResultItem, ToolsResult, Usage
+from loopwire.shared.contract.protocol import Abort, FollowUp, StartRun
+from loopwire.shared.contract.protocol import Decision as DecisionBody
 
 pytestmark = pytest.mark.unit
 
@@ -170,7 +170,7 @@ def test_the_router_emits_the_tool_result_of_a_single_call_step_with_its_transit
 
 
 def test_a_result_from_a_redelivered_chain_root_replays_the_current_outbox(fresh: SessionState) -> None:
-    # shared/chain.py: a crash lost the hops after this result; the redelivered root hands
+    # shared/runtime/chain.py: a crash lost the hops after this result; the redelivered root hands
     # the recorded result over again, marked recover, and the session's current work goes
     # out again (as a replay: its consumers look for records first).
     st, _ = step(fresh, start({"input": "hi"}))

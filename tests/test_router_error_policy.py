@@ -7,7 +7,7 @@ import pytest
 from loopwire.router.config import CoreConfig
 from loopwire.router.error_policy import classify_generation_failure
 from loopwire.router.state import RunConfig, RunState
-from loopwire.shared.envelopes import StepError
+from loopwire.shared.contract.envelopes import StepError
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.unit

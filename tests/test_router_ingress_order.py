@@ -12,7 +12,7 @@ from loopwire.router import inputs as i
 from loopwire.router.core import CoreConfig, decide
 from loopwire.router.effects import PublishWork, effect_from_dict
 from loopwire.router.state import SessionState
-from loopwire.shared.contract import Abort, FollowUp, StartRun
+from loopwire.shared.contract.protocol import Abort, FollowUp, StartRun
 
 pytestmark = pytest.mark.unit
 

@@ -9,9 +9,9 @@ import pytest
 from loopwire.router import inputs as i
 from loopwire.router.core import CoreConfig
 from loopwire.router.effects import PublishWork
-from loopwire.shared.envelopes import GenerationResult, Usage
-from loopwire.shared.pricing import cost_usd
-from loopwire.shared.settings import Settings
+from loopwire.shared.contract.envelopes import GenerationResult, Usage
+from loopwire.shared.runtime.pricing import cost_usd
+from loopwire.shared.runtime.settings import Settings
 from tests.router_driver import Driver
 
 pytestmark = pytest.mark.unit

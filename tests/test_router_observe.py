@@ -14,10 +14,10 @@ from loopwire.router.core import decide
 from loopwire.router.effects import PublishNotice
 from loopwire.router.observe import count_decision
 from loopwire.router.service import RouterService
-from loopwire.shared import metrics
-from loopwire.shared.contract import StartRun
-from loopwire.shared.settings import Settings
-from loopwire.shared.subjects import Subjects
+from loopwire.shared.contract.protocol import StartRun
+from loopwire.shared.contract.subjects import Subjects
+from loopwire.shared.observability import metrics
+from loopwire.shared.runtime.settings import Settings
 from tests.router_driver import CFG, Driver, call
 
 pytestmark = pytest.mark.unit

@@ -7,7 +7,7 @@ import pytest
 from loopwire.router.core import Decision
 from loopwire.router.observe import count_approvals
 from loopwire.router.state import SessionState
-from loopwire.shared import metrics
+from loopwire.shared.observability import metrics
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from loopwire.router import planning, subagent, workspace
 from loopwire.router.phases import IllegalTransition, change_phase, check_transition
 from loopwire.router.profiles import PROFILES, get_profile
 from loopwire.router.state import RunConfig, RunState
-from loopwire.shared.contract import StartRun
+from loopwire.shared.contract.protocol import StartRun
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.unit

@@ -7,7 +7,7 @@ import pytest
 from loopwire.router import inputs as i
 from loopwire.router.config import CoreConfig
 from loopwire.router.core import STEERED_GENERATION
-from loopwire.shared.envelopes import GenerationResult
+from loopwire.shared.contract.envelopes import GenerationResult
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.unit

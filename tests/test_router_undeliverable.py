@@ -1,5 +1,5 @@
 """Work that will not be delivered ends its run `failed` with an `error` `undeliverable`,
-and the session takes new input again (the core's side of shared/dead_letters.py and the
+and the session takes new input again (the core's side of shared/runtime/dead_letters.py and the
 router's watchdog)."""
 
 from __future__ import annotations

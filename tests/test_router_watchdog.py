@@ -10,8 +10,8 @@ import pytest
 
 from loopwire.router import inputs as i
 from loopwire.router.watchdog import RUNNING_KEY, Watchdog, note_status, stall_after
-from loopwire.shared.session_store import RedisSessionStore
-from loopwire.shared.settings import Settings
+from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.stores.session_store import RedisSessionStore
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.integration

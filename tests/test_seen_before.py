@@ -5,8 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from loopwire.shared.bus import REPLAY_HEADER
-from loopwire.shared.runtime import seen_before
+from loopwire.shared.runtime.bus import REPLAY_HEADER
+from loopwire.shared.runtime.service_context import seen_before
 
 
 def message(delivered: Any, headers: dict[str, str] | None = None) -> Any:

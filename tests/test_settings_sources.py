@@ -14,10 +14,12 @@ from typer.testing import CliRunner
 
 from loopwire.cli import app
 from loopwire.embedded import ensure_servers
-from loopwire.shared import pricing, telemetry
-from loopwire.shared.contract import Profile
-from loopwire.shared.envelopes import Usage
-from loopwire.shared.settings import Settings, get_settings
+from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.protocol import Profile
+from loopwire.shared.observability import tracing
+from loopwire.shared.observability.tracing import spans as tracing_spans
+from loopwire.shared.runtime import pricing
+from loopwire.shared.runtime.settings import Settings, get_settings
 from loopwire.testing.servers import free_port
 
 
@@ -45,12 +47,12 @@ def test_malformed_prices_are_refused_at_start(monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.unit
 def test_capture_content_follows_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(telemetry, "_capture_content", False)
+    monkeypatch.setattr(tracing_spans, "_capture_content", False)
     monkeypatch.setenv("LOOPWIRE_OTEL_CAPTURE_CONTENT", "true")
     settings = Settings()
     assert settings.otel_capture_content is True
-    telemetry.set_capture_content(settings.otel_capture_content)  # what the launcher does
-    assert telemetry.capture_content() is True
+    tracing.set_capture_content(settings.otel_capture_content)  # what the launcher does
+    assert tracing.capture_content() is True
     monkeypatch.delenv("LOOPWIRE_OTEL_CAPTURE_CONTENT")
     assert Settings().otel_capture_content is False
 

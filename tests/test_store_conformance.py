@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from loopwire.shared.event_log import InMemoryEventLog, RedisEventLog
-from loopwire.shared.redis_conn import connect_redis
-from loopwire.shared.session_store import InMemorySessionStore, RedisSessionStore, sessions_index_key
-from loopwire.shared.step_store import InMemoryStepStore, RedisStepStore
+from loopwire.shared.stores.event_log import InMemoryEventLog, RedisEventLog
+from loopwire.shared.stores.redis_connection import connect_redis
+from loopwire.shared.stores.session_store import InMemorySessionStore, RedisSessionStore, sessions_index_key
+from loopwire.shared.stores.step_store import InMemoryStepStore, RedisStepStore
 
 pytestmark = pytest.mark.integration
 
@@ -208,7 +208,7 @@ async def test_sessions_index_most_recent_first_with_a_cursor(stores: tuple[Any,
 
 
 async def test_a_step_claim_fences_its_side_effect(stores: tuple[Any, Any, Any]) -> None:
-    from loopwire.shared.step_store import StepHeld
+    from loopwire.shared.stores.step_store import StepHeld
 
     _, steps, _ = stores
     first = await steps.claim("c:step1", ["r:a", "r:b"], ttl_s=0.5)

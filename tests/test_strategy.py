@@ -10,7 +10,7 @@ import pytest
 
 from loopwire.router import inputs as i
 from loopwire.router.strategy import REDIS_KEY, StrategyConfig, StrategyStore, index, load_file, resolve
-from loopwire.shared.contract import StartRun
+from loopwire.shared.contract.protocol import StartRun
 from tests.router_driver import Driver
 
 ENTRIES = [

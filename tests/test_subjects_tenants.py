@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.shared.session_store import sessions_index_key
-from loopwire.shared.subjects import Subjects, tenant_of, valid_session_id
+from loopwire.shared.contract.subjects import Subjects, tenant_of, valid_session_id
+from loopwire.shared.stores.session_store import sessions_index_key
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from loopwire.demo import tools as demo
-from loopwire.shared.envelopes import ExecuteTools, ToolCall
-from loopwire.shared.step_store import InMemoryStepStore
+from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
+from loopwire.shared.stores.step_store import InMemoryStepStore
 from loopwire.tools.catalog import Catalog
 from loopwire.tools.executor import Executor
 from loopwire.tools.registry import default_registry

@@ -16,9 +16,9 @@ from nats import micro
 from nats.aio.client import Client as NatsClient
 from nats.micro.request import Request
 
-from loopwire.shared import metrics
-from loopwire.shared.envelopes import ExecuteTools, ToolCall
-from loopwire.shared.step_store import InMemoryStepStore
+from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
+from loopwire.shared.observability import metrics
+from loopwire.shared.stores.step_store import InMemoryStepStore
 from loopwire.testing.servers import ServerHandle
 from loopwire.tools.catalog import Catalog
 from loopwire.tools.discovery import Discovery

@@ -14,8 +14,8 @@ from nats import micro
 from nats.aio.client import Client as NatsClient
 from nats.micro.request import Request, ServiceError
 
-from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolSpec
-from loopwire.shared.step_store import InMemoryStepStore
+from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolSpec
+from loopwire.shared.stores.step_store import InMemoryStepStore
 from loopwire.testing.servers import ServerHandle
 from loopwire.tools.catalog import CATALOG_KEY, Catalog, read_catalog, read_catalog_entries
 from loopwire.tools.discovery import DiscoveredTool, Discovery

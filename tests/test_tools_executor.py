@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem
-from loopwire.shared.inflight import CancelSignal
-from loopwire.shared.step_store import InMemoryStepStore
+from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolResultItem
+from loopwire.shared.runtime.inflight import CancelSignal
+from loopwire.shared.stores.step_store import InMemoryStepStore
 from loopwire.tools.catalog import Catalog
 from loopwire.tools.executor import Executor, step_key
 from loopwire.tools.registry import ToolError, ToolRegistry

@@ -23,11 +23,11 @@ import pytest_asyncio
 from faststream.nats import NatsBroker
 from nats.aio.client import Client as NatsClient
 
-from loopwire.shared import metrics
-from loopwire.shared.envelopes import ExecuteTools, ToolCall
-from loopwire.shared.runtime import ServiceContext, build_context
-from loopwire.shared.settings import Settings
-from loopwire.shared.streams import ensure_streams
+from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
+from loopwire.shared.observability import metrics
+from loopwire.shared.runtime.service_context import ServiceContext, build_context
+from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.runtime.streams import ensure_streams
 from loopwire.testing.servers import ServerHandle
 from loopwire.tools.catalog import catalog_max_age, read_catalog_entries
 from loopwire.tools.service import ToolsService

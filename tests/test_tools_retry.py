@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.shared.envelopes import ExecuteTools, ToolCall
-from loopwire.shared.step_store import InMemoryStepStore
+from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
+from loopwire.shared.stores.step_store import InMemoryStepStore
 from loopwire.tools.catalog import Catalog
 from loopwire.tools.executor import Executor
 from loopwire.tools.registry import ToolRegistry

@@ -20,12 +20,12 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.micro.request import Request
 
-from loopwire.shared import codec
-from loopwire.shared.bus import REPLAY_HEADER
-from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolsResult
-from loopwire.shared.runtime import ServiceContext, build_context
-from loopwire.shared.settings import Settings
-from loopwire.shared.streams import ensure_streams
+from loopwire.shared.contract import codec
+from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolsResult
+from loopwire.shared.runtime.bus import REPLAY_HEADER
+from loopwire.shared.runtime.service_context import ServiceContext, build_context
+from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.runtime.streams import ensure_streams
 from loopwire.testing.servers import ServerHandle
 from loopwire.tools.catalog import catalog_max_age, read_catalog
 from loopwire.tools.executor import step_key

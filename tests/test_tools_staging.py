@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from loopwire.shared.envelopes import ExecuteTools, ToolCall
-from loopwire.shared.step_store import InMemoryStepStore
+from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
+from loopwire.shared.stores.step_store import InMemoryStepStore
 from loopwire.tools.catalog import Catalog
 from loopwire.tools.discovery import parse_service_info
 from loopwire.tools.executor import Executor

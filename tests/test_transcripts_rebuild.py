@@ -14,12 +14,12 @@ from loopwire.router import inputs as i
 from loopwire.router.core import CoreConfig, decide
 from loopwire.router.effects import EmitEvent, PublishWork
 from loopwire.router.state import SessionState
-from loopwire.shared.contract import FollowUp, SessionGetRequest, StartRun, make_event
-from loopwire.shared.envelopes import GenerationResult, ToolResultItem, ToolsResult, Usage
-from loopwire.shared.event_log import InMemoryEventLog, RedisEventLog
-from loopwire.shared.events import user_message_fields
-from loopwire.shared.redis_conn import connect_redis
-from loopwire.shared.session_store import InMemorySessionStore, RedisSessionStore
+from loopwire.shared.contract.envelopes import GenerationResult, ToolResultItem, ToolsResult, Usage
+from loopwire.shared.contract.events import user_message_fields
+from loopwire.shared.contract.protocol import FollowUp, SessionGetRequest, StartRun, make_event
+from loopwire.shared.stores.event_log import InMemoryEventLog, RedisEventLog
+from loopwire.shared.stores.redis_connection import connect_redis
+from loopwire.shared.stores.session_store import InMemorySessionStore, RedisSessionStore
 from loopwire.transcripts.queries import session_get
 from loopwire.transcripts.rebuild import rebuild_session, reconstruct
 

@@ -10,13 +10,13 @@ import pytest
 
 from loopwire.memory.compaction import CompactionRecord
 from loopwire.memory.store import MemoryStore
-from loopwire.shared.envelopes import Usage
-from loopwire.shared.event_log import RedisEventLog
-from loopwire.shared.session_store import RedisSessionStore
-from loopwire.shared.settings import Settings
-from loopwire.shared.step_store import RedisStepStore
-from loopwire.shared.streams import stream_configs
-from loopwire.shared.subjects import EVENTS_STREAM, INGRESS_STREAM, WORK_STREAM
+from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.subjects import EVENTS_STREAM, INGRESS_STREAM, WORK_STREAM
+from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.runtime.streams import stream_configs
+from loopwire.shared.stores.event_log import RedisEventLog
+from loopwire.shared.stores.session_store import RedisSessionStore
+from loopwire.shared.stores.step_store import RedisStepStore
 
 DAY = 24 * 3600
 

@@ -21,7 +21,7 @@ import nats.errors
 from rich.console import Console
 
 from loopwire.client import LoopwireClient
-from loopwire.shared.settings import Settings
+from loopwire.shared.runtime.settings import Settings
 
 CONNECT_TIMEOUT_S = 2.0
 """Per attempt; a whole connect (two attempts per server) stays within a few seconds."""
@@ -47,7 +47,7 @@ def cli_settings() -> Settings:
     Every configured secret is masked in what this process prints from here on."""
     import typer
 
-    from loopwire.shared.credentials import (
+    from loopwire.shared.runtime.credentials import (
         CredentialsError,
         nats_security,
         redis_connect_options,
@@ -67,8 +67,8 @@ def cli_settings() -> Settings:
 
 async def connect_nats(settings: Settings, timeout: float = CONNECT_TIMEOUT_S) -> Any:
     """A nats-py connection for a command, with the operator's credentials and TLS (the
-    services' own, shared/credentials.py), or CliError naming the URL that did not answer."""
-    from loopwire.shared.credentials import display_url, nats_connect_options
+    services' own, shared/runtime/credentials.py), or CliError naming the URL that did not answer."""
+    from loopwire.shared.runtime.credentials import display_url, nats_connect_options
 
     options = nats_connect_options(settings)
     urls = options["servers"]
@@ -114,7 +114,7 @@ async def client(settings: Settings) -> AsyncIterator[LoopwireClient]:
 
 
 def no_services(settings: Settings, what: str) -> NoReturn:
-    from loopwire.shared.credentials import display_url
+    from loopwire.shared.runtime.credentials import display_url
 
     fail(f"no loopwire services answer at {display_url(settings.nats_url)} ({what}); is `loopwire up` running?")
 

@@ -13,7 +13,7 @@ import time
 
 from rich.console import Console
 
-from loopwire.shared.settings import Settings
+from loopwire.shared.runtime.settings import Settings
 
 from .connection import CliError, connect_nats
 
@@ -34,8 +34,8 @@ async def nats_problem(settings: Settings) -> str | None:
 async def redis_problem(settings: Settings) -> str | None:
     import redis.asyncio as aioredis
 
-    from loopwire.shared.credentials import display_url, redis_connect_options
-    from loopwire.shared.telemetry import redact
+    from loopwire.shared.contract.redaction import redact
+    from loopwire.shared.runtime.credentials import display_url, redis_connect_options
 
     client = aioredis.from_url(settings.redis_url, socket_connect_timeout=1.0, socket_timeout=1.0,
                                **redis_connect_options(settings))

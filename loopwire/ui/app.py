@@ -32,7 +32,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from loopwire.client import LoopwireClient
-from loopwire.shared.subjects import valid_session_id
+from loopwire.shared.contract.subjects import valid_session_id
 
 STATIC = Path(__file__).parent / "static"
 VERBS = ("message", "steer", "abort", "decision")

@@ -17,8 +17,8 @@ from typing import Any
 
 import anthropic
 
-from loopwire.shared.envelopes import Usage
-from loopwire.shared.settings import Settings
+from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.runtime.settings import Settings
 
 from .errors import classify
 from .model import Model, ModelRequest, ModelResponse, TextCallback

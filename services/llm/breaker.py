@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from loopwire.shared import metrics
+from loopwire.shared.observability import metrics
 
 log = logging.getLogger("loopwire.llm.breaker")
 

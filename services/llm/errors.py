@@ -20,7 +20,7 @@ from typing import Any
 
 import anthropic
 
-from loopwire.shared.envelopes import StepError
+from loopwire.shared.contract.envelopes import StepError
 
 try:  # the SDK's HTTP client; a stream cut mid-body may surface as its own error
     import httpx2 as _httpx

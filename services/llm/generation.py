@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopwire.shared.envelopes import Generate, GenerationResult
+from loopwire.shared.contract.envelopes import Generate, GenerationResult
 
 from .errors import ModelCallError
 from .fallback import FallbackResult

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopwire.shared.envelopes import ToolSpec, Usage
+from loopwire.shared.contract.envelopes import ToolSpec, Usage
 
 TextCallback = Callable[[str], Awaitable[None]]
 """Called with each piece of assistant text as it arrives (in order)."""

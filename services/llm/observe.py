@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import time
 
-from loopwire.shared import metrics, telemetry
-from loopwire.shared.envelopes import Generate
+from loopwire.shared.contract.envelopes import Generate
+from loopwire.shared.observability import metrics, tracing
 
 from .model import Model, ModelRequest, ModelResponse, TextCallback
 
@@ -41,7 +41,7 @@ class ObservedModel(Model):
             if on_text is not None:
                 await on_text(piece)
 
-        with telemetry.chat_span(request.model, conversation_id=self._env.session_id,
+        with tracing.chat_span(request.model, conversation_id=self._env.session_id,
                                  max_tokens=request.max_tokens, temperature=request.temperature,
                                  system=request.system, messages=request.messages,
                                  parent=self._env.trace) as span:
@@ -50,7 +50,7 @@ class ObservedModel(Model):
             finally:
                 metrics.child(metrics.LLM_REQUEST_DURATION, model=label).observe(time.monotonic() - started)
             usage = response.usage
-            telemetry.record_chat_response(
+            tracing.record_chat_response(
                 span, response_model=response.model, response_id=response.response_id,
                 finish_reasons=[response.stop_reason], input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens, cache_read_input_tokens=usage.cache_read_input_tokens,
@@ -69,4 +69,4 @@ def count_fallback(switch: dict[str, str]) -> None:
     code = switch.get("reason", "").split(":", 1)[0] or "unknown"
     metrics.MODEL_FALLBACKS.labels(from_model=metrics.model_label(switch.get("from_model")),
                                    to_model=metrics.model_label(switch.get("to_model")), reason=code).inc()
-    telemetry.add_span_event("model.fallback", **switch)
+    tracing.add_span_event("model.fallback", **switch)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from loopwire.shared.settings import Settings
+from loopwire.shared.runtime.settings import Settings
 
 from .model import Model
 from .scripted_model import DemoModel

@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from loopwire.shared.envelopes import Usage
+from loopwire.shared.contract.envelopes import Usage
 
 from .errors import ModelCallError
 from .model import Model, ModelRequest, ModelResponse, TextCallback

@@ -2,7 +2,7 @@
 
 The handler is a thin shell::
 
-    decode -> claim the step (shared/step_store.py): recorded already? republish the
+    decode -> claim the step (shared/stores/step_store.py): recorded already? republish the
               record, ack (no model call); claimed by another live worker? retried later
            -> redelivered? emit `retracted` (the earlier partial answer is void)
            -> run the fallback chain, streaming `text.delta` events, `model.fallback`
@@ -10,7 +10,7 @@ The handler is a thin shell::
            -> record `gen:<step_id>` under the claim (lost it: publish nothing) -> to the router (a work message, or a call when
               it runs in this process: ServiceContext.deliver_result) -> return
               (the handler runner acks; an exception is judged by the one redelivery
-              policy, shared/redelivery.py)
+              policy, shared/runtime/redelivery.py)
 
 Record before publish, ack after publish: a crash anywhere replays safely (the record
 answers the replay; the result's Nats-Msg-Id deduplicates a second publish).
@@ -36,13 +36,13 @@ from typing import Any
 from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
-from loopwire.shared.blobs import resolve_messages
-from loopwire.shared.chain import Delivery, current_delivery, decode
-from loopwire.shared.envelopes import Generate, GenerationResult
-from loopwire.shared.inflight import Heartbeat, InflightSteps, StepCancelled, unless_cancelled
-from loopwire.shared.redelivery import Undeliverable
-from loopwire.shared.runtime import ServiceContext
-from loopwire.shared.step_store import renewed
+from loopwire.shared.contract.envelopes import Generate, GenerationResult
+from loopwire.shared.runtime.chain import Delivery, current_delivery, decode
+from loopwire.shared.runtime.inflight import Heartbeat, InflightSteps, StepCancelled, unless_cancelled
+from loopwire.shared.runtime.redelivery import Undeliverable
+from loopwire.shared.runtime.service_context import ServiceContext
+from loopwire.shared.stores.blobs import resolve_messages
+from loopwire.shared.stores.step_store import renewed
 
 from .breaker import CircuitBreaker, RunGate, breaker_from_settings
 from .errors import ModelCallError
@@ -100,7 +100,7 @@ class LlmService:
 
     # -- the handler ---------------------------------------------------------------------------
     async def handle(self, msg: Delivery) -> None:
-        """Settled by the handler runner (shared/chain.py): returns when the result is on
+        """Settled by the handler runner (shared/runtime/chain.py): returns when the result is on
         its way to the router; raises (redelivered, or given up) when it is not."""
         try:
             env = decode(msg, Generate)
@@ -115,7 +115,7 @@ class LlmService:
         key = record_key(env.step_id)
         # Every delivery, first or not, claims the step before the model is called: one
         # in a paused process's buffer may be work another replica did meanwhile
-        # (shared/step_store.py). Raises StepHeld while another live worker has it.
+        # (shared/stores/step_store.py). Raises StepHeld while another live worker has it.
         ttl_s = ctx.settings.ack_wait_s
         claim = await ctx.steps.claim(key, [key], ttl_s)
         if claim.token is None:  # recorded: answered from the record, no model call
@@ -124,7 +124,7 @@ class LlmService:
         if delivered > 1:
             await ctx.bus.emit(env.session_id, env.run_id, "retracted", key=f"{env.step_id}:retract:{delivered}",
                                turn=env.turn, reason=REDELIVERED_REASON)
-        # The delivery's runner keeps it alive meanwhile (shared/chain.py); `heartbeat` is
+        # The delivery's runner keeps it alive meanwhile (shared/runtime/chain.py); `heartbeat` is
         # for a caller outside a delivery.
         with Heartbeat(None if current_delivery() is not None else heartbeat, ctx.settings.ack_wait_s):
             async with renewed(ctx.steps, key, claim.token, ttl_s):

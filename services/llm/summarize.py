@@ -23,9 +23,9 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from loopwire.shared import codec
-from loopwire.shared.envelopes import Generate, GenerationResult
-from loopwire.shared.runtime import ServiceContext
+from loopwire.shared.contract import codec
+from loopwire.shared.contract.envelopes import Generate, GenerationResult
+from loopwire.shared.runtime.service_context import ServiceContext
 
 from .breaker import CircuitBreaker, RunGate
 from .errors import ModelCallError

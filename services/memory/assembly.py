@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopwire.shared.envelopes import AssembleContext, Generate, ToolSpec, Usage
+from loopwire.shared.contract.envelopes import AssembleContext, Generate, ToolSpec, Usage
 
 
 def normalise_messages(history: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, Field
 
-from loopwire.shared.envelopes import Usage
+from loopwire.shared.contract.envelopes import Usage
 
 from .assembly import normalise_messages
 

@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopwire.shared.envelopes import AssembleContext, ToolSpec, Usage
-from loopwire.shared.settings import Settings
+from loopwire.shared.contract.envelopes import AssembleContext, ToolSpec, Usage
+from loopwire.shared.runtime.settings import Settings
 
 from . import compaction as c
 from .tokens import Count, TokenCounter

@@ -24,10 +24,10 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from loopwire.shared.codec import now_rfc3339
-from loopwire.shared.envelopes import AssembleContext, Usage
-from loopwire.shared.lru import LruCache
-from loopwire.shared.session_store import SessionStore
+from loopwire.shared.contract.codec import now_rfc3339
+from loopwire.shared.contract.envelopes import AssembleContext, Usage
+from loopwire.shared.runtime.lru import LruCache
+from loopwire.shared.stores.session_store import SessionStore
 
 from .compaction import render_transcript
 from .store import MemoryStore, Snapshot

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
-from loopwire.shared import metrics
-from loopwire.shared.chain import Delivery, decode
-from loopwire.shared.envelopes import AssembleContext, ToolSpec
-from loopwire.shared.lru import LruCache
-from loopwire.shared.redelivery import Undeliverable
-from loopwire.shared.runtime import ServiceContext
-from loopwire.shared.session_store import RedisSessionStore
+from loopwire.shared.contract.envelopes import AssembleContext, ToolSpec
+from loopwire.shared.observability import metrics
+from loopwire.shared.runtime.chain import Delivery, decode
+from loopwire.shared.runtime.lru import LruCache
+from loopwire.shared.runtime.redelivery import Undeliverable
+from loopwire.shared.runtime.service_context import ServiceContext
+from loopwire.shared.stores.session_store import RedisSessionStore
 
 from . import compaction as c
 from .assembly import build_generate, offered_tools, system_prompt, with_sections
@@ -88,7 +88,7 @@ class MemoryService:
 
     # -- the handler -------------------------------------------------------------------------
     async def on_assemble(self, msg: Delivery) -> None:
-        """Settled by the handler runner (shared/chain.py), which also keeps the message
+        """Settled by the handler runner (shared/runtime/chain.py), which also keeps the message
         alive while the generation runs here (in `loopwire up`)."""
         try:
             env = decode(msg, AssembleContext)

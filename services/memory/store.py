@@ -25,9 +25,9 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 from redis.exceptions import NoScriptError
 
-from loopwire.shared import codec
-from loopwire.shared.envelopes import Usage
-from loopwire.shared.session_store import history_key
+from loopwire.shared.contract import codec
+from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.stores.session_store import history_key
 
 from .compaction import CompactionRecord
 

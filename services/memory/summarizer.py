@@ -19,8 +19,8 @@ import nats.errors
 from nats.aio.client import Client as NatsClient
 from pydantic import ValidationError
 
-from loopwire.shared import codec
-from loopwire.shared.envelopes import AssembleContext, Generate, GenerationResult, Usage
+from loopwire.shared.contract import codec
+from loopwire.shared.contract.envelopes import AssembleContext, Generate, GenerationResult, Usage
 
 from .context_guard import Summarize, SummaryFailed
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import orjson
 
-from loopwire.shared.blobs import REF_KEY, messages_have_refs
-from loopwire.shared.envelopes import ToolSpec
-from loopwire.shared.lru import LruCache
+from loopwire.shared.contract.envelopes import ToolSpec
+from loopwire.shared.runtime.lru import LruCache
+from loopwire.shared.stores.blobs import REF_KEY, messages_have_refs
 
 log = logging.getLogger("loopwire.memory.tokens")
 
@@ -269,7 +269,7 @@ class TokenCounter:
     async def count(self, model: str, system: str | None, messages: list[dict[str, Any]],
                     tools: list[ToolSpec]) -> Count:
         if messages_have_refs(messages):
-            # Content by reference (shared/blobs.py) reaches the model whole, but the API
+            # Content by reference (shared/stores/blobs.py) reaches the model whole, but the API
             # would reject the reference: count the rest exactly, estimate what it hides.
             visible, hidden_chars = strip_refs(messages)
             counted = await self.count(model, system, visible, tools)

@@ -4,7 +4,7 @@ The ledger (`core._account`) adds each generation's usage once, from the final u
 llm service reports for the whole call: streaming reports cumulative usage, so summing the
 per-event figures would count the same tokens many times. Tokens are input (cache reads
 and writes included) plus output, summed over every call of the run; cost uses the price
-table of shared/pricing.py.
+table of shared/runtime/pricing.py.
 
 Limits come from StartRun `limits`: `max_total_tokens`, `max_cost_usd` (and `max_turns`,
 iteration_limits.py). What this module decides:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopwire.shared.settings import Settings
+from loopwire.shared.runtime.settings import Settings
 
 
 def _default(name: str) -> Any:

@@ -24,8 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from loopwire.shared.contract import Limits, StartRun, text_to_content
-from loopwire.shared.envelopes import (
+from loopwire.shared.contract.envelopes import (
     AssembleContext,
     ExecuteTools,
     GenerationResult,
@@ -33,8 +32,9 @@ from loopwire.shared.envelopes import (
     ToolsResult,
     Usage,
 )
-from loopwire.shared.events import user_message_fields
-from loopwire.shared.pricing import cost_usd, is_offline_model
+from loopwire.shared.contract.events import user_message_fields
+from loopwire.shared.contract.protocol import Limits, StartRun, text_to_content
+from loopwire.shared.runtime.pricing import cost_usd, is_offline_model
 
 from . import approval, budget, loop_detection, planning, strategy_loop, subagent, technical_summary
 from . import inputs as i

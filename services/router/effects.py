@@ -26,7 +26,7 @@ class PublishWork(BaseModel):
     msg_id: str
     model: Any = Field(default=None, exclude=True, repr=False)
     """The envelope as the validated model the core built it from, for a hand-off in this
-    process (shared/chain.py) to use as it is. Not stored: a replayed outbox has the dict."""
+    process (shared/runtime/chain.py) to use as it is. Not stored: a replayed outbox has the dict."""
 
 
 class PublishNotice(BaseModel):

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from loopwire.shared.envelopes import StepError
+from loopwire.shared.contract.envelopes import StepError
 
 from .config import CoreConfig
 from .state import RunState

@@ -38,13 +38,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from loopwire.shared import contract
-from loopwire.shared.envelopes import ToolSpec
+from loopwire.shared.contract import protocol
+from loopwire.shared.contract.envelopes import ToolSpec
 
 from .next_step import NextStep, NextStepFinalOutput
 from .stages import Turn
 
-FINISH_TOOL = contract.FINISH_TOOL
+FINISH_TOOL = protocol.FINISH_TOOL
 
 FINISH_SPEC = ToolSpec(
     name=FINISH_TOOL,

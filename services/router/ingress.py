@@ -1,22 +1,22 @@
 """Decoding of ingress messages into router inputs; every way the input can be bad
 becomes a RejectedInput with a code a client can act on: `unknown_verb`,
 `body_too_large`, `bad_json`, `bad_request`, `body_too_deep`, `unsupported_version`,
-`internal_field` (shared/input_guard.py), `invalid_body`."""
+`internal_field` (shared/contract/input_guard.py), `invalid_body`."""
 
 from __future__ import annotations
 
 import orjson
 from pydantic import ValidationError
 
-from loopwire.shared.contract import INGRESS_MODELS, describe_validation_error
-from loopwire.shared.input_guard import (
+from loopwire.shared.contract.input_guard import (
     INTERNAL_PREFIX,
     deeper_than,
     internal_field_paths,
     unknown_fields,
     version_problem,
 )
-from loopwire.shared.subjects import valid_session_id
+from loopwire.shared.contract.protocol import INGRESS_MODELS, describe_validation_error
+from loopwire.shared.contract.subjects import valid_session_id
 
 from . import inputs as i
 

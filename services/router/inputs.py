@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from loopwire.shared.contract import Abort, Decision, FollowUp, StartRun
-from loopwire.shared.envelopes import GenerationResult, ToolsResult
+from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult
+from loopwire.shared.contract.protocol import Abort, Decision, FollowUp, StartRun
 
 
 class _Input(BaseModel):
@@ -29,7 +29,7 @@ class _Input(BaseModel):
     the session (ingress_order.py), not delivered to it: when it was applied already, the
     replica it was delivered to performs its effects (it holds it unacked until then)."""
     recover: bool = False
-    """The input comes from a redelivered chain root (shared/chain.py): if the session
+    """The input comes from a redelivered chain root (shared/runtime/chain.py): if the session
     moved past it, its current outbox is performed again, since the crash that caused
     the redelivery may have lost the work that outbox started."""
 
@@ -101,7 +101,7 @@ class RejectedInput(_Input):
 
 
 class UndeliverableInput(_Input):
-    """Work of a run that will not be delivered again (a dead letter: shared/dead_letters.py),
+    """Work of a run that will not be delivered again (a dead letter: shared/runtime/dead_letters.py),
     or a run whose step made no progress for longer than the outage tolerance (the
     router's watchdog): the run ends `failed` with an `error` event `undeliverable`."""
 

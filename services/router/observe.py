@@ -10,8 +10,8 @@ the decision's `counts`.
 
 from __future__ import annotations
 
-from loopwire.shared import metrics
-from loopwire.shared.telemetry import record_run_span
+from loopwire.shared.observability import metrics
+from loopwire.shared.observability.tracing import record_run_span
 
 from .core import Decision
 from .effects import EmitEvent
@@ -55,7 +55,7 @@ def count_approvals(before: SessionState, decision: Decision) -> None:
 
 def record_ended_runs(before: SessionState, decision: Decision) -> None:
     """The root `invoke_agent` span of each run this decision ended (see
-    telemetry.record_run_span: its ids were drawn when the run started)."""
+    tracing.record_run_span: its ids were drawn when the run started)."""
     run = before.run
     if run is None or not run.trace:
         return

@@ -30,8 +30,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from loopwire.shared.contract import UPDATE_PLAN_TOOL
-from loopwire.shared.envelopes import ToolSpec
+from loopwire.shared.contract.envelopes import ToolSpec
+from loopwire.shared.contract.protocol import UPDATE_PLAN_TOOL
 
 from .next_step import EventSpec, NextStep, NextStepFinalOutput, NextStepRunAgain
 from .phases import change_phase

@@ -20,22 +20,28 @@ import orjson
 from faststream.nats import JStream, NatsBroker
 from pydantic import ValidationError
 
-from loopwire.shared import codec, metrics
-from loopwire.shared.bus import event_items
-from loopwire.shared.chain import Delivery
-from loopwire.shared.contract import RESERVED_TOOL_NAMES
-from loopwire.shared.dead_letters import discard_original, original_body, read_dead_letter, work_label
-from loopwire.shared.envelopes import STEP_RESULT_ADAPTER, GenerationResult, ToolsResult
-from loopwire.shared.event_archive import read_archive
-from loopwire.shared.event_log import RedisEventLog
-from loopwire.shared.keyed_lock import KeyedLock
-from loopwire.shared.lru import LruCache
-from loopwire.shared.redelivery import CommitContention, DeadLetter, Undeliverable, is_outage
-from loopwire.shared.runtime import ServiceContext
-from loopwire.shared.seq_floor import last_published_seq
-from loopwire.shared.session_store import RedisSessionStore
-from loopwire.shared.subjects import DEAD_LETTER_STREAM, MAX_DELIVERIES_ADVISORY, WORK_STREAM, stream_name
-from loopwire.shared.telemetry import new_run_trace
+from loopwire.shared.contract import codec
+from loopwire.shared.contract.envelopes import STEP_RESULT_ADAPTER, GenerationResult, ToolsResult
+from loopwire.shared.contract.protocol import RESERVED_TOOL_NAMES
+from loopwire.shared.contract.subjects import (
+    DEAD_LETTER_STREAM,
+    MAX_DELIVERIES_ADVISORY,
+    WORK_STREAM,
+    stream_name,
+)
+from loopwire.shared.observability import metrics
+from loopwire.shared.observability.tracing import new_run_trace
+from loopwire.shared.runtime.bus import event_items
+from loopwire.shared.runtime.chain import Delivery
+from loopwire.shared.runtime.dead_letters import discard_original, original_body, read_dead_letter, work_label
+from loopwire.shared.runtime.keyed_lock import KeyedLock
+from loopwire.shared.runtime.lru import LruCache
+from loopwire.shared.runtime.redelivery import CommitContention, DeadLetter, Undeliverable, is_outage
+from loopwire.shared.runtime.service_context import ServiceContext
+from loopwire.shared.stores.event_archive import read_archive
+from loopwire.shared.stores.event_log import RedisEventLog
+from loopwire.shared.stores.seq_floor import last_published_seq
+from loopwire.shared.stores.session_store import RedisSessionStore
 from loopwire.tools.catalog import CatalogCache
 from loopwire.transcripts.rebuild import rebuild_session
 
@@ -96,7 +102,7 @@ class RouterService:
         self.ctx.work_subscriber(subjects.ingress_all, "router_ingress",
                                  stream=self.ctx.ingress_stream(), holds=False)(self.on_ingress)
         self.ctx.work_subscriber(subjects.router_result, "router_results")(self.on_result)
-        # Work given up anywhere (shared/dead_letters.py): its handler never gives up in
+        # Work given up anywhere (shared/runtime/dead_letters.py): its handler never gives up in
         # turn (an outage waits as long as it lasts) and reports nothing itself.
         dead = JStream(name=stream_name(self.ctx.settings.subject_prefix, DEAD_LETTER_STREAM), declare=False)
         for subject, durable in ((subjects.dead_letter, "router_dead_letters"),
@@ -150,7 +156,7 @@ class RouterService:
         await self._apply_and_ack(result.session_id, _result_input(result, msg.recover), msg)
 
     async def on_dead_letter(self, msg: Delivery) -> None:
-        """Work given up (shared/dead_letters.py): its run ends `failed` with an `error`
+        """Work given up (shared/runtime/dead_letters.py): its run ends `failed` with an `error`
         `undeliverable`. A given-up ingress message is applied once more first (an outage
         that outlasted its deliveries is over when this runs), and only reported as an
         error if applying it fails again."""
@@ -200,13 +206,13 @@ class RouterService:
     async def accept_result(self, result: GenerationResult | ToolsResult, recover: bool = False) -> None:
         """A step result handed over in-process by a service running beside the router
         (ServiceContext.deliver_result): applied as if it had come from the router.result
-        consumer. `recover`: it comes from a redelivered chain root (shared/chain.py).
+        consumer. `recover`: it comes from a redelivered chain root (shared/runtime/chain.py).
         Raises when it could not be applied; the caller then publishes it."""
         await self._apply_input(result.session_id, _result_input(result, recover))
 
     # -- the shell --------------------------------------------------------------------------
     async def _apply_and_ack(self, sid: str, inp: i._Input, msg: Delivery) -> None:
-        """Applied, or raises: the handler runner settles the message (shared/chain.py)."""
+        """Applied, or raises: the handler runner settles the message (shared/runtime/chain.py)."""
         await self._apply_input(sid, inp)
 
     async def _apply_input(self, sid: str, inp: i._Input) -> None:
@@ -395,7 +401,7 @@ class RouterService:
             raw, version = await self.ctx.sessions.load(sid)
         elif raw is None and rebuild and isinstance(self.ctx.events, RedisEventLog):
             # New, or lost with its transcript: its seqs continue after any it had
-            # published (shared/seq_floor.py).
+            # published (shared/stores/seq_floor.py).
             floor = await last_published_seq(self.ctx.bus.js, self.ctx.subjects, sid)
             if floor:
                 log.warning("session %s has no state but published events up to seq %d; continuing after it",

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from loopwire.shared.envelopes import Usage
+from loopwire.shared.contract.envelopes import Usage
 
 STATE_SCHEMA = 1
 RECENT_INPUTS = 64
@@ -82,7 +82,7 @@ class RunState(BaseModel):
     """tool_use blocks of the last assistant message while their results are awaited."""
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float = 0.0
-    """The cost of the generations whose model has a price (shared/pricing.py)."""
+    """The cost of the generations whose model has a price (shared/runtime/pricing.py)."""
     unpriced: list[str] = Field(default_factory=list)
     """Models of this run with no known price: its `cost_usd` is null (unknown), and a
     `warning` event named each one once."""

@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from loopwire.shared.contract import Limits, Permission
+from loopwire.shared.contract.protocol import Limits, Permission
 
 log = logging.getLogger("loopwire.router.strategy")
 

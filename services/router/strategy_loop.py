@@ -24,8 +24,8 @@ import orjson
 from jsonschema import validators
 from jsonschema.exceptions import best_match
 
-from loopwire.shared.envelopes import ToolSpec
-from loopwire.shared.lru import LruCache
+from loopwire.shared.contract.envelopes import ToolSpec
+from loopwire.shared.runtime.lru import LruCache
 
 from .finish import FINISH_SPEC
 from .planning import UPDATE_PLAN_SPEC

@@ -2,7 +2,7 @@
 `failed` with an `error` `undeliverable` (cause `stalled`), so no session stays `running`
 for ever.
 
-Dead letters (shared/dead_letters.py) cover work JetStream gives up. This covers work that
+Dead letters (shared/runtime/dead_letters.py) cover work JetStream gives up. This covers work that
 is never given up because it is never delivered at all: no process of the service that
 takes it runs any more, its message was lost with a NATS store, a handler hangs. The
 router keeps the sessions with a run in progress in the Redis sorted set `lw:running`
@@ -27,9 +27,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from loopwire.shared import metrics
-from loopwire.shared.session_store import session_key
-from loopwire.shared.settings import Settings
+from loopwire.shared.observability import metrics
+from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.stores.session_store import session_key
 
 from . import inputs as i
 from .state import SessionState

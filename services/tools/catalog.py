@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import orjson
 import redis.asyncio as aioredis
 
-from loopwire.shared import metrics
-from loopwire.shared.envelopes import ToolSpec
-from loopwire.shared.settings import Settings
+from loopwire.shared.contract.envelopes import ToolSpec
+from loopwire.shared.observability import metrics
+from loopwire.shared.runtime.settings import Settings
 
 from .discovery import DiscoveredTool, ProviderTable
 from .registry import PythonTool, ToolRegistry

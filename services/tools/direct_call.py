@@ -29,11 +29,11 @@ from typing import Any
 
 import orjson
 
-from loopwire.shared.bus import Bus
-from loopwire.shared.contract import error_reply
-from loopwire.shared.envelopes import ExecuteTools, ToolCall
-from loopwire.shared.settings import Settings
-from loopwire.shared.subjects import valid_session_id
+from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
+from loopwire.shared.contract.protocol import error_reply
+from loopwire.shared.contract.subjects import valid_session_id
+from loopwire.shared.runtime.bus import Bus
+from loopwire.shared.runtime.settings import Settings
 
 from .catalog import Catalog
 from .executor import Executor, validation_problem

@@ -25,11 +25,11 @@ from typing import Any
 from jsonschema.exceptions import best_match, relevance
 from nats.aio.client import Client as NatsClient
 
-from loopwire.shared import metrics, telemetry
-from loopwire.shared.blobs import BlobStore, externalize
-from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem
-from loopwire.shared.inflight import CancelSignal, StepCancelled, unless_cancelled
-from loopwire.shared.step_store import StepStore, renewed
+from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolResultItem
+from loopwire.shared.observability import metrics, tracing
+from loopwire.shared.runtime.inflight import CancelSignal, StepCancelled, unless_cancelled
+from loopwire.shared.stores.blobs import BlobStore, externalize
+from loopwire.shared.stores.step_store import StepStore, renewed
 
 from .catalog import Catalog, ResolvedTool
 from .invoke import Outcome, ProviderUnavailable, call_provider, call_python
@@ -89,7 +89,7 @@ class Executor:
                       cancel: CancelSignal | None = None) -> list[ToolResultItem]:
         calls = env.calls
         # Every delivery, first or not, claims the batch before any call runs, in the script
-        # that reads the calls' records (shared/step_store.py): one in a paused process's
+        # that reads the calls' records (shared/stores/step_store.py): one in a paused process's
         # buffer may be work another replica did meanwhile. StepHeld while another live
         # worker runs it.
         claim_key = batch_key(env.session_id, env.step_id)
@@ -188,7 +188,7 @@ class Executor:
 
         timeout = (tool.timeout_s if isinstance(tool, PythonTool | McpTool) else None) or self.default_timeout_s
         deadline = asyncio.timeout(timeout)
-        with telemetry.execute_tool_span(call.name, call.tool_use_id, arguments=call.input,
+        with tracing.execute_tool_span(call.name, call.tool_use_id, arguments=call.input,
                                          conversation_id=env.session_id, parent=env.trace) as span:
             try:
                 async with deadline:
@@ -208,7 +208,7 @@ class Executor:
             except Exception as exc:  # a tool's own failure: the model reads it
                 log.info("tool %s raised %s", call.name, exc, exc_info=True)
                 return error(f"tool {call.name} failed: {type(exc).__name__}: {exc}")
-            telemetry.record_tool_result(span, outcome.content, is_error=outcome.is_error)
+            tracing.record_tool_result(span, outcome.content, is_error=outcome.is_error)
         if outcome.protocol_error is not None and self.on_protocol_error is not None:
             await self.on_protocol_error(env, call, outcome.protocol_error)
         return ToolResultItem(tool_use_id=call.tool_use_id, name=call.name, content=outcome.content,

@@ -102,7 +102,7 @@ SECRET_ENV_RE = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNOREC
 
 
 def secret_values(configs: dict[str, McpServerConfig]) -> list[str]:
-    """What to mask in every redacted output (shared/telemetry.register_secret): every
+    """What to mask in every redacted output (contract/redaction.py, `register_secret`): every
     header value, and the values of variables named like secrets. A server that echoes its
     token in an error message then shows `***` in log lines, spans and error events.
     (Masking every `env` value would garble logs with words like `warn`.)"""

@@ -33,7 +33,7 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import Draft202012Validator, validator_for
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from loopwire.shared.contract import RESERVED_TOOL_NAMES
+from loopwire.shared.contract.protocol import RESERVED_TOOL_NAMES
 
 from .retry import RetryPolicy, TransientToolError  # noqa: F401 - TransientToolError is public here
 from .staging import EXECUTIONS

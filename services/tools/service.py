@@ -7,7 +7,7 @@ The handler is a shell around :class:`~loopwire.tools.executor.Executor`: decode
 calls, emit one `tool.result` event per call as it completes (each followed by
 `tools.progress`; a single call's are emitted by the router with the step's transition),
 publish the ToolsResult, return (the handler runner acks, and heartbeats JetStream
-meanwhile: shared/chain.py). Each result is recorded before anything is published, so a
+meanwhile: shared/runtime/chain.py). Each result is recorded before anything is published, so a
 redelivered envelope re-runs only the calls that never finished.
 
 In the background it discovers NATS tool providers every `discovery_interval_s` and
@@ -35,13 +35,13 @@ from faststream.nats import NatsBroker
 from faststream.nats.annotations import NatsMessage
 from pydantic import ValidationError
 
-from loopwire.shared.chain import Delivery, decode
-from loopwire.shared.contract import error_reply
-from loopwire.shared.envelopes import ExecuteTools, ToolCall, ToolResultItem, ToolsResult
-from loopwire.shared.inflight import CancelSignal, InflightSteps
-from loopwire.shared.redelivery import Undeliverable
-from loopwire.shared.runtime import ServiceContext
-from loopwire.shared.telemetry import register_secret
+from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolResultItem, ToolsResult
+from loopwire.shared.contract.protocol import error_reply
+from loopwire.shared.contract.redaction import register_secret
+from loopwire.shared.runtime.chain import Delivery, decode
+from loopwire.shared.runtime.inflight import CancelSignal, InflightSteps
+from loopwire.shared.runtime.redelivery import Undeliverable
+from loopwire.shared.runtime.service_context import ServiceContext
 
 from .catalog import Catalog, catalog_max_age, read_catalog_entries
 from .direct_call import DirectCalls
@@ -191,7 +191,7 @@ class ToolsService:
 
     # -- the work handler -------------------------------------------------------------------------
     async def handle(self, msg: Delivery) -> None:
-        """Settled by the handler runner (shared/chain.py), which keeps the message alive
+        """Settled by the handler runner (shared/runtime/chain.py), which keeps the message alive
         while the calls run: returns when the ToolsResult is on its way to the router;
         raises when our own effects failed (Redis, NATS), and the redelivery re-runs only
         the calls that never recorded a result."""

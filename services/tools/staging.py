@@ -27,7 +27,7 @@ from typing import Any, Literal, cast, get_args
 
 import orjson
 
-from loopwire.shared.envelopes import ToolCall
+from loopwire.shared.contract.envelopes import ToolCall
 
 Execution = Literal["parallel", "sequential", "exclusive"]
 EXECUTIONS: tuple[str, ...] = get_args(Execution)

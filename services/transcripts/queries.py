@@ -8,7 +8,8 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import ValidationError
 
-from loopwire.shared.contract import (
+from loopwire.shared.contract.input_guard import deeper_than, version_problem
+from loopwire.shared.contract.protocol import (
     PROTOCOL_VERSION,
     SessionGetRequest,
     SessionsListRequest,
@@ -16,10 +17,9 @@ from loopwire.shared.contract import (
     describe_validation_error,
     error_reply,
 )
-from loopwire.shared.event_log import EventLogStore
-from loopwire.shared.input_guard import deeper_than, version_problem
-from loopwire.shared.session_store import SessionStore
-from loopwire.shared.subjects import tenant_of, valid_session_id
+from loopwire.shared.contract.subjects import tenant_of, valid_session_id
+from loopwire.shared.stores.event_log import EventLogStore
+from loopwire.shared.stores.session_store import SessionStore
 
 from .rebuild import Archive, read_transcript, reconstruct, restore_log
 

@@ -24,7 +24,7 @@ a `message` on it starts the next run with the same settings; without it, the pr
 and the last model used.
 
 When Redis lost the event log as well (all of its data), the transcript's second copy is
-the LOOPWIRE_EVENTS stream (shared/event_archive.py): `rebuild_session` reads it there,
+the LOOPWIRE_EVENTS stream (shared/stores/event_archive.py): `rebuild_session` reads it there,
 puts the log back in Redis with its own seqs (`EventLogStore.restore`: `transcript.get`
 answers again and the next event's seq follows the last one, never reusing one) and
 rebuilds from it.
@@ -37,8 +37,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopwire.shared.event_log import EventLogStore
-from loopwire.shared.session_store import SessionStore
+from loopwire.shared.stores.event_log import EventLogStore
+from loopwire.shared.stores.session_store import SessionStore
 
 log = logging.getLogger("loopwire.transcripts.rebuild")
 
@@ -213,7 +213,7 @@ async def read_transcript(sid: str, events: EventLogStore) -> list[dict[str, Any
 
 
 Archive = Callable[[str], Awaitable[list[dict[str, Any]]]]
-"""A session's events from the events stream (shared/event_archive.py `read_archive`)."""
+"""A session's events from the events stream (shared/stores/event_archive.py `read_archive`)."""
 
 
 async def restore_log(sid: str, events_store: EventLogStore, archive: Archive | None) -> list[dict[str, Any]]:

@@ -16,9 +16,14 @@ from typing import Any
 import orjson
 from faststream.nats import NatsBroker, NatsMessage
 
-from loopwire.shared.contract import SessionGetRequest, SessionsListRequest, TranscriptGetRequest, error_reply
-from loopwire.shared.event_archive import read_archive
-from loopwire.shared.runtime import ServiceContext
+from loopwire.shared.contract.protocol import (
+    SessionGetRequest,
+    SessionsListRequest,
+    TranscriptGetRequest,
+    error_reply,
+)
+from loopwire.shared.runtime.service_context import ServiceContext
+from loopwire.shared.stores.event_archive import read_archive
 
 from .queries import parse_query, session_get, transcript_get
 from .sessions_list import sessions_list

@@ -1,7 +1,7 @@
 """`<prefix>.api.sessions.list` (an addition to the contract): the sessions, most
 recently updated first, a page at a time.
 
-The router's commit script (shared/session_store.py) marks a session updated in a sorted
+The router's commit script (shared/stores/session_store.py) marks a session updated in a sorted
 set by Redis's clock, in the same round trip as its state; a page reads the set from the
 cursor and the pages' states in one pipelined call. The cursor is the last listed entry's
 `<ms>:<sid>`, so a session updated while a client pages moves to the top instead of
@@ -14,8 +14,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from loopwire.shared.contract import PROTOCOL_VERSION, SessionsListRequest, error_reply
-from loopwire.shared.session_store import SessionStore, sessions_index_key
+from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionsListRequest, error_reply
+from loopwire.shared.stores.session_store import SessionStore, sessions_index_key
 
 SCAN_CAP = 2000
 """Index entries one request reads at most while filtering by status."""

@@ -19,7 +19,7 @@ import orjson
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
-from loopwire.shared.subjects import Subjects
+from loopwire.shared.contract.subjects import Subjects
 
 
 @dataclass

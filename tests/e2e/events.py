@@ -9,8 +9,8 @@ from typing import Any
 
 from nats.aio.client import Client as NatsClient
 
-from loopwire.shared.contract import EPHEMERAL_KINDS
-from loopwire.shared.events import validate_event
+from loopwire.shared.contract.events import validate_event
+from loopwire.shared.contract.protocol import EPHEMERAL_KINDS
 
 
 class SessionEvents:
@@ -54,7 +54,7 @@ class SessionEvents:
         return hit
 
     def check_bodies(self) -> None:
-        """Every event seen matches its kind's model (shared/events.py)."""
+        """Every event seen matches its kind's model (shared/contract/events.py)."""
         for event in self.events:
             validate_event(event)
 

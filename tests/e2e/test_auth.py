@@ -28,7 +28,7 @@ import pytest
 from nats import micro
 from nats.aio.client import Client as NatsClient
 
-from loopwire.shared.subjects import Subjects
+from loopwire.shared.contract.subjects import Subjects
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.tls_certs import make_tls_files
@@ -198,7 +198,7 @@ INTERNAL_SUBSCRIBE = ["loopwire.work.>", "loopwire.rpc.>", "loopwire.ctl.>", "lo
 
 
 def test_the_lists_cover_every_internal_subject() -> None:
-    """Every subject loopwire uses internally (shared/subjects.py) is in the lists above."""
+    """Every subject loopwire uses internally (shared/contract/subjects.py) is in the lists above."""
     subjects = Subjects("loopwire")
     internal = {subjects.router_result, subjects.llm_generate, subjects.memory_assemble, subjects.tools_execute,
                 subjects.llm_summarize, subjects.cancel("s1"), subjects.chains}

@@ -47,7 +47,7 @@ async def test_agentic_run_with_a_nats_micro_tool(nc: NatsClient, fake: FakeAnth
     assert ended["usage"]["input_tokens"] > 0 and ended["usage"]["output_tokens"] > 0
     assert ended["v"] == 1 and ended["session_id"] == s
 
-    ev.check_bodies()  # every body matches its kind's model (shared/events.py)
+    ev.check_bodies()  # every body matches its kind's model (shared/contract/events.py)
     kinds = [e["kind"] for e in ev.durable()]
     assert kinds == ["run.started", "user.message", "message", "tool.call", "tool.result", "user.message",
                      "message", "run.ended"]

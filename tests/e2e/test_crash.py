@@ -98,7 +98,7 @@ async def test_kill_9_during_a_slow_model_stream_retracts_and_answers_once(
 async def test_kill_9_in_a_later_turn_recovers_the_chain_from_its_root(
         own_system: LoopwireContainer, own_nc: NatsClient, fake: FakeAnthropic) -> None:
     # In `loopwire up` the second generation is a hop of the work chain rooted at the
-    # run's first `memory.assemble` message (shared/chain.py); nothing of turn 2 is on
+    # run's first `memory.assemble` message (shared/runtime/chain.py); nothing of turn 2 is on
     # JetStream. After the crash that root comes back: its generation is answered from its
     # record, the router replays the session's current outbox (turn 2's generation), and the
     # model is asked again for that turn only, after a `retracted` for its partial stream.

@@ -1,6 +1,6 @@
 """`loopwire up` keeps a run's hops in-process (LOOPWIRE_LOCAL_HANDOVER): step results go
 to the router and assembled requests to the llm service as calls, and the router's next
-hops are tasks of a work chain held by the run's first work message (shared/chain.py).
+hops are tasks of a work chain held by the run's first work message (shared/runtime/chain.py).
 With it off, every hop is a JetStream work message, as between `loopwire serve`
 processes. Both give the same run and transcript."""
 

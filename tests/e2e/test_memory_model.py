@@ -12,8 +12,8 @@ import pytest
 from nats.aio.client import Client as NatsClient
 
 from loopwire.memory.compaction import SUMMARY_SYSTEM
-from loopwire.shared.envelopes import Usage
-from loopwire.shared.pricing import cost_usd
+from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.runtime.pricing import cost_usd
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .events import SessionEvents

@@ -225,7 +225,7 @@ async def test_after_redis_lost_its_data_a_session_seq_continues_from_the_events
 @pytest.mark.parametrize("layout", ["up", SPLIT])
 async def test_a_step_that_fails_on_the_sessions_own_history_ends_the_run_and_never_wedges_it(
         fake_anthropic: FakeAnthropic, fake: FakeAnthropic, layout: str) -> None:
-    # A provider's result carries a malformed reference block (shared/blobs.py): every
+    # A provider's result carries a malformed reference block (shared/stores/blobs.py): every
     # generation of the session fails on its history, deterministically. It is given up
     # after LOOPWIRE_FAULT_MAX_DELIVER deliveries, not retried for the outage tolerance.
     with started_system(fake_anthropic, layout=layout) as system:

@@ -10,7 +10,7 @@ import pytest
 
 import loopwire
 from loopwire.client import RunFailedToStart
-from loopwire.shared.events import (
+from loopwire.shared.contract.events import (
     ApprovalRequested,
     Event,
     MessageEvent,

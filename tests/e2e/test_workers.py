@@ -156,7 +156,7 @@ async def test_a_killed_worker_is_restarted(workers: LoopwireContainer, wnc: Nat
 
 async def test_runs_held_by_a_worker_killed_mid_run_finish_whole(workers: LoopwireContainer, wnc: NatsClient,
                                                                   fake: FakeAnthropic) -> None:
-    # Each worker keeps the runs it took in-process (work chains, shared/chain.py). Kill
+    # Each worker keeps the runs it took in-process (work chains, shared/runtime/chain.py). Kill
     # one while sixteen runs of four slow tool-turns are going: its runs come back from
     # their chains' root messages (LOOPWIRE_ACK_WAIT_S=3) and finish in either worker,
     # each transcript whole: every tool call once with one result, seqs increasing.

@@ -1,0 +1,205 @@
+"""The public wire contract (docs/protocol.md) as pydantic models.
+
+Input models ignore unknown fields and reject wrong types (strict mode), missing
+required fields and unknown enum values. Output bodies always carry ``"v": 1``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from loopwire.shared.contract.codec import now_rfc3339
+from loopwire.shared.contract.redaction import redact
+
+PROTOCOL_VERSION = 1
+
+Profile = Literal[
+    "agentic", "agentic_planned", "turn_by_turn", "conversational",
+    "claude_code", "opencode", "codex", "acp",
+]
+Permission = Literal["auto", "approve", "deny"]
+
+FINISH_TOOL = "finish_agentic_task"
+"""The reserved tool that ends an agentic run (services/router/finish.py)."""
+UPDATE_PLAN_TOOL = "update_plan"
+"""The reserved tool of agentic_planned's plan phase (services/router/planning.py)."""
+RESERVED_TOOL_NAMES = frozenset({FINISH_TOOL, UPDATE_PLAN_TOOL})
+"""Names the router answers itself: no provider and no in-process tool may take them."""
+RunStatus = Literal["completed", "aborted", "budget_exhausted", "max_turns", "loop_terminated", "failed"]
+SessionStatus = Literal["idle", "running", "awaiting_approval", "unknown"]
+
+EVENT_KINDS = (
+    "run.started", "phase.changed", "text.delta", "message", "tool.call", "tool.result",
+    "retracted", "approval.requested", "loop.detected", "model.fallback", "compaction",
+    "error", "run.ended",
+)
+ADDED_EVENT_KINDS = ("budget.warning", "user.message", "memory.observation", "memory.reflection",
+                     "plan.updated", "generating", "tools.progress", "warning")
+"""Event kinds loopwire adds to the contract (docs/protocol.md marks them as additions)."""
+EPHEMERAL_KINDS = frozenset({"text.delta", "generating", "tools.progress"})
+"""Events of the moment: they take a seq and go out on the wire (and into the
+LOOPWIRE_EVENTS stream) but are not kept in the transcript (`transcript.get`), whose
+other events say the same thing for good (`message`, `tool.result`)."""
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class ModelSpec(_In):
+    primary: str | None = None
+    """Model id of the first choice; the server default when omitted."""
+    fallbacks: list[str] = Field(default_factory=list)
+    """Tried in order when the primary fails with a retryable error."""
+    max_tokens: int | None = Field(default=None, gt=0)
+    temperature: float | None = Field(default=None, ge=0, le=1)
+    memory: str | None = None
+    """Addition: the model of the memory's own calls (compaction summaries, observations,
+    reflections); else LOOPWIRE_MEMORY_MODEL, else the run's models."""
+
+
+class Limits(_In):
+    max_turns: int | None = Field(default=None, gt=0)
+    """Model generations allowed in one run; the profile's default when omitted."""
+    max_total_tokens: int | None = Field(default=None, gt=0)
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    context_window: int | None = Field(default=None, gt=0)
+    compaction_at_pct: float | None = Field(default=None, gt=0, le=1)
+
+
+class Strategy(_In):
+    actor: str | None = None
+    expectation: str | None = None
+
+
+class ExecutorChoice(_In):
+    """StartRun `executor` (profile `acp`): which of the operator's agents runs the loop."""
+
+    agent: str | None = None
+    """A name of LOOPWIRE_ACP_AGENTS; any other is refused (`unknown_agent`)."""
+
+
+ContentBlocks = list[dict[str, Any]]
+
+
+class InputMessage(_In):
+    role: Literal["user", "assistant"]
+    content: str | ContentBlocks
+
+
+class StartRun(_In):
+    v: int = PROTOCOL_VERSION
+    profile: Profile = "agentic"
+    input: str | list[InputMessage]
+    system: str | None = None
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    tools: list[str] | None = None
+    tool_permissions: dict[str, Permission] = Field(default_factory=dict)
+    limits: Limits = Field(default_factory=Limits)
+    plan: Any = None
+    strategy: Strategy = Field(default_factory=Strategy)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    executor: ExecutorChoice | None = None
+    """The external executors' profiles (`acp`): the agent, named by the operator's list."""
+
+    @field_validator("input")
+    @classmethod
+    def _input_not_empty(cls, value: str | list[InputMessage]) -> str | list[InputMessage]:
+        if isinstance(value, str):
+            if not value.strip():
+                raise ValueError("input must not be empty")
+            return value
+        if not value:
+            raise ValueError("input must hold at least one message")
+        if value[-1].role != "user":
+            raise ValueError("the last input message must have role 'user'")
+        if value[0].role != "user":
+            raise ValueError("the first input message must have role 'user'")
+        for prev, nxt in zip(value, value[1:], strict=False):
+            if prev.role == nxt.role:
+                raise ValueError("input messages must alternate between 'user' and 'assistant'")
+        return value
+
+
+class FollowUp(_In):
+    """Body of `message` and `steer`."""
+
+    content: str | ContentBlocks
+
+    @field_validator("content")
+    @classmethod
+    def _content_not_empty(cls, value: str | ContentBlocks) -> str | ContentBlocks:
+        if (isinstance(value, str) and not value.strip()) or (isinstance(value, list) and not value):
+            raise ValueError("content must not be empty")
+        return value
+
+
+class Abort(_In):
+    reason: str = "aborted by client"
+
+
+class Decision(_In):
+    checkpoint_id: str
+    decision: Literal["approve", "deny"]
+    note: str | None = None
+
+
+INGRESS_MODELS: dict[str, type[_In]] = {
+    "start": StartRun,
+    "message": FollowUp,
+    "steer": FollowUp,
+    "abort": Abort,
+    "decision": Decision,
+}
+
+
+class SessionGetRequest(_In):
+    session_id: str
+
+
+class TranscriptGetRequest(_In):
+    session_id: str
+    after_seq: int = Field(default=0, ge=0)
+    limit: int = Field(default=1000, gt=0, le=10000)
+
+
+class SessionsListRequest(_In):
+    """`<prefix>.api.sessions.list` (an addition): sessions, most recently updated first."""
+
+    status: Literal["idle", "running", "awaiting_approval"] | None = None
+    """Only sessions in this status."""
+    limit: int = Field(default=100, gt=0, le=1000)
+    cursor: str | None = Field(default=None, max_length=256)
+    """The `cursor` of the previous page (opaque)."""
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One readable line per problem: ``limits.max_turns: Input should be greater than 0``."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "body"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def make_event(kind: str, session_id: str, run_id: str | None, seq: int, ts: str | None = None,
+               **fields: Any) -> dict[str, Any]:
+    """An egress event body: the common fields first, then the kind's own. An `error`'s
+    message often quotes an exception: secrets in it (a URL's password, an API key) are
+    masked before it is stored or published."""
+    if kind == "error" and isinstance(fields.get("message"), str):
+        fields["message"] = redact(fields["message"])
+    return {"v": PROTOCOL_VERSION, "session_id": session_id, "run_id": run_id, "seq": seq,
+            "kind": kind, "ts": ts or now_rfc3339(), **fields}
+
+
+def error_reply(code: str, message: str) -> dict[str, Any]:
+    return {"v": PROTOCOL_VERSION, "error": {"code": code, "message": redact(message)}}
+
+
+def text_to_content(content: str | ContentBlocks) -> ContentBlocks:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return content

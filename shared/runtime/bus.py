@@ -1,0 +1,116 @@
+"""Publishing side of the services: work envelopes, events and ingress, over raw nats-py.
+
+Consuming is FastStream's job (handlers on routers, see each service's `service.py`);
+publishing goes through the connection FastStream opened, because FastStream's publisher
+costs about 3x the CPU of nats-py's for the same request (measured on a 4 KB round trip:
+~220 µs against ~75 µs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+from pydantic import BaseModel
+
+from loopwire.shared.contract import codec
+from loopwire.shared.contract.headers import RUN_HEADER, SESSION_HEADER
+from loopwire.shared.contract.protocol import EPHEMERAL_KINDS, make_event
+from loopwire.shared.contract.subjects import Subjects
+from loopwire.shared.runtime.hooks import HOOKS
+from loopwire.shared.stores.event_log import Append, EventLogStore
+
+log = logging.getLogger("loopwire.bus")
+
+REPLAY_HEADER = "Loopwire-Replay"
+"""Set on a work message that may have been published before (an outbox performed again,
+or the downstream publish of a redelivered step): its consumer must look for a recorded
+result first. A first delivery without it is new work, so the look-up is skipped."""
+RECOVER_HEADER = "Loopwire-Recover"
+"""On a `router.result` produced by a redelivered chain root (shared/runtime/chain.py): if the
+session moved past it, the router performs its current outbox again."""
+
+
+class Bus:
+    def __init__(self, nc: NatsClient, subjects: Subjects, events: EventLogStore) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.subjects = subjects
+        self.events = events
+
+    async def publish_work(self, subject: str, envelope: BaseModel | dict[str, Any], msg_id: str,
+                           replay: bool = False, recover: bool = False) -> None:
+        """Durable publish into LOOPWIRE_WORK; `msg_id` dedups a re-publish after a crash
+        (within the stream's duplicate window; `replay` marks it for the consumer beyond it).
+
+        The headers name the session and run (for the consumer's log lines) and carry the
+        envelope's trace context, so the consumer's spans join the run's trace."""
+        get = envelope.get if isinstance(envelope, dict) else lambda k, d=None: getattr(envelope, k, d)
+        headers = {"Nats-Msg-Id": msg_id}
+        sid, run_id, trace = get("session_id"), get("run_id"), get("trace") or {}
+        if sid:
+            headers[SESSION_HEADER] = sid
+        if run_id:
+            headers[RUN_HEADER] = run_id
+        if replay:
+            headers[REPLAY_HEADER] = "1"
+        if recover:
+            headers[RECOVER_HEADER] = "1"
+        headers.update(trace or HOOKS.trace_headers())
+        await self.js.publish(subject, codec.dumps(envelope), headers=headers)
+
+    async def emit(self, session_id: str, run_id: str | None, kind: str, key: str | None = None,
+                   **fields: Any) -> dict[str, Any]:
+        """Assign a seq, store, and publish one event on `<prefix>.out.<sid>.<kind>`.
+
+        With `key` set the event is emitted at most once per key: a re-emission after a
+        crash publishes the original again (JetStream drops it as a duplicate by
+        Nats-Msg-Id) and the transcript keeps one copy."""
+        ((body, _, store),) = event_items(session_id, [(run_id, kind, key, fields)])
+        stored = await self.events.append(session_id, body, key, store=store)
+        await self.publish_stored(session_id, [stored])
+        return stored[0]
+
+    async def emit_many(self, session_id: str,
+                        events: list[tuple[str | None, str, str | None, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """`emit` of each (run_id, kind, key, fields) in order: their seqs assigned and
+        stored in one Redis call, then published (publish_stored)."""
+        if len(events) <= 1:
+            return [await self.emit(session_id, run_id, kind, key=key, **fields)
+                    for run_id, kind, key, fields in events]
+        stored = await self.events.append_many(session_id, event_items(session_id, events))
+        await self.publish_stored(session_id, stored)
+        return [event for event, _ in stored]
+
+    async def publish_stored(self, session_id: str, stored: list[tuple[dict[str, Any], bool]]) -> None:
+        """Publish events that already have their seq (stored by `append_many`, or with a
+        router commit), one after the other on this connection (which keeps their order),
+        their PubAcks awaited together. A re-publish of a stored event is dropped by
+        JetStream as a duplicate (Nats-Msg-Id `<sid>:<seq>`)."""
+        acks: list[asyncio.Future[Any]] = []
+        try:
+            for event, _new in stored:
+                subject = self.subjects.event(session_id, event["kind"])
+                data = codec.dumps(event)
+                if event["kind"] in EPHEMERAL_KINDS:  # no PubAck to wait for: a signal of the moment
+                    await self.nc.publish(subject, data)
+                else:
+                    acks.append(await self.js.publish_async(
+                        subject, data, headers={"Nats-Msg-Id": f"{session_id}:{event['seq']}"}))
+            if acks:
+                await asyncio.wait_for(asyncio.gather(*acks), timeout=getattr(self.js, "_timeout", 5.0))
+        finally:
+            for ack in acks:
+                if not ack.done():
+                    ack.cancel()  # frees its slot in nats-py's pending publishes
+
+
+def event_items(session_id: str,
+                events: list[tuple[str | None, str, str | None, dict[str, Any]]]) -> list[Append]:
+    """(run_id, kind, key, fields) -> what the event log appends: (body, key, store);
+    ephemeral kinds (`text.delta`, progress) take a seq but are not stored."""
+    return [(make_event(kind, session_id, run_id, 0, **fields), key, kind not in EPHEMERAL_KINDS)
+            for run_id, kind, key, fields in events]

@@ -1,0 +1,321 @@
+"""Work chains: the hops of a run kept in this process, held by one JetStream message.
+
+Inside `loopwire up` every service runs in the same process, so a tool-turn's hops can be
+calls instead of JetStream messages. Hops *into* the router already are calls inside the
+handler that produced the result (`ServiceContext.deliver_result`). Hops *out of* the
+router (`memory.assemble`, `tools.execute`) cannot be calls inside the router: it holds a
+session's lock while it decides, and a steer or an abort must get through during a
+generation or a tool call. So the router, after its commit, starts them as tasks of a
+*chain* (`ServiceContext.hand_off`).
+
+A chain is rooted at the JetStream work message whose handling started it. The root is
+settled (acked) only when every task of its chain has ended: the root's own handler and
+every hop handed off under it, transitively. While the chain outlives the root's handler a
+timer sends `in_progress()` for the root, so JetStream does not redeliver it. In the
+steady state of a run no work message goes on the wire at all; the root is the run's first
+`memory.assemble` (ingress handlers publish their work: a redelivered `start` must never
+start a second run).
+
+Durability: a crash anywhere in the chain leaves the root unacked, so JetStream delivers it
+again after ack_wait. Its service answers from its step record, and hands the result to
+the router marked *recover* (the root was delivered before). A result the session moved
+past is normally ignored; marked recover, the router performs the session's current outbox
+again (`replay`), and that restarts the chain where the crash stopped it, under the same
+root. Work already recorded is answered from its record; a tool whose result was never
+recorded runs again with the same tool-use id. Only the root's own result recovers: hops
+started later in a recovered chain are ordinary ones (no outbox is replayed twice).
+
+Settling is the handler runner's (`run_handler`), never the handler's: a handler that
+returns has done its work; one that raises is judged by the one redelivery policy
+(shared/runtime/redelivery.py), the same for a JetStream message and a hop handed over here. The
+root is acked when every delivery of its chain returned; nacked with the policy's delay
+(growing with the root's delivery count) if any met an outage or a fault not yet given up;
+and given up (reported as a dead letter, then terminated) if one raised `Undeliverable` or
+kept failing with a fault. While any handler of the chain runs, the runner keeps the
+root alive with `in_progress()` every ack_wait/3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import BaseModel
+
+from loopwire.shared.runtime.chain_balance import ChainBalance
+from loopwire.shared.runtime.inflight import Heartbeat
+from loopwire.shared.runtime.redelivery import DeadLetter, RedeliveryPolicy, Undeliverable, is_outage
+
+log = logging.getLogger("loopwire.chain")
+
+WorkHandler = Callable[["Delivery"], Awaitable[Any]]
+ReportDeadLetter = Callable[[DeadLetter], Awaitable[None]]
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def decode(delivery: Delivery, model: type[M]) -> M:
+    """The delivery's envelope: the model handed off as it is, else validated from the
+    body (raises pydantic's ValidationError, also for a body that is not JSON)."""
+    if isinstance(delivery.envelope, model):
+        return delivery.envelope
+    return model.model_validate_json(delivery.body)
+
+
+class Chain:
+    """The root message of a chain, the count of its deliveries not yet settled, and the
+    worst outcome among those that were."""
+
+    def __init__(self, root: Any, delivered: int, ack_wait_s: float, holds: bool,
+                 policy: RedeliveryPolicy | None = None, report: ReportDeadLetter | None = None) -> None:
+        self.root = root
+        """The JetStream message (FastStream's NatsMessage) the chain settles at its end."""
+        self.delivered = delivered
+        """The root's delivery count: a replayed hop of a recovered chain inherits it (the
+        llm retracts a partial answer streamed by an earlier attempt when it is > 1)."""
+        self.holds = holds
+        """Whether hops may be handed off under this root (not under ingress messages)."""
+        self.ack_wait_s = ack_wait_s
+        self.policy = policy or RedeliveryPolicy()
+        self.report = report
+        """Publishes a dead letter (shared/runtime/dead_letters.py); None: a message given up is
+        only logged (the dead-letter consumer's own messages)."""
+        self._open = 1  # the root's own handler
+        self._outcome = "ack"
+        self._delay: float | None = None
+        self._failed: tuple[Delivery, str] | None = None
+        self._heartbeat: Heartbeat | None = None
+        self.hops = 0
+        """Hops handed off under this root so far."""
+        self.on_end: Callable[[], None] | None = None
+        """Called once when the chain settles its root (the balance's count of chains)."""
+
+    @property
+    def open(self) -> int:
+        return self._open
+
+    @property
+    def kept_alive(self) -> bool:
+        """Whether the chain's own timer sends the root's heartbeats (hops are held)."""
+        return self._heartbeat is not None
+
+    def retain(self) -> None:
+        self._open += 1
+        if self._heartbeat is None:
+            # From now on the chain may outlive the root's handler and its heartbeat.
+            self._heartbeat = Heartbeat(self.root.in_progress, self.ack_wait_s).__enter__()
+
+    async def release(self, delivery: Delivery, outcome: str, delay: float | None = None,
+                      reason: str = "") -> None:
+        """`outcome`: ack, nack (an outage, or a handler's own nack), fault, or give_up."""
+        if _RANK[outcome] > _RANK[self._outcome]:
+            self._outcome = outcome
+        if outcome == "nack" and delay is not None:
+            self._delay = delay
+        if outcome in ("fault", "give_up") and self._failed is None:
+            self._failed = (delivery, reason)
+        self._open -= 1
+        if self._open > 0:
+            return
+        if self._heartbeat is not None:
+            self._heartbeat.__exit__(None, None, None)
+        if self.on_end is not None:
+            self.on_end()
+        await self._settle_root()
+
+    async def _settle_root(self) -> None:
+        outcome, policy = self._outcome, self.policy
+        if outcome == "fault" and policy.gives_up(self.delivered, fault=True):
+            outcome = "give_up"
+        if outcome == "give_up":
+            assert self._failed is not None
+            delivery, reason = self._failed
+            if await self._give_up(delivery, reason):
+                await self.root.reject()
+                return
+            outcome = "nack"  # the dead letter could not be published (NATS away): later
+        if outcome == "nack":
+            await self.root.nack(delay=self._delay if self._delay is not None else policy.delay(self.delivered))
+        elif outcome == "fault":
+            await self.root.nack(delay=FAULT_DELAY_S)
+        else:
+            await self.root.ack()
+
+    async def _give_up(self, delivery: Delivery, reason: str) -> bool:
+        letter = dead_letter_of(self, delivery, reason)
+        log.error("giving up %s of session %s (run %s, step %s) after %d deliveries: %s", letter.subject,
+                  letter.session_id, letter.run_id, letter.step_id, letter.deliveries, reason)
+        if self.report is None:
+            return True
+        try:
+            await self.report(letter)
+        except Exception as exc:
+            log.warning("the dead letter for %s could not be published (%s); redelivering it", letter.subject, exc)
+            return False
+        return True
+
+
+_RANK = {"ack": 0, "fault": 1, "nack": 2, "give_up": 3}
+FAULT_DELAY_S = 1.0
+"""Pause before the next delivery after a fault (it is given up after a few)."""
+
+
+def dead_letter_of(chain: Chain, delivery: Delivery, reason: str) -> DeadLetter:
+    """What is known of a delivery given up: its root's place in JetStream, and the session,
+    run and step of the failing envelope (the model handed off, the body, or the headers)."""
+    raw = getattr(chain.root, "raw_message", None)
+    meta = getattr(raw, "metadata", None)
+    stream = consumer = ""
+    seq = 0
+    with contextlib.suppress(Exception):
+        stream, consumer, seq = meta.stream, meta.consumer, int(meta.sequence.stream)  # type: ignore[union-attr]
+    ids: dict[str, Any] = {}
+    envelope = delivery.envelope
+    if envelope is not None:
+        ids = {k: getattr(envelope, k, None) for k in ("session_id", "run_id", "step_id")}
+    elif delivery.body:
+        with contextlib.suppress(Exception):
+            body = orjson.loads(delivery.body)
+            if isinstance(body, dict):
+                ids = {k: body.get(k) for k in ("session_id", "run_id", "step_id")}
+    headers = getattr(delivery.raw_message, "headers", None) or {}
+    ids = {k: v if isinstance(v, str) else None for k, v in ids.items()}
+    subject = delivery.subject or getattr(delivery.raw_message, "subject", "") or ""
+    return DeadLetter(stream=stream, stream_seq=seq, consumer=consumer, subject=subject,
+                      deliveries=chain.delivered,
+                      session_id=ids.get("session_id") or headers.get("Loopwire-Session-Id"),
+                      run_id=ids.get("run_id") or headers.get("Loopwire-Run-Id"),
+                      step_id=ids.get("step_id"), reason=reason)
+
+
+class Delivery:
+    """One work envelope as its handler sees it, whether JetStream delivered it (the root
+    of a chain) or the router handed it off in this process. The handler returns when its
+    work is done and raises when it is not (`run_handler` settles it); `ack()`, `nack(delay)`
+    and `reject()` settle it explicitly, exactly like a JetStream message."""
+
+    __slots__ = ("body", "envelope", "seen", "delivered", "recover", "raw_message", "subject", "_chain",
+                 "_settled")
+
+    def __init__(self, body: bytes, chain: Chain, *, seen: bool, delivered: int, recover: bool = False,
+                 raw_message: Any = None, envelope: Any = None, subject: str = "") -> None:
+        self.body = body
+        self.envelope = envelope
+        """A hand-off's envelope as the validated model the router built (then `body` is
+        empty): `decode` uses it as it is."""
+        self.seen = seen
+        """The step may have been handled before (runtime.seen_before): look for its record."""
+        self.delivered = delivered
+        self.recover = recover
+        """A redelivered root: a result the session moved past replays its current outbox."""
+        self.raw_message = raw_message
+        """The nats-py message of a root (subject, headers, metadata); None for a hand-off."""
+        self.subject = subject
+        """The work subject of a hand-off (a root's is its raw message's)."""
+        self._chain = chain
+        self._settled = False
+
+    @property
+    def chain(self) -> Chain:
+        return self._chain
+
+    @property
+    def settled(self) -> bool:
+        return self._settled
+
+    async def ack(self) -> None:
+        await self._settle("ack")
+
+    async def nack(self, delay: float | None = None) -> None:
+        await self._settle("nack", delay)
+
+    async def reject(self) -> None:
+        await self._settle("give_up", reason="rejected by its handler")
+
+    async def in_progress(self) -> None:
+        await self._chain.root.in_progress()
+
+    async def _settle(self, outcome: str, delay: float | None = None, reason: str = "") -> None:
+        if self._settled:
+            return
+        self._settled = True
+        await self._chain.release(self, outcome, delay, reason)
+
+
+_current: ContextVar[Delivery | None] = ContextVar("loopwire_delivery", default=None)
+
+
+def current_delivery() -> Delivery | None:
+    """The delivery whose handler this code runs under (tasks started by it inherit it)."""
+    return _current.get()
+
+
+async def run_handler(handler: WorkHandler, delivery: Delivery) -> None:
+    """Run a work handler on a delivery (a consumer's JetStream message, the root of a
+    chain, or a hop in its own task), keep the root alive while it runs, and settle the
+    delivery by what the handler did: returned (ack), raised an outage (nack, growing
+    delay), `Undeliverable` (give up), anything else (a fault: retried a few times, then
+    given up). A delivery the handler settled itself keeps that outcome."""
+    token = _current.set(delivery)
+    outcome, reason = "ack", ""
+    try:
+        # A hop of a chain that is already kept alive needs no beat of its own.
+        beat = None if delivery.chain.kept_alive else delivery.in_progress
+        with Heartbeat(beat, delivery.chain.ack_wait_s):
+            await handler(delivery)
+    except Undeliverable as exc:
+        outcome, reason = "give_up", f"malformed: {exc}"
+        log.error("work handler %s cannot handle its message: %s", _name(handler), exc)
+    except Exception as exc:
+        if is_outage(exc):
+            outcome = "nack"
+            log.warning("work handler %s met an outage (%s: %s); it will be redelivered later",
+                        _name(handler), type(exc).__name__, exc)
+        else:
+            outcome, reason = "fault", f"fault: {type(exc).__name__}: {exc}"
+            log.exception("work handler %s failed; its chain's root will be redelivered", _name(handler))
+    finally:
+        _current.reset(token)
+    if not delivery.settled:
+        await delivery._settle(outcome, reason=reason)
+
+
+def _name(handler: WorkHandler) -> str:
+    return str(getattr(handler, "__qualname__", handler))
+
+
+def hand_off(handler: WorkHandler, envelope: Any, replay: bool, tasks: set[asyncio.Task[None]],
+             max_hops: int = 0, balance: ChainBalance | None = None, subject: str = "") -> bool:
+    """Start `handler` on `envelope` (a validated model, or JSON bytes) as a task of the
+    current chain. False when this code runs under no chain that holds hops (an ingress
+    handler, a test), when the chain has had `max_hops` (when > 0), or when `balance` says
+    this process holds more than its share of chains: publish instead."""
+    parent = _current.get()
+    if parent is None or not parent.chain.holds or parent.settled:
+        # A settled parent: code its handler left running (a background task inherits
+        # the context); its chain may have settled its root already.
+        return False
+    chain = parent.chain
+    if max_hops and chain.hops >= max_hops:
+        return False
+    if balance is not None and balance.should_shed():
+        return False
+    if chain.hops == 0 and balance is not None:
+        balance.opened()
+        chain.on_end = balance.closed
+    chain.hops += 1
+    as_bytes = isinstance(envelope, bytes)
+    delivery = Delivery(envelope if as_bytes else b"", chain, seen=replay,
+                        delivered=chain.delivered if replay else 1, envelope=None if as_bytes else envelope,
+                        subject=subject)
+    chain.retain()
+    task = asyncio.get_running_loop().create_task(run_handler(handler, delivery))
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+    return True

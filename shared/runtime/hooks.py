@@ -1,0 +1,38 @@
+"""What the runtime tells the observability layer, which sits above it.
+
+Layers run one way (docs/architecture.md, checked by `lint-imports`): the runtime may not
+import observability. Yet it holds facts worth a metric (how many work chains this process
+holds, runtime/chain_balance.py) and publishes work that should carry the current trace
+context when its envelope has none (runtime/bus.py). So the runtime calls the hooks below,
+and the observability modules fill them in when they are imported
+(observability/metrics.py, observability/tracing/propagation.py; importing any module of
+`loopwire.shared.observability` imports both). Until then the hooks do nothing, which is
+what a process without observability would want.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def _nothing() -> None:
+    return None
+
+
+def _no_headers() -> dict[str, str]:
+    return {}
+
+
+class RuntimeHooks:
+    """The callbacks the runtime calls; the observability layer assigns them."""
+
+    def __init__(self) -> None:
+        self.chain_opened: Callable[[], None] = _nothing
+        """A work chain began in this process (the work-chains gauge goes up)."""
+        self.chain_closed: Callable[[], None] = _nothing
+        """A work chain of this process settled (the gauge goes down)."""
+        self.trace_headers: Callable[[], dict[str, str]] = _no_headers
+        """W3C trace headers of the current span ({} when there is none)."""
+
+
+HOOKS = RuntimeHooks()

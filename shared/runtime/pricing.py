@@ -1,0 +1,68 @@
+"""Price table per model (USD per million tokens), configurable with LOOPWIRE_PRICES.
+
+`LOOPWIRE_PRICES='{"my-model": {"input": 1.0, "output": 5.0}}'` adds or overrides entries;
+a model id matches the longest known prefix (so dated ids such as
+`claude-sonnet-4-5-20250929` find `claude-sonnet-4-5`). A model with no price has no
+cost: `cost_usd` returns None (a run's `cost_usd` is then null, with a `warning` event),
+never a made-up 0, and a missing price never stops a run. loopwire's own offline models
+(`loopwire-demo`, `loopwire-scripted`, `loopwire-bench`) have no price by design.
+
+tests/test_pricing.py checks that the table covers every model the docs name and agrees
+with the `genai-prices` package (a maintained price list) on them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.runtime.settings import get_settings
+
+log = logging.getLogger("loopwire.pricing")
+
+DEFAULT_PRICES: dict[str, dict[str, float]] = {
+    "claude-opus-4": {"input": 15.0, "output": 75.0, "cache_read": 1.5, "cache_write": 18.75},
+    "claude-opus-4-5": {"input": 5.0, "output": 25.0, "cache_read": 0.5, "cache_write": 6.25},
+    "claude-sonnet-4": {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75},
+    "claude-haiku-4": {"input": 1.0, "output": 5.0, "cache_read": 0.1, "cache_write": 1.25},
+    "claude-3-5-haiku": {"input": 0.8, "output": 4.0, "cache_read": 0.08, "cache_write": 1.0},
+}
+
+OFFLINE_MODEL_PREFIX = "loopwire-"
+"""Model ids of loopwire's own offline models (services/llm/scripted_model.py)."""
+
+_warned: set[str] = set()
+
+
+def is_offline_model(model: str) -> bool:
+    return model.startswith(OFFLINE_MODEL_PREFIX)
+
+
+def price_table() -> dict[str, dict[str, float]]:
+    """The built-in prices with LOOPWIRE_PRICES on top (a malformed value stops the
+    process at start-up, when its settings are read, not at a run's first cost)."""
+    return {**DEFAULT_PRICES, **get_settings().prices}
+
+
+def price_for(model: str, table: dict[str, dict[str, float]] | None = None) -> dict[str, float] | None:
+    table = table if table is not None else price_table()
+    best = None
+    for prefix in table:
+        if model.startswith(prefix) and (best is None or len(prefix) > len(best)):
+            best = prefix
+    return table[best] if best else None
+
+
+def cost_usd(model: str, usage: Usage, table: dict[str, dict[str, float]] | None = None) -> float | None:
+    """The cost of `usage` at `model`'s price, or None when the model has no known price."""
+    price = price_for(model, table)
+    if price is None:
+        if model not in _warned and not is_offline_model(model):
+            _warned.add(model)
+            log.warning("no price for model %s: its cost is unknown (cost_usd null)", model)
+        return None
+    cost = (usage.input_tokens * price.get("input", 0.0)
+            + usage.output_tokens * price.get("output", 0.0)
+            + usage.cache_read_input_tokens * price.get("cache_read", price.get("input", 0.0))
+            + usage.cache_creation_input_tokens * price.get("cache_write", price.get("input", 0.0)))
+    return cost / 1_000_000

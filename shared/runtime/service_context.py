@@ -1,0 +1,279 @@
+"""What every service is given: settings, stores, the broker and the publishing bus.
+
+A service is a class with `register(broker)` (its FastStream handlers), `start()` (after
+the connection is up: background tasks) and `stop()`. `loopwire up` runs all five on one
+broker connection; `loopwire serve NAME` runs one. See loopwire/launcher.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+from faststream import AckPolicy
+from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage
+from pydantic import BaseModel
+
+from loopwire.shared.contract.codec import dumps
+from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult
+from loopwire.shared.contract.subjects import INGRESS_STREAM, WORK_STREAM, Subjects, stream_name
+from loopwire.shared.runtime.bus import RECOVER_HEADER, REPLAY_HEADER, Bus
+from loopwire.shared.runtime.chain import (
+    Chain,
+    Delivery,
+    WorkHandler,
+    current_delivery,
+    hand_off,
+    run_handler,
+)
+from loopwire.shared.runtime.chain_balance import ChainBalance
+from loopwire.shared.runtime.credentials import redis_connect_options
+from loopwire.shared.runtime.redelivery import DeadLetter, RedeliveryPolicy
+from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.stores.blobs import BlobStore
+from loopwire.shared.stores.event_log import EventLogStore, RedisEventLog
+from loopwire.shared.stores.redis_connection import connect_redis
+from loopwire.shared.stores.session_store import RedisSessionStore, SessionStore
+from loopwire.shared.stores.step_store import RedisStepStore, StepStore
+
+log = logging.getLogger("loopwire.runtime")
+
+
+@dataclass
+class ServiceContext:
+    settings: Settings
+    subjects: Subjects
+    redis: aioredis.Redis
+    sessions: SessionStore
+    steps: StepStore
+    events: EventLogStore
+    broker: NatsBroker
+    blobs: BlobStore
+    _bus: Bus | None = field(default=None, repr=False)
+    consumers: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """label -> (stream, durable) of every work consumer registered in this process."""
+    local: dict[str, Any] = field(default_factory=dict)
+    """name -> service running in this process, for in-process hand-overs (empty when
+    LOOPWIRE_LOCAL_HANDOVER is off or the process runs one service)."""
+    handlers: dict[str, WorkHandler] = field(default_factory=dict)
+    """work subject -> its handler in this process, for hand-offs (shared/runtime/chain.py); filled
+    only where in-process hand-overs are on."""
+    hop_tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    """Handed-off hops running now (a graceful stop waits for them)."""
+    balance: ChainBalance | None = None
+    """Spreads chains over the replicas (shared/runtime/chain_balance.py), where hand-offs are on."""
+    stopping: bool = False
+    """Set when a graceful stop begins: hand-overs go back to JetStream, so work that
+    arrives while the consumers drain waits in the stream for the next process."""
+    policy: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
+    """The one redelivery policy of every work handler (shared/runtime/redelivery.py)."""
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.policy = RedeliveryPolicy(tolerance_s=s.outage_tolerance_s, max_deliver=s.max_deliver,
+                                       fault_max_deliver=s.fault_max_deliver)
+
+    async def report_dead_letter(self, letter: DeadLetter) -> None:
+        """Work given up by a handler, to the router's dead-letter consumer (JetStream,
+        LOOPWIRE_DEADLETTERS): its run ends `failed` with an `error` `undeliverable`."""
+        msg_id = f"dead:{letter.stream}:{letter.stream_seq}" if letter.stream_seq else \
+            f"dead:{letter.subject}:{letter.step_id}:{letter.deliveries}"
+        await self.bus.js.publish(self.subjects.dead_letter, letter.model_dump_json().encode(),
+                                  headers={"Nats-Msg-Id": msg_id})
+
+    def durable_name(self, label: str) -> str:
+        return f"{self.settings.subject_prefix.replace('.', '_')}_{label}"
+
+    @property
+    def bus(self) -> Bus:
+        if self._bus is None:
+            raise RuntimeError("the bus exists once the broker is connected")
+        return self._bus
+
+    def attach_bus(self) -> Bus:
+        nc = self.broker._connection  # the nats-py client FastStream opened
+        if nc is None:
+            raise RuntimeError("broker is not connected")
+        self._bus = Bus(nc, self.subjects, self.events)
+        return self._bus
+
+    async def deliver_result(self, result: GenerationResult | ToolsResult, msg_id: str) -> None:
+        """A step result to the router: a call when the router runs in this process
+        (`RouterService.accept_result`), else a `router.result` work message.
+
+        Called while the step's own delivery is unsettled, so a crash before the router
+        committed redelivers the step, which hands the recorded result over again. A result
+        produced by a redelivered chain root is marked *recover* (shared/runtime/chain.py).
+        When the in-process hand-over fails, the result is published instead and the
+        router's consumer retries it (the router ignores a result it already applied)."""
+        delivery = current_delivery()
+        recover = delivery is not None and delivery.recover
+        router = self.here("router")
+        if router is not None:
+            try:
+                await router.accept_result(result, recover=recover)
+                return
+            except Exception:
+                log.exception("in-process hand-over of step result %s failed; publishing it", msg_id)
+        await self.bus.publish_work(self.subjects.router_result, result, msg_id=msg_id, recover=recover)
+
+    def here(self, name: str) -> Any | None:
+        """The service `name` when it runs in this process and work may be handed to it as
+        a call now (not during a graceful stop), else None."""
+        return None if self.stopping else self.local.get(name)
+
+    def hand_off(self, subject: str, envelope: Any, replay: bool) -> bool:
+        """Work for `subject` as a task of the current chain when its handler runs in this
+        process (shared/runtime/chain.py). False when it must be published instead: no handler
+        here, a graceful stop under way, or no chain to hold it (an ingress handler)."""
+        handler = None if self.stopping else self.handlers.get(subject)
+        if handler is None:
+            return False
+        # A model is handed over as it is; a dict (a replayed outbox) as its JSON, which
+        # the handler validates like any message.
+        body = envelope if isinstance(envelope, BaseModel) else dumps(envelope)
+        return hand_off(handler, body, replay, self.hop_tasks, self.settings.chain_max_hops, self.balance,
+                        subject=subject)
+
+    async def wait_for_hops(self, timeout: float) -> None:
+        """Until the handed-off hops in flight have ended (a graceful stop): each hands its
+        next hop to JetStream, since `stopping` is set, and its chain settles its root."""
+        if self.hop_tasks:
+            await asyncio.wait(set(self.hop_tasks), timeout=timeout)
+
+    # -- subscriber helpers ----------------------------------------------------------------
+    def work_stream(self) -> JStream:
+        return JStream(name=stream_name(self.settings.subject_prefix, WORK_STREAM), declare=False)
+
+    def ingress_stream(self) -> JStream:
+        return JStream(name=stream_name(self.settings.subject_prefix, INGRESS_STREAM), declare=False)
+
+    def work_subscriber(self, subject: str, durable: str, max_workers: int = 64,
+                        stream: JStream | None = None, holds: bool = True,
+                        max_deliver: int | None = None, reports: bool = True) -> Any:
+        """A durable JetStream push consumer shared by every replica (deliver group =
+        durable), acked by the handler itself after its effects are durable.
+
+        The handler gets a `Delivery`, the root of a work chain (shared/runtime/chain.py): with
+        `holds`, hops the router hands off while it runs are tasks under it, and the
+        message is acked when the last of them settles. Ingress consumers pass
+        `holds=False`. Where in-process hand-overs are on, the handler is also registered
+        as this process's handler of `subject`.
+
+        Push with a deliver group rather than pull: a pull consumer costs one fetch round
+        trip per message (and nats-py's fetch(batch>1) may wait out its timeout), while a
+        push consumer with a queue group balances across replicas at no extra latency.
+        FastStream warns about any durable push consumer because one *without* a queue
+        cannot scale; ours has one, so that warning is silenced here.
+
+        Settling is the runner's (shared/runtime/chain.py, `run_handler`) under the one redelivery
+        policy (shared/runtime/redelivery.py). `max_deliver` overrides LOOPWIRE_MAX_DELIVER (-1:
+        never give up); `reports`: work given up is reported as a dead letter (not for the
+        dead-letter consumer itself)."""
+        name = self.durable_name(durable)
+        self.consumers[durable] = (stream.name if stream else self.work_stream().name, name)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The JetStream Push consumer with the `durable`")
+            subscriber = self._subscriber(subject, stream, name, max_workers,
+                                          self.settings.max_deliver if max_deliver is None else max_deliver)
+        context = self.broker.context
+        ack_wait_s = self.settings.ack_wait_s
+        policy = self.policy
+        report = self.report_dead_letter if reports else None
+
+        def decorate(handler: WorkHandler) -> Any:
+            if self.local:
+                self.handlers[subject] = handler
+
+            # FastStream resolves a `msg: NatsMessage` parameter through a thread-pool hop
+            # per message (~200 µs of CPU, docs/benchmarks.md); a body-only handler that
+            # takes the message from the context skips it.
+            async def consume(body: Any) -> None:
+                await run_handler(handler, root_delivery(context.get_local("message"), ack_wait_s, holds,
+                                                         policy, report))
+
+            consume.__name__ = getattr(handler, "__name__", "consume")
+            consume.__doc__ = handler.__doc__
+            return subscriber(consume)
+
+        return decorate
+
+    def _subscriber(self, subject: str, stream: JStream | None, name: str, max_workers: int,
+                    max_deliver: int) -> Any:
+        return self.broker.subscriber(
+            subject,
+            decoder=_raw_body,
+            stream=stream or self.work_stream(),
+            durable=name,
+            queue=name,
+            config=ConsumerConfig(ack_wait=self.settings.ack_wait_s, max_deliver=max_deliver,
+                                  max_ack_pending=10_000, deliver_subject=self.subjects.deliver(name)),
+            ack_policy=AckPolicy.MANUAL,
+            max_workers=max_workers,
+        )
+
+
+def root_delivery(msg: NatsMessage, ack_wait_s: float, holds: bool, policy: RedeliveryPolicy | None = None,
+                  report: Any = None) -> Delivery:
+    """A JetStream message as the root `Delivery` of a work chain."""
+    delivered = delivery_count(msg)
+    raw = msg.raw_message
+    recover = delivered > 1 or bool(raw.headers and raw.headers.get(RECOVER_HEADER))
+    return Delivery(msg.body, Chain(msg, delivered, ack_wait_s, holds, policy, report), seen=seen_before(msg),
+                    delivered=delivered, recover=recover, raw_message=raw)
+
+
+def delivery_count(msg: NatsMessage) -> int:
+    """Which delivery of its JetStream message this is (1 for anything else)."""
+    try:
+        return int(msg.raw_message.metadata.num_delivered)
+    except Exception:  # not a JetStream message (e.g. a test broker)
+        return 1
+
+
+def seen_before(msg: NatsMessage) -> bool:
+    """Whether this work message may have been handled before: a redelivery, or a message
+    its publisher marked as a possible re-publish (bus.REPLAY_HEADER). Only then does a
+    consumer read its step record first; new work saves that round trip. (`Delivery.seen`
+    carries the answer to the handler, for a hop of a replayed outbox too.)"""
+    raw = msg.raw_message
+    try:
+        if int(raw.metadata.num_delivered) > 1:
+            return True
+    except Exception:  # not a JetStream message (a test broker): assume the worst
+        return True
+    return bool(raw.headers and raw.headers.get(REPLAY_HEADER))
+
+
+async def _raw_body(msg: Any) -> Any:
+    """Hand the body over undecoded: each handler decodes its own envelope (orjson), so
+    FastStream's JSON guess would be wasted work."""
+    return msg.body
+
+
+def build_context(settings: Settings, broker: NatsBroker) -> ServiceContext:
+    redis = connect_redis(settings.redis_url, **redis_connect_options(settings))
+    return ServiceContext(
+        settings=settings,
+        subjects=Subjects(settings.subject_prefix, settings.tenants),
+        redis=redis,
+        sessions=RedisSessionStore(redis, settings.session_ttl_s),
+        steps=RedisStepStore(redis, settings.step_result_ttl_s),
+        events=RedisEventLog(redis, settings.session_ttl_s),
+        broker=broker,
+        blobs=BlobStore(redis, settings.step_result_ttl_s),
+    )
+
+
+class Service(Protocol):
+    name: str
+
+    def register(self, broker: NatsBroker) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...

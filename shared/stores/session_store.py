@@ -1,0 +1,233 @@
+"""Session state behind a compare-and-set on a version, plus the session's message history.
+
+One Protocol, two backends (in-memory for unit tests, Redis for everything else), one
+conformance suite (tests/test_store_conformance.py) that both pass.
+
+State is an opaque JSON document owned by the router; the history is an append-only list
+of Anthropic-format messages. A commit writes both at once: in Redis one Lua script checks
+the version, replaces the state and appends the messages, so two router replicas can never
+both advance one session, and the history can never run ahead of the state that counts it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+
+from loopwire.shared.contract import codec
+from loopwire.shared.stores.event_log import (
+    APPEND_EVENTS_LUA,
+    Append,
+    appended_events,
+    event_args,
+    event_keys,
+)
+
+
+class SessionStore(Protocol):
+    async def load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
+        """The session's state and version (None, 0 when the session is new)."""
+        ...
+
+    async def commit(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
+                     history_len_before: int, append: list[dict[str, Any]]) -> bool:
+        """Write `state` as version expected_version+1 and append `append` to the history,
+        truncated first to `history_len_before` messages; False when the version moved."""
+        ...
+
+    async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
+        """History messages [start, stop] (inclusive, like LRANGE)."""
+        ...
+
+    async def delete(self, sid: str) -> None: ...
+
+    async def recently_updated(self, index: str, after: tuple[int, str] | None,
+                               count: int) -> list[tuple[str, int]]:
+        """Up to `count` (sid, updated ms) of sessions index `index` (sessions_index_key),
+        most recently updated first (ties: greater sid first), those that come after
+        `after` in that order."""
+        ...
+
+    async def load_many(self, sids: list[str]) -> list[dict[str, Any] | None]:
+        """The states of `sids` (None for a session that has none), in one round trip."""
+        ...
+
+
+def comes_after(entry: tuple[int, str], after: tuple[int, str] | None) -> bool:
+    """Whether (ms, sid) follows `after` in most-recent-first order."""
+    return after is None or entry[0] < after[0] or (entry[0] == after[0] and entry[1] < after[1])
+
+
+@dataclass
+class InMemorySessionStore:
+    states: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    histories: dict[str, list[bytes]] = field(default_factory=dict)
+    updated: dict[str, int] = field(default_factory=dict)
+    """Update time (ms) of each session, for the sessions index."""
+
+    async def load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
+        if sid not in self.states:
+            return None, 0
+        version, raw = self.states[sid]
+        return codec.loads(raw), version
+
+    async def commit(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
+                     history_len_before: int, append: list[dict[str, Any]]) -> bool:
+        current = self.states.get(sid, (0, b""))[0]
+        if current != expected_version:
+            return False
+        self.states[sid] = (expected_version + 1, _encoded(state))
+        self.updated[sid] = max(int(time.time() * 1000), self.updated.get(sid, 0))
+        hist = self.histories.setdefault(sid, [])
+        del hist[history_len_before:]
+        hist.extend(codec.dumps(m) for m in append)
+        return True
+
+    async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
+        hist = self.histories.get(sid, [])
+        end = len(hist) if stop == -1 else stop + 1
+        return [codec.loads(m) for m in hist[start:end]]
+
+    async def delete(self, sid: str) -> None:
+        self.states.pop(sid, None)
+        self.histories.pop(sid, None)
+        self.updated.pop(sid, None)
+
+    async def recently_updated(self, index: str, after: tuple[int, str] | None,
+                               count: int) -> list[tuple[str, int]]:
+        listed = sorted(((ms, sid) for sid, ms in self.updated.items() if sessions_index_key(sid) == index),
+                        reverse=True)
+        return [(sid, ms) for ms, sid in listed if comes_after((ms, sid), after)][:count]
+
+    async def load_many(self, sids: list[str]) -> list[dict[str, Any] | None]:
+        return [(await self.load(sid))[0] for sid in sids]
+
+
+_COMMIT_LUA = APPEND_EVENTS_LUA + """
+local cur = redis.call('HGET', KEYS[1], 'ver')
+if (cur or '0') ~= ARGV[1] then return false end
+redis.call('HSET', KEYS[1], 'ver', ARGV[2], 'state', ARGV[3])
+local keep = tonumber(ARGV[4])
+if keep == 0 then
+  redis.call('DEL', KEYS[2])
+else
+  redis.call('LTRIM', KEYS[2], 0, keep - 1)
+end
+local n = tonumber(ARGV[6])
+if n > 0 then
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 8, 7 + n))
+end
+local ttl = tonumber(ARGV[5])
+if ttl > 0 then
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[2], ttl)
+end
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZADD', KEYS[6], now_ms, ARGV[7])
+if ttl > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (now_ms - ttl * 1000))
+  redis.call('EXPIRE', KEYS[6], ttl)
+end
+return append_events(KEYS[3], KEYS[4], KEYS[5], ttl, ARGV, 8 + n)
+"""
+"""The commit: compare the version, write the state, trim the history to the length the
+old state counted, append the new messages (ARGV[6] of them, from ARGV[8]), mark the
+session (ARGV[7]) updated now in the sessions index (KEYS[6], Redis's own clock, so
+replicas agree; entries older than the TTL leave it, and the index itself expires a
+TTL after the last commit of any of its sessions), then append the events that
+follow them (event_log.APPEND_EVENTS_LUA). nil when the version moved: nothing is
+written."""
+
+
+def _encoded(state: dict[str, Any] | bytes) -> bytes:
+    """A state may come encoded already (the router serialises its model straight to JSON)."""
+    return state if isinstance(state, bytes) else codec.dumps(state)
+
+
+def session_key(sid: str) -> str:
+    return f"lw:s:{sid}"
+
+
+def history_key(sid: str) -> str:
+    return f"lw:h:{sid}"
+
+
+def sessions_index_key(sid: str) -> str:
+    """The sorted set of sessions by update time (ms) that `sid` is listed in: one per
+    tenant (`<tenant>.<sid>`, shared/contract/subjects.py), `lw:sessions` without one."""
+    tenant, dot, _ = sid.rpartition(".")
+    return f"lw:sessions:{tenant}" if dot else "lw:sessions"
+
+
+class RedisSessionStore:
+    """`lw:s:<sid>` hash {ver, state}; `lw:h:<sid>` list of message JSON; `lw:sessions`
+    sorted set of session ids by update time (the sessions list query)."""
+
+    def __init__(self, redis: aioredis.Redis, ttl_s: int = 0) -> None:
+        self._r = redis
+        self._ttl = ttl_s
+        self._commit = redis.register_script(_COMMIT_LUA)
+
+    async def load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
+        ver, raw = await self._r.hmget(session_key(sid), ["ver", "state"])
+        if ver is None or raw is None:
+            return None, 0
+        return codec.loads(raw), int(ver)
+
+    async def commit(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
+                     history_len_before: int, append: list[dict[str, Any]]) -> bool:
+        return await self.commit_with_events(sid, expected_version, state, history_len_before, append, []) is not None
+
+    async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
+                                 history_len_before: int, append: list[dict[str, Any]],
+                                 events: list[Append]) -> list[tuple[dict[str, Any], bool]] | None:
+        """`commit`, and `RedisEventLog.append_many(sid, events)` in the same script: the
+        events of a transition are stored (their seqs assigned) exactly when its state is,
+        in one round trip. None when the version moved (nothing written); the same TTL."""
+        stripped, event_argv = event_args(events)
+        args: list[Any] = [str(expected_version), str(expected_version + 1), _encoded(state),
+                           str(history_len_before), str(self._ttl), str(len(append)), sid]
+        args.extend(codec.dumps(m) for m in append)
+        args.extend(event_argv)
+        keys = [session_key(sid), history_key(sid), *event_keys(sid), sessions_index_key(sid)]
+        flat = await self._commit(keys=keys, args=args)
+        if flat is None:
+            return None
+        return appended_events(stripped, flat)
+
+    async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
+        raw = await self._r.lrange(history_key(sid), start, stop)
+        return [codec.loads(m) for m in raw]
+
+    async def delete(self, sid: str) -> None:
+        await self._r.delete(session_key(sid), history_key(sid))
+        await self._r.zrem(sessions_index_key(sid), sid)
+
+    async def recently_updated(self, index: str, after: tuple[int, str] | None,
+                               count: int) -> list[tuple[str, int]]:
+        # ZREVRANGEBYSCORE from the cursor's time (inclusive), skipping the entries of
+        # that same millisecond that were on the previous page.
+        top = str(after[0]) if after else "+inf"
+        out: list[tuple[str, int]] = []
+        offset = 0
+        while len(out) < count:
+            rows: list[tuple[bytes, float]] = await self._r.zrevrangebyscore(  # type: ignore[assignment]
+                index, top, "-inf", start=offset, num=count + 16, withscores=True)
+            if not rows:
+                break
+            offset += len(rows)
+            for member, score in rows:
+                entry = (int(score), member.decode())
+                if comes_after(entry, after):
+                    out.append((entry[1], entry[0]))
+        return out[:count]
+
+    async def load_many(self, sids: list[str]) -> list[dict[str, Any] | None]:
+        pipe = self._r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hget(session_key(sid), "state")
+        return [codec.loads(raw) if raw is not None else None for raw in await pipe.execute()]

