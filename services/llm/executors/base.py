@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loopwire.shared.envelopes import ToolSpec, Usage
+from loopwire.shared.contract.envelopes import ToolSpec, Usage
 
 
 # -- what one step asks of an agent -------------------------------------------------------

@@ -16,7 +16,7 @@ import shlex
 import shutil
 from collections.abc import Callable
 
-from loopwire.shared.settings import Settings
+from loopwire.shared.runtime.settings import Settings
 
 from .base import Executor, ExecutorFailed
 
