@@ -1,0 +1,617 @@
+"""A fake OpenAI API: a real local HTTP server for tests of the coding agents that speak
+OpenAI's wire formats (`loopwire.testing.fake_openai`; also `python -m tests.fakes.openai_server`).
+
+It answers the two APIs the agents of the `codex` and `opencode` profiles use:
+
+- `POST /v1/responses` (the Responses API; codex, and opencode's `@ai-sdk/openai` providers):
+  a JSON `response`, or with `"stream": true` the SSE events in the API's order
+  (`response.created`, `response.in_progress`, `response.output_item.added`,
+  `response.content_part.added`, `response.output_text.delta` ..., `.done` events,
+  `response.function_call_arguments.delta`/`.done` for each function call,
+  `response.completed` with `usage`);
+- `POST /v1/chat/completions` (opencode's `@ai-sdk/openai-compatible` providers): a JSON
+  `chat.completion`, or streamed `chat.completion.chunk`s (`delta.content`,
+  `delta.tool_calls` with the arguments cut into pieces, `finish_reason`, a last chunk with
+  `usage` when `stream_options.include_usage`), then `data: [DONE]`;
+- `GET /v1/models`: the scripted model names.
+
+A response spec is a dict, the same for both APIs::
+
+    {"text": "Hello", "chunks": ["He", "llo"],                  # text, optionally pre-cut
+     "tool_calls": [{"name": "add", "arguments": {"a": 1}, "id": "call_1"?}],
+     "usage": {"input_tokens": 10, "output_tokens": 5},         # default: counted
+     "delay_s": 0.0, "chunk_delay_s": 0.0,
+     "error": {"status": 500, "message": "boom", "type": "server_error", "code": None}}
+
+(`"tool_use": [{"name", "input"}]`, the Anthropic fake's spelling, is read as `tool_calls`.)
+Answers come from scripts per model (`script("gpt-x", [...])`, `"*"` for any model), else a
+`responder(body, api)` function, else an echo of the last user text. Every request is
+recorded (`requests`, `responses_requests`, `chat_requests`); `tool_outputs(body)` reads
+the function results a request carries back, in either API.
+
+Pointing the agents at it (checked with codex 0.171 and opencode 1.18.33 from
+deploy/agents):
+
+- codex: the built-in `openai` provider (what `OPENAI_BASE_URL` changes) first opens the
+  Responses API over a WebSocket. A provider of one's own, given with `-c` flags (no
+  config file needed), streams over plain HTTP (SSE) instead: its first request is
+  `POST {base_url}/responses`::
+
+      codex exec --json --skip-git-repo-check -m MODEL \\
+        -c model_provider=fake \\
+        -c 'model_providers.fake={name="fake", base_url="http://127.0.0.1:PORT/v1",
+                                   env_key="FAKE_OPENAI_KEY", wire_api="responses"}'
+
+  `wire_api = "responses"` is the only value it accepts. `CODEX_HOME` (a directory of
+  one's own) keeps its sessions, logs and config apart from the user's `~/.codex`.
+- opencode: a provider in its config (`OPENCODE_CONFIG` names the file, or
+  `OPENCODE_CONFIG_CONTENT` holds the JSON) with a base URL; with `"npm":
+  "@ai-sdk/openai-compatible"` (bundled in the binary, nothing is downloaded) it calls
+  `POST {baseURL}/chat/completions`::
+
+      {"provider": {"fake": {"npm": "@ai-sdk/openai-compatible",
+                             "options": {"baseURL": "http://127.0.0.1:PORT/v1", "apiKey": "x"},
+                             "models": {"MODEL": {"name": "MODEL"}}}}}
+
+  and `opencode run --format json -m fake/MODEL`. Without `--title` it first asks the
+  model for a session title (a request without tools); `OPENCODE_DISABLE_AUTOUPDATE=1`,
+  `OPENCODE_DISABLE_MODELS_FETCH=1`, `OPENCODE_DISABLE_SHARE=1` keep it off the network.
+
+In-process::
+
+    with FakeOpenAI() as server:
+        server.script("*", [{"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]},
+                            {"text": "3"}])
+        ...
+        assert server.tool_outputs(server.requests[-1].body)
+
+As a process: `python -m loopwire.testing.fake_openai --port 0 --script script.json` prints
+`FAKE_OPENAI_URL=http://127.0.0.1:PORT` once it listens; `POST /_fake/script`
+`{"model", "responses"}`, `POST /_fake/fail_next` `{"status", "n", "model"}`,
+`POST /_fake/reset`, `GET /_fake/requests` steer it over HTTP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from .fake_anthropic import _json_chunks, _words_chunks
+
+RESPONSES = "/v1/responses"
+CHAT = "/v1/chat/completions"
+Responder = Callable[[dict[str, Any], str], dict[str, Any] | None]
+"""`responder(body, path)`: a response spec for the request, or None for the default."""
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
+               429: "rate_limit_error", 500: "server_error", 503: "server_error"}
+
+
+def count_tokens(body: dict[str, Any]) -> int:
+    """Deterministic input token count: a quarter of the characters of the request's
+    instructions, input (or messages) and tools."""
+    payload = {k: body.get(k) for k in ("instructions", "input", "messages", "tools")}
+    return max(1, math.ceil(len(json.dumps(payload, separators=(",", ":"), sort_keys=True)) / 4))
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = [p.get("text", "") for p in content or [] if isinstance(p, dict)
+             and p.get("type") in ("text", "input_text", "output_text")]
+    return " ".join(t for t in parts if t)
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    """The text of the last user message of a Responses or Chat Completions request."""
+    items = body.get("input") if "input" in body else body.get("messages")
+    if isinstance(items, str):
+        return items
+    for item in reversed(items or []):
+        if isinstance(item, dict) and item.get("role") == "user":
+            return _text_of(item.get("content"))
+    return ""
+
+
+
+def tool_outputs(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The function results a request sends back: `[{"call_id", "output"}]`, from the
+    Responses API's `function_call_output` items or Chat Completions' `tool` messages."""
+    found: list[dict[str, Any]] = []
+    if isinstance(body.get("input"), list):
+        for item in body["input"]:
+            if isinstance(item, dict) and item.get("type") in ("function_call_output", "custom_tool_call_output"):
+                output = item.get("output")
+                found.append({"call_id": item.get("call_id"),
+                              "output": output if isinstance(output, str) else _text_of(output)})
+    for message in body.get("messages") or []:
+        if isinstance(message, dict) and message.get("role") == "tool":
+            found.append({"call_id": message.get("tool_call_id"), "output": _text_of(message.get("content"))})
+    return found
+
+
+def tool_names(body: dict[str, Any]) -> list[str]:
+    """The names of the function tools a request offers; a tool inside a Responses
+    `namespace` tool is named by the namespace's name followed by its own."""
+    names: list[str] = []
+    for tool in body.get("tools") or []:
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") == "function":
+            fn = tool.get("function")
+            names.append(str((fn if isinstance(fn, dict) else tool).get("name")))
+        elif tool.get("type") == "namespace":
+            names.extend(f"{tool.get('name')}{t.get('name')}" for t in tool.get("tools") or [] if isinstance(t, dict))
+    return names
+
+
+@dataclass
+class Failure:
+    status: int
+    remaining: int | None
+    """None: fail every matching request from now on."""
+    model: str | None = None
+    message: str | None = None
+
+    def matches(self, model: str) -> bool:
+        return (self.remaining is None or self.remaining > 0) and self.model in (None, "*", model)
+
+
+@dataclass
+class RecordedRequest:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Answer:
+    """A response spec made concrete: text, function calls with ids, usage."""
+    id: str
+    model: str
+    text: str
+    chunks: list[str]
+    calls: list[dict[str, Any]]
+    """`{"id", "call_id", "name", "namespace", "arguments"}`, arguments as a JSON string."""
+    usage: dict[str, int]
+    chunk_delay_s: float = 0.0
+
+
+class FakeOpenAI:
+    """The fake server; `start()` serves on a free port in a background thread."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self.requests: list[RecordedRequest] = []
+        self.responder: Responder | None = None
+        self._scripts: dict[str, deque[dict[str, Any]]] = {}
+        self._failures: list[Failure] = []
+        self._lock = threading.Condition()
+        self._counter = 0
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """The server's root; the agents' base URL is `url + "/v1"` (`base_url`)."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def start(self) -> FakeOpenAI:
+        handler = type("Handler", (_Handler,), {"fake": self})
+        self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
+        self._httpd.daemon_threads = True
+        self.port = int(self._httpd.server_address[1])
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="fake-openai",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- steering ---------------------------------------------------------------------------
+    def script(self, model: str, responses: list[dict[str, Any]]) -> None:
+        """Queue responses for `model` (`"*"`: any model without a script of its own)."""
+        with self._lock:
+            self._scripts.setdefault(model, deque()).extend(responses)
+
+    def fail_next(self, status: int = 500, n: int | None = 1, model: str | None = None,
+                  message: str | None = None) -> None:
+        """Fail the next `n` model requests (for `model`, or any); `n=None`: all of them."""
+        with self._lock:
+            self._failures.append(Failure(status, n, model, message))
+
+    def reset(self) -> None:
+        with self._lock:
+            self._scripts.clear()
+            self._failures.clear()
+            self.requests.clear()
+            self.responder = None
+
+    def pending(self, model: str = "*") -> int:
+        with self._lock:
+            return len(self._scripts.get(model, ()))
+
+    def model_requests(self, path: str | None = None) -> list[dict[str, Any]]:
+        """Bodies of the model requests so far (both APIs, or those to `path`)."""
+        with self._lock:
+            return [r.body for r in self.requests if r.path in ((path,) if path else (RESPONSES, CHAT))]
+
+    @property
+    def responses_requests(self) -> list[dict[str, Any]]:
+        return self.model_requests(RESPONSES)
+
+    @property
+    def chat_requests(self) -> list[dict[str, Any]]:
+        return self.model_requests(CHAT)
+
+    tool_outputs = staticmethod(tool_outputs)
+    tool_names = staticmethod(tool_names)
+    last_user_text = staticmethod(last_user_text)
+
+    def wait_for_requests(self, n: int, timeout: float = 10.0, path: str | None = None) -> list[RecordedRequest]:
+        """Block until `n` model requests (to `path`, or to either API) arrived."""
+        paths = (path,) if path else (RESPONSES, CHAT)
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                hits = [r for r in self.requests if r.path in paths]
+                if len(hits) >= n:
+                    return hits
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{len(hits)} of {n} requests to {paths} after {timeout}s")
+                self._lock.wait(left)
+
+    # -- answering (called from handler threads) -----------------------------------------
+    def _record(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> None:
+        with self._lock:
+            self.requests.append(RecordedRequest(path, headers, body))
+            self._lock.notify_all()
+
+    def _take_failure(self, model: str) -> Failure | None:
+        with self._lock:
+            for failure in self._failures:
+                if failure.matches(model):
+                    if failure.remaining is not None:
+                        failure.remaining -= 1
+                    return failure
+        return None
+
+    def _take_spec(self, body: dict[str, Any], path: str) -> dict[str, Any]:
+        model = str(body.get("model", ""))
+        with self._lock:
+            for key in (model, "*"):
+                queue = self._scripts.get(key)
+                if queue:
+                    return dict(queue.popleft())
+            responder = self.responder
+        if responder is not None:
+            spec = responder(body, path)
+            if spec is not None:
+                return dict(spec)
+        return {"text": f"Echo: {last_user_text(body)}"}
+
+    def answer(self, body: dict[str, Any], spec: dict[str, Any]) -> Answer:
+        """The concrete answer to `body` for a response spec."""
+        with self._lock:
+            self._counter += 1
+            n = self._counter
+        text = spec.get("text")
+        if text is None and spec.get("chunks"):
+            text = "".join(spec["chunks"])
+        text = text or ""
+        calls = []
+        for i, call in enumerate(spec.get("tool_calls") or spec.get("tool_use") or []):
+            arguments = call.get("arguments", call.get("input", {}))
+            calls.append({"id": f"fc_fake_{n:06d}_{i}", "call_id": call.get("id") or f"call_fake_{n:06d}_{i}",
+                          "name": call["name"], "namespace": call.get("namespace"),
+                          "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)})
+        out_chars = len(text) + sum(len(c["arguments"]) + len(c["name"]) for c in calls)
+        usage = {"input_tokens": count_tokens(body), "output_tokens": max(1, math.ceil(out_chars / 4)),
+                 "cached_tokens": 0, "reasoning_tokens": 0}
+        usage.update(spec.get("usage") or {})
+        chunks = list(spec["chunks"]) if spec.get("chunks") else _words_chunks(text)
+        return Answer(f"resp_fake_{n:06d}", str(spec.get("model") or body.get("model") or ""), text, chunks,
+                      calls, usage, float(spec.get("chunk_delay_s") or 0))
+
+    # -- the Responses API --------------------------------------------------------------------
+    @staticmethod
+    def _responses_usage(usage: dict[str, int]) -> dict[str, Any]:
+        return {"input_tokens": usage["input_tokens"],
+                "input_tokens_details": {"cached_tokens": usage.get("cached_tokens", 0)},
+                "output_tokens": usage["output_tokens"],
+                "output_tokens_details": {"reasoning_tokens": usage.get("reasoning_tokens", 0)},
+                "total_tokens": usage["input_tokens"] + usage["output_tokens"]}
+
+    @staticmethod
+    def _response_items(answer: Answer) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        if answer.text:
+            items.append({"id": f"msg_{answer.id}", "type": "message", "status": "completed", "role": "assistant",
+                          "content": [{"type": "output_text", "text": answer.text, "annotations": []}]})
+        for call in answer.calls:
+            item = {"id": call["id"], "type": "function_call", "status": "completed",
+                    "call_id": call["call_id"], "name": call["name"], "arguments": call["arguments"]}
+            if call.get("namespace"):
+                item["namespace"] = call["namespace"]
+            items.append(item)
+        return items
+
+    def response_object(self, answer: Answer, status: str = "completed") -> dict[str, Any]:
+        done = status == "completed"
+        return {"id": answer.id, "object": "response", "created_at": int(time.time()), "status": status,
+                "model": answer.model, "output": self._response_items(answer) if done else [],
+                "usage": self._responses_usage(answer.usage) if done else None,
+                "error": None, "incomplete_details": None, "parallel_tool_calls": True, "tool_choice": "auto"}
+
+    def responses_events(self, answer: Answer) -> Iterator[dict[str, Any]]:
+        """The SSE events of a streamed response (each has its `type`), in the API's order."""
+        seq = iter(range(1_000_000))
+        yield {"type": "response.created", "sequence_number": next(seq),
+               "response": self.response_object(answer, "in_progress")}
+        yield {"type": "response.in_progress", "sequence_number": next(seq),
+               "response": self.response_object(answer, "in_progress")}
+        for index, item in enumerate(self._response_items(answer)):
+            if item["type"] == "message":
+                yield {"type": "response.output_item.added", "sequence_number": next(seq), "output_index": index,
+                       "item": dict(item, status="in_progress", content=[])}
+                part = {"type": "output_text", "text": "", "annotations": []}
+                yield {"type": "response.content_part.added", "sequence_number": next(seq), "item_id": item["id"],
+                       "output_index": index, "content_index": 0, "part": part}
+                for piece in answer.chunks:
+                    yield {"type": "response.output_text.delta", "sequence_number": next(seq),
+                           "item_id": item["id"], "output_index": index, "content_index": 0, "delta": piece,
+                           "logprobs": []}
+                yield {"type": "response.output_text.done", "sequence_number": next(seq), "item_id": item["id"],
+                       "output_index": index, "content_index": 0, "text": answer.text, "logprobs": []}
+                yield {"type": "response.content_part.done", "sequence_number": next(seq), "item_id": item["id"],
+                       "output_index": index, "content_index": 0, "part": dict(part, text=answer.text)}
+            else:
+                yield {"type": "response.output_item.added", "sequence_number": next(seq), "output_index": index,
+                       "item": dict(item, status="in_progress", arguments="")}
+                for piece in _json_chunks(item["arguments"]):
+                    yield {"type": "response.function_call_arguments.delta", "sequence_number": next(seq),
+                           "item_id": item["id"], "output_index": index, "delta": piece}
+                yield {"type": "response.function_call_arguments.done", "sequence_number": next(seq),
+                       "item_id": item["id"], "output_index": index, "arguments": item["arguments"]}
+            yield {"type": "response.output_item.done", "sequence_number": next(seq), "output_index": index,
+                   "item": item}
+        yield {"type": "response.completed", "sequence_number": next(seq), "response": self.response_object(answer)}
+
+    # -- Chat Completions ----------------------------------------------------------------------
+    @staticmethod
+    def _chat_usage(usage: dict[str, int]) -> dict[str, Any]:
+        return {"prompt_tokens": usage["input_tokens"], "completion_tokens": usage["output_tokens"],
+                "total_tokens": usage["input_tokens"] + usage["output_tokens"],
+                "prompt_tokens_details": {"cached_tokens": usage.get("cached_tokens", 0)},
+                "completion_tokens_details": {"reasoning_tokens": usage.get("reasoning_tokens", 0)}}
+
+    def chat_completion(self, answer: Answer) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": answer.text or None}
+        if answer.calls:
+            message["tool_calls"] = [{"id": c["call_id"], "type": "function",
+                                      "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                     for c in answer.calls]
+        return {"id": f"chatcmpl_{answer.id}", "object": "chat.completion", "created": int(time.time()),
+                "model": answer.model, "choices": [{"index": 0, "message": message, "logprobs": None,
+                                                    "finish_reason": "tool_calls" if answer.calls else "stop"}],
+                "usage": self._chat_usage(answer.usage)}
+
+    def chat_chunks(self, answer: Answer, include_usage: bool) -> Iterator[dict[str, Any]]:
+        """The `chat.completion.chunk`s of a streamed completion, in the API's order."""
+        head = {"id": f"chatcmpl_{answer.id}", "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": answer.model}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return dict(head, choices=[{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
+
+        yield chunk({"role": "assistant", "content": ""})
+        for piece in answer.chunks if answer.text else []:
+            yield chunk({"content": piece})
+        for i, call in enumerate(answer.calls):
+            yield chunk({"tool_calls": [{"index": i, "id": call["call_id"], "type": "function",
+                                         "function": {"name": call["name"], "arguments": ""}}]})
+            for piece in _json_chunks(call["arguments"]):
+                yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+        yield chunk({}, "tool_calls" if answer.calls else "stop")
+        if include_usage:
+            yield dict(head, choices=[], usage=self._chat_usage(answer.usage))
+
+    @staticmethod
+    def error_body(status: int, message: str | None = None, error_type: str | None = None,
+                   code: str | None = None) -> dict[str, Any]:
+        return {"error": {"message": message or f"error {status}", "type": error_type or ERROR_TYPES.get(
+            status, "server_error"), "param": None, "code": code}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 30  # an idle keep-alive connection ends its thread after this
+    fake: FakeOpenAI
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet in tests
+        pass
+
+    def _read_json(self) -> dict[str, Any]:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            value = json.loads(raw or b"{}")
+        except ValueError:
+            return {"_invalid_json": raw.decode("utf-8", "replace")}
+        return value if isinstance(value, dict) else {"_body": value}
+
+    def _send_json(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        path = self.path.split("?", 1)[0]
+        if path == "/_fake/requests":
+            with self.fake._lock:
+                data = [{"path": r.path, "body": r.body} for r in self.fake.requests]
+            self._send_json(200, {"requests": data})
+        elif path == "/_fake/health":
+            self._send_json(200, {"ok": True})
+        elif path == "/v1/models":
+            with self.fake._lock:
+                names = sorted(m for m in self.fake._scripts if m != "*")
+            self._send_json(200, {"object": "list", "data": [
+                {"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in names]})
+        else:
+            self._send_json(404, FakeOpenAI.error_body(404, "not found"))
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        path = self.path.split("?", 1)[0]
+        body = self._read_json()
+        try:
+            if path in (RESPONSES, CHAT):
+                self.fake._record(path, dict(self.headers.items()), body)
+                self._model_call(path, body)
+            elif path.startswith("/_fake/"):
+                self._control(path, body)
+            else:
+                self._send_json(404, FakeOpenAI.error_body(404, "not found"))
+        except (BrokenPipeError, ConnectionResetError):  # the client went away mid-answer
+            self.close_connection = True
+
+    def _control(self, path: str, body: dict[str, Any]) -> None:
+        fake = self.fake
+        if path == "/_fake/script":
+            fake.script(body.get("model") or "*", list(body.get("responses") or []))
+        elif path == "/_fake/fail_next":
+            fake.fail_next(int(body.get("status", 500)), body.get("n", 1), body.get("model"), body.get("message"))
+        elif path == "/_fake/reset":
+            fake.reset()
+        else:
+            self._send_json(404, FakeOpenAI.error_body(404, "not found"))
+            return
+        self._send_json(200, {"ok": True})
+
+    def _model_call(self, path: str, body: dict[str, Any]) -> None:
+        fake = self.fake
+        model = str(body.get("model", ""))
+        wanted = "input" if path == RESPONSES else "messages"
+        if not model or wanted not in body:
+            self._send_json(400, FakeOpenAI.error_body(400, f"model and {wanted} are required"))
+            return
+        failure = fake._take_failure(model)
+        if failure is not None:
+            self._send_json(failure.status, FakeOpenAI.error_body(failure.status, failure.message))
+            return
+        spec = fake._take_spec(body, path)
+        if spec.get("delay_s"):
+            time.sleep(float(spec["delay_s"]))
+        error = spec.get("error")
+        if error:
+            status = int(error.get("status", 500))
+            self._send_json(status, FakeOpenAI.error_body(status, error.get("message"), error.get("type"),
+                                                          error.get("code")))
+            return
+        answer = fake.answer(body, spec)
+        if not body.get("stream"):
+            self._send_json(200, fake.response_object(answer) if path == RESPONSES else fake.chat_completion(answer))
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        if path == RESPONSES:
+            for event in fake.responses_events(answer):
+                if answer.chunk_delay_s and event["type"] == "response.output_text.delta":
+                    time.sleep(answer.chunk_delay_s)
+                self._chunk(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+        else:
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            for chunk in fake.chat_chunks(answer, include_usage):
+                if answer.chunk_delay_s:
+                    time.sleep(answer.chunk_delay_s)
+                self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+            self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")
+
+
+# -- pytest and command line ---------------------------------------------------------------
+try:
+    import pytest
+
+    @pytest.fixture
+    def openai_server() -> Iterator[FakeOpenAI]:
+        """A started fake; import this name into a test module to use it as a fixture."""
+        with FakeOpenAI() as server:
+            yield server
+except ImportError:  # pragma: no cover - the standalone process needs no pytest
+    pass
+
+
+def load_script(server: FakeOpenAI, path: str) -> None:
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if isinstance(data, list):
+        server.script("*", data)
+        return
+    for model, responses in (data.get("scripts") or {}).items():
+        server.script(model, responses)
+    for f in data.get("failures") or []:
+        server.fail_next(int(f.get("status", 500)), f.get("n", 1), f.get("model"), f.get("message"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Fake OpenAI Responses and Chat Completions API for loopwire tests.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--script", help="JSON file of scripted responses")
+    args = parser.parse_args(argv)
+    server = FakeOpenAI(args.host, args.port)
+    if args.script:
+        load_script(server, args.script)
+    server.start()
+    print(f"FAKE_OPENAI_URL={server.url}", flush=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    done.wait()
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()
