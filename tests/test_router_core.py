@@ -300,11 +300,6 @@ def test_rejected_input_emits_error_keyed_by_input(fresh: SessionState) -> None:
     assert e.kind == "error" and e.key == "error:in:7" and e.fields == {"code": "bad_json", "message": "nope"}
 
 
-def test_unimplemented_profile_is_rejected_clearly(fresh: SessionState) -> None:
-    d = decide(fresh, start({"input": "hi", "profile": "codex"}), CFG)
-    assert d.state is None and events(d)[0].fields["code"] == "unsupported_profile"
-
-
 def test_usage_is_counted_once_per_generation(fresh: SessionState) -> None:
     st, _ = step(fresh, start({"input": "what is 1 + 2?"}))
     st, _ = step(st, gen_result("run1:g1", [tool_use("t1")], stop="tool_use", usage=(50, 10)))

@@ -59,20 +59,14 @@ def test_change_phase_moves_the_run_and_says_so() -> None:
 def test_profile_defaults_and_limits_overrides() -> None:
     assert {n: (p.max_turns, p.compaction_at_pct, p.progress_injection) for n, p in PROFILES.items() if p.implemented} \
         == {"agentic": (50, 0.8, "system_reminder"), "agentic_planned": (100, 0.8, "system_reminder"),
-            "turn_by_turn": (200, 0.8, "none"), "conversational": (100, 0.8, "none")}
+            "turn_by_turn": (200, 0.8, "none"), "conversational": (100, 0.8, "none"),
+            **{n: (50, 0.8, "system_reminder") for n in ("claude_code", "opencode", "codex", "acp")}}
     d = Driver()
     d.start(profile="turn_by_turn")
     assert (d.run.config.max_turns, d.run.config.compaction_at_pct) == (200, 0.8)
     d2 = Driver()
     d2.start(profile="turn_by_turn", limits={"max_turns": 7, "compaction_at_pct": 0.5})
     assert (d2.run.config.max_turns, d2.run.config.compaction_at_pct) == (7, 0.5)
-
-
-@pytest.mark.parametrize("name", ["claude_code", "opencode", "codex", "acp"])
-def test_external_executor_profiles_stay_unsupported(name: str) -> None:
-    d = Driver()
-    out = d.start(profile=name)
-    assert out.state is None and d.of("error", out)[0]["code"] == "unsupported_profile"
 
 
 def test_agentic_offers_the_finish_tool_and_changes_no_phase() -> None:

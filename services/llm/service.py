@@ -46,6 +46,7 @@ from loopwire.shared.stores.step_store import renewed
 
 from .breaker import CircuitBreaker, RunGate, breaker_from_settings
 from .errors import ModelCallError
+from .executors.runner import ExecutorSteps
 from .fallback import BreakerGate, FallbackModel, RetryPolicy, Sleep
 from .generation import model_chain, model_request, record_key, result_failed, result_msg_id, result_ok
 from .model import Model
@@ -78,6 +79,8 @@ class LlmService:
         self._cancel_sub: Any = None
         self.summarizer = SummarizeResponder(ctx, self.model_factory, self.policy, self.breaker, sleep)
         """Answers the memory service's summaries on `<prefix>.rpc.llm.summarize` (summarize.py)."""
+        self.executors = ExecutorSteps(ctx)
+        """The external agents of the executor profiles (executors/runner.py)."""
 
     # -- wiring ------------------------------------------------------------------------------
     def register(self, broker: NatsBroker) -> None:
@@ -87,9 +90,11 @@ class LlmService:
     async def start(self) -> None:
         self._cancel_sub = await self.ctx.bus.nc.subscribe(self.ctx.subjects.cancel_all, cb=self._inflight.on_notice)
         await self.summarizer.start(self.ctx.bus.nc)
+        await self.executors.start()
 
     async def stop(self) -> None:
         await self.summarizer.stop()
+        await self.executors.stop()
         if self._cancel_sub is not None:
             with contextlib.suppress(Exception):
                 await self._cancel_sub.unsubscribe()
@@ -156,6 +161,9 @@ class LlmService:
         # Large tool results travel by reference; the model gets them whole.
         env.messages = await resolve_messages(env.messages, self.ctx.blobs)
         bus, sid, run_id = self.ctx.bus, env.session_id, env.run_id
+        if env.executor is not None:  # an external agent answers (executors/runner.py)
+            with self._inflight.track(sid, run_id) as cancel:
+                return await self.executors.generate(env, delivered, cancel)
         default_model = self.ctx.settings.default_model
         chain = model_chain(env, default_model)
         gate = await self.breaker.gate(chain) if isinstance(self.breaker, CircuitBreaker) else self.breaker

@@ -116,8 +116,13 @@ class MemoryService:
         context.system = system_prompt(with_sections(env.system, [section] if section else []), env.ephemeral_notes)
         context.tools = tools
 
-        guard = ContextGuard(self.counter, self._summarizer.for_step(env))
-        outcome = await guard.fit(context, cfg, env.step_id)
+        if env.executor is not None:
+            # An external agent keeps and compacts its own context (the llm service asks it
+            # to): the history goes as it is, unmeasured.
+            outcome = GuardOutcome(c.assemble(context.head, None, context.start, context.rest), 0, False)
+        else:
+            guard = ContextGuard(self.counter, self._summarizer.for_step(env))
+            outcome = await guard.fit(context, cfg, env.step_id)
         boundary = outcome.record or context.record
         self._covers.put(env.session_id, boundary.covers if boundary is not None else 0)
 

@@ -41,6 +41,7 @@ from . import inputs as i
 from .config import CoreConfig
 from .effects import Effect, EmitEvent, PublishNotice, PublishWork, effect_from_dict
 from .error_policy import classify_generation_failure
+from .executor_profiles import decide_permission, open_permission, settle_permission, spec_for
 from .finish import FINISH_TOOL, FINISHED_RESULT, OUT_OF_BUDGET_NOTE, finish_call, out_of_budget_conclusion
 from .iteration_limits import inner_limit, outer_limit
 from .next_step import (
@@ -257,6 +258,7 @@ def _on_start(tx: _Tx, inp: i.StartInput, cfg: CoreConfig) -> Decision:
     config = _run_config(body, cfg, strategy, depth)
     if parent is not None and subagent.parent_of(config.metadata) != parent:
         config.metadata = {**config.metadata, subagent.PARENT_SESSION: parent}
+    config.workspace_path = inp.workspace_path
     messages = _input_messages(body)
     return _start_run(tx, config, messages, run_id=inp.new_id, cfg=cfg, plan=body.plan, workspace=inp.workspace)
 
@@ -320,6 +322,9 @@ def _on_decision(tx: _Tx, inp: i.DecisionInput, cfg: CoreConfig) -> Decision:
     if cp is None or run is None:
         return _reject(tx.st, inp, "unknown_checkpoint",
                        f"checkpoint {body.checkpoint_id} is unknown or already answered")
+    if cp.kind == "executor":  # the agent waits for it in its step (executor_profiles.py)
+        tx.effects.extend(decide_permission(tx.st, run, cp, body))
+        return tx.finish()
     approval.close(tx.st, run)
     approved = body.decision == "approve"
     if cp.kind == "proposal":
@@ -338,6 +343,18 @@ def _on_decision(tx: _Tx, inp: i.DecisionInput, cfg: CoreConfig) -> Decision:
     if run.profile_phase == "review":
         _phase(tx, run, "execute" if approved else "review")
     _execute(tx, run, cp.calls, denied)
+    return tx.finish()
+
+
+def _on_permission(tx: _Tx, inp: i.PermissionInput, cfg: CoreConfig) -> Decision:
+    """An external agent asks before running an `approve` tool, its step in flight."""
+    run = tx.st.run
+    if run is None or run.pending_step != inp.request.step_id:
+        return Decision(state=None)  # stale: the step was abandoned (its agent is stopped)
+    changed, effects = open_permission(tx.st, run, inp.request)
+    if not changed:
+        return Decision(state=None, effects=effects)
+    tx.effects.extend(effects)
     return tx.finish()
 
 
@@ -368,6 +385,7 @@ def _on_generation(tx: _Tx, inp: i.GenerationInput, cfg: CoreConfig) -> Decision
     if run is None or run.pending_step != result.step_id:
         return None  # stale: the run ended or moved on (abort, steer) while this was in flight
     run.pending_step = None
+    settle_permission(tx.st, run)
     _account_extra(tx, run, result)
     if not result.ok or result.message is None:
         _on_failed_generation(tx, run, result, cfg)
@@ -670,6 +688,7 @@ def _request_generation(tx: _Tx, run: RunState, notes: list[str] | None = None) 
         temperature=run.temperature if run.temperature is not None else cfg.temperature,
         reduce_context=run.context_retries > 0, context_window=cfg.context_window,
         compaction_at_pct=cfg.compaction_at_pct, actor=cfg.actor, memory_model=cfg.memory_model, trace=run.trace,
+        executor=spec_for(run),
     )
     tx.effects.append(PublishWork(target="memory.assemble", envelope=env.model_dump(mode="json"), model=env,
                                   msg_id=f"{step_id}:assemble"))
@@ -796,21 +815,22 @@ def _batch_results(run: RunState, calls: list[dict[str, Any]], why: str) -> list
 def _account(tx: _Tx, run: RunState, result: GenerationResult) -> None:
     """Usage is recorded once per generation, from the final message's usage (streaming
     reports cumulative usage; summing per-event figures would count tokens many times)."""
-    run.turn += 1
+    # An external agent's step holds all its own model calls (result.turns).
+    run.turn += max(1, result.turns)
     run.inner += 1
-    tx.st.turns += 1
+    tx.st.turns += max(1, result.turns)
     run.last_context_tokens = result.usage.total_input() + result.usage.output_tokens
-    _add_usage(tx, run, result, result.usage, "turn")
+    _add_usage(tx, run, result, result.usage, "turn", reported_cost=result.cost_usd)
 
 
 def _add_usage(tx: _Tx, run: RunState, result: GenerationResult, usage: Usage, count: str,
-               model: str | None = None) -> None:
+               model: str | None = None, reported_cost: float | None = None) -> None:
     """Add `usage` to the run's and the session's ledger (with its cost, at `model`'s price,
-    by default the generation's) and count it."""
+    by default the generation's, or as an external agent reported it) and count it."""
     run.usage = run.usage + usage
     tx.st.usage = tx.st.usage + usage
     model = model or result.model or run.config.models[run.model_offset]
-    cost = cost_usd(model, usage)
+    cost = reported_cost if reported_cost is not None else cost_usd(model, usage)
     if cost is None:
         _unpriced(tx, run, model)
     else:
@@ -885,6 +905,7 @@ def _run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None
         compaction_at_pct=limits["compaction_at_pct"] or profile.compaction_at_pct,
         actor=body.strategy.actor, expectation=body.strategy.expectation,
         strategy=strategy.name if strategy else None, subagent_depth=depth, metadata=body.metadata,
+        executor_agent=body.executor.agent if body.executor else None,
     )
 
 
@@ -903,4 +924,5 @@ _HANDLERS: dict[type, Any] = {
     i.GenerationInput: _on_generation,
     i.ToolsInput: _on_tools,
     i.UndeliverableInput: _on_undeliverable,
+    i.PermissionInput: _on_permission,
 }

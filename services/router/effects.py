@@ -34,10 +34,15 @@ class PublishNotice(BaseModel):
 
     `cancel` goes to `<prefix>.ctl.<sid>.cancel` with `{"run_id": ...}`: the llm service
     stops the run's in-flight generation, the tools service its in-flight calls (steer,
-    abort). Their late results arrive as stale step results and are ignored."""
+    abort). Their late results arrive as stale step results and are ignored.
+
+    `permission` goes to `<prefix>.ctl.<sid>.permission` with `{"run_id", "checkpoint_id",
+    "decision", "note"}`: an external agent waiting in its step gets the decision
+    (executor_profiles.py; the llm service asks again until it has one, so a lost notice
+    only delays it)."""
 
     type: Literal["notice"] = "notice"
-    notice: Literal["cancel"] = "cancel"
+    notice: Literal["cancel", "permission"] = "cancel"
     body: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult
+from loopwire.shared.contract.envelopes import ExecutorPermission, GenerationResult, ToolsResult
 from loopwire.shared.contract.protocol import Abort, Decision, FollowUp, StartRun
 
 
@@ -56,6 +56,8 @@ class StartInput(_Input):
     workspace_refusal: str | None = None
     """Why `metadata.workspace` may not be used (outside LOOPWIRE_WORKSPACE_ROOTS, ...):
     the start is refused with `workspace_not_allowed` (workspace.py)."""
+    workspace_path: str | None = None
+    """`metadata.workspace` resolved under the roots (an external agent works in it)."""
 
 
 class MessageInput(_Input):
@@ -91,6 +93,13 @@ class ToolsInput(_Input):
     result: ToolsResult
 
 
+class PermissionInput(_Input):
+    """An external agent's permission request, from its running step (executor_profiles.py)."""
+
+    kind: Literal["permission"] = "permission"
+    request: ExecutorPermission
+
+
 class RejectedInput(_Input):
     """Ingress that could not be decoded: it becomes an `error` event and nothing else."""
 
@@ -118,6 +127,6 @@ class UndeliverableInput(_Input):
 
 RouterInput = Annotated[
     StartInput | MessageInput | SteerInput | AbortInput | DecisionInput | GenerationInput
-    | ToolsInput | RejectedInput | UndeliverableInput,
+    | ToolsInput | RejectedInput | UndeliverableInput | PermissionInput,
     Field(discriminator="kind"),
 ]

@@ -20,7 +20,10 @@ A profile is data:
 | agentic_planned | plan, execute, verify, done | plan→execute, execute→verify, verify→done | 100 | 0.8 | system_reminder |
 | turn_by_turn | review, execute, done | review→review, review→execute, execute→review, execute→done | 200 | 0.8 | none |
 | conversational | chat | - | 100 | 0.8 | none |
-| claude_code, opencode, codex, acp | - | - | unsupported: external executors are a later issue (`unsupported_profile`) |
+| claude_code, opencode, codex, acp | act | - | 50 | 0.8 | system_reminder (the agent's system prompt) |
+
+The executor profiles' stages are the seed's lists (executor_profiles.py): an external agent
+makes each generation, the router routes its answer and nudges it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 
 from .approval import ReviewStage
 from .commitment_gate import CommitmentGateStage
+from .executor_profiles import ACP_PIPELINE, CLI_PIPELINE, EXECUTOR_STAGES
 from .finish import FinishStage
 from .loop_detection import LoopDetectionStage
 from .planning import PlanStage
@@ -69,6 +73,10 @@ class Profile:
     by the shell at the start) as a note: agentic_planned in its plan phase, turn_by_turn
     until its first tool batch ran (after that the snapshot may be stale)."""
     implemented: bool = True
+    executor: str | None = None
+    """`cli` or `acp`: an external agent makes the generations (executor_profiles.py)."""
+    pipeline: tuple[str, ...] = ()
+    """The seed's stage list of an executor profile, as executor_profiles.py maps it."""
     notes: str = field(default="", compare=False)
 
     @property
@@ -122,12 +130,14 @@ PROFILES: dict[str, Profile] = {
         "conversational", offers_tools=False, stages=(VacuousAnswerStage(), RoutingStage()), phases=("chat",),
         max_turns=100, compaction_at_pct=0.8, progress_injection="none",
         max_inner_iterations=10, max_outer_iterations=1, single_generation=True),
-    # External executors (a coding agent's own loop behind the same contract) come with
-    # their own issue. Until then a StartRun naming them gets a clear `error` event.
-    "claude_code": Profile("claude_code", True, _AGENTIC_STAGES, implemented=False),
-    "opencode": Profile("opencode", True, _AGENTIC_STAGES, implemented=False),
-    "codex": Profile("codex", True, _AGENTIC_STAGES, implemented=False),
-    "acp": Profile("acp", True, _AGENTIC_STAGES, implemented=False),
+    # External executors: a coding agent's own loop makes each generation (one step is
+    # one turn of the agent); the llm service answers `unsupported_profile` for an agent
+    # it has no executor for (services/llm/executors/registry.py).
+    **{name: Profile(name, offers_tools=True, stages=EXECUTOR_STAGES, phases=("act",), max_turns=50,
+                     compaction_at_pct=0.8, progress_injection="system_reminder", max_inner_iterations=100,
+                     max_outer_iterations=10, executor="acp" if name == "acp" else "cli",
+                     pipeline=ACP_PIPELINE if name == "acp" else CLI_PIPELINE)
+       for name in ("claude_code", "opencode", "codex", "acp")},
 }
 
 

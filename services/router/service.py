@@ -21,7 +21,12 @@ from faststream.nats import JStream, NatsBroker
 from pydantic import ValidationError
 
 from loopwire.shared.contract import codec
-from loopwire.shared.contract.envelopes import STEP_RESULT_ADAPTER, GenerationResult, ToolsResult
+from loopwire.shared.contract.envelopes import (
+    STEP_RESULT_ADAPTER,
+    ExecutorPermission,
+    GenerationResult,
+    ToolsResult,
+)
 from loopwire.shared.contract.protocol import RESERVED_TOOL_NAMES
 from loopwire.shared.contract.subjects import (
     DEAD_LETTER_STREAM,
@@ -203,7 +208,8 @@ class RouterService:
             input_id=f"dead:in:{letter.stream_seq}", what=f"your `{verb}` (ingress {letter.stream_seq})",
             reason=_why(letter)))
 
-    async def accept_result(self, result: GenerationResult | ToolsResult, recover: bool = False) -> None:
+    async def accept_result(self, result: GenerationResult | ToolsResult | ExecutorPermission,
+                            recover: bool = False) -> None:
         """A step result handed over in-process by a service running beside the router
         (ServiceContext.deliver_result): applied as if it had come from the router.result
         consumer. `recover`: it comes from a redelivered chain root (shared/runtime/chain.py).
@@ -234,6 +240,7 @@ class RouterService:
             roots = self.ctx.settings.workspace_roots
             path, refusal = await asyncio.to_thread(workspace.resolve_workspace, body.metadata, roots)
             inp.workspace_refusal = refusal
+            inp.workspace_path = str(path) if path is not None else None
             if path is not None and get_profile(body.profile).snapshots_workspace:
                 try:
                     # Bounded: a huge work tree must not hold the session's ingress.
@@ -430,7 +437,8 @@ class RouterService:
             elif isinstance(effect, PublishNotice):
                 # Core NATS, best effort: a lost notice only means the abandoned work runs
                 # to its end and its (stale) result is ignored.
-                await bus.nc.publish(subjects.cancel(sid), codec.dumps(effect.body))
+                subject = subjects.permission(sid) if effect.notice == "permission" else subjects.cancel(sid)
+                await bus.nc.publish(subject, codec.dumps(effect.body))
             else:
                 subject = subjects.memory_assemble if effect.target == "memory.assemble" else subjects.tools_execute
                 # A task of this chain when the service runs here (after the commit, outside
@@ -459,7 +467,10 @@ def _why(letter: DeadLetter) -> str:
     return f"given up after {letter.deliveries} deliveries: {letter.reason}"
 
 
-def _result_input(result: GenerationResult | ToolsResult, recover: bool = False) -> i._Input:
+def _result_input(result: GenerationResult | ToolsResult | ExecutorPermission, recover: bool = False) -> i._Input:
+    if isinstance(result, ExecutorPermission):
+        return i.PermissionInput(input_id=f"permission:{result.checkpoint_id}:{result.attempt}",
+                                 request=result)
     if isinstance(result, GenerationResult):
         return i.GenerationInput(input_id=result.step_id, result=result, recover=recover)
     return i.ToolsInput(input_id=result.step_id, result=result, recover=recover)

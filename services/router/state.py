@@ -46,6 +46,11 @@ class RunConfig(BaseModel):
     """Which strategy config the run resolved (strategy.py): `actor/expectation`, `actor`, or None."""
     subagent_depth: int = 0
     """0 for a run a user started; a child run started by a tool is its parent's + 1."""
+    # -- external executors (schema 1, additive) --
+    executor_agent: str | None = None
+    """StartRun `executor.agent` (profile `acp`)."""
+    workspace_path: str | None = None
+    """`metadata.workspace` resolved under LOOPWIRE_WORKSPACE_ROOTS: the agent's directory."""
 
 
 class Checkpoint(BaseModel):
@@ -53,7 +58,9 @@ class Checkpoint(BaseModel):
     decision, so no process holds the paused run in memory."""
 
     id: str
-    kind: Literal["tool_calls", "proposal"]
+    kind: Literal["tool_calls", "proposal", "executor"]
+    """`executor`: an external agent's permission request, its step still running
+    (executor_profiles.py)."""
     calls: list[dict[str, Any]] = Field(default_factory=list)
     """The whole batch: the assistant message's tool_use blocks, in the model's order."""
     ask: list[str] = Field(default_factory=list)
@@ -148,6 +155,9 @@ class RunState(BaseModel):
     """agentic_planned: the verify phase's answer, recorded."""
     workspace: str = ""
     """agentic_planned: the rendered WorkspaceSnapshot, a note of every plan-phase generation."""
+    permission_answers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """External executors: checkpoint id -> `{"decision", "note"}` of the agent's
+    permission requests decided in this run (asked again, they get the same answer)."""
 
 
 class SessionState(BaseModel):

@@ -13,7 +13,8 @@ step, so a step answered meanwhile, or a run that ended, is left alone; replicas
 fire together send the same input id, which the core applies once.
 
 "Too long" is LOOPWIRE_OUTAGE_TOLERANCE_S, or the longest a step may legitimately take
-(LOOPWIRE_LLM_TIMEOUT_S, LOOPWIRE_TOOL_TIMEOUT_S, plus one ack wait) when that is longer.
+(LOOPWIRE_LLM_TIMEOUT_S, LOOPWIRE_TOOL_TIMEOUT_S, LOOPWIRE_EXECUTOR_TIMEOUT_S for an
+external agent's turn, plus one ack wait) when that is longer.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ SWEEP_LIMIT = 10_000
 
 def stall_after(settings: Settings) -> float:
     """Seconds without progress after which a run's step counts as stalled."""
-    longest_step = max(settings.llm_timeout_s, settings.tool_timeout_s) + settings.ack_wait_s
+    longest_step = max(settings.llm_timeout_s, settings.tool_timeout_s, settings.executor_timeout_s) \
+        + settings.ack_wait_s
     return max(settings.outage_tolerance_s, longest_step)
 
 

@@ -10,14 +10,21 @@ it (docs/security.md's NATS permissions leave `rpc.>` out of a client's).
 Request::
 
     {"name": "files__read_file", "input": {...}, "session_id": "mcp-claude-code-1a2b",
-     "tool_use_id": "optional; a new id when absent"}
+     "tool_use_id": "optional; a new id when absent",
+     "run_id": "optional", "turn": 0, "approved": false}
+
+`run_id` and `turn` name the run an external agent's call belongs to (the llm service's
+MCP bridge for the executor profiles, services/llm/executors/mcp_bridge.py): its events
+carry them. `approved: true` says the run's checkpoint approved this call (the tool's
+permission is `approve` and a `decision` said so); only loopwire's own processes publish
+on `<prefix>.rpc.>`.
 
 Reply: ``{"tool_use_id", "content", "is_error"}`` for a call that ran (an `is_error`
 result is still a result), or ``{"error": {"code", "message"}}`` for one that did not:
 `bad_request`, `unknown_tool`, `invalid_input`, `denied` (operator policy `deny`),
-`approval_required` (operator policy `approve`: there is no run to hold the checkpoint),
-`internal`. The session gets `tool.call` and `tool.result` events (run_id null, turn 0)
-for a call that ran.
+`approval_required` (operator policy `approve`, and no run's checkpoint approved it),
+`internal`. The session gets `tool.call` and `tool.result` events (with the request's
+run_id and turn; else run_id null, turn 0) for a call that ran.
 """
 
 from __future__ import annotations
@@ -76,6 +83,8 @@ class DirectCalls:
         arguments = req.get("input") if req.get("input") is not None else {}
         session_id = req.get("session_id") or DEFAULT_SESSION
         tool_use_id = req.get("tool_use_id") or f"mcp_{uuid.uuid4().hex}"
+        run_id = req.get("run_id") if isinstance(req.get("run_id"), str) else None
+        turn = req.get("turn") if isinstance(req.get("turn"), int) else 0
         if not isinstance(arguments, dict):
             return error_reply("invalid_input", f"the input of tool {name} must be a JSON object")
         if not isinstance(session_id, str) or not valid_session_id(session_id):
@@ -95,15 +104,15 @@ class DirectCalls:
         permission = operator_permission(self.settings, name)
         if permission == "deny":
             return error_reply("denied", f"tool {name} is denied by the operator's policy")
-        if permission == "approve":
+        if permission == "approve" and not (run_id and req.get("approved") is True):
             return error_reply("approval_required", f"tool {name} needs an approval, which only a run can ask "
                                                     "for; call it from a run")
 
         call = ToolCall(tool_use_id=tool_use_id, name=name, input=arguments)
-        await self.bus.emit(session_id, None, "tool.call", key=f"tool.call:{tool_use_id}", turn=0,
+        await self.bus.emit(session_id, run_id, "tool.call", key=f"tool.call:{tool_use_id}", turn=turn,
                             tool_use_id=tool_use_id, name=name, input=arguments)
-        env = ExecuteTools(session_id=session_id, run_id="", step_id=f"direct:{tool_use_id}", calls=[call])
+        env = ExecuteTools(session_id=session_id, run_id=run_id or "", step_id=f"direct:{tool_use_id}", calls=[call])
         (item,) = await self.executor.execute(env)
-        await self.bus.emit(session_id, None, "tool.result", key=f"tool.result:{tool_use_id}", turn=0,
+        await self.bus.emit(session_id, run_id, "tool.result", key=f"tool.result:{tool_use_id}", turn=turn,
                             tool_use_id=tool_use_id, name=name, is_error=item.is_error, content=item.content)
         return {"tool_use_id": tool_use_id, "content": item.content, "is_error": item.is_error}

@@ -193,6 +193,22 @@ class GenerationResult(_Envelope):
     """What the step cost as an external agent reported it; None: priced by loopwire."""
 
 
+class ExecutorPermission(_Envelope):
+    """llm -> router, while an external agent's step runs: the agent asks before running
+    a tool whose permission is `approve`. The router opens a durable checkpoint
+    (`approval.requested`); the `decision` goes back as a notice on
+    `<prefix>.ctl.<sid>.permission`. Sent again while the agent waits (a notice may be
+    lost): the router answers a decided checkpoint with its decision again."""
+
+    kind: Literal["llm.permission"] = "llm.permission"
+    checkpoint_id: str
+    tool_use_id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    attempt: int = 0
+    """How many times this request was sent before (each is an input of its own)."""
+
+
 # -- router -> tools ----------------------------------------------------------------------
 class ExecuteTools(_Envelope):
     kind: Literal["tools.execute"] = "tools.execute"
@@ -214,10 +230,10 @@ class ToolsResult(_Envelope):
 
 
 WorkEnvelope = Annotated[
-    AssembleContext | Generate | GenerationResult | ExecuteTools | ToolsResult,
+    AssembleContext | Generate | GenerationResult | ExecuteTools | ToolsResult | ExecutorPermission,
     Field(discriminator="kind"),
 ]
-StepResult = Annotated[GenerationResult | ToolsResult, Field(discriminator="kind")]
+StepResult = Annotated[GenerationResult | ToolsResult | ExecutorPermission, Field(discriminator="kind")]
 
 WORK_ADAPTER: TypeAdapter[Any] = TypeAdapter(WorkEnvelope)
 STEP_RESULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(StepResult)

@@ -162,6 +162,15 @@ class Subjects:
     def cancel_all(self) -> str:
         return f"{self.prefix}.ctl.*.*.cancel" if self.tenants else f"{self.prefix}.ctl.*.cancel"
 
+    def permission(self, sid: str) -> str:
+        """router -> llm: the decision on an external agent's permission request
+        (services/llm/executors/permissions.py), `{"checkpoint_id", "decision", "note"}`."""
+        return f"{self.prefix}.ctl.{sid}.permission"
+
+    @property
+    def permission_all(self) -> str:
+        return f"{self.prefix}.ctl.*.*.permission" if self.tenants else f"{self.prefix}.ctl.*.permission"
+
     @property
     def chains(self) -> str:
         """Every `loopwire up` process's count of work chains (core NATS, each 0.5 s):

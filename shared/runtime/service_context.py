@@ -19,7 +19,7 @@ from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage
 from pydantic import BaseModel
 
 from loopwire.shared.contract.codec import dumps
-from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult
+from loopwire.shared.contract.envelopes import ExecutorPermission, GenerationResult, ToolsResult
 from loopwire.shared.contract.subjects import INGRESS_STREAM, WORK_STREAM, Subjects, stream_name
 from loopwire.shared.runtime.bus import RECOVER_HEADER, REPLAY_HEADER, Bus
 from loopwire.shared.runtime.chain import (
@@ -101,7 +101,7 @@ class ServiceContext:
         self._bus = Bus(nc, self.subjects, self.events)
         return self._bus
 
-    async def deliver_result(self, result: GenerationResult | ToolsResult, msg_id: str) -> None:
+    async def deliver_result(self, result: GenerationResult | ToolsResult | ExecutorPermission, msg_id: str) -> None:
         """A step result to the router: a call when the router runs in this process
         (`RouterService.accept_result`), else a `router.result` work message.
 

@@ -85,6 +85,12 @@ class ExecutorTask:
     system reminders: progress injection, the budget's last-answer note)."""
     resume: str | None = None
     """The agent's own session id to continue (its history), or None for a new session."""
+    new_session: str | None = None
+    """The id a new session gets, for agents that take one from the caller (a UUID):
+    known before the agent writes anything, so a crash right after the start still
+    knows which session to resume."""
+    scratch: Path = field(default_factory=lambda: Path("."))
+    """A private directory (mode 0700) for the executor's own files of this step."""
     permissions: dict[str, str] = field(default_factory=dict)
     """Tool name -> `auto` / `approve` / `deny`, the operator's floor already applied. The
     names are the agent's own tools (`Bash`, `Write`) and loopwire's tools (`add`); a name

@@ -35,6 +35,10 @@ def register(profile: str, builder: Builder) -> None:
 
 def _builtin() -> None:
     """The executors this version ships (imported late: each pulls in its own modules)."""
+    if "claude_code" not in BUILDERS:
+        from .claude_code import ClaudeCodeExecutor
+
+        register("claude_code", ClaudeCodeExecutor)
 
 
 def command_line(profile: str, agent: str | None, settings: Settings) -> tuple[str, list[str]]:

@@ -1,0 +1,74 @@
+"""What an agent is told at a step: the input it has not seen yet (pure functions).
+
+The agent keeps its own history (its session), so each step gives it only what joined
+loopwire's history since it last took input: the start's input, a follow-up, a steer, the
+CommitmentGate's nudge. loopwire's history of an executor session holds those user
+messages and the agent's final answers, nothing else, so the position in its content
+blocks is a stable mark: the session record (agent_sessions.py) keeps how many blocks
+the agent has been given, and the next step gives it the user blocks after that.
+
+When the agent starts a session of its own while loopwire's history already holds a
+conversation (a session whose agent files were lost, a StartRun `input` with assistant
+turns), the earlier conversation comes first, rendered as text, so the agent is told
+what was said.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+EARLIER = "The conversation so far, for context (you do not remember it):"
+NOW = "The user's new message:"
+RESUMED = ("The process running you was interrupted during your last turn. Continue the task from where "
+           "you left off; do not repeat work already done.")
+"""A step redelivered after a crash, resuming the agent's session: its input was given."""
+
+
+def blocks(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(role, block) of every content block, in order."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        for block in content or []:
+            if isinstance(block, dict):
+                out.append((str(message.get("role")), block))
+    return out
+
+
+def new_input(messages: list[dict[str, Any]], given: int | None) -> tuple[list[dict[str, Any]], int]:
+    """(the prompt's blocks, the block count the agent will have been given).
+
+    `given`: the blocks the agent's session has taken (None: a new agent session)."""
+    flat = blocks(messages)
+    if given is not None and 0 <= given <= len(flat):
+        fresh = [_for_agent(b) for role, b in flat[given:] if role == "user"]
+        return fresh, len(flat)
+    last_answer = max((n for n, (role, _) in enumerate(flat) if role == "assistant"), default=-1)
+    earlier, fresh_pairs = flat[:last_answer + 1], flat[last_answer + 1:]
+    fresh = [_for_agent(b) for role, b in fresh_pairs if role == "user"]
+    if not earlier:
+        return fresh, len(flat)
+    transcript = "\n\n".join(f"{'User' if role == 'user' else 'Assistant'}: {_text(b)}" for role, b in earlier
+                             if _text(b))
+    return [{"type": "text", "text": f"{EARLIER}\n\n{transcript}\n\n{NOW}"}, *fresh], len(flat)
+
+
+def _for_agent(block: dict[str, Any]) -> dict[str, Any]:
+    """Text and images as they are; anything else as its JSON in a text block."""
+    if block.get("type") in ("text", "image"):
+        return block
+    return {"type": "text", "text": _text(block)}
+
+
+def _text(block: dict[str, Any]) -> str:
+    if block.get("type") == "text":
+        return str(block.get("text") or "")
+    if block.get("type") == "tool_result":
+        content = block.get("content")
+        return content if isinstance(content, str) else json.dumps(content)
+    if block.get("type") in ("thinking", "redacted_thinking", "image"):
+        return ""
+    return json.dumps(block)

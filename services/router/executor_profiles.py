@@ -1,0 +1,145 @@
+"""The router's side of the external executors (profiles claude_code, opencode, codex, acp).
+
+An external coding agent makes each generation: one generation step is one turn of the
+agent (its own model calls and tools inside it), run by the llm service
+(services/llm/executors). The router keeps the loop around it, as in seed 000:
+
+    ContextGuard → ProgressInjector → CLIExecutor → ModeRouter → TranscriptRecorder
+                 → ToolExecutor → CommitmentGate          (claude_code, opencode, codex)
+    ContextGuard → ProgressInjector → ACPExecutor → ModeRouter → TranscriptRecorder
+                 → CommitmentGate                         (acp)
+
+- ContextGuard: the agent compacts its own context; the llm service asks it to when the
+  context it reported last is past the run's `compaction_at_pct` of `context_window`.
+- ProgressInjector: the step's system reminders reach the agent with its system prompt.
+- CLIExecutor / ACPExecutor: the llm service's executor for the profile (`ExecutorSpec`,
+  built here for every generation step: the agent, the workspace, the permissions, the
+  turns and budget left).
+- ModeRouter: `ExecutorStopStage` (the agent stopped at the run's turn or cost limit) and
+  the routing table.
+- TranscriptRecorder: the events, as for every run.
+- ToolExecutor: the run's loopwire tools, called by the agent over MCP, run by the tools
+  service.
+- CommitmentGate: an answer that only announces work is nudged in the same agent session.
+
+Permissions (`tool_permissions` over LOOPWIRE_TOOL_POLICY) apply to the agent's own tools by
+name: `deny` keeps the tool from the agent, `approve` makes its permission request a durable
+checkpoint (`open_permission`), answered by `decision` (`decide_permission`) with a notice to
+the llm service, where the agent waits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from loopwire.shared.contract.envelopes import ExecutorPermission, ExecutorSpec
+from loopwire.shared.contract.protocol import Decision as DecisionBody
+
+from .budget import tokens_used
+from .commitment_gate import CommitmentGateStage
+from .effects import Effect, EmitEvent, PublishNotice
+from .next_step import NextStep, NextStepFinalOutput
+from .stages import RoutingStage, Stage, Turn
+from .state import Checkpoint, RunState, SessionState
+
+CLI_PIPELINE = ("ContextGuard", "ProgressInjector", "CLIExecutor", "ModeRouter", "TranscriptRecorder",
+                "ToolExecutor", "CommitmentGate")
+ACP_PIPELINE = ("ContextGuard", "ProgressInjector", "ACPExecutor", "ModeRouter", "TranscriptRecorder",
+                "CommitmentGate")
+EXECUTOR_PROFILES = frozenset({"claude_code", "opencode", "codex", "acp"})
+
+
+@dataclass(frozen=True)
+class ExecutorStopStage:
+    """The agent stopped itself at a limit the run gave it (`--max-turns`, its cost
+    budget): the run ends with that status and the agent's last answer."""
+
+    name: str = "executor_stop"
+
+    def after_generation(self, turn: Turn) -> NextStep | None:
+        if turn.stop_reason == "max_turns":
+            return NextStepFinalOutput(status="max_turns", text=turn.text, reason="max_turns")
+        if turn.stop_reason == "budget":
+            limit = "max_cost_usd" if turn.run.config.max_cost_usd is not None else "max_total_tokens"
+            return NextStepFinalOutput(status="budget_exhausted", text=turn.text, reason=limit)
+        return None
+
+
+@dataclass(frozen=True)
+class AgentCommitmentGate:
+    """CommitmentGate for an agent: it always has tools (its own), whatever the run's
+    loopwire `tools`; the nudge joins the history and reaches the agent's session."""
+
+    name: str = "commitment_gate"
+
+    def after_generation(self, turn: Turn) -> NextStep | None:
+        return CommitmentGateStage().after_generation(replace(turn, mode="tools"))
+
+
+EXECUTOR_STAGES: tuple[Stage, ...] = (ExecutorStopStage(), AgentCommitmentGate(), RoutingStage())
+
+
+def is_executor(profile: str) -> bool:
+    return profile in EXECUTOR_PROFILES
+
+
+def spec_for(run: RunState) -> ExecutorSpec | None:
+    """What the llm service needs for this run's next step, or None (not an executor)."""
+    cfg = run.config
+    if not is_executor(cfg.profile):
+        return None
+    turns_left = max(1, cfg.max_turns - run.turn)
+    return ExecutorSpec(
+        profile=cfg.profile, agent=cfg.executor_agent, workspace=cfg.workspace_path,
+        permissions=dict(cfg.tool_permissions),
+        # The last, converging generation: one answer, no further turns.
+        max_turns=1 if run.converging is not None else turns_left,
+        max_total_tokens=None if cfg.max_total_tokens is None else max(0, cfg.max_total_tokens - tokens_used(run)),
+        max_cost_usd=None if cfg.max_cost_usd is None else max(0.0, cfg.max_cost_usd - run.cost_usd),
+        context_tokens=run.last_context_tokens, compaction_at_pct=cfg.compaction_at_pct,
+        context_window=cfg.context_window)
+
+
+# -- the agent's permission requests --------------------------------------------------------
+def open_permission(session: SessionState, run: RunState, ask: ExecutorPermission) -> tuple[bool, list[Effect]]:
+    """(the state changed, the effects) for an agent's request to run an `approve` tool.
+
+    A request decided before is answered again (the llm service asks again until it hears
+    back); one already open is waiting; a new one opens the checkpoint. One at a time: a
+    second request waits until the first is decided (the llm service asks again)."""
+    answer = run.permission_answers.get(ask.checkpoint_id)
+    if answer is not None:
+        return False, [permission_notice(run, ask.checkpoint_id, answer)]
+    if run.checkpoint is not None:
+        return False, []
+    call = {"id": ask.tool_use_id, "name": ask.name, "input": ask.input}
+    run.checkpoint = Checkpoint(id=ask.checkpoint_id, kind="executor", calls=[call], ask=[ask.tool_use_id])
+    session.status = "awaiting_approval"
+    fields: dict[str, Any] = {"checkpoint_id": ask.checkpoint_id, "turn": ask.turn, "source": "executor",
+                              "tool_calls": [{"tool_use_id": ask.tool_use_id, "name": ask.name,
+                                              "input": ask.input}]}
+    return True, [EmitEvent(kind="approval.requested", key=f"approval.requested:{ask.checkpoint_id}",
+                            run_id=run.run_id, fields=fields)]
+
+
+def decide_permission(session: SessionState, run: RunState, cp: Checkpoint, body: DecisionBody) -> list[Effect]:
+    """The `decision` on an agent's request: recorded in the run, sent to the waiting agent."""
+    run.checkpoint = None
+    session.status = "running"
+    answer = {"decision": body.decision, "note": body.note}
+    run.permission_answers[cp.id] = answer
+    return [permission_notice(run, cp.id, answer)]
+
+
+def settle_permission(session: SessionState, run: RunState) -> None:
+    """The agent's step ended (answered, failed) with its request still open: nobody
+    waits for that decision any more."""
+    if run.checkpoint is not None and run.checkpoint.kind == "executor":
+        run.checkpoint = None
+        session.status = "running"
+
+
+def permission_notice(run: RunState, checkpoint_id: str, answer: dict[str, Any]) -> PublishNotice:
+    return PublishNotice(notice="permission", body={"run_id": run.run_id, "checkpoint_id": checkpoint_id,
+                                                    "decision": answer.get("decision"), "note": answer.get("note")})
