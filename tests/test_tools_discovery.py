@@ -16,8 +16,9 @@ from nats.micro.request import Request, ServiceError
 
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolSpec
 from loopwire.shared.stores.step_store import InMemoryStepStore
+from loopwire.shared.stores.tool_catalog import CATALOG_KEY, read_catalog, read_catalog_entries
 from loopwire.testing.servers import ServerHandle
-from loopwire.tools.catalog import CATALOG_KEY, Catalog, read_catalog, read_catalog_entries
+from loopwire.tools.catalog import Catalog
 from loopwire.tools.discovery import DiscoveredTool, Discovery
 from loopwire.tools.executor import Executor
 from loopwire.tools.registry import ToolRegistry

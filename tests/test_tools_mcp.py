@@ -28,8 +28,8 @@ from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.service_context import ServiceContext, build_context
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import ensure_streams
+from loopwire.shared.stores.tool_catalog import catalog_max_age, read_catalog_entries
 from loopwire.testing.servers import ServerHandle
-from loopwire.tools.catalog import catalog_max_age, read_catalog_entries
 from loopwire.tools.service import ToolsService
 from tests.mcp_helpers import http_server, stdio_server
 

@@ -26,8 +26,8 @@ from loopwire.shared.runtime.bus import REPLAY_HEADER
 from loopwire.shared.runtime.service_context import ServiceContext, build_context
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import ensure_streams
+from loopwire.shared.stores.tool_catalog import catalog_max_age, read_catalog
 from loopwire.testing.servers import ServerHandle
-from loopwire.tools.catalog import catalog_max_age, read_catalog
 from loopwire.tools.executor import step_key
 from loopwire.tools.service import ToolsService
 

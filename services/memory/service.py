@@ -16,7 +16,6 @@ observer look at the turns in the background.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from faststream.nats import NatsBroker
 from pydantic import ValidationError
@@ -28,6 +27,7 @@ from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.runtime.redelivery import Undeliverable
 from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.session_store import RedisSessionStore
+from loopwire.shared.stores.tool_catalog import CatalogCache
 
 from . import compaction as c
 from .assembly import build_generate, offered_tools, system_prompt, with_sections
@@ -36,9 +36,6 @@ from .observations import Observer, memory_section
 from .store import MemoryStore, Snapshot
 from .summarizer import LlmSummarizer
 from .tokens import TokenCounter, build_token_counter
-
-if TYPE_CHECKING:
-    from loopwire.tools.catalog import CatalogCache
 
 log = logging.getLogger("loopwire.memory")
 
@@ -200,7 +197,5 @@ class MemoryService:
 
     async def _catalog(self, names: list[str] | None) -> dict[str, ToolSpec]:
         if self._catalog_cache is None:
-            from loopwire.tools.catalog import CatalogCache
-
             self._catalog_cache = CatalogCache(self.ctx.redis, self.ctx.settings)
         return await self._catalog_cache.get(names)

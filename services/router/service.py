@@ -47,7 +47,7 @@ from loopwire.shared.stores.event_archive import read_archive
 from loopwire.shared.stores.event_log import RedisEventLog
 from loopwire.shared.stores.seq_floor import last_published_seq
 from loopwire.shared.stores.session_store import RedisSessionStore
-from loopwire.tools.catalog import CatalogCache
+from loopwire.shared.stores.tool_catalog import CatalogCache
 from loopwire.transcripts.rebuild import rebuild_session
 
 from . import inputs as i

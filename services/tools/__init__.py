@@ -3,7 +3,7 @@
 
 Write an in-process tool with ``from loopwire.tools import tool``; the service itself is
 :class:`loopwire.tools.service.ToolsService`; the published catalog is read with
-:func:`loopwire.tools.catalog.read_catalog`.
+:func:`loopwire.shared.stores.tool_catalog.read_catalog`.
 """
 
 from .registry import ToolError, ToolRegistry, default_registry, tool

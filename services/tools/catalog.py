@@ -1,11 +1,8 @@
 """The tool catalog: in-process tools and discovered providers, as one view.
 
 The tools service keeps it in memory (the executor resolves names through it) and
-publishes it to Redis after every discovery round, so other services (the memory
-service builds the model's tool list from it) read it without a hop::
-
-    HSET lw:tools:catalog <tool name> '{"name", "description", "input_schema",
-                                        "source": "python"|"nats"|"mcp", "exclusive", "seen_at"}'
+publishes it to Redis after every discovery round (`lw:tools:catalog`, whose readers are
+in shared/stores/tool_catalog.py), so other services read it without a hop.
 
 `seen_at` is when the entry was last confirmed (each round for in-process tools; the
 provider's last answer for NATS tools; each round while its server is connected for MCP
@@ -28,64 +25,27 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-import orjson
 import redis.asyncio as aioredis
 
 from loopwire.shared.contract.envelopes import ToolSpec
 from loopwire.shared.observability import metrics
-from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.stores.tool_catalog import CATALOG_KEY, CatalogEntry
 
 from .discovery import DiscoveredTool, ProviderTable
 from .registry import PythonTool, ToolRegistry
 
 if TYPE_CHECKING:
-    # Only for types: the router and memory services read the catalog through this
-    # module and need not load the MCP SDK.
+    # Only for types: the tools service's catalog need not load the MCP SDK to be imported.
     from .mcp_client import McpServers
     from .mcp_tool import McpTool
 
 log = logging.getLogger("loopwire.tools.catalog")
 
-CATALOG_KEY = "lw:tools:catalog"
-CACHE_TTL_S = 1.0
-"""How long a reader reuses the catalog it read (never longer than a discovery round)."""
-
 ResolvedTool: TypeAlias = "PythonTool | McpTool | DiscoveredTool"
-
-
-def catalog_max_age(settings: Settings) -> float:
-    """How old a catalog entry may be before readers ignore it."""
-    return settings.discovery_interval_s * settings.discovery_misses * 2
-
-
-@dataclass(frozen=True)
-class CatalogEntry:
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    source: Literal["python", "nats", "mcp"]
-    exclusive: bool
-    seen_at: float
-
-    def to_json(self) -> bytes:
-        return orjson.dumps({"name": self.name, "description": self.description,
-                             "input_schema": self.input_schema, "source": self.source,
-                             "exclusive": self.exclusive, "seen_at": self.seen_at})
-
-    def spec(self) -> ToolSpec:
-        return ToolSpec(name=self.name, description=self.description, input_schema=self.input_schema)
-
-    @classmethod
-    def from_json(cls, raw: bytes | str) -> CatalogEntry:
-        d = orjson.loads(raw)
-        return cls(name=d["name"], description=d.get("description", ""),
-                   input_schema=d.get("input_schema") or {"type": "object"},
-                   source=d.get("source", "nats"), exclusive=bool(d.get("exclusive", False)),
-                   seen_at=float(d.get("seen_at", 0)))
 
 
 @dataclass(frozen=True)
@@ -236,50 +196,3 @@ class Catalog:
         else:
             log.warning("tool %s is an in-process tool and a provider's (%s); the in-process one is used",
                         conflict.name, offered)
-
-
-async def read_catalog_entries(redis: aioredis.Redis, max_age_s: float,
-                               now: float | None = None) -> dict[str, CatalogEntry]:
-    """Every fresh entry of the published catalog, by name (sorted)."""
-    now = time.time() if now is None else now
-    out: dict[str, CatalogEntry] = {}
-    for raw_name, raw in (await redis.hgetall(CATALOG_KEY)).items():
-        try:
-            entry = CatalogEntry.from_json(raw)
-        except Exception:
-            log.warning("unreadable catalog entry %r ignored", raw_name)
-            continue
-        if entry.seen_at >= now - max_age_s:
-            out[entry.name] = entry
-    return dict(sorted(out.items()))
-
-
-async def read_catalog(redis: aioredis.Redis, max_age_s: float) -> dict[str, ToolSpec]:
-    """The tools known to the tools service now, as offered to the model (for the
-    memory service). `max_age_s` is normally `catalog_max_age(settings)`."""
-    return {name: e.spec() for name, e in (await read_catalog_entries(redis, max_age_s)).items()}
-
-
-class CatalogCache:
-    """`read_catalog` for a service that asks on every step (the router's schema gate,
-    the memory service's tool list): the catalog read is reused for
-    min(`CACHE_TTL_S`, the discovery interval), since it cannot change faster than
-    discovery publishes it. A caller that names a tool the copy lacks (a tool that just
-    appeared) reads again at once."""
-
-    def __init__(self, redis: aioredis.Redis, settings: Settings,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._redis = redis
-        self._max_age = catalog_max_age(settings)
-        self._ttl = max(0.0, min(CACHE_TTL_S, settings.discovery_interval_s))
-        self._clock = clock
-        self._specs: dict[str, ToolSpec] | None = None
-        self._until = 0.0
-
-    async def get(self, names: Iterable[str] | None = None) -> dict[str, ToolSpec]:
-        specs = self._specs
-        if specs is not None and self._clock() < self._until and (names is None or all(n in specs for n in names)):
-            return specs
-        specs = await read_catalog(self._redis, self._max_age)
-        self._specs, self._until = specs, self._clock() + self._ttl
-        return specs

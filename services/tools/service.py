@@ -42,8 +42,9 @@ from loopwire.shared.runtime.chain import Delivery, decode
 from loopwire.shared.runtime.inflight import CancelSignal, InflightSteps
 from loopwire.shared.runtime.redelivery import Undeliverable
 from loopwire.shared.runtime.service_context import ServiceContext
+from loopwire.shared.stores.tool_catalog import catalog_max_age, read_catalog_entries
 
-from .catalog import Catalog, catalog_max_age, read_catalog_entries
+from .catalog import Catalog
 from .direct_call import DirectCalls
 from .discovery import Discovery
 from .executor import Executor
