@@ -8,6 +8,8 @@ from typing import Any
 import nats
 import pytest
 
+from loopwire.router.rebuild import rebuild_session
+from loopwire.router.state import RunConfig, SessionState
 from loopwire.shared.contract.events import user_message_fields
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.bus import Bus
@@ -17,7 +19,6 @@ from loopwire.shared.stores.event_archive import read_archive
 from loopwire.shared.stores.event_log import InMemoryEventLog
 from loopwire.shared.stores.session_store import InMemorySessionStore
 from loopwire.testing.servers import ServerHandle
-from loopwire.transcripts.rebuild import rebuild_session
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +57,9 @@ async def test_the_stream_gives_back_a_sessions_events_and_a_rebuild_restores_lo
 
         lost_log, lost_state = InMemoryEventLog(), InMemorySessionStore()  # Redis lost everything
         state = await rebuild_session("s-a", lost_log, lost_state, archive=lambda s: read_archive(js, subjects, s))
-        assert state is not None and state["last_config"] == CONFIG
+        assert state is not None
+        assert SessionState.load(state, "s-a").last_config == RunConfig.model_validate(CONFIG), \
+            "the rebuilt session keeps the settings its run started with"
         assert await lost_log.read("s-a") == archived and await lost_log.last_seq("s-a") == archived[-1]["seq"]
         history: list[dict[str, Any]] = await lost_state.history("s-a")
         assert [m["role"] for m in history] == ["user", "assistant"]

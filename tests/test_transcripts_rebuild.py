@@ -13,6 +13,7 @@ from loopwire.memory.assembly import normalise_messages
 from loopwire.router import inputs as i
 from loopwire.router.core import CoreConfig, decide
 from loopwire.router.effects import EmitEvent, PublishWork
+from loopwire.router.rebuild import rebuild_session, reconstruct
 from loopwire.router.state import SessionState
 from loopwire.shared.contract.envelopes import GenerationResult, ToolResultItem, ToolsResult, Usage
 from loopwire.shared.contract.events import user_message_fields
@@ -21,7 +22,6 @@ from loopwire.shared.stores.event_log import InMemoryEventLog, RedisEventLog
 from loopwire.shared.stores.redis_connection import connect_redis
 from loopwire.shared.stores.session_store import InMemorySessionStore, RedisSessionStore
 from loopwire.transcripts.queries import session_get
-from loopwire.transcripts.rebuild import rebuild_session, reconstruct
 
 SID = "s1"
 

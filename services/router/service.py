@@ -48,7 +48,6 @@ from loopwire.shared.stores.event_log import RedisEventLog
 from loopwire.shared.stores.seq_floor import last_published_seq
 from loopwire.shared.stores.session_store import RedisSessionStore
 from loopwire.shared.stores.tool_catalog import CatalogCache
-from loopwire.transcripts.rebuild import rebuild_session
 
 from . import inputs as i
 from . import subagent, workspace
@@ -59,6 +58,7 @@ from .ingress import check_session_id, decode_ingress
 from .ingress_order import IngressReader
 from .observe import count_approvals, count_decision, record_ended_runs
 from .profiles import get_profile
+from .rebuild import rebuild_session
 from .state import SessionState
 from .strategy import StrategyStore
 from .watchdog import Watchdog, note_status, stall_after

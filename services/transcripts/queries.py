@@ -20,8 +20,7 @@ from loopwire.shared.contract.protocol import (
 from loopwire.shared.contract.subjects import tenant_of, valid_session_id
 from loopwire.shared.stores.event_log import EventLogStore
 from loopwire.shared.stores.session_store import SessionStore
-
-from .rebuild import Archive, read_transcript, reconstruct, restore_log
+from loopwire.shared.stores.transcript import Archive, Replayed, read_transcript, replay, restore_log
 
 Q = TypeVar("Q", SessionGetRequest, TranscriptGetRequest, SessionsListRequest)
 
@@ -62,16 +61,14 @@ def parse_query(data: bytes, model: type[Q], max_depth: int = 32, tenants: bool 
 async def session_get(req: SessionGetRequest, sessions: SessionStore,
                       events: EventLogStore | None = None, archive: Archive | None = None) -> dict[str, Any]:
     raw, _version = await sessions.load(req.session_id)
-    messages: list[dict[str, Any]] | None = None
-    source = "state"
     if raw is None and events is not None:
         # The state is gone but the transcript is not: answer from the transcript (the
         # router rebuilds the state itself at the session's next input).
-        # When Redis lost the log too, the events stream still has it (rebuild.py).
+        # When Redis lost the log too, the events stream still has it (event_archive.py).
         stored = await read_transcript(req.session_id, events) or await restore_log(req.session_id, events, archive)
-        rebuilt = reconstruct(req.session_id, stored)
-        if rebuilt is not None:
-            raw, messages, source = rebuilt.state, rebuilt.history, "transcript"
+        replayed = replay(req.session_id, stored)
+        if replayed is not None:
+            return _reply_from_transcript(req.session_id, replayed)
     if raw is None:
         return {"v": PROTOCOL_VERSION, "session_id": req.session_id, "status": "unknown", "profile": None,
                 "turns": 0, "usage": {"input_tokens": 0, "output_tokens": 0}, "cost_usd": 0.0, "messages": []}
@@ -80,9 +77,8 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
     config = run.get("config") or raw.get("last_config") or {}
     input_tokens = (usage.get("input_tokens", 0) + usage.get("cache_read_input_tokens", 0)
                     + usage.get("cache_creation_input_tokens", 0))
-    if messages is None:
-        messages = await sessions.history(req.session_id)
-    reply = {
+    messages = await sessions.history(req.session_id)
+    return {
         "v": PROTOCOL_VERSION,
         "session_id": req.session_id,
         "status": raw.get("status", "idle"),
@@ -97,9 +93,26 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
         "plan": raw.get("plan"),
         "checkpoint_id": (run.get("checkpoint") or {}).get("id"),
     }
-    if source == "transcript":
-        reply["source"] = source
-    return reply
+
+
+def _reply_from_transcript(session_id: str, replayed: Replayed) -> dict[str, Any]:
+    """`session.get` of a session whose state is gone: idle, as its transcript tallies it
+    (`source: "transcript"`)."""
+    return {
+        "v": PROTOCOL_VERSION,
+        "session_id": session_id,
+        "status": "idle",
+        "profile": (replayed.run_config or {}).get("profile"),
+        "turns": replayed.turns,
+        "usage": {"input_tokens": replayed.input_tokens, "output_tokens": replayed.output_tokens},
+        "cost_usd": None if replayed.cost_unknown else replayed.cost_usd,
+        "messages": replayed.history,
+        "run_id": None,
+        "runs": replayed.runs,
+        "plan": None,
+        "checkpoint_id": None,
+        "source": "transcript",
+    }
 
 
 async def transcript_get(req: TranscriptGetRequest, events: EventLogStore,

@@ -1,10 +1,10 @@
-"""A session rebuilt from its transcript alone: the transcript is the source of truth.
+"""A session's transcript as the event log holds it: read, restored, replayed.
 
-The router's Redis state (`lw:s:<sid>`, `lw:h:<sid>`) is a cache of what the event log
-says. When it is gone (deleted, evicted, lost with a Redis that kept its streams) but the
-transcript is there, `rebuild_session` reconstructs the history and a minimal idle state
-and stores them (a compare-and-set on version 0, so it never overwrites a session that
-exists), and the next input continues the conversation with its history.
+The event log (`lw:e:<sid>`, event_log.py) is the source of truth of a session; the
+router's Redis state is a cache of what it says. Two services read a session back from
+it: the router rebuilds a session whose state is gone (services/router/rebuild.py), and
+the transcripts service answers `session.get` from it meanwhile. Both replay the events
+here into the conversation they describe.
 
 Which events make the history, in `seq` order:
 
@@ -16,18 +16,15 @@ Which events make the history, in `seq` order:
 | the next message, or `run.ended` | the waiting tool_uses' results, in the model's order, as one user message; a call without a result gets the error result the router gives it |
 
 Consecutive user messages are merged (steering rides in the tool results' message, as
-the router does it). The state is idle: a run in flight when the state was lost is over
-(its late results are stale to the router). `run.started.config` (addition) gives the
-rebuilt session what its last run was started with (profile, models, max_tokens and
-temperature, tools and their permissions, limits, system prompt, strategy, metadata), so
-a `message` on it starts the next run with the same settings; without it, the profile
-and the last model used.
+the router does it). A run without its `run.ended` is over (its late results are stale).
+`run.started.config` (addition) is what the last run was started with (profile, models,
+max_tokens and temperature, tools and their permissions, limits, system prompt,
+strategy, metadata); without it, the profile and the last model used.
 
 When Redis lost the event log as well (all of its data), the transcript's second copy is
-the LOOPWIRE_EVENTS stream (shared/stores/event_archive.py): `rebuild_session` reads it there,
-puts the log back in Redis with its own seqs (`EventLogStore.restore`: `transcript.get`
-answers again and the next event's seq follows the last one, never reusing one) and
-rebuilds from it.
+the LOOPWIRE_EVENTS stream (event_archive.py): `restore_log` reads it there and puts the
+log back in Redis with its own seqs (`EventLogStore.restore`: `transcript.get` answers
+again and the next event's seq follows the last one, never reusing one).
 """
 
 from __future__ import annotations
@@ -38,21 +35,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopwire.shared.stores.event_log import EventLogStore
-from loopwire.shared.stores.session_store import SessionStore
 
-log = logging.getLogger("loopwire.transcripts.rebuild")
+log = logging.getLogger("loopwire.transcript")
 
-STATE_SCHEMA = 1
-"""The router's session state schema this module writes (services/router/state.py)."""
 PAGE = 1000
 NO_RESULT = "no result was returned for this call"
 RUN_ENDED = "not executed: the run ended ({status})"
 
 
 @dataclass
-class Rebuilt:
+class Replayed:
+    """What a session's events say: its conversation and its tallies."""
+
     history: list[dict[str, Any]]
-    state: dict[str, Any]
+    runs: int
+    turns: int
+    input_tokens: int
+    """Of every run, the one without a `run.ended` included."""
+    output_tokens: int
+    cost_usd: float
+    cost_unknown: bool
+    """Some run's cost was null (a model without a known price)."""
+    run_config: dict[str, Any] | None
+    """What the last run was started with; None when the events do not name its models."""
     last_seq: int
 
 
@@ -168,24 +173,16 @@ class _Builder:
         return {"profile": self.profile, "models": [self.last_model] if self.last_model else [],
                 "max_tokens": self.default_max_tokens}
 
-    def state(self) -> dict[str, Any]:
+    def run_config(self) -> dict[str, Any] | None:
         config = self.last_config()
         if config is not None and not config.get("models"):
-            config = None  # the router's defaults are better than a config without a model
-        return {
-            "schema": STATE_SCHEMA, "session_id": self.session_id, "status": "idle", "run": None,
-            "last_config": config, "history_len": len(self.history), "runs": self.runs, "turns": self.turns,
-            "usage": {"input_tokens": self.input_tokens + self.open_run["input_tokens"],
-                      "output_tokens": self.output_tokens + self.open_run["output_tokens"],
-                      "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
-            "cost_usd": round(self.cost_usd, 8), "cost_unknown": self.cost_unknown, "queued": [], "steering": [], "recent_inputs": [], "outbox": [],
-            "outbox_input": None,
-        }
+            return None  # the router's defaults are better than a config without a model
+        return config
 
 
-def reconstruct(session_id: str, events: list[dict[str, Any]], default_max_tokens: int = 4096) -> Rebuilt | None:
-    """The history and idle state the events describe; None when no run ever started
-    (a session that only ever had rejected input has nothing to rebuild)."""
+def replay(session_id: str, events: list[dict[str, Any]], default_max_tokens: int = 4096) -> Replayed | None:
+    """The conversation and tallies the events describe; None when no run ever started
+    (a session that only ever had rejected input has nothing to replay)."""
     builder = _Builder(session_id, default_max_tokens)
     for event in sorted(events, key=lambda e: e.get("seq", 0)):
         builder.take(event)
@@ -197,7 +194,11 @@ def reconstruct(session_id: str, events: list[dict[str, Any]], default_max_token
         # conversation is not in the transcript, and a history without it is no history.
         log.warning("session %s: the transcript holds no user messages; it cannot be rebuilt", session_id)
         return None
-    return Rebuilt(history=builder.history, state=builder.state(), last_seq=max(e.get("seq", 0) for e in events))
+    return Replayed(history=builder.history, runs=builder.runs, turns=builder.turns,
+                    input_tokens=builder.input_tokens + builder.open_run["input_tokens"],
+                    output_tokens=builder.output_tokens + builder.open_run["output_tokens"],
+                    cost_usd=round(builder.cost_usd, 8), cost_unknown=builder.cost_unknown,
+                    run_config=builder.run_config(), last_seq=max(e.get("seq", 0) for e in events))
 
 
 async def read_transcript(sid: str, events: EventLogStore) -> list[dict[str, Any]]:
@@ -226,26 +227,3 @@ async def restore_log(sid: str, events_store: EventLogStore, archive: Archive | 
         log.info("session %s: event log restored from the events stream (%d events, up to seq %d)", sid,
                  len(events), events[-1]["seq"])
     return events
-
-
-async def rebuild_session(sid: str, events_store: EventLogStore, sessions_store: SessionStore,
-                          default_max_tokens: int = 4096, archive: Archive | None = None) -> dict[str, Any] | None:
-    """Rebuild a session whose state is missing from its transcript and store it.
-
-    Returns the stored state, or None when there is nothing to rebuild (no transcript,
-    no run in it) or the session exists (its state is kept; nothing is overwritten).
-    With `archive`, a session whose event log is gone from Redis too is rebuilt from the
-    events stream, and its log restored first. Call it where a missing state would
-    otherwise start a new session."""
-    raw, _version = await sessions_store.load(sid)
-    if raw is not None:
-        return None
-    events = await read_transcript(sid, events_store) or await restore_log(sid, events_store, archive)
-    rebuilt = reconstruct(sid, events, default_max_tokens)
-    if rebuilt is None:
-        return None
-    if not await sessions_store.commit(sid, 0, rebuilt.state, 0, rebuilt.history):
-        return None  # created meanwhile (another replica rebuilt it, or a new input won)
-    log.info("session %s rebuilt from its transcript: %d messages, %d runs (up to seq %d)", sid,
-             len(rebuilt.history), rebuilt.state["runs"], rebuilt.last_seq)
-    return rebuilt.state

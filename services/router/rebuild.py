@@ -1,0 +1,90 @@
+"""A session rebuilt from its transcript alone: the transcript is the source of truth.
+
+The router's Redis state (`lw:s:<sid>`, `lw:h:<sid>`) is a cache of what the event log
+says. When it is gone (deleted, evicted, lost with a Redis that kept its streams) but the
+transcript is there, `rebuild_session` replays the events into the history
+(shared/stores/transcript.py), makes a minimal idle `SessionState` of what they tally,
+and stores both (a compare-and-set on version 0, so it never overwrites a session that
+exists); the next input continues the conversation with its history.
+
+The state is idle: a run in flight when the state was lost is over (its late results are
+stale). Its `last_config` is what the last run was started with (`run.started.config`),
+so a `message` on it starts the next run with the same settings; without it, the profile
+and the last model used.
+
+When Redis lost the event log as well (all of its data), the transcript's second copy is
+the LOOPWIRE_EVENTS stream (shared/stores/event_archive.py): `rebuild_session` reads it
+there, puts the log back in Redis with its own seqs and rebuilds from it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.stores.event_log import EventLogStore
+from loopwire.shared.stores.session_store import SessionStore
+from loopwire.shared.stores.transcript import Archive, Replayed, read_transcript, replay, restore_log
+
+from .state import RunConfig, SessionState
+
+log = logging.getLogger("loopwire.router.rebuild")
+
+
+@dataclass
+class Rebuilt:
+    history: list[dict[str, Any]]
+    state: dict[str, Any]
+    """The idle `SessionState`, dumped as the session store keeps it."""
+    last_seq: int
+
+
+def idle_state(session_id: str, replayed: Replayed) -> SessionState:
+    """The idle state a replayed transcript describes."""
+    config = None
+    if replayed.run_config is not None:
+        try:
+            config = RunConfig.model_validate(replayed.run_config)
+        except ValidationError as exc:  # an older router's config: the defaults will do
+            log.warning("session %s: the last run's config is unreadable, the defaults apply: %s", session_id, exc)
+    return SessionState(session_id=session_id, status="idle", last_config=config,
+                        history_len=len(replayed.history), runs=replayed.runs, turns=replayed.turns,
+                        usage=Usage(input_tokens=replayed.input_tokens, output_tokens=replayed.output_tokens),
+                        cost_usd=replayed.cost_usd, cost_unknown=replayed.cost_unknown)
+
+
+def reconstruct(session_id: str, events: list[dict[str, Any]], default_max_tokens: int = 4096) -> Rebuilt | None:
+    """The history and idle state the events describe; None when no run ever started
+    (a session that only ever had rejected input has nothing to rebuild)."""
+    replayed = replay(session_id, events, default_max_tokens)
+    if replayed is None:
+        return None
+    return Rebuilt(history=replayed.history, state=idle_state(session_id, replayed).dump(),
+                   last_seq=replayed.last_seq)
+
+
+async def rebuild_session(sid: str, events_store: EventLogStore, sessions_store: SessionStore,
+                          default_max_tokens: int = 4096, archive: Archive | None = None) -> dict[str, Any] | None:
+    """Rebuild a session whose state is missing from its transcript and store it.
+
+    Returns the stored state, or None when there is nothing to rebuild (no transcript,
+    no run in it) or the session exists (its state is kept; nothing is overwritten).
+    With `archive`, a session whose event log is gone from Redis too is rebuilt from the
+    events stream, and its log restored first. Call it where a missing state would
+    otherwise start a new session."""
+    raw, _version = await sessions_store.load(sid)
+    if raw is not None:
+        return None
+    events = await read_transcript(sid, events_store) or await restore_log(sid, events_store, archive)
+    rebuilt = reconstruct(sid, events, default_max_tokens)
+    if rebuilt is None:
+        return None
+    if not await sessions_store.commit(sid, 0, rebuilt.state, 0, rebuilt.history):
+        return None  # created meanwhile (another replica rebuilt it, or a new input won)
+    log.info("session %s rebuilt from its transcript: %d messages, %d runs (up to seq %d)", sid,
+             len(rebuilt.history), rebuilt.state["runs"], rebuilt.last_seq)
+    return rebuilt.state
