@@ -29,7 +29,7 @@ def build_wheel(root: Path) -> Path:
     # there by an earlier build could put modules deleted since into the wheel.
     source = root / "src"
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".run", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"))
+        ".git", ".venv", ".run", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "node_modules"))
     run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(dist)], root, 240)
     wheels = sorted(dist.glob("loopwire-*.whl"))
     assert len(wheels) == 1, wheels
