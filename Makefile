@@ -4,7 +4,7 @@ PYTHON  ?= python3
 BIN      = $(VENV)/bin
 STAMP    = $(VENV)/.installed-stamp
 
-.PHONY: install run test test-unit lint bench compose-up compose-down clean test-node-deps agents
+.PHONY: install run test test-unit lint bench bench-quick compose-up compose-down clean test-node-deps agents
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,9 +65,13 @@ lint: install
 	$(BIN)/mypy services shared loopwire
 	$(BIN)/python -m tests.import_contracts
 
-## bench: 200 sessions x 20 tool-turns through `loopwire up`, plus the raw NATS/Redis floor
+## bench: every layout, 200 sessions x 20 tool-turns, against the durable and the raw floor (docs/benchmarks.md)
 bench: install
 	$(BIN)/python -m tests.bench.run_bench
+
+## bench-quick: the same with a small load, for development (leaves docs/benchmarks.md alone)
+bench-quick: install
+	$(BIN)/python -m tests.bench.run_bench --quick --no-doc
 
 compose-up:
 	docker compose up -d --build

@@ -38,7 +38,8 @@ class Hop:
     service: str
     redis: tuple[str, ...]
     """Redis round trips, in order: `mget`, `set_tool`, `event`, `hmget`, `commit`, `lrange`,
-    `hgetall`, `get_gen`, `set_gen`, `lua` (another small script), `get` (anything else)."""
+    `hgetall`, `get_gen`, `set_gen`, `claim` (a step's claim, then its records under it),
+    `lua` (another small script), `get` (anything else)."""
     events: tuple[str, ...] = ()
 
 
@@ -55,10 +56,18 @@ OP_OF = {
     "mget lw:step:tool": ("mget", 0), "set lw:step:tool": ("set_tool", 0),
     "lrange lw:h": ("lrange", 2), "hgetall lw:tools": ("hgetall", 2),
     "get lw:step:gen": ("get_gen", 3), "set lw:step:gen": ("set_gen", 3),
+    "evalsha lw:claim:gen": ("claim", 3), "evalsha lw:claim:tools": ("claim", 0),
 }
 """Trace label -> (floor op, hop of the service that makes the call)."""
 HOP_OF_KEYSPACE = {"lw:step:tool": 0, "lw:h": 2, "lw:tools": 2, "lw:mem": 2, "lw:step:gen": 3, "lw:breaker": 3}
 """Any other command on these key spaces: the service that owns them."""
+EVENT_HOP = {"tools.progress": ROUTER_IN, "tool.result": ROUTER_IN, "user.message": ROUTER_IN,
+             "memory.observation": 2, "generating": 3}
+"""Who publishes each event kind of a tool-turn (a single call's `tool.result` and
+`tools.progress` go out with the router's transition); any other kind: the router, after
+the generation."""
+EPHEMERAL_KINDS = frozenset({"text.delta", "generating", "tools.progress"})
+"""Published without waiting for a PubAck, as loopwire publishes them (shared/contract.py)."""
 
 
 def plan_from_trace(redis_cmds: dict[str, float], events: dict[str, float]) -> tuple[Hop, ...]:
@@ -82,18 +91,19 @@ def plan_from_trace(redis_cmds: dict[str, float], events: dict[str, float]) -> t
             op = "hmget" if name == "hmget" else "commit"
             add(ROUTER_IN, op, count / 2)
             add(ROUTER_OUT, op, count / 2)
-        elif label == "evalsha lw:seq":  # one per event, by whoever emits it
-            tool_events = min(count, events.get("tool.result", 0))
-            add(0, "event", tool_events)
-            add(ROUTER_OUT, "event", count - tool_events)
+        elif label == "evalsha lw:seq":  # an event stored outside a router commit
+            generating = min(count, events.get("generating", 0))  # the llm's, as a generation starts
+            add(3, "event", generating)
+            add(ROUTER_OUT, "event", count - generating)
         else:
             add(HOP_OF_KEYSPACE.get(space, ROUTER_OUT), "lua" if name.startswith("eval") else "get", count)
     for hop, extra in enumerate(spare):
         ops[hop] += ["get"] * round(extra)
-    order = ["hmget", "mget", "get_gen", "get", "lua", "lrange", "hgetall", "commit", "set_tool", "set_gen", "event"]
+    order = ["hmget", "mget", "get_gen", "get", "lua", "lrange", "hgetall", "commit", "claim", "set_tool", "set_gen",
+             "event"]
     hop_events: list[list[str]] = [[] for _ in DEFAULT_PLAN]
     for kind, count in sorted(events.items()):
-        hop_events[0 if kind == "tool.result" else ROUTER_OUT] += [kind] * round(count)
+        hop_events[EVENT_HOP.get(kind, ROUTER_OUT)] += [kind] * round(count)
     return tuple(Hop(h.service, tuple(sorted(ops[i], key=order.index)), tuple(hop_events[i]))
                  for i, h in enumerate(DEFAULT_PLAN))
 
@@ -124,6 +134,22 @@ local f = redis.call('HGET', KEYS[1], 'failures')
 redis.call('HSET', KEYS[1], 'failures', 0, 'seen', ARGV[1])
 return f
 """
+CLAIM_LUA = """
+local records = redis.call('MGET', KEYS[3])
+if records[1] then return {0, records} end
+if redis.call('GET', KEYS[1]) then return {2} end
+local fence = redis.call('INCR', KEYS[2])
+redis.call('EXPIRE', KEYS[2], 3600)
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. fence, 'PX', 30000)
+return {1, records, fence}
+"""
+RECORD_LUA = """
+if redis.call('GET', KEYS[2]) then return {0} end
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return {2} end
+redis.call('SET', KEYS[2], ARGV[2], 'EX', 3600)
+return {1}
+"""
 EVENT_LUA = """
 local seq = redis.call('INCR', KEYS[1])
 redis.call('HSET', KEYS[2], ARGV[1], seq)
@@ -141,38 +167,25 @@ def padding(size: int) -> list[dict[str, Any]]:
     return [block] * max(1, size // one)
 
 
-class Responder:
-    def __init__(self, nc: NatsClient, redis: aioredis.Redis, reply_sizes: list[int],
-                 plan: tuple[Hop, ...] = DEFAULT_PLAN) -> None:
-        self.nc = nc
+class HopWork:
+    """What one hop's service does in Redis, by the plan: the same commands, scripts of
+    the same shape and keys of the same shape as loopwire's (both floors use it)."""
+
+    def __init__(self, redis: aioredis.Redis, plan: tuple[Hop, ...] = DEFAULT_PLAN) -> None:
         self.r = redis
         self.plan = plan
         self.commit = redis.register_script(COMMIT_LUA)
         self.event = redis.register_script(EVENT_LUA)
         self.small = redis.register_script(SMALL_LUA)
-        self.replies = [padding(n) for n in reply_sizes]
+        self.claim = redis.register_script(CLAIM_LUA)
+        self.record = redis.register_script(RECORD_LUA)
         self.state = orjson.dumps({"status": "running", "run": {"turn": 1, "phase": "generate"},
                                    "history_len": 2, "pad": padding(600)})
-        self.tasks: set[asyncio.Task[None]] = set()
 
-    async def start(self) -> None:
-        for i in range(len(self.plan)):
-            await self.nc.subscribe(f"{SUBJECT}.{i}", queue="floor", cb=self._spawn(i))
-
-    def _spawn(self, hop: int) -> Any:
-        async def cb(msg: Msg) -> None:
-            task = asyncio.create_task(self.handle(hop, msg))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-        return cb
-
-    async def handle(self, hop: int, msg: Msg) -> None:
-        env = orjson.loads(msg.data)
-        sid, turn = env["session_id"], env["turn"]
-        plan = self.plan[hop]
-        n_event = 0
+    async def run(self, hop: int, sid: str, turn: int) -> None:
+        n_event = n_claim = 0
         ver = 0
-        for op in plan.redis:
+        for op in self.plan[hop].redis:
             if op == "hmget":  # the router's load: the version its commit compares
                 raw_ver, _state = await self.r.hmget(f"fl:s:{sid}", ["ver", "state"])
                 ver = int(raw_ver or 0)
@@ -183,11 +196,15 @@ class Responder:
                 await self.event(keys=[f"fl:seq:{sid}", f"fl:ek:{sid}", f"fl:e:{sid}"],
                                  args=[f"{turn}:{hop}:{n_event}", b'{"v":1,"kind":"event","turn":1}'])
                 n_event += 1
+            elif op == "claim":  # the step's claim first, then its records under the claim
+                claim, step = f"fl:claim:{sid}:{turn}:{hop}", f"fl:step:{sid}:{turn}:{hop}:{n_claim}"
+                if n_claim == 0:
+                    await self.claim(keys=[claim, f"fl:fence:{sid}:{turn}:{hop}", step], args=["owner"])
+                else:
+                    await self.record(keys=[claim, step], args=["owner|1", b'{"content":"ok","is_error":false}'])
+                n_claim += 1
             else:
                 await self._redis(op, sid, turn)
-        for kind in plan.events:
-            await self.nc.publish(f"{EVENTS}.{sid}.{kind}", orjson.dumps({"v": 1, "kind": kind, "turn": turn}))
-        await msg.respond(orjson.dumps({"session_id": sid, "turn": turn, "messages": self.replies[hop]}))
 
     async def _redis(self, op: str, sid: str, turn: int) -> None:
         r = self.r
@@ -209,6 +226,40 @@ class Responder:
             await r.set(f"fl:step:gen:{sid}:{turn}", self.state, ex=3600, nx=True)
         else:
             raise ValueError(op)
+
+
+class Responder:
+    """The raw floor's echo responder: one core-NATS request per hop."""
+
+    def __init__(self, nc: NatsClient, redis: aioredis.Redis, reply_sizes: list[int],
+                 plan: tuple[Hop, ...] = DEFAULT_PLAN) -> None:
+        self.nc = nc
+        self.work = HopWork(redis, plan)
+        self.plan = plan
+        self.replies = [padding(n) for n in reply_sizes]
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        for i in range(len(self.plan)):
+            await self.nc.subscribe(f"{SUBJECT}.{i}", queue="floor", cb=spawn(self.handle, i, self.tasks))
+
+    async def handle(self, hop: int, msg: Msg) -> None:
+        env = orjson.loads(msg.data)
+        sid, turn = env["session_id"], env["turn"]
+        await self.work.run(hop, sid, turn)
+        for kind in self.plan[hop].events:
+            await self.nc.publish(f"{EVENTS}.{sid}.{kind}", orjson.dumps({"v": 1, "kind": kind, "turn": turn}))
+        await msg.respond(orjson.dumps({"session_id": sid, "turn": turn, "messages": self.replies[hop]}))
+
+
+def spawn(handle: Any, hop: int, tasks: set[asyncio.Task[None]]) -> Any:
+    """A subscription callback that runs `handle(hop, msg)` in its own task (nats-py runs
+    one subscription's callbacks one at a time)."""
+    async def cb(msg: Msg) -> None:
+        task = asyncio.create_task(handle(hop, msg))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    return cb
 
 
 # -- the driver (runs in the bench process) -------------------------------------------------

@@ -1,325 +1,333 @@
 """The bench's results: the targets' verdicts, a console table and docs/benchmarks.md.
 
-The results part of the doc sits between two markers and is replaced on every run; the
-text around it (the analysis of where the time goes) is written by people and kept.
+Everything is rendered from the results file `make bench` writes (`.run/bench.json`,
+plain JSON: results.py), so the doc can be rendered again from a kept file:
+
+    .venv/bin/python -m tests.bench.report [.run/bench.json] [--doc docs/benchmarks.md] [--print]
+
+The results part of the doc sits between two markers and is replaced; the text around it
+(the analysis of where the time goes) is written by people and kept.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
-import statistics
-from dataclasses import dataclass, field
+import sys
 from pathlib import Path
 from typing import Any
-
-from .driver import LoadResult
-from .trace import TurnCost
 
 START = "<!-- bench:results:start (written by `make bench`; edit outside the markers) -->"
 END = "<!-- bench:results:end -->"
 
-TARGET_RATIO = 3.0
-TARGET_TURNS_PER_S = 400.0
 LINEAR_TOLERANCE = 0.25
-"""Bytes per turn may differ this much between the two halves (20→100, 100→200)."""
+"""Bytes per turn may differ this much between the two halves of the sizes measured."""
+FLOORS = ("floor_durable", "floor_raw")
 
-
-@dataclass
-class Layout:
-    """One way of running loopwire (or the floor) and what it measured."""
-
-    name: str
-    single: LoadResult | None = None
-    load: LoadResult | None = None
-    cpu_s: dict[str, float] = field(default_factory=dict)
-    """CPU seconds per process during `load`."""
-    other_cpu_s: float = 0.0
-    """CPU seconds of every other process on the machine during `load` (a busy neighbour
-    makes every number here worse)."""
-    load_rates: list[float] = field(default_factory=list)
-    """turns/s of every run of the load; `load` is the median one."""
-
-    def rates_note(self) -> str:
-        if len(self.load_rates) <= 1:
-            return ""
-        return f" (median of {len(self.load_rates)} runs: {', '.join(f'{r:.0f}' for r in self.load_rates)})"
-
-    def cpu_ms_per_turn(self, names: list[str] | None = None) -> float:
-        assert self.load is not None
-        chosen = self.cpu_s if names is None else {k: v for k, v in self.cpu_s.items() if k in names}
-        return 1000 * sum(chosen.values()) / self.load.tool_turns
-
-
-@dataclass
-class Results:
-    date: str
-    machine: dict[str, str]
-    command: str
-    sessions: int
-    turns: int
-    single_sessions: int
-    trace: TurnCost | None = None
-    up: Layout | None = None
-    split: Layout | None = None
-    floor: Layout | None = None
-    bytes_by_turns: dict[int, dict[str, int]] = field(default_factory=dict)
-    service_processes: list[str] = field(default_factory=list)
-    infra_processes: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    duration_s: float = 0.0
-    consume_us: dict[str, float] = field(default_factory=dict)
-    """CPU µs per message received, by handler style (consume_overhead.py)."""
-    floor_plan: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
-    """(service, Redis ops, events) per hop of the floor."""
+Results = dict[str, Any]
 
 
 # -- numbers ---------------------------------------------------------------------------------
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    if len(values) == 1:
-        return values[0]
-    if q == 50:
-        return statistics.median(values)
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+def ms(x: float | None) -> str:
+    return "n/a" if x is None or x != x else f"{x:.2f} ms"
 
 
-def ms(x: float) -> str:
-    return "n/a" if x != x else f"{x * 1000:.2f} ms"
+def layouts(res: Results, floors: bool = True) -> list[tuple[str, dict[str, Any]]]:
+    """(key, layout) in the order measured: loopwire's layouts, then the floors."""
+    out = [(k, res["layouts"][k]) for k in res.get("order", []) if k in res["layouts"]]
+    return out if floors else [(k, lay) for k, lay in out if lay.get("kind") != "floor"]
+
+
+def p50(lay: dict[str, Any] | None, run: str = "single") -> float | None:
+    if not lay or not lay.get(run):
+        return None
+    return lay[run]["p50_ms"]
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def rates_note(lay: dict[str, Any]) -> str:
+    rates = lay.get("load_rates") or []
+    if len(rates) <= 1:
+        return ""
+    return f" (median of {len(rates)} runs: {', '.join(f'{r:.0f}' for r in rates)})"
+
+
+def cpu_total(lay: dict[str, Any]) -> float:
+    return sum(lay.get("cpu_ms", {}).values())
 
 
 def verdicts(res: Results) -> list[tuple[str, str, bool | None]]:
-    """(target, measured, met) for each target of the issue."""
+    """(target, measured, met) for each target of the issue; met None: for reference."""
     out: list[tuple[str, str, bool | None]] = []
-    up, floor = res.up, res.floor
-    if up and floor and up.single and floor.single:
-        a, b = pct(up.single.latencies_s, 50), pct(floor.single.latencies_s, 50)
-        out.append((f"per-turn overhead within {TARGET_RATIO:.0f}x the floor (p50, single session)",
-                    f"{ms(a)} vs floor {ms(b)} = {a / b:.1f}x", a <= TARGET_RATIO * b))
-    if up and floor and up.load and floor.load:
-        a, b = pct(up.load.latencies_s, 50), pct(floor.load.latencies_s, 50)
-        out.append((f"(for reference) the same under load, {res.sessions} sessions",
-                    f"{ms(a)} vs floor {ms(b)} = {a / b:.1f}x", None))
-        ca, cb = up.cpu_ms_per_turn(), floor.cpu_ms_per_turn()
-        out.append(("(for reference) CPU per tool-turn, all processes, vs the floor",
-                    f"{ca:.2f} ms vs floor {cb:.2f} ms = {ca / cb:.1f}x", None))
-    if up and up.load:
-        tps = up.load.turns_per_s
-        out.append((f"≥ {TARGET_TURNS_PER_S:.0f} tool-turns/s on {res.machine.get('cpus', '?')} cores "
-                    f"(`{up.name}`, {res.sessions} sessions)", f"{tps:.0f} turns/s{up.rates_note()}",
-                    tps >= TARGET_TURNS_PER_S))
-    if {20, 100, 200} <= set(res.bytes_by_turns):
-        b20, b100, b200 = (res.bytes_by_turns[n]["total"] for n in (20, 100, 200))
-        first, second = (b100 - b20) / 80, (b200 - b100) / 100
+    durable = res["layouts"].get("floor_durable")
+    raw = res["layouts"].get("floor_raw")
+    fd, fr = p50(durable), p50(raw)
+    for _key, lay in layouts(res, floors=False):
+        name, a = lay["name"], p50(lay)
+        target = lay.get("target_ratio")
+        if target and a is not None and fd:
+            out.append((f"`{name}`: p50 (single session) ≤ {target:g}× the durable floor",
+                        f"{ms(a)} vs {ms(fd)} = {a / fd:.2f}×", a <= target * fd))
+        tps_target = lay.get("target_turns_per_s")
+        if tps_target and lay.get("load"):
+            tps = lay["load"]["turns_per_s"]
+            out.append((f"`{name}`: ≥ {tps_target:.0f} tool-turns/s ({res['params']['sessions']} sessions × "
+                        f"{res['params']['turns']} tool-turns)", f"{tps:.0f} turns/s{rates_note(lay)}",
+                        tps >= tps_target))
+    for _key, lay in layouts(res, floors=False):
+        if lay.get("target_ratio") is None and p50(lay) is not None and fd:
+            out.append((f"(reference) `{lay['name']}`: p50 (single session) vs the durable floor",
+                        f"{ms(p50(lay))} vs {ms(fd)} = {p50(lay) / fd:.2f}×", None))  # type: ignore[operator]
+    if fd and fr:
+        out.append(("(reference) the durable floor vs the raw floor, p50 (single session)",
+                    f"{ms(fd)} vs {ms(fr)} = {fd / fr:.2f}×", None))
+    sizes = sorted(int(n) for n in res.get("bytes", {}))
+    if len(sizes) >= 3:
+        lo, mid, hi = sizes[0], sizes[len(sizes) // 2], sizes[-1]
+        b = {n: res["bytes"][str(n)]["total"] for n in (lo, mid, hi)}
+        first, second = (b[mid] - b[lo]) / (mid - lo), (b[hi] - b[mid]) / (hi - mid)
         linear = abs(second - first) <= LINEAR_TOLERANCE * max(first, second)
         out.append(("Redis bytes linear in turns",
-                    f"{b20 / 20:.0f} B/turn at 20, {b200 / 200:.0f} B/turn at 200; marginal "
-                    f"{first:.0f} B/turn (20→100) vs {second:.0f} B/turn (100→200)", linear))
+                    f"{b[lo] / lo:.0f} B/turn at {lo}, {b[hi] / hi:.0f} B/turn at {hi}; marginal "
+                    f"{first:.0f} B/turn ({lo}→{mid}) vs {second:.0f} B/turn ({mid}→{hi})", linear))
     return out
 
 
 # -- console -----------------------------------------------------------------------------------
 def console_table(res: Results) -> str:
-    lines = [f"loopwire bench — {res.date} — {res.machine.get('cpus')} CPUs, Python {res.machine.get('python')}", ""]
-    lines.append(f"{'layout':<28}{'single p50':>12}{'single p99':>12}{'load p50':>12}{'load p99':>12}"
-                 f"{'turns/s':>10}{'CPU ms/turn':>13}")
-    for lay in (res.up, res.split, res.floor):
-        if lay is None or lay.load is None:
-            continue
-        s = lay.single.latencies_s if lay.single else []
-        lines.append(f"{lay.name:<28}{ms(pct(s, 50)):>12}{ms(pct(s, 99)):>12}"
-                     f"{ms(pct(lay.load.latencies_s, 50)):>12}{ms(pct(lay.load.latencies_s, 99)):>12}"
-                     f"{lay.load.turns_per_s:>10.0f}{lay.cpu_ms_per_turn():>13.2f}")
+    m = res["machine"]
+    lines = [f"loopwire bench — {res['date']} — {m.get('cpus')} CPUs, Python {m.get('python')}, "
+             f"code {m.get('git')}" + (" — QUICK MODE (not the issue's load)" if res["params"].get("quick") else ""),
+             ""]
+    fd, fr = p50(res["layouts"].get("floor_durable")), p50(res["layouts"].get("floor_raw"))
+    lines.append(f"{'layout':<34}{'p50':>10}{'p99':>10}{'×dur':>7}{'×raw':>7}{'load p50':>11}{'load p99':>11}"
+                 f"{'turns/s':>9}{'CPU ms/turn':>13}")
+    for _key, lay in layouts(res):
+        s, load = lay.get("single") or {}, lay.get("load") or {}
+        rd, rr = ratio(s.get("p50_ms"), fd), ratio(s.get("p50_ms"), fr)
+        lines.append(f"{lay['name']:<34}{ms(s.get('p50_ms')):>10}{ms(s.get('p99_ms')):>10}"
+                     f"{'' if rd is None else f'{rd:.2f}':>7}{'' if rr is None else f'{rr:.2f}':>7}"
+                     f"{ms(load.get('p50_ms')):>11}{ms(load.get('p99_ms')):>11}"
+                     f"{load.get('turns_per_s', 0):>9.0f}{cpu_total(lay):>13.2f}")
     lines.append("")
-    for lay in (res.up, res.split, res.floor):
-        if lay is None or lay.load is None:
+    for _key, lay in layouts(res):
+        if not lay.get("cpu_ms"):
             continue
-        per = ", ".join(f"{k} {1000 * v / lay.load.tool_turns:.2f}" for k, v in lay.cpu_s.items())
-        per += f"; other processes {100 * lay.other_cpu_s / lay.load.wall_s:.0f}% of a core"
-        lines.append(f"CPU ms/turn, {lay.name}: {per}")
-    if res.bytes_by_turns:
+        per = ", ".join(f"{k} {v:.2f}" for k, v in lay["cpu_ms"].items())
+        lines.append(f"CPU ms/turn, {lay['name']}: {per}; other processes {100 * lay.get('other_share', 0):.0f}% "
+                     "of a core")
+    lines.append("")
+    for _key, lay in layouts(res):
+        w = lay.get("wire")
+        if w:
+            lines.append(f"per tool-turn under load, {lay['name']}: {wire_summary(w)}")
+    if res.get("bytes"):
         lines.append("")
-        for n, b in sorted(res.bytes_by_turns.items()):
-            lines.append(f"Redis bytes, session of {n} tool-turns: {b['total']} B ({b['total'] / n:.0f} B/turn, "
+        for n, b in sorted(res["bytes"].items(), key=lambda kv: int(kv[0])):
+            lines.append(f"Redis bytes, session of {n} tool-turns: {b['total']} B ({b['total'] / int(n):.0f} B/turn, "
                          f"{b['keys']} keys)")
-    if res.consume_us:
+    if res.get("consume_us"):
         lines.append("")
-        lines += [f"consume path, {mode}: {us:.0f} µs CPU / message" for mode, us in res.consume_us.items()]
+        lines += [f"consume path, {mode}: {us:.0f} µs CPU / message" for mode, us in res["consume_us"].items()]
     lines.append("")
     for target, measured, met in verdicts(res):
         lines.append(f"[{'info' if met is None else 'MET ' if met else 'MISS'}] {target}: {measured}")
-    for note in res.notes:
+    for note in res.get("notes", []):
         lines.append(f"note: {note}")
+    lines.append(f"({res.get('duration_s', 0):.0f} s in all)")
     return "\n".join(lines)
 
 
+def wire_summary(w: dict[str, Any]) -> str:
+    stored = ", ".join(f"{k} {v:.2f}" for k, v in w.get("stored", {}).items())
+    nats = f"NATS {w['nats_in_msgs']:.1f} msgs in / {w['nats_out_msgs']:.1f} out, " if "nats_in_msgs" in w else ""
+    return (f"{nats}stored: {stored}; Redis {w['redis_commands']:.1f} commands ({w['redis_scripts']:.1f} scripts), "
+            f"{w['redis_reads']:.1f} reads")
+
+
 # -- markdown ----------------------------------------------------------------------------------
-def _latency_row(name: str, lay: Layout | None, which: str) -> str:
-    if lay is None:
-        return ""
-    run = lay.single if which == "single" else lay.load
-    if run is None:
-        return ""
-    lat = run.latencies_s
-    return (f"| {name} | {which} | {run.sessions} × {run.turns_per_session} | {ms(pct(lat, 50))} | "
-            f"{ms(pct(lat, 99))} | {run.turns_per_s:.0f} |")
-
-
-SERVICE_OF_SUBJECT = {"tools.execute": "tools", "router.result": "router", "memory.assemble": "memory",
-                      "llm.generate": "llm"}
-
-
-def step_times(timeline: list[tuple[float, str]]) -> list[tuple[str, float]]:
-    """(step, ms) from a turn's timeline: each service's time from the delivery of its
-    envelope to its next publish (work or the final `message` event), and each hop's time
-    from the work publish to its delivery."""
-    out: list[tuple[str, float]] = []
-    if timeline and not any(w.startswith(("NATS work publish ", "NATS jetstream delivery ")) for _, w in timeline):
-        # `loopwire up` with work chains: every hop of the turn is in-process.
-        return [("in one process, no work message on the wire: from one `message` event to the next",
-                 timeline[-1][0])]
-    # The turn opens inside the router: after the `message` event it emits `tool.call`
-    # and publishes the tools.execute envelope.
-    inside: tuple[str, float] | None = ("router (router.result), from the `message` event", 0.0)
-    published: tuple[str, float] | None = None
-    for at, what in timeline:
-        if what.startswith("NATS work publish "):
-            subject = what.split()[3]
-            if inside is not None:
-                out.append((f"inside {inside[0]}", at - inside[1]))
-                inside = None
-            published = (subject, at)
-        elif what.startswith("NATS jetstream delivery "):
-            subject = what.split()[3].rsplit(".work.", 1)[-1]
-            if published is not None and published[0] == subject:
-                out.append((f"wire: {subject} publish → delivery", at - published[1]))
-                published = None
-            inside = (f"{SERVICE_OF_SUBJECT.get(subject, subject)} ({subject})", at)
-        elif what.startswith("NATS event message") and inside is not None and at > 0:
-            out.append((f"inside {inside[0]}, to the `message` event", at - inside[1]))
-            inside = None
-    total = sum(v for _, v in out)
-    if out:
-        out.append(("sum of the above", total))
-        out.append(("whole turn", timeline[-1][0]))
-    return out
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
 
 
 def markdown(res: Results) -> str:
-    m = res.machine
+    m, p = res["machine"], res["params"]
+    fd, fr = p50(res["layouts"].get("floor_durable")), p50(res["layouts"].get("floor_raw"))
     out = [START, "",
-           f"Last run: **{res.date}**, `{res.command}`, {res.duration_s:.0f} s in all, code at "
-           f"`{m.get('git', 'unknown')}`.",
+           f"Last run: **{res['date']}**, `{res['command']}`, {res['duration_s']:.0f} s in all, code at "
+           f"`{m.get('git', 'unknown')}`" + (" — **quick mode, not the issue's load**" if p.get("quick") else "") + ".",
            f"Machine: {m.get('cpus')} CPUs ({m.get('cpus_usable')} usable, {m.get('cpu_model')}), "
-           f"Python {m.get('python')}, {m.get('platform')}; nats-server and redis-server on loopback, "
-           "started by the bench on free ports.", "",
+           f"Python {m.get('python')}, {m.get('platform')}. Servers started by the bench on loopback: "
+           f"{res.get('servers', {}).get('nats', 'nats-server')}; {res.get('servers', {}).get('redis', 'redis-server')}.",
+           f"Load: {p['sessions']} concurrent sessions × {p['turns']} tool-turns, {p['load_runs']} runs per layout "
+           f"(the median by turns/s is shown); single: {p['single']} sessions × {p['turns']} tool-turns one at a time; "
+           f"warm-up {p['warmup']} sessions × 5 tool-turns.", "",
            "### Targets", "", "| target | measured | met? |", "|---|---|---|"]
     for target, measured, met in verdicts(res):
         out.append(f"| {target} | {measured} | {'—' if met is None else 'yes' if met else '**no**'} |")
-    out += ["", "### Per tool-turn latency and throughput", "",
-            "Latency of one tool-turn = time between two consecutive `message` events of a session, as "
-            "the client receives them (tool.call → tools → tool.result → router → memory → llm → "
-            "router → message). For the floor, the time of its five request/reply hops. "
-            "turns/s = tool-turns / wall time from the first `start` published to the last `run.ended`.", "",
-            "| layout | run | sessions × tool-turns | p50 | p99 | turns/s |", "|---|---|---|---|---|---|"]
-    for name, lay in ((f"`{res.up.name}`" if res.up else "`loopwire up`", res.up), ("5 × `loopwire serve`", res.split),
-                      ("floor (raw nats-py + redis-py)", res.floor)):
-        for which in ("single", "load"):
-            row = _latency_row(name, lay, which)
-            if row:
-                out.append(row)
-    out += ["", "`single` runs its sessions one after the other on an idle system; `load` runs them all "
-            "at once.", ""]
 
-    out += ["### CPU per tool-turn by process (during the `load` run)", "",
-            "From `/proc/<pid>/stat` (utime + stime) before and after; ms of CPU per tool-turn, and the "
-            "share of one core the process used over the run's wall time.", "",
+    out += ["", "### Every layout against both floors", "",
+            "p50/p99 of one tool-turn: the time between two consecutive `message` events of a session as the "
+            "client receives them (tool.call → tools → tool.result → router → memory → llm → router → "
+            "message); for the raw floor, its five request/reply hops. ×durable, ×raw: the single-session "
+            "p50 over that floor's. turns/s: tool-turns / wall time from the first `start` to the last "
+            "`run.ended`. CPU: every process of the layout plus nats-server, redis-server and the bench "
+            "client, during the load run.", "",
+            "| layout | single p50 | single p99 | ×durable | ×raw | load p50 | load p99 | turns/s | CPU ms / turn |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for _key, lay in layouts(res):
+        s, load = lay.get("single") or {}, lay.get("load") or {}
+        rd, rr = ratio(s.get("p50_ms"), fd), ratio(s.get("p50_ms"), fr)
+        out.append(_row([lay["name"], ms(s.get("p50_ms")), ms(s.get("p99_ms")),
+                         "" if rd is None else f"{rd:.2f}×", "" if rr is None else f"{rr:.2f}×",
+                         ms(load.get("p50_ms")), ms(load.get("p99_ms")),
+                         f"{load.get('turns_per_s', 0):.0f}{rates_note(lay)}", f"{cpu_total(lay):.2f}"]))
+    out += ["", "The floors: the same five hops per tool-turn, the same Redis calls (counted by the trace below) "
+            "and events, envelopes of the sizes the trace saw, raw nats-py + redis-py + orjson and no logic. "
+            "**Durable**: each hop a JetStream work-queue message (publish awaiting its PubAck, a push "
+            "consumer with a deliver group, an ack), the events published into a JetStream stream with their "
+            "PubAcks awaited, on the same servers as loopwire (`tests/bench/durable_floor.py`). **Raw**: each "
+            "hop a core-NATS request/reply, events fire-and-forget (`tests/bench/floor.py`).", ""]
+
+    out += ["### CPU per tool-turn by process (during the load run)", "",
+            "From `/proc/<pid>/stat` (utime + stime) before and after the load run shown above; ms of CPU "
+            "per tool-turn, and the share of one core the process used over the run's wall time.", "",
             "| layout | process | CPU ms / turn | % of a core |", "|---|---|---|---|"]
-    for lay in (res.up, res.split, res.floor):
-        if lay is None or lay.load is None:
+    for _key, lay in layouts(res):
+        if not lay.get("cpu_ms"):
             continue
-        for proc, cpu in lay.cpu_s.items():
-            out.append(f"| {lay.name} | {proc} | {1000 * cpu / lay.load.tool_turns:.2f} | "
-                       f"{100 * cpu / lay.load.wall_s:.0f}% |")
-        out.append(f"| {lay.name} | **all of the above** | **{lay.cpu_ms_per_turn():.2f}** | "
-                   f"{100 * sum(lay.cpu_s.values()) / lay.load.wall_s:.0f}% |")
-        out.append(f"| {lay.name} | (other processes on the machine) | "
-                   f"{1000 * lay.other_cpu_s / lay.load.tool_turns:.2f} | {100 * lay.other_cpu_s / lay.load.wall_s:.0f}% |")
+        for proc, cpu in lay["cpu_ms"].items():
+            out.append(_row([lay["name"], proc, f"{cpu:.2f}", f"{100 * lay['cpu_share'][proc]:.0f}%"]))
+        out.append(_row([lay["name"], "**all of the above**", f"**{cpu_total(lay):.2f}**",
+                         f"{100 * sum(lay['cpu_share'].values()):.0f}%"]))
+        out.append(_row([lay["name"], "(other processes on the machine)", f"{lay.get('other_ms', 0):.2f}",
+                         f"{100 * lay.get('other_share', 0):.0f}%"]))
     out.append("")
-
-    if res.trace is not None:
-        t = res.trace
-        out += ["### What one tool-turn does on the wire (counted)", "",
-                "A `>` NATS subscription and Redis `MONITOR` during two sessions of 1 and 21 tool-turns; "
-                "the difference divided by 20 (tool discovery's background traffic left out). "
-                "The floor makes the same Redis calls per turn and five request/reply hops.", "",
-                "| NATS messages per tool-turn | count | bytes |", "|---|---|---|"]
-        for k, v in sorted(t.nats_msgs.items()):
-            out.append(f"| {k} | {v:g} | {t.nats_bytes.get(k, 0):.0f} |")
-        out += ["", "| Redis round trips per tool-turn | count |", "|---|---|"]
-        for k, v in sorted(t.redis_cmds.items()):
-            out.append(f"| `{k}` | {v:g} |")
-        out.append(f"| **all** | **{t.redis_round_trips:g}** |")
-        if res.floor_plan:
-            out += ["", "The floor's plan built from these counts (one request/reply per hop):", "",
-                    "| hop | service | Redis round trips | events published |", "|---|---|---|---|"]
-            for i, (service, ops, events) in enumerate(res.floor_plan, 1):
-                out.append(f"| {i} | {service} | {', '.join(ops) or '-'} | {', '.join(events) or '-'} |")
-        inner = ", ".join(f"{k} {v:g}" for k, v in sorted(t.lua_cmds.items()))
-        out += ["", f"Inside those Lua scripts, per tool-turn: {inner}.", ""]
-        steps = step_times(t.timeline)
-        if steps:
-            out += ["", "From the timeline below (one tool-turn of the trace session, so under the spy's and "
-                    "MONITOR's own load): time inside each service, from the JetStream delivery of its "
-                    "envelope to its next publish, and time on the wire, from a work publish to its delivery.",
-                    "", "| step | ms |", "|---|---|"]
-            out += [f"| {name} | {value:.2f} |" for name, value in steps]
-        if t.timeline:
-            out += ["<details><summary>Timeline of one tool-turn on the wire (turn "
-                    "11 of the 21-turn trace session; NATS times as the spy received them, Redis times "
-                    "from MONITOR, both under the spy's own load)</summary>", "",
-                    "| ms | gap | what |", "|---|---|---|"]
-            prev = 0.0
-            for at, what in t.timeline:
-                out.append(f"| {at:.2f} | {at - prev:.2f} | {what} |")
-                prev = at
-            out += ["", "</details>", ""]
-
-    if res.bytes_by_turns:
-        groups = sorted({g for b in res.bytes_by_turns.values() for g in b if g not in ("total", "keys")})
+    out += wire_tables(res)
+    out += trace_tables(res)
+    if res.get("bytes"):
+        groups = sorted({g for b in res["bytes"].values() for g in b if g not in ("total", "keys")})
         out += ["### Redis bytes per session", "",
                 "`MEMORY USAGE <key> SAMPLES 0` summed over every key of one session (state, history, "
                 "event stream, event keys, seq, model and tool records), after a single session of N "
-                "tool-turns.", "",
+                "tool-turns (`loopwire up --workers 2`).", "",
                 "| tool-turns | " + " | ".join(groups) + " | total | bytes / turn |",
                 "|---|" + "---|" * (len(groups) + 2)]
-        for n, b in sorted(res.bytes_by_turns.items()):
+        for n, b in sorted(res["bytes"].items(), key=lambda kv: int(kv[0])):
             out.append(f"| {n} | " + " | ".join(str(b.get(g, 0)) for g in groups)
-                       + f" | {b['total']} | {b['total'] / n:.0f} |")
+                       + f" | {b['total']} | {b['total'] / int(n):.0f} |")
         out.append("")
-    if res.consume_us:
+    if res.get("consume_us"):
         out += ["### The consume path alone", "",
                 "CPU per message received on core NATS by a handler that does nothing, publishing "
-                "included, best of two rounds of 4,000 messages (`tests/bench/consume_overhead.py`). "
-                "Our work handlers take a `NatsMessage` parameter (the first row); a tool-turn passes "
-                "through five of them.", "", "| handler | µs CPU / message |", "|---|---|"]
-        out += [f"| {mode} | {us:.0f} |" for mode, us in res.consume_us.items()]
+                "included, best of two rounds of 4,000 messages (`tests/bench/consume_overhead.py`).", "",
+                "| handler | µs CPU / message |", "|---|---|"]
+        out += [f"| {mode} | {us:.0f} |" for mode, us in res["consume_us"].items()]
         out.append("")
-    if res.notes:
-        out += ["Notes from this run:", ""] + [f"- {n}" for n in res.notes] + [""]
+    if res.get("notes"):
+        out += ["Notes from this run:", ""] + [f"- {n}" for n in res["notes"]] + [""]
     out.append(END)
     return "\n".join(out)
 
 
+WIRE_ROWS = (
+    ("NATS messages received by the server", lambda w: w.get("nats_in_msgs")),
+    ("NATS messages sent by the server", lambda w: w.get("nats_out_msgs")),
+    ("NATS bytes received by the server", lambda w: w.get("nats_in_bytes")),
+)
+
+
+def wire_tables(res: Results) -> list[str]:
+    lays = [(k, lay) for k, lay in layouts(res) if lay.get("wire")]
+    if not lays:
+        return []
+    out = ["### What one tool-turn costs on the wire under load (counted by the servers)", "",
+           "Deltas over the load run shown above, per tool-turn (`tests/bench/wire.py`): nats-server's "
+           "`/varz`, the streams' sequence numbers (messages stored: work hops, events, ingress), Redis "
+           "`INFO stats` and `INFO commandstats` (commands run by Lua scripts are counted as commands; "
+           "read events are one per request or pipeline a client sent, close to the round trips).", "",
+           "| per tool-turn | " + " | ".join(lay["name"] for _, lay in lays) + " |",
+           "|---|" + "---|" * len(lays)]
+    for label, get in WIRE_ROWS:
+        vals = [get(lay["wire"]) for _, lay in lays]
+        if any(v is not None for v in vals):
+            out.append(_row([label] + ["" if v is None else f"{v:.1f}" if v < 1000 else f"{v:.0f}" for v in vals]))
+    stored = sorted({s for _, lay in lays for s in lay["wire"].get("stored", {})})
+    for s in stored:
+        out.append(_row([f"JetStream messages stored: {s}"]
+                        + [f"{lay['wire'].get('stored', {}).get(s, 0):.2f}" for _, lay in lays]))
+    for label, key in (("Redis read events (≈ round trips)", "redis_reads"),
+                       ("Redis commands (Lua's included)", "redis_commands"), ("of which script calls", "redis_scripts")):
+        out.append(_row([label] + [f"{lay['wire'].get(key, 0):.2f}" for _, lay in lays]))
+    out.append("")
+    cmds = sorted({c for _, lay in lays for c in lay["wire"].get("redis_by_command", {})},
+                  key=lambda c: -max(lay["wire"].get("redis_by_command", {}).get(c, 0) for _, lay in lays))
+    if cmds:
+        out += ["<details><summary>Redis commands per tool-turn under load, by command (INFO commandstats; "
+                "inside scripts included)</summary>", "",
+                "| command | " + " | ".join(lay["name"] for _, lay in lays) + " |", "|---|" + "---|" * len(lays)]
+        for c in cmds:
+            out.append(_row([f"`{c}`"] + [f"{lay['wire'].get('redis_by_command', {}).get(c, 0):g}"
+                                          for _, lay in lays]))
+        out += ["", "</details>", ""]
+    return out
+
+
+def trace_tables(res: Results) -> list[str]:
+    lays = [(k, lay) for k, lay in layouts(res, floors=False) if lay.get("trace")]
+    if not lays:
+        return []
+    out = ["### What one tool-turn does on the wire, by message and command (traced)", "",
+           "A `>` NATS subscription and Redis `MONITOR` during two sessions of 1 and 21 tool-turns of each "
+           "layout, one at a time; the difference divided by 20 (tool discovery's background traffic left "
+           "out). Redis rows are round trips (a command, a script call, a MULTI/EXEC's parts); the commands "
+           "inside scripts follow.", "",
+           "| NATS messages per tool-turn | " + " | ".join(lay["name"] for _, lay in lays) + " |",
+           "|---|" + "---|" * len(lays)]
+    kinds = sorted({k for _, lay in lays for k in lay["trace"]["nats_msgs"]})
+    for k in kinds:
+        out.append(_row([k] + [f"{lay['trace']['nats_msgs'].get(k, 0):g}" for _, lay in lays]))
+    out.append(_row(["**all**"] + [f"**{sum(lay['trace']['nats_msgs'].values()):g}**" for _, lay in lays]))
+    out += ["", "| Redis round trips per tool-turn | " + " | ".join(lay["name"] for _, lay in lays) + " |",
+            "|---|" + "---|" * len(lays)]
+    cmds = sorted({k for _, lay in lays for k in lay["trace"]["redis_cmds"]})
+    for k in cmds:
+        out.append(_row([f"`{k}`"] + [f"{lay['trace']['redis_cmds'].get(k, 0):g}" for _, lay in lays]))
+    out.append(_row(["**all**"] + [f"**{sum(lay['trace']['redis_cmds'].values()):g}**" for _, lay in lays]))
+    out.append(_row(["inside scripts"] + [", ".join(f"{c} {v:g}" for c, v in sorted(lay["trace"]["lua_cmds"].items()))
+                                          for _, lay in lays]))
+    out.append("")
+    if res.get("floor_plan"):
+        out += [f"The floors' plan, built from the trace of `{res.get('floor_plan_from', '?')}` (one hop per "
+                "service hop):", "", "| hop | service | envelope bytes | Redis round trips | events published |",
+                "|---|---|---|---|---|"]
+        sizes = res.get("floor_sizes") or []
+        for i, (service, ops, events) in enumerate(res["floor_plan"]):
+            out.append(_row([str(i + 1), service, str(sizes[i]) if i < len(sizes) else "",
+                             ", ".join(ops) or "-", ", ".join(events) or "-"]))
+        out.append("")
+    for _key, lay in lays:
+        timeline = lay["trace"].get("timeline") or []
+        if not timeline:
+            continue
+        out += [f"<details><summary>Timeline of one tool-turn, `{lay['name']}` (turn 11 of the 21-turn trace "
+                "session; NATS times as the spy received them, Redis times from MONITOR, both under the "
+                "spy's own load)</summary>", "", "| ms | gap | what |", "|---|---|---|"]
+        prev = 0.0
+        for at, what in timeline:
+            out.append(f"| {at:.2f} | {at - prev:.2f} | {what} |")
+            prev = at
+        out += ["", "</details>", ""]
+    return out
+
+
 DEFAULT_HEAD = """# Benchmarks
 
-`make bench` measures the speed targets of the foundation issue: 200 concurrent sessions ×
-20 tool-turns through `loopwire up` (the scripted model with no delay, one no-op tool), the
-same through the five services as separate processes, and the floor — raw nats-py
-request/reply and redis-py round trips for the same hops — in the same run. It takes about
-two minutes and stops by itself; everything runs on loopback.
-
-    make bench            # or: .venv/bin/python -m tests.bench.run_bench [--sessions N --turns N]
+`make bench` measures loopwire's speed targets in every layout against two floors.
 
 """
 
@@ -337,19 +345,20 @@ def write_doc(path: Path, res: Results) -> None:
     path.write_text(DEFAULT_HEAD + "## Results\n\n" + block + "\n")
 
 
-def as_dict(res: Results) -> dict[str, Any]:
-    """Plain numbers for a machine-readable copy of the results."""
-    def lay(x: Layout | None) -> dict[str, Any] | None:
-        if x is None or x.load is None:
-            return None
-        s = x.single.latencies_s if x.single else []
-        return {"single_p50_ms": 1000 * pct(s, 50), "single_p99_ms": 1000 * pct(s, 99),
-                "load_p50_ms": 1000 * pct(x.load.latencies_s, 50), "load_p99_ms": 1000 * pct(x.load.latencies_s, 99),
-                "turns_per_s": x.load.turns_per_s, "cpu_ms_per_turn": {k: 1000 * v / x.load.tool_turns
-                                                                       for k, v in x.cpu_s.items()}}
-    trace = None if res.trace is None else {"nats": res.trace.nats_msgs, "redis": res.trace.redis_cmds,
-                                            "lua": res.trace.lua_cmds, "timeline": res.trace.timeline}
-    return {"date": res.date, "machine": res.machine, "up": lay(res.up), "split": lay(res.split),
-            "floor": lay(res.floor), "bytes": res.bytes_by_turns, "trace": trace, "notes": res.notes,
-            "consume_us": res.consume_us,
-            "verdicts": [{"target": t, "measured": m, "met": ok} for t, m, ok in verdicts(res)]}
+def main(argv: list[str] | None = None) -> int:
+    root = Path(__file__).resolve().parents[2]
+    parser = argparse.ArgumentParser(description="render a results file of `make bench`")
+    parser.add_argument("results", nargs="?", default=str(root / ".run" / "bench.json"))
+    parser.add_argument("--doc", default=str(root / "docs" / "benchmarks.md"), help="the doc whose results block to replace")
+    parser.add_argument("--print", action="store_true", help="print the console table only; leave the doc alone")
+    args = parser.parse_args(argv)
+    res = json.loads(Path(args.results).read_text())
+    print(console_table(res))
+    if not args.print:
+        write_doc(Path(args.doc), res)
+        print(f"wrote the results block of {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

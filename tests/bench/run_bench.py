@@ -1,21 +1,25 @@
-"""`make bench`: loopwire's speed targets, and the floor they are measured against.
+"""`make bench`: loopwire's speed targets in every layout, against two floors, in one run.
 
-    .venv/bin/python -m tests.bench.run_bench [--sessions 200] [--turns 20] [--no-doc]
+    .venv/bin/python -m tests.bench.run_bench                # the issue's load (make bench)
+    .venv/bin/python -m tests.bench.run_bench --quick        # a small load, for development
+    .venv/bin/python -m tests.bench.run_bench --layouts workers,split --no-doc
 
-1. A fresh nats-server (JetStream) and redis-server on free ports (loopwire.testing).
-2. `loopwire up` (one process), with the scripted model (`LOOPWIRE_LLM_PROVIDER=scripted`:
-   its bench brain calls `noop` N times for a prompt `bench:N`) and the no-op tool of
-   tests/bench/bench_tools.py. Hop accounting (trace.py), a warm-up, single-session
-   latency (sessions one at a time), then `--sessions` concurrent sessions of `--turns`
-   tool-turns with the CPU of every process; then Redis bytes of sessions of 20, 100
-   and 200 tool-turns.
-3. The five services as separate processes (`loopwire serve NAME`): the same load, CPU
-   per service.
-4. The floor (floor.py): raw nats-py request/reply + redis-py, the same hops and Redis
-   calls per turn, an echo responder in another process.
-5. The consume path alone (consume_overhead.py): CPU per message received by a FastStream
-   handler, written two ways, and by a raw nats-py callback.
-6. A table on stdout, docs/benchmarks.md (the results block) and .run/bench.json.
+1. A fresh nats-server (JetStream, `sync_interval: always`, a monitoring port) and
+   redis-server (`appendonly yes`, `appendfsync everysec`) on free ports (layouts.py).
+2. Each layout in turn (`loopwire up`, `loopwire up --workers 2`, five `loopwire serve`
+   processes with one router, six with two routers), with the scripted model
+   (`LOOPWIRE_LLM_PROVIDER=scripted`: its bench brain calls `noop` N times for a prompt
+   `bench:N`) and the no-op tool of bench_tools.py: hop accounting (trace.py), a warm-up,
+   single-session latency (sessions one at a time), then `--sessions` concurrent sessions of
+   `--turns` tool-turns, `--load-runs` times, with the CPU of every process (procstat.py)
+   and the servers' own counts (wire.py). After `--workers 2`: Redis bytes of sessions of
+   20, 100 and 200 tool-turns.
+3. The durable floor (durable_floor.py: the same hops as JetStream work-queue messages,
+   events into a stream) and the raw floor (floor.py: core-NATS request/reply), each with
+   the Redis calls the trace counted.
+4. The consume path alone (consume_overhead.py).
+5. `.run/bench.json` (everything), the console table, and docs/benchmarks.md's results
+   block rendered from that file (report.py; `--no-doc` leaves the doc alone).
 
 Everything is stopped at the end, also on failure or Ctrl-C; a watchdog ends a run that
 hangs. Nothing here is a test: pytest collects nothing from this folder.
@@ -33,30 +37,38 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 import nats
 import redis.asyncio as aioredis
+from nats.aio.client import Client as NatsClient
 
-from loopwire.launcher import SERVICE_NAMES
-from loopwire.testing import LoopwireContainer, ServerHandle, start_nats, start_redis
-
-from . import report
+from . import durable_floor, report, wire
 from .consume_overhead import measure_all
 from .driver import BenchDriver, LoadResult, wait_for_tool
 from .floor import DEFAULT_PLAN, FloorDriver, Hop, plan_from_trace, plan_to_json
-from .procstat import CpuWindow, children_of, machine_facts, other_busy_processes
+from .layouts import (
+    LAYOUT_ORDER,
+    ROOT,
+    BenchLayout,
+    Servers,
+    System,
+    bench_layouts,
+    service_env,
+    start_servers,
+)
+from .procstat import CpuWindow, machine_facts, other_busy_processes
 from .redis_bytes import session_bytes
-from .report import Layout, Results
 from .trace import TurnCost, trace_turns
 
-ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "benchmarks.md"
-RAW = ROOT / ".run" / "bench.json"
-WATCHDOG_S = 480
+RESULTS = ROOT / ".run" / "bench.json"
+LOOPWIRE_STREAMS = {"LOOPWIRE_WORK": "work", "LOOPWIRE_EVENTS": "events", "LOOPWIRE_INGRESS": "ingress"}
+FLOOR_STREAMS = {durable_floor.WORK_STREAM: "work", durable_floor.EVENTS_STREAM: "events"}
+QUICK = {"sessions": 40, "turns": 10, "single": 2, "warmup_sessions": 10, "load_runs": 1, "bytes_turns": "10,20,40"}
+"""--quick (or LOOPWIRE_BENCH_QUICK=1): a load small enough to iterate on, every layout still."""
 T = TypeVar("T")
 
 
@@ -73,178 +85,117 @@ def run_async(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return uvloop.run(coro_fn())
 
 
-def service_env() -> dict[str, str]:
-    return {
-        "LOOPWIRE_LLM_PROVIDER": "scripted",
-        "LOOPWIRE_TOOL_MODULES": "tests.bench.bench_tools",
-        "LOOPWIRE_LOG_LEVEL": "WARNING",
-        # The 200-turn session of the Redis-bytes measurement: the agentic profile allows
-        # 100 generations per outer iteration.
-        "LOOPWIRE_MAX_INNER_ITERATIONS": "1000",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
-    }
+def summary(run: LoadResult | None) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    lat = sorted(run.latencies_s)
+
+    def q(f: float) -> float | None:
+        if not lat:
+            return None
+        return 1000 * lat[min(len(lat) - 1, int(round(f * (len(lat) - 1))))]
+
+    return {"sessions": run.sessions, "turns": run.turns_per_session, "wall_s": run.wall_s,
+            "turns_per_s": run.turns_per_s, "p50_ms": q(0.5), "p90_ms": q(0.9), "p99_ms": q(0.99),
+            "n_latencies": len(lat), "n_failures": len(run.failures), "failures": run.failures[:5]}
 
 
-class System:
-    """The loopwire processes of one layout, on the bench's NATS and Redis."""
+class Measured:
+    """What one layout (or floor) measured, as the results file holds it."""
 
-    def __init__(self, nats_server: ServerHandle, redis_server: ServerHandle, split: bool, workers: int = 1) -> None:
-        self.parts: dict[str, LoopwireContainer] = {}
-        self.workers = 1 if split else workers
-        layout = [(f"serve {n}", n) for n in SERVICE_NAMES] if split else \
-            [(f"up --workers {workers}", "loopwire up")]
-        for services, name in layout:
-            part = LoopwireContainer(env=service_env(), use_docker=False, services=services)
-            part.nats, part.redis = nats_server, redis_server
-            self.parts[name] = part
-
-    def start(self) -> None:
-        for part in self.parts.values():
-            part.start_loopwire()  # waits for /readyz (of worker 0)
-        if self.workers > 1:
-            self._wait_workers()
-
-    def _wait_workers(self, timeout: float = 60.0) -> None:
-        """Until every worker answers /readyz on its own port (metrics port + i)."""
-        part = self.parts["loopwire up"]
-        deadline = time.monotonic() + timeout
-        for i in range(1, self.workers):
-            url = f"http://127.0.0.1:{part.metrics_port + i}/readyz"
-            while True:
-                with contextlib.suppress(OSError):
-                    with urllib.request.urlopen(url, timeout=1) as resp:
-                        if resp.status == 200:
-                            break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"worker {i} not ready after {timeout}s")
-                time.sleep(0.1)
-
-    def pids(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for name, part in self.parts.items():
-            if part.proc is None:
-                continue
-            out[name if self.workers == 1 else f"{name} (worker 0)"] = part.proc.pid
-            for i, child in enumerate(children_of(part.proc.pid), start=1):
-                out[f"{name} (worker {i})"] = child
-        return out
-
-    def stop(self, keep_logs: bool = False) -> None:
-        for name, part in self.parts.items():
-            part.stop_loopwire()
-            if keep_logs:
-                log(f"log of {name}: {', '.join(str(p.log_path) for p in part.processes)}")
-            else:
-                for process in part.processes:
-                    process.log_path.unlink(missing_ok=True)
+    def __init__(self, key: str, name: str, kind: str, layout: BenchLayout | None = None) -> None:
+        self.data: dict[str, Any] = {"name": name, "kind": kind}
+        if layout is not None:
+            self.data.update(commands=list(layout.commands), target_ratio=layout.target_ratio,
+                             target_turns_per_s=layout.target_turns_per_s)
+        self.key = key
 
 
-async def measure_layout(name: str, nats_url: str, redis_url: str, infra: dict[str, int],
-                         services: dict[str, int], args: argparse.Namespace,
-                         extra: Callable[[BenchDriver], Awaitable[None]] | None = None) -> Layout:
-    nc = await nats.connect(nats_url)
+async def measure_load(m: Measured, run: Callable[[], Awaitable[LoadResult]], pids: dict[str, int],
+                       runs: int, counts: Callable[[], Awaitable[wire.Snapshot]],
+                       streams: dict[str, str]) -> None:
+    """The load `runs` times, each in its own CPU and wire window; the layout keeps the
+    median run by turns/s (this machine's speed drifts from one run to the next), or the
+    first with failed sessions, so a failure is never hidden."""
+    done: list[tuple[LoadResult, dict[str, float], float, dict[str, Any]]] = []
+    for _ in range(max(1, runs)):
+        before = await counts()
+        window = CpuWindow(pids).start()
+        load = await run()
+        spent = window.stop()
+        after = await counts()
+        done.append((load, spent, window.others, wire.per_turn(before, after, load.tool_turns, streams)))
+    m.data["load_rates"] = [load.turns_per_s for load, *_ in done]
+    failing = [d for d in done if d[0].failures]
+    load, spent, others, counted = failing[0] if failing else sorted(done, key=lambda d: d[0].turns_per_s)[len(done) // 2]
+    turns, wall = load.tool_turns, load.wall_s
+    m.data.update(load=summary(load), wire=counted,
+                  cpu_ms={k: 1000 * v / turns for k, v in spent.items()},
+                  cpu_share={k: v / wall for k, v in spent.items()},
+                  other_ms=1000 * others / turns, other_share=others / wall)
+
+
+def counter(nc: NatsClient, r: aioredis.Redis, servers: Servers, streams: dict[str, str]) -> Callable[[], Awaitable[wire.Snapshot]]:
+    async def snap() -> wire.Snapshot:
+        return await wire.snapshot(nc, r, servers.monitor_url, tuple(streams))
+    return snap
+
+
+async def measure_layout(m: Measured, servers: Servers, services: dict[str, int], args: argparse.Namespace,
+                         extra: Callable[[BenchDriver], Awaitable[None]] | None = None) -> None:
+    nc = await nats.connect(servers.nats.url)
+    r = aioredis.Redis.from_url(servers.redis.url)
     driver = BenchDriver(nc)
     await driver.start()
-    lay = Layout(name)
+    name = m.data["name"]
     try:
-        await wait_for_tool(redis_url, "noop")
         log(f"{name}: warm-up, {args.warmup_sessions} sessions × 5 tool-turns")
-        warm = await driver.run_load("warm", args.warmup_sessions, 5)
+        warm = await driver.run_load("warm", args.warmup_sessions, 5, timeout=args.load_timeout)
         if warm.failures:
             raise RuntimeError(f"warm-up failed: {warm.failures[:3]}")
         log(f"{name}: single session, {args.single} × {args.turns} tool-turns one at a time")
-        lay.single = await driver.run_sequential("single", args.single, args.turns)
-        log(f"{name}: load, {args.sessions} concurrent sessions × {args.turns} tool-turns")
-        await measure_load(lay, lambda: driver.run_load("load", args.sessions, args.turns, timeout=args.load_timeout),
-                           {**services, **infra, "bench client": os.getpid()}, args.load_runs)
-        assert lay.load is not None
-        log(f"{name}: {lay.load.turns_per_s:.0f} turns/s{lay.rates_note()}, {len(lay.load.failures)} failed sessions")
+        m.data["single"] = summary(await driver.run_sequential("single", args.single, args.turns))
+        log(f"{name}: load, {args.sessions} concurrent sessions × {args.turns} tool-turns, {args.load_runs} run(s)")
+        await measure_load(m, lambda: driver.run_load("load", args.sessions, args.turns, timeout=args.load_timeout),
+                           {**services, **servers.pids(), "bench client": os.getpid()}, args.load_runs,
+                           counter(nc, r, servers, LOOPWIRE_STREAMS), LOOPWIRE_STREAMS)
+        log(f"{name}: {m.data['load']['turns_per_s']:.0f} turns/s{report.rates_note(m.data)}, "
+            f"single p50 {report.ms(m.data['single']['p50_ms'])}, {m.data['load']['n_failures']} failed sessions")
         if extra is not None:
             await extra(driver)
     finally:
         await driver.stop()
+        await r.aclose()
         await nc.drain()
-    return lay
 
 
-async def measure_load(lay: Layout, run: Callable[[], Awaitable[LoadResult]], pids: dict[str, int],
-                       runs: int) -> None:
-    """The load `runs` times, each in its own CPU window; the layout keeps the median run
-    by turns/s (this machine's speed drifts by 10-20% from one run to the next), or the
-    first with failed sessions, so a failure is never hidden."""
-    done: list[tuple[LoadResult, dict[str, float], float]] = []
-    for _ in range(max(1, runs)):
-        window = CpuWindow(pids).start()
-        load = await run()
-        done.append((load, window.stop(), window.others))
-    lay.load_rates = [load.turns_per_s for load, _, _ in done]
-    failing = [d for d in done if d[0].failures]
-    chosen = failing[0] if failing else sorted(done, key=lambda d: d[0].turns_per_s)[len(done) // 2]
-    lay.load, lay.cpu_s, lay.other_cpu_s = chosen
-
-
-async def measure_bytes(driver: BenchDriver, redis_url: str, res: Results) -> None:
+async def measure_bytes(driver: BenchDriver, redis_url: str, sizes: list[int], res: dict[str, Any]) -> None:
     r = aioredis.Redis.from_url(redis_url)
     try:
-        for n in (20, 100, 200):
-            run, ended = await driver.run_one(f"bytes{n}", n, timeout=120, max_turns=n + 10)
+        for n in sizes:
+            run, ended = await driver.run_one(f"bytes{n}", n, timeout=300, max_turns=n + 10)
             if ended.get("status") != "completed" or len(run.messages) != n + 1:
-                res.notes.append(f"bytes session of {n} turns ended {ended.get('status')} "
-                                 f"with {len(run.messages)} messages")
-            res.bytes_by_turns[n] = await session_bytes(r, run.sid, [str(ended.get("run_id"))])
-            log(f"Redis bytes after {n} tool-turns: {res.bytes_by_turns[n]['total']}")
+                res["notes"].append(f"bytes session of {n} turns ended {ended.get('status')} "
+                                    f"with {len(run.messages)} messages")
+            res["bytes"][str(n)] = await session_bytes(r, run.sid, [str(ended.get("run_id"))])
+            log(f"Redis bytes after {n} tool-turns: {res['bytes'][str(n)]['total']}")
     finally:
         await r.aclose()
 
 
-def floor_sizes(trace: TurnCost | None) -> tuple[list[int], list[int]]:
-    """Envelope bytes per hop (requests, replies) from the trace: tools.execute,
-    router.result, memory.assemble, llm.generate, router.result."""
-    # Sizes measured with every hop on JetStream (2026-11-30); used for the hops `loopwire up`
-    # hands over in-process (LOOPWIRE_LOCAL_HANDOVER), which the trace does not see.
+def floor_sizes(trace: TurnCost | None) -> list[int]:
+    """Envelope bytes of the five hops (tools.execute, router.result, memory.assemble,
+    llm.generate, router.result), from a trace that saw them as work messages."""
+    # Measured with every hop on JetStream (2026-11-30); for a trace of `loopwire up`,
+    # which hands them over in-process and does not see them.
     sizes = {"tools.execute": 333, "router.result": 446, "memory.assemble": 1537, "llm.generate": 4631}
     if trace is not None:
         b, n = trace.nats_bytes, trace.nats_msgs
         for k in sizes:
             if n.get(f"work publish {k}"):
                 sizes[k] = int(b[f"work publish {k}"] / n[f"work publish {k}"])
-    req = [sizes["tools.execute"], sizes["router.result"], sizes["memory.assemble"], sizes["llm.generate"],
-           sizes["router.result"]]
-    return req, req[1:] + req[:1]
-
-
-async def measure_floor(nats_url: str, infra: dict[str, int], responder_pid: int, req_sizes: list[int],
-                        args: argparse.Namespace) -> Layout:
-    nc = await nats.connect(nats_url)
-    driver = FloorDriver(nc, req_sizes)
-    await driver.start()
-    lay = Layout("floor")
-    try:
-        await driver.run_load(args.warmup_sessions, 5)
-        lay.single = await driver.run_sequential(args.single, args.turns)
-        await measure_load(lay, lambda: driver.run_load(args.sessions, args.turns),
-                           {"echo responder": responder_pid, **infra, "bench client (driver)": os.getpid()},
-                           args.load_runs)
-        assert lay.load is not None
-        log(f"floor: {lay.load.turns_per_s:.0f} turns/s{lay.rates_note()}")
-    finally:
-        await driver.stop()
-        await nc.drain()
-    return lay
-
-
-def start_responder(nats_url: str, redis_url: str, reply_sizes: list[int],
-                    plan: tuple[Hop, ...]) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=service_env()["PYTHONPATH"])
-    proc = subprocess.Popen([sys.executable, "-m", "tests.bench.floor", "--nats", nats_url, "--redis", redis_url,
-                             "--reply-sizes", ",".join(map(str, reply_sizes)), "--plan", plan_to_json(plan)],
-                            stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if line.strip() != "ready":
-        proc.kill()
-        raise RuntimeError(f"floor responder did not start: {line!r}")
-    return proc
+    return [sizes["tools.execute"], sizes["router.result"], sizes["memory.assemble"], sizes["llm.generate"],
+            sizes["router.result"]]
 
 
 def floor_plan(trace: TurnCost | None) -> tuple[Hop, ...]:
@@ -254,116 +205,265 @@ def floor_plan(trace: TurnCost | None) -> tuple[Hop, ...]:
     return plan_from_trace(trace.redis_cmds, events)
 
 
+def start_responders(module: str, count: int, servers: Servers, extra: list[str]) -> list[subprocess.Popen[str]]:
+    env = dict(os.environ, PYTHONPATH=service_env()["PYTHONPATH"])
+    procs = []
+    for _ in range(count):
+        proc = subprocess.Popen([sys.executable, "-m", module, "--nats", servers.nats.url, "--redis", servers.redis.url,
+                                 *extra], stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        procs.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if line.strip() != "ready":
+            stop_all(procs)
+            raise RuntimeError(f"{module} did not start: {line!r}")
+    return procs
+
+
+def stop_all(procs: list[subprocess.Popen[str]]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def responder_pids(label: str, procs: list[subprocess.Popen[str]]) -> dict[str, int]:
+    return {label if len(procs) == 1 else f"{label} {i + 1}": p.pid for i, p in enumerate(procs)}
+
+
+async def measure_durable_floor(m: Measured, servers: Servers, procs: list[subprocess.Popen[str]],
+                                sizes: list[int], args: argparse.Namespace) -> None:
+    nc = await nats.connect(servers.nats.url)
+    r = aioredis.Redis.from_url(servers.redis.url)
+    driver = durable_floor.DurableFloorDriver(nc, sizes)
+    await driver.start()
+    try:
+        await driver.run_load("warm", args.warmup_sessions, 5, timeout=args.load_timeout)
+        m.data["single"] = summary(await driver.run_sequential("single", args.single, args.turns))
+        await measure_load(m, lambda: driver.run_load("load", args.sessions, args.turns, timeout=args.load_timeout),
+                           {**responder_pids("responder", procs), **servers.pids(), "bench client": os.getpid()},
+                           args.load_runs, counter(nc, r, servers, FLOOR_STREAMS), FLOOR_STREAMS)
+        log(f"durable floor: {m.data['load']['turns_per_s']:.0f} turns/s{report.rates_note(m.data)}, "
+            f"single p50 {report.ms(m.data['single']['p50_ms'])}")
+    finally:
+        await driver.stop()
+        await r.aclose()
+        await nc.drain()
+
+
+async def measure_raw_floor(m: Measured, servers: Servers, procs: list[subprocess.Popen[str]], sizes: list[int],
+                            args: argparse.Namespace) -> None:
+    nc = await nats.connect(servers.nats.url)
+    r = aioredis.Redis.from_url(servers.redis.url)
+    driver = FloorDriver(nc, sizes)
+    await driver.start()
+    try:
+        await driver.run_load(args.warmup_sessions, 5)
+        m.data["single"] = summary(await driver.run_sequential(args.single, args.turns))
+        await measure_load(m, lambda: driver.run_load(args.sessions, args.turns),
+                           {**responder_pids("echo responder", procs), **servers.pids(),
+                            "bench client (driver)": os.getpid()},
+                           args.load_runs, counter(nc, r, servers, {}), {})
+        log(f"raw floor: {m.data['load']['turns_per_s']:.0f} turns/s{report.rates_note(m.data)}, "
+            f"single p50 {report.ms(m.data['single']['p50_ms'])}")
+    finally:
+        await driver.stop()
+        await r.aclose()
+        await nc.drain()
+
+
+async def create_floor_streams(nats_url: str) -> None:
+    nc = await nats.connect(nats_url)
+    try:
+        await durable_floor.ensure_streams(nc.jetstream(), len(DEFAULT_PLAN))
+    finally:
+        await nc.drain()
+
+
+def nats_settings(servers: Servers) -> str:
+    conf = Path(servers.nats.workdir or "") / "nats.conf"
+    sync = "sync_interval: always" if conf.exists() and "sync_interval: always" in conf.read_text() else \
+        "sync_interval: default"
+    version = subprocess.run([servers.nats.argv[0], "--version"], capture_output=True, text=True,
+                             check=False).stdout.strip() if servers.nats.argv else "nats-server"
+    return f"{version} (JetStream file storage, {sync})"
+
+
+async def server_settings(servers: Servers) -> dict[str, str]:
+    """What the servers were started with, read back from them."""
+    r = aioredis.Redis.from_url(servers.redis.url)
+    try:
+        cfg = {**await r.config_get("appendonly"), **await r.config_get("appendfsync")}
+        info = await r.info("server")
+    finally:
+        await r.aclose()
+    return {"nats": nats_settings(servers),
+            "redis": f"redis-server {info.get('redis_version')} (appendonly {cfg.get('appendonly')}, "
+                     f"appendfsync {cfg.get('appendfsync')})"}
+
+
+def trace_dict(trace: TurnCost) -> dict[str, Any]:
+    return {"nats_msgs": trace.nats_msgs, "nats_bytes": trace.nats_bytes, "redis_cmds": trace.redis_cmds,
+            "lua_cmds": trace.lua_cmds, "timeline": trace.timeline}
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--sessions", type=int, default=200, help="concurrent sessions under load")
-    p.add_argument("--turns", type=int, default=20, help="tool-turns per session")
-    p.add_argument("--single", type=int, default=5, help="sessions run one at a time for the latency")
-    p.add_argument("--warmup-sessions", type=int, default=40)
-    p.add_argument("--load-timeout", type=float, default=150.0)
-    p.add_argument("--load-runs", type=int, default=3,
-                   help="runs of the load per layout; the median by turns/s is reported")
-    p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
-                   help="`loopwire up --workers N` (default: the cores, at most 2: the target's machine)")
-    p.add_argument("--skip-split", action="store_true", help="skip the five-process layout")
-    p.add_argument("--no-doc", action="store_true", help="print only; leave docs/benchmarks.md alone")
-    return p.parse_args(argv)
+    p.add_argument("--quick", action="store_true", default=os.environ.get("LOOPWIRE_BENCH_QUICK") == "1",
+                   help=f"a small load for development ({QUICK}); also LOOPWIRE_BENCH_QUICK=1")
+    p.add_argument("--sessions", type=int, help="concurrent sessions under load (200)")
+    p.add_argument("--turns", type=int, help="tool-turns per session (20)")
+    p.add_argument("--single", type=int, help="sessions run one at a time for the latency (5)")
+    p.add_argument("--warmup-sessions", type=int, help="(40)")
+    p.add_argument("--load-runs", type=int, help="runs of the load per layout; the median by turns/s is kept (3)")
+    p.add_argument("--bytes-turns", help="tool-turns of the Redis-bytes sessions (20,100,200); '' for none")
+    p.add_argument("--load-timeout", type=float, default=300.0)
+    p.add_argument("--workers", type=int, default=2, help="`loopwire up --workers N` (2: the target's machine)")
+    p.add_argument("--layouts", default=",".join(LAYOUT_ORDER),
+                   help=f"which loopwire layouts, comma-separated, of {', '.join(LAYOUT_ORDER)}")
+    p.add_argument("--no-floors", action="store_true", help="skip both floors (the targets need the durable one)")
+    p.add_argument("--floor-responders", type=int, default=2,
+                   help="processes of the durable floor's responder (2: as `up --workers 2`)")
+    p.add_argument("--no-doc", action="store_true", help="leave docs/benchmarks.md alone (the results file is "
+                                                         "written anyway)")
+    p.add_argument("--results", default=str(RESULTS), help="the results file (JSON)")
+    p.add_argument("--watchdog", type=int, default=2400, help="seconds before a hung run is ended")
+    args = p.parse_args(argv)
+    full = {"sessions": 200, "turns": 20, "single": 5, "warmup_sessions": 40, "load_runs": 3,
+            "bytes_turns": "20,100,200"}
+    for key, value in (QUICK if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.layout_keys = [k.strip() for k in args.layouts.split(",") if k.strip()]
+    unknown = [k for k in args.layout_keys if k not in LAYOUT_ORDER]
+    if unknown:
+        p.error(f"unknown layout(s) {unknown}; choose from {', '.join(LAYOUT_ORDER)}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t_start = time.monotonic()
-    res = Results(date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), machine=machine_facts(),
-                  command="make bench" + ("" if argv is None and len(sys.argv) == 1 else
-                                          " (" + " ".join(argv if argv is not None else sys.argv[1:]) + ")"),
-                  sessions=args.sessions, turns=args.turns, single_sessions=args.single)
+    given = sys.argv[1:] if argv is None else argv
+    res: dict[str, Any] = {
+        "version": 2, "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_facts(),
+        "command": "make bench" + (f" ({' '.join(given)})" if given else ""),
+        "params": {"sessions": args.sessions, "turns": args.turns, "single": args.single,
+                   "warmup": args.warmup_sessions, "load_runs": args.load_runs, "quick": args.quick,
+                   "workers": args.workers, "floor_responders": args.floor_responders},
+        "layouts": {}, "order": [], "bytes": {}, "notes": [], "consume_us": {}}
 
     def watchdog(_sig: int, _frame: Any) -> None:
-        raise TimeoutError(f"the bench ran longer than {WATCHDOG_S}s")
+        raise TimeoutError(f"the bench ran longer than {args.watchdog}s")
 
     signal.signal(signal.SIGALRM, watchdog)
-    signal.alarm(WATCHDOG_S)
-    nats_server = start_nats(use_docker=False)
-    redis_server = start_redis(use_docker=False)
-    infra = {"nats-server": nats_server.proc.pid, "redis-server": redis_server.proc.pid}  # type: ignore[union-attr]
-    log(f"nats-server {nats_server.url}, redis-server {redis_server.url}")
-    busy = other_busy_processes({os.getpid(), *infra.values()}, min_share=0.2)
+    signal.alarm(args.watchdog)
+    servers = start_servers()
+    log(f"nats-server {servers.nats.url} (monitor {servers.monitor_url}), redis-server {servers.redis.url}")
+    res["servers"] = run_async(lambda: server_settings(servers))
+    busy = other_busy_processes({os.getpid(), *servers.pids().values()}, min_share=0.2)
     if busy:
-        res.notes.append("busy processes on the machine at the start: " + "; ".join(busy[:5]))
-        log(f"warning: {res.notes[-1]}")
+        res["notes"].append("busy processes on the machine at the start: " + "; ".join(busy[:5]))
+        log(f"warning: {res['notes'][-1]}")
     system: System | None = None
-    responder: subprocess.Popen[str] | None = None
+    responders: list[subprocess.Popen[str]] = []
+    traces: dict[str, TurnCost] = {}
     failed = False
+    specs = bench_layouts(args.workers)
+    bytes_sizes = [int(x) for x in args.bytes_turns.split(",") if x.strip()]
+    bytes_in = "workers" if "workers" in args.layout_keys else args.layout_keys[0] if args.layout_keys else None
     try:
-        # -- A: loopwire up ------------------------------------------------------------------
-        system = System(nats_server, redis_server, split=False, workers=args.workers)
-        system.start()
-        run_async(lambda: wait_for_tool(redis_server.url, "noop"))
-        log("loopwire up: counting the hops of one tool-turn")
-        res.trace = run_async(lambda: trace_turns(nats_server.url, redis_server.url))
-
-        async def bytes_after(driver: BenchDriver) -> None:
-            await measure_bytes(driver, redis_server.url, res)
-
-        up_name = "loopwire up" + (f" --workers {args.workers}" if args.workers > 1 else "")
-        res.up = run_async(lambda: measure_layout(up_name, nats_server.url, redis_server.url, infra,
-                                                  system.pids(), args, bytes_after))  # type: ignore[union-attr]
-        system.stop()
-        # -- B: five processes ---------------------------------------------------------------
-        if not args.skip_split:
-            system = System(nats_server, redis_server, split=True)
-            log("starting the five services as separate processes")
+        for key in args.layout_keys:
+            spec = specs[key]
+            m = Measured(key, spec.name, "loopwire", spec)
+            log(f"starting {spec.name}: {', '.join(spec.commands)}")
+            t0 = time.monotonic()
+            system = System(servers, spec)
             system.start()
-            res.split = run_async(lambda: measure_layout("5 × loopwire serve", nats_server.url, redis_server.url,
-                                                         infra, system.pids(), args))  # type: ignore[union-attr]
+            run_async(lambda: wait_for_tool(servers.redis.url, "noop"))
+            m.data["start_s"] = time.monotonic() - t0
+            log(f"{spec.name}: counting the hops of one tool-turn")
+            traces[key] = run_async(lambda: trace_turns(servers.nats.url, servers.redis.url))
+            m.data["trace"] = trace_dict(traces[key])
+
+            async def bytes_after(driver: BenchDriver) -> None:
+                await measure_bytes(driver, servers.redis.url, bytes_sizes, res)
+
+            pids, extra = system.pids(), bytes_after if key == bytes_in and bytes_sizes else None
+            run_async(lambda: measure_layout(m, servers, pids, args, extra))  # noqa: B023 - run at once
+            res["layouts"][key], res["order"] = m.data, [*res["order"], key]
             system.stop()
-        system = None
-        # -- the floor -----------------------------------------------------------------------
-        plan = floor_plan(res.trace)
-        res.floor_plan = [(h.service, list(h.redis), list(h.events)) for h in plan]
-        req_sizes, reply_sizes = floor_sizes(res.trace)
-        log(f"floor: echo responder, envelopes of {req_sizes} bytes, Redis per hop "
-            f"{[len(h.redis) for h in plan]}")
-        responder = start_responder(nats_server.url, redis_server.url, reply_sizes, plan)
-        res.floor = run_async(lambda: measure_floor(nats_server.url, infra, responder.pid, req_sizes, args))  # type: ignore[union-attr]
+            system = None
+        if not args.no_floors:
+            plan_key = next((k for k in ("split", "split1", "workers", "up") if k in traces), None)
+            trace = traces.get(plan_key) if plan_key else None
+            plan, sizes = floor_plan(trace), floor_sizes(trace)
+            res["floor_plan"] = [(h.service, list(h.redis), list(h.events)) for h in plan]
+            res["floor_plan_from"] = specs[plan_key].name if plan_key else "the design (no trace)"
+            res["floor_sizes"] = sizes
+            log(f"floors: envelopes of {sizes} bytes, Redis per hop {[len(h.redis) for h in plan]}")
+            # -- the durable floor ---------------------------------------------------------
+            run_async(lambda: create_floor_streams(servers.nats.url))
+            responders = start_responders("tests.bench.durable_floor", args.floor_responders, servers,
+                                          ["--sizes", ",".join(map(str, sizes)), "--plan", plan_to_json(plan)])
+            m = Measured("floor_durable", "durable floor", "floor")
+            m.data["processes"] = args.floor_responders
+            run_async(lambda: measure_durable_floor(m, servers, responders, sizes, args))
+            res["layouts"]["floor_durable"], res["order"] = m.data, [*res["order"], "floor_durable"]
+            stop_all(responders)
+            # -- the raw floor -------------------------------------------------------------
+            responders = start_responders("tests.bench.floor", 1, servers,
+                                          ["--reply-sizes", ",".join(map(str, sizes[1:] + sizes[:1])),
+                                           "--plan", plan_to_json(plan)])
+            m = Measured("floor_raw", "raw floor", "floor")
+            m.data["processes"] = 1
+            run_async(lambda: measure_raw_floor(m, servers, responders, sizes, args))
+            res["layouts"]["floor_raw"], res["order"] = m.data, [*res["order"], "floor_raw"]
+            stop_all(responders)
+            responders = []
         log("consume path: CPU per message received, by handler style")
-        res.consume_us = run_async(lambda: measure_all(nats_server.url))
+        res["consume_us"] = run_async(lambda: measure_all(servers.nats.url))
     except BaseException:
         failed = True
         raise
     finally:
         signal.alarm(0)
         if system is not None:
-            system.stop(keep_logs=failed)
-        if responder is not None:
-            responder.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                responder.wait(timeout=10)
-            if responder.poll() is None:
-                responder.kill()
-        nats_server.stop()
-        redis_server.stop()
+            for path in system.stop(keep_logs=failed):
+                log(f"kept log {path}")
+        stop_all(responders)
+        servers.stop()
+        res["duration_s"] = time.monotonic() - t_start
+        if failed:
+            partial = Path(args.results).with_suffix(".partial.json")
+            partial.parent.mkdir(exist_ok=True)
+            partial.write_text(json.dumps(res, indent=1))
+            log(f"failed; what was measured is in {partial}")
 
     failures = 0
-    for lay in (res.up, res.split, res.floor):
-        if lay is None:
-            continue
-        if lay.load is not None and lay.other_cpu_s / lay.load.wall_s > 0.1:
-            res.notes.append(f"{lay.name}: the machine was not idle — other processes used "
-                             f"{100 * lay.other_cpu_s / lay.load.wall_s:.0f}% of a core during the load run; "
-                             "every number of that layout is pessimistic")
-        for run in (lay.single, lay.load):
-            if run is not None and run.failures:
-                failures += len(run.failures)
-                res.notes.append(f"{lay.name}: {len(run.failures)} sessions failed, e.g. {run.failures[0]}")
-    res.duration_s = time.monotonic() - t_start
+    for _key, lay in report.layouts(res):
+        share = lay.get("other_share", 0)
+        if share > 0.1:
+            res["notes"].append(f"{lay['name']}: the machine was not idle — other processes used "
+                                f"{100 * share:.0f}% of a core during the load run; every number of it is pessimistic")
+        for run in ("single", "load"):
+            if lay.get(run) and lay[run]["n_failures"]:
+                failures += lay[run]["n_failures"]
+                res["notes"].append(f"{lay['name']}: {lay[run]['n_failures']} {run} sessions failed, "
+                                    f"e.g. {lay[run]['failures'][0]}")
+    res["duration_s"] = time.monotonic() - t_start
+    out = Path(args.results)
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(res, indent=1))
     print()
     print(report.console_table(res))
-    RAW.parent.mkdir(exist_ok=True)
-    RAW.write_text(json.dumps(report.as_dict(res), indent=2))
+    log(f"wrote {out}")
     if not args.no_doc:
         report.write_doc(DOC, res)
-        log(f"wrote {DOC.relative_to(ROOT)} and {RAW.relative_to(ROOT)}")
+        log(f"wrote the results block of {DOC.relative_to(ROOT)}")
     return 1 if failures else 0
 
 

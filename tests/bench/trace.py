@@ -65,11 +65,12 @@ CONNECTION_COMMANDS = frozenset({"monitor", "hello", "client", "ping", "select",
 
 
 def key_space(key: str) -> str:
-    """`lw:step:gen:<id>` -> `lw:step:gen`, `lw:s:<sid>` -> `lw:s`."""
+    """`lw:step:gen:<id>` -> `lw:step:gen`, `lw:claim:tools:<sid>:<id>` -> `lw:claim:tools`,
+    `lw:s:<sid>` -> `lw:s`."""
     if not key.startswith("lw:"):
         return ""
     parts = key.split(":")
-    return ":".join(parts[:3] if parts[1] == "step" else parts[:2])
+    return ":".join(parts[:3] if len(parts) > 2 and parts[1] in ("step", "claim", "fence") else parts[:2])
 
 
 def classify(msg: Msg, prefix: str) -> str | None:

@@ -1,0 +1,121 @@
+"""tests/bench: the floors' plan from a trace, the targets' verdicts and the doc rendered from a results file.
+
+The bench itself is not a test (`make bench`); these check the arithmetic it reports with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.bench import report
+from tests.bench.floor import plan_from_trace
+from tests.bench.trace import key_space
+
+pytestmark = pytest.mark.unit
+
+
+def _layout(name: str, p50: float, tps: float, kind: str = "loopwire", **extra: Any) -> dict[str, Any]:
+    run = {"sessions": 200, "turns": 20, "wall_s": 4000 / tps, "turns_per_s": tps, "p50_ms": p50, "p90_ms": p50 * 1.2,
+           "p99_ms": p50 * 2, "n_latencies": 100, "n_failures": 0, "failures": []}
+    return {"name": name, "kind": kind, "single": run, "load": {**run, "p50_ms": p50 * 50},
+            "load_rates": [tps - 10, tps, tps + 10], "cpu_ms": {"a": 1.0, "nats-server": 0.5},
+            "cpu_share": {"a": 0.5, "nats-server": 0.25}, "other_ms": 0.1, "other_share": 0.05,
+            "wire": {"nats_in_msgs": 20.0, "nats_out_msgs": 25.0, "nats_in_bytes": 9000.0,
+                     "stored": {"work": 5.0, "events": 6.0}, "redis_commands": 40.0, "redis_reads": 15.0,
+                     "redis_scripts": 9.0, "redis_by_command": {"evalsha": 9.0, "get": 4.0}}, **extra}
+
+
+def results() -> dict[str, Any]:
+    return {
+        "version": 2, "date": "2026-12-01 12:00 UTC", "command": "make bench", "duration_s": 420.0,
+        "machine": {"git": "abc1234", "cpus": "2", "cpus_usable": "2", "cpu_model": "x", "python": "3.11",
+                    "platform": "linux"},
+        "servers": {"nats": "nats-server (sync_interval: always)", "redis": "redis (appendonly yes)"},
+        "params": {"sessions": 200, "turns": 20, "single": 5, "warmup": 40, "load_runs": 3, "quick": False},
+        "order": ["workers", "split", "floor_durable", "floor_raw"],
+        "layouts": {
+            # 7 ms against a durable floor of 5: 1.4×, within 1.5×; 720 turns/s ≥ 700.
+            "workers": _layout("loopwire up --workers 2", 7.0, 720.0, target_ratio=1.5, target_turns_per_s=700.0,
+                               trace={"nats_msgs": {"event message": 1.0}, "redis_cmds": {"evalsha lw:s": 2.0},
+                                      "lua_cmds": {"hset": 3.0}, "timeline": [[0.0, "NATS event message"]]}),
+            # 11 ms: 2.2×, over 2×; 390 turns/s < 400.
+            "split": _layout("6 × loopwire serve (2 routers)", 11.0, 390.0, target_ratio=2.0,
+                             target_turns_per_s=400.0),
+            "floor_durable": _layout("durable floor", 5.0, 900.0, kind="floor"),
+            "floor_raw": _layout("raw floor", 2.5, 1000.0, kind="floor"),
+        },
+        "bytes": {"20": {"total": 20 * 2900, "keys": 40}, "100": {"total": 100 * 2900, "keys": 200},
+                  "200": {"total": 200 * 2900, "keys": 400}},
+        "notes": ["a note"], "consume_us": {"raw nats-py": 6.0},
+        "floor_plan": [["tools", ["claim"], []], ["router", ["commit"], ["tool.result"]]],
+        "floor_plan_from": "6 × loopwire serve (2 routers)", "floor_sizes": [300, 400],
+    }
+
+
+def test_each_target_is_judged_against_the_durable_floor() -> None:
+    got = {target: (measured, met) for target, measured, met in report.verdicts(results())}
+    assert got["`loopwire up --workers 2`: p50 (single session) ≤ 1.5× the durable floor"] == \
+        ("7.00 ms vs 5.00 ms = 1.40×", True)
+    assert got["`loopwire up --workers 2`: ≥ 700 tool-turns/s (200 sessions × 20 tool-turns)"][1] is True
+    assert got["`6 × loopwire serve (2 routers)`: p50 (single session) ≤ 2× the durable floor"] == \
+        ("11.00 ms vs 5.00 ms = 2.20×", False)
+    assert got["`6 × loopwire serve (2 routers)`: ≥ 400 tool-turns/s (200 sessions × 20 tool-turns)"][1] is False
+    assert got["(reference) the durable floor vs the raw floor, p50 (single session)"] == \
+        ("5.00 ms vs 2.50 ms = 2.00×", None)
+    assert got["Redis bytes linear in turns"][1] is True
+
+
+def test_bytes_that_grow_faster_than_the_turns_are_not_linear() -> None:
+    res = results()
+    res["bytes"]["200"]["total"] = 200 * 2900 + 100 * 5000
+    (verdict,) = [v for v in report.verdicts(res) if v[0] == "Redis bytes linear in turns"]
+    assert verdict[2] is False
+
+
+def test_the_doc_block_is_rendered_from_the_results_file(tmp_path: Path) -> None:
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# Benchmarks\n\nkept above\n\n{report.START}\nold numbers\n{report.END}\n\nkept below\n")
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(results()))
+    assert report.main([str(path), "--doc", str(doc)]) == 0
+    text = doc.read_text()
+    assert "kept above" in text and "kept below" in text and "old numbers" not in text
+    block = text[text.index(report.START):text.index(report.END)]
+    for name in ("loopwire up --workers 2", "6 × loopwire serve (2 routers)", "durable floor", "raw floor"):
+        assert f"| {name} |" in block
+    # The targets table says which are met, the layouts table gives both ratios.
+    assert "| `6 × loopwire serve (2 routers)`: p50 (single session) ≤ 2× the durable floor | 11.00 ms vs 5.00 ms " \
+        "= 2.20× | **no** |" in block
+    assert "| loopwire up --workers 2 | 7.00 ms | 14.00 ms | 1.40× | 2.80× |" in block
+    assert "| JetStream messages stored: work | 5.00 | 5.00 | 5.00 | 5.00 |" in block
+    assert "`abc1234`" in block
+
+
+def test_quick_mode_is_marked_as_not_the_issues_load() -> None:
+    res = results()
+    res["params"]["quick"] = True
+    assert "quick mode, not the issue's load" in report.markdown(res)
+    assert "QUICK MODE" in report.console_table(res)
+
+
+def test_the_floor_plan_puts_each_call_and_event_at_the_service_that_makes_it() -> None:
+    redis = {"evalsha lw:claim:tools": 2.0, "evalsha lw:claim:gen": 2.0, "evalsha lw:s": 2.0, "hmget lw:s": 0.1,
+             "lrange lw:h": 1.6, "evalsha lw:seq": 1.0}
+    events = {"tool.result": 1.0, "tools.progress": 1.0, "generating": 1.0, "message": 1.0, "tool.call": 1.0}
+    tools, router_in, memory, llm, router_out = plan_from_trace(redis, events)
+    assert tools.redis == ("claim", "claim") and tools.events == ()
+    assert router_in.redis == ("commit",) and router_in.events == ("tool.result", "tools.progress")
+    assert memory.redis == ("get", "lrange")  # 1.6 LRANGE: one, and the 0.6 left a plain round trip
+    assert llm.redis == ("claim", "claim", "event") and llm.events == ("generating",)
+    assert router_out.redis == ("commit",) and router_out.events == ("message", "tool.call")
+
+
+def test_key_spaces_keep_the_kind_of_step_claimed() -> None:
+    assert key_space("lw:claim:tools:s1:run:t1") == "lw:claim:tools"
+    assert key_space("lw:claim:gen:run:g1") == "lw:claim:gen"
+    assert key_space("lw:step:gen:run:g1") == "lw:step:gen"
+    assert key_space("lw:s:s1") == "lw:s"
+    assert key_space("other") == ""
