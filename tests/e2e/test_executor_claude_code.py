@@ -277,3 +277,94 @@ async def test_in_the_deployed_layout_an_approval_and_a_follow_up_reach_the_agen
     assert second["final_text"] == "It is called made-by-agent.txt."
     later = agent_requests(fake_anthropic)[-1]
     assert any("Make a file." in t for t in user_texts(later))  # the agent's own history
+
+
+def agent_sessions_seen(fake: FakeAnthropic) -> list[str]:
+    """The agent session id of each of the agent's model calls, in order."""
+    return [r.headers.get("X-Claude-Code-Session-Id", "") for r in fake.requests
+            if r.path == "/v1/messages" and r.body.get("model") == MODEL]
+
+
+@pytest.mark.parametrize("files", ["reachable", "lost"])
+async def test_kill_9_mid_turn_resumes_the_agents_session_or_restarts_the_turn(
+        fake_anthropic: FakeAnthropic, tmp_path: Path, files: str) -> None:
+    """`loopwire up` killed while the agent runs a command: the agent dies with it; the
+    redelivered step resumes the agent's session when its files are on this machine, and
+    starts the turn again in a new agent session when they are not. Either way the lost
+    text is retracted and the run ends with one answer."""
+    fake_anthropic.reset()
+    command = "python3 -c 'import time; time.sleep(6)' && echo woke"
+    fake_anthropic.script(MODEL, [{"text": "Starting: ", "tool_use": [{"name": "Bash", "input": {"command": command}}]},
+                                  {"text": "Recovered."}])
+    roots = tmp_path / "roots"
+    (roots / "ws").mkdir(parents=True)
+    env = agent_env(tmp_path, LOOPWIRE_WORKSPACE_ROOTS=str(roots), LOOPWIRE_ACK_WAIT_S="3",
+                    CLAUDE_CONFIG_DIR=str(tmp_path / "claude-1"))
+    with started_system(fake_anthropic, **env) as system:
+        async with session(system) as ev:
+            await ev.publish("start", start_body("Run the slow command.", tools=[], metadata={"workspace": "ws"}))
+            await ev.wait_for("tool.call", timeout=120, name="Bash")
+            system.kill()
+            if files == "lost":  # the restarted llm service looks elsewhere: another machine
+                system.env["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude-2")
+            await asyncio.to_thread(system.start_loopwire)
+            ended = await ev.wait_for("run.ended", timeout=150)
+    assert ended["status"] == "completed" and ended["final_text"] == "Recovered.", ended
+    assert [e for e in ev.events if e["kind"] == "retracted"]
+    assert len([e for e in ev.events if e["kind"] == "run.ended"]) == 1
+    before, after = agent_sessions_seen(fake_anthropic)[0], agent_sessions_seen(fake_anthropic)[-1]
+    last = agent_requests(fake_anthropic)[-1]
+    texts = user_texts(last)
+    assert sum("Run the slow command." in t for t in texts) == 1  # the input, once
+    if files == "reachable":
+        assert after == before  # the same agent session, resumed
+        assert any("interrupted" in t for t in texts)
+    else:
+        assert after != before  # a new agent session, the turn from its start
+        assert not any("interrupted" in t for t in texts)
+
+
+async def test_a_steer_stops_the_agents_turn_and_reaches_its_session(agent_system: LoopwireContainer,
+                                                                     fake: FakeAnthropic, executor_tmp: Path) -> None:
+    command = "python3 -c 'import time; time.sleep(89)' && echo woke"
+    fake.script(MODEL, [{"tool_use": [{"name": "Bash", "input": {"command": command, "timeout": 600000}}]},
+                        {"text": "Hello instead."}])
+    name, path = workspace(executor_tmp)
+    async with session(agent_system) as ev:
+        await ev.publish("start", start_body("Sleep a while.", tools=[], metadata={"workspace": name}))
+        await ev.wait_for("tool.call", timeout=120, name="Bash")
+        await ev.publish("steer", {"content": "Stop that and just say hello."})
+        ended = await ev.wait_for("run.ended", timeout=120)
+    assert ended["status"] == "completed" and ended["final_text"] == "Hello instead.", ended
+    assert not any("time.sleep(89)" in _cmdline(p) for p in processes_in(path))  # the first turn's tree is gone
+    sessions = agent_sessions_seen(fake)
+    assert len(set(sessions)) == 1  # the steer went to the agent's own session
+    texts = user_texts(agent_requests(fake)[-1])
+    assert any("Stop that and just say hello." in t for t in texts)
+    assert sum("Sleep a while." in t for t in texts) == 1
+
+
+async def test_past_the_compaction_threshold_the_agent_compacts_its_own_context(
+        agent_system: LoopwireContainer, fake: FakeAnthropic) -> None:
+    """ContextGuard through the agent: the context it reported after its turn is past
+    `compaction_at_pct` of `context_window`, so the next step first has it compact (its
+    `/compact`), reported as a `compaction` event, then gives it the follow-up."""
+    fake.script(MODEL, [{"text": "Noted: your name is Ada."}])
+    # Then: the follow-up's answer, and for the agent's own compaction calls (it makes
+    # more than one) a summary.
+    fake.responder = lambda body: {"text": "You are Ada." if any("Who am I?" in t for t in user_texts(body))
+                                   else "Summary: the user is called Ada."}
+    limits = {"context_window": 20000, "compaction_at_pct": 0.5}  # the agent's prompt alone is ~13k here
+    async with session(agent_system) as ev:
+        await ev.publish("start", start_body("My name is Ada.", tools=[], limits=limits))
+        await ev.wait_for("run.ended", timeout=120)
+        assert not [e for e in ev.events if e["kind"] == "compaction"]
+        await ev.publish("message", {"content": "Who am I?"})
+        ended = await ev.wait_for("run.ended", timeout=120, count=2)
+    assert ended["status"] == "completed" and ended["final_text"] == "You are Ada.", ended
+    (compaction,) = [e for e in ev.events if e["kind"] == "compaction"]
+    assert compaction["method"] == "agent_manual" and compaction["tokens_after"] < compaction["tokens_before"]
+    last = agent_requests(fake)[-1]
+    texts = user_texts(last)
+    assert any("Summary: the user is called Ada." in t for t in texts)  # the agent's context is the summary
+    assert not any(t == "My name is Ada." for t in texts) and any("Who am I?" in t for t in texts)

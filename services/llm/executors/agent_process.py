@@ -6,15 +6,22 @@ the agent would leave those running. So the agent leads a new session (its own p
 group), and stopping it signals the group and every descendant found under it in /proc
 (a tool may have moved its children into a group of their own): SIGTERM, then SIGKILL
 after a grace period.
+
+If the llm process itself dies (kill -9, OOM), nothing is left to stop the agent: it is
+started with the parent-death signal (Linux `PR_SET_PDEATHSIG`, SIGKILL), so the kernel
+stops it with its parent, and the step redelivered elsewhere is the only one running.
+What the agent had started and that outlives it is left to the kernel's orphan handling.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
+import sys
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -26,6 +33,13 @@ LINE_LIMIT = 64 * 1024 * 1024
 STDERR_KEPT = 50
 """Lines of the agent's stderr kept for the error message when it fails."""
 GRACE_S = 2.0
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child, between fork and exec
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def descendants(pid: int) -> list[int]:
@@ -83,7 +97,7 @@ class AgentProcess:
         self.proc = await asyncio.create_subprocess_exec(
             *self.argv, cwd=str(self.cwd), env=self.env, stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, limit=LINE_LIMIT,
-            start_new_session=True)
+            start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         self._stderr_task = asyncio.create_task(self._drain_stderr())
 
     async def _drain_stderr(self) -> None:

@@ -194,7 +194,7 @@ class Finished(ExecutorEvent):
     cost_usd: float | None
     """As the agent reports it for this step; None when it reports none."""
     turns: int
-    """The agent's model calls in this step (at least 1)."""
+    """The agent's model calls in this step (0 for a turn that made none: a `/compact`)."""
     stop_reason: str = "end_turn"
     """`end_turn`, or `max_turns` when the agent stopped at `task.max_turns`."""
     agent_session: str | None = None

@@ -200,7 +200,7 @@ class ClaudeStream:
             text = "".join(self._text)
         usage = usage_of(line.get("usage"))
         is_error = bool(line.get("is_error")) and subtype not in STOP_REASONS
-        return Finished(text=text, usage=usage, cost_usd=turn_cost(line), turns=max(1, int(line.get("num_turns") or 1)),
+        return Finished(text=text, usage=usage, cost_usd=turn_cost(line), turns=int(line.get("num_turns") or 0),
                         stop_reason=STOP_REASONS.get(subtype, "end_turn" if not is_error else "error"),
                         agent_session=str(line.get("session_id") or self.session_id or "") or None,
                         context_tokens=self._last_usage.total_input() + self._last_usage.output_tokens,
