@@ -15,6 +15,10 @@ The handler is a thin shell::
 Record before publish, ack after publish: a crash anywhere replays safely (the record
 answers the replay; the result's Nats-Msg-Id deduplicates a second publish).
 
+In the executor profiles (claude_code, ...: `Generate.executor` set) an external coding
+agent answers instead of the fallback chain (executors/runner.py), inside the same claim,
+record, heartbeat and cancel handling.
+
 Each request asks the fleet-wide circuit breaker (breaker.py, state in Redis) which of its
 models to skip: an open breaker moves the request to the next fallback at once, with a
 `model.fallback` event whose reason is `circuit_open`.

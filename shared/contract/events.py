@@ -57,6 +57,8 @@ class MessageEvent(Event):
     model: str | None
     stop_reason: str | None
     usage: EventUsage
+    source: Literal["executor"] | None = Field(
+        default=None, description="Addition: `executor` for a model call of an external agent that used tools.")
 
 
 class ToolCallEvent(Event):
@@ -65,6 +67,8 @@ class ToolCallEvent(Event):
     tool_use_id: str
     name: str
     input: dict[str, Any]
+    source: Literal["executor"] | None = Field(
+        default=None, description="Addition: `executor` for an external agent's own tool (profiles claude_code, ...).")
 
 
 class ToolResultEvent(Event):
@@ -74,6 +78,8 @@ class ToolResultEvent(Event):
     name: str
     is_error: bool
     content: str | list[dict[str, Any]]
+    source: Literal["executor"] | None = Field(
+        default=None, description="Addition: `executor` for an external agent's own tool (profiles claude_code, ...).")
 
 
 class Retracted(Event):
@@ -89,6 +95,8 @@ class ApprovalRequested(Event):
         default=None, description='The calls the decision is about: [{"tool_use_id", "name", "input"}].')
     proposal: Any = Field(default=None, description="turn_by_turn: the reply's text, when it calls no tool.")
     turn: int | None = Field(default=None, description="Addition: the turn that asked.")
+    source: Literal["executor"] | None = Field(
+        default=None, description="Addition: an external agent asks before running a tool; it waits in its turn.")
 
 
 class LoopDetected(Event):
@@ -114,7 +122,8 @@ class Compaction(Event):
     kind: Literal["compaction"] = "compaction"
     tokens_before: int
     tokens_after: int
-    method: str | None = Field(default=None, description="Addition: summary or drop_oldest.")
+    method: str | None = Field(default=None, description="Addition: summary or drop; agent_manual or agent_auto "
+                                                         "for an external agent's own compaction.")
     messages_compacted: int | None = Field(default=None, description="Addition: history messages it covers.")
 
 

@@ -368,3 +368,17 @@ async def test_past_the_compaction_threshold_the_agent_compacts_its_own_context(
     texts = user_texts(last)
     assert any("Summary: the user is called Ada." in t for t in texts)  # the agent's context is the summary
     assert not any(t == "My name is Ada." for t in texts) and any("Who am I?" in t for t in texts)
+
+
+@pytest.mark.parametrize(("limits", "status", "reason"), [({"max_turns": 1}, "max_turns", "max_turns"),
+                                                          ({"max_cost_usd": 0.01}, "budget_exhausted", "max_cost_usd")])
+async def test_the_agent_stops_at_the_runs_turns_and_budget(agent_system: LoopwireContainer, fake: FakeAnthropic,
+                                                            limits: dict[str, Any], status: str, reason: str) -> None:
+    fake.script(MODEL, [{"text": "Looking. ", "tool_use": [{"name": "Read", "input": {"file_path": "/etc/hostname"}}]},
+                        {"text": "More."}, {"text": "Even more."}])
+    async with session(agent_system) as ev:
+        await ev.publish("start", start_body("Read the hostname.", tools=[], limits=limits))
+        ended = await ev.wait_for("run.ended", timeout=120)
+    assert (ended["status"], ended.get("reason")) == (status, reason), ended
+    assert len(agent_requests(fake)) == 1  # the agent made no second call
+    assert ended["turns"] == 1 and ended["final_text"]

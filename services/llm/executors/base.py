@@ -100,6 +100,8 @@ class ExecutorTask:
     mcp: McpEndpoint | None = None
     max_turns: int | None = None
     """The agent's model turns left in the run (None: no limit)."""
+    max_cost_usd: float | None = None
+    """Dollars left in the run's budget, for agents that stop themselves at one."""
     compact_first: bool = False
     """The context the agent reported last is past the run's compaction threshold: the
     agent compacts its own context before taking the prompt (ContextGuard)."""

@@ -3,6 +3,7 @@
     claude -p --input-format stream-json --output-format stream-json --verbose
            --include-partial-messages --model M --permission-prompt-tool stdio
            [--session-id NEW | --resume ID] [--append-system-prompt S] [--max-turns N]
+           [--max-budget-usd D]
            [--disallowedTools A,B] [--mcp-config FILE --strict-mcp-config]
 
 - The prompt is one stream-json user message on stdin; a steer is another one. stdin
@@ -90,6 +91,8 @@ class ClaudeCodeExecutor(Executor):
             argv += ["--append-system-prompt", task.system]
         if task.max_turns is not None:
             argv += ["--max-turns", str(max(1, task.max_turns))]
+        if task.max_cost_usd is not None:
+            argv += ["--max-budget-usd", f"{max(task.max_cost_usd, 0.0):.6f}"]
         denied = sorted({*DENY_ALWAYS, *(n for n, p in task.permissions.items() if p == "deny")})
         argv += ["--disallowedTools", ",".join(_agent_name(n, task) for n in denied)]
         if mcp_config is not None:

@@ -134,7 +134,7 @@ class ExecutorSteps:
             profile=spec.profile, agent=spec.agent, model=env.models[0] if env.models else settings.default_model,
             prompt=prompt, cwd=cwd, system=env.system, resume=resume, new_session=new_session,
             scratch=scratch_dir(settings), permissions=dict(spec.permissions), tools=list(env.tools), mcp=endpoint,
-            max_turns=spec.max_turns, env=agent_environment(),
+            max_turns=spec.max_turns, max_cost_usd=spec.max_cost_usd, env=agent_environment(),
             compact_first=resume is not None and context_tokens >= spec.compaction_at_pct * spec.context_window)
         run: ExecutorRun | None = None
         try:
@@ -296,7 +296,8 @@ class StepEvents:
             message={"role": "assistant", "content": [{"type": "text", "text": text}] if text else []},
             stop_reason=finished.stop_reason, model=held.model if held is not None and held.model else
             (env.models[0] if env.models else None),
-            usage=finished.usage, turns=max(1, finished.turns), cost_usd=finished.cost_usd)
+            # The model calls seen (an agent's own count may include a turn it refused to start).
+            usage=finished.usage, turns=self.calls or max(1, finished.turns), cost_usd=finished.cost_usd)
 
 
 def _plan_status(raw: Any) -> str:
