@@ -1,7 +1,8 @@
 """ServiceContext.deliver_result: an in-process hand-over to the router when it runs in
 this process, a `router.result` work message otherwise, when stopping, and when the
 hand-over fails (so the router's consumer retries it). A result produced under a
-redelivered chain root is marked recover either way (shared/runtime/chain.py)."""
+redelivered chain root is marked recover either way (shared/runtime/chain.py). The
+services are handed over as the protocols of shared/runtime/handover.py."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ from typing import Any
 
 import pytest
 
-from loopwire.shared.contract.envelopes import ToolResultItem, ToolsResult
+from loopwire.llm.service import LlmService
+from loopwire.memory.exact_count import LlmExactCount
+from loopwire.router.service import RouterService
+from loopwire.shared.contract.envelopes import CountTokens, TokenCount, ToolResultItem, ToolsResult
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.chain import Delivery, run_handler
+from loopwire.shared.runtime.handover import GenerationService, ResultReceiver
 from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.runtime.settings import Settings
 from tests.test_chain import root
@@ -86,3 +91,31 @@ async def test_a_result_of_a_redelivered_root_is_marked_recover(router_here: boo
         assert router.accepted == [(RESULT, recover)] and bus.published == []
     else:
         assert bus.published == [(ctx.subjects.router_result, RESULT, "r1:t1:result", False, recover)]
+
+
+class FakeLlm:
+    async def process(self, env: Any, delivered: int = 1, heartbeat: Any = None) -> Any:
+        raise AssertionError("not asked here")
+
+    async def count_tokens(self, request: CountTokens) -> TokenCount:
+        return TokenCount(input_tokens=len(request.messages) + 6)
+
+
+def test_the_services_offer_what_is_handed_to_them() -> None:
+    assert issubclass(RouterService, ResultReceiver) and issubclass(LlmService, GenerationService)
+
+
+async def test_exact_counts_are_asked_of_the_llm_service_in_this_process() -> None:
+    ctx, bus = context(None)
+    ctx.local = {"llm": FakeLlm()}
+    answer = await LlmExactCount(ctx)(CountTokens(model="m", messages=[{"role": "user", "content": "hi"}]))
+    assert answer == TokenCount(input_tokens=7)
+
+
+def test_a_service_without_what_is_handed_to_it_is_refused() -> None:
+    ctx, _ = context(None)
+    ctx.local = {"router": object()}
+    with pytest.raises(TypeError, match="no in-process hand-over to the router"):
+        ctx.here("router")
+    ctx.stopping = True
+    assert ctx.here("router") is None, "during a graceful stop nothing is handed over"

@@ -1,5 +1,6 @@
 """The memory service on real NATS (JetStream) and Redis, with the llm service's summarize
-responder and count_tokens both talking to the local Messages API server: compaction
+and count_tokens responders (the memory service asks them over NATS) talking to the local
+Messages API server: compaction
 through the llm service, stored and reused, its cost handed to the run, the fallback when
 no summary comes, the pressure note, observations and reflections in the background."""
 
@@ -19,10 +20,10 @@ from nats.aio.client import Client as NatsClient
 from loopwire.llm.fallback import RetryPolicy
 from loopwire.llm.providers import build_model_factory
 from loopwire.llm.summarize import SummarizeResponder
+from loopwire.llm.token_count import AnthropicTokenCount, TokenCountResponder
 from loopwire.memory.compaction import SUMMARY_SYSTEM, CompactionRecord
 from loopwire.memory.observations import OBSERVATION_SYSTEM, REFLECTION_SYSTEM
 from loopwire.memory.service import MemoryService
-from loopwire.memory.tokens import TokenCounter
 from loopwire.shared.contract import codec
 from loopwire.shared.contract.envelopes import AssembleContext, Generate, Usage
 from loopwire.shared.contract.subjects import WORK_STREAM, stream_name
@@ -123,7 +124,8 @@ async def stack(nats_server: ServerHandle, redis_server: ServerHandle, redis_cli
     broker = NatsBroker(settings.nats_url)
     ctx = build_context(settings, broker)
     client = anthropic.AsyncAnthropic(base_url=anthropic_server.url, api_key="test", max_retries=0)
-    memory = MemoryService(ctx, counter=TokenCounter(client=client))
+    counts = TokenCountResponder(AnthropicTokenCount(client), ctx.subjects.llm_count_tokens, f"{prefix}_count_tokens")
+    memory = MemoryService(ctx)  # its exact counts: asked of the llm service over NATS
     memory.register(broker)
     await broker.connect()
     assert broker._connection is not None
@@ -131,6 +133,7 @@ async def stack(nats_server: ServerHandle, redis_server: ServerHandle, redis_cli
     ctx.attach_bus()
     await broker.start()
     await memory.start()
+    await counts.start(ctx.bus.nc)
     factory = build_model_factory(settings, {"ANTHROPIC_BASE_URL": anthropic_server.url})
     responder = SummarizeResponder(ctx, factory, RetryPolicy(max_retries=0), None, asyncio.sleep)
     if overrides.get("summaries", True):
@@ -140,6 +143,8 @@ async def stack(nats_server: ServerHandle, redis_server: ServerHandle, redis_cli
     yield Stack(settings, ctx, memory, nc, js, generates, anthropic_server, events, sid)
     await nc.close()
     await responder.stop()
+    await counts.stop()
+    await client.close()
     await memory.stop()
     await broker.stop()
     await factory.aclose()

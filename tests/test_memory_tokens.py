@@ -1,5 +1,5 @@
-"""Token counting: count_tokens of the local Messages API server through the official SDK,
-the cache by content hash (in process and in Redis), the fallback when the endpoint does
+"""Token counting: count_tokens of the local Messages API server through the official SDK
+(the llm service's counter, services/llm/token_count.py), the cache by content hash (in process and in Redis), the fallback when the endpoint does
 not answer, and the estimate's error measured against the server's counts.
 
 Stated bounds (the fake server counts a quarter of the request's JSON characters, so
@@ -17,8 +17,9 @@ from typing import Any
 import anthropic
 import pytest
 
-from loopwire.memory.tokens import Estimator, TokenCounter, build_token_counter
-from loopwire.shared.contract.envelopes import ToolSpec
+from loopwire.llm.token_count import AnthropicTokenCount, token_count_from_settings
+from loopwire.memory.tokens import Count, Estimator, TokenCounter, build_token_counter
+from loopwire.shared.contract.envelopes import CountTokens, TokenCount, ToolSpec
 from loopwire.shared.runtime.settings import Settings
 from loopwire.testing.servers import free_port
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server, count_tokens  # noqa: F401 - fixture
@@ -89,13 +90,14 @@ def test_fixed_costs_and_shapes() -> None:
 
 
 # -- count_tokens ------------------------------------------------------------------------------
-def client_for(url: str) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=url, api_key="test", max_retries=0)
+def exact_for(url: str) -> AnthropicTokenCount:
+    return AnthropicTokenCount(anthropic.AsyncAnthropic(base_url=url, api_key="test", max_retries=0))
 
 
 @pytest.mark.integration
 async def test_exact_count_from_the_server_then_from_the_cache(anthropic_server: FakeAnthropic) -> None:  # noqa: F811
-    counter = TokenCounter(client=client_for(anthropic_server.url))
+    exact = exact_for(anthropic_server.url)
+    counter = TokenCounter(exact=exact.count)
     system, messages, tools = "You are helpful.", conversation(5), [ADD]
     got = await counter.count("claude-sonnet-4-5", system, messages, tools)
     expected = count_tokens({"system": system, "messages": messages, "tools": [t.model_dump() for t in tools]})
@@ -109,54 +111,93 @@ async def test_exact_count_from_the_server_then_from_the_cache(anthropic_server:
     other_model = await counter.count("claude-haiku-4-5", system, messages, tools)
     assert other_model.exact and counter.calls == 2, "a model's tokenizer is its own"
     assert counter.estimator.samples == 2, "every exact count calibrates the estimate"
-    await counter.aclose()
+    await exact.aclose()
 
 
 @pytest.mark.integration
 async def test_the_redis_cache_is_shared_between_replicas(anthropic_server: FakeAnthropic,  # noqa: F811
                                                           redis_client: Any) -> None:
     messages = conversation(3)
-    first = TokenCounter(client=client_for(anthropic_server.url), redis=redis_client, cache_ttl_s=60)
-    second = TokenCounter(client=client_for(anthropic_server.url), redis=redis_client, cache_ttl_s=60)
+    exact = exact_for(anthropic_server.url)
+    first = TokenCounter(exact=exact.count, redis=redis_client, cache_ttl_s=60)
+    second = TokenCounter(exact=exact.count, redis=redis_client, cache_ttl_s=60)
     a = await first.count("claude-x", None, messages, [])
     b = await second.count("claude-x", None, messages, [])
     assert a == b and a.exact and (first.calls, second.calls) == (1, 0)
     keys = [k async for k in redis_client.scan_iter("lw:tok:*")]
     assert len(keys) == 1 and 0 < await redis_client.ttl(keys[0]) <= 60
-    await first.aclose()
-    await second.aclose()
+    await exact.aclose()
 
 
 @pytest.mark.integration
 async def test_an_unreachable_endpoint_falls_back_to_the_estimate_and_pauses() -> None:
-    counter = TokenCounter(client=client_for(f"http://127.0.0.1:{free_port()}"))
+    exact = exact_for(f"http://127.0.0.1:{free_port()}")
+    counter = TokenCounter(exact=exact.count)
     messages = conversation(2)
     got = await counter.count("claude-x", None, messages, [])
     assert not got.exact and got.tokens == counter.estimate(None, messages, [])
     assert not counter.reachable
     await counter.count("claude-x", None, conversation(4), [])
     assert counter.calls == 1, "no second attempt while paused"
-    await counter.aclose()
+    await exact.aclose()
 
 
 @pytest.mark.integration
 async def test_a_server_error_falls_back_too(anthropic_server: FakeAnthropic) -> None:  # noqa: F811
     # The fake answers 404 for unknown paths: a proxy without count_tokens, say.
-    counter = TokenCounter(client=client_for(anthropic_server.url + "/nowhere"))
+    exact = exact_for(anthropic_server.url + "/nowhere")
+    counter = TokenCounter(exact=exact.count)
     got = await counter.count("claude-x", None, conversation(1), [])
     assert not got.exact and not counter.reachable
-    await counter.aclose()
+    await exact.aclose()
 
 
 @pytest.mark.unit
-def test_the_counter_follows_the_llm_provider() -> None:
-    assert build_token_counter(Settings(), environ={}).client is None, "no Anthropic configured: estimate"
-    counter = build_token_counter(Settings(), environ={"ANTHROPIC_BASE_URL": "http://127.0.0.1:1"})
+async def test_the_llm_services_counter_follows_its_provider() -> None:
+    assert token_count_from_settings(Settings(), environ={}).client is None, "no Anthropic configured: estimate"
+    counter = token_count_from_settings(Settings(), environ={"ANTHROPIC_BASE_URL": "http://127.0.0.1:1"})
     assert counter.client is not None
-    assert build_token_counter(Settings(memory_token_counting="estimate"),
-                               environ={"ANTHROPIC_API_KEY": "k"}).client is None
+    await counter.aclose()
+    assert token_count_from_settings(Settings(memory_token_counting="estimate"),
+                                     environ={"ANTHROPIC_API_KEY": "k"}).client is None
+    answer = await token_count_from_settings(Settings(), environ={}).count(CountTokens(model="m", messages=[]))
+    assert answer.input_tokens is None and answer.status is None and answer.error
     with pytest.raises(ValueError, match="auto, api or estimate"):
-        build_token_counter(Settings(memory_token_counting="magic"), environ={})
+        Settings(memory_token_counting="magic")
+
+
+@pytest.mark.unit
+async def test_the_memory_counter_asks_unless_told_to_estimate() -> None:
+    asked: list[CountTokens] = []
+
+    async def exact(request: CountTokens) -> TokenCount:
+        asked.append(request)
+        return TokenCount(input_tokens=42)
+
+    counter = build_token_counter(Settings(), exact)
+    assert (await counter.count("m", "sys", conversation(1), [ADD])) == Count(42, exact=True)
+    assert asked[0].model == "m" and asked[0].system == "sys" and asked[0].tools == [ADD]
+    assert build_token_counter(Settings(memory_token_counting="estimate"), exact).exact is None
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("answer", "paused"), [
+    (TokenCount(status=400, error="BadRequestError"), False),  # this request only: ask again next time
+    (TokenCount(status=529, error="OverloadedError"), True),
+    (TokenCount(error="no count_tokens endpoint is configured"), True),
+    (None, True),  # no llm service answered
+])
+async def test_an_answer_without_a_count_falls_back_to_the_estimate(answer: TokenCount | None, paused: bool) -> None:
+    async def exact(request: CountTokens) -> TokenCount:
+        if answer is None:
+            raise TimeoutError
+        return answer
+
+    counter = TokenCounter(exact=exact)
+    messages = conversation(2)
+    got = await counter.count("m", None, messages, [])
+    assert got == Count(counter.estimate(None, messages, []), exact=False)
+    assert counter.reachable is not paused
 
 
 @pytest.mark.integration
@@ -169,9 +210,10 @@ async def test_content_by_reference_is_counted_at_its_full_size(anthropic_server
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [ref]}]}]
     estimator = Estimator()
     assert estimator.message_tokens(messages[2]) > 100_000, "the estimate sees the full size"
-    counter = TokenCounter(client=client_for(anthropic_server.url))
+    exact = exact_for(anthropic_server.url)
+    counter = TokenCounter(exact=exact.count)
     got = await counter.count("claude-x", None, messages, [])
     sent = [r.body for r in anthropic_server.requests if r.path == "/v1/messages/count_tokens"]
     assert len(sent) == 1 and REF_KEY not in str(sent[0]), "the API never sees a reference"
     assert not got.exact and got.tokens > 100_000
-    await counter.aclose()
+    await exact.aclose()

@@ -40,7 +40,7 @@ from typing import Any
 from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
-from loopwire.shared.contract.envelopes import Generate, GenerationResult
+from loopwire.shared.contract.envelopes import CountTokens, Generate, GenerationResult, TokenCount
 from loopwire.shared.runtime.chain import Delivery, current_delivery, decode
 from loopwire.shared.runtime.inflight import Heartbeat, InflightSteps, StepCancelled, unless_cancelled
 from loopwire.shared.runtime.redelivery import Undeliverable
@@ -57,6 +57,7 @@ from .model import Model
 from .observe import ObservedModel, count_fallback, count_step
 from .providers import build_model_factory
 from .summarize import SummarizeResponder
+from .token_count import AnthropicTokenCount, TokenCountResponder, token_count_from_settings
 
 log = logging.getLogger("loopwire.llm")
 
@@ -68,7 +69,8 @@ class LlmService:
     name = "llm"
 
     def __init__(self, ctx: ServiceContext, model_factory: Callable[[str], Model] | None = None,
-                 breaker: BreakerGate | CircuitBreaker | None = None, sleep: Sleep = asyncio.sleep) -> None:
+                 breaker: BreakerGate | CircuitBreaker | None = None, sleep: Sleep = asyncio.sleep,
+                 token_count: AnthropicTokenCount | None = None) -> None:
         self.ctx = ctx
         self._owns_factory = model_factory is None
         self.model_factory: Callable[[str], Model] = model_factory or build_model_factory(ctx.settings)
@@ -83,6 +85,12 @@ class LlmService:
         self._cancel_sub: Any = None
         self.summarizer = SummarizeResponder(ctx, self.model_factory, self.policy, self.breaker, sleep)
         """Answers the memory service's summaries on `<prefix>.rpc.llm.summarize` (summarize.py)."""
+        self._owns_token_count = token_count is None
+        self.token_count = token_count or token_count_from_settings(ctx.settings)
+        self.token_counts = TokenCountResponder(
+            self.token_count, ctx.subjects.llm_count_tokens,
+            queue=f"{ctx.settings.subject_prefix.replace('.', '_')}_llm_count_tokens")
+        """Answers the memory service's exact counts on `<prefix>.rpc.llm.count_tokens` (token_count.py)."""
         self.executors = ExecutorSteps(ctx)
         """The external agents of the executor profiles (executors/runner.py)."""
 
@@ -94,10 +102,14 @@ class LlmService:
     async def start(self) -> None:
         self._cancel_sub = await self.ctx.bus.nc.subscribe(self.ctx.subjects.cancel_all, cb=self._inflight.on_notice)
         await self.summarizer.start(self.ctx.bus.nc)
+        await self.token_counts.start(self.ctx.bus.nc)
         await self.executors.start()
 
     async def stop(self) -> None:
         await self.summarizer.stop()
+        await self.token_counts.stop()
+        if self._owns_token_count:
+            await self.token_count.aclose()
         await self.executors.stop()
         if self._cancel_sub is not None:
             with contextlib.suppress(Exception):
@@ -106,6 +118,10 @@ class LlmService:
         aclose = getattr(self.model_factory, "aclose", None)
         if self._owns_factory and aclose is not None:
             await aclose()
+
+    async def count_tokens(self, request: CountTokens) -> TokenCount:
+        """The exact count of a request, for the memory service in this process (token_count.py)."""
+        return await self.token_count.count(request)
 
     # -- the handler ---------------------------------------------------------------------------
     async def handle(self, msg: Delivery) -> None:

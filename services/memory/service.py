@@ -32,6 +32,7 @@ from loopwire.shared.stores.tool_catalog import CatalogCache
 from . import compaction as c
 from .assembly import build_generate, offered_tools, system_prompt, with_sections
 from .context_guard import Context, ContextGuard, GuardConfig, GuardOutcome
+from .exact_count import LlmExactCount
 from .observations import Observer, memory_section
 from .store import MemoryStore, Snapshot
 from .summarizer import LlmSummarizer
@@ -52,7 +53,7 @@ class MemoryService:
     def __init__(self, ctx: ServiceContext, counter: TokenCounter | None = None) -> None:
         self.ctx = ctx
         s = ctx.settings
-        self.counter = counter or build_token_counter(s, redis=ctx.redis)
+        self.counter = counter or build_token_counter(s, LlmExactCount(ctx), redis=ctx.redis)
         self.store = MemoryStore(ctx.redis, ttl_s=s.session_ttl_s, claim_ttl_s=s.step_result_ttl_s)
         self._summarizer: LlmSummarizer | None = None
         self._observer: Observer | None = None
@@ -76,7 +77,6 @@ class MemoryService:
     async def stop(self) -> None:
         if self._observer is not None:
             await self._observer.stop()
-        await self.counter.aclose()
 
     @property
     def observer(self) -> Observer:

@@ -1,12 +1,12 @@
 """How many tokens a request holds: Anthropic's count, or a calibrated estimate.
 
-`TokenCounter.count()` asks the Messages API's `count_tokens` endpoint (through the
-official SDK, with the llm service's client settings) and caches the answer by a hash
-of the request's content, in process (LRU) and optionally in Redis (`lw:tok:<hash>`), so
-a redelivered step or a request counted twice costs one call. When the endpoint is not
-configured or does not answer, the counter falls back to `Estimator`, and after a
-connection-level failure it stops asking for a while instead of paying a timeout on
-every generation.
+`TokenCounter.count()` asks the llm service for the exact count (the Messages API's
+`count_tokens` endpoint behind it, services/llm/token_count.py; exact_count.py is the way
+there) and caches the answer by a hash of the request's content, in process (LRU) and
+optionally in Redis (`lw:tok:<hash>`), so a redelivered step or a request counted twice
+costs one call. When the endpoint is not configured or does not answer, the counter
+falls back to `Estimator`, and after a failure to answer it stops asking for a while
+instead of paying a timeout on every generation.
 
 `Estimator` is a character count with per-message and per-block costs, scaled by one
 factor that each exact count nudges (an exponential moving average of exact/raw): the
@@ -21,20 +21,24 @@ import hashlib
 import logging
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from loopwire.shared.contract.envelopes import ToolSpec
+from loopwire.shared.contract.envelopes import CountTokens, TokenCount, ToolSpec
 from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.stores.blobs import REF_KEY, messages_have_refs
 
 log = logging.getLogger("loopwire.memory.tokens")
 
 UNREACHABLE_PAUSE_S = 60.0
-"""After the endpoint failed to answer (connection, 404, 5xx), use the estimate this long."""
-COUNT_TIMEOUT_S = 10.0
+"""After the endpoint failed to answer (connection, 404, 5xx, no llm service), use the
+estimate this long."""
+
+ExactCount = Callable[[CountTokens], Awaitable[TokenCount]]
+"""Asks for the exact count of a request (exact_count.py: the llm service)."""
 
 
 def _chars(value: Any) -> int:
@@ -244,24 +248,23 @@ def content_hash(model: str, system: str | None, messages: list[dict[str, Any]],
 class TokenCounter:
     """Exact counts when the endpoint answers, calibrated estimates otherwise.
 
-    `client` is an `anthropic.AsyncAnthropic` (None: estimates only); `redis` an optional
+    `exact` asks for an exact count (None: estimates only); `redis` an optional
     redis.asyncio client for the shared cache."""
 
-    def __init__(self, client: Any = None, estimator: Estimator | None = None, redis: Any = None,
-                 cache_size: int = 4096, cache_ttl_s: int = 0, owns_client: bool = True) -> None:
-        self.client = client
+    def __init__(self, exact: ExactCount | None = None, estimator: Estimator | None = None, redis: Any = None,
+                 cache_size: int = 4096, cache_ttl_s: int = 0) -> None:
+        self.exact = exact
         self.estimator = estimator or Estimator()
         self.redis = redis
         self.cache_ttl_s = cache_ttl_s
         self._lru = LruCache[str, int](cache_size)
         self._down_until = 0.0
-        self._owns_client = owns_client
         self.calls = 0
         """count_tokens requests made (cache misses that reached the endpoint)."""
 
     @property
     def reachable(self) -> bool:
-        return self.client is not None and time.monotonic() >= self._down_until
+        return self.exact is not None and time.monotonic() >= self._down_until
 
     def estimate(self, system: str | None, messages: list[dict[str, Any]], tools: list[ToolSpec]) -> int:
         return self.estimator.estimate(system, messages, tools)
@@ -302,47 +305,34 @@ class TokenCounter:
 
     async def _ask(self, model: str, system: str | None, messages: list[dict[str, Any]],
                    tools: list[ToolSpec]) -> int | None:
-        import anthropic
-
-        params: dict[str, Any] = {"model": model, "messages": messages}
-        if system:
-            params["system"] = system
-        if tools:
-            params["tools"] = [{"name": t.name, "input_schema": t.input_schema,
-                                **({"description": t.description} if t.description else {})} for t in tools]
+        assert self.exact is not None  # reachable
         self.calls += 1
         try:
-            result = await self.client.messages.count_tokens(**params, timeout=COUNT_TIMEOUT_S)
-            return int(result.input_tokens)
-        except anthropic.APIStatusError as exc:
-            # 400: this request (e.g. an unknown model id) is not countable; anything else
-            # (404 on a proxy without the endpoint, 429, 5xx) says: stop asking for a while.
-            if exc.status_code != 400:
-                self._down_until = time.monotonic() + UNREACHABLE_PAUSE_S
-            log.info("count_tokens answered %s; using the estimate", exc.status_code)
-        except Exception as exc:  # connection refused, timeout: not reachable now
+            answer = await self.exact(CountTokens(model=model, system=system, messages=messages, tools=tools))
+        except Exception as exc:  # no llm service answered in time: not reachable now
             self._down_until = time.monotonic() + UNREACHABLE_PAUSE_S
             log.info("count_tokens unreachable (%s); using the estimate for %.0fs", type(exc).__name__,
                      UNREACHABLE_PAUSE_S)
+            return None
+        if answer.input_tokens is not None:
+            return answer.input_tokens
+        if answer.status is not None:
+            # 400: this request (e.g. an unknown model id) is not countable; anything else
+            # (404 on a proxy without the endpoint, 429, 5xx) says: stop asking for a while.
+            if answer.status != 400:
+                self._down_until = time.monotonic() + UNREACHABLE_PAUSE_S
+            log.info("count_tokens answered %s; using the estimate", answer.status)
+        else:  # not configured, or the endpoint did not answer the llm service
+            self._down_until = time.monotonic() + UNREACHABLE_PAUSE_S
+            log.info("count_tokens unavailable (%s); using the estimate for %.0fs", answer.error,
+                     UNREACHABLE_PAUSE_S)
         return None
 
-    async def aclose(self) -> None:
-        if self.client is not None and self._owns_client:
-            await self.client.close()
 
-
-def build_token_counter(settings: Any, redis: Any = None, environ: Any = None) -> TokenCounter:
-    """The counter the memory service uses, from settings (`memory_token_counting`)."""
-    from loopwire.llm.providers import resolve_provider
-
-    mode = settings.memory_token_counting.strip().lower()
-    if mode not in ("auto", "api", "estimate"):
-        raise ValueError(f"LOOPWIRE_MEMORY_TOKEN_COUNTING must be auto, api or estimate, not {mode!r}")
-    client = None
-    if mode == "api" or (mode == "auto" and resolve_provider(settings, environ) == "anthropic"):
-        from loopwire.llm.anthropic_model import build_client
-
-        client = build_client(settings, environ)
-    return TokenCounter(client=client, estimator=Estimator(chars_per_token=settings.memory_chars_per_token),
+def build_token_counter(settings: Any, exact: ExactCount | None, redis: Any = None) -> TokenCounter:
+    """The counter the memory service uses, from settings (`memory_token_counting`:
+    `estimate` never asks `exact`)."""
+    return TokenCounter(exact=None if settings.memory_token_counting == "estimate" else exact,
+                        estimator=Estimator(chars_per_token=settings.memory_chars_per_token),
                         redis=redis, cache_size=settings.memory_token_cache_size,
                         cache_ttl_s=settings.memory_token_cache_ttl_s)

@@ -229,6 +229,29 @@ class ToolsResult(_Envelope):
     too late to be applied: an executed call always has its event)."""
 
 
+
+# -- memory -> llm: exact token counts (core request/reply, or a call in process) --------
+class CountTokens(BaseModel):
+    """How many input tokens a request holds by its model's own tokenizer: the memory
+    service asks the llm service on `<prefix>.rpc.llm.count_tokens` (services/llm/token_count.py)."""
+
+    model: str
+    system: str | None = None
+    messages: list[dict[str, Any]]
+    tools: list[ToolSpec] = Field(default_factory=list)
+
+
+class TokenCount(BaseModel):
+    """The answer: `input_tokens`, or why there is none."""
+
+    input_tokens: int | None = None
+    status: int | None = None
+    """The HTTP status the count_tokens endpoint refused with: 400, this request cannot be
+    counted; any other, the endpoint is not available now."""
+    error: str | None = None
+    """Why there is no count (no status: the endpoint is not configured or not reachable)."""
+
+
 WorkEnvelope = Annotated[
     AssembleContext | Generate | GenerationResult | ExecuteTools | ToolsResult | ExecutorPermission,
     Field(discriminator="kind"),

@@ -142,6 +142,13 @@ class Subjects:
         return f"{self.prefix}.rpc.llm.summarize"
 
     @property
+    def llm_count_tokens(self) -> str:
+        """memory -> llm, core request/reply: a `CountTokens` in, a `TokenCount` back (the
+        exact count of a request, services/llm/token_count.py). Internal like the rest of
+        `<prefix>.rpc.>`."""
+        return f"{self.prefix}.rpc.llm.count_tokens"
+
+    @property
     def tools_call(self) -> str:
         """`loopwire mcp` -> tools, core request/reply: one tool call outside any run
         (services/tools/direct_call.py). Internal like the rest of `<prefix>.rpc.>`."""

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, overload
 
 import redis.asyncio as aioredis
 from faststream import AckPolicy
@@ -32,6 +32,7 @@ from loopwire.shared.runtime.chain import (
 )
 from loopwire.shared.runtime.chain_balance import ChainBalance
 from loopwire.shared.runtime.credentials import redis_connect_options
+from loopwire.shared.runtime.handover import GenerationService, ResultReceiver
 from loopwire.shared.runtime.redelivery import DeadLetter, RedeliveryPolicy
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.stores.blobs import BlobStore
@@ -56,9 +57,9 @@ class ServiceContext:
     _bus: Bus | None = field(default=None, repr=False)
     consumers: dict[str, tuple[str, str]] = field(default_factory=dict)
     """label -> (stream, durable) of every work consumer registered in this process."""
-    local: dict[str, Any] = field(default_factory=dict)
+    local: dict[str, object] = field(default_factory=dict)
     """name -> service running in this process, for in-process hand-overs (empty when
-    LOOPWIRE_LOCAL_HANDOVER is off or the process runs one service)."""
+    LOOPWIRE_LOCAL_HANDOVER is off or the process runs one service); read through `here`."""
     handlers: dict[str, WorkHandler] = field(default_factory=dict)
     """work subject -> its handler in this process, for hand-offs (shared/runtime/chain.py); filled
     only where in-process hand-overs are on."""
@@ -121,10 +122,24 @@ class ServiceContext:
                 log.exception("in-process hand-over of step result %s failed; publishing it", msg_id)
         await self.bus.publish_work(self.subjects.router_result, result, msg_id=msg_id, recover=recover)
 
-    def here(self, name: str) -> Any | None:
+    @overload
+    def here(self, name: Literal["router"]) -> ResultReceiver | None: ...
+
+    @overload
+    def here(self, name: Literal["llm"]) -> GenerationService | None: ...
+
+    def here(self, name: str) -> ResultReceiver | GenerationService | None:
         """The service `name` when it runs in this process and work may be handed to it as
-        a call now (not during a graceful stop), else None."""
-        return None if self.stopping else self.local.get(name)
+        a call now (not during a graceful stop), else None; as the protocol of what may be
+        called on it (shared/runtime/handover.py)."""
+        service = None if self.stopping else self.local.get(name)
+        if service is None:
+            return None
+        if name == "router" and isinstance(service, ResultReceiver):
+            return service
+        if name == "llm" and isinstance(service, GenerationService):
+            return service
+        raise TypeError(f"no in-process hand-over to the {name} service ({type(service).__name__})")
 
     def hand_off(self, subject: str, envelope: Any, replay: bool) -> bool:
         """Work for `subject` as a task of the current chain when its handler runs in this

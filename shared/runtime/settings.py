@@ -302,6 +302,14 @@ class Settings(BaseSettings):
         parse_thresholds(value)  # a clear error at start-up, not at the first collection
         return value
 
+    @field_validator("memory_token_counting")
+    @classmethod
+    def _token_counting(cls, value: str) -> str:
+        mode = value.strip().lower()
+        if mode not in ("auto", "api", "estimate"):
+            raise ValueError(f"LOOPWIRE_MEMORY_TOKEN_COUNTING must be auto, api or estimate, not {mode!r}")
+        return mode
+
     @field_validator("workspace_roots", mode="before")
     @classmethod
     def _split_roots(cls, value: object) -> object:

@@ -1,0 +1,114 @@
+"""Exact token counts for the memory service: the Messages API's `count_tokens` endpoint.
+
+The memory service measures every request before it goes to the model
+(services/memory/tokens.py), and an exact count needs the model's client, which is the
+llm service's. So the memory service asks here: a core request/reply on
+`<prefix>.rpc.llm.count_tokens` (one queue group across replicas), or a call when both
+run in one process (`ServiceContext.here("llm")`). It keeps the answers (in process and
+in Redis, `lw:tok:<hash>`) and estimates when none comes.
+
+Whether there is an endpoint to ask follows `LOOPWIRE_MEMORY_TOKEN_COUNTING`: `estimate`
+never asks, `api` always asks Anthropic, `auto` asks when the llm service's provider is
+Anthropic (providers.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import anthropic
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from pydantic import ValidationError
+
+from loopwire.shared.contract.envelopes import CountTokens, TokenCount
+from loopwire.shared.runtime.settings import Settings
+
+from .anthropic_model import build_client
+from .providers import resolve_provider
+
+log = logging.getLogger("loopwire.llm.token_count")
+
+COUNT_TIMEOUT_S = 10.0
+
+
+class AnthropicTokenCount:
+    """Counts through the official SDK; `client` None: nothing is counted."""
+
+    def __init__(self, client: anthropic.AsyncAnthropic | None) -> None:
+        self.client = client
+
+    async def count(self, request: CountTokens) -> TokenCount:
+        if self.client is None:
+            return TokenCount(error="no count_tokens endpoint is configured")
+        params: dict[str, Any] = {"model": request.model, "messages": request.messages}
+        if request.system:
+            params["system"] = request.system
+        if request.tools:
+            params["tools"] = [{"name": t.name, "input_schema": t.input_schema,
+                                **({"description": t.description} if t.description else {})} for t in request.tools]
+        try:
+            result = await self.client.messages.count_tokens(**params, timeout=COUNT_TIMEOUT_S)
+            return TokenCount(input_tokens=int(result.input_tokens))
+        except anthropic.APIStatusError as exc:
+            return TokenCount(status=exc.status_code, error=type(exc).__name__)
+        except Exception as exc:  # connection refused, timeout: not reachable now
+            return TokenCount(error=type(exc).__name__)
+
+    async def aclose(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+
+
+def token_count_from_settings(settings: Settings, environ: Mapping[str, str] | None = None) -> AnthropicTokenCount:
+    """The counter the llm service answers with, from `memory_token_counting`."""
+    mode = settings.memory_token_counting  # auto, api or estimate (checked by Settings)
+    client = None
+    if mode == "api" or (mode == "auto" and resolve_provider(settings, environ) == "anthropic"):
+        client = build_client(settings, environ)
+    return AnthropicTokenCount(client)
+
+
+class TokenCountResponder:
+    """Answers `<prefix>.rpc.llm.count_tokens`, each request in its own task (nats-py calls
+    a subscription's callback one message at a time)."""
+
+    def __init__(self, counter: AnthropicTokenCount, subject: str, queue: str) -> None:
+        self.counter = counter
+        self.subject = subject
+        self.queue = queue
+        self._sub: Any = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self, nc: NatsClient) -> None:
+        self._sub = await nc.subscribe(self.subject, queue=self.queue, cb=self._on_msg)
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _on_msg(self, msg: Msg) -> None:
+        task = asyncio.create_task(self._reply(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reply(self, msg: Msg) -> None:
+        try:
+            request = CountTokens.model_validate_json(msg.data)
+        except ValidationError as exc:
+            answer = TokenCount(status=400, error=f"a malformed count_tokens request: {exc.error_count()} errors")
+        else:
+            answer = await self.counter.count(request)
+        with contextlib.suppress(Exception):  # the caller gone: it estimates
+            await msg.respond(answer.model_dump_json(exclude_none=True).encode())
