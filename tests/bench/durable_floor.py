@@ -56,7 +56,7 @@ def durable(hop: int) -> str:
 
 async def ensure_streams(js: JetStreamContext, hops: int) -> None:
     """The floor's two streams and one durable push consumer per hop (as LOOPWIRE_WORK
-    and LOOPWIRE_EVENTS, shared/streams.py: file storage, work queue and limits)."""
+    and LOOPWIRE_EVENTS, shared/runtime/streams.py: file storage, work queue and limits)."""
     await js.add_stream(StreamConfig(name=WORK_STREAM, subjects=[f"{PREFIX}.work.>"],
                                      retention=RetentionPolicy.WORK_QUEUE, storage=StorageType.FILE,
                                      duplicate_window=120))

@@ -67,7 +67,7 @@ EVENT_HOP = {"tools.progress": ROUTER_IN, "tool.result": ROUTER_IN, "user.messag
 `tools.progress` go out with the router's transition); any other kind: the router, after
 the generation."""
 EPHEMERAL_KINDS = frozenset({"text.delta", "generating", "tools.progress"})
-"""Published without waiting for a PubAck, as loopwire publishes them (shared/contract.py)."""
+"""Published without waiting for a PubAck, as loopwire publishes them (shared/contract/protocol.py)."""
 
 
 def plan_from_trace(redis_cmds: dict[str, float], events: dict[str, float]) -> tuple[Hop, ...]:
