@@ -48,6 +48,11 @@ async def test_agentic_run_with_a_nats_micro_tool(nc: NatsClient, fake: FakeAnth
     assert ended["v"] == 1 and ended["session_id"] == s
 
     ev.check_bodies()  # every body matches its kind's model (shared/contract/events.py)
+    # The memory service measured the requests exactly: it asked the llm service, which
+    # asked the Messages API's count_tokens (a call in one process, a NATS request across
+    # processes: services/llm/token_count.py).
+    counted = [r.body for r in fake.requests if r.path == "/v1/messages/count_tokens"]
+    assert any("What is 2 + 40?" in json.dumps(body) for body in counted), counted
     kinds = [e["kind"] for e in ev.durable()]
     assert kinds == ["run.started", "user.message", "message", "tool.call", "tool.result", "user.message",
                      "message", "run.ended"]
