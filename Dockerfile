@@ -5,12 +5,17 @@
 #   docker build -t loopwire:local .
 #   docker run --rm loopwire:local serve router     # one service
 #   docker run --rm loopwire:local                  # `loopwire up`: all five in one process
+#   docker build --target agents -t loopwire:local-agents .   # llm with the coding agents
 #
-# Two stages: the builder installs the project (and the OTLP exporter extra) into a
-# virtualenv at /opt/loopwire; the runtime stage copies only that venv onto a clean
-# python:3.11-slim, so no pip cache, build tools or sources end up in the image.
+# The builder installs the project (and the OTLP exporter extra) into a virtualenv at
+# /opt/loopwire; the `service` stage copies only that venv onto a clean python:3.11-slim,
+# so no pip cache, build tools or sources end up in the image. `runtime` (the default
+# target) is that image. `agents` adds Node and the coding agents of the external-executor
+# profiles (claude_code, codex, opencode, acp), installed by `npm ci` from deploy/agents'
+# lock in the `agents-build` stage: the image for the llm service when those profiles run.
 
 ARG PYTHON_IMAGE=python:3.11-slim
+ARG NODE_IMAGE=node:20-bookworm-slim
 
 # -----------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS builder
@@ -36,7 +41,21 @@ RUN /opt/loopwire/bin/pip wheel --no-deps --wheel-dir /wheels . \
  && /opt/loopwire/bin/loopwire --help > /dev/null
 
 # -----------------------------------------------------------------------------------------
-FROM ${PYTHON_IMAGE} AS runtime
+FROM ${NODE_IMAGE} AS agents-build
+
+ENV NPM_CONFIG_UPDATE_NOTIFIER=false \
+    NPM_CONFIG_FUND=false \
+    NPM_CONFIG_AUDIT=false
+
+WORKDIR /opt/agents
+COPY deploy/agents/package.json deploy/agents/package-lock.json ./
+RUN npm ci --loglevel=error \
+ && ./node_modules/.bin/claude --version \
+ && ./node_modules/.bin/codex --version \
+ && ./node_modules/.bin/opencode --version
+
+# -----------------------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS service
 
 LABEL org.opencontainers.image.title="loopwire" \
       org.opencontainers.image.description="A distributed runtime for LLM agent loops over NATS and Redis" \
@@ -71,3 +90,41 @@ STOPSIGNAL SIGTERM
 
 ENTRYPOINT ["loopwire"]
 CMD ["up"]
+
+# -----------------------------------------------------------------------------------------
+# The llm service's image for the external-executor profiles: the service image, Node (the
+# agents' launchers and Claude Code are Node programs) and the pinned agents on PATH.
+FROM service AS agents
+
+USER 0:0
+# Node's binary needs the C++ runtime, which python:slim does not carry.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libstdc++6 \
+ && rm -rf /var/lib/apt/lists/* \
+ && install -d -o 10001 -g 10001 -m 0750 /var/lib/loopwire-executor
+COPY --from=agents-build /usr/local/bin/node /usr/local/bin/node
+COPY --from=agents-build /opt/agents/node_modules /opt/agents/node_modules
+
+# The agents keep their state under LOOPWIRE_EXECUTOR_DIR (their sessions, which a
+# follow-up resumes, and the sessions' working directories) and HOME (their own caches):
+# a directory of the service's user, where the Helm chart and docker-compose.agents.yml
+# mount a volume (the root filesystem is read-only there).
+ENV PATH=/opt/agents/node_modules/.bin:$PATH \
+    HOME=/var/lib/loopwire-executor/home \
+    LOOPWIRE_EXECUTOR_DIR=/var/lib/loopwire-executor \
+    DISABLE_AUTOUPDATER=1 \
+    OPENCODE_DISABLE_AUTOUPDATE=1
+
+# The agents start on this image (Node and its C++ runtime found); nothing they write stays.
+RUN HOME=/tmp/agents-check node --version \
+ && HOME=/tmp/agents-check claude --version \
+ && HOME=/tmp/agents-check codex --version \
+ && HOME=/tmp/agents-check opencode --version \
+ && rm -rf /tmp/agents-check
+
+USER 10001:10001
+
+# -----------------------------------------------------------------------------------------
+# The default target: the service image as it is.
+FROM service AS runtime

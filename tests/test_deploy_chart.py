@@ -36,6 +36,7 @@ SCENARIOS = {
     "default": None,
     "servicemonitor": CHART / "ci" / "servicemonitor-values.yaml",
     "existing-secret": CHART / "ci" / "existing-secret-values.yaml",
+    "executors": CHART / "ci" / "executors-values.yaml",
 }
 
 
@@ -129,6 +130,9 @@ def test_values_yaml_matches_values_schema() -> None:
         {"config": {"NATS_URL": "nats://x:4222"}},
         {"nats": {"url": "http://nats:4222"}},
         {"image": {"pullPolicy": "Sometimes"}},
+        {"executors": {"enabled": "yes"}},
+        {"executors": {"mountPath": "relative/dir"}},
+        {"executors": {"image": {"name": "x"}}},
         {"serviceDefaults": {"autoscaling": {"targetCPUUtilizationPercentage": 150}}},
     ],
 )
@@ -192,6 +196,39 @@ def test_pods_are_locked_down(rendered: dict[str, list[dict[str, Any]]], scenari
         mounts = {m["mountPath"]: m["name"] for m in container(dep)["volumeMounts"]}
         assert "emptyDir" in volumes[mounts["/tmp"]]
         assert container(dep)["resources"]["requests"]["memory"]
+
+
+def test_executors_run_the_llm_pods_from_the_agents_image(rendered: dict[str, list[dict[str, Any]]],
+                                                          chart: helm.Chart) -> None:
+    deployments = of_kind(rendered["executors"], "Deployment")
+    llm = deployments[component("llm")]
+    c = container(llm)
+    assert c["image"] == "registry.example/loopwire:0.1.0-agents"
+    env = {e["name"]: e for e in c["env"]}
+    assert env["LOOPWIRE_EXECUTOR_DIR"]["value"] == "/var/lib/loopwire-executor"
+    assert env["HOME"]["value"] == "/var/lib/loopwire-executor/home"  # the agents write their homes
+    assert env["OPENAI_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "agents-openai", "key": "api-key"}
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in llm["spec"]["template"]["spec"]["volumes"]}
+    assert volumes[mounts["/var/lib/loopwire-executor"]] == {"name": "executor", "persistentVolumeClaim": {
+        "claimName": "loopwire-executor"}}
+    assert c["resources"]["limits"]["memory"] == "4Gi"
+    # the other services keep the plain image and no executor volume
+    for name in ("router", "tools", "memory", "transcripts"):
+        other = container(deployments[component(name)])
+        assert other["image"] == "loopwire:0.1.0"
+        assert "LOOPWIRE_EXECUTOR_DIR" not in {e["name"] for e in other["env"]}
+        assert "/var/lib/loopwire-executor" not in {m["mountPath"] for m in other["volumeMounts"]}
+    # without a claim, an emptyDir; the tag follows image.tag
+    objects = render(chart, {"executors": {"enabled": True}, "image": {"tag": "1.2.3"}})
+    own = of_kind(objects, "Deployment")[component("llm")]
+    assert container(own)["image"] == "loopwire:1.2.3-agents"
+    (executor,) = [v for v in own["spec"]["template"]["spec"]["volumes"] if v["name"] == "executor"]
+    assert executor == {"name": "executor", "emptyDir": {"sizeLimit": "2Gi"}}
+    # and off by default
+    default_llm = container(of_kind(rendered["default"], "Deployment")[component("llm")])
+    assert default_llm["image"] == "loopwire:0.1.0"
+    assert "LOOPWIRE_EXECUTOR_DIR" not in {e["name"] for e in default_llm["env"]}
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))

@@ -267,3 +267,22 @@ def test_every_variable_has_a_default() -> None:
     variables = re.findall(r"\$\{[^}]*\}", text)
     assert variables
     assert [v for v in variables if ":-" not in v] == []
+
+
+def test_the_agents_override_runs_llm_from_the_agents_target(compose: dict[str, Any]) -> None:
+    """docker-compose.agents.yml, merged over the stack as `docker compose -f … -f …` does."""
+    override = yaml.safe_load((ROOT / "docker-compose.agents.yml").read_text())
+    validator = jsonschema.Draft7Validator(json.loads(SCHEMA.read_text()))
+    assert not list(validator.iter_errors(interpolate(override)))
+    assert set(override["services"]) == {"llm"}  # the other services keep the plain image
+    llm = override["services"]["llm"]
+    assert llm["build"] == {"context": ".", "dockerfile": "Dockerfile", "target": "agents"}
+    assert llm["image"] != compose["services"]["llm"]["image"]
+    (volume,) = llm["volumes"]
+    name, target = volume.split(":")
+    assert name in override["volumes"] and target == llm["environment"]["LOOPWIRE_EXECUTOR_DIR"]
+    assert llm["environment"]["HOME"].startswith(target + "/")
+    # the stack's llm is read-only but for /tmp: the executor directory is the volume
+    assert compose["services"]["llm"]["read_only"] is True
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "AS agents" in dockerfile and f"LOOPWIRE_EXECUTOR_DIR={target}" in dockerfile

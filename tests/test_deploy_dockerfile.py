@@ -8,6 +8,7 @@ the build context holds.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -46,20 +47,62 @@ def only(stage: list[dockerfile.Command], cmd: str) -> dockerfile.Command:
     return found
 
 
-def test_two_stages_on_python_311_slim() -> None:
+def stage(name: str) -> list[dockerfile.Command]:
+    (found,) = [s for s in stages() if s[0].value[-1] == name]
+    return found
+
+
+def test_stages_on_python_311_slim_and_the_default_target() -> None:
     args = {c.value[0].split("=", 1)[0]: c.value[0].split("=", 1)[1] for c in commands() if c.cmd == "ARG"}
     assert args["PYTHON_IMAGE"] == "python:3.11-slim"
-    builder, runtime = stages()
-    assert builder[0].value == ("${PYTHON_IMAGE}", "AS", "builder")
-    assert runtime[0].value == ("${PYTHON_IMAGE}", "AS", "runtime")
-    # The runtime stage takes only the built virtualenv from the builder.
-    copies = [c for c in runtime if c.cmd == "COPY"]
+    assert [s[0].value for s in stages()] == [("${PYTHON_IMAGE}", "AS", "builder"),
+                                              ("${NODE_IMAGE}", "AS", "agents-build"),
+                                              ("${PYTHON_IMAGE}", "AS", "service"),
+                                              ("service", "AS", "agents"),
+                                              ("service", "AS", "runtime")]
+    # `docker build .` builds the last stage: the service image as it is, without the agents
+    assert stages()[-1] == [stage("runtime")[0]]
+    service = stage("service")
+    # The service stage takes only the built virtualenv from the builder.
+    copies = [c for c in service if c.cmd == "COPY"]
     assert [(c.flags, c.value) for c in copies] == [(("--from=builder",), ("/opt/loopwire", "/opt/loopwire"))]
-    assert not [c for c in runtime if c.cmd == "RUN" and "pip" in c.value[0]]
+    assert not [c for c in service if c.cmd == "RUN" and "pip" in c.value[0]]
+
+
+def test_agents_target_installs_the_pinned_agents_with_npm_ci() -> None:
+    args = {c.value[0].split("=", 1)[0]: c.value[0].split("=", 1)[1] for c in commands() if c.cmd == "ARG"}
+    assert re.fullmatch(r"node:20-[a-z]+-slim", args["NODE_IMAGE"])  # Node 20, Debian as python:slim's
+    build = stage("agents-build")
+    (copy,) = [c for c in build if c.cmd == "COPY"]
+    assert copy.value == ("deploy/agents/package.json", "deploy/agents/package-lock.json", "./")
+    (install,) = [c for c in build if c.cmd == "RUN"]
+    assert install.value[0].startswith("npm ci") and "npm install" not in install.value[0]
+    agents = stage("agents")
+    copies = {(c.flags, c.value) for c in agents if c.cmd == "COPY"}
+    assert copies == {(("--from=agents-build",), ("/usr/local/bin/node", "/usr/local/bin/node")),
+                      (("--from=agents-build",), ("/opt/agents/node_modules", "/opt/agents/node_modules"))}
+    values = [v for c in agents if c.cmd == "ENV" for v in c.value]
+    env = dict(zip(values[::2], values[1::2], strict=True))
+    assert env["PATH"].startswith("/opt/agents/node_modules/.bin:")
+    assert env["LOOPWIRE_EXECUTOR_DIR"] == "/var/lib/loopwire-executor"
+    assert env["HOME"].startswith(env["LOOPWIRE_EXECUTOR_DIR"] + "/")
+    # made for the service's user: a volume mounted there starts with its owner
+    assert "install -d -o 10001 -g 10001" in " ".join(c.value[0] for c in agents if c.cmd == "RUN")
+    # every agent the profiles name is checked to start on the image, as the service's user
+    (check,) = [c for c in agents if c.cmd == "RUN" and "--version" in c.value[0]]
+    assert all(f"{agent} --version" in check.value[0] for agent in ("node", "claude", "codex", "opencode"))
+    users = [c for c in agents if c.cmd == "USER"]
+    assert users[-1].value == ("10001:10001",) and users[-1].start_line > max(
+        c.start_line for c in agents if c.cmd == "RUN")
+    # the lock it installs from is the one `make agents` uses
+    lock = json.loads((ROOT / "deploy" / "agents" / "package-lock.json").read_text())
+    pinned = json.loads((ROOT / "deploy" / "agents" / "package.json").read_text())["dependencies"]
+    for name, version in pinned.items():
+        assert lock["packages"][f"node_modules/{name}"]["version"] == version
 
 
 def test_runtime_runs_as_uid_10001() -> None:
-    runtime = stages()[-1]
+    runtime = stage("service")
     assert only(runtime, "USER").value == ("10001:10001",)
     (useradd,) = [c for c in runtime if c.cmd == "RUN" and "useradd" in c.value[0]]
     assert "--uid 10001" in useradd.value[0] and "--gid 10001" in useradd.value[0]
@@ -69,7 +112,7 @@ def test_runtime_runs_as_uid_10001() -> None:
 
 
 def test_entrypoint_cmd_port_and_healthcheck() -> None:
-    runtime = stages()[-1]
+    runtime = stage("service")
     entrypoint, cmd = only(runtime, "ENTRYPOINT"), only(runtime, "CMD")
     assert entrypoint.json and entrypoint.value == ("loopwire",)
     assert cmd.json and cmd.value == ("up",)
@@ -156,6 +199,7 @@ def ignored(path: str) -> bool:
         "tests/test_deploy_dockerfile.py",
         "helm/loopwire/values.yaml",
         "deploy/nats/nats.conf",
+        "deploy/agents/node_modules/.bin/codex",
         "docs/deployment.md",
         "loopwire.egg-info/PKG-INFO",
         "loopwire/__pycache__/cli.cpython-311.pyc",
@@ -177,6 +221,8 @@ def test_dockerignore_keeps_out(path: str) -> None:
         "loopwire/__init__.py",
         "shared/runtime/settings.py",
         "services/router/__init__.py",
+        "deploy/agents/package.json",
+        "deploy/agents/package-lock.json",
     ],
 )
 def test_dockerignore_lets_in(path: str) -> None:

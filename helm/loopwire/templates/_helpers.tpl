@@ -79,6 +79,21 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 
+{{/*
+The image of one service's pods: (list $ "llm"). With executors.enabled the llm pods run
+the image with the coding agents (the Dockerfile's `agents` target).
+*/}}
+{{- define "loopwire.serviceImage" -}}
+{{- $root := index . 0 -}}
+{{- if and (eq (index . 1) "llm") $root.Values.executors.enabled -}}
+{{- $image := $root.Values.executors.image -}}
+{{- $tag := $image.tag | default (printf "%s-agents" ($root.Values.image.tag | default $root.Chart.AppVersion)) -}}
+{{- printf "%s:%s" ($image.repository | default $root.Values.image.repository) $tag -}}
+{{- else -}}
+{{- include "loopwire.image" $root -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "loopwire.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "loopwire.fullname" .) .Values.serviceAccount.name -}}
