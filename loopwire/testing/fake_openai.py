@@ -141,7 +141,7 @@ def tool_outputs(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def tool_names(body: dict[str, Any]) -> list[str]:
     """The names of the function tools a request offers; a tool inside a Responses
-    `namespace` tool is named by the namespace's name followed by its own."""
+    `namespace` tool is `<namespace>__<name>` (codex's MCP tools: `mcp__<server>__<tool>`)."""
     names: list[str] = []
     for tool in body.get("tools") or []:
         if not isinstance(tool, dict):
@@ -150,7 +150,7 @@ def tool_names(body: dict[str, Any]) -> list[str]:
             fn = tool.get("function")
             names.append(str((fn if isinstance(fn, dict) else tool).get("name")))
         elif tool.get("type") == "namespace":
-            names.extend(f"{tool.get('name')}{t.get('name')}" for t in tool.get("tools") or [] if isinstance(t, dict))
+            names.extend(f"{tool.get('name')}__{t.get('name')}" for t in tool.get("tools") or [] if isinstance(t, dict))
     return names
 
 

@@ -39,6 +39,14 @@ def _builtin() -> None:
         from .claude_code import ClaudeCodeExecutor
 
         register("claude_code", ClaudeCodeExecutor)
+    if "codex" not in BUILDERS:
+        from .codex import CodexExecutor
+
+        register("codex", CodexExecutor)
+    if "opencode" not in BUILDERS:
+        from .opencode import OpencodeExecutor
+
+        register("opencode", OpencodeExecutor)
 
 
 def command_line(profile: str, agent: str | None, settings: Settings) -> tuple[str, list[str]]:
