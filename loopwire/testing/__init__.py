@@ -4,6 +4,8 @@
   one of the `LAYOUTS` (`up`, `up --workers 2`, or one `loopwire serve` per service).
 - pytest fixtures in `loopwire.testing.pytest_plugin` (`loopwire_system`, `loopwire_client`).
 - `servers`: throwaway nats-server / redis-server on free ports.
+- `store_conformance`: the checks every backend of loopwire's stores passes (`CHECKS`), for
+  a backend of your own too.
 """
 
 from .processes import LoopwireProcess

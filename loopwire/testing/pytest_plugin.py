@@ -21,6 +21,9 @@ from loopwire.typed_client import Client
 from .fake_anthropic import FakeAnthropic
 from .system import LoopwireContainer
 
+# The conformance suite's checks are plain asserts: rewritten, they say what differed.
+pytest.register_assert_rewrite("loopwire.testing.store_conformance")
+
 
 @pytest.fixture(scope="session")
 def fake_anthropic() -> Iterator[FakeAnthropic]:

@@ -26,7 +26,7 @@ from loopwire.shared.runtime.chain import Delivery, decode
 from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.runtime.redelivery import Undeliverable
 from loopwire.shared.runtime.service_context import ServiceContext
-from loopwire.shared.stores.session_store import RedisSessionStore
+from loopwire.shared.stores.capabilities import Capability
 from loopwire.shared.stores.tool_catalog import CatalogCache
 
 from . import compaction as c
@@ -106,7 +106,8 @@ class MemoryService:
         # The tokens memory spent since the last generation (observations, reflections)
         # are claimed for this step in the same round trip as the reads.
         snap = await self.store.snapshot(env.session_id, env.actor, s.memory_observations_in_context,
-                                         s.memory_reflections_in_context, ranges, claim_for=env.step_id)
+                                         s.memory_reflections_in_context, ranges, claim_for=env.step_id,
+                                         history_key=self.ctx.sessions.history_key(env.session_id) if ranges else None)
         context = await self._context(env, snap, ranges)
         tools = offered_tools(env, await self._catalog(env.tools)) if env.offer_tools else []
         section = memory_section(snap, int(cfg.window * MEMORY_SECTION_SHARE * s.memory_chars_per_token))
@@ -161,7 +162,7 @@ class MemoryService:
         """The history ranges the assembly will likely read, to read them with the memory:
         the head and the part after the boundary of the session's last compaction, else all."""
         n = env.history_len
-        if n <= 0 or not isinstance(self.ctx.sessions, RedisSessionStore):
+        if n <= 0 or not self.ctx.sessions.supports(Capability.REDIS_HISTORY):
             return []
         covers = self._covers.get(env.session_id)
         if covers and 2 <= covers < n:

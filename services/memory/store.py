@@ -27,7 +27,6 @@ from redis.exceptions import NoScriptError
 
 from loopwire.shared.contract import codec
 from loopwire.shared.contract.envelopes import Usage
-from loopwire.shared.stores.session_store import history_key
 
 from .compaction import CompactionRecord
 
@@ -104,10 +103,15 @@ class MemoryStore:
 
     # -- reading --------------------------------------------------------------------------------
     async def snapshot(self, sid: str, actor: str | None, observations: int, reflections: int,
-                       history: list[tuple[int, int]] | None = None, claim_for: str | None = None) -> Snapshot:
-        """The session's memory, and the history ranges [start, stop] in `history` (the
-        router's `lw:h:<sid>`, read like `RedisSessionStore.history`) in the same trip;
-        with `claim_for` (a step id) also `claim_usage` for that step."""
+                       history: list[tuple[int, int]] | None = None, claim_for: str | None = None,
+                       history_key: str | None = None) -> Snapshot:
+        """The session's memory, and the history ranges [start, stop] in `history` (of the
+        router's history list `history_key`, on this Redis: a session store with the
+        REDIS_HISTORY capability, read like its `history`) in the same trip; with
+        `claim_for` (a step id) also `claim_usage` for that step."""
+        if history and history_key is None:
+            raise ValueError("history ranges to read need the history's key")
+
         def reads() -> Any:
             pipe = self._r.pipeline(transaction=False)
             pipe.get(_k(sid, "compaction"))
@@ -117,7 +121,7 @@ class MemoryStore:
                 pipe.lrange(_actor(actor, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
                 pipe.lrange(_actor(actor, "refl"), -reflections, -1) if reflections > 0 else pipe.echo("")
             for start, stop in history or []:
-                pipe.lrange(history_key(sid), start, stop)
+                pipe.lrange(history_key or "", start, stop)
             # A session in use keeps its memory as long as the router keeps its state.
             self._expire(pipe, *(_k(sid, what) for what in ("compaction", "obs", "refl", "meta")))
             if claim_for is not None:

@@ -43,10 +43,9 @@ from loopwire.shared.runtime.keyed_lock import KeyedLock
 from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.runtime.redelivery import CommitContention, DeadLetter, Undeliverable, is_outage
 from loopwire.shared.runtime.service_context import ServiceContext
+from loopwire.shared.stores.capabilities import Capability
 from loopwire.shared.stores.event_archive import read_archive
-from loopwire.shared.stores.event_log import RedisEventLog
 from loopwire.shared.stores.seq_floor import last_published_seq
-from loopwire.shared.stores.session_store import RedisSessionStore
 from loopwire.shared.stores.tool_catalog import CatalogCache
 
 from . import inputs as i
@@ -392,7 +391,8 @@ class RouterService:
         their seqs in the same round trip. Returns (committed, those events stored)."""
         sessions = self.ctx.sessions
         lead = _leading_events(decision.effects)
-        if lead and isinstance(sessions, RedisSessionStore) and isinstance(self.ctx.events, RedisEventLog):
+        if lead and sessions.supports(Capability.COMMIT_WITH_EVENTS) \
+                and self.ctx.events.supports(Capability.COMMIT_WITH_EVENTS):
             stored = await sessions.commit_with_events(sid, version, dumped, decision.history_len_before,
                                                        decision.append, event_items(sid, lead))
             return stored is not None, stored or []
@@ -406,7 +406,7 @@ class RouterService:
             # The state was lost (expired, flushed) but the transcript holds the
             # conversation: continue it instead of starting over.
             raw, version = await self.ctx.sessions.load(sid)
-        elif raw is None and rebuild and isinstance(self.ctx.events, RedisEventLog):
+        elif raw is None and rebuild and self.ctx.events.supports(Capability.SEQ_FLOOR):
             # New, or lost with its transcript: its seqs continue after any it had
             # published (shared/stores/seq_floor.py).
             floor = await last_published_seq(self.ctx.bus.js, self.ctx.subjects, sid)

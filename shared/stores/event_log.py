@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 
 from loopwire.shared.contract import codec
+from loopwire.shared.stores.capabilities import Capability, Declares, Store, Unsupported
 
 Append = tuple[dict[str, Any], str | None, bool]
 """One event to append: (body, dedup key or None, store it)."""
@@ -42,7 +43,7 @@ def with_seq(body: dict[str, Any], seq: int) -> dict[str, Any]:
     return out
 
 
-class EventLogStore(Protocol):
+class EventLogStore(Store, Protocol):
     async def append(self, sid: str, body: dict[str, Any], key: str | None,
                      store: bool = True) -> tuple[dict[str, Any], bool]:
         """Assign a seq and store `body`; returns (event with seq, newly appended).
@@ -66,9 +67,14 @@ class EventLogStore(Protocol):
         empty or its counter is already past them."""
         ...
 
+    async def raise_seq(self, sid: str, floor: int) -> None:
+        """Capability SEQ_FLOOR: make the session's next `seq` come after `floor` (the last
+        one published, read from LOOPWIRE_EVENTS after the store lost the counter)."""
+        ...
+
 
 @dataclass
-class InMemoryEventLog:
+class InMemoryEventLog(Declares):
     seqs: dict[str, int] = field(default_factory=dict)
     keys: dict[str, dict[str, int]] = field(default_factory=dict)
     events: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
@@ -110,6 +116,9 @@ class InMemoryEventLog:
         self.events[sid] = {e["seq"]: dict(e) for e in events}
         self.seqs[sid] = top
         return True
+
+    async def raise_seq(self, sid: str, floor: int) -> None:
+        raise Unsupported("the in-memory event log loses nothing the events stream keeps: no seq floor")
 
 
 _APPEND_LUA = """
@@ -227,7 +236,9 @@ return cur
 """
 
 
-class RedisEventLog:
+class RedisEventLog(Declares):
+    capabilities = frozenset({Capability.COMMIT_WITH_EVENTS, Capability.SEQ_FLOOR})
+
     def __init__(self, redis: aioredis.Redis, ttl_s: int = 0) -> None:
         self._r = redis
         self._ttl = ttl_s

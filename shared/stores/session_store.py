@@ -1,7 +1,8 @@
 """Session state behind a compare-and-set on a version, plus the session's message history.
 
 One Protocol, two backends (in-memory for unit tests, Redis for everything else), one
-conformance suite (tests/test_store_conformance.py) that both pass.
+conformance suite (loopwire.testing.store_conformance) that both pass, with the Redis one's
+optional capabilities (capabilities.py).
 
 State is an opaque JSON document owned by the router; the history is an append-only list
 of Anthropic-format messages. A commit writes both at once: in Redis one Lua script checks
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 
 from loopwire.shared.contract import codec
+from loopwire.shared.stores.capabilities import Capability, Declares, Store, Unsupported
 from loopwire.shared.stores.event_log import (
     APPEND_EVENTS_LUA,
     Append,
@@ -27,7 +29,7 @@ from loopwire.shared.stores.event_log import (
 )
 
 
-class SessionStore(Protocol):
+class SessionStore(Store, Protocol):
     async def load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
         """The session's state and version (None, 0 when the session is new)."""
         ...
@@ -55,6 +57,18 @@ class SessionStore(Protocol):
         """The states of `sids` (None for a session that has none), in one round trip."""
         ...
 
+    async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
+                                 history_len_before: int, append: list[dict[str, Any]],
+                                 events: list[Append]) -> list[tuple[dict[str, Any], bool]] | None:
+        """Capability COMMIT_WITH_EVENTS: `commit`, and `append_many(sid, events)` of the
+        backend's event log, at once. The events as appended; None when the version moved
+        (nothing written)."""
+        ...
+
+    def history_key(self, sid: str) -> str:
+        """Capability REDIS_HISTORY: the key of the session's history list (Redis)."""
+        ...
+
 
 def comes_after(entry: tuple[int, str], after: tuple[int, str] | None) -> bool:
     """Whether (ms, sid) follows `after` in most-recent-first order."""
@@ -62,7 +76,7 @@ def comes_after(entry: tuple[int, str], after: tuple[int, str] | None) -> bool:
 
 
 @dataclass
-class InMemorySessionStore:
+class InMemorySessionStore(Declares):
     states: dict[str, tuple[int, bytes]] = field(default_factory=dict)
     histories: dict[str, list[bytes]] = field(default_factory=dict)
     updated: dict[str, int] = field(default_factory=dict)
@@ -104,6 +118,14 @@ class InMemorySessionStore:
 
     async def load_many(self, sids: list[str]) -> list[dict[str, Any] | None]:
         return [(await self.load(sid))[0] for sid in sids]
+
+    async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
+                                 history_len_before: int, append: list[dict[str, Any]],
+                                 events: list[Append]) -> list[tuple[dict[str, Any], bool]] | None:
+        raise Unsupported("the in-memory session store commits no events: commit, then append_many")
+
+    def history_key(self, sid: str) -> str:
+        raise Unsupported("the in-memory session store keeps its histories in this process")
 
 
 _COMMIT_LUA = APPEND_EVENTS_LUA + """
@@ -163,9 +185,11 @@ def sessions_index_key(sid: str) -> str:
     return f"lw:sessions:{tenant}" if dot else "lw:sessions"
 
 
-class RedisSessionStore:
+class RedisSessionStore(Declares):
     """`lw:s:<sid>` hash {ver, state}; `lw:h:<sid>` list of message JSON; `lw:sessions`
     sorted set of session ids by update time (the sessions list query)."""
+
+    capabilities = frozenset({Capability.COMMIT_WITH_EVENTS, Capability.REDIS_HISTORY})
 
     def __init__(self, redis: aioredis.Redis, ttl_s: int = 0) -> None:
         self._r = redis
@@ -198,6 +222,9 @@ class RedisSessionStore:
         if flat is None:
             return None
         return appended_events(stripped, flat)
+
+    def history_key(self, sid: str) -> str:
+        return history_key(sid)
 
     async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
         raw = await self._r.lrange(history_key(sid), start, stop)

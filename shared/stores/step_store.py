@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 
 from loopwire.shared.contract import codec
+from loopwire.shared.stores.capabilities import Declares, Store
 
 
 class StepHeld(Exception):
@@ -50,7 +51,7 @@ def new_owner() -> str:
     return uuid.uuid4().hex[:16]
 
 
-class StepStore(Protocol):
+class StepStore(Store, Protocol):
     async def get(self, key: str) -> dict[str, Any] | None: ...
 
     async def get_many(self, keys: list[str]) -> list[dict[str, Any] | None]: ...
@@ -84,7 +85,7 @@ class StepStore(Protocol):
 
 
 @dataclass
-class InMemoryStepStore:
+class InMemoryStepStore(Declares):
     records: dict[str, bytes] = field(default_factory=dict)
     claims: dict[str, tuple[str, float]] = field(default_factory=dict)
     """claim key -> (token, expiry on the monotonic clock)."""
@@ -192,7 +193,7 @@ return 0
 """
 
 
-class RedisStepStore:
+class RedisStepStore(Declares):
     """`lw:step:<key>` strings with a TTL (settings.step_result_ttl_s); claims in
     `lw:claim:<key>` (TTL: the claim's) with their fencing counter `lw:fence:<key>`."""
 
