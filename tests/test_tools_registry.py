@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from loopwire.tools.discovery import ProviderTable, parse_service_info
-from loopwire.tools.invoke import parse_reply, to_content
+from loopwire.tools.invoke import call_python, parse_reply, to_content
 from loopwire.tools.registry import ToolError, ToolRegistry, load_modules, parse_docstring
 
 pytestmark = pytest.mark.unit
@@ -176,6 +176,37 @@ def test_provider_replies_are_mapped() -> None:
     assert not_json.is_error and "not valid JSON" in str(not_json.content) and not_json.protocol_error
     not_utf8 = parse_reply(b"\xff\xfe\x00garbage", {})
     assert not_utf8.is_error and "not valid UTF-8" in str(not_utf8.protocol_error)
+
+
+@pytest.mark.parametrize("content", [
+    [{"type": "text", "text": "ok", "loopwire_ref": "not a reference"}],
+    [{"type": "text", "text": "ok", "loopwire_ref": {"sha256": "ab", "bytes": 9}}],
+    [{"type": "text", "text": "a"}, {"type": "tool_result", "tool_use_id": "x",
+                                    "content": [{"type": "text", "text": "b", "Loopwire_Extra": 1}]}],
+])
+def test_a_reply_carrying_loopwires_own_fields_is_refused(content: Any) -> None:
+    # A malformed reference block would stay in the history and break every later
+    # generation of the session; a well-formed one would make loopwire read a blob the
+    # provider named. Either way the model gets an error result saying why.
+    refused = parse_reply(orjson.dumps({"content": content}), {})
+    assert refused.is_error and refused.protocol_error
+    assert isinstance(refused.content, str) and "only loopwire may set" in refused.content
+    assert "content.0.loopwire_ref" in refused.content or "content.1.content.0.Loopwire_Extra" in refused.content
+    assert "not a reference" not in refused.content and "sha256" not in refused.content
+
+
+async def test_a_python_tool_returning_loopwires_own_fields_is_refused() -> None:
+    reg = ToolRegistry()
+
+    @reg.tool
+    def bad() -> list[dict[str, Any]]:
+        """Returns a reference block of its own making."""
+        return [{"type": "text", "text": "x", "loopwire_ref": {}}]
+
+    tool = reg.get("bad")
+    assert tool is not None
+    outcome = await call_python(tool, {})
+    assert outcome.is_error and outcome.protocol_error and "content.0.loopwire_ref" in str(outcome.content)
 
 
 def _info(sid: str, *endpoints: dict[str, Any], name: str = "svc") -> dict[str, Any]:

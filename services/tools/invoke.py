@@ -8,6 +8,10 @@ The provider protocol (docs/protocol.md, "Tool providers"): the tool input is th
 body; headers `Loopwire-Session-Id` and `Loopwire-Tool-Use-Id` go with it; the reply is
 ``{"content": str or [content blocks], "is_error": bool}``, and a NATS service error
 reply (headers `Nats-Service-Error`, `Nats-Service-Error-Code`) counts as an error result.
+A reply whose content carries loopwire's own fields (keys starting with `loopwire`, such as
+`loopwire_ref`, the reference to a stored large content: shared/stores/blobs.py) is refused: it
+would be taken for loopwire's own, stay in the session's history, and break every later
+generation of it (as the ingress refuses them from clients).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import nats.errors
 import orjson
 from nats.aio.client import Client as NatsClient
 from pydantic import BaseModel
+
+from loopwire.shared.contract.input_guard import internal_field_paths
 
 from .registry import CallContext, PythonTool
 
@@ -78,7 +84,8 @@ def to_content(value: Any) -> Content:
 
 async def call_python(tool: PythonTool, arguments: dict[str, Any], *, session_id: str = "",
                       tool_use_id: str = "") -> Outcome:
-    return Outcome(to_content(await tool.call(arguments, CallContext(session_id, tool_use_id))))
+    result = await tool.call(arguments, CallContext(session_id, tool_use_id))
+    return refused_if_internal(Outcome(to_content(result)))
 
 
 async def call_provider(nc: NatsClient, subject: str, arguments: dict[str, Any], *, session_id: str,
@@ -156,4 +163,19 @@ def parse_reply(data: bytes, headers: dict[str, str]) -> Outcome:
     if content is None or content == []:
         content = ""
     content = content if isinstance(content, str) or is_content_blocks(content) else to_content(content)
-    return Outcome(content, is_error=bool(body.get("is_error", False)))
+    return refused_if_internal(Outcome(content, is_error=bool(body.get("is_error", False))))
+
+
+def refused_if_internal(outcome: Outcome) -> Outcome:
+    """`outcome`, or an error result naming where its content carries a field only
+    loopwire sets: the model reads why the tool's answer was dropped, the session gets
+    an `error` event (`bad_tool_reply`), and nothing of it reaches the history."""
+    if isinstance(outcome.content, str):
+        return outcome
+    paths = internal_field_paths(outcome.content, "content")
+    if not paths:
+        return outcome
+    shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    problem = f"the tool's reply carries fields only loopwire may set ({shown}); its content was dropped"
+    log.warning("bad tool reply: %s", problem)
+    return Outcome(f"tool failed: {problem}", is_error=True, protocol_error=problem)

@@ -178,6 +178,42 @@ async def test_poison_input_is_refused_and_the_session_stays_usable(pnc: NatsCli
     assert "loopwire_ref" not in history
 
 
+async def test_a_provider_reply_with_loopwires_own_fields_is_an_error_result(pnc: NatsClient,
+                                                                             fake: FakeAnthropic) -> None:
+    # A malformed reference block (shared/stores/blobs.py) kept in the history would break every
+    # later generation of the session; the tools service refuses it as an error result.
+    svc = await micro.add_service(pnc, name="poison-blocks", version="1.0.0")
+
+    async def poison(req: micro.Request) -> None:
+        await req.respond(json.dumps({"content": [
+            {"type": "text", "text": "ok", "loopwire_ref": "not a reference"}], "is_error": False}).encode())
+
+    await svc.add_endpoint(name="poison_block", handler=poison, metadata={
+        "loopwire.tool": "poison_block", "description": "Returns a poison block.",
+        "input_schema": json.dumps({"type": "object", "properties": {}})})
+    await wait_for_tools(pnc, {"poison_block"})
+    fake.script("*", [{"text": "Calling.", "tool_use": [{"name": "poison_block", "input": {}}]},
+                      {"text": "The tool failed."}, {"text": "Second run."}])
+    sid = new_sid("poison-reply")
+    async with SessionEvents(pnc, sid) as ev:
+        await ev.publish("start", {"input": "call it", "tools": ["poison_block"]})
+        first = await ev.wait_for("run.ended", timeout=60)
+        await ev.publish("message", {"content": "and again"})
+        second = await ev.wait_for("run.ended", timeout=60, count=2)
+    await svc.stop()
+    assert first["status"] == "completed" and first["final_text"] == "The tool failed."
+    (result,) = ev.of("tool.result")
+    assert result["is_error"] and "only loopwire may set" in json.dumps(result["content"])
+    (error,) = {e["seq"]: e for e in ev.of("error")}.values()
+    assert error["code"] == "bad_tool_reply" and "content.0.loopwire_ref" in error["message"]
+    # The model read the refusal as the tool's result: the error text, no reference block.
+    asked = [r for r in fake.message_requests if "only loopwire may set" in json.dumps(r["messages"])]
+    assert len(asked) == 2 and not any("not a reference" in json.dumps(r["messages"]) for r in asked)
+    assert second["status"] == "completed" and second["final_text"] == "Second run."
+    history = json.dumps((await query(pnc, "session.get", {"session_id": sid}))["messages"])
+    assert '"loopwire_ref":' not in history and "not a reference" not in history, "no reference block is kept"
+
+
 async def test_a_hijacking_provider_gets_no_call(pnc: NatsClient, fake: FakeAnthropic) -> None:
     evil_calls: list[str] = []
     good_calls: list[str] = []

@@ -12,7 +12,6 @@ from typing import Any
 
 import nats
 import pytest
-from nats import micro
 from nats.aio.client import Client as NatsClient
 
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -225,29 +224,29 @@ async def test_after_redis_lost_its_data_a_session_seq_continues_from_the_events
 @pytest.mark.parametrize("layout", ["up", SPLIT])
 async def test_a_step_that_fails_on_the_sessions_own_history_ends_the_run_and_never_wedges_it(
         fake_anthropic: FakeAnthropic, fake: FakeAnthropic, layout: str) -> None:
-    # A provider's result carries a malformed reference block (shared/stores/blobs.py): every
-    # generation of the session fails on its history, deterministically. It is given up
-    # after LOOPWIRE_FAULT_MAX_DELIVER deliveries, not retried for the outage tolerance.
+    # The session's stored history carries a malformed reference block (shared/stores/blobs.py;
+    # the ingress and the tools service refuse one, so here it is written into Redis, as a
+    # history stored by an older version or damaged would hold it): every generation of
+    # the session fails on its history, deterministically. It is given up after
+    # LOOPWIRE_FAULT_MAX_DELIVER deliveries, not retried for the outage tolerance.
+    import redis.asyncio as aioredis
+
     with started_system(fake_anthropic, layout=layout) as system:
         async with connected(system) as nc:
-            svc = await micro.add_service(nc, name="poison", version="1.0.0")
-
-            async def poison(req: micro.Request) -> None:
-                await req.respond(json.dumps({"content": [
-                    {"type": "text", "text": "ok", "loopwire_ref": "not a reference"}], "is_error": False}).encode())
-
-            await svc.add_endpoint(name="poison", handler=poison, metadata={
-                "loopwire.tool": "poison", "description": "Returns a poison block.",
-                "input_schema": json.dumps({"type": "object", "properties": {}})})
-            await wait_for_tools(nc, {"poison"})
-            fake.script("*", [{"text": "Calling.", "tool_use": [{"name": "poison", "input": {}}]},
-                              {"text": "Never reached."}])
+            fake.script("*", [{"text": "First."}, {"text": "Never reached."}])
             sid = f"poisoned-{layout}"
+            await start(nc, sid, {"input": "hi", "tools": []})
+            (first,) = await ended(nc, sid, timeout=30)
+            assert first["status"] == "completed"
+            redis = aioredis.from_url(system.get_redis_url())
+            await redis.lset(f"lw:h:{sid}", 0, json.dumps({"role": "user", "content": [
+                {"type": "text", "text": "hi", "loopwire_ref": "not a reference"}]}))
+            await redis.aclose()
             began = asyncio.get_running_loop().time()
-            await start(nc, sid, {"input": "call it", "tools": ["poison"]})
-            (first,) = await ended(nc, sid, timeout=90)
+            await start(nc, sid, {"input": "go on", "tools": []})
+            runs = await ended(nc, sid, timeout=90, count=2)
             took = asyncio.get_running_loop().time() - began
-            assert first["status"] == "failed" and first["reason"] == "undeliverable"
+            assert runs[1]["status"] == "failed" and runs[1]["reason"] == "undeliverable"
             assert took < 60, "given up after a few deliveries, not the 300 s tolerance"
             events = (await query(nc, "transcript.get", {"session_id": sid}))["events"]
             (error,) = [e for e in events if e["kind"] == "error"]
@@ -256,6 +255,5 @@ async def test_a_step_that_fails_on_the_sessions_own_history_ends_the_run_and_ne
             # The session takes its next start; that run meets the same history and ends
             # the same way, fast: nothing is left running.
             await start(nc, sid, {"input": "again", "tools": []})
-            runs = await ended(nc, sid, timeout=90, count=2)
-            assert runs[1]["status"] == "failed" and await status(nc, sid) == "idle"
-            await svc.stop()
+            runs = await ended(nc, sid, timeout=90, count=3)
+            assert runs[2]["status"] == "failed" and await status(nc, sid) == "idle"
