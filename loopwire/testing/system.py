@@ -79,9 +79,15 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
 
     # -- testcontainers-style API ---------------------------------------------------------------
     def start(self) -> LoopwireContainer:
-        self.nats = start_nats(self.use_docker, **self.nats_options)
-        self.redis = start_redis(self.use_docker, **self.redis_options)
-        self.start_loopwire()
+        try:
+            self.nats = start_nats(self.use_docker, **self.nats_options)
+            self.redis = start_redis(self.use_docker, **self.redis_options)
+            self.start_loopwire()
+        except BaseException:
+            # `with` never reaches __exit__ when __enter__ raises (a process not ready in
+            # time on a busy machine): stop what did start, or it runs on after the test.
+            self.stop()
+            raise
         return self
 
     def stop(self, force: bool = True, delete_volume: bool = True) -> None:

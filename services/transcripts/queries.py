@@ -22,6 +22,11 @@ from loopwire.shared.stores.event_log import EventLogStore
 from loopwire.shared.stores.session_store import SessionStore
 from loopwire.shared.stores.transcript import Archive, Replayed, read_transcript, replay, restore_log
 
+
+class StoreUnavailable(Exception):
+    """A store did not answer the query in time: the reply is `unavailable`, ask again."""
+
+
 Q = TypeVar("Q", SessionGetRequest, TranscriptGetRequest, SessionsListRequest)
 
 

@@ -5,10 +5,19 @@ call) and published to LOOPWIRE_EVENTS.
 
 With tenants (LOOPWIRE_TENANTS) each query is also answered on
 `<prefix>.api.<tenant>.<query>`, for that tenant's sessions only: the tenant comes from
-the subject, which NATS permissions restrict, never from the body."""
+the subject, which NATS permissions restrict, never from the body.
+
+Queries are answered concurrently (QUERIES_AT_ONCE per subject and replica), never one
+after the other: a query that waits on a store (a session with no state asks the
+LOOPWIRE_EVENTS stream whether Redis lost it, a JetStream API request that a busy server
+answers late) holds up no other query. Handled one at a time, one such read made every
+poller behind it wait too, and clients polling a few sessions at 5/s each timed out
+together. The stream is given ARCHIVE_READ_S: a query that needs it longer is answered
+`unavailable` (ask again), before a client's own timeout, never left unanswered."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,10 +34,16 @@ from loopwire.shared.contract.protocol import (
 from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.event_archive import read_archive
 
-from .queries import parse_query, session_get, transcript_get
+from .queries import StoreUnavailable, parse_query, session_get, transcript_get
 from .sessions_list import sessions_list
 
 log = logging.getLogger("loopwire.transcripts")
+
+QUERIES_AT_ONCE = 32
+"""Queries of one subject a replica works on at once (more wait in its subscription)."""
+ARCHIVE_READ_S = 2.0
+"""How long a query may wait for the events stream (a client's request timeout is
+typically 5 s: the CLI's, loopwire.Client's)."""
 
 Answer = Callable[[Any, str | None], Awaitable[dict[str, Any]]]
 """A query's answer from its request and the tenant of its subject (None: none)."""
@@ -50,14 +65,18 @@ class TranscriptsService:
             "sessions.list": (SessionsListRequest, lambda req, tenant: sessions_list(req, self.ctx.sessions, tenant)),
         }
         for name, (model, answer) in queries.items():
-            broker.subscriber(subjects.query(name), queue=queue)(self._handler(name, model, answer, False))
+            broker.subscriber(subjects.query(name), queue=queue, max_workers=QUERIES_AT_ONCE)(
+                self._handler(name, model, answer, False))
             if self.ctx.settings.tenants:
-                broker.subscriber(subjects.query(name, tenant="*"), queue=queue)(
+                broker.subscriber(subjects.query(name, tenant="*"), queue=queue, max_workers=QUERIES_AT_ONCE)(
                     self._handler(name, model, answer, True))
 
     async def _archive(self, sid: str) -> list[dict[str, Any]]:
         """The session's events from the LOOPWIRE_EVENTS stream (Redis lost its log)."""
-        return await read_archive(self.ctx.bus.js, self.ctx.subjects, sid)
+        try:
+            return await asyncio.wait_for(read_archive(self.ctx.bus.js, self.ctx.subjects, sid), ARCHIVE_READ_S)
+        except TimeoutError as exc:  # asyncio's, and nats' own (a subclass)
+            raise StoreUnavailable(f"the events stream did not answer within {ARCHIVE_READ_S:g} s") from exc
 
     async def start(self) -> None:
         return None
@@ -76,6 +95,9 @@ class TranscriptsService:
                 return orjson.dumps(req)
             try:
                 return orjson.dumps(await answer(req, tenant))
+            except StoreUnavailable as exc:
+                log.warning("%s: %s", name, exc)
+                return orjson.dumps(error_reply("unavailable", f"{exc}; ask again"))
             except Exception as exc:
                 log.exception("%s failed", name)
                 return orjson.dumps(error_reply("internal", f"{name} failed: {exc}"))

@@ -53,8 +53,8 @@ async def feed_one_session(nc: NatsClient, sid: str) -> list[dict[str, Any]]:
         deadline = asyncio.get_running_loop().time() + 60
         while True:
             session = await query(nc, "session.get", {"session_id": sid})
-            # A query answered with an error while the machine is saturated is polled again
-            # until the deadline (this test is about the order of input, not the query).
+            # A query answered `unavailable` (the events stream, asked about a session with no
+            # state yet, answered late) is polled again until the deadline.
             history = " ".join(str(m["content"]) for m in session.get("messages", []) if m["role"] == "user")
             if session.get("status") == "idle" and tokens[-1] in history:
                 return list(ev.events)
@@ -77,14 +77,7 @@ def order_seen_by_the_model(fake: FakeAnthropic, sid: str) -> list[str]:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("kill_a_router", [
-    # Known defect, open in issue 12: in a full `make test` (after the other split-layout
-    # modules ran on the same system) the transcripts service stops answering these
-    # session.get polls in time (nats timeout) in this variant; alone it passes.
-    pytest.param(False, id="steady", marks=pytest.mark.xfail(
-        strict=False, reason="session.get polls time out in the split layout late in a full run (issue 12)")),
-    pytest.param(True, id="router-killed"),
-])
+@pytest.mark.parametrize("kill_a_router", [pytest.param(False, id="steady"), pytest.param(True, id="router-killed")])
 async def test_input_reaches_the_model_in_stream_order_across_two_routers(
         split_system: LoopwireContainer, fake: FakeAnthropic, kill_a_router: bool) -> None:
     async with connected(split_system) as nc:
