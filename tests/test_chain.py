@@ -39,7 +39,7 @@ class RootMessage:
 def root(delivered: int = 1, holds: bool = True, ack_wait_s: float = 30.0) -> tuple[Delivery, RootMessage]:
     message = RootMessage()
     chain = Chain(message, delivered, ack_wait_s, holds)
-    return Delivery(b"root", chain, seen=delivered > 1, delivered=delivered, recover=delivered > 1), message
+    return Delivery(b"root", chain, redelivered=delivered > 1), message
 
 
 async def until_idle(tasks: set[asyncio.Task[None]]) -> None:
@@ -50,21 +50,21 @@ async def until_idle(tasks: set[asyncio.Task[None]]) -> None:
 async def test_the_root_is_acked_only_after_every_hop_handed_off_under_it() -> None:
     tasks: set[asyncio.Task[None]] = set()
     release = asyncio.Event()
-    seen: list[tuple[bytes, bool, int]] = []
+    seen: list[tuple[bytes, bool]] = []
 
     async def second_hop(d: Delivery) -> None:
         await release.wait()
-        seen.append((d.body, d.seen, d.delivered))
+        seen.append((d.body, d.redelivered))
         await d.ack()
 
     async def first_hop(d: Delivery) -> None:
-        seen.append((d.body, d.seen, d.delivered))
-        assert hand_off(second_hop, b"hop 2", False, tasks)  # a hop of a hop: the same chain
+        seen.append((d.body, d.redelivered))
+        assert hand_off(second_hop, b"hop 2", tasks)  # a hop of a hop: the same chain
         await d.ack()
 
     async def handler(d: Delivery) -> None:
         assert current_delivery() is d
-        assert hand_off(first_hop, b"hop 1", False, tasks)
+        assert hand_off(first_hop, b"hop 1", tasks)
         await d.ack()
 
     delivery, message = root()
@@ -75,7 +75,7 @@ async def test_the_root_is_acked_only_after_every_hop_handed_off_under_it() -> N
     release.set()
     await until_idle(tasks)
     assert message.settled == ["ack"]
-    assert seen == [(b"hop 1", False, 1), (b"hop 2", False, 1)]
+    assert seen == [(b"hop 1", False), (b"hop 2", False)]
     assert current_delivery() is None
 
 
@@ -87,7 +87,7 @@ async def test_a_long_chain_keeps_its_root_alive() -> None:
         await d.ack()
 
     async def handler(d: Delivery) -> None:
-        hand_off(slow_hop, b"slow", False, tasks)
+        hand_off(slow_hop, b"slow", tasks)
         await d.ack()
 
     delivery, message = root(ack_wait_s=0.3)  # a beat every 0.1 s
@@ -98,12 +98,17 @@ async def test_a_long_chain_keeps_its_root_alive() -> None:
 
 
 @pytest.mark.parametrize("how", ["nack", "outage", "fault"])
-async def test_a_failed_hop_nacks_the_root_once_the_rest_have_settled(how: str) -> None:
+async def test_a_failed_hop_goes_to_jetstream_on_its_own_and_its_root_is_acked(how: str) -> None:
+    # As between separate processes: the failing hop costs its own deliveries, not its
+    # chain's. An outage's first redelivery waits the policy's first delay; a fault's a
+    # fixed pause; a handler's own nack its delay.
     tasks: set[asyncio.Task[None]] = set()
+    published: list[tuple[bytes, float]] = []
+    began = asyncio.get_running_loop().time()
 
     async def failing_hop(d: Delivery) -> None:
         if how == "nack":
-            await d.nack(delay=2.5)
+            await d.nack(delay=0.2)
         elif how == "outage":
             raise ConnectionError("redis went away")
         else:
@@ -112,15 +117,39 @@ async def test_a_failed_hop_nacks_the_root_once_the_rest_have_settled(how: str) 
     async def fine_hop(d: Delivery) -> None:
         await asyncio.sleep(0.01)
 
+    async def publish() -> None:
+        published.append((b"x", round(asyncio.get_running_loop().time() - began, 1)))
+
     async def handler(d: Delivery) -> None:
-        hand_off(failing_hop, b"x", False, tasks)
-        hand_off(fine_hop, b"y", False, tasks)
+        hand_off(failing_hop, b"x", tasks, fallback=publish)
+        hand_off(fine_hop, b"y", tasks, fallback=publish)
 
     delivery, message = root()
     await run_handler(handler, delivery)
     await until_idle(tasks)
-    # An outage's first redelivery waits the policy's first delay; a fault's a fixed pause.
-    assert message.settled == [{"nack": "nack 2.5", "outage": "nack 1.0", "fault": "nack 1.0"}[how]]
+    assert [body for body, _ in published] == [b"x"], "the failed hop alone is published"
+    assert published[0][1] >= {"nack": 0.2, "outage": 1.0, "fault": 1.0}[how]
+    assert message.settled == ["ack"]
+
+
+@pytest.mark.parametrize("how", ["outage", "fault"])
+async def test_a_failed_hop_that_cannot_be_published_nacks_its_root(how: str) -> None:
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def failing_hop(d: Delivery) -> None:
+        raise ConnectionError("redis went away") if how == "outage" else KeyError("a bug")
+
+    async def nats_away() -> None:
+        raise ConnectionError("nats went away too")
+
+    async def handler(d: Delivery) -> None:
+        hand_off(failing_hop, b"x", tasks, fallback=nats_away)
+
+    delivery, message = root()
+    await run_handler(handler, delivery)
+    await until_idle(tasks)
+    # The chain is recovered from its root, redelivered (shared/runtime/chain.py).
+    assert message.settled == ["nack 1.0"]
 
 
 async def test_a_handler_that_returns_is_acked_and_one_that_raises_is_nacked() -> None:
@@ -138,25 +167,21 @@ async def test_a_handler_that_returns_is_acked_and_one_that_raises_is_nacked() -
     assert message.settled == ["reject"]
 
 
-async def test_hops_of_a_replayed_outbox_look_for_records_and_inherit_the_delivery_count() -> None:
+async def test_a_redelivered_root_is_redelivered_and_its_hops_are_new() -> None:
     tasks: set[asyncio.Task[None]] = set()
     got: list[Delivery] = []
 
     async def hop(d: Delivery) -> None:
         got.append(d)
-        await d.ack()
 
     async def handler(d: Delivery) -> None:
-        hand_off(hop, b"replayed", True, tasks)
-        hand_off(hop, b"new", False, tasks)
-        await d.ack()
+        got.append(d)
+        hand_off(hop, b"hop", tasks)
 
     delivery, message = root(delivered=3)
     await run_handler(handler, delivery)
     await until_idle(tasks)
-    replayed, new = got
-    assert (replayed.seen, replayed.delivered, replayed.recover) == (True, 3, False)
-    assert (new.seen, new.delivered, new.recover) == (False, 1, False)
+    assert [d.redelivered for d in got] == [True, False]
     assert message.settled == ["ack"]
 
 
@@ -165,11 +190,11 @@ async def test_no_hand_off_outside_a_chain_or_under_one_that_holds_none() -> Non
         raise AssertionError("not called")
 
     tasks: set[asyncio.Task[None]] = set()
-    assert hand_off(hop, b"x", False, tasks) is False  # no delivery in this context
+    assert hand_off(hop, b"x", tasks) is False  # no delivery in this context
     results: list[bool] = []
 
     async def ingress_handler(d: Delivery) -> None:
-        results.append(hand_off(hop, b"x", False, tasks))
+        results.append(hand_off(hop, b"x", tasks))
         await d.ack()
 
     delivery, message = root(holds=False)
@@ -197,7 +222,7 @@ async def test_service_context_hands_off_only_to_a_handler_in_this_process(case:
     answers: list[bool] = []
 
     async def handler(d: Delivery) -> None:
-        answers.append(ctx.hand_off(ctx_subject(), {"step_id": "s1"}, replay=False))
+        answers.append(ctx.hand_off(ctx_subject(), {"step_id": "s1"}, msg_id="s1:assemble"))
         await d.ack()
 
     delivery, message = root()
@@ -217,11 +242,11 @@ async def test_a_chain_hands_off_at_most_max_hops_then_work_is_published() -> No
     answers: list[bool] = []
 
     async def hop(d: Delivery) -> None:
-        answers.append(hand_off(hop, b"next", False, tasks, max_hops=3))
+        answers.append(hand_off(hop, b"next", tasks, max_hops=3))
         await d.ack()
 
     async def handler(d: Delivery) -> None:
-        answers.append(hand_off(hop, b"first", False, tasks, max_hops=3))
+        answers.append(hand_off(hop, b"first", tasks, max_hops=3))
         await d.ack()
 
     delivery, message = root()
@@ -242,7 +267,7 @@ async def test_code_a_handler_left_running_after_it_settled_hands_off_nothing() 
         await d.ack()
 
         async def background() -> bool:  # inherits the handler's context
-            return hand_off(hop, b"x", False, tasks)
+            return hand_off(hop, b"x", tasks)
 
         later.append(asyncio.create_task(background()))
 
@@ -264,8 +289,8 @@ async def test_a_model_is_handed_off_as_it_is_and_bytes_are_validated() -> None:
         await d.ack()
 
     async def handler(d: Delivery) -> None:
-        hand_off(hop, env, False, tasks)
-        hand_off(hop, env.model_dump_json().encode(), True, tasks)  # a replayed outbox's dict, as JSON
+        hand_off(hop, env, tasks)
+        hand_off(hop, env.model_dump_json().encode(), tasks)  # a replayed outbox's dict, as JSON
         await d.ack()
 
     delivery, message = root()
@@ -273,4 +298,4 @@ async def test_a_model_is_handed_off_as_it_is_and_bytes_are_validated() -> None:
     await until_idle(tasks)
     assert got[0] is env and got[1] == env and got[1] is not env
     with pytest.raises(ValueError):
-        decode(Delivery(b"{not json", delivery.chain, seen=False, delivered=1), ExecuteTools)
+        decode(Delivery(b"{not json", delivery.chain), ExecuteTools)

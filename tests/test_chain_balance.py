@@ -58,9 +58,9 @@ async def test_hand_off_counts_held_chains_and_publishes_when_told_to_shed() -> 
         await d.ack()
 
     async def handler(d: Delivery) -> None:
-        answers.append(hand_off(hop, b"a", False, tasks, balance=balance))
+        answers.append(hand_off(hop, b"a", tasks, balance=balance))
         balance._shed_budget = 1  # as a tick would set it for a process over its share
-        answers.append(hand_off(hop, b"b", False, tasks, balance=balance))
+        answers.append(hand_off(hop, b"b", tasks, balance=balance))
         await d.ack()
 
     class Root:
@@ -74,7 +74,7 @@ async def test_hand_off_counts_held_chains_and_publishes_when_told_to_shed() -> 
 
     root = Root()
     gauge = metrics.WORK_CHAINS._value.get()
-    await run_handler(handler, Delivery(b"r", Chain(root, 1, 30.0, True), seen=False, delivered=1))
+    await run_handler(handler, Delivery(b"r", Chain(root, 1, 30.0, True)))
     assert answers == [True, False] and balance.held == 1 and balance.shed == 1
     assert metrics.WORK_CHAINS._value.get() == gauge + 1  # loopwire_work_chains
     go.set()

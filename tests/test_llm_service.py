@@ -50,11 +50,10 @@ class Stack:
                         models=models or ["claude-a"], messages=[{"role": "user", "content": text}],
                         max_tokens=256, **kw)
 
-    async def send(self, env: Generate, replay: bool = False) -> None:
-        """`replay`: sent as a re-publish of work that may have been done (the way an
-        outbox replay or a redelivered upstream step arrives), so the record is consulted."""
-        await self.ctx.bus.publish_work(self.ctx.subjects.llm_generate, env, msg_id=f"{env.step_id}:{uuid.uuid4().hex}",
-                                        replay=replay)
+    async def send(self, env: Generate) -> None:
+        """A new publish of `env` (every delivery claims its step, so a repeated step is
+        answered from its record whatever way it arrives)."""
+        await self.ctx.bus.publish_work(self.ctx.subjects.llm_generate, env, msg_id=f"{env.step_id}:{uuid.uuid4().hex}")
 
     async def consumer_settled(self, deliveries: int, timeout: float = 5.0) -> Any:
         """The llm consumer's info once it has delivered `deliveries` messages and every one
@@ -134,10 +133,10 @@ async def test_generation_streams_records_publishes_and_replays_without_a_model_
     (sent,) = stack.fake.message_requests
     assert (sent["system"], sent["temperature"], sent["tools"][0]["name"]) == ("be kind", 0.5, "calculator")
 
-    # The same step again (a new publish, so JetStream does not dedup the request), marked
-    # as a re-publish: answered from the record, no second model call, no new deltas; the
-    # republished result carries the same Nats-Msg-Id, so the router does not get it twice.
-    await stack.send(env, replay=True)
+    # The same step again (a new publish, so JetStream does not dedup the request): its
+    # claim finds the record, so no second model call, no new deltas; the republished
+    # result carries the same Nats-Msg-Id, so the router does not get it twice.
+    await stack.send(env)
     await stack.consumer_settled(deliveries=2)
     assert len(stack.fake.message_requests) == 1
     assert len(stack.events.of("text.delta")) == len(deltas)
@@ -151,7 +150,7 @@ async def test_a_recorded_but_unpublished_step_is_published_from_its_record(stac
                                 message={"role": "assistant", "content": [{"type": "text", "text": "recorded"}]},
                                 stop_reason="end_turn", model="claude-a")
     await stack.ctx.steps.put(record_key(env.step_id), recorded.model_dump(mode="json"))
-    await stack.send(env, replay=True)
+    await stack.send(env)
     assert await stack.next_result() == recorded
     assert stack.fake.message_requests == [] and stack.events.of("text.delta") == []
 
@@ -185,10 +184,15 @@ async def test_a_failed_call_is_a_result_not_a_redelivery(stack: Stack) -> None:
     assert len(stack.fake.message_requests) == 1
 
 
-async def test_a_redelivered_step_retracts_its_partial_answer_first(stack: Stack) -> None:
+async def test_a_step_claimed_before_retracts_its_partial_answer_first(stack: Stack) -> None:
+    # An earlier attempt claimed the step and recorded nothing (its worker died or froze
+    # mid-stream: its claim is gone): whatever it streamed is void.
     stack.fake.script("*", [{"text": "a fresh answer"}])
     env = stack.generate(turn=4)
-    result = await stack.service.process(env, delivered=2)
+    earlier = await stack.ctx.steps.claim(record_key(env.step_id), [record_key(env.step_id)], 30)
+    assert earlier.token is not None and earlier.attempt == 1
+    await stack.ctx.steps.release(record_key(env.step_id), earlier.token)
+    result = await stack.service.process(env)
     assert result.ok
     (retracted,) = await stack.events.wait_for("retracted")
     assert retracted["turn"] == 4 and retracted["reason"] == REDELIVERED_REASON

@@ -24,11 +24,11 @@ from tests.test_chain import root
 
 class FakeBus:
     def __init__(self) -> None:
-        self.published: list[tuple[str, Any, str, bool, bool]] = []
+        self.published: list[tuple[str, Any, str, bool]] = []
 
-    async def publish_work(self, subject: str, envelope: Any, msg_id: str, replay: bool = False,
-                           recover: bool = False) -> None:
-        self.published.append((subject, envelope, msg_id, replay, recover))
+    async def publish_work(self, subject: str, envelope: Any, msg_id: str, recover: bool = False,
+                           attempts: int = 0) -> None:
+        self.published.append((subject, envelope, msg_id, recover))
 
 
 class FakeRouter:
@@ -70,7 +70,7 @@ async def test_otherwise_the_result_goes_out_as_a_work_message(case: str) -> Non
     ctx, bus = context(router)
     ctx.stopping = case == "stopping"
     await ctx.deliver_result(RESULT, msg_id="r1:t1:result")
-    assert bus.published == [(ctx.subjects.router_result, RESULT, "r1:t1:result", False, False)]
+    assert bus.published == [(ctx.subjects.router_result, RESULT, "r1:t1:result", False)]
     assert router is None or router.accepted == []
 
 
@@ -90,11 +90,11 @@ async def test_a_result_of_a_redelivered_root_is_marked_recover(router_here: boo
     if router is not None:
         assert router.accepted == [(RESULT, recover)] and bus.published == []
     else:
-        assert bus.published == [(ctx.subjects.router_result, RESULT, "r1:t1:result", False, recover)]
+        assert bus.published == [(ctx.subjects.router_result, RESULT, "r1:t1:result", recover)]
 
 
 class FakeLlm:
-    async def process(self, env: Any, delivered: int = 1, heartbeat: Any = None) -> Any:
+    async def process(self, env: Any, heartbeat: Any = None) -> Any:
         raise AssertionError("not asked here")
 
     async def count_tokens(self, request: CountTokens) -> TokenCount:

@@ -6,6 +6,7 @@ letter naming the session, run and step of the failing envelope."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import redis.exceptions
@@ -51,7 +52,7 @@ def root(delivered: int, policy: RedeliveryPolicy, letters: list[DeadLetter] | N
         letters.append(letter)
 
     chain = Chain(message, delivered, 30.0, True, policy, report)
-    return Delivery(body, chain, seen=delivered > 1, delivered=delivered), message
+    return Delivery(body, chain, redelivered=delivered > 1), message
 
 
 @pytest.mark.parametrize(("tolerance", "max_deliver"), [(300, 20), (10, 20), (60, 5), (3600, 20), (300, 2)])
@@ -157,29 +158,37 @@ async def test_a_dead_letter_that_cannot_be_published_is_not_lost() -> None:
     assert message.calls == ["nack 1"], "redelivered: it is given up once the letter can be published"
 
 
-async def test_a_hop_that_keeps_failing_gives_its_root_up_naming_the_hop() -> None:
-    # In `loopwire up` the failing step is a hop handed over in process; the root (the
-    # run's first work message) carries the deliveries. The letter names the hop's envelope.
+async def test_a_hop_that_keeps_failing_is_given_up_as_its_own_message_naming_it() -> None:
+    # In `loopwire up` the failing step is a hop handed over in process: it goes to
+    # JetStream as its own message, its attempt here counted as its first delivery, and is
+    # given up there after its own fault budget. Its root (the run's first work message)
+    # is acked: the rest of the chain is not redone.
     policy = RedeliveryPolicy(fault_max_deliver=2)
     letters: list[DeadLetter] = []
     tasks: set[asyncio.Task[None]] = set()
     env = ExecuteTools(session_id="s9", run_id="r9", step_id="r9:t2", calls=[])
+    published: list[Any] = []
 
     async def poisoned(d: Delivery) -> None:
         raise TypeError("poison")
 
-    async def handler(d: Delivery) -> None:
-        assert hand_off(poisoned, env, True, tasks, subject="loopwire.work.tools.execute")
+    async def publish() -> None:
+        published.append(env)
 
-    for delivered, expected in ((1, "nack 1"), (2, "reject")):
-        delivery, message = root(delivered, policy, letters, b'{"session_id": "s9", "step_id": "r9:g1"}')
-        await run_handler(handler, delivery)
-        while tasks:
-            await asyncio.wait(set(tasks))
-        assert message.calls[-1] == expected
+    async def handler(d: Delivery) -> None:
+        assert hand_off(poisoned, env, tasks, subject="loopwire.work.tools.execute", fallback=publish)
+
+    delivery, message = root(1, policy, letters, b'{"session_id": "s9", "step_id": "r9:g1"}')
+    await run_handler(handler, delivery)
+    while tasks:
+        await asyncio.wait(set(tasks))
+    assert message.calls[-1] == "ack" and published == [env] and letters == []
+    # Its first JetStream delivery is its second attempt (bus.ATTEMPTS_HEADER): given up.
+    hop, hop_message = root(2, policy, letters, env.model_dump_json().encode())
+    await run_handler(poisoned, hop)
+    assert hop_message.calls[-1] == "reject"
     (letter,) = letters
-    assert (letter.session_id, letter.run_id, letter.step_id) == ("s9", "r9", "r9:t2")
-    assert letter.subject == "loopwire.work.tools.execute"
+    assert (letter.session_id, letter.run_id, letter.step_id, letter.deliveries) == ("s9", "r9", "r9:t2", 2)
 
 
 async def test_an_outage_beside_a_fault_keeps_the_message_for_the_tolerance() -> None:
@@ -194,8 +203,10 @@ async def test_an_outage_beside_a_fault_keeps_the_message_for_the_tolerance() ->
         raise redis.exceptions.ConnectionError("gone")
 
     async def handler(d: Delivery) -> None:
-        hand_off(fault, b"{}", False, tasks)
-        hand_off(outage, b"{}", False, tasks)
+        # Hops that could not be published on their own either (no fallback): the root
+        # carries them, and the chain is recovered from it.
+        hand_off(fault, b"{}", tasks)
+        hand_off(outage, b"{}", tasks)
 
     delivery, message = root(1, policy, letters)
     await run_handler(handler, delivery)

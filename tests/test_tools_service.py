@@ -22,7 +22,6 @@ from nats.micro.request import Request
 
 from loopwire.shared.contract import codec
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolsResult
-from loopwire.shared.runtime.bus import REPLAY_HEADER
 from loopwire.shared.runtime.service_context import ServiceContext, build_context
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import ensure_streams
@@ -123,10 +122,10 @@ async def started_provider(r: Running, prefix: str) -> tuple[SlowAdder, Any]:
     return provider, svc
 
 
-async def publish(r: Running, env: ExecuteTools, msg_id: str, replay: bool = False) -> None:
-    """`replay`: sent the way a re-publish arrives (bus.REPLAY_HEADER), so the tools
-    service looks for recorded results first; new work skips that look-up."""
-    headers = {"Nats-Msg-Id": msg_id, **({REPLAY_HEADER: "1"} if replay else {})}
+async def publish(r: Running, env: ExecuteTools, msg_id: str) -> None:
+    """As the router publishes a batch; every delivery of it claims the batch, and so
+    finds the results already recorded."""
+    headers = {"Nats-Msg-Id": msg_id}
     await r.nc.jetstream().publish(r.ctx.subjects.tools_execute, codec.dumps(env), headers=headers)
 
 
@@ -175,10 +174,10 @@ async def test_execute_emit_record_publish_and_redeliver(running: Running, prefi
         recorded = await r.ctx.steps.get(step_key(sid, item.tool_use_id))
         assert recorded == item.model_dump(mode="json")
 
-    # A re-publish (same envelope, new Nats-Msg-Id, marked as an outbox replay is): every
+    # A re-publish (same envelope, new Nats-Msg-Id, as an outbox performed again): every
     # call was recorded, so the provider is not called again, and the result and events
     # are the same.
-    await publish(r, env, "m2", replay=True)
+    await publish(r, env, "m2")
     again = await next_result(results)
     assert again.results == result.results
     assert len(provider.requests) == 1
@@ -188,7 +187,7 @@ async def test_execute_emit_record_publish_and_redeliver(running: Running, prefi
 
     # A crash lost one record: that call alone runs again, with the same tool_use_id.
     await r.ctx.redis.delete(f"lw:step:{step_key(sid, 'toolu_p')}")
-    await publish(r, env, "m3", replay=True)
+    await publish(r, env, "m3")
     third = await next_result(results)
     assert third.results == result.results
     assert [h["Loopwire-Tool-Use-Id"] for h, _ in provider.requests] == ["toolu_p", "toolu_p"]

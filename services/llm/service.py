@@ -4,7 +4,8 @@ The handler is a thin shell::
 
     decode -> claim the step (shared/stores/step_store.py): recorded already? republish the
               record, ack (no model call); claimed by another live worker? retried later
-           -> redelivered? emit `retracted` (the earlier partial answer is void)
+           -> claimed before (its fencing token > 1)? emit `retracted` (a partial answer
+              an earlier attempt streamed is void)
            -> run the fallback chain, streaming `text.delta` events, `model.fallback`
               on switches, heartbeats (in_progress) while it runs
            -> record `gen:<step_id>` under the claim (lost it: publish nothing) -> to the router (a work message, or a call when
@@ -131,9 +132,9 @@ class LlmService:
             env = decode(msg, Generate)
         except ValidationError as exc:
             raise Undeliverable(f"a malformed llm.generate envelope: {exc}") from None
-        await self.process(env, delivered=msg.delivered)
+        await self.process(env)
 
-    async def process(self, env: Generate, delivered: int = 1,
+    async def process(self, env: Generate,
                       heartbeat: Callable[[], Awaitable[None]] | None = None) -> GenerationResult:
         """Answer one step: from its record when it has one, else from the model."""
         ctx = self.ctx
@@ -146,14 +147,17 @@ class LlmService:
         if claim.token is None:  # recorded: answered from the record, no model call
             count_step("replayed")
             return await self._publish_recorded(env, claim.records[0] or {})
-        if delivered > 1:
-            await ctx.bus.emit(env.session_id, env.run_id, "retracted", key=f"{env.step_id}:retract:{delivered}",
+        attempt = claim.attempt
+        if attempt > 1:
+            # The step was claimed before and never recorded: that attempt (a crashed or
+            # paused worker's) may have streamed part of an answer, which is void.
+            await ctx.bus.emit(env.session_id, env.run_id, "retracted", key=f"{env.step_id}:retract:{attempt}",
                                turn=env.turn, reason=REDELIVERED_REASON)
         # The delivery's runner keeps it alive meanwhile (shared/runtime/chain.py); `heartbeat` is
         # for a caller outside a delivery.
         with Heartbeat(None if current_delivery() is not None else heartbeat, ctx.settings.ack_wait_s):
             async with renewed(ctx.steps, key, claim.token, ttl_s):
-                result = await self._generate(env, delivered)
+                result = await self._generate(env, attempt)
         if result.error is not None and result.error.code == "cancelled":
             # Not recorded: the step is stale for the router, and nothing was decided.
             await ctx.steps.release(key, claim.token)
@@ -177,13 +181,13 @@ class LlmService:
         return result
 
     # -- the model call ----------------------------------------------------------------------
-    async def _generate(self, env: Generate, delivered: int) -> GenerationResult:
+    async def _generate(self, env: Generate, attempt: int) -> GenerationResult:
         # Large tool results travel by reference; the model gets them whole.
         env.messages = await resolve_messages(env.messages, self.ctx.blobs)
         bus, sid, run_id = self.ctx.bus, env.session_id, env.run_id
         if env.executor is not None:  # an external agent answers (executors/runner.py)
             with self._inflight.track(sid, run_id) as cancel:
-                return await self.executors.generate(env, delivered, cancel)
+                return await self.executors.generate(env, attempt, cancel)
         default_model = self.ctx.settings.default_model
         chain = model_chain(env, default_model)
         gate = await self.breaker.gate(chain) if isinstance(self.breaker, CircuitBreaker) else self.breaker
@@ -210,7 +214,7 @@ class LlmService:
         async def on_discard(model: str, reason: str) -> None:
             nonlocal discards
             discards += 1
-            await bus.emit(sid, run_id, "retracted", key=f"{env.step_id}:retract:{delivered}.{discards}",
+            await bus.emit(sid, run_id, "retracted", key=f"{env.step_id}:retract:{attempt}.{discards}",
                            turn=env.turn, reason=f"{model} failed mid-answer ({reason}): the partial answer is void")
 
         # A cancel notice (steer, abort) stops the model's stream: no more tokens are generated.

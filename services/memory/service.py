@@ -15,6 +15,7 @@ observer look at the turns in the background.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from faststream.nats import NatsBroker
@@ -24,7 +25,7 @@ from loopwire.shared.contract.envelopes import AssembleContext, ToolSpec
 from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.chain import Delivery, decode
 from loopwire.shared.runtime.lru import LruCache
-from loopwire.shared.runtime.redelivery import Undeliverable
+from loopwire.shared.runtime.redelivery import FAULT_DELAY_S, Undeliverable, is_outage
 from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.capabilities import Capability
 from loopwire.shared.stores.tool_catalog import CatalogCache
@@ -91,14 +92,12 @@ class MemoryService:
             env = decode(msg, AssembleContext)
         except ValidationError as exc:
             raise Undeliverable(f"a malformed assemble envelope: {exc}") from None
-        await self.assemble(env, replay=msg.seen, delivered=msg.delivered)
+        await self.assemble(env)
         self.observer.poke(env)
 
-    async def assemble(self, env: AssembleContext, replay: bool = False, delivered: int = 1) -> GuardOutcome:
-        """`replay`: this step may have been assembled before (a redelivery), so the
-        request it publishes may have been answered already (the llm looks for a record).
-        `delivered`: this is the n-th delivery of the step (for the llm's retraction of a
-        partial answer streamed by an earlier attempt, when it runs in this process)."""
+    async def assemble(self, env: AssembleContext) -> GuardOutcome:
+        """Assemble the step's context and hand the generation on: to the llm service in
+        this process, else as a `llm.generate` work message."""
         s = self.ctx.settings
         assert self._summarizer is not None, "start() first"
         cfg = GuardConfig.of(s, env)
@@ -147,15 +146,24 @@ class MemoryService:
                 extra = compacting if extra is None else extra + compacting
         notes = [outcome.note] if outcome.note else []
         request = build_generate(env, outcome.messages, tools, system_prompt(context.system, notes), extra)
+        msg_id = f"{env.step_id}:generate"
         llm = self.ctx.here("llm")
         if llm is not None:
             # The llm service runs in this process: generate here, while this step's message
             # stays unacked (and kept alive by its handler runner); a crash redelivers
-            # it and the llm answers from its record if it got that far.
-            await llm.process(request, delivered=delivered)
-        else:
-            await self.ctx.bus.publish_work(self.ctx.subjects.llm_generate, request,
-                                            msg_id=f"{env.step_id}:generate", replay=replay)
+            # it and the llm answers from its record if it got that far. A generation that
+            # fails here goes on as its own `llm.generate` message, with its own delivery
+            # budget, exactly as between separate processes (shared/runtime/chain.py).
+            try:
+                await llm.process(request)
+                return outcome
+            except Exception as exc:
+                log.warning("step %s: the generation failed in process (%s: %s); publishing it as its own "
+                            "work message", env.step_id, type(exc).__name__, exc)
+                await asyncio.sleep(self.ctx.policy.delay(1) if is_outage(exc) else FAULT_DELAY_S)
+                await self.ctx.bus.publish_work(self.ctx.subjects.llm_generate, request, msg_id=msg_id, attempts=1)
+                return outcome
+        await self.ctx.bus.publish_work(self.ctx.subjects.llm_generate, request, msg_id=msg_id)
         return outcome
 
     def _history_ranges(self, env: AssembleContext) -> list[tuple[int, int]]:

@@ -157,7 +157,7 @@ class RouterService:
             result = STEP_RESULT_ADAPTER.validate_python(orjson.loads(msg.body))
         except (orjson.JSONDecodeError, ValidationError) as exc:
             raise Undeliverable(f"a malformed step result: {exc}") from None
-        await self._apply_and_ack(result.session_id, _result_input(result, msg.recover), msg)
+        await self._apply_and_ack(result.session_id, _result_input(result, msg.redelivered), msg)
 
     async def on_dead_letter(self, msg: Delivery) -> None:
         """Work given up (shared/runtime/dead_letters.py): its run ends `failed` with an `error`
@@ -367,7 +367,7 @@ class RouterService:
             if inp.backlog and decision.state is None and not decision.replay:
                 await self._refused_in_backlog(sid, decision.effects)
             else:
-                await self.perform(sid, decision.effects, replay=decision.replay, stored=stored)
+                await self.perform(sid, decision.effects, stored=stored)
             count_decision(decision, before.profile)
             count_approvals(before, decision)
             if not decision.replay:
@@ -416,11 +416,11 @@ class RouterService:
                 await self.ctx.events.raise_seq(sid, floor)
         return raw, version
 
-    async def perform(self, sid: str, effects: list[Effect], replay: bool = False,
+    async def perform(self, sid: str, effects: list[Effect],
                       stored: list[tuple[dict[str, Any], bool]] | None = None) -> None:
-        """`replay`: the effects are a stored outbox performed again, so the work they
-        publish may have been done already (its consumers look for a record first).
-        `stored`: the leading events, already stored with the commit: only published."""
+        """`stored`: the leading events, already stored with the commit: only published.
+        Work performed again (a stored outbox) needs no mark: its consumers claim every
+        step before doing it, and find its record if it was done."""
         bus = self.ctx.bus
         subjects = self.ctx.subjects
         batch: list[tuple[str | None, str, str | None, dict[str, Any]]] = []
@@ -443,10 +443,10 @@ class RouterService:
                 subject = subjects.memory_assemble if effect.target == "memory.assemble" else subjects.tools_execute
                 # A task of this chain when the service runs here (after the commit, outside
                 # the session's lock), else a JetStream message.
-                if self.ctx.hand_off(subject, effect.model or effect.envelope, replay):
+                if self.ctx.hand_off(subject, effect.model or effect.envelope, effect.msg_id):
                     metrics.child(metrics.WORK_HOPS, target=effect.target, via="chain").inc()
                 else:
-                    await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id, replay=replay)
+                    await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id)
                     metrics.child(metrics.WORK_HOPS, target=effect.target, via="jetstream").inc()
 
 

@@ -25,10 +25,10 @@ from loopwire.shared.stores.event_log import Append, EventLogStore
 
 log = logging.getLogger("loopwire.bus")
 
-REPLAY_HEADER = "Loopwire-Replay"
-"""Set on a work message that may have been published before (an outbox performed again,
-or the downstream publish of a redelivered step): its consumer must look for a recorded
-result first. A first delivery without it is new work, so the look-up is skipped."""
+ATTEMPTS_HEADER = "Loopwire-Attempts"
+"""On a work message published for a hop that failed in process (shared/runtime/chain.py):
+the attempts it had there, counted as deliveries of the message, so its budget is the
+hop's own and the same as on the JetStream path."""
 RECOVER_HEADER = "Loopwire-Recover"
 """On a `router.result` produced by a redelivered chain root (shared/runtime/chain.py): if the
 session moved past it, the router performs its current outbox again."""
@@ -42,9 +42,11 @@ class Bus:
         self.events = events
 
     async def publish_work(self, subject: str, envelope: BaseModel | dict[str, Any], msg_id: str,
-                           replay: bool = False, recover: bool = False) -> None:
+                           recover: bool = False, attempts: int = 0) -> None:
         """Durable publish into LOOPWIRE_WORK; `msg_id` dedups a re-publish after a crash
-        (within the stream's duplicate window; `replay` marks it for the consumer beyond it).
+        (within the stream's duplicate window; beyond it, the consumer's claim of the step
+        finds its record). `attempts`: the hop already had that many in process (it
+        failed there), counted as deliveries (ATTEMPTS_HEADER).
 
         The headers name the session and run (for the consumer's log lines) and carry the
         envelope's trace context, so the consumer's spans join the run's trace."""
@@ -55,8 +57,8 @@ class Bus:
             headers[SESSION_HEADER] = sid
         if run_id:
             headers[RUN_HEADER] = run_id
-        if replay:
-            headers[REPLAY_HEADER] = "1"
+        if attempts:
+            headers[ATTEMPTS_HEADER] = str(attempts)
         if recover:
             headers[RECOVER_HEADER] = "1"
         headers.update(trace or HOOKS.trace_headers())

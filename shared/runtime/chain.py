@@ -16,23 +16,34 @@ steady state of a run no work message goes on the wire at all; the root is the r
 `memory.assemble` (ingress handlers publish their work: a redelivered `start` must never
 start a second run).
 
+A hop fails the way a JetStream message does, on its own: one that raises (an outage, a
+fault) is handed to JetStream as its own work message (`Delivery.fallback`), after the
+policy's pause, counting its attempt here as its first delivery (bus.ATTEMPTS_HEADER). From
+there it is redelivered, and given up, exactly as in `loopwire serve`, with its own
+delivery budget; the root and the rest of its chain settle as if the hop had been
+published in the first place. Only when even that publish fails (NATS away) does the hop
+nack its root.
+
 Durability: a crash anywhere in the chain leaves the root unacked, so JetStream delivers it
-again after ack_wait. Its service answers from its step record, and hands the result to
-the router marked *recover* (the root was delivered before). A result the session moved
-past is normally ignored; marked recover, the router performs the session's current outbox
-again (`replay`), and that restarts the chain where the crash stopped it, under the same
-root. Work already recorded is answered from its record; a tool whose result was never
-recorded runs again with the same tool-use id. Only the root's own result recovers: hops
-started later in a recovered chain are ordinary ones (no outbox is replayed twice).
+again after ack_wait. That delivery is `redelivered` (the one notion of "this delivery may
+repeat work" a handler sees, in every layout): its service answers from its step record
+(every delivery claims its step first, shared/stores/step_store.py), and the result it
+hands to the router asks for recovery. A result the session moved past is normally
+ignored; a recovering one makes the router perform the session's current outbox again,
+and that restarts the chain where the crash stopped it, under the same root. Work
+already recorded is answered from its record; a tool whose result was never recorded
+runs again with the same tool-use id. Only the root's own result recovers: hops started
+later in a recovered chain are ordinary ones (no outbox is replayed twice).
 
 Settling is the handler runner's (`run_handler`), never the handler's: a handler that
 returns has done its work; one that raises is judged by the one redelivery policy
 (shared/runtime/redelivery.py), the same for a JetStream message and a hop handed over here. The
-root is acked when every delivery of its chain returned; nacked with the policy's delay
-(growing with the root's delivery count) if any met an outage or a fault not yet given up;
-and given up (reported as a dead letter, then terminated) if one raised `Undeliverable` or
-kept failing with a fault. While any handler of the chain runs, the runner keeps the
-root alive with `in_progress()` every ack_wait/3.
+root is acked when every delivery of its chain returned (or was handed to JetStream);
+nacked with the policy's delay (growing with the root's delivery count) if its own
+handler met an outage or a fault not yet given up; and given up (reported as a dead
+letter, then terminated) if it raised `Undeliverable` or kept failing with a fault. While
+any handler of the chain runs, the runner keeps the root alive with `in_progress()`
+every ack_wait/3.
 """
 
 from __future__ import annotations
@@ -55,6 +66,8 @@ log = logging.getLogger("loopwire.chain")
 
 WorkHandler = Callable[["Delivery"], Awaitable[Any]]
 ReportDeadLetter = Callable[[DeadLetter], Awaitable[None]]
+Fallback = Callable[[], Awaitable[None]]
+"""Publishes a handed-off hop as its own JetStream work message (counting one attempt)."""
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -77,8 +90,8 @@ class Chain:
         self.root = root
         """The JetStream message (FastStream's NatsMessage) the chain settles at its end."""
         self.delivered = delivered
-        """The root's delivery count: a replayed hop of a recovered chain inherits it (the
-        llm retracts a partial answer streamed by an earlier attempt when it is > 1)."""
+        """The root's delivery count (with the attempts of bus.ATTEMPTS_HEADER): what the
+        redelivery policy judges the root by."""
         self.holds = holds
         """Whether hops may be handed off under this root (not under ingress messages)."""
         self.ack_wait_s = ack_wait_s
@@ -200,24 +213,25 @@ class Delivery:
     work is done and raises when it is not (`run_handler` settles it); `ack()`, `nack(delay)`
     and `reject()` settle it explicitly, exactly like a JetStream message."""
 
-    __slots__ = ("body", "envelope", "seen", "delivered", "recover", "raw_message", "subject", "_chain",
-                 "_settled")
+    __slots__ = ("body", "envelope", "redelivered", "raw_message", "subject", "fallback", "_chain", "_settled")
 
-    def __init__(self, body: bytes, chain: Chain, *, seen: bool, delivered: int, recover: bool = False,
-                 raw_message: Any = None, envelope: Any = None, subject: str = "") -> None:
+    def __init__(self, body: bytes, chain: Chain, *, redelivered: bool = False, raw_message: Any = None,
+                 envelope: Any = None, subject: str = "", fallback: Fallback | None = None) -> None:
         self.body = body
         self.envelope = envelope
         """A hand-off's envelope as the validated model the router built (then `body` is
         empty): `decode` uses it as it is."""
-        self.seen = seen
-        """The step may have been handled before (runtime.seen_before): look for its record."""
-        self.delivered = delivered
-        self.recover = recover
-        """A redelivered root: a result the session moved past replays its current outbox."""
+        self.redelivered = redelivered
+        """This delivery may repeat work done before (JetStream delivered the message
+        before, or its publisher asked for recovery): a step result it produces asks the
+        router to perform the session's current outbox again if the session moved past it.
+        False for a hop handed off in process (a new hop)."""
         self.raw_message = raw_message
         """The nats-py message of a root (subject, headers, metadata); None for a hand-off."""
         self.subject = subject
         """The work subject of a hand-off (a root's is its raw message's)."""
+        self.fallback = fallback
+        """A hand-off's way onto JetStream when it fails here; None for a root."""
         self._chain = chain
         self._settled = False
 
@@ -233,6 +247,9 @@ class Delivery:
         await self._settle("ack")
 
     async def nack(self, delay: float | None = None) -> None:
+        if self.fallback is not None and not self._settled:  # a hop: onto JetStream on its own
+            await self._settle(await _to_jetstream(self, "nack", delay), delay)
+            return
         await self._settle("nack", delay)
 
     async def reject(self) -> None:
@@ -279,23 +296,45 @@ async def run_handler(handler: WorkHandler, delivery: Delivery) -> None:
                         _name(handler), type(exc).__name__, exc)
         else:
             outcome, reason = "fault", f"fault: {type(exc).__name__}: {exc}"
-            log.exception("work handler %s failed; its chain's root will be redelivered", _name(handler))
+            log.exception("work handler %s failed; it will be redelivered or given up", _name(handler))
     finally:
         _current.reset(token)
+    if not delivery.settled and outcome in ("nack", "fault") and delivery.fallback is not None:
+        outcome = await _to_jetstream(delivery, outcome)
     if not delivery.settled:
         await delivery._settle(outcome, reason=reason)
+
+
+async def _to_jetstream(delivery: Delivery, outcome: str, delay: float | None = None) -> str:
+    """A hand-off that failed here goes on as its own JetStream message, after the pause
+    its second delivery would have had (`delay`, else the policy's): "ack" (for its
+    chain) once published, else `outcome` (NATS away: the root is nacked and the chain
+    recovered from it)."""
+    assert delivery.fallback is not None
+    if delay is None:
+        delay = FAULT_DELAY_S if outcome == "fault" else delivery.chain.policy.delay(1)
+    await asyncio.sleep(delay)
+    try:
+        await delivery.fallback()
+    except Exception as exc:
+        log.warning("hop %s failed and could not be published on its own (%s); its chain's root will be "
+                    "redelivered", delivery.subject, exc)
+        return outcome
+    log.info("hop %s failed in process; published as its own work message", delivery.subject)
+    return "ack"
 
 
 def _name(handler: WorkHandler) -> str:
     return str(getattr(handler, "__qualname__", handler))
 
 
-def hand_off(handler: WorkHandler, envelope: Any, replay: bool, tasks: set[asyncio.Task[None]],
-             max_hops: int = 0, balance: ChainBalance | None = None, subject: str = "") -> bool:
+def hand_off(handler: WorkHandler, envelope: Any, tasks: set[asyncio.Task[None]], max_hops: int = 0,
+             balance: ChainBalance | None = None, subject: str = "", fallback: Fallback | None = None) -> bool:
     """Start `handler` on `envelope` (a validated model, or JSON bytes) as a task of the
     current chain. False when this code runs under no chain that holds hops (an ingress
     handler, a test), when the chain has had `max_hops` (when > 0), or when `balance` says
-    this process holds more than its share of chains: publish instead."""
+    this process holds more than its share of chains: publish instead. `fallback`
+    publishes the hop as its own message if it fails here."""
     parent = _current.get()
     if parent is None or not parent.chain.holds or parent.settled:
         # A settled parent: code its handler left running (a background task inherits
@@ -311,9 +350,8 @@ def hand_off(handler: WorkHandler, envelope: Any, replay: bool, tasks: set[async
         chain.on_end = balance.closed
     chain.hops += 1
     as_bytes = isinstance(envelope, bytes)
-    delivery = Delivery(envelope if as_bytes else b"", chain, seen=replay,
-                        delivered=chain.delivered if replay else 1, envelope=None if as_bytes else envelope,
-                        subject=subject)
+    delivery = Delivery(envelope if as_bytes else b"", chain, envelope=None if as_bytes else envelope,
+                        subject=subject, fallback=fallback)
     chain.retain()
     task = asyncio.get_running_loop().create_task(run_handler(handler, delivery))
     tasks.add(task)

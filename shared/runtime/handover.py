@@ -33,7 +33,7 @@ class ResultReceiver(Protocol):
 class GenerationService(Protocol):
     """The llm service, as the memory service hands it a generation or asks it for a count."""
 
-    async def process(self, env: Generate, delivered: int = 1,
+    async def process(self, env: Generate,
                       heartbeat: Callable[[], Awaitable[None]] | None = None) -> GenerationResult: ...
 
     async def count_tokens(self, request: CountTokens) -> TokenCount: ...

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from loopwire.shared.contract.codec import dumps
 from loopwire.shared.contract.envelopes import ExecutorPermission, GenerationResult, ToolsResult
 from loopwire.shared.contract.subjects import INGRESS_STREAM, WORK_STREAM, Subjects, stream_name
-from loopwire.shared.runtime.bus import RECOVER_HEADER, REPLAY_HEADER, Bus
+from loopwire.shared.runtime.bus import ATTEMPTS_HEADER, RECOVER_HEADER, Bus
 from loopwire.shared.runtime.chain import (
     Chain,
     Delivery,
@@ -112,7 +112,7 @@ class ServiceContext:
         When the in-process hand-over fails, the result is published instead and the
         router's consumer retries it (the router ignores a result it already applied)."""
         delivery = current_delivery()
-        recover = delivery is not None and delivery.recover
+        recover = delivery is not None and delivery.redelivered
         router = self.here("router")
         if router is not None:
             try:
@@ -141,18 +141,23 @@ class ServiceContext:
             return service
         raise TypeError(f"no in-process hand-over to the {name} service ({type(service).__name__})")
 
-    def hand_off(self, subject: str, envelope: Any, replay: bool) -> bool:
+    def hand_off(self, subject: str, envelope: Any, msg_id: str) -> bool:
         """Work for `subject` as a task of the current chain when its handler runs in this
         process (shared/runtime/chain.py). False when it must be published instead: no handler
-        here, a graceful stop under way, or no chain to hold it (an ingress handler)."""
+        here, a graceful stop under way, or no chain to hold it (an ingress handler). A
+        hop that fails here is published with `msg_id`, as it would have been."""
         handler = None if self.stopping else self.handlers.get(subject)
         if handler is None:
             return False
         # A model is handed over as it is; a dict (a replayed outbox) as its JSON, which
         # the handler validates like any message.
         body = envelope if isinstance(envelope, BaseModel) else dumps(envelope)
-        return hand_off(handler, body, replay, self.hop_tasks, self.settings.chain_max_hops, self.balance,
-                        subject=subject)
+
+        async def publish() -> None:
+            await self.bus.publish_work(subject, envelope, msg_id=msg_id, attempts=1)
+
+        return hand_off(handler, body, self.hop_tasks, self.settings.chain_max_hops, self.balance,
+                        subject=subject, fallback=publish)
 
     async def wait_for_hops(self, timeout: float) -> None:
         """Until the handed-off hops in flight have ended (a graceful stop): each hands its
@@ -234,12 +239,14 @@ class ServiceContext:
 
 def root_delivery(msg: NatsMessage, ack_wait_s: float, holds: bool, policy: RedeliveryPolicy | None = None,
                   report: Any = None) -> Delivery:
-    """A JetStream message as the root `Delivery` of a work chain."""
-    delivered = delivery_count(msg)
+    """A JetStream message as the root `Delivery` of a work chain. Its delivery count adds
+    the attempts a hop had in process before it was published (bus.ATTEMPTS_HEADER)."""
     raw = msg.raw_message
-    recover = delivered > 1 or bool(raw.headers and raw.headers.get(RECOVER_HEADER))
-    return Delivery(msg.body, Chain(msg, delivered, ack_wait_s, holds, policy, report), seen=seen_before(msg),
-                    delivered=delivered, recover=recover, raw_message=raw)
+    headers = raw.headers or {}
+    delivered = delivery_count(msg) + _attempts(headers.get(ATTEMPTS_HEADER))
+    redelivered = delivered > 1 or bool(headers.get(RECOVER_HEADER))
+    return Delivery(msg.body, Chain(msg, delivered, ack_wait_s, holds, policy, report), redelivered=redelivered,
+                    raw_message=raw)
 
 
 def delivery_count(msg: NatsMessage) -> int:
@@ -250,18 +257,11 @@ def delivery_count(msg: NatsMessage) -> int:
         return 1
 
 
-def seen_before(msg: NatsMessage) -> bool:
-    """Whether this work message may have been handled before: a redelivery, or a message
-    its publisher marked as a possible re-publish (bus.REPLAY_HEADER). Only then does a
-    consumer read its step record first; new work saves that round trip. (`Delivery.seen`
-    carries the answer to the handler, for a hop of a replayed outbox too.)"""
-    raw = msg.raw_message
+def _attempts(value: str | None) -> int:
     try:
-        if int(raw.metadata.num_delivered) > 1:
-            return True
-    except Exception:  # not a JetStream message (a test broker): assume the worst
-        return True
-    return bool(raw.headers and raw.headers.get(REPLAY_HEADER))
+        return max(0, int(value or 0))
+    except ValueError:
+        return 0
 
 
 async def _raw_body(msg: Any) -> Any:

@@ -46,6 +46,17 @@ class Claim:
     """`<owner>|<fencing token>` when this worker now holds the claim; None when every
     record is there (nothing to perform, nothing claimed)."""
 
+    @property
+    def attempt(self) -> int:
+        """Which claim of the step this is (its fencing token: 1 for the first; more when
+        an earlier attempt claimed it and recorded nothing); 0 when nothing was claimed."""
+        if self.token is None:
+            return 0
+        try:
+            return int(self.token.rpartition("|")[2])
+        except ValueError:
+            return 0
+
 
 def new_owner() -> str:
     return uuid.uuid4().hex[:16]

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
 import uuid
 from typing import Any
 
 import nats
 import pytest
 from nats.aio.client import Client as NatsClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakes.anthropic_server import FakeAnthropic
 
@@ -257,3 +259,54 @@ async def test_a_step_that_fails_on_the_sessions_own_history_ends_the_run_and_ne
             await start(nc, sid, {"input": "again", "tools": []})
             runs = await ended(nc, sid, timeout=90, count=3)
             assert runs[2]["status"] == "failed" and await status(nc, sid) == "idle"
+
+
+def llm_steps(system: Any, layout: str, outcome: str) -> float:
+    """loopwire_steps_total{service="llm", outcome} of the process(es) running the llm."""
+    processes = system.of_service("up" if layout == "up" else "llm")
+    value = 0.0
+    for process in processes:
+        with urllib.request.urlopen(f"http://127.0.0.1:{process.metrics_port}/metrics", timeout=5) as resp:
+            for family in text_string_to_metric_families(resp.read().decode()):
+                value += sum(s.value for s in family.samples if s.name == "loopwire_steps_total"
+                             and s.labels.get("service") == "llm" and s.labels.get("outcome") == outcome)
+    return value
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("layout", ["up", SPLIT])
+async def test_a_hop_that_fails_is_retried_on_its_own_and_redoes_no_earlier_hop(
+        fake_anthropic: FakeAnthropic, fake: FakeAnthropic, layout: str) -> None:
+    # Redis goes away while the tool call runs: the tools step cannot record its result.
+    # Between separate processes that step is its own JetStream message and is redelivered
+    # alone; in `loopwire up` it is a hop of the run's work chain, and it goes to JetStream
+    # as its own message too (shared/runtime/chain.py): the generation before it is not
+    # redone (its record is not even read again), in either layout.
+    with started_system(fake_anthropic, layout=layout, LOOPWIRE_OUTAGE_TOLERANCE_S="60") as system:
+        async with connected(system) as nc:
+            provider, svc = await serve_tools(nc)
+            provider.slow_delay_s = 2.0
+            await wait_for_tools(nc, {"slow_echo"})
+            fake.script("*", [
+                {"text": "Echoing.", "tool_use": [{"name": "slow_echo", "input": {"text": "hi"}}]},
+                {"text": "It said: echo: hi"},
+            ])
+            sid = f"hop-fails-{layout}"
+            await start(nc, sid, {"input": "echo hi", "tools": ["slow_echo"]})
+            await asyncio.wait_for(provider.slow_started.wait(), 30)
+            assert system.redis is not None
+            await asyncio.to_thread(system.redis.halt)
+            await asyncio.sleep(8)
+            provider.slow_delay_s = 0.1
+            await asyncio.to_thread(system.redis.resume)
+            (run,) = await ended(nc, sid, timeout=90)
+            assert run["status"] == "completed" and run["final_text"] == "It said: echo: hi"
+            assert len(fake.message_requests) == 2, "each generation asked the model once"
+            assert llm_steps(system, layout, "ok") == 2
+            assert llm_steps(system, layout, "replayed") == 0, "no earlier hop was redone"
+            calls = [c for c in provider.calls if c[0] == "slow_echo"]
+            assert len({c[2]["Loopwire-Tool-Use-Id"] for c in calls}) == 1
+            events = (await query(nc, "transcript.get", {"session_id": sid}))["events"]
+            assert [e["seq"] for e in events] == sorted({e["seq"] for e in events}), "every stored event once"
+            assert await status(nc, sid) == "idle"
+            await svc.stop()
