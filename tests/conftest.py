@@ -18,12 +18,35 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from loopwire.shared.observability import tracing
 from loopwire.shared.observability.tracing import spans as tracing_spans
 from loopwire.testing.servers import ServerHandle, start_nats, start_redis
+from tests.paths import TESTS
+
+TIERS = ("unit", "integration", "e2e")
+"""The folders of tests/ that are tiers; each test in one carries its marker."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The folder is the tier: every test under tests/unit is marked `unit`, under
+    tests/integration `integration`, under tests/e2e `e2e` (so `-m unit` is exactly
+    tests/unit); a test marked for another tier than its folder's is refused. Before
+    `-m` deselects (tryfirst)."""
+    for item in items:
+        parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
+        tier = parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+        if tier is None:
+            continue
+        marked = {mark.name for mark in item.iter_markers()} & set(TIERS)
+        if marked - {tier}:
+            raise pytest.UsageError(f"{item.nodeid} is under tests/{tier} but marked {', '.join(sorted(marked))}: "
+                                    "move it to the folder of its tier")
+        if tier not in marked:
+            item.add_marker(tier)
 
 os.environ.pop("ANTHROPIC_API_KEY", None)
 os.environ.pop("ANTHROPIC_BASE_URL", None)
 # The unit tests' placeholder model ids cost nothing, as an operator would price a model
 # of their own with LOOPWIRE_PRICES; an unpriced model (cost_usd null and a `warning`) is
-# tested on its own (tests/test_pricing.py). Processes the tests start get their own env.
+# tested on its own (tests/unit/router/test_pricing.py). Processes the tests start get their own env.
 os.environ["LOOPWIRE_PRICES"] = '{"m1": {"input": 0, "output": 0}, "m2": {"input": 0, "output": 0}}'
 
 

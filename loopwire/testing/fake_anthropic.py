@@ -57,8 +57,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+from .fake_anthropic_http import MessagesApiHandler
 
 Responder = Callable[[dict[str, Any]], dict[str, Any] | None]
 
@@ -134,6 +136,9 @@ class RecordedRequest:
 class FakeAnthropic:
     """The fake server; `start()` serves on a free port in a background thread."""
 
+    count_tokens = staticmethod(count_tokens)
+    """What `POST /v1/messages/count_tokens` answers."""
+
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.host = host
         self.port = port
@@ -141,7 +146,7 @@ class FakeAnthropic:
         self.responder: Responder | None = None
         self._scripts: dict[str, deque[dict[str, Any]]] = {}
         self._failures: list[Failure] = []
-        self._lock = threading.Condition()
+        self.lock = threading.Condition()
         self._msg_counter = 0
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -152,7 +157,7 @@ class FakeAnthropic:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> FakeAnthropic:
-        handler = type("Handler", (_Handler,), {"fake": self})
+        handler = type("Handler", (MessagesApiHandler,), {"fake": self})
         self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
         self._httpd.daemon_threads = True
         self.port = int(self._httpd.server_address[1])
@@ -179,18 +184,18 @@ class FakeAnthropic:
     # -- steering ---------------------------------------------------------------------------
     def script(self, model: str, responses: list[dict[str, Any]]) -> None:
         """Queue responses for `model` (`"*"`: any model without a script of its own)."""
-        with self._lock:
+        with self.lock:
             self._scripts.setdefault(model, deque()).extend(responses)
 
     def fail_next(self, status: int = 529, n: int | None = 1, model: str | None = None,
                   message: str | None = None, error_type: str | None = None,
                   retry_after: float | None = None, mid_stream: bool = False) -> None:
         """Fail the next `n` message requests (for `model`, or any); `n=None`: all of them."""
-        with self._lock:
+        with self.lock:
             self._failures.append(Failure(status, n, model, message, error_type, retry_after, mid_stream))
 
     def reset(self) -> None:
-        with self._lock:
+        with self.lock:
             self._scripts.clear()
             self._failures.clear()
             self.requests.clear()
@@ -199,17 +204,17 @@ class FakeAnthropic:
     @property
     def message_requests(self) -> list[dict[str, Any]]:
         """Bodies of the `POST /v1/messages` requests so far."""
-        with self._lock:
+        with self.lock:
             return [r.body for r in self.requests if r.path == "/v1/messages"]
 
     def pending(self, model: str = "*") -> int:
-        with self._lock:
+        with self.lock:
             return len(self._scripts.get(model, ()))
 
     def wait_for_requests(self, n: int, timeout: float = 10.0, path: str = "/v1/messages") -> list[RecordedRequest]:
         """Block until `n` requests to `path` arrived (for threads; use asyncio.to_thread)."""
         deadline = time.monotonic() + timeout
-        with self._lock:
+        with self.lock:
             while True:
                 hits = [r for r in self.requests if r.path == path]
                 if len(hits) >= n:
@@ -217,16 +222,16 @@ class FakeAnthropic:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"{len(hits)} of {n} requests to {path} after {timeout}s")
-                self._lock.wait(left)
+                self.lock.wait(left)
 
     # -- answering (called from handler threads) -----------------------------------------
-    def _record(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> None:
-        with self._lock:
+    def record(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> None:
+        with self.lock:
             self.requests.append(RecordedRequest(path, headers, body))
-            self._lock.notify_all()
+            self.lock.notify_all()
 
-    def _take_failure(self, model: str) -> Failure | None:
-        with self._lock:
+    def take_failure(self, model: str) -> Failure | None:
+        with self.lock:
             for failure in self._failures:
                 if failure.matches(model):
                     if failure.remaining is not None:
@@ -234,9 +239,9 @@ class FakeAnthropic:
                     return failure
         return None
 
-    def _take_response(self, body: dict[str, Any]) -> dict[str, Any]:
+    def take_response(self, body: dict[str, Any]) -> dict[str, Any]:
         model = str(body.get("model", ""))
-        with self._lock:
+        with self.lock:
             for key in (model, "*"):
                 queue = self._scripts.get(key)
                 if queue:
@@ -249,7 +254,7 @@ class FakeAnthropic:
         return {"text": f"Echo: {_last_user_text(body)}"}
 
     def _next_ids(self) -> tuple[str, int]:
-        with self._lock:
+        with self.lock:
             self._msg_counter += 1
             return f"msg_fake_{self._msg_counter:06d}", self._msg_counter
 
@@ -293,7 +298,7 @@ class FakeAnthropic:
                 chunks = spec.get("chunks") if spec.get("content") is None else None
                 pieces: list[str] = list(chunks) if chunks else _words_chunks(block["text"])
                 if error_after == 0:
-                    yield "error", self._error_body(spec["error"].get("status", 529), spec["error"])
+                    yield "error", self.error_body(spec["error"].get("status", 529), spec["error"])
                     return
                 for piece in pieces:
                     deltas += 1
@@ -301,7 +306,7 @@ class FakeAnthropic:
                                                   "delta": {"type": "text_delta", "text": piece}}
                     if error_after is not None and deltas >= error_after:
                         # the API reports an overload inside a started stream this way
-                        yield "error", self._error_body(spec["error"].get("status", 529), spec["error"])
+                        yield "error", self.error_body(spec["error"].get("status", 529), spec["error"])
                         return
             elif block["type"] == "tool_use":
                 yield "content_block_start", {"type": "content_block_start", "index": index,
@@ -314,7 +319,7 @@ class FakeAnthropic:
                 yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
             yield "content_block_stop", {"type": "content_block_stop", "index": index}
         if error_after is not None:  # no text to break off in: fail before the end
-            yield "error", self._error_body(spec["error"].get("status", 529), spec["error"])
+            yield "error", self.error_body(spec["error"].get("status", 529), spec["error"])
             return
         # message_delta usage is cumulative (totals, not increments).
         yield "message_delta", {"type": "message_delta",
@@ -324,132 +329,11 @@ class FakeAnthropic:
         yield "message_stop", {"type": "message_stop"}
 
     @staticmethod
-    def _error_body(status: int, error: dict[str, Any] | None = None) -> dict[str, Any]:
+    def error_body(status: int, error: dict[str, Any] | None = None) -> dict[str, Any]:
         error = error or {}
         return {"type": "error", "error": {
             "type": error.get("type") or ERROR_TYPES.get(status, "api_error"),
             "message": error.get("message") or ERROR_MESSAGES.get(status, f"error {status}")}}
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    timeout = 30  # an idle keep-alive connection ends its thread after this
-    fake: FakeAnthropic
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet in tests
-        pass
-
-    # -- plumbing ---------------------------------------------------------------------------
-    def _read_json(self) -> dict[str, Any]:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            value = json.loads(raw or b"{}")
-        except ValueError:
-            return {"_invalid_json": raw.decode("utf-8", "replace")}
-        return value if isinstance(value, dict) else {"_body": value}
-
-    def _send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.send_header("request-id", f"req_fake_{id(body):x}")
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(data)
-        self.wfile.flush()
-
-    def _chunk(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.flush()
-
-    # -- routes -----------------------------------------------------------------------------
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        if self.path.startswith("/_fake/requests"):
-            with self.fake._lock:
-                data = [{"path": r.path, "body": r.body} for r in self.fake.requests]
-            self._send_json(200, {"requests": data})
-        elif self.path.startswith("/_fake/health"):
-            self._send_json(200, {"ok": True})
-        else:
-            self._send_json(404, FakeAnthropic._error_body(404))
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        path = self.path.split("?", 1)[0]
-        body = self._read_json()
-        try:
-            if path == "/v1/messages":
-                self.fake._record(path, dict(self.headers.items()), body)
-                self._messages(body)
-            elif path == "/v1/messages/count_tokens":
-                self.fake._record(path, dict(self.headers.items()), body)
-                self._send_json(200, {"input_tokens": count_tokens(body)})
-            elif path.startswith("/_fake/"):
-                self._control(path, body)
-            else:
-                self._send_json(404, FakeAnthropic._error_body(404))
-        except (BrokenPipeError, ConnectionResetError):  # the client went away mid-answer
-            self.close_connection = True
-
-    def _control(self, path: str, body: dict[str, Any]) -> None:
-        fake = self.fake
-        if path == "/_fake/script":
-            fake.script(body.get("model") or "*", list(body.get("responses") or []))
-        elif path == "/_fake/fail_next":
-            fake.fail_next(int(body.get("status", 529)), body.get("n", 1), body.get("model"),
-                           body.get("message"), body.get("type"), body.get("retry_after"),
-                           bool(body.get("mid_stream", False)))
-        elif path == "/_fake/reset":
-            fake.reset()
-        else:
-            self._send_json(404, FakeAnthropic._error_body(404))
-            return
-        self._send_json(200, {"ok": True})
-
-    def _messages(self, body: dict[str, Any]) -> None:
-        fake = self.fake
-        model = str(body.get("model", ""))
-        if not body.get("messages") or not body.get("max_tokens") or not model:
-            self._send_json(400, FakeAnthropic._error_body(400, {"message": "model, messages and max_tokens are required"}))
-            return
-        stream = bool(body.get("stream"))
-        failure = fake._take_failure(model)
-        if failure is not None and not (failure.mid_stream and stream):
-            headers = {"retry-after": str(failure.retry_after)} if failure.retry_after is not None else {}
-            headers["x-should-retry"] = "true" if failure.status in (408, 409, 429) or failure.status >= 500 else "false"
-            self._send_json(failure.status, FakeAnthropic._error_body(
-                failure.status, {"type": failure.error_type, "message": failure.message}), headers)
-            return
-        spec = dict(fake._take_response(body))
-        if failure is not None:  # a mid-stream failure: a normal start, then an error event
-            spec.setdefault("text", "This answer will break off")
-            spec["error"] = {"status": failure.status, "type": failure.error_type, "message": failure.message}
-            spec["error_after"] = 1
-        if spec.get("delay_s"):
-            time.sleep(float(spec["delay_s"]))
-        error = spec.get("error")
-        if error and spec.get("error_after") is None:
-            status = int(error.get("status", 529))
-            self._send_json(status, FakeAnthropic._error_body(status, error))
-            return
-        message = fake.build_message(body, spec)
-        if not stream:
-            self._send_json(200, message)
-            return
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("transfer-encoding", "chunked")
-        self.send_header("request-id", f"req_{message['id']}")
-        self.end_headers()
-        chunk_delay = float(spec.get("chunk_delay_s") or 0)
-        for event, data in fake.stream_events(message, spec):
-            if chunk_delay and event == "content_block_delta":
-                time.sleep(chunk_delay)
-            self._chunk(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
-        self._chunk(b"")
 
 
 # -- pytest and command line ---------------------------------------------------------------

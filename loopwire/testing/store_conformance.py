@@ -2,7 +2,7 @@
 
 One set of checks of the store protocols (shared/stores: SessionStore, StepStore,
 EventLogStore), for any backend: loopwire's in-memory and Redis backends pass it in its
-own test suite (tests/test_store_conformance.py), and a backend of your own is held to it
+own test suite (tests/integration/shared/stores/test_store_conformance.py), and a backend of your own is held to it
 the same way. The base checks hold for every backend. A check of an optional capability
 (shared/stores/capabilities.py) checks it where the backend declares it, and checks the
 refusal (`Unsupported`) where it does not.

@@ -31,7 +31,7 @@ log = logging.getLogger("loopwire.memory.guard")
 
 EXACT_MARGIN = 0.25
 """Below (threshold x (1 - margin)) by estimate, no exact count is needed: once calibrated,
-the estimate's error is well inside this margin (tests/test_memory_tokens.py)."""
+the estimate's error is well inside this margin (tests/unit/memory/test_tokens.py)."""
 CALIBRATION_SAMPLES = 3
 """Until the estimator has seen this many exact counts, every request is counted exactly."""
 PRESSURE_NOTE = ("Context is at {pct}% capacity — prefer concise responses and avoid requesting "

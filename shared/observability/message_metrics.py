@@ -86,7 +86,7 @@ def message_metrics_middleware() -> PrometheusMiddleware[Any, Any]:
         settings_provider_factory=_provider, registry=metrics.REGISTRY, app_name="loopwire",
         metrics_prefix="loopwire_faststream")
     # The same manager over a container whose label children are cached (FastStream 0.6's
-    # middleware keeps both as attributes; tests/test_message_metrics.py checks the output).
+    # middleware keeps both as attributes; tests/integration/shared/observability/test_message_metrics.py checks the output).
     middleware._metrics_manager = MetricsManager(  # type: ignore[attr-defined]
         _CachedContainer(middleware._metrics_container), app_name="loopwire")  # type: ignore[attr-defined,arg-type]
     return middleware

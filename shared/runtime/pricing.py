@@ -7,7 +7,7 @@ cost: `cost_usd` returns None (a run's `cost_usd` is then null, with a `warning`
 never a made-up 0, and a missing price never stops a run. loopwire's own offline models
 (`loopwire-demo`, `loopwire-scripted`, `loopwire-bench`) have no price by design.
 
-tests/test_pricing.py checks that the table covers every model the docs name and agrees
+tests/unit/router/test_pricing.py checks that the table covers every model the docs name and agrees
 with the `genai-prices` package (a maintained price list) on them.
 """
 

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.test_observability_promtool import find_promtool
+from tests.unit.shared.observability.test_promtool import find_promtool
 
 from .conftest import ToolProvider, wait_for_tools
 from .events import SessionEvents

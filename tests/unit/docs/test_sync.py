@@ -1,0 +1,21 @@
+"""Docs that are generated from the code stay in sync with it."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopwire.shared.runtime.settings import settings_table
+from tests.paths import REPO
+
+pytestmark = pytest.mark.unit
+
+README = REPO / "README.md"
+
+
+def test_readme_settings_table_matches_the_settings() -> None:
+    text = README.read_text()
+    start = text.index("\n", text.index("<!-- settings-table:start")) + 1
+    end = text.index("<!-- settings-table:end -->")
+    assert text[start:end] == settings_table(), (
+        "regenerate the README table: python -c 'from loopwire.shared.runtime.settings import settings_table; "
+        "print(settings_table())'")

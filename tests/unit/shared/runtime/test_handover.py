@@ -1,0 +1,121 @@
+"""ServiceContext.deliver_result: an in-process hand-over to the router when it runs in
+this process, a `router.result` work message otherwise, when stopping, and when the
+hand-over fails (so the router's consumer retries it). A result produced under a
+redelivered chain root is marked recover either way (shared/runtime/chain.py). The
+services are handed over as the protocols of shared/runtime/handover.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from loopwire.llm.service import LlmService
+from loopwire.memory.exact_count import LlmExactCount
+from loopwire.router.service import RouterService
+from loopwire.shared.contract.envelopes import CountTokens, TokenCount, ToolResultItem, ToolsResult
+from loopwire.shared.contract.subjects import Subjects
+from loopwire.shared.runtime.chain import Delivery, run_handler
+from loopwire.shared.runtime.handover import GenerationService, ResultReceiver
+from loopwire.shared.runtime.service_context import ServiceContext
+from loopwire.shared.runtime.settings import Settings
+from tests.unit.shared.runtime.test_chain import root
+
+
+class FakeBus:
+    def __init__(self) -> None:
+        self.published: list[tuple[str, Any, str, bool]] = []
+
+    async def publish_work(self, subject: str, envelope: Any, msg_id: str, recover: bool = False,
+                           attempts: int = 0) -> None:
+        self.published.append((subject, envelope, msg_id, recover))
+
+
+class FakeRouter:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.accepted: list[Any] = []
+
+    async def accept_result(self, result: Any, recover: bool = False) -> None:
+        if self.fail:
+            raise ConnectionError("redis went away")
+        self.accepted.append((result, recover))
+
+
+def context(router: FakeRouter | None) -> tuple[ServiceContext, FakeBus]:
+    settings = Settings()
+    bus = FakeBus()
+    ctx = ServiceContext(settings=settings, subjects=Subjects(settings.subject_prefix), redis=None,  # type: ignore[arg-type]
+                         sessions=None, steps=None, events=None, broker=None, blobs=None,  # type: ignore[arg-type]
+                         _bus=bus)  # type: ignore[arg-type]
+    if router is not None:
+        ctx.local = {"router": router}
+    return ctx, bus
+
+
+RESULT = ToolsResult(session_id="s1", run_id="r1", step_id="r1:t1", turn=1,
+                     results=[ToolResultItem(tool_use_id="toolu_1", name="noop", content="ok")])
+
+
+async def test_the_router_in_this_process_gets_the_result_as_a_call() -> None:
+    router = FakeRouter()
+    ctx, bus = context(router)
+    await ctx.deliver_result(RESULT, msg_id="r1:t1:result")
+    assert router.accepted == [(RESULT, False)] and bus.published == []
+
+
+@pytest.mark.parametrize("case", ["no router here", "stopping", "hand-over fails"])
+async def test_otherwise_the_result_goes_out_as_a_work_message(case: str) -> None:
+    router = None if case == "no router here" else FakeRouter(fail=case == "hand-over fails")
+    ctx, bus = context(router)
+    ctx.stopping = case == "stopping"
+    await ctx.deliver_result(RESULT, msg_id="r1:t1:result")
+    assert bus.published == [(ctx.subjects.router_result, RESULT, "r1:t1:result", False)]
+    assert router is None or router.accepted == []
+
+
+@pytest.mark.parametrize("router_here", [True, False], ids=["call", "published"])
+@pytest.mark.parametrize("delivered", [1, 2], ids=["first delivery", "redelivered"])
+async def test_a_result_of_a_redelivered_root_is_marked_recover(router_here: bool, delivered: int) -> None:
+    router = FakeRouter() if router_here else None
+    ctx, bus = context(router)
+    delivery, _ = root(delivered)
+
+    async def handler(delivery: Delivery) -> None:
+        await ctx.deliver_result(RESULT, msg_id="r1:t1:result")
+        await delivery.ack()
+
+    await run_handler(handler, delivery)
+    recover = delivered > 1
+    if router is not None:
+        assert router.accepted == [(RESULT, recover)] and bus.published == []
+    else:
+        assert bus.published == [(ctx.subjects.router_result, RESULT, "r1:t1:result", recover)]
+
+
+class FakeLlm:
+    async def process(self, env: Any, heartbeat: Any = None) -> Any:
+        raise AssertionError("not asked here")
+
+    async def count_tokens(self, request: CountTokens) -> TokenCount:
+        return TokenCount(input_tokens=len(request.messages) + 6)
+
+
+def test_the_services_offer_what_is_handed_to_them() -> None:
+    assert issubclass(RouterService, ResultReceiver) and issubclass(LlmService, GenerationService)
+
+
+async def test_exact_counts_are_asked_of_the_llm_service_in_this_process() -> None:
+    ctx, bus = context(None)
+    ctx.local = {"llm": FakeLlm()}
+    answer = await LlmExactCount(ctx)(CountTokens(model="m", messages=[{"role": "user", "content": "hi"}]))
+    assert answer == TokenCount(input_tokens=7)
+
+
+def test_a_service_without_what_is_handed_to_it_is_refused() -> None:
+    ctx, _ = context(None)
+    ctx.local = {"router": object()}
+    with pytest.raises(TypeError, match="no in-process hand-over to the router"):
+        ctx.here("router")
+    ctx.stopping = True
+    assert ctx.here("router") is None, "during a graceful stop nothing is handed over"
