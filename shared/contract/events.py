@@ -183,9 +183,10 @@ class PlanUpdated(Event):
 
     kind: Literal["plan.updated"] = "plan.updated"
     steps: list[PlanStep]
-    source: Literal["start", "model", "text", "fallback", "verification"] = Field(
+    source: Literal["start", "model", "text", "fallback", "verification", "executor"] = Field(
         description="Where this version came from: StartRun `plan`, an update_plan call, the model's text, "
-                    "the task itself (no plan given), or the verify phase (with `verification`).")
+                    "the task itself (no plan given), the verify phase (with `verification`), or an external "
+                    "agent's own plan (profile acp).")
     phase: str = Field(description="The run's profile phase after the update.")
     verification: str | None = None
 

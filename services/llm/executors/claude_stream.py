@@ -99,6 +99,9 @@ class ClaudeStream:
     _last_usage: Usage = field(default_factory=Usage)
     _text: list[str] = field(default_factory=list)
     """The text of the latest call (the answer when the result carries none)."""
+    _calls_seen: int = 0
+    """Model calls reported since the last result (its `num_turns` may count one more:
+    a turn it refused to start at `--max-turns`)."""
 
     def feed(self, line: dict[str, Any]) -> list[ExecutorEvent]:
         kind = line.get("type")
@@ -200,7 +203,8 @@ class ClaudeStream:
             text = "".join(self._text)
         usage = usage_of(line.get("usage"))
         is_error = bool(line.get("is_error")) and subtype not in STOP_REASONS
-        return Finished(text=text, usage=usage, cost_usd=turn_cost(line), turns=int(line.get("num_turns") or 0),
+        turns, self._calls_seen = self._calls_seen or int(line.get("num_turns") or 0), 0
+        return Finished(text=text, usage=usage, cost_usd=turn_cost(line), turns=turns,
                         stop_reason=STOP_REASONS.get(subtype, "end_turn" if not is_error else "error"),
                         agent_session=str(line.get("session_id") or self.session_id or "") or None,
                         context_tokens=self._last_usage.total_input() + self._last_usage.output_tokens,
@@ -220,6 +224,7 @@ class ClaudeStream:
         if call is None or not call.blocks:
             return []
         self._last_usage = call.usage
+        self._calls_seen += 1
         self._text = [str(b.get("text") or "") for b in call.blocks if b.get("type") == "text"]
         stop = call.stop_reason or ("tool_use" if any(b.get("type") == "tool_use" for b in call.blocks) else "end_turn")
         out: list[ExecutorEvent] = [AssistantMessage(message={"role": "assistant", "content": call.blocks},

@@ -47,6 +47,10 @@ def _builtin() -> None:
         from .opencode import OpencodeExecutor
 
         register("opencode", OpencodeExecutor)
+    if "acp" not in BUILDERS:
+        from .acp_agent import AcpExecutor
+
+        register("acp", AcpExecutor)
 
 
 def command_line(profile: str, agent: str | None, settings: Settings) -> tuple[str, list[str]]:

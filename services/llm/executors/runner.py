@@ -22,7 +22,6 @@ prompt is the conversation so far. The llm service has retracted the lost text a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import uuid
@@ -78,6 +77,8 @@ class ExecutorSteps:
         self.sessions = AgentSessions(ctx.redis, ctx.settings.session_ttl_s)
         self.permissions = PermissionGate(ctx)
         self.bridge = McpBridge(ctx)
+        self._active: dict[str, tuple[str, ExecutorRun]] = {}
+        """session id -> (step id, run) of the agent running here for it."""
 
     async def start(self) -> None:
         await self.permissions.start()
@@ -104,6 +105,12 @@ class ExecutorSteps:
 
     async def _run(self, env: Generate, spec: ExecutorSpec, delivered: int, events: StepEvents) -> GenerationResult:
         settings = self.ctx.settings
+        earlier = self._active.get(env.session_id)
+        if earlier is not None and earlier[0] != env.step_id:
+            # A newer step of the session: the earlier one was abandoned (a steer whose
+            # cancel notice did not arrive). Two agents must not share one agent session.
+            log.info("session %s: stopping the agent of abandoned step %s", env.session_id, earlier[0])
+            await earlier[1].cancel()
         executor = self.executors.get(spec.profile, spec.agent)
         cwd = Path(spec.workspace) if spec.workspace else session_dir(settings, env.session_id)
         if not cwd.is_dir():
@@ -140,6 +147,7 @@ class ExecutorSteps:
         try:
             async with asyncio.timeout(settings.executor_timeout_s):
                 run = await executor.start(task)
+                self._active[env.session_id] = (env.step_id, run)
                 finished = await self._follow(env, spec, run, events, mine, step_tools)
         except TimeoutError:
             raise ExecutorFailed("timeout", f"the agent's turn took longer than {settings.executor_timeout_s:g} s "
@@ -147,6 +155,8 @@ class ExecutorSteps:
         finally:
             if run is not None:
                 await run.aclose()
+                if self._active.get(env.session_id, (None, None))[1] is run:
+                    del self._active[env.session_id]
             if endpoint is not None:
                 self.bridge.close(step_tools)
         mine.context_tokens = finished.context_tokens
@@ -296,8 +306,7 @@ class StepEvents:
             message={"role": "assistant", "content": [{"type": "text", "text": text}] if text else []},
             stop_reason=finished.stop_reason, model=held.model if held is not None and held.model else
             (env.models[0] if env.models else None),
-            # The model calls seen (an agent's own count may include a turn it refused to start).
-            usage=finished.usage, turns=self.calls or max(1, finished.turns), cost_usd=finished.cost_usd)
+            usage=finished.usage, turns=max(1, finished.turns), cost_usd=finished.cost_usd)
 
 
 def _plan_status(raw: Any) -> str:
@@ -310,8 +319,3 @@ def failed(env: Generate, code: str, message: str, retryable: bool = False) -> G
                             model=env.models[0] if env.models else None,
                             error=StepError(code=code, message=message, retryable=retryable))
 
-
-async def close_quietly(run: ExecutorRun | None) -> None:
-    if run is not None:
-        with contextlib.suppress(Exception):
-            await run.aclose()
