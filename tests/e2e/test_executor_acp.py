@@ -66,7 +66,10 @@ def texts_of(body: dict[str, Any]) -> list[str]:
 
 async def test_an_acp_agent_answers_and_a_follow_up_loads_its_session(acp_system: LoopwireContainer,
                                                                       fake: FakeAnthropic) -> None:
-    fake.script(MODEL, [{"text": "Hello from the ACP agent."}, {"text": "You said hello."}])
+    # Answers by what was asked (a request the agent sends again, retried under load, gets
+    # the same answer).
+    fake.responder = lambda body: {"text": "You said hello." if any("What did I ask?" in t for t in texts_of(body))
+                                   else "Hello from the ACP agent."}
     async with connected(acp_system) as nc:
         async with SessionEvents(nc, f"acp-{uuid.uuid4().hex[:10]}") as ev:
             await ev.publish("start", start_body("Say hello."))

@@ -47,7 +47,7 @@ from .workdirs import agent_home
 
 log = logging.getLogger("loopwire.llm.executors.acp")
 
-START_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 120.0
 """initialize and session/new or session/load, together."""
 
 
