@@ -82,14 +82,14 @@ def count_tokens(body: dict[str, Any]) -> int:
     return max(1, math.ceil(len(json.dumps(payload, separators=(",", ":"), sort_keys=True)) / 4))
 
 
-def _words_chunks(text: str, words_per_chunk: int = 3) -> list[str]:
+def words_chunks(text: str, words_per_chunk: int = 3) -> list[str]:
     """`text` in pieces of a few words that join back to exactly `text`."""
     words = re.findall(r"\S+\s*|\s+", text)
     pieces = ["".join(words[i:i + words_per_chunk]) for i in range(0, len(words), words_per_chunk)]
     return pieces or ([text] if text else [])
 
 
-def _json_chunks(data: str, parts: int = 3) -> list[str]:
+def json_chunks(data: str, parts: int = 3) -> list[str]:
     size = max(1, math.ceil(len(data) / parts))
     return [data[i:i + size] for i in range(0, len(data), size)]
 
@@ -296,7 +296,7 @@ class FakeAnthropic:
                 yield "content_block_start", {"type": "content_block_start", "index": index,
                                               "content_block": {"type": "text", "text": ""}}
                 chunks = spec.get("chunks") if spec.get("content") is None else None
-                pieces: list[str] = list(chunks) if chunks else _words_chunks(block["text"])
+                pieces: list[str] = list(chunks) if chunks else words_chunks(block["text"])
                 if error_after == 0:
                     yield "error", self.error_body(spec["error"].get("status", 529), spec["error"])
                     return
@@ -312,7 +312,7 @@ class FakeAnthropic:
                 yield "content_block_start", {"type": "content_block_start", "index": index,
                                               "content_block": {"type": "tool_use", "id": block["id"],
                                                                 "name": block["name"], "input": {}}}
-                for piece in ["", *_json_chunks(json.dumps(block["input"]))]:
+                for piece in ["", *json_chunks(json.dumps(block["input"]))]:
                     yield "content_block_delta", {"type": "content_block_delta", "index": index,
                                                   "delta": {"type": "input_json_delta", "partial_json": piece}}
             else:

@@ -82,18 +82,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
-from .fake_anthropic import _json_chunks, _words_chunks
+from .fake_anthropic import words_chunks
+from .fake_openai_http import CHAT, RESPONSES, OpenAIApiHandler
+from .fake_openai_wire import Answer
 
-RESPONSES = "/v1/responses"
-CHAT = "/v1/chat/completions"
 Responder = Callable[[dict[str, Any], str], dict[str, Any] | None]
 """`responder(body, path)`: a response spec for the request, or None for the default."""
-
-ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
-               429: "rate_limit_error", 500: "server_error", 503: "server_error"}
 
 
 def count_tokens(body: dict[str, Any]) -> int:
@@ -174,19 +171,6 @@ class RecordedRequest:
     at: float = field(default_factory=time.monotonic)
 
 
-@dataclass
-class Answer:
-    """A response spec made concrete: text, function calls with ids, usage."""
-    id: str
-    model: str
-    text: str
-    chunks: list[str]
-    calls: list[dict[str, Any]]
-    """`{"id", "call_id", "name", "namespace", "arguments"}`, arguments as a JSON string."""
-    usage: dict[str, int]
-    chunk_delay_s: float = 0.0
-
-
 class FakeOpenAI:
     """The fake server; `start()` serves on a free port in a background thread."""
 
@@ -213,7 +197,7 @@ class FakeOpenAI:
         return f"{self.url}/v1"
 
     def start(self) -> FakeOpenAI:
-        handler = type("Handler", (_Handler,), {"fake": self})
+        handler = type("Handler", (OpenAIApiHandler,), {"fake": self})
         self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
         self._httpd.daemon_threads = True
         self.port = int(self._httpd.server_address[1])
@@ -339,235 +323,9 @@ class FakeOpenAI:
         usage = {"input_tokens": count_tokens(body), "output_tokens": max(1, math.ceil(out_chars / 4)),
                  "cached_tokens": 0, "reasoning_tokens": 0}
         usage.update(spec.get("usage") or {})
-        chunks = list(spec["chunks"]) if spec.get("chunks") else _words_chunks(text)
+        chunks = list(spec["chunks"]) if spec.get("chunks") else words_chunks(text)
         return Answer(f"resp_fake_{n:06d}", str(spec.get("model") or body.get("model") or ""), text, chunks,
                       calls, usage, float(spec.get("chunk_delay_s") or 0))
-
-    # -- the Responses API --------------------------------------------------------------------
-    @staticmethod
-    def _responses_usage(usage: dict[str, int]) -> dict[str, Any]:
-        return {"input_tokens": usage["input_tokens"],
-                "input_tokens_details": {"cached_tokens": usage.get("cached_tokens", 0)},
-                "output_tokens": usage["output_tokens"],
-                "output_tokens_details": {"reasoning_tokens": usage.get("reasoning_tokens", 0)},
-                "total_tokens": usage["input_tokens"] + usage["output_tokens"]}
-
-    @staticmethod
-    def _response_items(answer: Answer) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        if answer.text:
-            items.append({"id": f"msg_{answer.id}", "type": "message", "status": "completed", "role": "assistant",
-                          "content": [{"type": "output_text", "text": answer.text, "annotations": []}]})
-        for call in answer.calls:
-            item = {"id": call["id"], "type": "function_call", "status": "completed",
-                    "call_id": call["call_id"], "name": call["name"], "arguments": call["arguments"]}
-            if call.get("namespace"):
-                item["namespace"] = call["namespace"]
-            items.append(item)
-        return items
-
-    def response_object(self, answer: Answer, status: str = "completed") -> dict[str, Any]:
-        done = status == "completed"
-        return {"id": answer.id, "object": "response", "created_at": int(time.time()), "status": status,
-                "model": answer.model, "output": self._response_items(answer) if done else [],
-                "usage": self._responses_usage(answer.usage) if done else None,
-                "error": None, "incomplete_details": None, "parallel_tool_calls": True, "tool_choice": "auto"}
-
-    def responses_events(self, answer: Answer) -> Iterator[dict[str, Any]]:
-        """The SSE events of a streamed response (each has its `type`), in the API's order."""
-        seq = iter(range(1_000_000))
-        yield {"type": "response.created", "sequence_number": next(seq),
-               "response": self.response_object(answer, "in_progress")}
-        yield {"type": "response.in_progress", "sequence_number": next(seq),
-               "response": self.response_object(answer, "in_progress")}
-        for index, item in enumerate(self._response_items(answer)):
-            if item["type"] == "message":
-                yield {"type": "response.output_item.added", "sequence_number": next(seq), "output_index": index,
-                       "item": dict(item, status="in_progress", content=[])}
-                part = {"type": "output_text", "text": "", "annotations": []}
-                yield {"type": "response.content_part.added", "sequence_number": next(seq), "item_id": item["id"],
-                       "output_index": index, "content_index": 0, "part": part}
-                for piece in answer.chunks:
-                    yield {"type": "response.output_text.delta", "sequence_number": next(seq),
-                           "item_id": item["id"], "output_index": index, "content_index": 0, "delta": piece,
-                           "logprobs": []}
-                yield {"type": "response.output_text.done", "sequence_number": next(seq), "item_id": item["id"],
-                       "output_index": index, "content_index": 0, "text": answer.text, "logprobs": []}
-                yield {"type": "response.content_part.done", "sequence_number": next(seq), "item_id": item["id"],
-                       "output_index": index, "content_index": 0, "part": dict(part, text=answer.text)}
-            else:
-                yield {"type": "response.output_item.added", "sequence_number": next(seq), "output_index": index,
-                       "item": dict(item, status="in_progress", arguments="")}
-                for piece in _json_chunks(item["arguments"]):
-                    yield {"type": "response.function_call_arguments.delta", "sequence_number": next(seq),
-                           "item_id": item["id"], "output_index": index, "delta": piece}
-                yield {"type": "response.function_call_arguments.done", "sequence_number": next(seq),
-                       "item_id": item["id"], "output_index": index, "arguments": item["arguments"]}
-            yield {"type": "response.output_item.done", "sequence_number": next(seq), "output_index": index,
-                   "item": item}
-        yield {"type": "response.completed", "sequence_number": next(seq), "response": self.response_object(answer)}
-
-    # -- Chat Completions ----------------------------------------------------------------------
-    @staticmethod
-    def _chat_usage(usage: dict[str, int]) -> dict[str, Any]:
-        return {"prompt_tokens": usage["input_tokens"], "completion_tokens": usage["output_tokens"],
-                "total_tokens": usage["input_tokens"] + usage["output_tokens"],
-                "prompt_tokens_details": {"cached_tokens": usage.get("cached_tokens", 0)},
-                "completion_tokens_details": {"reasoning_tokens": usage.get("reasoning_tokens", 0)}}
-
-    def chat_completion(self, answer: Answer) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": answer.text or None}
-        if answer.calls:
-            message["tool_calls"] = [{"id": c["call_id"], "type": "function",
-                                      "function": {"name": c["name"], "arguments": c["arguments"]}}
-                                     for c in answer.calls]
-        return {"id": f"chatcmpl_{answer.id}", "object": "chat.completion", "created": int(time.time()),
-                "model": answer.model, "choices": [{"index": 0, "message": message, "logprobs": None,
-                                                    "finish_reason": "tool_calls" if answer.calls else "stop"}],
-                "usage": self._chat_usage(answer.usage)}
-
-    def chat_chunks(self, answer: Answer, include_usage: bool) -> Iterator[dict[str, Any]]:
-        """The `chat.completion.chunk`s of a streamed completion, in the API's order."""
-        head = {"id": f"chatcmpl_{answer.id}", "object": "chat.completion.chunk", "created": int(time.time()),
-                "model": answer.model}
-
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            return dict(head, choices=[{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
-
-        yield chunk({"role": "assistant", "content": ""})
-        for piece in answer.chunks if answer.text else []:
-            yield chunk({"content": piece})
-        for i, call in enumerate(answer.calls):
-            yield chunk({"tool_calls": [{"index": i, "id": call["call_id"], "type": "function",
-                                         "function": {"name": call["name"], "arguments": ""}}]})
-            for piece in _json_chunks(call["arguments"]):
-                yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
-        yield chunk({}, "tool_calls" if answer.calls else "stop")
-        if include_usage:
-            yield dict(head, choices=[], usage=self._chat_usage(answer.usage))
-
-    @staticmethod
-    def error_body(status: int, message: str | None = None, error_type: str | None = None,
-                   code: str | None = None) -> dict[str, Any]:
-        return {"error": {"message": message or f"error {status}", "type": error_type or ERROR_TYPES.get(
-            status, "server_error"), "param": None, "code": code}}
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    timeout = 30  # an idle keep-alive connection ends its thread after this
-    fake: FakeOpenAI
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet in tests
-        pass
-
-    def _read_json(self) -> dict[str, Any]:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            value = json.loads(raw or b"{}")
-        except ValueError:
-            return {"_invalid_json": raw.decode("utf-8", "replace")}
-        return value if isinstance(value, dict) else {"_body": value}
-
-    def _send_json(self, status: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-        self.wfile.flush()
-
-    def _chunk(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.flush()
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        path = self.path.split("?", 1)[0]
-        if path == "/_fake/requests":
-            with self.fake._lock:
-                data = [{"path": r.path, "body": r.body} for r in self.fake.requests]
-            self._send_json(200, {"requests": data})
-        elif path == "/_fake/health":
-            self._send_json(200, {"ok": True})
-        elif path == "/v1/models":
-            with self.fake._lock:
-                names = sorted(m for m in self.fake._scripts if m != "*")
-            self._send_json(200, {"object": "list", "data": [
-                {"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in names]})
-        else:
-            self._send_json(404, FakeOpenAI.error_body(404, "not found"))
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        path = self.path.split("?", 1)[0]
-        body = self._read_json()
-        try:
-            if path in (RESPONSES, CHAT):
-                self.fake._record(path, dict(self.headers.items()), body)
-                self._model_call(path, body)
-            elif path.startswith("/_fake/"):
-                self._control(path, body)
-            else:
-                self._send_json(404, FakeOpenAI.error_body(404, "not found"))
-        except (BrokenPipeError, ConnectionResetError):  # the client went away mid-answer
-            self.close_connection = True
-
-    def _control(self, path: str, body: dict[str, Any]) -> None:
-        fake = self.fake
-        if path == "/_fake/script":
-            fake.script(body.get("model") or "*", list(body.get("responses") or []))
-        elif path == "/_fake/fail_next":
-            fake.fail_next(int(body.get("status", 500)), body.get("n", 1), body.get("model"), body.get("message"))
-        elif path == "/_fake/reset":
-            fake.reset()
-        else:
-            self._send_json(404, FakeOpenAI.error_body(404, "not found"))
-            return
-        self._send_json(200, {"ok": True})
-
-    def _model_call(self, path: str, body: dict[str, Any]) -> None:
-        fake = self.fake
-        model = str(body.get("model", ""))
-        wanted = "input" if path == RESPONSES else "messages"
-        if not model or wanted not in body:
-            self._send_json(400, FakeOpenAI.error_body(400, f"model and {wanted} are required"))
-            return
-        failure = fake._take_failure(model)
-        if failure is not None:
-            self._send_json(failure.status, FakeOpenAI.error_body(failure.status, failure.message))
-            return
-        spec = fake._take_spec(body, path)
-        if spec.get("delay_s"):
-            time.sleep(float(spec["delay_s"]))
-        error = spec.get("error")
-        if error:
-            status = int(error.get("status", 500))
-            self._send_json(status, FakeOpenAI.error_body(status, error.get("message"), error.get("type"),
-                                                          error.get("code")))
-            return
-        answer = fake.answer(body, spec)
-        if not body.get("stream"):
-            self._send_json(200, fake.response_object(answer) if path == RESPONSES else fake.chat_completion(answer))
-            return
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("transfer-encoding", "chunked")
-        self.end_headers()
-        if path == RESPONSES:
-            for event in fake.responses_events(answer):
-                if answer.chunk_delay_s and event["type"] == "response.output_text.delta":
-                    time.sleep(answer.chunk_delay_s)
-                self._chunk(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
-        else:
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            for chunk in fake.chat_chunks(answer, include_usage):
-                if answer.chunk_delay_s:
-                    time.sleep(answer.chunk_delay_s)
-                self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
-            self._chunk(b"data: [DONE]\n\n")
-        self._chunk(b"")
 
 
 # -- pytest and command line ---------------------------------------------------------------
