@@ -16,7 +16,7 @@ from faststream.specification import AsyncAPI
 from loopwire.shared.contract.events import EVENT_MODELS
 from loopwire.shared.contract.protocol import (
     Abort,
-    Decision,
+    ApprovalDecision,
     FollowUp,
     SessionGetRequest,
     SessionsListRequest,
@@ -34,7 +34,7 @@ def build_spec_broker() -> NatsBroker:
         ("message", FollowUp, "Follow-up: taken at the next outer boundary, or starts a new run."),
         ("steer", FollowUp, "Priority message applied at the next boundary."),
         ("abort", Abort, "End the current run with status aborted."),
-        ("decision", Decision, "Answer an approval.requested checkpoint."),
+        ("decision", ApprovalDecision, "Answer an approval.requested checkpoint."),
     ]
     for verb, model, description in ingress:
         _document_subscriber(broker, f"{PREFIX}.in.{{sid}}.{verb}", model,

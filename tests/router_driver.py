@@ -11,8 +11,7 @@ from loopwire.router.core import CoreConfig, Decision, decide
 from loopwire.router.effects import EmitEvent, PublishNotice, PublishWork
 from loopwire.router.state import RunState, SessionState
 from loopwire.shared.contract.envelopes import GenerationResult, StepError, ToolResultItem, ToolsResult, Usage
-from loopwire.shared.contract.protocol import Abort, FollowUp, StartRun
-from loopwire.shared.contract.protocol import Decision as DecisionBody
+from loopwire.shared.contract.protocol import Abort, ApprovalDecision, FollowUp, StartRun
 
 CFG = CoreConfig(default_model="m1", default_max_tokens=1000)
 
@@ -35,7 +34,7 @@ class Driver:
         self._ids = 0
 
     # -- inputs ---------------------------------------------------------------------------------
-    def apply(self, inp: i._Input) -> Decision:
+    def apply(self, inp: i.BaseInput) -> Decision:
         d = decide(self.state, inp, self.cfg)
         if d.state is not None:
             self.state = d.state
@@ -84,7 +83,7 @@ class Driver:
         return self.apply(i.SteerInput(input_id=self._in(), new_id="steered", body=FollowUp(content=content)))
 
     def decision(self, checkpoint_id: str, decision: str = "approve", note: str | None = None) -> Decision:
-        return self.apply(i.DecisionInput(input_id=self._in(), body=DecisionBody(
+        return self.apply(i.DecisionInput(input_id=self._in(), body=ApprovalDecision(
             checkpoint_id=checkpoint_id, decision=decision, note=note)))
 
     def abort(self, reason: str = "stop") -> Decision:

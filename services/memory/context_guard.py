@@ -24,7 +24,16 @@ from typing import Any
 from loopwire.shared.contract.envelopes import AssembleContext, ToolSpec, Usage
 from loopwire.shared.runtime.settings import Settings
 
-from . import compaction as c
+from .compaction import (
+    SUMMARY_SYSTEM,
+    CompactionRecord,
+    assemble,
+    boundary_candidates,
+    choose_boundary,
+    chunk_span,
+    fingerprint,
+    summary_request,
+)
 from .tokens import Count, TokenCounter
 
 log = logging.getLogger("loopwire.memory.guard")
@@ -102,7 +111,7 @@ class Context:
     """history[start:], verbatim."""
     start: int
     """1 without a compaction; the record's `covers` with one."""
-    record: c.CompactionRecord | None = None
+    record: CompactionRecord | None = None
 
 
 @dataclass
@@ -110,7 +119,7 @@ class GuardOutcome:
     messages: list[dict[str, Any]]
     tokens: int
     exact: bool
-    record: c.CompactionRecord | None = None
+    record: CompactionRecord | None = None
     """A new compaction to store (None: nothing new)."""
     event: dict[str, Any] | None = None
     """Fields of the `compaction` event, when this generation compacted."""
@@ -127,7 +136,7 @@ class ContextGuard:
 
     async def fit(self, ctx: Context, cfg: GuardConfig, step_id: str) -> GuardOutcome:
         record = ctx.record
-        messages = c.assemble(ctx.head, record.summary if record else None, ctx.start, ctx.rest)
+        messages = assemble(ctx.head, record.summary if record else None, ctx.start, ctx.rest)
         measured = await self._measure(ctx, messages, cfg)
         if not cfg.reduce and measured.tokens < cfg.threshold:
             return self._done(GuardOutcome(messages, measured.tokens, measured.exact), cfg)
@@ -141,7 +150,7 @@ class ContextGuard:
         fixed = max(0, measured.tokens - sum(tokens) - old_summary)
         tail_budget = max(0, cfg.target - fixed - cfg.summary_budget)
         keep = 1 if cfg.reduce else cfg.keep_turns
-        j = c.choose_boundary(ctx.rest, tokens, tail_budget, keep)
+        j = choose_boundary(ctx.rest, tokens, tail_budget, keep)
         if j is None:
             log.info("step %s: %d tokens (threshold %d) but nothing may be summarised", step_id,
                      measured.tokens, cfg.threshold)
@@ -150,7 +159,7 @@ class ContextGuard:
         covers = ctx.start + j
         span, tail = ctx.rest[:j], ctx.rest[j:]
         usage = Usage()
-        new_record: c.CompactionRecord | None = None
+        new_record: CompactionRecord | None = None
         try:
             summary, usage = await self._summarise(record.summary if record else None, span, tokens[:j], cfg)
         except SummaryFailed as exc:
@@ -159,14 +168,14 @@ class ContextGuard:
             usage = exc.usage
             method = "drop"
             summary_text = record.summary if record else None
-            compacted = c.assemble(ctx.head, summary_text, ctx.start, tail, dropped=j)
+            compacted = assemble(ctx.head, summary_text, ctx.start, tail, dropped=j)
         else:
             method = "summary"
             summary_text = summary
-            compacted = c.assemble(ctx.head, summary, covers, tail)
+            compacted = assemble(ctx.head, summary, covers, tail)
             last = span[-1] if span else None
-            new_record = c.CompactionRecord(covers=covers, summary=summary, step_id=step_id, usage=usage,
-                                            fingerprint=c.fingerprint(ctx.head, last, covers),
+            new_record = CompactionRecord(covers=covers, summary=summary, step_id=step_id, usage=usage,
+                                            fingerprint=fingerprint(ctx.head, last, covers),
                                             tokens_before=measured.tokens)
         after = await self.counter.count(ctx.model, ctx.system, compacted, ctx.tools)
         limit = cfg.target if cfg.reduce else cfg.threshold
@@ -201,10 +210,10 @@ class ContextGuard:
         budget = max(256, cfg.window - 2 * cfg.summary_budget - 300)
         usage = Usage()
         summary = previous
-        for i, chunk in enumerate(c.chunk_span(span, tokens, budget)):
-            request = c.summary_request(summary, chunk, cfg.summary_budget)
+        for i, chunk in enumerate(chunk_span(span, tokens, budget)):
+            request = summary_request(summary, chunk, cfg.summary_budget)
             try:
-                text, spent = await self.summarize(f"compact.{i}", c.SUMMARY_SYSTEM, request, cfg.summary_budget)
+                text, spent = await self.summarize(f"compact.{i}", SUMMARY_SYSTEM, request, cfg.summary_budget)
             except SummaryFailed as exc:
                 raise SummaryFailed(str(exc), usage + exc.usage) from exc
             usage = usage + spent
@@ -220,16 +229,16 @@ class ContextGuard:
         latest turn always kept) until the request fits `limit` (in estimated tokens)."""
         dropped = 0
         while True:
-            candidates = c.boundary_candidates(tail, keep_turns=1)
+            candidates = boundary_candidates(tail, keep_turns=1)
             if not candidates:
                 break
             j = candidates[0]
             tail = tail[j:]
             dropped += j
-            messages = c.assemble(ctx.head, summary, covers, tail, dropped=already + dropped)
+            messages = assemble(ctx.head, summary, covers, tail, dropped=already + dropped)
             if self.counter.estimate(ctx.system, messages, ctx.tools) < limit:
                 break
-        messages = c.assemble(ctx.head, summary, covers, tail, dropped=already + dropped)
+        messages = assemble(ctx.head, summary, covers, tail, dropped=already + dropped)
         return messages, await self.counter.count(ctx.model, ctx.system, messages, ctx.tools), dropped
 
     @staticmethod

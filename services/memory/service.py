@@ -30,7 +30,7 @@ from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.capabilities import Capability
 from loopwire.shared.stores.tool_catalog import CatalogCache
 
-from . import compaction as c
+from . import compaction
 from .assembly import build_generate, offered_tools, system_prompt, with_sections
 from .context_guard import Context, ContextGuard, GuardConfig, GuardOutcome
 from .exact_count import LlmExactCount
@@ -116,7 +116,7 @@ class MemoryService:
         if env.executor is not None:
             # An external agent keeps and compacts its own context (the llm service asks it
             # to): the history goes as it is, unmeasured.
-            outcome = GuardOutcome(c.assemble(context.head, None, context.start, context.rest), 0, False)
+            outcome = GuardOutcome(compaction.assemble(context.head, None, context.start, context.rest), 0, False)
         else:
             guard = ContextGuard(self.counter, self._summarizer.for_step(env))
             outcome = await guard.fit(context, cfg, env.step_id)
@@ -197,7 +197,7 @@ class MemoryService:
             else:
                 head = await sessions.history(sid, 0, 0)
                 part = await sessions.history(sid, record.covers - 1, n - 1)
-            if head and part and c.fingerprint(head[0], part[0], record.covers) == record.fingerprint:
+            if head and part and compaction.fingerprint(head[0], part[0], record.covers) == record.fingerprint:
                 return Context(model=model, system=None, tools=[], head=head[0], rest=part[1:],
                                start=record.covers, record=record)
             log.info("session %s: stored compaction does not match the history; starting over", sid)

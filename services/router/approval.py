@@ -63,7 +63,7 @@ def open_checkpoint(session: SessionState, run: RunState, kind: Literal["tool_ca
     """Pause the run on a new checkpoint; the `approval.requested` fields to emit."""
     cp = Checkpoint(id=checkpoint_id(run), kind=kind, calls=calls, ask=ask, rejected=rejected, text=text)
     run.checkpoint = cp
-    run.phase = "approval"
+    run.awaiting = "approval"
     run.pending_step = None
     run.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
     session.status = "awaiting_approval"

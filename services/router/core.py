@@ -37,12 +37,24 @@ from loopwire.shared.contract.protocol import Limits, StartRun, text_to_content
 from loopwire.shared.runtime.pricing import cost_usd, is_offline_model
 
 from . import approval, budget, loop_detection, planning, strategy_loop, subagent, technical_summary
-from . import inputs as i
 from .config import CoreConfig
 from .effects import Effect, EmitEvent, PublishNotice, PublishWork, effect_from_dict
 from .error_policy import classify_generation_failure
 from .executor_profiles import decide_permission, open_permission, settle_permission, spec_for
 from .finish import FINISH_TOOL, FINISHED_RESULT, OUT_OF_BUDGET_NOTE, finish_call, out_of_budget_conclusion
+from .inputs import (
+    AbortInput,
+    BaseInput,
+    DecisionInput,
+    GenerationInput,
+    MessageInput,
+    PermissionInput,
+    RejectedInput,
+    StartInput,
+    SteerInput,
+    ToolsInput,
+    UndeliverableInput,
+)
 from .iteration_limits import inner_limit, outer_limit
 from .next_step import (
     NextStep,
@@ -95,7 +107,7 @@ class Decision:
 class _Tx:
     """The working copy of one transition."""
 
-    def __init__(self, state: SessionState, inp: i._Input, owned: bool = False) -> None:
+    def __init__(self, state: SessionState, inp: BaseInput, owned: bool = False) -> None:
         # A working copy the transition may change freely (a JSON round trip is ~3x faster
         # than model_copy(deep=True) on this model), unless the caller hands the state over.
         self.st = state if owned else SessionState.model_validate_json(state.model_dump_json(by_alias=True))
@@ -123,7 +135,7 @@ class _Tx:
     def finish(self) -> Decision:
         st = self.st
         self._report_user_messages()
-        if not isinstance(self.inp, i.GenerationInput | i.ToolsInput):
+        if not isinstance(self.inp, GenerationInput | ToolsInput):
             st.recent_inputs = (st.recent_inputs + [self.inp.input_id])[-RECENT_INPUTS:]
         st.ingress_seq = max(st.ingress_seq, self.inp.ingress_seq)
         st.outbox = [e.model_dump(mode="json") for e in self.effects] + self._work_in_flight()
@@ -146,14 +158,14 @@ class _Tx:
     def _model_wrote(self, message: dict[str, Any]) -> bool:
         """The model's own answer has its `message` event; everything else (including an
         assistant turn the user supplied in a list `input`) is reported here."""
-        return isinstance(self.inp, i.GenerationInput) and message.get("role") == "assistant"
+        return isinstance(self.inp, GenerationInput) and message.get("role") == "assistant"
 
     def _report_user_messages(self) -> None:
         """A `user.message` event for every message this transition added that the model
         did not write, placed before any work goes out (and before run.ended), so the transcript alone holds the
         whole history (services/transcripts/rebuild.py)."""
         source = _USER_SOURCES.get(type(self.inp), "router")
-        reported = {r.tool_use_id for r in self.inp.result.results} if isinstance(self.inp, i.ToolsInput) else set()
+        reported = {r.tool_use_id for r in self.inp.result.results} if isinstance(self.inp, ToolsInput) else set()
         turn = self.st.run.turn if self.st.run else 0
         events = [EmitEvent(kind="user.message", key=f"user.message:{self.inp.input_id}:{n}",
                             run_id=self.st.run.run_id if self.st.run else None,
@@ -166,10 +178,10 @@ class _Tx:
         self.effects[at:at] = events
 
 
-_USER_SOURCES: dict[type, str] = {i.StartInput: "input", i.MessageInput: "follow_up", i.SteerInput: "steer"}
+_USER_SOURCES: dict[type, str] = {StartInput: "input", MessageInput: "follow_up", SteerInput: "steer"}
 
 
-def decide(state: SessionState, inp: i._Input, cfg: CoreConfig = CoreConfig(), owned: bool = False) -> Decision:
+def decide(state: SessionState, inp: BaseInput, cfg: CoreConfig = CoreConfig(), owned: bool = False) -> Decision:
     """The next state and the effects for `inp`. `state` is left as it was, unless the
     caller hands it over with `owned=True` (it was made for this call and is not used
     after it; the shell does that to save a copy per input)."""
@@ -184,7 +196,7 @@ def decide(state: SessionState, inp: i._Input, cfg: CoreConfig = CoreConfig(), o
         return _replay(state)  # the latest input again: its effects may not have gone out
     if inp.input_id in state.recent_inputs:
         return _replay(state) if inp.recover else Decision(state=None)
-    if isinstance(inp, i.RejectedInput):
+    if isinstance(inp, RejectedInput):
         return _settled(state, inp, _reject(state, inp, inp.code, inp.message))
     # An ingress input keeps `state` intact: if it is refused, _settled starts from it.
     tx = _Tx(state, inp, owned and not inp.ingress_seq)
@@ -197,7 +209,7 @@ def decide(state: SessionState, inp: i._Input, cfg: CoreConfig = CoreConfig(), o
     return _settled(state, inp, handled)
 
 
-def _settled(state: SessionState, inp: i._Input, decision: Decision) -> Decision:
+def _settled(state: SessionState, inp: BaseInput, decision: Decision) -> Decision:
     """An ingress input refused on a session that exists (`session_busy`, `no_active_run`,
     ...) still moves the session's ingress position past it, with its `error` as the
     outbox: decided once, it is never decided again (by then the answer could differ).
@@ -225,7 +237,7 @@ def _replay(state: SessionState) -> Decision:
     return Decision(state=None, effects=[effect_from_dict(e) for e in state.outbox], replay=True)
 
 
-def _reject(state: SessionState, inp: i._Input, code: str, message: str) -> Decision:
+def _reject(state: SessionState, inp: BaseInput, code: str, message: str) -> Decision:
     """An `error` event on the session and nothing else: no state is created or changed."""
     run_id = state.run.run_id if state.run else None
     return Decision(state=None, effects=[EmitEvent(kind="error", key=f"error:{inp.input_id}", run_id=run_id,
@@ -233,7 +245,7 @@ def _reject(state: SessionState, inp: i._Input, code: str, message: str) -> Deci
 
 
 # -- ingress ------------------------------------------------------------------------------
-def _on_start(tx: _Tx, inp: i.StartInput, cfg: CoreConfig) -> Decision:
+def _on_start(tx: _Tx, inp: StartInput, cfg: CoreConfig) -> Decision:
     body = inp.body
     profile = get_profile(body.profile)
     if not profile.implemented:
@@ -263,7 +275,7 @@ def _on_start(tx: _Tx, inp: i.StartInput, cfg: CoreConfig) -> Decision:
     return _start_run(tx, config, messages, run_id=inp.new_id, cfg=cfg, plan=body.plan, workspace=inp.workspace)
 
 
-def _on_message(tx: _Tx, inp: i.MessageInput, cfg: CoreConfig) -> Decision:
+def _on_message(tx: _Tx, inp: MessageInput, cfg: CoreConfig) -> Decision:
     """A follow-up: starts a run on an idle session, else waits for the outer boundary."""
     user = {"role": "user", "content": text_to_content(inp.body.content)}
     if tx.st.status == "idle":
@@ -273,7 +285,7 @@ def _on_message(tx: _Tx, inp: i.MessageInput, cfg: CoreConfig) -> Decision:
     return tx.finish()
 
 
-def _on_steer(tx: _Tx, inp: i.SteerInput, cfg: CoreConfig) -> Decision:
+def _on_steer(tx: _Tx, inp: SteerInput, cfg: CoreConfig) -> Decision:
     """Steering applies now, even mid-step: the in-flight generation is abandoned (its
     text is retracted) or the in-flight tool calls are (each gets a "cancelled by
     steering" result, so the history stays valid); the services doing that work get a
@@ -286,11 +298,11 @@ def _on_steer(tx: _Tx, inp: i.SteerInput, cfg: CoreConfig) -> Decision:
         config = st.last_config or _run_config(StartRun(input="-"), cfg)
         return _start_run(tx, config, [user], run_id=inp.new_id, cfg=cfg)
     content = list(user["content"])
-    if run.phase in ("tools", "approval") and run.pending_calls:
+    if run.awaiting in ("tools", "approval") and run.pending_calls:
         content = _batch_results(run, run.pending_calls, STEERED_TOOL) + content
         run.pending_calls = []
         run.answered = []
-    elif run.phase == "generate" and run.pending_step is not None:
+    elif run.awaiting == "generate" and run.pending_step is not None:
         tx.emit("retracted", f"retracted:{run.pending_step}:steer", run.run_id, turn=run.turn + 1,
                 reason=STEERED_GENERATION)
     if run.checkpoint is not None:  # a steer withdraws the open checkpoint
@@ -304,7 +316,7 @@ def _on_steer(tx: _Tx, inp: i.SteerInput, cfg: CoreConfig) -> Decision:
     return tx.finish()
 
 
-def _on_abort(tx: _Tx, inp: i.AbortInput, cfg: CoreConfig) -> Decision:
+def _on_abort(tx: _Tx, inp: AbortInput, cfg: CoreConfig) -> Decision:
     run = tx.st.run
     if run is None:
         return _reject(tx.st, inp, "no_active_run", f"session {tx.st.session_id} has no active run to abort")
@@ -313,7 +325,7 @@ def _on_abort(tx: _Tx, inp: i.AbortInput, cfg: CoreConfig) -> Decision:
     return tx.finish()
 
 
-def _on_decision(tx: _Tx, inp: i.DecisionInput, cfg: CoreConfig) -> Decision:
+def _on_decision(tx: _Tx, inp: DecisionInput, cfg: CoreConfig) -> Decision:
     """The answer to the open checkpoint (approval.py): the run goes on from the stored
     checkpoint, with no new model call."""
     body = inp.body
@@ -346,7 +358,7 @@ def _on_decision(tx: _Tx, inp: i.DecisionInput, cfg: CoreConfig) -> Decision:
     return tx.finish()
 
 
-def _on_permission(tx: _Tx, inp: i.PermissionInput, cfg: CoreConfig) -> Decision:
+def _on_permission(tx: _Tx, inp: PermissionInput, cfg: CoreConfig) -> Decision:
     """An external agent asks before running an `approve` tool, its step in flight."""
     run = tx.st.run
     if run is None or run.pending_step != inp.request.step_id:
@@ -358,7 +370,7 @@ def _on_permission(tx: _Tx, inp: i.PermissionInput, cfg: CoreConfig) -> Decision
     return tx.finish()
 
 
-def _on_undeliverable(tx: _Tx, inp: i.UndeliverableInput, cfg: CoreConfig) -> Decision | None:
+def _on_undeliverable(tx: _Tx, inp: UndeliverableInput, cfg: CoreConfig) -> Decision | None:
     """Work that will not be done: the run it belongs to ends `failed` (its best answer so
     far, dangling tool calls answered), the session is idle and takes new input (queued
     follow-ups start the next run). Work of a run that already ended only leaves the error."""
@@ -379,7 +391,7 @@ UNDELIVERABLE = "undeliverable"
 
 
 # -- step results -------------------------------------------------------------------------
-def _on_generation(tx: _Tx, inp: i.GenerationInput, cfg: CoreConfig) -> Decision | None:
+def _on_generation(tx: _Tx, inp: GenerationInput, cfg: CoreConfig) -> Decision | None:
     result: GenerationResult = inp.result
     run = tx.st.run
     if run is None or run.pending_step != result.step_id:
@@ -485,11 +497,11 @@ def _on_failed_generation(tx: _Tx, run: RunState, result: GenerationResult, cfg:
     _request_generation(tx, run)
 
 
-def _result_events(inp: i._Input) -> list[Effect]:
+def _result_events(inp: BaseInput) -> list[Effect]:
     """The `tool.result` events (each followed by `tools.progress`, as the tools service
     emits them) of a step whose tools service left them to the router
     (`ToolsResult.results_reported`: a single call), first among the transition's effects."""
-    if not isinstance(inp, i.ToolsInput) or inp.result.results_reported:
+    if not isinstance(inp, ToolsInput) or inp.result.results_reported:
         return []
     r = inp.result
     out: list[Effect] = []
@@ -502,7 +514,7 @@ def _result_events(inp: i._Input) -> list[Effect]:
     return out
 
 
-def _on_tools(tx: _Tx, inp: i.ToolsInput, cfg: CoreConfig) -> Decision | None:
+def _on_tools(tx: _Tx, inp: ToolsInput, cfg: CoreConfig) -> Decision | None:
     result: ToolsResult = inp.result
     run = tx.st.run
     if run is None or run.pending_step != result.step_id:
@@ -561,11 +573,11 @@ def _start_run(tx: _Tx, config: RunConfig, messages: list[dict[str, Any]], run_i
     # `config` (an addition) lets a session be rebuilt from its transcript with its settings.
     profile = get_profile(config.profile)
     run.profile_phase = profile.initial_phase
-    ignored = {"ignored_fields": tx.inp.ignored_fields} if isinstance(tx.inp, i.StartInput) and tx.inp.ignored_fields \
+    ignored = {"ignored_fields": tx.inp.ignored_fields} if isinstance(tx.inp, StartInput) and tx.inp.ignored_fields \
         else {}
     tx.emit("run.started", f"run.started:{run_id}", run_id, profile=config.profile,
             config=config.model_dump(mode="json"), **_lineage(config), **ignored)
-    unknown = tx.inp.unknown_tools if isinstance(tx.inp, i.StartInput) else []
+    unknown = tx.inp.unknown_tools if isinstance(tx.inp, StartInput) else []
     if unknown:
         tx.emit("warning", f"warning:{run_id}:unknown_tools", run_id, code="unknown_tools",
                 message=f"no tool named {', '.join(unknown)} is known; the run goes on without "
@@ -672,7 +684,7 @@ def _request_generation(tx: _Tx, run: RunState, notes: list[str] | None = None) 
     elif profile.snapshots_workspace and run.workspace and run.tool_calls_made == 0 and run.converging is None:
         notes.append(run.workspace)  # the WorkspaceSnapshot, while nothing has run that could change it
     offer = strategy_loop.offer(run)
-    run.phase = "generate"
+    run.awaiting = "generate"
     run.gen_seq += 1
     step_id = f"{run.run_id}:g{run.gen_seq}"
     run.pending_step = step_id
@@ -724,7 +736,7 @@ def _execute(tx: _Tx, run: RunState, calls: list[dict[str, Any]], denied: dict[s
     """execute: the batch as one ExecuteTools step; calls in `denied` never reach a
     provider (the tools service answers them with the reason); calls the core answered
     (`run.answered`) are not sent at all."""
-    run.phase = "tools"
+    run.awaiting = "tools"
     step_id = f"{run.run_id}:t{run.turn}"
     run.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
     answered = {b["tool_use_id"]: b for b in run.answered}
@@ -766,7 +778,7 @@ def _end_run(tx: _Tx, status: str, text: str | None, cfg: CoreConfig,
             conclusion=conclusion, turns=run.turn,
             usage={"input_tokens": run.usage.total_input(), "output_tokens": run.usage.output_tokens},
             cost_usd=None if run.unpriced else round(run.cost_usd, 8), **({"reason": reason} if reason else {}))
-    run.phase = "done"
+    run.awaiting = "done"
     run.pending_step = None
     run.checkpoint = None
     st.run = None
@@ -784,7 +796,7 @@ def _end_run(tx: _Tx, status: str, text: str | None, cfg: CoreConfig,
 def _close_dangling_tool_uses(tx: _Tx, run: RunState, status: str) -> None:
     """A run that ends after the model asked for tools leaves tool_use blocks without
     results; the Messages API rejects such a history, so each gets an error result."""
-    if run.phase in ("tools", "approval") and run.pending_calls:
+    if run.awaiting in ("tools", "approval") and run.pending_calls:
         calls = run.pending_calls
     else:
         calls = []
@@ -916,13 +928,13 @@ def _input_messages(body: StartRun) -> list[dict[str, Any]]:
 
 
 _HANDLERS: dict[type, Any] = {
-    i.StartInput: _on_start,
-    i.MessageInput: _on_message,
-    i.SteerInput: _on_steer,
-    i.AbortInput: _on_abort,
-    i.DecisionInput: _on_decision,
-    i.GenerationInput: _on_generation,
-    i.ToolsInput: _on_tools,
-    i.UndeliverableInput: _on_undeliverable,
-    i.PermissionInput: _on_permission,
+    StartInput: _on_start,
+    MessageInput: _on_message,
+    SteerInput: _on_steer,
+    AbortInput: _on_abort,
+    DecisionInput: _on_decision,
+    GenerationInput: _on_generation,
+    ToolsInput: _on_tools,
+    UndeliverableInput: _on_undeliverable,
+    PermissionInput: _on_permission,
 }

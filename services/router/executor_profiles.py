@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loopwire.shared.contract.envelopes import ExecutorPermission, ExecutorSpec
-from loopwire.shared.contract.protocol import Decision as DecisionBody
+from loopwire.shared.contract.protocol import ApprovalDecision
 
 from .budget import tokens_used
 from .commitment_gate import CommitmentGateStage
@@ -123,7 +123,7 @@ def open_permission(session: SessionState, run: RunState, ask: ExecutorPermissio
                             run_id=run.run_id, fields=fields)]
 
 
-def decide_permission(session: SessionState, run: RunState, cp: Checkpoint, body: DecisionBody) -> list[Effect]:
+def decide_permission(session: SessionState, run: RunState, cp: Checkpoint, body: ApprovalDecision) -> list[Effect]:
     """The `decision` on an agent's request: recorded in the run, sent to the waiting agent."""
     run.checkpoint = None
     session.status = "running"

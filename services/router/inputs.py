@@ -12,10 +12,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from loopwire.shared.contract.envelopes import ExecutorPermission, GenerationResult, ToolsResult
-from loopwire.shared.contract.protocol import Abort, Decision, FollowUp, StartRun
+from loopwire.shared.contract.protocol import Abort, ApprovalDecision, FollowUp, StartRun
 
 
-class _Input(BaseModel):
+class BaseInput(BaseModel):
     input_id: str
     new_id: str = ""
     new_trace: dict[str, str] = Field(default_factory=dict)
@@ -34,7 +34,7 @@ class _Input(BaseModel):
     the redelivery may have lost the work that outbox started."""
 
 
-class StartInput(_Input):
+class StartInput(BaseInput):
     kind: Literal["start"] = "start"
     body: StartRun
     # What the shell looked up for this start (I/O), passed in as data:
@@ -60,27 +60,27 @@ class StartInput(_Input):
     """`metadata.workspace` resolved under the roots (an external agent works in it)."""
 
 
-class MessageInput(_Input):
+class MessageInput(BaseInput):
     kind: Literal["message"] = "message"
     body: FollowUp
 
 
-class SteerInput(_Input):
+class SteerInput(BaseInput):
     kind: Literal["steer"] = "steer"
     body: FollowUp
 
 
-class AbortInput(_Input):
+class AbortInput(BaseInput):
     kind: Literal["abort"] = "abort"
     body: Abort
 
 
-class DecisionInput(_Input):
+class DecisionInput(BaseInput):
     kind: Literal["decision"] = "decision"
-    body: Decision
+    body: ApprovalDecision
 
 
-class GenerationInput(_Input):
+class GenerationInput(BaseInput):
     kind: Literal["generation"] = "generation"
     result: GenerationResult
     tool_schemas: dict[str, dict[str, Any]] | None = None
@@ -88,19 +88,19 @@ class GenerationInput(_Input):
     shell): the plan gate validates the calls against them. None: not checked here."""
 
 
-class ToolsInput(_Input):
+class ToolsInput(BaseInput):
     kind: Literal["tools"] = "tools"
     result: ToolsResult
 
 
-class PermissionInput(_Input):
+class PermissionInput(BaseInput):
     """An external agent's permission request, from its running step (executor_profiles.py)."""
 
     kind: Literal["permission"] = "permission"
     request: ExecutorPermission
 
 
-class RejectedInput(_Input):
+class RejectedInput(BaseInput):
     """Ingress that could not be decoded: it becomes an `error` event and nothing else."""
 
     kind: Literal["rejected"] = "rejected"
@@ -109,7 +109,7 @@ class RejectedInput(_Input):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
-class UndeliverableInput(_Input):
+class UndeliverableInput(BaseInput):
     """Work of a run that will not be delivered again (a dead letter: shared/runtime/dead_letters.py),
     or a run whose step made no progress for longer than the outage tolerance (the
     router's watchdog): the run ends `failed` with an `error` event `undeliverable`."""

@@ -1,7 +1,7 @@
-"""The routing table: (mode, phase, stop_reason) -> what the run does next.
+"""The routing table: (mode, awaiting, stop_reason) -> what the run does next.
 
-`mode` is `tools` when the run offers tools to the model and `chat` otherwise; `phase`
-is the run's phase when the result arrived. A stop reason the table does not know ends
+`mode` is `tools` when the run offers tools to the model and `chat` otherwise; `awaiting`
+is what the run waited for when the result arrived (`RunState.awaiting`). A stop reason the table does not know ends
 the run with what it has rather than guessing.
 """
 
@@ -31,5 +31,5 @@ ROUTES: dict[tuple[str, str, str], Route] = {
 }
 
 
-def route(mode: str, phase: str, stop_reason: str | None) -> Route:
-    return ROUTES.get((mode, phase, stop_reason or "end_turn"), "final")
+def route(mode: str, awaiting: str, stop_reason: str | None) -> Route:
+    return ROUTES.get((mode, awaiting, stop_reason or "end_turn"), "final")

@@ -48,14 +48,22 @@ from loopwire.shared.stores.event_archive import read_archive
 from loopwire.shared.stores.seq_floor import last_published_seq
 from loopwire.shared.stores.tool_catalog import CatalogCache
 
-from . import inputs as i
 from . import subagent, workspace
 from .config import CoreConfig
 from .core import Decision, decide
+from .decision_telemetry import count_approvals, count_decision, record_ended_runs
 from .effects import Effect, EmitEvent, PublishNotice
 from .ingress import check_session_id, decode_ingress
 from .ingress_order import IngressReader
-from .observe import count_approvals, count_decision, record_ended_runs
+from .inputs import (
+    BaseInput,
+    GenerationInput,
+    PermissionInput,
+    RejectedInput,
+    StartInput,
+    ToolsInput,
+    UndeliverableInput,
+)
 from .profiles import get_profile
 from .rebuild import rebuild_session
 from .state import SessionState
@@ -137,16 +145,16 @@ class RouterService:
         await self._apply_and_ack(sid, inp, msg)
 
     def _decode_ingress(self, sid: str, verb: str, seq: int, data: bytes, headers: dict[str, str] | None,
-                        backlog: bool = False) -> i._Input:
+                        backlog: bool = False) -> BaseInput:
         inp = decode_ingress(verb, data, input_id=f"in:{seq}", new_id=uuid.uuid4().hex[:16],
                              max_bytes=self.ctx.settings.max_body_bytes,
                              max_depth=self.ctx.settings.max_body_depth)
         inp.ingress_seq = seq
         inp.backlog = backlog
-        if isinstance(inp, i.RejectedInput):
+        if isinstance(inp, RejectedInput):
             if not backlog:
                 log.warning("session %s: %s rejected: %s", sid, verb, inp.message)
-        elif isinstance(inp, i.StartInput):
+        elif isinstance(inp, StartInput):
             # A tool that forwards its call's headers names its parent (subagent.py).
             parent = subagent.parent_of(inp.body.metadata, headers)
             inp.parent_session_id = parent if parent != sid else None
@@ -177,7 +185,7 @@ class RouterService:
             await self._dead_ingress(letter)
         elif letter.session_id:
             what = f"{target} (step {letter.step_id})" if letter.step_id else target
-            await self._apply_input(letter.session_id, i.UndeliverableInput(
+            await self._apply_input(letter.session_id, UndeliverableInput(
                 input_id=f"dead:{letter.stream}:{letter.stream_seq}:{letter.step_id}:{letter.subject}",
                 run_id=letter.run_id, what=what, reason=_why(letter)))
         else:
@@ -203,7 +211,7 @@ class RouterService:
                 if is_outage(exc):
                     raise  # still away: this dead letter is redelivered later
                 log.exception("session %s: %s (ingress %d) fails again; reporting it", sid, verb, letter.stream_seq)
-        await self._apply_input(sid, i.UndeliverableInput(
+        await self._apply_input(sid, UndeliverableInput(
             input_id=f"dead:in:{letter.stream_seq}", what=f"your `{verb}` (ingress {letter.stream_seq})",
             reason=_why(letter)))
 
@@ -216,11 +224,11 @@ class RouterService:
         await self._apply_input(result.session_id, _result_input(result, recover))
 
     # -- the shell --------------------------------------------------------------------------
-    async def _apply_and_ack(self, sid: str, inp: i._Input, msg: Delivery) -> None:
+    async def _apply_and_ack(self, sid: str, inp: BaseInput, msg: Delivery) -> None:
         """Applied, or raises: the handler runner settles the message (shared/runtime/chain.py)."""
         await self._apply_input(sid, inp)
 
-    async def _apply_input(self, sid: str, inp: i._Input) -> None:
+    async def _apply_input(self, sid: str, inp: BaseInput) -> None:
         # What the pure core may not draw itself: a clock reading and a trace id for a
         # run this input may start.
         inp.now_ns = time.time_ns()
@@ -228,11 +236,11 @@ class RouterService:
         await self.look_up(sid, inp)
         await self.apply(sid, inp)
 
-    async def look_up(self, sid: str, inp: i._Input) -> None:
+    async def look_up(self, sid: str, inp: BaseInput) -> None:
         """What the core needs from the outside world for this input, read here (I/O) and
         passed in as data: a start's strategy config, workspace snapshot and parent depth;
         a generation's tool schemas for the plan gate."""
-        if isinstance(inp, i.StartInput):
+        if isinstance(inp, StartInput):
             body = inp.body
             config = await self.strategies.resolve(body.strategy.actor, body.strategy.expectation)
             inp.strategy = config.model_dump(mode="json") if config is not None else None
@@ -256,7 +264,7 @@ class RouterService:
                     parent_state = SessionState.load(raw, parent)
                     config_of = parent_state.run.config if parent_state.run else parent_state.last_config
                     inp.parent_depth = config_of.subagent_depth if config_of else 0
-        elif isinstance(inp, i.GenerationInput) and inp.result.message:
+        elif isinstance(inp, GenerationInput) and inp.result.message:
             names = {b.get("name") for b in inp.result.message.get("content", []) if b.get("type") == "tool_use"}
             if names:
                 try:
@@ -286,10 +294,10 @@ class RouterService:
             return []
         return [n for n in wanted if n not in catalog]
 
-    async def apply(self, sid: str, inp: i._Input) -> Decision:
+    async def apply(self, sid: str, inp: BaseInput) -> Decision:
         async with self._locks.hold(sid):
             if inp.ingress_seq:
-                await self._apply_earlier_ingress(sid, inp.ingress_seq, rebuild=not isinstance(inp, i.RejectedInput))
+                await self._apply_earlier_ingress(sid, inp.ingress_seq, rebuild=not isinstance(inp, RejectedInput))
             return await self._apply_locked(sid, inp)
 
     async def _apply_earlier_ingress(self, sid: str, seq: int, rebuild: bool) -> None:
@@ -327,7 +335,7 @@ class RouterService:
                 self.ctx.subjects.ingress_all.removesuffix(".>"))
         return self._ingress_reader
 
-    async def _apply_locked(self, sid: str, inp: i._Input) -> Decision:
+    async def _apply_locked(self, sid: str, inp: BaseInput) -> Decision:
         use_cache = not inp.recover  # a recovery replays the stored outbox, not a cached one
         for _ in range(MAX_COMMIT_ATTEMPTS):
             cached = self._states.pop(sid) if use_cache else None
@@ -336,7 +344,7 @@ class RouterService:
             else:
                 # A refused input changes no state: it needs no rebuild of a lost one,
                 # which would cost a read of the events stream per bad body.
-                raw, version = await self._load(sid, rebuild=not isinstance(inp, i.RejectedInput))
+                raw, version = await self._load(sid, rebuild=not isinstance(inp, RejectedInput))
                 state = SessionState.load(raw, sid)
             # The state is this attempt's alone (taken out of the cache, or just loaded):
             # the core may change it in place. What the counters need of the state
@@ -467,10 +475,10 @@ def _why(letter: DeadLetter) -> str:
     return f"given up after {letter.deliveries} deliveries: {letter.reason}"
 
 
-def _result_input(result: GenerationResult | ToolsResult | ExecutorPermission, recover: bool = False) -> i._Input:
+def _result_input(result: GenerationResult | ToolsResult | ExecutorPermission, recover: bool = False) -> BaseInput:
     if isinstance(result, ExecutorPermission):
-        return i.PermissionInput(input_id=f"permission:{result.checkpoint_id}:{result.attempt}",
+        return PermissionInput(input_id=f"permission:{result.checkpoint_id}:{result.attempt}",
                                  request=result)
     if isinstance(result, GenerationResult):
-        return i.GenerationInput(input_id=result.step_id, result=result, recover=recover)
-    return i.ToolsInput(input_id=result.step_id, result=result, recover=recover)
+        return GenerationInput(input_id=result.step_id, result=result, recover=recover)
+    return ToolsInput(input_id=result.step_id, result=result, recover=recover)

@@ -50,12 +50,12 @@ class Stage(Protocol):
 
 @dataclass(frozen=True)
 class RoutingStage:
-    """The routing table on (mode, phase, stop_reason); always decides."""
+    """The routing table on (mode, awaiting, stop_reason); always decides."""
 
     name: str = "routing"
 
     def after_generation(self, turn: Turn) -> NextStep | None:
-        decision = route(turn.mode, turn.run.phase, turn.stop_reason)
+        decision = route(turn.mode, turn.run.awaiting, turn.stop_reason)
         if decision == "execute_tools" and turn.tool_calls:
             return NextStepExecuteTools(calls=turn.tool_calls)
         if decision == "run_again":

@@ -72,6 +72,8 @@ class Checkpoint(BaseModel):
 
 
 class RunState(BaseModel):
+    model_config = {"populate_by_name": True}
+
     run_id: str
     config: RunConfig
     trace: dict[str, str] = Field(default_factory=dict)
@@ -79,8 +81,10 @@ class RunState(BaseModel):
     replica that ends the run records the span itself with these ids."""
     started_ns: int = 0
     """When the run started (ns since the epoch), for the root span."""
-    phase: str = "generate"
-    """`generate` (a model call is in flight), `tools` (tool calls are in flight), `done`."""
+    awaiting: str = Field(default="generate", alias="phase")
+    """What the run waits for: `generate` (a model call is in flight), `tools` (tool calls
+    are in flight), `approval` (a human decision), `done` (nothing: the run ended). Stored
+    as `phase`, its name in documents written before the rename."""
     turn: int = 0
     """Generations completed in this run."""
     pending_step: str | None = None
@@ -141,7 +145,7 @@ class RunState(BaseModel):
     # -- profiles issue bookkeeping (schema 1, additive) --
     profile_phase: str = ""
     """The profile's phase (profiles.py transition table): `plan`/`execute`/`verify`,
-    `review`/`execute`/`done`, ...; `phase` above is the step in flight."""
+    `review`/`execute`/`done`, ...; `awaiting` above is the step in flight."""
     phase_changes: int = 0
     """`phase.changed` events emitted in this run (their dedup keys count them)."""
     checkpoint: Checkpoint | None = None

@@ -32,7 +32,7 @@ from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.stores.session_store import session_key
 
-from . import inputs as i
+from .inputs import BaseInput, UndeliverableInput
 from .state import SessionState
 
 log = logging.getLogger("loopwire.router.watchdog")
@@ -58,7 +58,7 @@ async def note_status(redis: aioredis.Redis, sid: str, running: bool) -> None:
 
 
 class Watchdog:
-    def __init__(self, redis: aioredis.Redis, apply: Callable[[str, i._Input], Awaitable[Any]],
+    def __init__(self, redis: aioredis.Redis, apply: Callable[[str, BaseInput], Awaitable[Any]],
                  load: Callable[[str], Awaitable[tuple[dict[str, Any] | None, int]]],
                  stall_after_s: float, interval_s: float | None = None) -> None:
         self._redis = redis
@@ -128,7 +128,7 @@ class Watchdog:
             return False  # nothing in flight (the router itself is between steps)
         log.error("session %s: run %s has waited %.0f s for step %s with no progress; ending it",
                   sid, run.run_id, idle_s, run.pending_step)
-        await self._apply(sid, i.UndeliverableInput(
+        await self._apply(sid, UndeliverableInput(
             input_id=f"stalled:{run.run_id}:{version}", run_id=run.run_id, step_id=run.pending_step,
             what=f"step {run.pending_step}",
             reason=f"no progress for {idle_s:.0f} s (longer than the outage tolerance)"))

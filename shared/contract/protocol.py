@@ -140,7 +140,10 @@ class Abort(_In):
     reason: str = "aborted by client"
 
 
-class Decision(_In):
+class ApprovalDecision(_In):
+    # Named `Decision` in the published schemas (docs/asyncapi.json), as before the rename.
+    model_config = ConfigDict(extra="ignore", strict=True, title="Decision")
+
     checkpoint_id: str
     decision: Literal["approve", "deny"]
     note: str | None = None
@@ -151,7 +154,7 @@ INGRESS_MODELS: dict[str, type[_In]] = {
     "message": FollowUp,
     "steer": FollowUp,
     "abort": Abort,
-    "decision": Decision,
+    "decision": ApprovalDecision,
 }
 
 

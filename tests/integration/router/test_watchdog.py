@@ -24,9 +24,9 @@ async def store_state(store: RedisSessionStore, driver: Driver, version: int) ->
 
 async def test_a_stalled_step_is_ended_and_progress_resets_the_clock(redis_client: Any) -> None:
     store = RedisSessionStore(redis_client)
-    applied: list[tuple[str, i._Input]] = []
+    applied: list[tuple[str, i.BaseInput]] = []
 
-    async def apply(sid: str, inp: i._Input) -> None:
+    async def apply(sid: str, inp: i.BaseInput) -> None:
         applied.append((sid, inp))
 
     stuck, moving, idle = Driver(sid="stuck"), Driver(sid="moving"), Driver(sid="idle")

@@ -95,8 +95,8 @@ def test_a_redelivered_decision_replays_its_outbox_and_nothing_else() -> None:
     d.answer(call("t1", "rm"))
     inp_id = "in:dup"
     from loopwire.router import inputs as i
-    from loopwire.shared.contract.protocol import Decision as DecisionBody
-    inp = i.DecisionInput(input_id=inp_id, body=DecisionBody(checkpoint_id=approval_of(d)["checkpoint_id"],
+    from loopwire.shared.contract.protocol import ApprovalDecision
+    inp = i.DecisionInput(input_id=inp_id, body=ApprovalDecision(checkpoint_id=approval_of(d)["checkpoint_id"],
                                                                decision="approve"))
     first = d.apply(inp)
     again = d.apply(inp)

@@ -11,8 +11,7 @@ from loopwire.router.core import CoreConfig, Decision, decide
 from loopwire.router.effects import EmitEvent, PublishWork
 from loopwire.router.state import SessionState
 from loopwire.shared.contract.envelopes import GenerationResult, StepError, ToolResultItem, ToolsResult, Usage
-from loopwire.shared.contract.protocol import Abort, FollowUp, StartRun
-from loopwire.shared.contract.protocol import Decision as DecisionBody
+from loopwire.shared.contract.protocol import Abort, ApprovalDecision, FollowUp, StartRun
 
 pytestmark = pytest.mark.unit
 
@@ -48,7 +47,7 @@ def work(d: Decision) -> list[PublishWork]:
     return [e for e in d.effects if isinstance(e, PublishWork)]
 
 
-def step(state: SessionState, inp: i._Input) -> tuple[SessionState, Decision]:
+def step(state: SessionState, inp: i.BaseInput) -> tuple[SessionState, Decision]:
     d = decide(state, inp, CFG)
     assert d.state is not None, f"{inp.kind} changed nothing"
     return d.state, d
@@ -108,7 +107,7 @@ def test_tool_use_dispatches_all_calls_in_one_step_in_model_order(fresh: Session
     (w,) = work(d)
     assert w.target == "tools.execute"
     assert [c["tool_use_id"] for c in w.envelope["calls"]] == ["t1", "t2"]
-    assert st.run is not None and st.run.phase == "tools" and st.run.pending_step == w.envelope["step_id"]
+    assert st.run is not None and st.run.awaiting == "tools" and st.run.pending_step == w.envelope["step_id"]
 
     st, d = step(st, tools_result(w.envelope["step_id"], [("t2", "mul", "6"), ("t1", "add", "3")]))
     (msg,) = d.append
@@ -288,7 +287,7 @@ def test_abort_without_run_is_an_error_event(fresh: SessionState) -> None:
 
 
 def test_unknown_checkpoint_decision_is_an_error_and_changes_nothing(fresh: SessionState) -> None:
-    d = decide(fresh, i.DecisionInput(input_id="in:1", body=DecisionBody(checkpoint_id="nope", decision="approve")),
+    d = decide(fresh, i.DecisionInput(input_id="in:1", body=ApprovalDecision(checkpoint_id="nope", decision="approve")),
                CFG)
     assert d.state is None and events(d)[0].fields["code"] == "unknown_checkpoint"
 

@@ -11,8 +11,8 @@ import pytest
 
 from loopwire.router import inputs as i
 from loopwire.router.core import decide
+from loopwire.router.decision_telemetry import count_decision
 from loopwire.router.effects import PublishNotice
-from loopwire.router.observe import count_decision
 from loopwire.router.service import RouterService
 from loopwire.shared.contract.protocol import StartRun
 from loopwire.shared.contract.subjects import Subjects

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loopwire.router.core import Decision
-from loopwire.router.observe import count_approvals
+from loopwire.router.decision_telemetry import count_approvals
 from loopwire.router.state import SessionState
 from loopwire.shared.observability import metrics
 

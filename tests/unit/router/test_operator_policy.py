@@ -26,7 +26,7 @@ POLICY = CoreConfig(default_model="m1", default_max_tokens=1000,
                     tool_policy={"rm": "deny", "deploy": "approve", "add": "auto"})
 
 
-def decode(verb: str, body: Any) -> i._Input:
+def decode(verb: str, body: Any) -> i.BaseInput:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     return decode_ingress(verb, data, input_id="in:1", new_id="n1", max_bytes=256 * 1024, max_depth=32)
 

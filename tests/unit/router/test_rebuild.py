@@ -154,7 +154,7 @@ class Driver:
         self.inputs = 0
         self.pending: str | None = None
 
-    def apply(self, inp: i._Input) -> None:
+    def apply(self, inp: i.BaseInput) -> None:
         d = decide(self.state, inp, CoreConfig(default_model="claude-a", default_max_tokens=100))
         assert d.state is not None
         del self.history[d.history_len_before:]

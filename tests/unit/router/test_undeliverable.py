@@ -21,7 +21,7 @@ def test_a_dead_letter_ends_its_run_failed_and_the_session_takes_a_new_start() -
     d = Driver()
     d.start()
     d.answer("Adding.", call("t1"))
-    assert d.state.status == "running" and d.run.phase == "tools"
+    assert d.state.status == "running" and d.run.awaiting == "tools"
     out = d.apply(undeliverable("run1"))
     assert d.kinds(out) == ["user.message", "error", "run.ended"]
     error = d.of("error", out)[0]

@@ -1,4 +1,5 @@
-"""What the router tells Prometheus: counters derived from a committed decision.
+"""What the router tells Prometheus and the tracer: counters and the run spans derived
+from a committed decision.
 
 The core stays pure; the shell calls `count_decision` once per applied (committed)
 decision, never for a replayed outbox, so a redelivered input is not counted twice.
