@@ -2,7 +2,8 @@
 
 The contracts (pyproject.toml, `[tool.importlinter]`) say that shared/ runs one way
 (contract <- stores <- runtime <- observability <- services), that no service imports
-another, and that the router core imports no I/O library.
+another, that the router core imports no I/O library, and that the modules of the router
+and of llm import each other without cycles.
 
 loopwire's packages do not sit in one folder: pyproject's package-dir maps
 `loopwire.shared` to shared/ and each service to services/<name>/. grimp, the graph

@@ -415,7 +415,8 @@ def _on_generation(tx: _Tx, inp: GenerationInput, cfg: CoreConfig) -> Decision |
         tx.emit("budget.warning", f"budget.warning:{run.run_id}:{warning['limit']}", run.run_id, **warning)
 
     turn = Turn(session=tx.st, run=run, message=message, stop_reason=result.stop_reason, text=text,
-                tool_calls=tool_calls, mode=_mode(run), config=cfg, step_id=result.step_id)
+                tool_calls=tool_calls, mode=_mode(run), config=cfg, step_id=result.step_id,
+                transitions=get_profile(run.config.profile).transitions)
     step = _next_step(turn)
     step = _within_limits(run, step, text, cfg)
     if isinstance(step, NextStepFinalOutput) and step.status == "completed":
@@ -606,7 +607,7 @@ def _lineage(config: RunConfig) -> dict[str, Any]:
 def _phase(tx: _Tx, run: RunState, to: str) -> None:
     """Move the run to profile phase `to` (checked against the profile's table) and emit
     `phase.changed`."""
-    _emit_spec(tx, run, change_phase(run, to), "")
+    _emit_spec(tx, run, change_phase(run, to, get_profile(run.config.profile).transitions), "")
 
 
 def _to_review(tx: _Tx, run: RunState) -> None:
@@ -717,7 +718,7 @@ def _dispatch(tx: _Tx, run: RunState, calls: list[dict[str, Any]],
     rejected, reserved = strategy_loop.validate(run, calls, schemas)
     run.answered = []
     for n, c in enumerate(reserved):
-        block, specs = planning.apply_update(tx.st, run, c)
+        block, specs = planning.apply_update(tx.st, run, c, get_profile(run.config.profile).transitions)
         run.answered.append(block)
         tx.emit("tool.result", f"tool.result:{c['id']}", run.run_id, turn=run.turn, tool_use_id=c["id"],
                 name=c["name"], is_error=bool(block.get("is_error")), content=block["content"])

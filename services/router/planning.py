@@ -34,7 +34,7 @@ from loopwire.shared.contract.envelopes import ToolSpec
 from loopwire.shared.contract.protocol import UPDATE_PLAN_TOOL
 
 from .next_step import EventSpec, NextStep, NextStepFinalOutput, NextStepRunAgain
-from .phases import change_phase
+from .phases import Transitions, change_phase
 from .stages import Turn
 from .state import RunState, SessionState
 
@@ -145,9 +145,11 @@ def record(session: SessionState, run: RunState, source: str) -> EventSpec:
     return EventSpec("plan.updated", fields)
 
 
-def apply_update(session: SessionState, run: RunState, call: dict[str, Any]) -> tuple[dict[str, Any], list[EventSpec]]:
+def apply_update(session: SessionState, run: RunState, call: dict[str, Any],
+                 transitions: Transitions) -> tuple[dict[str, Any], list[EventSpec]]:
     """An `update_plan` call, answered by the core: its tool_result block and the events
-    (plan.updated, and phase.changed when the plan was recorded or completed)."""
+    (plan.updated, and phase.changed, along the profile's `transitions`, when the plan
+    was recorded or completed)."""
     steps = parse_plan((call.get("input") or {}).get("plan"))
     if not steps:
         return ({"type": "tool_result", "tool_use_id": call["id"], "is_error": True,
@@ -156,12 +158,12 @@ def apply_update(session: SessionState, run: RunState, call: dict[str, Any]) -> 
     events: list[EventSpec] = []
     if run.profile_phase == "plan":
         run.plan_nudges = 0
-        events.append(change_phase(run, "execute"))
+        events.append(change_phase(run, "execute", transitions))
         answer = PLAN_RECORDED.format(n=len(steps))
     else:
         answer = STEPS_UPDATED.format(done=len(steps) - len(open_steps(steps)), n=len(steps))
     if run.profile_phase == "execute" and all_done(steps):
-        events.append(change_phase(run, "verify"))
+        events.append(change_phase(run, "verify", transitions))
         answer = f"{answer} {VERIFY_REQUEST}"
     events.append(record(session, run, "model"))
     return {"type": "tool_result", "tool_use_id": call["id"], "content": answer}, events
@@ -187,10 +189,10 @@ class PlanStage:
                 return NextStepRunAgain(append=[_user(OPEN_STEPS_NUDGE.format(open="; ".join(remaining)[:1000]))],
                                         reason="plan_nudge")
             return NextStepRunAgain(append=[_user(VERIFY_REQUEST)], reason="verify",
-                                    events=(change_phase(run, "verify"),))
+                                    events=(change_phase(run, "verify", turn.transitions),))
         if run.profile_phase == "verify":
             run.verification = turn.text
-            phase = change_phase(run, "done")
+            phase = change_phase(run, "done", turn.transitions)
             return NextStepFinalOutput(status="completed", text=turn.text,
                                        events=(phase, record(turn.session, run, "verification")))
         return None
@@ -206,7 +208,7 @@ class PlanStage:
             steps, source = [{"step": run.task or "Do the task.", "status": "pending"}], "fallback"
         run.plan = steps
         run.plan_nudges = 0
-        phase = change_phase(run, "execute")
+        phase = change_phase(run, "execute", turn.transitions)
         return NextStepRunAgain(append=[_user(PLAN_RECORDED.format(n=len(steps)))], reason="plan_recorded",
                                 events=(phase, record(turn.session, run, source)))
 

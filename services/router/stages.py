@@ -13,6 +13,7 @@ turn, and a good turn resets the loop ladder.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -39,6 +40,9 @@ class Turn:
     step_id: str = ""
     flags: set[str] = field(default_factory=set)
     """What the stages found wrong with this turn: `loop`, `vacuous`, `announced`."""
+    transitions: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """The profile's transition table (`Profile.transitions`), for a stage that moves the
+    run's phase (phases.change_phase)."""
 
 
 class Stage(Protocol):

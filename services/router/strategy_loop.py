@@ -29,6 +29,7 @@ from loopwire.shared.runtime.lru import LruCache
 
 from .finish import FINISH_SPEC
 from .planning import UPDATE_PLAN_SPEC
+from .profiles import get_profile
 from .state import RunState
 
 SCHEMA_PROBLEM_CHARS = 300
@@ -51,8 +52,6 @@ class Offer:
 
 def offer(run: RunState) -> Offer:
     """The tools of the run's next generation, by profile, phase and convergence."""
-    from .profiles import get_profile  # profiles imports the stages, which import this
-
     profile = get_profile(run.config.profile)
     tools = run.config.tools
     if not profile.offers_tools or tools == []:
@@ -72,8 +71,6 @@ def offer(run: RunState) -> Offer:
 
 def finish_offered(run: RunState) -> bool:
     """Whether the run's generations offer the finish tool (also its converging one)."""
-    from .profiles import get_profile
-
     profile = get_profile(run.config.profile)
     return profile.offers_finish and profile.offers_tools and run.config.tools != []
 
@@ -129,8 +126,6 @@ def validate(run: RunState, calls: list[dict[str, Any]], schemas: dict[str, dict
 def preview(run: RunState, calls: list[dict[str, Any]], rejected: dict[str, str],
             reserved: list[dict[str, Any]]) -> list[str]:
     """The ids of the calls that wait for a human decision."""
-    from .profiles import get_profile
-
     review_all = get_profile(run.config.profile).reviews_every_turn
     skip = set(rejected) | {c["id"] for c in reserved}
     return [c["id"] for c in calls if c["id"] not in skip

@@ -35,20 +35,21 @@ def test_every_allowed_move_passes_and_every_other_move_raises(name: str) -> Non
     for frm in profile.phases:
         for to in profile.phases:
             if to in TABLES[name].get(frm, set()):
-                check_transition(name, frm, to)
+                check_transition(name, profile.transitions, frm, to)
             else:
                 with pytest.raises(IllegalTransition):
-                    check_transition(name, frm, to)
+                    check_transition(name, profile.transitions, frm, to)
 
 
 def test_change_phase_moves_the_run_and_says_so() -> None:
     run = RunState(run_id="r", config=RunConfig(profile="agentic_planned", models=["m"], max_tokens=10),
                    profile_phase="plan")
-    spec = change_phase(run, "execute")
+    transitions = get_profile("agentic_planned").transitions
+    spec = change_phase(run, "execute", transitions)
     assert (spec.kind, spec.fields) == ("phase.changed", {"from": "plan", "to": "execute"})
     assert run.profile_phase == "execute" and run.phase_changes == 1
     with pytest.raises(IllegalTransition):
-        change_phase(run, "done")  # execute -> done skips verify
+        change_phase(run, "done", transitions)  # execute -> done skips verify
 
 
 def test_profile_defaults_and_limits_overrides() -> None:
