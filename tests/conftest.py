@@ -44,9 +44,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 os.environ.pop("ANTHROPIC_API_KEY", None)
 os.environ.pop("ANTHROPIC_BASE_URL", None)
-# The unit tests' placeholder model ids cost nothing, as an operator would price a model
-# of their own with LOOPWIRE_PRICES; an unpriced model (cost_usd null and a `warning`) is
-# tested on its own (tests/unit/router/test_pricing.py). Processes the tests start get their own env.
+# The tests' placeholder model ids cost nothing, as an operator would price a model of
+# their own with LOOPWIRE_PRICES (the services run in process read it through their
+# settings; the core's unit tests pass the same table in CoreConfig, tests/router_driver.py);
+# an unpriced model (cost_usd null and a `warning`) is tested on its own
+# (tests/unit/router/test_pricing.py). Processes the tests start get their own env.
 os.environ["LOOPWIRE_PRICES"] = '{"m1": {"input": 0, "output": 0}, "m2": {"input": 0, "output": 0}}'
 
 

@@ -12,8 +12,13 @@ from loopwire.router.effects import EmitEvent, PublishNotice, PublishWork
 from loopwire.router.state import RunState, SessionState
 from loopwire.shared.contract.envelopes import GenerationResult, StepError, ToolResultItem, ToolsResult, Usage
 from loopwire.shared.contract.protocol import Abort, ApprovalDecision, FollowUp, StartRun
+from loopwire.shared.runtime.pricing import price_table
 
-CFG = CoreConfig(default_model="m1", default_max_tokens=1000)
+PRICES = price_table({"m1": {"input": 0, "output": 0}, "m2": {"input": 0, "output": 0}})
+"""The built-in prices, and the unit tests' placeholder models at no cost, as an operator
+would price a model of their own with LOOPWIRE_PRICES (an unpriced model is tested on
+its own, tests/test_pricing.py)."""
+CFG = CoreConfig(default_model="m1", default_max_tokens=1000, prices=PRICES)
 
 
 def text(value: str) -> dict[str, Any]:

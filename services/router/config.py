@@ -8,9 +8,11 @@ a core made with `CoreConfig()` behaves as a deployment with no overrides.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from loopwire.shared.runtime.pricing import DEFAULT_PRICES, price_table
 from loopwire.shared.runtime.settings import Settings
 
 
@@ -38,8 +40,13 @@ class CoreConfig:
     """A child run deeper than this is refused (subagent.py)."""
     tool_policy: dict[str, str] = field(default_factory=dict)
     """LOOPWIRE_TOOL_POLICY: the floor of every run's tool permissions (tool_policy.py)."""
+    prices: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: dict(DEFAULT_PRICES))
+    """USD per million tokens by model id prefix (shared/runtime/pricing.py): the built-in
+    table, with LOOPWIRE_PRICES on top in a deployment."""
 
     @classmethod
     def from_settings(cls, settings: Any) -> CoreConfig:
-        names = [f for f in cls.__dataclass_fields__ if hasattr(settings, f)]
-        return cls(**{n: getattr(settings, n) for n in names})
+        names = [f for f in cls.__dataclass_fields__ if hasattr(settings, f) and f != "prices"]
+        # Settings' `prices` holds LOOPWIRE_PRICES alone: the core's table is the whole one.
+        return cls(**{n: getattr(settings, n) for n in names},
+                   prices=price_table(getattr(settings, "prices", {})))

@@ -34,7 +34,7 @@ from loopwire.shared.contract.envelopes import (
 )
 from loopwire.shared.contract.events import user_message_fields
 from loopwire.shared.contract.protocol import Limits, StartRun, text_to_content
-from loopwire.shared.runtime.pricing import cost_usd, is_offline_model
+from loopwire.shared.runtime.pricing import cost_at, is_offline_model, price_for
 
 from . import approval, budget, loop_detection, planning, strategy_loop, subagent, technical_summary
 from .config import CoreConfig
@@ -398,12 +398,12 @@ def _on_generation(tx: _Tx, inp: GenerationInput, cfg: CoreConfig) -> Decision |
         return None  # stale: the run ended or moved on (abort, steer) while this was in flight
     run.pending_step = None
     settle_permission(tx.st, run)
-    _account_extra(tx, run, result)
+    _account_extra(tx, run, result, cfg)
     if not result.ok or result.message is None:
         _on_failed_generation(tx, run, result, cfg)
         return tx.finish()
 
-    _account(tx, run, result)
+    _account(tx, run, result, cfg)
     message = result.message
     text = _text_of(message)
     tool_calls = [b for b in message.get("content", []) if b.get("type") == "tool_use"]
@@ -825,7 +825,7 @@ def _batch_results(run: RunState, calls: list[dict[str, Any]], why: str) -> list
     return blocks
 
 
-def _account(tx: _Tx, run: RunState, result: GenerationResult) -> None:
+def _account(tx: _Tx, run: RunState, result: GenerationResult, cfg: CoreConfig) -> None:
     """Usage is recorded once per generation, from the final message's usage (streaming
     reports cumulative usage; summing per-event figures would count tokens many times)."""
     # An external agent's step holds all its own model calls (result.turns).
@@ -833,17 +833,21 @@ def _account(tx: _Tx, run: RunState, result: GenerationResult) -> None:
     run.inner += 1
     tx.st.turns += max(1, result.turns)
     run.last_context_tokens = result.usage.total_input() + result.usage.output_tokens
-    _add_usage(tx, run, result, result.usage, "turn", reported_cost=result.cost_usd)
+    _add_usage(tx, run, result, result.usage, "turn", cfg, reported_cost=result.cost_usd)
 
 
-def _add_usage(tx: _Tx, run: RunState, result: GenerationResult, usage: Usage, count: str,
+def _add_usage(tx: _Tx, run: RunState, result: GenerationResult, usage: Usage, count: str, cfg: CoreConfig,
                model: str | None = None, reported_cost: float | None = None) -> None:
     """Add `usage` to the run's and the session's ledger (with its cost, at `model`'s price,
     by default the generation's, or as an external agent reported it) and count it."""
     run.usage = run.usage + usage
     tx.st.usage = tx.st.usage + usage
     model = model or result.model or run.config.models[run.model_offset]
-    cost = reported_cost if reported_cost is not None else cost_usd(model, usage)
+    if reported_cost is not None:
+        cost: float | None = reported_cost
+    else:
+        price = price_for(model, cfg.prices)
+        cost = None if price is None else cost_at(price, usage)
     if cost is None:
         _unpriced(tx, run, model)
     else:
@@ -867,11 +871,11 @@ def _unpriced(tx: _Tx, run: RunState, model: str) -> None:
                         "(LOOPWIRE_PRICES can give it one)")
 
 
-def _account_extra(tx: _Tx, run: RunState, result: GenerationResult) -> None:
+def _account_extra(tx: _Tx, run: RunState, result: GenerationResult, cfg: CoreConfig) -> None:
     """Tokens memory spent on this step besides the model call (its summaries), reported
     once with the step's result, whether the call succeeded or not."""
     if result.extra_usage is not None:
-        _add_usage(tx, run, result, result.extra_usage, "extra_usage", model=result.extra_model)
+        _add_usage(tx, run, result, result.extra_usage, "extra_usage", cfg, model=result.extra_model)
 
 
 # -- helpers ----------------------------------------------------------------------------------

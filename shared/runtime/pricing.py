@@ -14,6 +14,7 @@ with the `genai-prices` package (a maintained price list) on them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.runtime.settings import get_settings
@@ -38,13 +39,14 @@ def is_offline_model(model: str) -> bool:
     return model.startswith(OFFLINE_MODEL_PREFIX)
 
 
-def price_table() -> dict[str, dict[str, float]]:
-    """The built-in prices with LOOPWIRE_PRICES on top (a malformed value stops the
-    process at start-up, when its settings are read, not at a run's first cost)."""
-    return {**DEFAULT_PRICES, **get_settings().prices}
+def price_table(overrides: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Mapping[str, float]]:
+    """The built-in prices with `overrides` on top, by default LOOPWIRE_PRICES (a malformed
+    value stops the process at start-up, when its settings are read, not at a run's first
+    cost)."""
+    return {**DEFAULT_PRICES, **(overrides if overrides is not None else get_settings().prices)}
 
 
-def price_for(model: str, table: dict[str, dict[str, float]] | None = None) -> dict[str, float] | None:
+def price_for(model: str, table: Mapping[str, Mapping[str, float]] | None = None) -> Mapping[str, float] | None:
     table = table if table is not None else price_table()
     best = None
     for prefix in table:
@@ -53,7 +55,7 @@ def price_for(model: str, table: dict[str, dict[str, float]] | None = None) -> d
     return table[best] if best else None
 
 
-def cost_usd(model: str, usage: Usage, table: dict[str, dict[str, float]] | None = None) -> float | None:
+def cost_usd(model: str, usage: Usage, table: Mapping[str, Mapping[str, float]] | None = None) -> float | None:
     """The cost of `usage` at `model`'s price, or None when the model has no known price."""
     price = price_for(model, table)
     if price is None:
@@ -61,6 +63,11 @@ def cost_usd(model: str, usage: Usage, table: dict[str, dict[str, float]] | None
             _warned.add(model)
             log.warning("no price for model %s: its cost is unknown (cost_usd null)", model)
         return None
+    return cost_at(price, usage)
+
+
+def cost_at(price: Mapping[str, float], usage: Usage) -> float:
+    """The cost of `usage` at `price` (one entry of the table)."""
     cost = (usage.input_tokens * price.get("input", 0.0)
             + usage.output_tokens * price.get("output", 0.0)
             + usage.cache_read_input_tokens * price.get("cache_read", price.get("input", 0.0))

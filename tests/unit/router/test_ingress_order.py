@@ -13,10 +13,11 @@ from loopwire.router.core import CoreConfig, decide
 from loopwire.router.effects import PublishWork, effect_from_dict
 from loopwire.router.state import SessionState
 from loopwire.shared.contract.protocol import Abort, FollowUp, StartRun
+from tests.router_driver import PRICES
 
 pytestmark = pytest.mark.unit
 
-CFG = CoreConfig(default_model="m1", default_max_tokens=1000)
+CFG = CoreConfig(prices=PRICES, default_model="m1", default_max_tokens=1000)
 
 
 def start(seq: int, backlog: bool = False, **body: Any) -> i.StartInput:

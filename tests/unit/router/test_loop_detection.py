@@ -16,7 +16,7 @@ from loopwire.router.loop_detection import (
     similar,
     turn_signature,
 )
-from tests.router_driver import Driver, call
+from tests.router_driver import PRICES, Driver, call
 
 pytestmark = pytest.mark.unit
 
@@ -182,7 +182,7 @@ def test_a_good_turn_resets_the_ladder() -> None:
 
 
 def test_a_vacuous_answer_passed_through_does_not_reset_the_ladder() -> None:
-    d = Driver(cfg=CoreConfig(default_model="m1", vacuous_max_retries=0))
+    d = Driver(cfg=CoreConfig(prices=PRICES, default_model="m1", vacuous_max_retries=0))
     d.start(input="add 1 and 2", model={"fallbacks": ["m2"]})
     loop_to_redirect(d)
     assert d.run.loop_level == 1

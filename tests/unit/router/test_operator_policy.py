@@ -18,11 +18,11 @@ from loopwire.shared.contract.events import validate_event
 from loopwire.shared.contract.input_guard import deeper_than
 from loopwire.shared.contract.protocol import StartRun, TranscriptGetRequest
 from loopwire.transcripts.queries import parse_query
-from tests.router_driver import Driver, call
+from tests.router_driver import PRICES, Driver, call
 
 pytestmark = pytest.mark.unit
 
-POLICY = CoreConfig(default_model="m1", default_max_tokens=1000,
+POLICY = CoreConfig(prices=PRICES, default_model="m1", default_max_tokens=1000,
                     tool_policy={"rm": "deny", "deploy": "approve", "add": "auto"})
 
 

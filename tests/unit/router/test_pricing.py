@@ -85,3 +85,18 @@ def test_a_start_naming_unknown_tools_gets_a_warning_listing_them() -> None:
     assert warning["code"] == "unknown_tools" and warning["tools"] == ["nosuchtool", "nor_this"]
     assert "nosuchtool, nor_this" in warning["message"]
     assert d.kinds()[:2] == ["run.started", "warning"]
+
+
+def test_the_core_gets_its_prices_in_its_config_the_built_in_table_under_the_operators() -> None:
+    from loopwire.router.config import CoreConfig
+    from loopwire.shared.runtime.settings import Settings
+
+    own = {"my-model": {"input": 2.0, "output": 4.0}, "claude-sonnet-4": {"input": 1.0, "output": 1.0}}
+    cfg = CoreConfig.from_settings(Settings(prices=own))
+    assert cfg.prices["my-model"] == own["my-model"] and cfg.prices["claude-sonnet-4"] == own["claude-sonnet-4"]
+    assert cfg.prices["claude-opus-4"] == DEFAULT_PRICES["claude-opus-4"]
+    assert CoreConfig().prices == DEFAULT_PRICES, "no overrides: the built-in table alone"
+    d = Driver(cfg)
+    d.start(input="hi", model={"primary": "my-model-1"})
+    d.answer("Hello.", model="my-model-1", usage=(1_000_000, 0))
+    assert d.ended()["cost_usd"] == pytest.approx(2.0) and d.of("warning") == []

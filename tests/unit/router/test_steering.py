@@ -8,7 +8,7 @@ from loopwire.router import inputs as i
 from loopwire.router.config import CoreConfig
 from loopwire.router.core import STEERED_GENERATION
 from loopwire.shared.contract.envelopes import GenerationResult
-from tests.router_driver import Driver, call
+from tests.router_driver import PRICES, Driver, call
 
 pytestmark = pytest.mark.unit
 
@@ -70,7 +70,7 @@ def test_abort_sends_a_cancel_notice_and_ends_aborted() -> None:
 
 
 def test_follow_ups_are_taken_at_the_outer_boundary_up_to_the_outer_limit() -> None:
-    d = Driver(cfg=CoreConfig(default_model="m1", max_outer_iterations=2))
+    d = Driver(cfg=CoreConfig(prices=PRICES, default_model="m1", max_outer_iterations=2))
     d.start(input="hi")
     d.message("second question")
     d.answer("Answer one.")
@@ -85,7 +85,7 @@ def test_follow_ups_are_taken_at_the_outer_boundary_up_to_the_outer_limit() -> N
 
 
 def test_inner_iterations_are_bounded_per_outer_iteration() -> None:
-    d = Driver(cfg=CoreConfig(default_model="m1", max_inner_iterations=2))
+    d = Driver(cfg=CoreConfig(prices=PRICES, default_model="m1", max_inner_iterations=2))
     d.start(input="add numbers")
     d.answer(call("t1", inp={"a": 1, "b": 1}))
     d.tools()

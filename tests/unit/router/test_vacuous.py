@@ -6,7 +6,7 @@ import pytest
 
 from loopwire.router.config import CoreConfig
 from loopwire.router.vacuous import asks_for_a_number, vacuous_problem
-from tests.router_driver import Driver, call, text
+from tests.router_driver import PRICES, Driver, call, text
 
 pytestmark = pytest.mark.unit
 
@@ -75,7 +75,7 @@ def test_a_turn_that_called_a_tool_is_exempt() -> None:
 
 
 def test_out_of_retries_the_weak_answer_is_passed_through() -> None:
-    d = Driver(cfg=CoreConfig(default_model="m1", vacuous_max_retries=1))
+    d = Driver(cfg=CoreConfig(prices=PRICES, default_model="m1", vacuous_max_retries=1))
     d.start(input="hello")
     d.answer("")
     d.answer("0")
@@ -120,7 +120,7 @@ def test_conversational_continues_a_paused_turn() -> None:
 
 
 def test_an_accepted_turn_restores_the_vacuous_allowance() -> None:
-    d = Driver(cfg=CoreConfig(default_model="m1", vacuous_max_retries=2))
+    d = Driver(cfg=CoreConfig(prices=PRICES, default_model="m1", vacuous_max_retries=2))
     d.start(input="hello")
     d.answer(".")
     d.answer("7")  # another vacuous answer (a repeat of the first would be a loop)
@@ -135,7 +135,7 @@ def test_an_accepted_turn_restores_the_vacuous_allowance() -> None:
 
 
 def test_without_an_accepted_turn_the_allowance_stays_spent() -> None:
-    d = Driver(cfg=CoreConfig(default_model="m1", vacuous_max_retries=1))
+    d = Driver(cfg=CoreConfig(prices=PRICES, default_model="m1", vacuous_max_retries=1))
     d.start(input="hello")
     d.answer(".")
     d.answer("?")  # out of retries: passed through, and a passed-through answer restores nothing
