@@ -40,7 +40,10 @@ class Driver:
 
     # -- inputs ---------------------------------------------------------------------------------
     def apply(self, inp: i.BaseInput) -> Decision:
+        before = self.state.dump_json()
         d = decide(self.state, inp, self.cfg)
+        # The shell keeps committed states and hands them in again: the core copies, never changes them.
+        assert self.state.dump_json() == before, "decide changed the state it was given"
         if d.state is not None:
             self.state = d.state
             self.history = self.history[: d.history_len_before] + list(d.append)

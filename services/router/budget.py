@@ -1,10 +1,10 @@
 """The run's token ledger and its budgets.
 
-The ledger (`core._account`) adds each generation's usage once, from the final usage the
+The ledger (`accounting.account`) adds each generation's usage once, from the final usage the
 llm service reports for the whole call: streaming reports cumulative usage, so summing the
 per-event figures would count the same tokens many times. Tokens are input (cache reads
-and writes included) plus output, summed over every call of the run; cost uses the price
-table of shared/runtime/pricing.py.
+and writes included) plus output, summed over every call of the run; cost is at the prices
+of `CoreConfig.prices` (shared/runtime/pricing.py's table, LOOPWIRE_PRICES on top).
 
 Limits come from StartRun `limits`: `max_total_tokens`, `max_cost_usd` (and `max_turns`,
 iteration_limits.py). What this module decides:

@@ -84,10 +84,10 @@ class RouterService:
         self._locks = KeyedLock()
         self._states = LruCache[str, tuple[int, SessionState]](10_000)
         """The state this replica committed last for a session, with its version: the next
-        input of the session takes it out (the core changes it in place) instead of reading
-        and parsing it again, and its commit puts the new one back. A stale one (another
-        replica moved on) is harmless: its commit fails the version check and the shell
-        reloads."""
+        input of the session takes it out instead of reading and parsing it again (the core
+        leaves the state it is given as it was), and its commit puts the new one back. A
+        stale one (another replica moved on) is harmless: its commit fails the version
+        check and the shell reloads."""
         self._catalog: CatalogCache | None = None
         """The tool catalog, for the schemas of the plan gate (reused for up to a second)."""
         self._strategies: StrategyStore | None = None
@@ -346,11 +346,8 @@ class RouterService:
                 # which would cost a read of the events stream per bad body.
                 raw, version = await self._load(sid, rebuild=not isinstance(inp, RejectedInput))
                 state = SessionState.load(raw, sid)
-            # The state is this attempt's alone (taken out of the cache, or just loaded):
-            # the core may change it in place. What the counters need of the state
-            # before the input, a shallow copy keeps.
-            before = state.model_copy()
-            decision = decide(state, inp, self.core, owned=True)
+            before = state  # the core changes nothing in it: the counters read it afterwards
+            decision = decide(state, inp, self.core)
             if cached is not None and decision.state is None:
                 # A no-op on a possibly stale copy (a result "not awaited" may be awaited
                 # in the state another replica wrote), or a replay of what may not be the

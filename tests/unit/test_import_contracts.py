@@ -8,6 +8,7 @@ core and the acyclic modules of the router and llm.
 from __future__ import annotations
 
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,20 @@ def test_the_contracts_hold() -> None:
         assert f"{name} KEPT" in result.stdout, result.stdout
     assert f"Contracts: {len(CONTRACTS)} kept, 0 broken." in result.stdout
     assert "ignored" not in result.stdout, "no contract has exceptions"
+
+
+ROUTER_SHELL = {"service", "ingress", "ingress_order", "watchdog", "decision_telemetry", "rebuild"}
+"""The router's modules that do I/O (or wire it); every other module of services/router is
+the core's and must be in the I/O-free contract."""
+
+
+def test_every_module_of_the_router_core_is_under_the_io_free_contract() -> None:
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (io_free,) = [c for c in contracts if c["name"] == "the router core imports no I/O library"]
+    modules = {p.stem for p in (ROOT / "services/router").glob("*.py") if p.stem != "__init__"}
+    covered = {m.removeprefix("loopwire.router.") for m in io_free["source_modules"]}
+    assert modules - ROUTER_SHELL == covered, (
+        f"not covered: {sorted(modules - ROUTER_SHELL - covered)}; gone: {sorted(covered - modules)}")
 
 
 def _copy_of_the_code(tmp_path: Path) -> Path:

@@ -48,7 +48,9 @@ def work(d: Decision) -> list[PublishWork]:
 
 
 def step(state: SessionState, inp: i.BaseInput) -> tuple[SessionState, Decision]:
+    before = state.dump_json()
     d = decide(state, inp, CFG)
+    assert state.dump_json() == before, "decide changed the state it was given"
     assert d.state is not None, f"{inp.kind} changed nothing"
     return d.state, d
 

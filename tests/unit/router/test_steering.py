@@ -6,7 +6,7 @@ import pytest
 
 from loopwire.router import inputs as i
 from loopwire.router.config import CoreConfig
-from loopwire.router.core import STEERED_GENERATION
+from loopwire.router.follow_ups import STEERED_GENERATION
 from loopwire.shared.contract.envelopes import GenerationResult
 from tests.router_driver import PRICES, Driver, call
 

@@ -1,0 +1,77 @@
+"""What the user says while a run runs: steering applies at once, follow-ups at the outer
+boundary.
+
+A `steer` abandons the step in flight (a generation's streamed text is retracted; the
+calls of a tool batch, or of an open checkpoint, get a "cancelled by steering" result,
+so the history stays valid), tells the services doing that work to stop (a `cancel`
+notice) and joins the history; the core then asks for a new generation. A `message`
+while a run runs is queued and taken at the outer boundary: when the model ends its
+answer, the queued messages join the history as one user message and the same run goes
+on (`take_at_outer_boundary`), instead of a new run starting. Follow-ups that arrive too
+late for it start the next run (run_lifecycle.end_run). `SessionState.steering` only
+holds steering kept by state written before steering applied at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import approval, loop_detection
+from .effects import PublishNotice
+from .history_repair import batch_results
+from .progress_injection import truncate
+from .stages import user_text
+from .state import RunState, SessionState
+from .transition import Transition
+
+STEERED_GENERATION = "steered: the answer in progress is void"
+STEERED_TOOL = "Cancelled by steering: the user sent a new instruction before this call finished."
+PROMPT_CHARS = 2000
+"""How much of a user request the run keeps as its task and its last prompt."""
+
+
+def drain_steering(st: SessionState) -> list[dict[str, Any]]:
+    """Steering messages kept by state written before steering applied at once."""
+    blocks = [b for m in st.steering for b in m["content"]]
+    st.steering = []
+    return blocks
+
+
+def drain_queued(st: SessionState) -> list[dict[str, Any]]:
+    blocks = [b for m in st.queued for b in m["content"]]
+    st.queued = []
+    return blocks
+
+
+def steer(tx: Transition, run: RunState, content: list[dict[str, Any]]) -> None:
+    """A steer with `content` on a running run: the step in flight is abandoned, the
+    message joins the history (the abandoned calls' results first) and the loop window
+    starts afresh (the caller asks for the next generation). The abandoned step's late
+    result no longer matches `pending_step` and is ignored."""
+    message = list(content)
+    if run.awaiting in ("tools", "approval") and run.pending_calls:
+        message = batch_results(run, run.pending_calls, STEERED_TOOL) + message
+        run.pending_calls = []
+        run.answered = []
+    elif run.awaiting == "generate" and run.pending_step is not None:
+        tx.emit("retracted", f"retracted:{run.pending_step}:steer", run.run_id, turn=run.turn + 1,
+                reason=STEERED_GENERATION)
+    if run.checkpoint is not None:  # a steer withdraws the open checkpoint
+        approval.close(tx.st, run)  # turn_by_turn stays in review: the next reply is reviewed
+    tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))
+    tx.add_message({"role": "user", "content": message})
+    run.last_prompt = truncate(user_text(content), PROMPT_CHARS)
+    loop_detection.clear(run)
+    tx.count("steer")
+
+
+def take_at_outer_boundary(tx: Transition, run: RunState) -> None:
+    """The outer boundary: follow-ups that arrived during the run are taken now, with the
+    full history, instead of ending and starting a new run (the caller asks for the next
+    generation)."""
+    content = drain_steering(tx.st) + drain_queued(tx.st)
+    tx.add_message({"role": "user", "content": content}, source="follow_up")
+    run.outer += 1
+    run.inner = 0
+    run.last_prompt = truncate(user_text(content), PROMPT_CHARS)
+    loop_detection.clear(run)

@@ -1,0 +1,64 @@
+"""A run's settings, merged once at its start and kept in `RunConfig`.
+
+StartRun's fields win over the strategy config's (strategy.py, resolved by the shell by
+actor and expectation), which win over the profile's defaults (profiles.py), which win
+over the operator's defaults (`CoreConfig`). Tools only narrow: a strategy's list, then
+StartRun's. Permissions only tighten: the operator's tool policy is the floor
+(tool_policy.py). A follow-up on an idle session starts its run with the stored
+`last_config`, under the operator's policy as it is then (run_lifecycle.start_run).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loopwire.shared.contract.protocol import Limits, StartRun, text_to_content
+
+from . import subagent
+from .config import CoreConfig
+from .profiles import get_profile
+from .state import RunConfig
+from .strategy import StrategyConfig
+from .tool_policy import merge_permissions, narrow_tools
+
+
+def run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None = None,
+               depth: int = 0) -> RunConfig:
+    """The run's settings: StartRun's, over the strategy config's (strategy.py), over the
+    profile's defaults."""
+    profile = get_profile(body.profile)
+    models = [body.model.primary or cfg.default_model, *body.model.fallbacks]
+    base = strategy.limits if strategy is not None else Limits()
+    limits = {name: getattr(body.limits, name) if getattr(body.limits, name) is not None else getattr(base, name)
+              for name in Limits.model_fields}
+    return RunConfig(
+        profile=body.profile, system=strategy.system_prompt(body.system) if strategy else body.system,
+        models=models, max_tokens=body.model.max_tokens or cfg.default_max_tokens,
+        temperature=body.model.temperature, memory_model=body.model.memory or cfg.memory_model,
+        tools=narrow_tools(strategy.tools if strategy else None, body.tools),
+        tool_permissions=merge_permissions(cfg.tool_policy, strategy.tool_permissions if strategy else {},
+                                           body.tool_permissions),
+        max_turns=limits["max_turns"] or profile.max_turns,
+        max_total_tokens=limits["max_total_tokens"], max_cost_usd=limits["max_cost_usd"],
+        context_window=limits["context_window"] or 200_000,
+        compaction_at_pct=limits["compaction_at_pct"] or profile.compaction_at_pct,
+        actor=body.strategy.actor, expectation=body.strategy.expectation,
+        strategy=strategy.name if strategy else None, subagent_depth=depth, metadata=body.metadata,
+        executor_agent=body.executor.agent if body.executor else None,
+    )
+
+
+def input_messages(body: StartRun) -> list[dict[str, Any]]:
+    """StartRun `input` as history messages (a string is one user message)."""
+    if isinstance(body.input, str):
+        return [{"role": "user", "content": text_to_content(body.input)}]
+    return [{"role": m.role, "content": text_to_content(m.content)} for m in body.input]
+
+
+def lineage(config: RunConfig) -> dict[str, Any]:
+    """`run.started` of a child run names its parent (additions)."""
+    if config.subagent_depth == 0:
+        return {}
+    return {"parent_session_id": subagent.parent_of(config.metadata),
+            "parent_tool_use_id": config.metadata.get(subagent.PARENT_TOOL_USE),
+            "subagent_depth": config.subagent_depth}

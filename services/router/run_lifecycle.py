@@ -1,0 +1,107 @@
+"""A run's start and its end: `run.started` and `run.ended`, and the session around them.
+
+`start_run` makes the run (its settings under the operator's tool policy as it is now,
+its task, its profile's initial phase, a pre-built plan, the workspace snapshot) and asks
+for its first generation. `end_run` is the one way a run ends, whatever ends it: an
+`error` first when a failure ends it, never `completed` over budget, dangling tool_use
+blocks answered (history_repair.py), the best answer so far (or the technical summary of
+a run the router stopped) as its final text, the session idle again, and follow-ups that
+came too late for the last boundary starting the next run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import budget, planning, strategy_loop, technical_summary
+from .config import CoreConfig
+from .follow_ups import PROMPT_CHARS, drain_queued, drain_steering
+from .history_repair import close_dangling_tool_uses
+from .inputs import StartInput
+from .profiles import get_profile
+from .progress_injection import truncate
+from .run_config import lineage
+from .stages import user_text
+from .state import RunConfig, RunState
+from .step_requests import move_phase, request_generation
+from .tool_policy import merge_permissions
+from .transition import Transition
+from .workspace import render as render_workspace
+
+
+def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]], run_id: str,
+              cfg: CoreConfig, plan: Any = None, workspace: dict[str, Any] | None = None,
+              source: str | None = None) -> None:
+    st = tx.st
+    # The operator's policy as it is now, also over a follow-up's stored settings.
+    config = config.model_copy(update={"tool_permissions": merge_permissions(cfg.tool_policy,
+                                                                              config.tool_permissions)})
+    run = RunState(run_id=run_id, config=config, trace=tx.inp.new_trace, started_ns=tx.inp.now_ns)
+    prompts = [user_text(m["content"]) for m in messages if m["role"] == "user"]
+    run.task = truncate(prompts[-1] if prompts else "", PROMPT_CHARS)
+    run.last_prompt = run.task
+    st.run = run
+    st.status = "running"
+    st.last_config = config
+    st.runs += 1
+    for m in messages:
+        tx.add_message(m, source)
+    # `config` (an addition) lets a session be rebuilt from its transcript with its settings.
+    profile = get_profile(config.profile)
+    run.profile_phase = profile.initial_phase
+    ignored = {"ignored_fields": tx.inp.ignored_fields} if isinstance(tx.inp, StartInput) and tx.inp.ignored_fields \
+        else {}
+    tx.emit("run.started", f"run.started:{run_id}", run_id, profile=config.profile,
+            config=config.model_dump(mode="json"), **lineage(config), **ignored)
+    unknown = tx.inp.unknown_tools if isinstance(tx.inp, StartInput) else []
+    if unknown:
+        tx.emit("warning", f"warning:{run_id}:unknown_tools", run_id, code="unknown_tools",
+                message=f"no tool named {', '.join(unknown)} is known; the run goes on without "
+                        f"{'it' if len(unknown) == 1 else 'them'}", tools=unknown)
+    if profile.snapshots_workspace:
+        run.workspace = render_workspace(workspace)
+    if profile.planned:
+        steps = planning.parse_plan(plan) if plan is not None else []
+        if steps:  # a pre-built plan skips the plan phase
+            run.plan = steps
+            move_phase(tx, run, "execute")
+            tx.emit_spec(run, planning.record(st, run, "start"), f"plan.updated:{run_id}:start")
+    request_generation(tx, run)
+
+
+def end_run(tx: Transition, status: str, text: str | None, cfg: CoreConfig,
+            error: tuple[str, str] | None = None, start_queued: bool = True,
+            reason: str | None = None, conclusion: dict[str, Any] | None = None) -> None:
+    st = tx.st
+    run = st.run
+    assert run is not None
+    if error is not None:
+        tx.emit("error", f"error:{run.run_id}:{status}", run.run_id, code=error[0], message=error[1],
+                action="terminate")
+    spent = budget.used_up(run) if status == "completed" else None
+    if spent is not None:  # never `completed` over budget, however the run got here
+        status, reason = "budget_exhausted", spent
+    close_dangling_tool_uses(tx, run, status)
+    final_text = text if text is not None and text.strip() else run.last_text
+    if conclusion is None:
+        conclusion = technical_summary.stopped_conclusion(run, status, final_text,
+                                                          strategy_loop.finish_offered(run))
+    if not final_text.strip() and conclusion is not None:
+        final_text = conclusion["summary"]  # never silently: the summary is the best answer left
+    tx.emit("run.ended", f"run.ended:{run.run_id}", run.run_id, status=status, final_text=final_text,
+            conclusion=conclusion, turns=run.turn,
+            usage={"input_tokens": run.usage.total_input(), "output_tokens": run.usage.output_tokens},
+            cost_usd=None if run.unpriced else round(run.cost_usd, 8), **({"reason": reason} if reason else {}))
+    run.awaiting = "done"
+    run.pending_step = None
+    run.checkpoint = None
+    st.run = None
+    st.status = "idle"
+    if start_queued and (st.queued or st.steering) and st.last_config is not None:
+        # Follow-ups that arrived too late for the last boundary start the next run.
+        content = drain_steering(st) + drain_queued(st)
+        start_run(tx, st.last_config, [{"role": "user", "content": content}], run_id=f"{run.run_id}.next",
+                  cfg=cfg, source="follow_up")
+    elif not start_queued:
+        st.queued.clear()
+        st.steering.clear()

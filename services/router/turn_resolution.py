@@ -1,0 +1,108 @@
+"""What a finished turn leads to: the profile's stages choose the next step, as data,
+and the core carries it out.
+
+After a generation the profile's stages run in order (profiles.py) and the first to
+answer gives the next step (next_step.py); the converging answer (the last, tool-less
+generation of a run out of budget or caught in a loop) ends the run instead. A step that
+would generate again past a limit ends the run (`within_limits`). `apply_step` turns the
+step into the transition: a tool batch to dispatch, a proposal to review, another
+generation, the converging generation, the follow-ups taken at the outer boundary, or
+the end of the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import approval, strategy_loop
+from .config import CoreConfig
+from .finish import finish_call, out_of_budget_conclusion
+from .follow_ups import take_at_outer_boundary
+from .iteration_limits import inner_limit, outer_limit
+from .next_step import (
+    NextStep,
+    NextStepConverge,
+    NextStepExecuteTools,
+    NextStepFinalOutput,
+    NextStepReview,
+    NextStepRunAgain,
+)
+from .profiles import get_profile
+from .run_lifecycle import end_run
+from .stages import Turn
+from .state import RunState
+from .step_requests import dispatch, request_generation, to_review
+from .transition import Transition
+
+
+def next_step(turn: Turn) -> NextStep:
+    """The converging answer ends the run; otherwise the profile's stages decide."""
+    run = turn.run
+    if run.converging is not None:
+        conclusion, text = None, turn.text
+        call = finish_call(turn.tool_calls) if run.converging == "budget_exhausted" else None
+        if call is not None and strategy_loop.finish_offered(run):
+            conclusion = out_of_budget_conclusion(call, turn.text, run.last_text)
+            conclusion["executed"] = [dict(e) for e in run.executed]
+            text = conclusion["summary"]
+        # Without a finish call, end_run gives the run its technical summary.
+        return NextStepFinalOutput(status=run.converging, text=text, reason=run.converge_reason,
+                                   conclusion=conclusion)
+    step: NextStep | None = None
+    for stage in get_profile(run.config.profile).stages:
+        step = stage.after_generation(turn)
+        if step is not None:
+            break
+    if not turn.flags:
+        # An accepted turn restores the remedies: the loop ladder and the vacuous-retry
+        # allowance are shared, so a long run keeps them after using them (vacuous.py).
+        run.loop_level = 0
+        run.vacuous_retries = 0
+    return step or NextStepFinalOutput(status="completed", text=turn.text)
+
+
+def within_limits(run: RunState, step: NextStep, text: str, cfg: CoreConfig) -> NextStep:
+    """A step that would generate again past a limit ends the run instead, keeping the
+    turn (a vacuous answer that would have been retried is passed through)."""
+    if isinstance(step, NextStepFinalOutput | NextStepReview):
+        return step  # a review needs no further generation: approved, it is the answer
+    limit = inner_limit(run, cfg)
+    if limit is None:
+        return step
+    if isinstance(step, NextStepConverge):
+        return NextStepFinalOutput(status=step.status, text=text, reason=step.reason, events=step.events)
+    # The step's events stay: its stage already moved the run (e.g. a phase change).
+    return NextStepFinalOutput(status="max_turns", text=text, reason=limit, events=step.events)
+
+
+def apply_step(tx: Transition, run: RunState, step: NextStep, cfg: CoreConfig,
+               schemas: dict[str, dict[str, Any]] | None = None) -> None:
+    if isinstance(step, NextStepExecuteTools):
+        dispatch(tx, run, step.calls, schemas)
+    elif isinstance(step, NextStepReview):
+        to_review(tx, run)
+        fields = approval.open_checkpoint(tx.st, run, "proposal", [], [], {}, step.text)
+        tx.emit("approval.requested", f"approval.requested:{fields['checkpoint_id']}", run.run_id, **fields)
+    elif isinstance(step, NextStepRunAgain):
+        for m in step.append:
+            tx.add_message(m)
+        if step.reason in ("vacuous_retry", "commitment_nudge"):
+            tx.count(step.reason)
+        request_generation(tx, run, notes=step.notes)
+    elif isinstance(step, NextStepConverge):
+        for m in step.append:
+            tx.add_message(m)
+        run.converging, run.converge_reason = step.status, step.reason
+        request_generation(tx, run, notes=step.notes)
+    elif step.status == "completed" and not get_profile(run.config.profile).single_generation \
+            and step.conclusion is None and run.profile_phase != "done" and (tx.st.steering or tx.st.queued):
+        limit = outer_limit(run, cfg) or ("max_turns" if run.turn >= run.config.max_turns else None)
+        if limit is not None:
+            # Follow-ups past the limit start the next run (end_run), as on an idle session.
+            end_run(tx, "max_turns", step.text, cfg, reason=limit)
+        else:
+            take_at_outer_boundary(tx, run)
+            request_generation(tx, run)
+    else:
+        end_run(tx, step.status, step.text, cfg, error=step.error, reason=step.reason,
+                conclusion=step.conclusion)
