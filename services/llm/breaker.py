@@ -1,26 +1,24 @@
-"""A circuit breaker per model, shared by every llm replica through Redis.
-
-State per model (Redis hash `lw:breaker:<model>`)::
-
-    failures     consecutive retryable failures (reset by any success)
-    open_until   0 while closed; else the time until which the model is skipped
-    probe        the token of the replica holding the half-open probe, probe_until its expiry
+"""A circuit breaker per model, shared by every llm replica through Redis, and the
+wrapper model that puts a model behind it.
 
     closed --(failures >= threshold)--> open --(cool-down over)--> half-open
     half-open: ONE caller (fleet-wide) claims the probe; others still skip the model
       probe succeeds -> closed          probe fails -> open for another cool-down
 
-Only retryable failures count (fallback.py reports those): a 400 says nothing about a
-model's health, a 529 does. Time is the caller's clock (`clock`, seconds), passed into the
-Lua scripts, so tests drive a fake clock against Redis and the in-memory store alike.
+Only retryable failures count: a 400 says nothing about a model's health, a 529 does.
+The state lives in a `BreakerStore` (breaker_store.py: a Redis hash per model, or one
+process's memory); time is the caller's clock (`clock`, seconds).
 
-fallback.py asks a synchronous `BreakerGate` before each model. The shared state is async
-(Redis), so a request gets its own `RunGate`: `await breaker.gate(models)` reads the state
-of the request's models in one go and claims the half-open probe of any model that is due
-one; `allow()` then answers from that snapshot; `record_*()` write through in background
+The shared state is async (Redis), a model's availability is asked synchronously, so a
+request gets its own `RunGate`: `await breaker.gate(models)` reads the state of the
+request's models in one go and claims the half-open probe of any model that is due one;
+`allow()` then answers from that snapshot; `record_*()` write through in background
 tasks at once (other replicas see a failure while this request still retries); and
 `await gate.close()` waits for those writes and releases probe claims the request never
-used (its primary answered before a fallback's turn came).
+used (its primary answered before a fallback's turn came). `CircuitBreakerModel` is a
+`WrapperModel` (wrapper.py) that asks the gate: the fallback chain (fallback.py) skips a
+model whose breaker is open (`Model.unavailable`, a `circuit_open` error) and the
+wrapper records each call's outcome.
 
 A healthy model costs no Redis call per request: a clean `closed` verdict (no failure
 counted) is reused in process for `CLOSED_REUSE_S`, and a success is written only when the
@@ -35,186 +33,45 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from loopwire.shared.observability import metrics
 
+from .breaker_store import (
+    CLOSED,
+    FAILING,
+    HALF_OPEN,
+    OPEN,
+    BreakerPolicy,
+    BreakerStore,
+    MemoryBreakerStore,
+    RedisBreakerStore,
+)
+from .errors import ModelCallError
+from .model import Model, ModelRequest, ModelResponse, TextCallback
+from .wrapper import WrapperModel
+
 log = logging.getLogger("loopwire.llm.breaker")
 
 Clock = Callable[[], float]
 
-CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
-FAILING = "failing"
-"""An acquire verdict: closed, with failures counted that a success must reset."""
 CLOSED_REUSE_S = 1.0
 """How long a clean `closed` verdict is reused in process without asking the store."""
-KEY_PREFIX = "lw:breaker:"
-KEY_TTL_S = 24 * 3600
-"""Breaker hashes of models nobody calls any more expire after a day."""
 
 
-@dataclass(frozen=True)
-class BreakerPolicy:
-    failure_threshold: int = 5
-    """Consecutive failures that open the breaker; 0 disables it."""
-    cooldown_s: float = 30.0
-    probe_ttl_s: float = 120.0
+class BreakerGate(Protocol):
+    """One request's view of the breakers, asked synchronously (`RunGate`)."""
+
+    def allow(self, model: str) -> bool: ...
+
+    def record_success(self, model: str) -> None: ...
+
+    def record_failure(self, model: str) -> None: ...
 
 
-class BreakerStore(Protocol):
-    """Where breaker state lives; every operation is atomic per model."""
-
-    async def acquire(self, model: str, now: float, token: str, policy: BreakerPolicy) -> str:
-        """`closed` (no failure counted), `failing` (closed, failures counted), `open`
-        (skip), or `probe` (half-open, and `token` now holds the probe)."""
-        ...
-
-    async def record(self, model: str, ok: bool, now: float, token: str, policy: BreakerPolicy) -> str:
-        """Record an outcome; returns the state after it (`closed` or `open`)."""
-        ...
-
-    async def release(self, model: str, token: str) -> None:
-        """Give back a probe claim `token` holds (no-op otherwise)."""
-        ...
-
-    async def state(self, model: str, now: float) -> str:
-        """`closed`, `open` or `half_open`, without claiming anything."""
-        ...
-
-
-# -- in memory ---------------------------------------------------------------------------------
-@dataclass
-class _Entry:
-    failures: int = 0
-    open_until: float = 0.0
-    probe: str = ""
-    probe_until: float = 0.0
-
-
-class MemoryBreakerStore:
-    """One process's breakers (tests, and a single replica without Redis)."""
-
-    def __init__(self) -> None:
-        self.entries: dict[str, _Entry] = {}
-
-    async def acquire(self, model: str, now: float, token: str, policy: BreakerPolicy) -> str:
-        e = self.entries.setdefault(model, _Entry())
-        if e.open_until == 0:
-            return FAILING if e.failures else CLOSED
-        if now < e.open_until or (e.probe and e.probe_until > now):
-            return OPEN
-        e.probe, e.probe_until = token, now + policy.probe_ttl_s
-        return "probe"
-
-    async def record(self, model: str, ok: bool, now: float, token: str, policy: BreakerPolicy) -> str:
-        e = self.entries.setdefault(model, _Entry())
-        if ok:
-            self.entries[model] = _Entry()
-            return CLOSED
-        e.failures += 1
-        if e.open_until > 0 or e.failures >= policy.failure_threshold:
-            e.open_until = now + policy.cooldown_s
-            if e.probe == token:
-                e.probe, e.probe_until = "", 0.0
-            return OPEN
-        return CLOSED
-
-    async def release(self, model: str, token: str) -> None:
-        e = self.entries.get(model)
-        if e is not None and e.probe == token:
-            e.probe, e.probe_until = "", 0.0
-
-    async def state(self, model: str, now: float) -> str:
-        e = self.entries.get(model)
-        if e is None or e.open_until == 0:
-            return CLOSED
-        return OPEN if now < e.open_until else HALF_OPEN
-
-
-# -- Redis ----------------------------------------------------------------------------------------
-_ACQUIRE = """
-local h = redis.call('HMGET', KEYS[1], 'open_until', 'probe', 'probe_until', 'failures')
-local open_until = tonumber(h[1]) or 0
-if open_until == 0 then
-  if (tonumber(h[4]) or 0) > 0 then return 'failing' end
-  return 'closed'
-end
-local now = tonumber(ARGV[1])
-if now < open_until then return 'open' end
-if h[2] and h[2] ~= '' and (tonumber(h[3]) or 0) > now then return 'open' end
-redis.call('HSET', KEYS[1], 'probe', ARGV[2], 'probe_until', tostring(now + tonumber(ARGV[3])))
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-return 'probe'
-"""
-
-_RECORD = """
-local now = tonumber(ARGV[2])
-if ARGV[1] == '1' then
-  redis.call('DEL', KEYS[1])
-  return 'closed'
-end
-local failures = redis.call('HINCRBY', KEYS[1], 'failures', 1)
-local open_until = tonumber(redis.call('HGET', KEYS[1], 'open_until')) or 0
-redis.call('EXPIRE', KEYS[1], ARGV[6])
-if open_until > 0 or failures >= tonumber(ARGV[4]) then
-  redis.call('HSET', KEYS[1], 'open_until', tostring(now + tonumber(ARGV[5])))
-  if redis.call('HGET', KEYS[1], 'probe') == ARGV[3] then
-    redis.call('HDEL', KEYS[1], 'probe', 'probe_until')
-  end
-  return 'open'
-end
-return 'closed'
-"""
-
-_RELEASE = """
-if redis.call('HGET', KEYS[1], 'probe') == ARGV[1] then
-  redis.call('HDEL', KEYS[1], 'probe', 'probe_until')
-end
-return 0
-"""
-
-
-class RedisBreakerStore:
-    """Breakers shared by every replica: one hash per model, each change one Lua call."""
-
-    def __init__(self, redis: Any, key_prefix: str = KEY_PREFIX) -> None:
-        self.redis = redis
-        self.key_prefix = key_prefix
-        self._acquire = redis.register_script(_ACQUIRE)
-        self._record = redis.register_script(_RECORD)
-        self._release = redis.register_script(_RELEASE)
-
-    def key(self, model: str) -> str:
-        return f"{self.key_prefix}{model}"
-
-    async def acquire(self, model: str, now: float, token: str, policy: BreakerPolicy) -> str:
-        out = await self._acquire(keys=[self.key(model)], args=[repr(now), token, repr(policy.probe_ttl_s), KEY_TTL_S])
-        return _text(out)
-
-    async def record(self, model: str, ok: bool, now: float, token: str, policy: BreakerPolicy) -> str:
-        out = await self._record(keys=[self.key(model)], args=["1" if ok else "0", repr(now), token,
-                                                              policy.failure_threshold, repr(policy.cooldown_s),
-                                                              KEY_TTL_S])
-        return _text(out)
-
-    async def release(self, model: str, token: str) -> None:
-        await self._release(keys=[self.key(model)], args=[token])
-
-    async def state(self, model: str, now: float) -> str:
-        raw = await self.redis.hget(self.key(model), "open_until")
-        open_until = float(_text(raw)) if raw else 0.0
-        if open_until == 0:
-            return CLOSED
-        return OPEN if now < open_until else HALF_OPEN
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-# -- the breaker and its per-request gate ----------------------------------------------------
 class CircuitBreaker:
     """The fleet-wide breaker; `await gate(models)` gives one request its BreakerGate."""
 
@@ -224,6 +81,11 @@ class CircuitBreaker:
         self.clock = clock
         self._closed_until: dict[str, float] = {}
         """model -> until when (clock) its last clean `closed` verdict is reused."""
+
+    @classmethod
+    def disabled(cls) -> CircuitBreaker:
+        """A breaker that allows every model and records nothing (failure_threshold 0)."""
+        return cls(MemoryBreakerStore(), BreakerPolicy(failure_threshold=0))
 
     @property
     def enabled(self) -> bool:
@@ -253,6 +115,15 @@ class CircuitBreaker:
             metrics.set_breaker_state(model, {"probe": HALF_OPEN, FAILING: CLOSED}.get(verdict, verdict))
         return gate
 
+    @asynccontextmanager
+    async def guarding(self, models: list[str]) -> AsyncIterator[RunGate]:
+        """The gate of one request over `models`, closed when the request is done."""
+        gate = await self.gate(models)
+        try:
+            yield gate
+        finally:
+            await gate.close()
+
     def forget(self, model: str) -> None:
         """Stop reusing `model`'s closed verdict (this process just saw it fail)."""
         self._closed_until.pop(model, None)
@@ -263,7 +134,7 @@ class CircuitBreaker:
 
 @dataclass(eq=False)
 class RunGate:
-    """The BreakerGate of one request (fallback.py's synchronous protocol)."""
+    """The BreakerGate of one request."""
 
     breaker: CircuitBreaker
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -317,6 +188,34 @@ class RunGate:
             except Exception as exc:
                 log.warning("breaker probe of %s not released (%s); it expires by itself", model, exc)
         self.probes.clear()
+
+
+class CircuitBreakerModel(WrapperModel):
+    """`wrapped` (the model `model_id`) behind one request's gate: unavailable while its
+    breaker is open, and every call's outcome recorded (a retryable failure counts, any
+    success resets the count)."""
+
+    def __init__(self, wrapped: Model, model_id: str, gate: BreakerGate) -> None:
+        super().__init__(wrapped)
+        self.model_id = model_id
+        self.gate = gate
+
+    def unavailable(self) -> ModelCallError | None:
+        if not self.gate.allow(self.model_id):
+            return ModelCallError("circuit_open", f"{self.model_id} is failing; skipped for now",
+                                  True, None, self.model_id)
+        return self.wrapped.unavailable()
+
+    async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
+        try:
+            response = await self.wrapped.generate(request, on_text)
+        except ModelCallError as err:
+            if err.retryable:
+                # A 400 says nothing about the model's health; a 529 does.
+                self.gate.record_failure(self.model_id)
+            raise
+        self.gate.record_success(self.model_id)
+        return response
 
 
 def breaker_from_settings(settings: Any, redis: Any, clock: Clock = time.time) -> CircuitBreaker:

@@ -9,8 +9,9 @@ For each model id in order::
             -> non-retryable error (400, auth, context too long): stop at once - it would
                fail the same way on every model, and hammering fallbacks helps nobody
 
-A circuit breaker shared by the process (or the fleet) can veto a model before it is
-tried, through the small `BreakerGate` protocol; the default gate allows everything.
+A model that is not available now (`Model.unavailable`: the fleet-wide circuit breaker
+open, breaker.py) is skipped without a call, its refusal the reason of the switch.
+`FallbackModel` is itself a `Model`: the chain is one model to whoever runs it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from .errors import ModelCallError
 from .model import Model, ModelRequest, ModelResponse, TextCallback
@@ -32,29 +32,6 @@ text pieces of that attempt are void (the service emits `retracted`)."""
 StartCallback = Callable[[str], Awaitable[None]]
 """Called with a model's id when the chain starts asking it (not again for its retries)."""
 Sleep = Callable[[float], Awaitable[None]]
-
-
-class BreakerGate(Protocol):
-    """Hook point for a shared circuit breaker."""
-
-    def allow(self, model: str) -> bool: ...
-
-    def record_success(self, model: str) -> None: ...
-
-    def record_failure(self, model: str) -> None: ...
-
-
-class NoBreaker:
-    """The default gate: every model is always allowed."""
-
-    def allow(self, model: str) -> bool:
-        return True
-
-    def record_success(self, model: str) -> None:
-        pass
-
-    def record_failure(self, model: str) -> None:
-        pass
 
 
 @dataclass
@@ -94,12 +71,10 @@ class FallbackModel(Model):
     name = "fallback"
 
     def __init__(self, models: list[str], factory: Callable[[str], Model], policy: RetryPolicy | None = None,
-                 breaker: BreakerGate | None = None, sleep: Sleep = asyncio.sleep,
-                 rng: random.Random | None = None) -> None:
+                 sleep: Sleep = asyncio.sleep, rng: random.Random | None = None) -> None:
         self.models = list(models)
         self.factory = factory
         self.policy = policy or RetryPolicy()
-        self.breaker: BreakerGate = breaker or NoBreaker()
         self._sleep = sleep
         self._rng = rng or random.Random()
 
@@ -123,11 +98,11 @@ class FallbackModel(Model):
                 switches.append(switch)
                 if on_switch is not None:
                     await on_switch(switch)
-            if not self.breaker.allow(model_id):
-                last_error = ModelCallError("circuit_open", f"{model_id} is failing; skipped for now",
-                                            True, None, model_id)
-                continue
             model = self.factory(model_id)
+            refusal = model.unavailable()
+            if refusal is not None:
+                last_error = refusal
+                continue
             if on_start is not None:
                 await on_start(model_id)
             for retry in range(self.policy.max_retries + 1):
@@ -145,9 +120,6 @@ class FallbackModel(Model):
                 except ModelCallError as err:
                     err.model = err.model or model_id
                     last_error = err
-                    if err.retryable:
-                        # A 400 says nothing about the model's health; a 529 does.
-                        self.breaker.record_failure(model_id)
                     if streamed and on_discard is not None:
                         await on_discard(model_id, f"{err.code}: {err.message}")
                     if not err.retryable:
@@ -156,7 +128,6 @@ class FallbackModel(Model):
                     if retry < self.policy.max_retries:
                         await self._sleep(self.policy.delay(retry, err.retry_after_s, self._rng))
                     continue
-                self.breaker.record_success(model_id)
                 return FallbackResult(response=response, fallbacks=switches, attempts=attempts)
         assert last_error is not None
         last_error.fallbacks = switches

@@ -1,9 +1,12 @@
 """The provider interface of the llm service: one request, one response, one ABC.
 
-Every backend (the Anthropic API, the scripted test model, the offline demo brain) is a
-`Model`; the fallback runner (`fallback.py`) drives any of them. Messages and content
-blocks stay in the Anthropic Messages format end to end, as plain dicts: that is the
-format of the session history, so no conversion happens on the hot path.
+Every backend (the Anthropic API, the scripted test model, the offline demo and bench
+models) is a `Model`, and so is everything that adds behaviour to a model by wrapping it
+(wrapper.py): the traces and latency metrics (instrumented_model.py), the fleet-wide
+circuit breaker (breaker.py) and the fallback chain over several models (fallback.py).
+Messages and content blocks stay in the Anthropic Messages format end to end, as plain
+dicts: that is the format of the session history, so no conversion happens on the hot
+path.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopwire.shared.contract.envelopes import ToolSpec, Usage
+
+if TYPE_CHECKING:
+    from .errors import ModelCallError
 
 TextCallback = Callable[[str], Awaitable[None]]
 """Called with each piece of assistant text as it arrives (in order)."""
@@ -74,6 +80,12 @@ class Model(ABC):
     @abstractmethod
     async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
         """Run one call; stream text pieces to `on_text` while it runs."""
+
+    def unavailable(self) -> ModelCallError | None:
+        """Why this model must not be asked now, as the error its call would end with (an
+        open circuit breaker, breaker.py), or None: the fallback chain skips such a model
+        without calling it. By default a model is always available."""
+        return None
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most models hold nothing
         """Release connections; the default holds none."""

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 from loopwire.shared.runtime.settings import Settings
 
+from .demo_model import DemoModel
 from .model import Model
-from .scripted_model import DemoModel
 
 PROVIDERS = ("anthropic", "scripted", "auto")
 

@@ -49,14 +49,15 @@ from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.blobs import resolve_messages
 from loopwire.shared.stores.step_store import renewed
 
-from .breaker import CircuitBreaker, RunGate, breaker_from_settings
+from .breaker import CircuitBreaker, CircuitBreakerModel, breaker_from_settings
 from .errors import ModelCallError
 from .executors.runner import ExecutorSteps
-from .fallback import BreakerGate, FallbackModel, RetryPolicy, Sleep
+from .fallback import FallbackModel, RetryPolicy, Sleep
 from .generation import model_chain, model_request, record_key, result_failed, result_msg_id, result_ok
+from .instrumented_model import InstrumentedModel
 from .model import Model
-from .observe import ObservedModel, count_fallback, count_step
 from .providers import build_model_factory
+from .step_metrics import count_fallback, count_step
 from .summarize import SummarizeResponder
 from .token_count import AnthropicTokenCount, TokenCountResponder, token_count_from_settings
 
@@ -70,13 +71,12 @@ class LlmService:
     name = "llm"
 
     def __init__(self, ctx: ServiceContext, model_factory: Callable[[str], Model] | None = None,
-                 breaker: BreakerGate | CircuitBreaker | None = None, sleep: Sleep = asyncio.sleep,
+                 breaker: CircuitBreaker | None = None, sleep: Sleep = asyncio.sleep,
                  token_count: AnthropicTokenCount | None = None) -> None:
         self.ctx = ctx
         self._owns_factory = model_factory is None
         self.model_factory: Callable[[str], Model] = model_factory or build_model_factory(ctx.settings)
-        self.breaker: BreakerGate | CircuitBreaker = breaker if breaker is not None \
-            else breaker_from_settings(ctx.settings, ctx.redis)
+        self.breaker = breaker if breaker is not None else breaker_from_settings(ctx.settings, ctx.redis)
         self._sleep = sleep
         s = ctx.settings
         self.policy = RetryPolicy(max_retries=s.llm_max_retries, base_delay_s=s.llm_retry_base_delay_s,
@@ -190,9 +190,6 @@ class LlmService:
                 return await self.executors.generate(env, attempt, cancel)
         default_model = self.ctx.settings.default_model
         chain = model_chain(env, default_model)
-        gate = await self.breaker.gate(chain) if isinstance(self.breaker, CircuitBreaker) else self.breaker
-        runner = FallbackModel(chain, lambda model_id: ObservedModel(self.model_factory(model_id), env),
-                               self.policy, gate, self._sleep)
         switches = 0
         discards = 0
         streamed = False
@@ -218,20 +215,23 @@ class LlmService:
                            turn=env.turn, reason=f"{model} failed mid-answer ({reason}): the partial answer is void")
 
         # A cancel notice (steer, abort) stops the model's stream: no more tokens are generated.
-        with self._inflight.track(sid, run_id) as cancel:
-            try:
-                outcome = await unless_cancelled(
-                    runner.run(model_request(env, default_model), on_text, on_switch, on_discard, on_start), cancel)
-            except StepCancelled:
-                if streamed:
-                    await bus.emit(sid, run_id, "retracted", key=f"{env.step_id}:retract:cancel",
-                                   turn=env.turn, reason=CANCELLED_REASON)
-                log.info("llm step %s cancelled", env.step_id)
-                return result_failed(env, ModelCallError("cancelled", "the generation was cancelled (steer or abort)"))
-            except ModelCallError as err:
-                log.warning("llm step %s failed: %r %s", env.step_id, err, err.message)
-                return result_failed(env, err)
-            finally:
-                if isinstance(gate, RunGate):
-                    await gate.close()
+        async with self.breaker.guarding(chain) as gate:
+            # Each model of the chain traced and behind the fleet-wide breaker (wrapper.py).
+            runner = FallbackModel(chain, lambda model_id: CircuitBreakerModel(
+                InstrumentedModel(self.model_factory(model_id), env), model_id, gate), self.policy, self._sleep)
+            with self._inflight.track(sid, run_id) as cancel:
+                try:
+                    outcome = await unless_cancelled(
+                        runner.run(model_request(env, default_model), on_text, on_switch, on_discard, on_start),
+                        cancel)
+                except StepCancelled:
+                    if streamed:
+                        await bus.emit(sid, run_id, "retracted", key=f"{env.step_id}:retract:cancel",
+                                       turn=env.turn, reason=CANCELLED_REASON)
+                    log.info("llm step %s cancelled", env.step_id)
+                    return result_failed(env, ModelCallError("cancelled",
+                                                             "the generation was cancelled (steer or abort)"))
+                except ModelCallError as err:
+                    log.warning("llm step %s failed: %r %s", env.step_id, err, err.message)
+                    return result_failed(env, err)
         return result_ok(env, outcome)

@@ -27,23 +27,24 @@ from loopwire.shared.contract import codec
 from loopwire.shared.contract.envelopes import Generate, GenerationResult
 from loopwire.shared.runtime.service_context import ServiceContext
 
-from .breaker import CircuitBreaker, RunGate
+from .breaker import CircuitBreaker, CircuitBreakerModel
 from .errors import ModelCallError
-from .fallback import BreakerGate, FallbackModel, RetryPolicy, Sleep
+from .fallback import FallbackModel, RetryPolicy, Sleep
 from .generation import model_chain, model_request, record_key, result_failed, result_ok
+from .instrumented_model import InstrumentedModel
 from .model import Model
-from .observe import ObservedModel, count_step
+from .step_metrics import count_step
 
 log = logging.getLogger("loopwire.llm.summarize")
 
 
 class SummarizeResponder:
     def __init__(self, ctx: ServiceContext, model_factory: Callable[[str], Model], policy: RetryPolicy,
-                 breaker: BreakerGate | CircuitBreaker | None, sleep: Sleep) -> None:
+                 breaker: CircuitBreaker | None, sleep: Sleep) -> None:
         self.ctx = ctx
         self.model_factory = model_factory
         self.policy = policy
-        self.breaker = breaker
+        self.breaker = breaker if breaker is not None else CircuitBreaker.disabled()
         self._sleep = sleep
         self._sub: Any = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -96,18 +97,15 @@ class SummarizeResponder:
         chain = model_chain(env, default_model)
         # The same fleet-wide breaker as the run's generations: a model that is failing
         # is not asked for summaries either.
-        gate = await self.breaker.gate(chain) if isinstance(self.breaker, CircuitBreaker) else self.breaker
-        runner = FallbackModel(chain, lambda model_id: ObservedModel(self.model_factory(model_id), env),
-                               self.policy, gate, self._sleep)
-        try:
-            outcome = await runner.run(model_request(env, default_model))
-        except ModelCallError as err:
-            log.warning("summarize %s failed: %r %s", env.step_id, err, err.message)
-            count_step("error")
-            return result_failed(env, err)  # not recorded: a later request may succeed
-        finally:
-            if isinstance(gate, RunGate):
-                await gate.close()
+        async with self.breaker.guarding(chain) as gate:
+            runner = FallbackModel(chain, lambda model_id: CircuitBreakerModel(
+                InstrumentedModel(self.model_factory(model_id), env), model_id, gate), self.policy, self._sleep)
+            try:
+                outcome = await runner.run(model_request(env, default_model))
+            except ModelCallError as err:
+                log.warning("summarize %s failed: %r %s", env.step_id, err, err.message)
+                count_step("error")
+                return result_failed(env, err)  # not recorded: a later request may succeed
         result = result_ok(env, outcome)
         standing = await self.ctx.steps.put_if_absent(record_key(env.step_id), result.model_dump(mode="json"))
         count_step("ok")

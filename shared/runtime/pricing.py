@@ -30,7 +30,8 @@ DEFAULT_PRICES: dict[str, dict[str, float]] = {
 }
 
 OFFLINE_MODEL_PREFIX = "loopwire-"
-"""Model ids of loopwire's own offline models (services/llm/scripted_model.py)."""
+"""Model ids of loopwire's own offline models (services/llm: scripted_model.py,
+demo_model.py, bench_model.py)."""
 
 _warned: set[str] = set()
 

@@ -1,24 +1,21 @@
 """The circuit breaker: closed -> open -> half-open (one probe) -> closed or open again,
 with a fake clock, against the in-memory store and the Redis store alike; and its gate in
-the fallback chain (an open primary is skipped with reason `circuit_open`)."""
+the fallback chain, each model wrapped in a CircuitBreakerModel (an open primary is skipped
+with reason `circuit_open`)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from loopwire.llm.breaker import (
-    BreakerPolicy,
-    CircuitBreaker,
-    MemoryBreakerStore,
-    RedisBreakerStore,
-    breaker_from_settings,
-)
+from loopwire.llm.breaker import BreakerGate, CircuitBreaker, CircuitBreakerModel, breaker_from_settings
+from loopwire.llm.breaker_store import BreakerPolicy, MemoryBreakerStore, RedisBreakerStore
 from loopwire.llm.errors import ModelCallError
 from loopwire.llm.fallback import FallbackModel, RetryPolicy
-from loopwire.llm.model import ModelRequest
+from loopwire.llm.model import Model, ModelRequest
 from loopwire.llm.scripted_model import ScriptedModel
 from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.settings import Settings
@@ -43,6 +40,11 @@ def store(request: pytest.FixtureRequest, redis_client: Any) -> Any:
 
 def breaker(store: Any, clock: Clock) -> CircuitBreaker:
     return CircuitBreaker(store, POLICY, clock)
+
+
+def behind(gate: BreakerGate, models: dict[str, Model]) -> Callable[[str], Model]:
+    """The fallback chain's factory: each model behind the request's gate, as the service builds it."""
+    return lambda model_id: CircuitBreakerModel(models[model_id], model_id, gate)
 
 
 async def fail(b: CircuitBreaker, model: str, n: int = 1) -> None:
@@ -137,8 +139,8 @@ async def test_an_open_primary_is_skipped_with_a_circuit_open_fallback(store: An
     await fail(b, "p", 3)
     gate = await b.gate(["p", "f"])
     primary, fallback = ScriptedModel(), ScriptedModel([{"text": "from f"}])
-    runner = FallbackModel(["p", "f"], {"p": primary, "f": fallback}.__getitem__, RetryPolicy(base_delay_s=0),
-                           gate, sleep=_no_sleep)
+    runner = FallbackModel(["p", "f"], behind(gate, {"p": primary, "f": fallback}), RetryPolicy(base_delay_s=0),
+                           sleep=_no_sleep)
     result = await runner.run(ModelRequest(model="p", messages=[{"role": "user", "content": "hi"}], max_tokens=10))
     await gate.close()
     assert primary.requests == [] and result.response.text() == "from f"
@@ -151,16 +153,16 @@ async def test_retryable_failures_in_the_chain_open_the_breaker_for_the_next_req
     b = breaker(store, clock)
     overloaded = ModelCallError("model_overloaded", "Overloaded", True, 529)
     gate = await b.gate(["p", "f"])
-    runner = FallbackModel(["p", "f"], {"p": ScriptedModel([overloaded] * 3),
-                                        "f": ScriptedModel([{"text": "ok"}])}.__getitem__,
-                           RetryPolicy(max_retries=2, base_delay_s=0), gate, sleep=_no_sleep)
+    runner = FallbackModel(["p", "f"], behind(gate, {"p": ScriptedModel([overloaded] * 3),
+                                                     "f": ScriptedModel([{"text": "ok"}])}),
+                           RetryPolicy(max_retries=2, base_delay_s=0), sleep=_no_sleep)
     await runner.run(ModelRequest(model="p", messages=[{"role": "user", "content": "hi"}], max_tokens=10))
     await gate.close()
     assert await b.state("p") == "open"
     bad = ModelCallError("bad_request", "max_tokens too large", False, 400)
     gate = await b.gate(["q"])
     with pytest.raises(ModelCallError):
-        await FallbackModel(["q"], {"q": ScriptedModel([bad])}.__getitem__, RetryPolicy(), gate,
+        await FallbackModel(["q"], behind(gate, {"q": ScriptedModel([bad])}), RetryPolicy(),
                             sleep=_no_sleep).run(ModelRequest(model="q", messages=[], max_tokens=1))
     await gate.close()
     assert await b.state("q") == "closed", "a 400 says nothing about the model's health"

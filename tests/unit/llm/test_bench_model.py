@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from loopwire.llm.bench_model import BenchModel, bench_target, count_tool_results
+from loopwire.llm.demo_model import DemoModel
 from loopwire.llm.model import ModelRequest
 from loopwire.llm.providers import build_model_factory
-from loopwire.llm.scripted_model import BenchModel, DemoModel, bench_target, count_tool_results
 from loopwire.shared.contract.envelopes import ToolSpec
 from loopwire.shared.runtime.settings import Settings
 

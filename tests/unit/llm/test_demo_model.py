@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from loopwire.llm.demo_model import DemoModel, find_expression
 from loopwire.llm.model import ModelRequest
-from loopwire.llm.scripted_model import (
-    DemoModel,
-    find_expression,
-)
 from tests.unit.llm.model_calls import CALC, Collect, req
 
 pytestmark = pytest.mark.unit

@@ -7,8 +7,9 @@ import random
 
 import pytest
 
+from loopwire.llm.breaker import CircuitBreakerModel
 from loopwire.llm.errors import ModelCallError
-from loopwire.llm.fallback import FallbackModel, NoBreaker, RetryPolicy
+from loopwire.llm.fallback import FallbackModel, RetryPolicy
 from loopwire.llm.model import Model
 from loopwire.llm.scripted_model import (
     ScriptedModel,
@@ -90,7 +91,7 @@ async def test_all_models_failing_raise_the_last_error_with_the_switches() -> No
 
 
 async def test_breaker_gate_skips_a_model_and_hears_outcomes() -> None:
-    class Gate(NoBreaker):
+    class Gate:
         def __init__(self) -> None:
             self.log: list[tuple[str, str]] = []
 
@@ -105,7 +106,8 @@ async def test_breaker_gate_skips_a_model_and_hears_outcomes() -> None:
 
     gate = Gate()
     primary = ScriptedModel()
-    runner, _ = chain({"p": primary, "f": ScriptedModel([overloaded(), {"text": "ok"}])}, breaker=gate)
+    models: dict[str, Model] = {"p": primary, "f": ScriptedModel([overloaded(), {"text": "ok"}])}
+    runner, _ = chain({m: CircuitBreakerModel(model, m, gate) for m, model in models.items()})
     result = await runner.run(req())
     assert primary.requests == []
     assert result.fallbacks[0]["reason"].startswith("circuit_open")

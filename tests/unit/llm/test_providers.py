@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from loopwire.llm.demo_model import DemoModel
 from loopwire.llm.providers import build_model_factory, provider_description, resolve_provider
-from loopwire.llm.scripted_model import (
-    DemoModel,
-)
 from loopwire.shared.runtime.settings import Settings
 
 pytestmark = pytest.mark.unit

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from loopwire.llm.demo_model import DemoModel
 from loopwire.llm.errors import ModelCallError
-from loopwire.llm.scripted_model import (
-    DemoModel,
-    ScriptedModel,
-    ScriptedResponse,
-    ScriptExhausted,
-    split_chunks,
-)
+from loopwire.llm.offline_reply import split_chunks
+from loopwire.llm.scripted_model import ScriptedModel, ScriptedResponse, ScriptExhausted
 from loopwire.shared.contract.envelopes import Usage
 from tests.unit.llm.model_calls import Collect, req
 

@@ -7,7 +7,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from loopwire.llm.fallback import FallbackModel, RetryPolicy
 from loopwire.llm.generation import model_request
-from loopwire.llm.observe import ObservedModel
+from loopwire.llm.instrumented_model import InstrumentedModel
 from loopwire.llm.scripted_model import (
     ScriptedModel,
 )
@@ -29,7 +29,7 @@ async def test_each_attempt_gets_a_chat_span_in_the_runs_trace(spans: InMemorySp
     models = {"p": primary, "f": fallback}
     duration = 'loopwire_llm_request_duration_seconds_count'
     before = metrics.REGISTRY.get_sample_value(duration, {"model": "f"}) or 0.0
-    runner = FallbackModel(["p", "f"], lambda m: ObservedModel(models[m], env), RetryPolicy(max_retries=0),
+    runner = FallbackModel(["p", "f"], lambda m: InstrumentedModel(models[m], env), RetryPolicy(max_retries=0),
                            sleep=Sleeps())
     result = await runner.run(model_request(env, "p"), Collect())
     assert result.response.model == "f"

@@ -1,10 +1,9 @@
-"""What the llm service tells the outside about its model calls: traces and metrics.
+"""A model call as the outside sees it: a trace span and latency metrics per call.
 
-`ObservedModel` wraps any `Model` for one step: each call (each retry and each fallback
-model) gets its own `chat {model}` span (GenAI semantic conventions, child of the run's
-trace carried in the envelope) and feeds the time-to-first-token and request-duration
-histograms. Step-level counters (steps by outcome, model switches, redeliveries) are
-the `count_*` helpers the service calls.
+`InstrumentedModel` wraps any `Model` for one step: each call (each retry and each
+fallback model) gets its own `chat {model}` span (GenAI semantic conventions, child of
+the run's trace carried in the envelope) and feeds the time-to-first-token and
+request-duration histograms. The step-level counters are step_metrics.py's.
 
 Token usage and cost are counted by the router, which owns the run's accounting (and the
 prices); counting them here too would double them.
@@ -18,14 +17,14 @@ from loopwire.shared.contract.envelopes import Generate
 from loopwire.shared.observability import metrics, tracing
 
 from .model import Model, ModelRequest, ModelResponse, TextCallback
+from .wrapper import WrapperModel
 
 
-class ObservedModel(Model):
-    """`inner`, with a span and latency metrics around every call."""
+class InstrumentedModel(WrapperModel):
+    """`wrapped`, with a span and latency metrics around every call."""
 
-    def __init__(self, inner: Model, env: Generate) -> None:
-        self.inner = inner
-        self.name = inner.name
+    def __init__(self, wrapped: Model, env: Generate) -> None:
+        super().__init__(wrapped)
         self._env = env
 
     async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
@@ -46,7 +45,7 @@ class ObservedModel(Model):
                                  system=request.system, messages=request.messages,
                                  parent=self._env.trace) as span:
             try:
-                response = await self.inner.generate(request, timed)
+                response = await self.wrapped.generate(request, timed)
             finally:
                 metrics.child(metrics.LLM_REQUEST_DURATION, model=label).observe(time.monotonic() - started)
             usage = response.usage
@@ -57,16 +56,3 @@ class ObservedModel(Model):
                 cache_creation_input_tokens=usage.cache_creation_input_tokens,
                 time_to_first_chunk_s=first_chunk_s, output_messages=[response.message])
         return response
-
-
-def count_step(outcome: str) -> None:
-    """`ok`, `error` (a failed model call, reported as a result) or `replayed`."""
-    metrics.child(metrics.STEPS, service="llm", outcome=outcome).inc()
-
-
-def count_fallback(switch: dict[str, str]) -> None:
-    # The reason label is the error code only: messages would make unbounded series.
-    code = switch.get("reason", "").split(":", 1)[0] or "unknown"
-    metrics.MODEL_FALLBACKS.labels(from_model=metrics.model_label(switch.get("from_model")),
-                                   to_model=metrics.model_label(switch.get("to_model")), reason=code).inc()
-    tracing.add_span_event("model.fallback", **switch)

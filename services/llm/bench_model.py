@@ -1,0 +1,78 @@
+"""The model of `make bench`: as little work as possible, so a benchmark measures loopwire.
+
+`BenchModel` calls a `noop` tool N times (N from `bench:N` in the first user message),
+then answers "done". `DemoModel` (demo_model.py) hands a request to it when `noop` is
+offered and the first user message says `bench:N`, so `LOOPWIRE_LLM_PROVIDER=scripted`
+selects it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import orjson
+
+from loopwire.shared.contract.envelopes import Usage
+
+from .model import Model, ModelRequest, ModelResponse, TextCallback
+from .offline_reply import stream_text, text_of
+
+BENCH_TOOL = "noop"
+_BENCH_PROMPT = re.compile(r"\bbench:(\d+)\b")
+
+
+def bench_target(request: ModelRequest) -> int | None:
+    """N when `request` is a bench run: the `noop` tool is offered and the first user
+    message says `bench:N`; None otherwise."""
+    if BENCH_TOOL not in request.tool_names():
+        return None
+    first = next((m for m in request.messages if m.get("role") == "user"), None)
+    if first is None:
+        return None
+    match = _BENCH_PROMPT.search(text_of(first.get("content", "")))
+    return int(match.group(1)) if match else None
+
+
+def count_tool_results(messages: list[dict[str, Any]]) -> int:
+    """tool_result blocks in the conversation (one per finished tool call)."""
+    count = 0
+    for message in messages:
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, list):
+            count += sum(1 for b in content if isinstance(b, dict) and b.get("type") == "tool_result")
+    return count
+
+
+class BenchModel(Model):
+    """`make bench`'s model: calls `noop` until the conversation holds N tool results (N
+    from `bench:N` in the first user message), then answers "done". Each call's input is
+    `{"n": <call number>}`, 1 to N: the same input in consecutive turns is what the
+    router's loop detection (rightly) stops.
+
+    No delay and as little work as possible, so a benchmark measures loopwire and not
+    the model: the tool_use id hashes only the last message and the conversation's length
+    (deterministic, and distinct across the turns of a run and the runs of a session),
+    and usage is a constant per call instead of a word count of the whole history."""
+
+    name = "bench"
+    model_id = "loopwire-bench"
+
+    async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
+        target = bench_target(request) or 0
+        done = count_tool_results(request.messages)
+        last = request.messages[-1] if request.messages else {}
+        if done < target:
+            digest = hashlib.sha1(orjson.dumps(last, option=orjson.OPT_SORT_KEYS)
+                                  + f":{len(request.messages)}:{done}".encode())
+            blocks: list[dict[str, Any]] = [{"type": "tool_use", "id": f"toolu_{digest.hexdigest()[:20]}",
+                                             "name": BENCH_TOOL, "input": {"n": done + 1}}]
+            stop = "tool_use"
+        else:
+            await stream_text("done", on_text)
+            blocks = [{"type": "text", "text": "done"}]
+            stop = "end_turn"
+        return ModelResponse(message={"role": "assistant", "content": blocks}, stop_reason=stop,
+                             model=self.model_id, usage=Usage(input_tokens=10, output_tokens=5),
+                             response_id=f"msg_bench_{done}")
