@@ -1,16 +1,17 @@
 """The router's shell: decode, call the core, commit, perform the effects, ack.
 
 Two durable consumers feed it: ingress (`<prefix>.in.>` in LOOPWIRE_INGRESS) and step
-results (`<prefix>.work.router.result` in LOOPWIRE_WORK). For each input the shell loads
-the session, asks `core.decide`, commits the new state with the history it appends in one
-compare-and-set (retrying on a conflict with another replica), performs the effects, and
-only then acks. A crash anywhere before the ack redelivers the input; the core recognises
-it and the outbox is performed again, idempotently.
+results (`<prefix>.work.router.result` in LOOPWIRE_WORK); a third reads the dead letters.
+For each input the shell reads what the core needs from the outside world
+(input_lookups.py), loads the session, asks `core.decide`, commits the new state with the
+history it appends in one compare-and-set (retrying on a conflict with another replica),
+performs the effects (effect_publishing.py), and only then acks. A crash anywhere before
+the ack redelivers the input; the core recognises it and the outbox is performed again,
+idempotently.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -20,14 +21,12 @@ import orjson
 from faststream.nats import JStream, NatsBroker
 from pydantic import ValidationError
 
-from loopwire.shared.contract import codec
 from loopwire.shared.contract.envelopes import (
     STEP_RESULT_ADAPTER,
     ExecutorPermission,
     GenerationResult,
     ToolsResult,
 )
-from loopwire.shared.contract.protocol import RESERVED_TOOL_NAMES
 from loopwire.shared.contract.subjects import (
     DEAD_LETTER_STREAM,
     MAX_DELIVERIES_ADVISORY,
@@ -46,15 +45,15 @@ from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.capabilities import Capability
 from loopwire.shared.stores.event_archive import read_archive
 from loopwire.shared.stores.seq_floor import last_published_seq
-from loopwire.shared.stores.tool_catalog import CatalogCache
 
-from . import subagent, workspace
+from . import subagent
 from .config import CoreConfig
 from .core import Decision, decide
 from .decision_telemetry import count_approvals, count_decision, record_ended_runs
-from .effects import Effect, EmitEvent, PublishNotice
+from .effect_publishing import EffectPublisher, leading_events
 from .ingress import check_session_id, decode_ingress
 from .ingress_order import IngressReader
+from .input_lookups import InputLookups
 from .inputs import (
     BaseInput,
     GenerationInput,
@@ -64,10 +63,8 @@ from .inputs import (
     ToolsInput,
     UndeliverableInput,
 )
-from .profiles import get_profile
 from .rebuild import rebuild_session
 from .state import SessionState
-from .strategy import StrategyStore
 from .watchdog import Watchdog, note_status, stall_after
 
 log = logging.getLogger("loopwire.router")
@@ -88,9 +85,8 @@ class RouterService:
         leaves the state it is given as it was), and its commit puts the new one back. A
         stale one (another replica moved on) is harmless: its commit fails the version
         check and the shell reloads."""
-        self._catalog: CatalogCache | None = None
-        """The tool catalog, for the schemas of the plan gate (reused for up to a second)."""
-        self._strategies: StrategyStore | None = None
+        self.lookups = InputLookups(ctx)
+        self.publisher = EffectPublisher(ctx)
         self._watchdog: Watchdog | None = None
         self._ingress_reader: IngressReader | None = None
         """Ends runs whose step made no progress for too long (watchdog.py)."""
@@ -99,13 +95,6 @@ class RouterService:
         """The session's events from the LOOPWIRE_EVENTS stream (a rebuild after Redis lost
         the event log too)."""
         return await read_archive(self.ctx.bus.js, self.ctx.subjects, sid)
-
-    @property
-    def strategies(self) -> StrategyStore:
-        """Strategy configs (LOOPWIRE_STRATEGY_FILE and Redis), made on first use."""
-        if self._strategies is None:
-            self._strategies = StrategyStore(self.ctx.settings.strategy_file, self.ctx.redis)
-        return self._strategies
 
     def register(self, broker: NatsBroker) -> None:
         subjects = self.ctx.subjects
@@ -233,66 +222,8 @@ class RouterService:
         # run this input may start.
         inp.now_ns = time.time_ns()
         inp.new_trace = new_run_trace()
-        await self.look_up(sid, inp)
+        await self.lookups.look_up(sid, inp)
         await self.apply(sid, inp)
-
-    async def look_up(self, sid: str, inp: BaseInput) -> None:
-        """What the core needs from the outside world for this input, read here (I/O) and
-        passed in as data: a start's strategy config, workspace snapshot and parent depth;
-        a generation's tool schemas for the plan gate."""
-        if isinstance(inp, StartInput):
-            body = inp.body
-            config = await self.strategies.resolve(body.strategy.actor, body.strategy.expectation)
-            inp.strategy = config.model_dump(mode="json") if config is not None else None
-            roots = self.ctx.settings.workspace_roots
-            path, refusal = await asyncio.to_thread(workspace.resolve_workspace, body.metadata, roots)
-            inp.workspace_refusal = refusal
-            inp.workspace_path = str(path) if path is not None else None
-            if path is not None and get_profile(body.profile).snapshots_workspace:
-                try:
-                    # Bounded: a huge work tree must not hold the session's ingress.
-                    inp.workspace = await asyncio.wait_for(asyncio.to_thread(workspace.gather, path, roots),
-                                                           workspace.GATHER_TIMEOUT_S)
-                except Exception as exc:  # a snapshot is a help, never a reason to fail the start
-                    log.warning("session %s: workspace snapshot failed: %s", sid, exc)
-                    inp.workspace = {"error": f"the snapshot failed: {exc}"}
-            inp.unknown_tools = await self._unknown_tools(sid, body.tools)
-            parent = inp.parent_session_id = inp.parent_session_id or subagent.parent_of(body.metadata)
-            if parent is not None:
-                raw, _ = await self.ctx.sessions.load(parent)
-                if raw is not None:
-                    parent_state = SessionState.load(raw, parent)
-                    config_of = parent_state.run.config if parent_state.run else parent_state.last_config
-                    inp.parent_depth = config_of.subagent_depth if config_of else 0
-        elif isinstance(inp, GenerationInput) and inp.result.message:
-            names = {b.get("name") for b in inp.result.message.get("content", []) if b.get("type") == "tool_use"}
-            if names:
-                try:
-                    if self._catalog is None:
-                        self._catalog = CatalogCache(self.ctx.redis, self.ctx.settings)
-                    catalog = await self._catalog.get([n for n in names if isinstance(n, str)])
-                except Exception as exc:  # the tools service validates again before any call
-                    log.warning("session %s: tool catalog unreadable, plan gate without schemas: %s", sid, exc)
-                else:
-                    inp.tool_schemas = {n: catalog[n].input_schema for n in names if n in catalog}
-
-    async def _catalog_of(self, names: list[str]) -> dict[str, Any]:
-        if self._catalog is None:
-            self._catalog = CatalogCache(self.ctx.redis, self.ctx.settings)
-        return await self._catalog.get(names)
-
-    async def _unknown_tools(self, sid: str, names: list[str] | None) -> list[str]:
-        """The names of a start's `tools` the catalog does not hold (reserved tools, which
-        loopwire answers itself, are always known)."""
-        wanted = [n for n in names or [] if n not in RESERVED_TOOL_NAMES]
-        if not wanted:
-            return []
-        try:
-            catalog = await self._catalog_of(wanted)
-        except Exception as exc:  # a warning is a help; an unreadable catalog is no reason to fail
-            log.warning("session %s: tool catalog unreadable, unknown tools not checked: %s", sid, exc)
-            return []
-        return [n for n in wanted if n not in catalog]
 
     async def apply(self, sid: str, inp: BaseInput) -> Decision:
         async with self._locks.hold(sid):
@@ -310,7 +241,7 @@ class RouterService:
                 inp = self._decode_ingress(sid, parsed[1], earlier.seq, earlier.data, earlier.headers, backlog=True)
                 inp.now_ns = time.time_ns()
                 inp.new_trace = new_run_trace()
-                await self.look_up(sid, inp)
+                await self.lookups.look_up(sid, inp)
                 await self._apply_locked(sid, inp)
                 metrics.INGRESS_IN_BACKLOG.inc()
             after = earlier.seq
@@ -370,9 +301,9 @@ class RouterService:
                 # The commit it replays may have died before its note: made again.
                 await note_status(self.ctx.redis, sid, state.status == "running")
             if inp.backlog and decision.state is None and not decision.replay:
-                await self._refused_in_backlog(sid, decision.effects)
+                await self.publisher.refused_in_backlog(sid, decision.effects)
             else:
-                await self.perform(sid, decision.effects, stored=stored)
+                await self.publisher.perform(sid, decision.effects, stored=stored)
             count_decision(decision, before.profile)
             count_approvals(before, decision)
             if not decision.replay:
@@ -380,22 +311,13 @@ class RouterService:
             return decision
         raise CommitContention(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
 
-    async def _refused_in_backlog(self, sid: str, effects: list[Effect]) -> None:
-        """A refusal read from the stream (a session with no state refuses the same way
-        every time): its events are stored if they are not yet, but published only then,
-        since the replica it was delivered to publishes them too."""
-        events = [(e.run_id, e.kind, e.key, e.fields) for e in effects if isinstance(e, EmitEvent)]
-        if events:
-            stored = await self.ctx.events.append_many(sid, event_items(sid, events))
-            await self.ctx.bus.publish_stored(sid, [(event, new) for event, new in stored if new])
-
     async def _commit(self, sid: str, version: int, dumped: bytes,
                       decision: Decision) -> tuple[bool, list[tuple[dict[str, Any], bool]]]:
         """Commit the new state and history; with Redis, the transition's leading events
         (those before its first other effect) are stored by the same script, so they get
         their seqs in the same round trip. Returns (committed, those events stored)."""
         sessions = self.ctx.sessions
-        lead = _leading_events(decision.effects)
+        lead = leading_events(decision.effects)
         if lead and sessions.supports(Capability.COMMIT_WITH_EVENTS) \
                 and self.ctx.events.supports(Capability.COMMIT_WITH_EVENTS):
             stored = await sessions.commit_with_events(sid, version, dumped, decision.history_len_before,
@@ -421,48 +343,6 @@ class RouterService:
                 await self.ctx.events.raise_seq(sid, floor)
         return raw, version
 
-    async def perform(self, sid: str, effects: list[Effect],
-                      stored: list[tuple[dict[str, Any], bool]] | None = None) -> None:
-        """`stored`: the leading events, already stored with the commit: only published.
-        Work performed again (a stored outbox) needs no mark: its consumers claim every
-        step before doing it, and find its record if it was done."""
-        bus = self.ctx.bus
-        subjects = self.ctx.subjects
-        batch: list[tuple[str | None, str, str | None, dict[str, Any]]] = []
-        if stored:
-            await bus.publish_stored(sid, stored)
-            effects = effects[len(stored):]
-        for n, effect in enumerate(effects):
-            if isinstance(effect, EmitEvent):
-                # Consecutive events go out together (one Redis call), before what follows them.
-                batch.append((effect.run_id, effect.kind, effect.key, effect.fields))
-                if n + 1 == len(effects) or not isinstance(effects[n + 1], EmitEvent):
-                    await bus.emit_many(sid, batch)
-                    batch = []
-            elif isinstance(effect, PublishNotice):
-                # Core NATS, best effort: a lost notice only means the abandoned work runs
-                # to its end and its (stale) result is ignored.
-                subject = subjects.permission(sid) if effect.notice == "permission" else subjects.cancel(sid)
-                await bus.nc.publish(subject, codec.dumps(effect.body))
-            else:
-                subject = subjects.memory_assemble if effect.target == "memory.assemble" else subjects.tools_execute
-                # A task of this chain when the service runs here (after the commit, outside
-                # the session's lock), else a JetStream message.
-                if self.ctx.hand_off(subject, effect.model or effect.envelope, effect.msg_id):
-                    metrics.child(metrics.WORK_HOPS, target=effect.target, via="chain").inc()
-                else:
-                    await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id)
-                    metrics.child(metrics.WORK_HOPS, target=effect.target, via="jetstream").inc()
-
-
-def _leading_events(effects: list[Effect]) -> list[tuple[str | None, str, str | None, dict[str, Any]]]:
-    """(run_id, kind, key, fields) of the events before the first effect of another kind."""
-    lead: list[tuple[str | None, str, str | None, dict[str, Any]]] = []
-    for effect in effects:
-        if not isinstance(effect, EmitEvent):
-            break
-        lead.append((effect.run_id, effect.kind, effect.key, effect.fields))
-    return lead
 
 
 def _why(letter: DeadLetter) -> str:

@@ -90,6 +90,6 @@ class FakeBus:
 async def test_the_shell_publishes_cancel_notices_on_the_session_subject() -> None:
     bus = FakeBus()
     ctx = SimpleNamespace(settings=Settings(), subjects=Subjects("lwx"), bus=bus)
-    service = RouterService(ctx)  # type: ignore[arg-type]
-    await service.perform("s9", [PublishNotice(body={"run_id": "r1"})])
+    publisher = RouterService(ctx).publisher  # type: ignore[arg-type]
+    await publisher.perform("s9", [PublishNotice(body={"run_id": "r1"})])
     assert bus.published == [("lwx.ctl.s9.cancel", {"run_id": "r1"})]

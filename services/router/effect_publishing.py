@@ -1,0 +1,80 @@
+"""Performing a decision's effects, in their order, after its commit.
+
+Events go out in batches (consecutive events in one Redis call, before what follows
+them); the leading events of a transition may have been stored by its commit already
+(`leading_events`: the commit-with-events capability), and are then only published.
+Notices are core NATS, best effort. Work is handed to a service running in this process
+as a task of the same chain, else published to JetStream with its Nats-Msg-Id. Every
+effect is idempotent, so performing a stored outbox again is safe.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loopwire.shared.contract import codec
+from loopwire.shared.observability import metrics
+from loopwire.shared.runtime.bus import event_items
+from loopwire.shared.runtime.service_context import ServiceContext
+
+from .effects import Effect, EmitEvent, PublishNotice
+
+EventItem = tuple[str | None, str, str | None, dict[str, Any]]
+"""(run_id, kind, key, fields) of an event to emit."""
+
+
+def leading_events(effects: list[Effect]) -> list[EventItem]:
+    """(run_id, kind, key, fields) of the events before the first effect of another kind."""
+    lead: list[EventItem] = []
+    for effect in effects:
+        if not isinstance(effect, EmitEvent):
+            break
+        lead.append((effect.run_id, effect.kind, effect.key, effect.fields))
+    return lead
+
+
+class EffectPublisher:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+
+    async def perform(self, sid: str, effects: list[Effect],
+                      stored: list[tuple[dict[str, Any], bool]] | None = None) -> None:
+        """`stored`: the leading events, already stored with the commit: only published.
+        Work performed again (a stored outbox) needs no mark: its consumers claim every
+        step before doing it, and find its record if it was done."""
+        bus = self.ctx.bus
+        subjects = self.ctx.subjects
+        batch: list[EventItem] = []
+        if stored:
+            await bus.publish_stored(sid, stored)
+            effects = effects[len(stored):]
+        for n, effect in enumerate(effects):
+            if isinstance(effect, EmitEvent):
+                # Consecutive events go out together (one Redis call), before what follows them.
+                batch.append((effect.run_id, effect.kind, effect.key, effect.fields))
+                if n + 1 == len(effects) or not isinstance(effects[n + 1], EmitEvent):
+                    await bus.emit_many(sid, batch)
+                    batch = []
+            elif isinstance(effect, PublishNotice):
+                # Core NATS, best effort: a lost notice only means the abandoned work runs
+                # to its end and its (stale) result is ignored.
+                subject = subjects.permission(sid) if effect.notice == "permission" else subjects.cancel(sid)
+                await bus.nc.publish(subject, codec.dumps(effect.body))
+            else:
+                subject = subjects.memory_assemble if effect.target == "memory.assemble" else subjects.tools_execute
+                # A task of this chain when the service runs here (after the commit, outside
+                # the session's lock), else a JetStream message.
+                if self.ctx.hand_off(subject, effect.model or effect.envelope, effect.msg_id):
+                    metrics.child(metrics.WORK_HOPS, target=effect.target, via="chain").inc()
+                else:
+                    await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id)
+                    metrics.child(metrics.WORK_HOPS, target=effect.target, via="jetstream").inc()
+
+    async def refused_in_backlog(self, sid: str, effects: list[Effect]) -> None:
+        """A refusal read from the stream (a session with no state refuses the same way
+        every time): its events are stored if they are not yet, but published only then,
+        since the replica it was delivered to publishes them too."""
+        events = [(e.run_id, e.kind, e.key, e.fields) for e in effects if isinstance(e, EmitEvent)]
+        if events:
+            stored = await self.ctx.events.append_many(sid, event_items(sid, events))
+            await self.ctx.bus.publish_stored(sid, [(event, new) for event, new in stored if new])
