@@ -65,7 +65,7 @@ from .inputs import (
 )
 from .rebuild import rebuild_session
 from .state import SessionState
-from .watchdog import Watchdog, note_status, stall_after
+from .watchdog import Watchdog, executor_stall_after, note_status, stall_after
 
 log = logging.getLogger("loopwire.router")
 
@@ -112,7 +112,8 @@ class RouterService:
                                      reports=False)(self.on_dead_letter)
 
     async def start(self) -> None:
-        self._watchdog = Watchdog(self.ctx.redis, self._apply_input, self._load, stall_after(self.ctx.settings))
+        self._watchdog = Watchdog(self.ctx.redis, self._apply_input, self._load, stall_after(self.ctx.settings),
+                                  executor_stall_after_s=executor_stall_after(self.ctx.settings))
         self._watchdog.start()
 
     async def stop(self) -> None:

@@ -12,9 +12,12 @@ sweeps it every `interval_s`: a session whose state version has not moved for lo
 step, so a step answered meanwhile, or a run that ended, is left alone; replicas that
 fire together send the same input id, which the core applies once.
 
-"Too long" is LOOPWIRE_OUTAGE_TOLERANCE_S, or the longest a step may legitimately take
-(LOOPWIRE_LLM_TIMEOUT_S, LOOPWIRE_TOOL_TIMEOUT_S, LOOPWIRE_EXECUTOR_TIMEOUT_S for an
-external agent's turn, plus one ack wait) when that is longer.
+"Too long" is LOOPWIRE_OUTAGE_TOLERANCE_S, or the longest a step of the run may
+legitimately take (LOOPWIRE_LLM_TIMEOUT_S or LOOPWIRE_TOOL_TIMEOUT_S, plus one ack wait)
+when that is longer. A run of an external-executor profile waits for an agent's whole turn
+(LOOPWIRE_EXECUTOR_TIMEOUT_S, an hour by default), so its limit is its own: an agent's
+long turn is not a stall, and a model or tool step of any other run is not held to an
+agent's hour.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.stores.session_store import session_key
 
+from .executor_profiles import is_executor
 from .inputs import BaseInput, UndeliverableInput
 from .state import SessionState
 
@@ -43,10 +47,14 @@ SWEEP_LIMIT = 10_000
 
 
 def stall_after(settings: Settings) -> float:
-    """Seconds without progress after which a run's step counts as stalled."""
-    longest_step = max(settings.llm_timeout_s, settings.tool_timeout_s, settings.executor_timeout_s) \
-        + settings.ack_wait_s
+    """Seconds without progress after which a run's model or tool step counts as stalled."""
+    longest_step = max(settings.llm_timeout_s, settings.tool_timeout_s) + settings.ack_wait_s
     return max(settings.outage_tolerance_s, longest_step)
+
+
+def executor_stall_after(settings: Settings) -> float:
+    """The same for a run whose steps are an external agent's turns (executor profiles)."""
+    return max(stall_after(settings), settings.executor_timeout_s + settings.ack_wait_s)
 
 
 async def note_status(redis: aioredis.Redis, sid: str, running: bool) -> None:
@@ -60,11 +68,14 @@ async def note_status(redis: aioredis.Redis, sid: str, running: bool) -> None:
 class Watchdog:
     def __init__(self, redis: aioredis.Redis, apply: Callable[[str, BaseInput], Awaitable[Any]],
                  load: Callable[[str], Awaitable[tuple[dict[str, Any] | None, int]]],
-                 stall_after_s: float, interval_s: float | None = None) -> None:
+                 stall_after_s: float, interval_s: float | None = None,
+                 executor_stall_after_s: float | None = None) -> None:
         self._redis = redis
         self._apply = apply
         self._load = load
         self.stall_after_s = stall_after_s
+        self.executor_stall_after_s = max(stall_after_s, executor_stall_after_s or stall_after_s)
+        """The limit for runs of the external-executor profiles (an agent's turn is one step)."""
         self.interval_s = interval_s if interval_s is not None else max(1.0, min(30.0, stall_after_s / 5))
         self._seen: dict[str, tuple[int, float]] = {}
         """sid -> (state version, when this replica first saw that version)."""
@@ -126,11 +137,13 @@ class Watchdog:
             return False
         if run.pending_step is None:
             return False  # nothing in flight (the router itself is between steps)
+        if is_executor(run.config.profile) and idle_s < self.executor_stall_after_s:
+            return False  # an agent's turn may take this long
         log.error("session %s: run %s has waited %.0f s for step %s with no progress; ending it",
                   sid, run.run_id, idle_s, run.pending_step)
         await self._apply(sid, UndeliverableInput(
             input_id=f"stalled:{run.run_id}:{version}", run_id=run.run_id, step_id=run.pending_step,
             what=f"step {run.pending_step}",
-            reason=f"no progress for {idle_s:.0f} s (longer than the outage tolerance)"))
+            reason=f"no progress for {idle_s:.0f} s (longer than the outage tolerance and the longest step)"))
         metrics.DEAD_LETTERS.labels(target="step", cause="stalled").inc()
         return True

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from loopwire.router import inputs as i
-from loopwire.router.watchdog import RUNNING_KEY, Watchdog, note_status, stall_after
+from loopwire.router.watchdog import RUNNING_KEY, Watchdog, executor_stall_after, note_status, stall_after
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.stores.session_store import RedisSessionStore
 from tests.router_driver import Driver, call
@@ -55,6 +55,33 @@ async def test_a_stalled_step_is_ended_and_progress_resets_the_clock(redis_clien
     assert sorted(await dog.sweep(now=125.0)) == ["moving", "stuck"]
 
 
+async def test_an_agents_turn_is_held_to_the_executor_limit_not_the_models(redis_client: Any) -> None:
+    store = RedisSessionStore(redis_client)
+    applied: list[str] = []
+
+    async def apply(sid: str, inp: i.BaseInput) -> None:
+        applied.append(sid)
+
+    agent, model = Driver(sid="agent"), Driver(sid="model")
+    agent.start(profile="claude_code")  # its step is the agent's whole turn
+    model.start()
+    for d in (agent, model):
+        await store_state(store, d, 0)
+        await note_status(redis_client, d.state.session_id, True)
+    dog = Watchdog(redis_client, apply, store.load, stall_after_s=10, executor_stall_after_s=100)
+    assert await dog.sweep(now=0.0) == []
+    assert await dog.sweep(now=50.0) == ["model"], "a model step is held to the model's limit"
+    assert await dog.sweep(now=99.0) == ["model"]
+    assert sorted(await dog.sweep(now=101.0)) == ["agent", "model"], "an agent's turn to its own"
+
+
 def test_the_limit_is_the_tolerance_or_the_longest_step() -> None:
     assert stall_after(Settings(outage_tolerance_s=300, llm_timeout_s=60, tool_timeout_s=120, ack_wait_s=30)) == 300
     assert stall_after(Settings(outage_tolerance_s=10, llm_timeout_s=600, tool_timeout_s=120, ack_wait_s=30)) == 630
+    # an agent's turn (LOOPWIRE_EXECUTOR_TIMEOUT_S) lengthens only the executor runs' limit
+    long_agents = Settings(outage_tolerance_s=300, llm_timeout_s=60, tool_timeout_s=120, ack_wait_s=30,
+                           executor_timeout_s=3600)
+    assert stall_after(long_agents) == 300
+    assert executor_stall_after(long_agents) == 3630
+    assert executor_stall_after(Settings(outage_tolerance_s=300, llm_timeout_s=60, tool_timeout_s=120,
+                                        executor_timeout_s=60, ack_wait_s=30)) == 300
