@@ -44,11 +44,13 @@ LOOPWIRE_EVENTS stream) but are not kept in the transcript (`transcript.get`), w
 other events say the same thing for good (`message`, `tool.result`)."""
 
 
-class _In(BaseModel):
+class IngressBody(BaseModel):
+    """The base of every body a client publishes: unknown fields ignored, types strict."""
+
     model_config = ConfigDict(extra="ignore", strict=True)
 
 
-class ModelSpec(_In):
+class ModelSpec(IngressBody):
     primary: str | None = None
     """Model id of the first choice; the server default when omitted."""
     fallbacks: list[str] = Field(default_factory=list)
@@ -60,7 +62,7 @@ class ModelSpec(_In):
     reflections); else LOOPWIRE_MEMORY_MODEL, else the run's models."""
 
 
-class Limits(_In):
+class Limits(IngressBody):
     max_turns: int | None = Field(default=None, gt=0)
     """Model generations allowed in one run; the profile's default when omitted."""
     max_total_tokens: int | None = Field(default=None, gt=0)
@@ -69,12 +71,12 @@ class Limits(_In):
     compaction_at_pct: float | None = Field(default=None, gt=0, le=1)
 
 
-class Strategy(_In):
+class Strategy(IngressBody):
     actor: str | None = None
     expectation: str | None = None
 
 
-class ExecutorChoice(_In):
+class ExecutorChoice(IngressBody):
     """StartRun `executor` (profile `acp`): which of the operator's agents runs the loop."""
 
     agent: str | None = None
@@ -84,12 +86,12 @@ class ExecutorChoice(_In):
 ContentBlocks = list[dict[str, Any]]
 
 
-class InputMessage(_In):
+class InputMessage(IngressBody):
     role: Literal["user", "assistant"]
     content: str | ContentBlocks
 
 
-class StartRun(_In):
+class StartRun(IngressBody):
     v: int = PROTOCOL_VERSION
     profile: Profile = "agentic"
     input: str | list[InputMessage]
@@ -123,7 +125,7 @@ class StartRun(_In):
         return value
 
 
-class FollowUp(_In):
+class FollowUp(IngressBody):
     """Body of `message` and `steer`."""
 
     content: str | ContentBlocks
@@ -136,11 +138,11 @@ class FollowUp(_In):
         return value
 
 
-class Abort(_In):
+class Abort(IngressBody):
     reason: str = "aborted by client"
 
 
-class ApprovalDecision(_In):
+class ApprovalDecision(IngressBody):
     # Named `Decision` in the published schemas (docs/asyncapi.json), as before the rename.
     model_config = ConfigDict(extra="ignore", strict=True, title="Decision")
 
@@ -149,7 +151,7 @@ class ApprovalDecision(_In):
     note: str | None = None
 
 
-INGRESS_MODELS: dict[str, type[_In]] = {
+INGRESS_MODELS: dict[str, type[IngressBody]] = {
     "start": StartRun,
     "message": FollowUp,
     "steer": FollowUp,
@@ -158,17 +160,17 @@ INGRESS_MODELS: dict[str, type[_In]] = {
 }
 
 
-class SessionGetRequest(_In):
+class SessionGetRequest(IngressBody):
     session_id: str
 
 
-class TranscriptGetRequest(_In):
+class TranscriptGetRequest(IngressBody):
     session_id: str
     after_seq: int = Field(default=0, ge=0)
     limit: int = Field(default=1000, gt=0, le=10000)
 
 
-class SessionsListRequest(_In):
+class SessionsListRequest(IngressBody):
     """`<prefix>.api.sessions.list` (an addition): sessions, most recently updated first."""
 
     status: Literal["idle", "running", "awaiting_approval"] | None = None
