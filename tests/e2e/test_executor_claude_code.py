@@ -72,6 +72,17 @@ def user_texts(body: dict[str, Any]) -> list[str]:
     return out
 
 
+async def wait_for_agent_file(config_dir: Path, needle: str, timeout: float = 10.0) -> None:
+    """Until one of Claude Code's session files under `config_dir` holds `needle`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if any(needle in f.read_text(errors="replace") for f in config_dir.glob("projects/*/*.jsonl")):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no session file under {config_dir} holds {needle} after {timeout:g} s")
+
+
 def start_body(text: str, **extra: Any) -> dict[str, Any]:
     return {"v": 1, "profile": "claude_code", "input": text, "model": {"primary": MODEL}, **extra}
 
@@ -304,6 +315,10 @@ async def test_kill_9_mid_turn_resumes_the_agents_session_or_restarts_the_turn(
         async with session(system) as ev:
             await ev.publish("start", start_body("Run the slow command.", tools=[], metadata={"workspace": "ws"}))
             await ev.wait_for("tool.call", timeout=120, name="Bash")
+            # The agent writes its session file a moment after it streams the tool call;
+            # the kill must come once its files hold that turn (they are what "reachable"
+            # resumes), which is still well inside the command's six seconds.
+            await wait_for_agent_file(tmp_path / "claude-1", '"tool_use"')
             system.kill()
             if files == "lost":  # the restarted llm service looks elsewhere: another machine
                 system.env["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude-2")
