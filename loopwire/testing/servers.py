@@ -148,8 +148,12 @@ class ServerHandle:
 
 
 def start_nats(use_docker: bool | None = None, *, include: str | Path | None = None,
-               env: dict[str, str] | None = None, tls: dict[str, str] | None = None) -> ServerHandle:
-    """`include`: a nats-server config file added to the test server's own (users and
+               env: dict[str, str] | None = None, tls: dict[str, str] | None = None,
+               sync_always: bool = False) -> ServerHandle:
+    """`sync_always`: JetStream `sync_interval: always`, an fsync per write, as compose and
+    Helm run it (the bench asks for it). A test kills processes, never the machine, so the
+    server's own default loses nothing there, and a test run does not hang on the disk's
+    fsync latency. `include`: a nats-server config file added to the test server's own (users and
     permissions, e.g. deploy/nats/users.conf), copied next to it so its own includes
     resolve; `env`: nats-server's environment (the `$VARIABLES` of that file); `tls`: a
     `tls {}` block (`cert_file`, `key_file`, `ca_file`, `verify`). Any of them runs the
@@ -170,7 +174,7 @@ def start_nats(use_docker: bool | None = None, *, include: str | Path | None = N
     conf = Path(workdir) / "nats.conf"
     text = (
         f'listen: "127.0.0.1:{port}"\n'
-        f'jetstream {{ store_dir: "{workdir}/js", sync_interval: always }}\n'
+        f'jetstream {{ store_dir: "{workdir}/js"{", sync_interval: always" if sync_always else ""} }}\n'
         "max_payload: 1MB\n"
     )
     if tls:

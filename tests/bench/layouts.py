@@ -82,7 +82,7 @@ def start_servers() -> Servers:
     conf_dir = tempfile.mkdtemp(prefix="lw-bench-nats-")
     conf = Path(conf_dir) / "monitor.conf"
     conf.write_text(f'http: "127.0.0.1:{port}"\n')
-    nats_server = start_nats(use_docker=False, include=conf)
+    nats_server = start_nats(use_docker=False, include=conf, sync_always=True)
     redis_server = start_redis(use_docker=False)
     return Servers(nats_server, redis_server, f"http://127.0.0.1:{port}")
 

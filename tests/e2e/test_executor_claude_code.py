@@ -72,12 +72,16 @@ def user_texts(body: dict[str, Any]) -> list[str]:
     return out
 
 
+def agent_files_hold(config_dir: Path, needle: str) -> bool:
+    return any(needle in f.read_text(errors="replace") for f in config_dir.glob("projects/*/*.jsonl"))
+
+
 async def wait_for_agent_file(config_dir: Path, needle: str, timeout: float = 10.0) -> None:
     """Until one of Claude Code's session files under `config_dir` holds `needle`."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while loop.time() < deadline:
-        if any(needle in f.read_text(errors="replace") for f in config_dir.glob("projects/*/*.jsonl")):
+        if await asyncio.to_thread(agent_files_hold, config_dir, needle):
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"no session file under {config_dir} holds {needle} after {timeout:g} s")
