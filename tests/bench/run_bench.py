@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime as dt
 import json
 import os
@@ -43,37 +42,32 @@ from typing import Any, TypeVar
 
 import nats
 import redis.asyncio as aioredis
-from nats.aio.client import Client as NatsClient
 
-from . import durable_floor, report, wire
+from . import report
 from .consume_overhead import measure_all
-from .driver import BenchDriver, LoadResult, wait_for_tool
-from .floor import DEFAULT_PLAN, FloorDriver, Hop, plan_from_trace, plan_to_json
-from .layouts import (
-    LAYOUT_ORDER,
-    ROOT,
-    BenchLayout,
-    Servers,
-    System,
-    bench_layouts,
-    service_env,
-    start_servers,
+from .driver import BenchDriver, wait_for_tool
+from .floor import plan_to_json
+from .floor_runs import (
+    create_floor_streams,
+    floor_plan,
+    floor_sizes,
+    measure_durable_floor,
+    measure_raw_floor,
+    start_responders,
+    stop_all,
 )
-from .procstat import CpuWindow, machine_facts, other_busy_processes
+from .layouts import LAYOUT_ORDER, ROOT, Servers, System, bench_layouts, start_servers
+from .measuring import Measured, counter, log, measure_load, summary
+from .procstat import machine_facts, other_busy_processes
 from .redis_bytes import session_bytes
 from .trace import TurnCost, trace_turns
 
 DOC = ROOT / "docs" / "benchmarks.md"
 RESULTS = ROOT / ".run" / "bench.json"
 LOOPWIRE_STREAMS = {"LOOPWIRE_WORK": "work", "LOOPWIRE_EVENTS": "events", "LOOPWIRE_INGRESS": "ingress"}
-FLOOR_STREAMS = {durable_floor.WORK_STREAM: "work", durable_floor.EVENTS_STREAM: "events"}
 QUICK = {"sessions": 40, "turns": 10, "single": 2, "warmup_sessions": 10, "load_runs": 1, "bytes_turns": "10,20,40"}
 """--quick (or LOOPWIRE_BENCH_QUICK=1): a load small enough to iterate on, every layout still."""
 T = TypeVar("T")
-
-
-def log(text: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
 def run_async(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -83,62 +77,6 @@ def run_async(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
     except ImportError:  # pragma: no cover - not on Windows
         return asyncio.run(coro_fn())
     return uvloop.run(coro_fn())
-
-
-def summary(run: LoadResult | None) -> dict[str, Any] | None:
-    if run is None:
-        return None
-    lat = sorted(run.latencies_s)
-
-    def q(f: float) -> float | None:
-        if not lat:
-            return None
-        return 1000 * lat[min(len(lat) - 1, int(round(f * (len(lat) - 1))))]
-
-    return {"sessions": run.sessions, "turns": run.turns_per_session, "wall_s": run.wall_s,
-            "turns_per_s": run.turns_per_s, "p50_ms": q(0.5), "p90_ms": q(0.9), "p99_ms": q(0.99),
-            "n_latencies": len(lat), "n_failures": len(run.failures), "failures": run.failures[:5]}
-
-
-class Measured:
-    """What one layout (or floor) measured, as the results file holds it."""
-
-    def __init__(self, key: str, name: str, kind: str, layout: BenchLayout | None = None) -> None:
-        self.data: dict[str, Any] = {"name": name, "kind": kind}
-        if layout is not None:
-            self.data.update(commands=list(layout.commands), target_ratio=layout.target_ratio,
-                             target_turns_per_s=layout.target_turns_per_s)
-        self.key = key
-
-
-async def measure_load(m: Measured, run: Callable[[], Awaitable[LoadResult]], pids: dict[str, int],
-                       runs: int, counts: Callable[[], Awaitable[wire.Snapshot]],
-                       streams: dict[str, str]) -> None:
-    """The load `runs` times, each in its own CPU and wire window; the layout keeps the
-    median run by turns/s (this machine's speed drifts from one run to the next), or the
-    first with failed sessions, so a failure is never hidden."""
-    done: list[tuple[LoadResult, dict[str, float], float, dict[str, Any]]] = []
-    for _ in range(max(1, runs)):
-        before = await counts()
-        window = CpuWindow(pids).start()
-        load = await run()
-        spent = window.stop()
-        after = await counts()
-        done.append((load, spent, window.others, wire.per_turn(before, after, load.tool_turns, streams)))
-    m.data["load_rates"] = [load.turns_per_s for load, *_ in done]
-    failing = [d for d in done if d[0].failures]
-    load, spent, others, counted = failing[0] if failing else sorted(done, key=lambda d: d[0].turns_per_s)[len(done) // 2]
-    turns, wall = load.tool_turns, load.wall_s
-    m.data.update(load=summary(load), wire=counted,
-                  cpu_ms={k: 1000 * v / turns for k, v in spent.items()},
-                  cpu_share={k: v / wall for k, v in spent.items()},
-                  other_ms=1000 * others / turns, other_share=others / wall)
-
-
-def counter(nc: NatsClient, r: aioredis.Redis, servers: Servers, streams: dict[str, str]) -> Callable[[], Awaitable[wire.Snapshot]]:
-    async def snap() -> wire.Snapshot:
-        return await wire.snapshot(nc, r, servers.monitor_url, tuple(streams))
-    return snap
 
 
 async def measure_layout(m: Measured, servers: Servers, services: dict[str, int], args: argparse.Namespace,
@@ -181,106 +119,6 @@ async def measure_bytes(driver: BenchDriver, redis_url: str, sizes: list[int], r
             log(f"Redis bytes after {n} tool-turns: {res['bytes'][str(n)]['total']}")
     finally:
         await r.aclose()
-
-
-def floor_sizes(trace: TurnCost | None) -> list[int]:
-    """Envelope bytes of the five hops (tools.execute, router.result, memory.assemble,
-    llm.generate, router.result), from a trace that saw them as work messages."""
-    # Measured with every hop on JetStream (2026-11-30); for a trace of `loopwire up`,
-    # which hands them over in-process and does not see them.
-    sizes = {"tools.execute": 333, "router.result": 446, "memory.assemble": 1537, "llm.generate": 4631}
-    if trace is not None:
-        b, n = trace.nats_bytes, trace.nats_msgs
-        for k in sizes:
-            if n.get(f"work publish {k}"):
-                sizes[k] = int(b[f"work publish {k}"] / n[f"work publish {k}"])
-    return [sizes["tools.execute"], sizes["router.result"], sizes["memory.assemble"], sizes["llm.generate"],
-            sizes["router.result"]]
-
-
-def floor_plan(trace: TurnCost | None) -> tuple[Hop, ...]:
-    if trace is None:
-        return DEFAULT_PLAN
-    events = {k.removeprefix("event "): v for k, v in trace.nats_msgs.items() if k.startswith("event ")}
-    return plan_from_trace(trace.redis_cmds, events)
-
-
-def start_responders(module: str, count: int, servers: Servers, extra: list[str]) -> list[subprocess.Popen[str]]:
-    env = dict(os.environ, PYTHONPATH=service_env()["PYTHONPATH"])
-    procs = []
-    for _ in range(count):
-        proc = subprocess.Popen([sys.executable, "-m", module, "--nats", servers.nats.url, "--redis", servers.redis.url,
-                                 *extra], stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-        procs.append(proc)
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if line.strip() != "ready":
-            stop_all(procs)
-            raise RuntimeError(f"{module} did not start: {line!r}")
-    return procs
-
-
-def stop_all(procs: list[subprocess.Popen[str]]) -> None:
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        if proc.poll() is None:
-            proc.kill()
-
-
-def responder_pids(label: str, procs: list[subprocess.Popen[str]]) -> dict[str, int]:
-    return {label if len(procs) == 1 else f"{label} {i + 1}": p.pid for i, p in enumerate(procs)}
-
-
-async def measure_durable_floor(m: Measured, servers: Servers, procs: list[subprocess.Popen[str]],
-                                sizes: list[int], args: argparse.Namespace) -> None:
-    nc = await nats.connect(servers.nats.url)
-    r = aioredis.Redis.from_url(servers.redis.url)
-    driver = durable_floor.DurableFloorDriver(nc, sizes)
-    await driver.start()
-    try:
-        await driver.run_load("warm", args.warmup_sessions, 5, timeout=args.load_timeout)
-        m.data["single"] = summary(await driver.run_sequential("single", args.single, args.turns))
-        await measure_load(m, lambda: driver.run_load("load", args.sessions, args.turns, timeout=args.load_timeout),
-                           {**responder_pids("responder", procs), **servers.pids(), "bench client": os.getpid()},
-                           args.load_runs, counter(nc, r, servers, FLOOR_STREAMS), FLOOR_STREAMS)
-        log(f"durable floor: {m.data['load']['turns_per_s']:.0f} turns/s{report.rates_note(m.data)}, "
-            f"single p50 {report.ms(m.data['single']['p50_ms'])}")
-    finally:
-        await driver.stop()
-        await r.aclose()
-        await nc.drain()
-
-
-async def measure_raw_floor(m: Measured, servers: Servers, procs: list[subprocess.Popen[str]], sizes: list[int],
-                            args: argparse.Namespace) -> None:
-    nc = await nats.connect(servers.nats.url)
-    r = aioredis.Redis.from_url(servers.redis.url)
-    driver = FloorDriver(nc, sizes)
-    await driver.start()
-    try:
-        await driver.run_load(args.warmup_sessions, 5)
-        m.data["single"] = summary(await driver.run_sequential(args.single, args.turns))
-        await measure_load(m, lambda: driver.run_load(args.sessions, args.turns),
-                           {**responder_pids("echo responder", procs), **servers.pids(),
-                            "bench client (driver)": os.getpid()},
-                           args.load_runs, counter(nc, r, servers, {}), {})
-        log(f"raw floor: {m.data['load']['turns_per_s']:.0f} turns/s{report.rates_note(m.data)}, "
-            f"single p50 {report.ms(m.data['single']['p50_ms'])}")
-    finally:
-        await driver.stop()
-        await r.aclose()
-        await nc.drain()
-
-
-async def create_floor_streams(nats_url: str) -> None:
-    nc = await nats.connect(nats_url)
-    try:
-        await durable_floor.ensure_streams(nc.jetstream(), len(DEFAULT_PLAN))
-    finally:
-        await nc.drain()
 
 
 def nats_settings(servers: Servers) -> str:

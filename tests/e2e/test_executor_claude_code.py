@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 from loopwire.testing import LoopwireContainer
+from tests.agent_processes import cmdline, processes_in
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import connected, serve_tools, started_system, wait_for_tools
@@ -227,23 +227,6 @@ async def test_the_agents_bash_under_approve_waits_for_the_decision(
         assert "denied by the user: checked" in json.dumps(result["content"])
 
 
-def processes_in(path: Path) -> list[int]:
-    """Processes whose working directory is `path` (the agent and what it started)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{entry}/cwd") == str(path):
-                    found.append(int(entry))
-    return found
-
-
-def _cmdline(pid: int) -> str:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    return ""
-
-
 async def test_abort_mid_run_leaves_no_agent_process(agent_system: LoopwireContainer, fake: FakeAnthropic,
                                                      executor_tmp: Path) -> None:
     # (Claude Code refuses a bare `sleep`)
@@ -255,7 +238,7 @@ async def test_abort_mid_run_leaves_no_agent_process(agent_system: LoopwireConta
         await ev.publish("start", start_body("Sleep a while.", tools=[], metadata={"workspace": name}))
         await ev.wait_for("tool.call", timeout=120, name="Bash")
         deadline = asyncio.get_running_loop().time() + 30
-        while not any("time.sleep(97)" in _cmdline(p) for p in processes_in(path)):
+        while not any("time.sleep(97)" in cmdline(p) for p in processes_in(path)):
             assert asyncio.get_running_loop().time() < deadline, "the agent's Bash never started"
             await asyncio.sleep(0.2)
         assert len(processes_in(path)) >= 2  # the agent and its shell's sleep
@@ -355,7 +338,7 @@ async def test_a_steer_stops_the_agents_turn_and_reaches_its_session(agent_syste
         await ev.publish("steer", {"content": "Stop that and just say hello."})
         ended = await ev.wait_for("run.ended", timeout=120)
     assert ended["status"] == "completed" and ended["final_text"] == "Hello instead.", ended
-    assert not any("time.sleep(89)" in _cmdline(p) for p in processes_in(path))  # the first turn's tree is gone
+    assert not any("time.sleep(89)" in cmdline(p) for p in processes_in(path))  # the first turn's tree is gone
     sessions = agent_sessions_seen(fake)
     assert len(set(sessions)) == 1  # the steer went to the agent's own session
     texts = user_texts(agent_requests(fake)[-1])

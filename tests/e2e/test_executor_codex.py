@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shlex
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from loopwire.testing import LoopwireContainer
+from tests.agent_processes import cmdline, processes_in
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.openai_server import FakeOpenAI, tool_outputs
 
@@ -186,22 +186,6 @@ async def test_a_denied_command_tool_is_kept_from_codex(agent_system: LoopwireCo
     assert not {"exec_command", "write_stdin"} & offered and "web_search" not in offered
 
 
-def processes_in(path: Path) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{entry}/cwd") == str(path):
-                    found.append(int(entry))
-    return found
-
-
-def _cmdline(pid: int) -> str:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    return ""
-
-
 async def test_abort_mid_run_leaves_no_codex_process(agent_system: LoopwireContainer, fake: FakeOpenAI,
                                                      executor_tmp: Path) -> None:
     fake.script(MODEL, [{"tool_calls": [{"name": "exec_command", "arguments": {
@@ -212,7 +196,7 @@ async def test_abort_mid_run_leaves_no_codex_process(agent_system: LoopwireConta
         await ev.publish("start", start_body("Sleep a while.", tools=[], metadata={"workspace": name}))
         await ev.wait_for("tool.call", timeout=120, name="exec_command")
         deadline = asyncio.get_running_loop().time() + 30
-        while not any("time.sleep(97)" in _cmdline(p) for p in processes_in(path)):
+        while not any("time.sleep(97)" in cmdline(p) for p in processes_in(path)):
             assert asyncio.get_running_loop().time() < deadline, "Codex's command never started"
             await asyncio.sleep(0.2)
         await ev.publish("abort", {"reason": "enough"})
@@ -221,7 +205,7 @@ async def test_abort_mid_run_leaves_no_codex_process(agent_system: LoopwireConta
         deadline = asyncio.get_running_loop().time() + 20
         while processes_in(path):
             assert asyncio.get_running_loop().time() < deadline, \
-                f"still running: {[_cmdline(p) for p in processes_in(path)]}"
+                f"still running: {[cmdline(p) for p in processes_in(path)]}"
             await asyncio.sleep(0.2)
 
 

@@ -40,6 +40,7 @@ from loopwire.llm.executors.opencode import OpencodeExecutor
 from loopwire.shared.contract.envelopes import ToolSpec
 from loopwire.shared.runtime.settings import Settings
 from loopwire.testing.servers import free_port
+from tests.agent_processes import cmdline
 from tests.fakes.openai_server import FakeOpenAI, tool_outputs
 from tests.paths import REPO
 
@@ -128,11 +129,11 @@ async def cancel_mid_command(executor: Executor, task: ExecutorTask, marker: Pat
         process = getattr(run, "process", None)
         assert process is not None and process.pid is not None
         tree = [process.pid, *descendants(process.pid)]
-        assert any("sleep" in _cmdline(p) for p in tree), [_cmdline(p) for p in tree]
+        assert any("sleep" in cmdline(p) for p in tree), [cmdline(p) for p in tree]
         await run.cancel()
         await asyncio.wait_for(consumer, 30)
         left = [p for p in tree if alive(p)]
-        assert not left, [_cmdline(p) for p in left]
+        assert not left, [cmdline(p) for p in left]
     finally:
         consumer.cancel()
         await run.aclose()
@@ -141,13 +142,6 @@ async def cancel_mid_command(executor: Executor, task: ExecutorTask, marker: Pat
 async def _drain(run: ExecutorRun) -> None:
     async for _ in run.events():
         pass
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
 
 
 # -- codex ----------------------------------------------------------------------------------

@@ -1,0 +1,122 @@
+"""The two floors' runs (durable_floor.py, floor.py): their plan and envelope sizes taken
+from the deployed layout's trace, their responder processes, and one measurement of each
+in the same window as a layout (measuring.py)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+
+import nats
+import redis.asyncio as aioredis
+
+from . import durable_floor, report
+from .floor import DEFAULT_PLAN, FloorDriver, Hop, plan_from_trace
+from .layouts import ROOT, Servers, service_env
+from .measuring import Measured, counter, log, measure_load, summary
+from .trace import TurnCost
+
+FLOOR_STREAMS = {durable_floor.WORK_STREAM: "work", durable_floor.EVENTS_STREAM: "events"}
+
+
+def floor_sizes(trace: TurnCost | None) -> list[int]:
+    """Envelope bytes of the five hops (tools.execute, router.result, memory.assemble,
+    llm.generate, router.result), from a trace that saw them as work messages."""
+    # Measured with every hop on JetStream (2026-11-30); for a trace of `loopwire up`,
+    # which hands them over in-process and does not see them.
+    sizes = {"tools.execute": 333, "router.result": 446, "memory.assemble": 1537, "llm.generate": 4631}
+    if trace is not None:
+        b, n = trace.nats_bytes, trace.nats_msgs
+        for k in sizes:
+            if n.get(f"work publish {k}"):
+                sizes[k] = int(b[f"work publish {k}"] / n[f"work publish {k}"])
+    return [sizes["tools.execute"], sizes["router.result"], sizes["memory.assemble"], sizes["llm.generate"],
+            sizes["router.result"]]
+
+
+def floor_plan(trace: TurnCost | None) -> tuple[Hop, ...]:
+    if trace is None:
+        return DEFAULT_PLAN
+    events = {k.removeprefix("event "): v for k, v in trace.nats_msgs.items() if k.startswith("event ")}
+    return plan_from_trace(trace.redis_cmds, events)
+
+
+def start_responders(module: str, count: int, servers: Servers, extra: list[str]) -> list[subprocess.Popen[str]]:
+    env = dict(os.environ, PYTHONPATH=service_env()["PYTHONPATH"])
+    procs = []
+    for _ in range(count):
+        proc = subprocess.Popen([sys.executable, "-m", module, "--nats", servers.nats.url, "--redis", servers.redis.url,
+                                 *extra], stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        procs.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if line.strip() != "ready":
+            stop_all(procs)
+            raise RuntimeError(f"{module} did not start: {line!r}")
+    return procs
+
+
+def stop_all(procs: list[subprocess.Popen[str]]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def responder_pids(label: str, procs: list[subprocess.Popen[str]]) -> dict[str, int]:
+    return {label if len(procs) == 1 else f"{label} {i + 1}": p.pid for i, p in enumerate(procs)}
+
+
+async def measure_durable_floor(m: Measured, servers: Servers, procs: list[subprocess.Popen[str]],
+                                sizes: list[int], args: argparse.Namespace) -> None:
+    nc = await nats.connect(servers.nats.url)
+    r = aioredis.Redis.from_url(servers.redis.url)
+    driver = durable_floor.DurableFloorDriver(nc, sizes)
+    await driver.start()
+    try:
+        await driver.run_load("warm", args.warmup_sessions, 5, timeout=args.load_timeout)
+        m.data["single"] = summary(await driver.run_sequential("single", args.single, args.turns))
+        await measure_load(m, lambda: driver.run_load("load", args.sessions, args.turns, timeout=args.load_timeout),
+                           {**responder_pids("responder", procs), **servers.pids(), "bench client": os.getpid()},
+                           args.load_runs, counter(nc, r, servers, FLOOR_STREAMS), FLOOR_STREAMS)
+        log(f"durable floor: {m.data['load']['turns_per_s']:.0f} turns/s{report.rates_note(m.data)}, "
+            f"single p50 {report.ms(m.data['single']['p50_ms'])}")
+    finally:
+        await driver.stop()
+        await r.aclose()
+        await nc.drain()
+
+
+async def measure_raw_floor(m: Measured, servers: Servers, procs: list[subprocess.Popen[str]], sizes: list[int],
+                            args: argparse.Namespace) -> None:
+    nc = await nats.connect(servers.nats.url)
+    r = aioredis.Redis.from_url(servers.redis.url)
+    driver = FloorDriver(nc, sizes)
+    await driver.start()
+    try:
+        await driver.run_load(args.warmup_sessions, 5)
+        m.data["single"] = summary(await driver.run_sequential(args.single, args.turns))
+        await measure_load(m, lambda: driver.run_load(args.sessions, args.turns),
+                           {**responder_pids("echo responder", procs), **servers.pids(),
+                            "bench client (driver)": os.getpid()},
+                           args.load_runs, counter(nc, r, servers, {}), {})
+        log(f"raw floor: {m.data['load']['turns_per_s']:.0f} turns/s{report.rates_note(m.data)}, "
+            f"single p50 {report.ms(m.data['single']['p50_ms'])}")
+    finally:
+        await driver.stop()
+        await r.aclose()
+        await nc.drain()
+
+
+async def create_floor_streams(nats_url: str) -> None:
+    nc = await nats.connect(nats_url)
+    try:
+        await durable_floor.ensure_streams(nc.jetstream(), len(DEFAULT_PLAN))
+    finally:
+        await nc.drain()

@@ -1,0 +1,77 @@
+"""The bench's measuring window: one layout's (or floor's) results as the results file
+holds them, and a load run taken several times, each inside its own CPU and wire window
+(procstat.py, wire.py), the median kept."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+from nats.aio.client import Client as NatsClient
+
+from . import wire
+from .driver import LoadResult
+from .layouts import BenchLayout, Servers
+from .procstat import CpuWindow
+
+
+def log(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def summary(run: LoadResult | None) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    lat = sorted(run.latencies_s)
+
+    def q(f: float) -> float | None:
+        if not lat:
+            return None
+        return 1000 * lat[min(len(lat) - 1, int(round(f * (len(lat) - 1))))]
+
+    return {"sessions": run.sessions, "turns": run.turns_per_session, "wall_s": run.wall_s,
+            "turns_per_s": run.turns_per_s, "p50_ms": q(0.5), "p90_ms": q(0.9), "p99_ms": q(0.99),
+            "n_latencies": len(lat), "n_failures": len(run.failures), "failures": run.failures[:5]}
+
+
+class Measured:
+    """What one layout (or floor) measured, as the results file holds it."""
+
+    def __init__(self, key: str, name: str, kind: str, layout: BenchLayout | None = None) -> None:
+        self.data: dict[str, Any] = {"name": name, "kind": kind}
+        if layout is not None:
+            self.data.update(commands=list(layout.commands), target_ratio=layout.target_ratio,
+                             target_turns_per_s=layout.target_turns_per_s)
+        self.key = key
+
+
+async def measure_load(m: Measured, run: Callable[[], Awaitable[LoadResult]], pids: dict[str, int],
+                       runs: int, counts: Callable[[], Awaitable[wire.Snapshot]],
+                       streams: dict[str, str]) -> None:
+    """The load `runs` times, each in its own CPU and wire window; the layout keeps the
+    median run by turns/s (this machine's speed drifts from one run to the next), or the
+    first with failed sessions, so a failure is never hidden."""
+    done: list[tuple[LoadResult, dict[str, float], float, dict[str, Any]]] = []
+    for _ in range(max(1, runs)):
+        before = await counts()
+        window = CpuWindow(pids).start()
+        load = await run()
+        spent = window.stop()
+        after = await counts()
+        done.append((load, spent, window.others, wire.per_turn(before, after, load.tool_turns, streams)))
+    m.data["load_rates"] = [load.turns_per_s for load, *_ in done]
+    failing = [d for d in done if d[0].failures]
+    load, spent, others, counted = failing[0] if failing else sorted(done, key=lambda d: d[0].turns_per_s)[len(done) // 2]
+    turns, wall = load.tool_turns, load.wall_s
+    m.data.update(load=summary(load), wire=counted,
+                  cpu_ms={k: 1000 * v / turns for k, v in spent.items()},
+                  cpu_share={k: v / wall for k, v in spent.items()},
+                  other_ms=1000 * others / turns, other_share=others / wall)
+
+
+def counter(nc: NatsClient, r: aioredis.Redis, servers: Servers, streams: dict[str, str]) -> Callable[[], Awaitable[wire.Snapshot]]:
+    async def snap() -> wire.Snapshot:
+        return await wire.snapshot(nc, r, servers.monitor_url, tuple(streams))
+    return snap
