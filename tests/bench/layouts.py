@@ -76,13 +76,14 @@ class Servers:
         self.redis.stop()
 
 
-def start_servers() -> Servers:
-    """nats-server (JetStream, fsync always, a monitoring port) and redis-server (AOF)."""
+def start_servers(sync_always: bool = True) -> Servers:
+    """nats-server (JetStream, fsync always unless told, a monitoring port) and
+    redis-server (AOF)."""
     port = free_port()
     conf_dir = tempfile.mkdtemp(prefix="lw-bench-nats-")
     conf = Path(conf_dir) / "monitor.conf"
     conf.write_text(f'http: "127.0.0.1:{port}"\n')
-    nats_server = start_nats(use_docker=False, include=conf, sync_always=True)
+    nats_server = start_nats(use_docker=False, include=conf, sync_always=sync_always)
     redis_server = start_redis(use_docker=False)
     return Servers(nats_server, redis_server, f"http://127.0.0.1:{port}")
 

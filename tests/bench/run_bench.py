@@ -165,6 +165,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-floors", action="store_true", help="skip both floors (the targets need the durable one)")
     p.add_argument("--floor-responders", type=int, default=2,
                    help="processes of the durable floor's responder (2: as `up --workers 2`)")
+    p.add_argument("--nats-sync", choices=("always", "default"), default="always",
+                   help="JetStream's sync_interval: always (compose and Helm) or nats-server's default, "
+                        "to see what the fsync per stored message costs (then pass --no-doc)")
     p.add_argument("--no-doc", action="store_true", help="leave docs/benchmarks.md alone (the results file is "
                                                          "written anyway)")
     p.add_argument("--results", default=str(RESULTS), help="the results file (JSON)")
@@ -199,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGALRM, watchdog)
     signal.alarm(args.watchdog)
-    servers = start_servers()
+    servers = start_servers(sync_always=args.nats_sync == "always")
     log(f"nats-server {servers.nats.url} (monitor {servers.monitor_url}), redis-server {servers.redis.url}")
     res["servers"] = run_async(lambda: server_settings(servers))
     busy = other_busy_processes({os.getpid(), *servers.pids().values()}, min_share=0.2)
