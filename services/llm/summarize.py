@@ -7,19 +7,15 @@ tokens stream), and the reply goes back to the caller instead of the router. A
 successful answer is recorded under the request's step id before the reply, so a
 repeated request (the memory step redelivered after a crash) is answered from the record.
 
-Each request runs in its own task: nats-py calls a subscription's callback one message
-at a time, and one slow summary must not hold up the others.
+Each request runs in its own task (responder.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
 
-from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
@@ -33,45 +29,21 @@ from .fallback import FallbackModel, RetryPolicy, Sleep
 from .generation import model_chain, model_request, record_key, result_failed, result_ok
 from .instrumented_model import InstrumentedModel
 from .model import Model
+from .responder import CoreResponder
 from .step_metrics import count_step
 
 log = logging.getLogger("loopwire.llm.summarize")
 
 
-class SummarizeResponder:
+class SummarizeResponder(CoreResponder):
     def __init__(self, ctx: ServiceContext, model_factory: Callable[[str], Model], policy: RetryPolicy,
                  breaker: CircuitBreaker | None, sleep: Sleep) -> None:
+        super().__init__(ctx.subjects.llm_summarize, f"{ctx.settings.subject_prefix.replace('.', '_')}_llm_summarize")
         self.ctx = ctx
         self.model_factory = model_factory
         self.policy = policy
         self.breaker = breaker if breaker is not None else CircuitBreaker.disabled()
         self._sleep = sleep
-        self._sub: Any = None
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    @property
-    def subject(self) -> str:
-        return self.ctx.subjects.llm_summarize
-
-    async def start(self, nc: NatsClient) -> None:
-        queue = f"{self.ctx.settings.subject_prefix.replace('.', '_')}_llm_summarize"
-        self._sub = await nc.subscribe(self.subject, queue=queue, cb=self._on_msg)
-
-    async def stop(self) -> None:
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
-            self._sub = None
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-
-    async def _on_msg(self, msg: Msg) -> None:
-        task = asyncio.create_task(self._reply(msg))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _reply(self, msg: Msg) -> None:
         try:

@@ -14,14 +14,12 @@ Anthropic (providers.py).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 import anthropic
-from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
@@ -30,6 +28,7 @@ from loopwire.shared.runtime.settings import Settings
 
 from .anthropic_model import build_client
 from .providers import resolve_provider
+from .responder import CoreResponder
 
 log = logging.getLogger("loopwire.llm.token_count")
 
@@ -73,35 +72,12 @@ def token_count_from_settings(settings: Settings, environ: Mapping[str, str] | N
     return AnthropicTokenCount(client)
 
 
-class TokenCountResponder:
-    """Answers `<prefix>.rpc.llm.count_tokens`, each request in its own task (nats-py calls
-    a subscription's callback one message at a time)."""
+class TokenCountResponder(CoreResponder):
+    """Answers `<prefix>.rpc.llm.count_tokens`."""
 
     def __init__(self, counter: AnthropicTokenCount, subject: str, queue: str) -> None:
+        super().__init__(subject, queue)
         self.counter = counter
-        self.subject = subject
-        self.queue = queue
-        self._sub: Any = None
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def start(self, nc: NatsClient) -> None:
-        self._sub = await nc.subscribe(self.subject, queue=self.queue, cb=self._on_msg)
-
-    async def stop(self) -> None:
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
-            self._sub = None
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-
-    async def _on_msg(self, msg: Msg) -> None:
-        task = asyncio.create_task(self._reply(msg))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _reply(self, msg: Msg) -> None:
         try:
