@@ -57,10 +57,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from .fake_anthropic_http import MessagesApiHandler
+from .fake_server import FakeServer
 
 Responder = Callable[[dict[str, Any]], dict[str, Any] | None]
 
@@ -133,53 +133,23 @@ class RecordedRequest:
     at: float = field(default_factory=time.monotonic)
 
 
-class FakeAnthropic:
+class FakeAnthropic(FakeServer):
     """The fake server; `start()` serves on a free port in a background thread."""
+
+    handler = MessagesApiHandler
+    thread_name = "fake-anthropic"
 
     count_tokens = staticmethod(count_tokens)
     """What `POST /v1/messages/count_tokens` answers."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.host = host
-        self.port = port
+        super().__init__(host, port)
         self.requests: list[RecordedRequest] = []
         self.responder: Responder | None = None
         self._scripts: dict[str, deque[dict[str, Any]]] = {}
         self._failures: list[Failure] = []
         self.lock = threading.Condition()
         self._msg_counter = 0
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle --------------------------------------------------------------------------
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self) -> FakeAnthropic:
-        handler = type("Handler", (MessagesApiHandler,), {"fake": self})
-        self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
-        self._httpd.daemon_threads = True
-        self.port = int(self._httpd.server_address[1])
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="fake-anthropic",
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> FakeAnthropic:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- steering ---------------------------------------------------------------------------
     def script(self, model: str, responses: list[dict[str, Any]]) -> None:

@@ -82,12 +82,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from .fake_anthropic import words_chunks
 from .fake_openai_http import CHAT, RESPONSES, OpenAIApiHandler
 from .fake_openai_wire import Answer
+from .fake_server import FakeServer
 
 Responder = Callable[[dict[str, Any], str], dict[str, Any] | None]
 """`responder(body, path)`: a response spec for the request, or None for the default."""
@@ -171,20 +171,20 @@ class RecordedRequest:
     at: float = field(default_factory=time.monotonic)
 
 
-class FakeOpenAI:
+class FakeOpenAI(FakeServer):
     """The fake server; `start()` serves on a free port in a background thread."""
 
+    handler = OpenAIApiHandler
+    thread_name = "fake-openai"
+
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.host = host
-        self.port = port
+        super().__init__(host, port)
         self.requests: list[RecordedRequest] = []
         self.responder: Responder | None = None
         self._scripts: dict[str, deque[dict[str, Any]]] = {}
         self._failures: list[Failure] = []
         self._lock = threading.Condition()
         self._counter = 0
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     @property
@@ -195,31 +195,6 @@ class FakeOpenAI:
     @property
     def base_url(self) -> str:
         return f"{self.url}/v1"
-
-    def start(self) -> FakeOpenAI:
-        handler = type("Handler", (OpenAIApiHandler,), {"fake": self})
-        self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
-        self._httpd.daemon_threads = True
-        self.port = int(self._httpd.server_address[1])
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="fake-openai",
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> FakeOpenAI:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- steering ---------------------------------------------------------------------------
     def script(self, model: str, responses: list[dict[str, Any]]) -> None:
