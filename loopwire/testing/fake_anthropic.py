@@ -53,14 +53,13 @@ import math
 import re
 import signal
 import threading
-import time
-from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .fake_anthropic_http import MessagesApiHandler
-from .fake_server import FakeServer
+from .fake_server import Failure as BaseFailure
+from .fake_server import RecordedRequest, ScriptedServer
 
 Responder = Callable[[dict[str, Any]], dict[str, Any] | None]
 
@@ -110,30 +109,14 @@ def _last_user_text(body: dict[str, Any]) -> str:
 
 
 @dataclass
-class Failure:
-    status: int
-    remaining: int | None
-    """None: fail every matching request from now on."""
-    model: str | None = None
-    message: str | None = None
+class Failure(BaseFailure):
     error_type: str | None = None
     retry_after: float | None = None
     mid_stream: bool = False
     """For a streamed request: answer 200, start the message, then send an error event."""
 
-    def matches(self, model: str) -> bool:
-        return (self.remaining is None or self.remaining > 0) and self.model in (None, "*", model)
 
-
-@dataclass
-class RecordedRequest:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-    at: float = field(default_factory=time.monotonic)
-
-
-class FakeAnthropic(FakeServer):
+class FakeAnthropic(ScriptedServer[Failure]):
     """The fake server; `start()` serves on a free port in a background thread."""
 
     handler = MessagesApiHandler
@@ -142,34 +125,18 @@ class FakeAnthropic(FakeServer):
     count_tokens = staticmethod(count_tokens)
     """What `POST /v1/messages/count_tokens` answers."""
 
+    responder: Responder | None = None
+
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(host, port)
-        self.requests: list[RecordedRequest] = []
-        self.responder: Responder | None = None
-        self._scripts: dict[str, deque[dict[str, Any]]] = {}
-        self._failures: list[Failure] = []
-        self.lock = threading.Condition()
         self._msg_counter = 0
 
     # -- steering ---------------------------------------------------------------------------
-    def script(self, model: str, responses: list[dict[str, Any]]) -> None:
-        """Queue responses for `model` (`"*"`: any model without a script of its own)."""
-        with self.lock:
-            self._scripts.setdefault(model, deque()).extend(responses)
-
     def fail_next(self, status: int = 529, n: int | None = 1, model: str | None = None,
                   message: str | None = None, error_type: str | None = None,
                   retry_after: float | None = None, mid_stream: bool = False) -> None:
         """Fail the next `n` message requests (for `model`, or any); `n=None`: all of them."""
-        with self.lock:
-            self._failures.append(Failure(status, n, model, message, error_type, retry_after, mid_stream))
-
-    def reset(self) -> None:
-        with self.lock:
-            self._scripts.clear()
-            self._failures.clear()
-            self.requests.clear()
-            self.responder = None
+        self._inject(Failure(status, n, model, message, error_type, retry_after, mid_stream))
 
     @property
     def message_requests(self) -> list[dict[str, Any]]:
@@ -177,46 +144,16 @@ class FakeAnthropic(FakeServer):
         with self.lock:
             return [r.body for r in self.requests if r.path == "/v1/messages"]
 
-    def pending(self, model: str = "*") -> int:
-        with self.lock:
-            return len(self._scripts.get(model, ()))
-
     def wait_for_requests(self, n: int, timeout: float = 10.0, path: str = "/v1/messages") -> list[RecordedRequest]:
         """Block until `n` requests to `path` arrived (for threads; use asyncio.to_thread)."""
-        deadline = time.monotonic() + timeout
-        with self.lock:
-            while True:
-                hits = [r for r in self.requests if r.path == path]
-                if len(hits) >= n:
-                    return hits
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"{len(hits)} of {n} requests to {path} after {timeout}s")
-                self.lock.wait(left)
+        return self._wait_for((path,), n, timeout)
 
     # -- answering (called from handler threads) -----------------------------------------
-    def record(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> None:
-        with self.lock:
-            self.requests.append(RecordedRequest(path, headers, body))
-            self.lock.notify_all()
-
-    def take_failure(self, model: str) -> Failure | None:
-        with self.lock:
-            for failure in self._failures:
-                if failure.matches(model):
-                    if failure.remaining is not None:
-                        failure.remaining -= 1
-                    return failure
-        return None
-
     def take_response(self, body: dict[str, Any]) -> dict[str, Any]:
-        model = str(body.get("model", ""))
-        with self.lock:
-            for key in (model, "*"):
-                queue = self._scripts.get(key)
-                if queue:
-                    return queue.popleft()
-            responder = self.responder
+        scripted = self._scripted(str(body.get("model", "")))
+        if scripted is not None:
+            return scripted
+        responder = self.responder
         if responder is not None:
             spec = responder(body)
             if spec is not None:

@@ -78,16 +78,13 @@ import json
 import math
 import signal
 import threading
-import time
-from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from .fake_anthropic import words_chunks
 from .fake_openai_http import CHAT, RESPONSES, OpenAIApiHandler
 from .fake_openai_wire import Answer
-from .fake_server import FakeServer
+from .fake_server import Failure, RecordedRequest, ScriptedServer
 
 Responder = Callable[[dict[str, Any], str], dict[str, Any] | None]
 """`responder(body, path)`: a response spec for the request, or None for the default."""
@@ -151,39 +148,16 @@ def tool_names(body: dict[str, Any]) -> list[str]:
     return names
 
 
-@dataclass
-class Failure:
-    status: int
-    remaining: int | None
-    """None: fail every matching request from now on."""
-    model: str | None = None
-    message: str | None = None
-
-    def matches(self, model: str) -> bool:
-        return (self.remaining is None or self.remaining > 0) and self.model in (None, "*", model)
-
-
-@dataclass
-class RecordedRequest:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-    at: float = field(default_factory=time.monotonic)
-
-
-class FakeOpenAI(FakeServer):
+class FakeOpenAI(ScriptedServer[Failure]):
     """The fake server; `start()` serves on a free port in a background thread."""
 
     handler = OpenAIApiHandler
     thread_name = "fake-openai"
 
+    responder: Responder | None = None
+
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(host, port)
-        self.requests: list[RecordedRequest] = []
-        self.responder: Responder | None = None
-        self._scripts: dict[str, deque[dict[str, Any]]] = {}
-        self._failures: list[Failure] = []
-        self._lock = threading.Condition()
         self._counter = 0
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -197,31 +171,14 @@ class FakeOpenAI(FakeServer):
         return f"{self.url}/v1"
 
     # -- steering ---------------------------------------------------------------------------
-    def script(self, model: str, responses: list[dict[str, Any]]) -> None:
-        """Queue responses for `model` (`"*"`: any model without a script of its own)."""
-        with self._lock:
-            self._scripts.setdefault(model, deque()).extend(responses)
-
     def fail_next(self, status: int = 500, n: int | None = 1, model: str | None = None,
                   message: str | None = None) -> None:
         """Fail the next `n` model requests (for `model`, or any); `n=None`: all of them."""
-        with self._lock:
-            self._failures.append(Failure(status, n, model, message))
-
-    def reset(self) -> None:
-        with self._lock:
-            self._scripts.clear()
-            self._failures.clear()
-            self.requests.clear()
-            self.responder = None
-
-    def pending(self, model: str = "*") -> int:
-        with self._lock:
-            return len(self._scripts.get(model, ()))
+        self._inject(Failure(status, n, model, message))
 
     def model_requests(self, path: str | None = None) -> list[dict[str, Any]]:
         """Bodies of the model requests so far (both APIs, or those to `path`)."""
-        with self._lock:
+        with self.lock:
             return [r.body for r in self.requests if r.path in ((path,) if path else (RESPONSES, CHAT))]
 
     @property
@@ -238,41 +195,14 @@ class FakeOpenAI(FakeServer):
 
     def wait_for_requests(self, n: int, timeout: float = 10.0, path: str | None = None) -> list[RecordedRequest]:
         """Block until `n` model requests (to `path`, or to either API) arrived."""
-        paths = (path,) if path else (RESPONSES, CHAT)
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while True:
-                hits = [r for r in self.requests if r.path in paths]
-                if len(hits) >= n:
-                    return hits
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"{len(hits)} of {n} requests to {paths} after {timeout}s")
-                self._lock.wait(left)
+        return self._wait_for((path,) if path else (RESPONSES, CHAT), n, timeout)
 
     # -- answering (called from handler threads) -----------------------------------------
-    def _record(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> None:
-        with self._lock:
-            self.requests.append(RecordedRequest(path, headers, body))
-            self._lock.notify_all()
-
-    def _take_failure(self, model: str) -> Failure | None:
-        with self._lock:
-            for failure in self._failures:
-                if failure.matches(model):
-                    if failure.remaining is not None:
-                        failure.remaining -= 1
-                    return failure
-        return None
-
     def _take_spec(self, body: dict[str, Any], path: str) -> dict[str, Any]:
-        model = str(body.get("model", ""))
-        with self._lock:
-            for key in (model, "*"):
-                queue = self._scripts.get(key)
-                if queue:
-                    return dict(queue.popleft())
-            responder = self.responder
+        scripted = self._scripted(str(body.get("model", "")))
+        if scripted is not None:
+            return scripted
+        responder = self.responder
         if responder is not None:
             spec = responder(body, path)
             if spec is not None:
@@ -281,7 +211,7 @@ class FakeOpenAI(FakeServer):
 
     def answer(self, body: dict[str, Any], spec: dict[str, Any]) -> Answer:
         """The concrete answer to `body` for a response spec."""
-        with self._lock:
+        with self.lock:
             self._counter += 1
             n = self._counter
         text = spec.get("text")

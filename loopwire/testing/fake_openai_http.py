@@ -52,13 +52,13 @@ class OpenAIApiHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         path = self.path.split("?", 1)[0]
         if path == "/_fake/requests":
-            with self.fake._lock:
+            with self.fake.lock:
                 data = [{"path": r.path, "body": r.body} for r in self.fake.requests]
             self._send_json(200, {"requests": data})
         elif path == "/_fake/health":
             self._send_json(200, {"ok": True})
         elif path == "/v1/models":
-            with self.fake._lock:
+            with self.fake.lock:
                 names = sorted(m for m in self.fake._scripts if m != "*")
             self._send_json(200, {"object": "list", "data": [
                 {"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in names]})
@@ -70,7 +70,7 @@ class OpenAIApiHandler(BaseHTTPRequestHandler):
         body = self._read_json()
         try:
             if path in (RESPONSES, CHAT):
-                self.fake._record(path, dict(self.headers.items()), body)
+                self.fake.record(path, dict(self.headers.items()), body)
                 self._model_call(path, body)
             elif path.startswith("/_fake/"):
                 self._control(path, body)
@@ -99,7 +99,7 @@ class OpenAIApiHandler(BaseHTTPRequestHandler):
         if not model or wanted not in body:
             self._send_json(400, error_body(400, f"model and {wanted} are required"))
             return
-        failure = fake._take_failure(model)
+        failure = fake.take_failure(model)
         if failure is not None:
             self._send_json(failure.status, error_body(failure.status, failure.message))
             return

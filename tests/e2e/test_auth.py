@@ -126,6 +126,15 @@ async def provider(secured: LoopwireContainer) -> AsyncIterator[tuple[Connection
     await nc.drain()
 
 
+def stored_events(events: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    return [(e["seq"], e["kind"]) for e in events if e["kind"] != "text.delta"]
+
+
+def until_second_run_end(events: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    ends = [i for i, (_, kind) in enumerate(events) if kind == "run.ended"]
+    return events[:ends[1] + 1] if len(ends) >= 2 else events
+
+
 @pytest.mark.timeout(180)
 async def test_the_public_contract_works_as_the_client_user(
         client: Connection, provider: tuple[Connection, list[dict[str, Any]]], fake: FakeAnthropic) -> None:
@@ -170,10 +179,16 @@ async def test_the_public_contract_works_as_the_client_user(
         await ev.wait_for("error", timeout=60, code="unknown_checkpoint")
     await asyncio.wait_for(ordered_ended.wait(), 60)
     await js_sub.unsubscribe()
-    # the stream gave the same events, in the same order, as the live subscription
-    through_stream = [e["seq"] for e in ordered if e["kind"] != "text.delta"]
-    live = [e["seq"] for e in ev.events if e["kind"] != "text.delta"]
-    assert through_stream == live[:len(through_stream)] and len(through_stream) >= 10
+    # The stream gave the same events as the live subscription (text.delta may be ephemeral).
+    # Up to the second run.ended each event follows from the one before it: the same order
+    # both ways. The refusals of the three inputs published back to back after it may be
+    # applied by the two router replicas one after the other and published by each on its
+    # own connection, so their publishes can cross (docs/deployment.md): each once, in any order.
+    through_stream, live = stored_events(ordered), stored_events(ev.events)
+    runs = until_second_run_end(live)
+    assert len(runs) >= 10 and through_stream[:len(runs)] == runs, (through_stream, live)
+    rest = through_stream[len(runs):]
+    assert len(set(rest)) == len(rest) and set(rest) <= set(live[len(runs):]), (through_stream, live)
 
     session = await query(nc, "session.get", {"session_id": s})
     assert session["status"] == "idle" and session["turns"] >= 3
