@@ -114,7 +114,7 @@ class LoopwireClient:
         that saw up to there); `new_only`: only events published from now on.
 
         Use as `async with await lw.follow(sid) as events: async for event in events: ...`."""
-        follower = SessionFollower(after_seq)
+        follower = SessionFollower(after_seq, first_any=new_only)
         if self.tenant is not None:
             # A tenant's user has no JetStream API (deploy/nats/tenants.conf): nats-py's
             # ordered consumer is created on a subject that does not name its filter, so
@@ -165,16 +165,29 @@ class LoopwireClient:
         raise RuntimeError("the event subscription ended before run.ended")
 
 
-class SessionFollower:
-    """The events of one session, each once, in `seq` order (LoopwireClient.follow)."""
+REORDER_HOLD_S = 0.5
+"""How long an event after a gap in `seq` is held back for the missing one. Two router
+replicas publish a session's events each on its own connection, so the events of inputs
+applied back to back can arrive crossed (docs/deployment.md); a gap that does not fill
+in time is a seq that was taken and never published, and the held events go on."""
 
-    def __init__(self, after_seq: int = 0) -> None:
+
+class SessionFollower:
+    """The events of one session, each once, in `seq` order (LoopwireClient.follow).
+
+    `first_any`: the first event may have any seq above `after_seq` (following only new
+    events, whose first seq is not known); otherwise the next expected is `after_seq + 1`."""
+
+    def __init__(self, after_seq: int = 0, first_any: bool = False) -> None:
         self.last_seq = after_seq
         """The highest `seq` handed out so far: an event at or below it is a re-publish."""
         self.skipped = 0
         """Events dropped as already seen (a recovery's re-publish beyond the dedup window)."""
         self.sub: Any = None
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._held: dict[int, dict[str, Any]] = {}
+        self._held_since = 0.0
+        self._first_any = first_any
 
     async def on_msg(self, msg: Any) -> None:
         self._queue.put_nowait(orjson.loads(msg.data))
@@ -195,12 +208,36 @@ class SessionFollower:
         return self
 
     async def __anext__(self) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
         while True:
-            event = await self._queue.get()
+            if self._held and min(self._held) == self.last_seq + 1:
+                return self._hand_out(min(self._held))
+            try:
+                if not self._held:
+                    event = await self._queue.get()
+                elif not self._queue.empty():  # what already arrived may fill the gap
+                    event = self._queue.get_nowait()
+                else:
+                    left = self._held_since + REORDER_HOLD_S - loop.time()
+                    event = await asyncio.wait_for(self._queue.get(), max(0.0, left))
+            except TimeoutError:  # the gap did not fill: go on from the lowest held
+                return self._hand_out(min(self._held))
             seq = event.get("seq")
-            if isinstance(seq, int):
-                if seq <= self.last_seq:
-                    self.skipped += 1
-                    continue
+            if not isinstance(seq, int):
+                return event
+            if seq <= self.last_seq or seq in self._held:
+                self.skipped += 1
+                continue
+            if self._first_any or seq == self.last_seq + 1:
+                self._first_any = False
                 self.last_seq = seq
-            return event
+                return event
+            if not self._held:
+                self._held_since = loop.time()
+            self._held[seq] = event
+
+    def _hand_out(self, seq: int) -> dict[str, Any]:
+        event = self._held.pop(seq)
+        self.last_seq = seq
+        self._held_since = asyncio.get_running_loop().time()  # a further gap waits its own hold
+        return event
