@@ -329,8 +329,11 @@ async def test_kill_9_mid_turn_resumes_the_agents_session_or_restarts_the_turn(
 async def test_a_steer_stops_the_agents_turn_and_reaches_its_session(agent_system: LoopwireContainer,
                                                                      fake: FakeAnthropic, executor_tmp: Path) -> None:
     command = "python3 -c 'import time; time.sleep(89)' && echo woke"
+    # Resumed after the steer, the agent may first close its interrupted turn with a model
+    # call of its own and only then take the steer (a loaded CI run saw two calls): both
+    # get the same answer, and the last call must carry the steer.
     fake.script(MODEL, [{"tool_use": [{"name": "Bash", "input": {"command": command, "timeout": 600000}}]},
-                        {"text": "Hello instead."}])
+                        {"text": "Hello instead."}, {"text": "Hello instead."}])
     name, path = workspace(executor_tmp)
     async with session(agent_system) as ev:
         await ev.publish("start", start_body("Sleep a while.", tools=[], metadata={"workspace": name}))
