@@ -11,12 +11,11 @@ import subprocess
 import sys
 
 import nats
-import redis.asyncio as aioredis
 
 from . import durable_floor, report
 from .floor import DEFAULT_PLAN, FloorDriver, Hop, plan_from_trace
 from .layouts import ROOT, Servers, service_env
-from .measuring import Measured, counter, log, measure_load, summary
+from .measuring import Measured, connected, counter, log, measure_load, summary
 from .trace import TurnCost
 
 FLOOR_STREAMS = {durable_floor.WORK_STREAM: "work", durable_floor.EVENTS_STREAM: "events"}
@@ -75,11 +74,7 @@ def responder_pids(label: str, procs: list[subprocess.Popen[str]]) -> dict[str, 
 
 async def measure_durable_floor(m: Measured, servers: Servers, procs: list[subprocess.Popen[str]],
                                 sizes: list[int], args: argparse.Namespace) -> None:
-    nc = await nats.connect(servers.nats.url)
-    r = aioredis.Redis.from_url(servers.redis.url)
-    driver = durable_floor.DurableFloorDriver(nc, sizes)
-    await driver.start()
-    try:
+    async with connected(servers, lambda nc: durable_floor.DurableFloorDriver(nc, sizes)) as (nc, r, driver):
         await driver.run_load("warm", args.warmup_sessions, 5, timeout=args.load_timeout)
         m.data["single"] = summary(await driver.run_sequential("single", args.single, args.turns))
         await measure_load(m, lambda: driver.run_load("load", args.sessions, args.turns, timeout=args.load_timeout),
@@ -87,19 +82,11 @@ async def measure_durable_floor(m: Measured, servers: Servers, procs: list[subpr
                            args.load_runs, counter(nc, r, servers, FLOOR_STREAMS), FLOOR_STREAMS)
         log(f"durable floor: {m.data['load']['turns_per_s']:.0f} turns/s{report.rates_note(m.data)}, "
             f"single p50 {report.ms(m.data['single']['p50_ms'])}")
-    finally:
-        await driver.stop()
-        await r.aclose()
-        await nc.drain()
 
 
 async def measure_raw_floor(m: Measured, servers: Servers, procs: list[subprocess.Popen[str]], sizes: list[int],
                             args: argparse.Namespace) -> None:
-    nc = await nats.connect(servers.nats.url)
-    r = aioredis.Redis.from_url(servers.redis.url)
-    driver = FloorDriver(nc, sizes)
-    await driver.start()
-    try:
+    async with connected(servers, lambda nc: FloorDriver(nc, sizes)) as (nc, r, driver):
         await driver.run_load(args.warmup_sessions, 5)
         m.data["single"] = summary(await driver.run_sequential(args.single, args.turns))
         await measure_load(m, lambda: driver.run_load(args.sessions, args.turns),
@@ -108,10 +95,6 @@ async def measure_raw_floor(m: Measured, servers: Servers, procs: list[subproces
                            args.load_runs, counter(nc, r, servers, {}), {})
         log(f"raw floor: {m.data['load']['turns_per_s']:.0f} turns/s{report.rates_note(m.data)}, "
             f"single p50 {report.ms(m.data['single']['p50_ms'])}")
-    finally:
-        await driver.stop()
-        await r.aclose()
-        await nc.drain()
 
 
 async def create_floor_streams(nats_url: str) -> None:

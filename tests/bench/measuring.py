@@ -4,10 +4,12 @@ holds them, and a load run taken several times, each inside its own CPU and wire
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
+import nats
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
 
@@ -75,3 +77,29 @@ def counter(nc: NatsClient, r: aioredis.Redis, servers: Servers, streams: dict[s
     async def snap() -> wire.Snapshot:
         return await wire.snapshot(nc, r, servers.monitor_url, tuple(streams))
     return snap
+
+
+class Driver(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+D = TypeVar("D", bound=Driver)
+
+
+@contextlib.asynccontextmanager
+async def connected(servers: Servers, make_driver: Callable[[NatsClient], D]) -> AsyncIterator[
+        tuple[NatsClient, aioredis.Redis, D]]:
+    """A NATS and a Redis connection to the bench's servers and a started load driver on
+    the NATS one, for one layout's (or floor's) measurement; all closed after it."""
+    nc = await nats.connect(servers.nats.url)
+    r = aioredis.Redis.from_url(servers.redis.url)
+    driver = make_driver(nc)
+    await driver.start()
+    try:
+        yield nc, r, driver
+    finally:
+        await driver.stop()
+        await r.aclose()
+        await nc.drain()

@@ -40,7 +40,6 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-import nats
 import redis.asyncio as aioredis
 
 from . import report
@@ -57,7 +56,7 @@ from .floor_runs import (
     stop_all,
 )
 from .layouts import LAYOUT_ORDER, ROOT, Servers, System, bench_layouts, start_servers
-from .measuring import Measured, counter, log, measure_load, summary
+from .measuring import Measured, connected, counter, log, measure_load, summary
 from .procstat import machine_facts, other_busy_processes
 from .redis_bytes import session_bytes
 from .trace import TurnCost, trace_turns
@@ -81,12 +80,8 @@ def run_async(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 async def measure_layout(m: Measured, servers: Servers, services: dict[str, int], args: argparse.Namespace,
                          extra: Callable[[BenchDriver], Awaitable[None]] | None = None) -> None:
-    nc = await nats.connect(servers.nats.url)
-    r = aioredis.Redis.from_url(servers.redis.url)
-    driver = BenchDriver(nc)
-    await driver.start()
     name = m.data["name"]
-    try:
+    async with connected(servers, BenchDriver) as (nc, r, driver):
         log(f"{name}: warm-up, {args.warmup_sessions} sessions × 5 tool-turns")
         warm = await driver.run_load("warm", args.warmup_sessions, 5, timeout=args.load_timeout)
         if warm.failures:
@@ -101,10 +96,6 @@ async def measure_layout(m: Measured, servers: Servers, services: dict[str, int]
             f"single p50 {report.ms(m.data['single']['p50_ms'])}, {m.data['load']['n_failures']} failed sessions")
         if extra is not None:
             await extra(driver)
-    finally:
-        await driver.stop()
-        await r.aclose()
-        await nc.drain()
 
 
 async def measure_bytes(driver: BenchDriver, redis_url: str, sizes: list[int], res: dict[str, Any]) -> None:
