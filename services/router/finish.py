@@ -22,14 +22,17 @@ The normalised conclusion (documented in docs/profiles.md):
      "confidence": float | None,                       # clamped to [0, 1]
      "classification": {"primary": "task_complete" | "incomplete",
                         "terminal": "finish" | "budget_exhausted" | "explanation"},
-     "findings": [{"action": "raise" | "clear", "class": str, "summary": str,
-                   "severity": str | None, "key": str | None, "details": dict}],
+     "findings": [{"action": "raise", "class": str, "summary": str,
+                   "severity": str | None, "key": str | None, "details": dict}
+                  | {"key": str | None, "status": "clear", "reason": str}],
      "outputs":  [{"kind": "output_proposal", "type": str, "dedupe_key": str | None,
                    "payload": any}]}
 
 A finding given as a bare string is raised with that summary; `action`/`op`/`status`
-values meaning resolved (`clear`, `resolve(d)`, `close(d)`, `fixed`) become `clear`, any
-other value `raise`. An output given as a bare string is a `text` proposal whose payload
+values meaning resolved (`clear`, `resolve(d)`, `close(d)`, `fixed`) clear it, any other
+value raises it. A cleared finding says which finding it clears and why, nothing else:
+`{"key", "status": "clear", "reason"}` (`reason` from `reason`, else the summary's
+fields), so a consumer matches it to the raised one by `key`. An output given as a bare string is a `text` proposal whose payload
 is the string.
 """
 
@@ -55,11 +58,14 @@ FINISH_SPEC = ToolSpec(
         "properties": {
             "summary": {"type": "string", "description": "The outcome, for the user."},
             "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-            "findings": {"type": "array", "description": "Findings to raise or clear.", "items": {
+            "findings": {"type": "array", "description": (
+                "Findings to raise (action raise: class, summary, severity, key) or clear (action clear: the "
+                "key of the finding it clears and the reason)."), "items": {
                 "type": "object",
                 "properties": {"action": {"type": "string", "enum": ["raise", "clear"]},
                                "class": {"type": "string"}, "summary": {"type": "string"},
-                               "severity": {"type": "string"}, "key": {"type": "string"}},
+                               "severity": {"type": "string"}, "key": {"type": "string"},
+                               "reason": {"type": "string"}},
             }},
             "outputs": {"type": "array", "description": "Outputs to deliver (proposals).", "items": {
                 "type": "object",
@@ -96,9 +102,12 @@ def normalise_finding(raw: Any, n: int) -> dict[str, Any]:
         return {"action": "raise", "class": "finding", "summary": _text(raw), "severity": None, "key": None,
                 "details": {}}
     verb = str(raw.get("action") or raw.get("op") or raw.get("status") or "raise").lower()
+    if verb in _CLEAR_WORDS:
+        return {"key": _text(raw.get("key") or raw.get("id")) or None, "status": "clear",
+                "reason": _text(raw.get("reason") or raw.get("summary") or raw.get("title") or raw.get("text") or "")}
     known = {"action", "op", "status", "class", "type", "summary", "title", "text", "severity", "key", "id"}
     return {
-        "action": "clear" if verb in _CLEAR_WORDS else "raise",
+        "action": "raise",
         "class": _text(raw.get("class") or raw.get("type") or "finding"),
         "summary": _text(raw.get("summary") or raw.get("title") or raw.get("text") or ""),
         "severity": _text(raw["severity"]) if raw.get("severity") is not None else None,

@@ -10,9 +10,10 @@ Sources, both keyed by the pair each entry declares:
 - a file, `LOOPWIRE_STRATEGY_FILE` (JSON or YAML): a list of configs, or `{"strategies":
   [...]}`. Two entries for one pair in the file is an error (the file is rejected);
 - Redis, the hash `lw:strategies` (actors defined at run time): field = any name (e.g.
-  `ops/triage`), value = one config as JSON. A Redis entry overrides the file's entry for
-  the same pair; two Redis entries for one pair: the first field in sorted order wins
-  (deterministic) and the other is logged.
+  `ops/triage`), value = one config as JSON. It is the fallback: a pair the file defines
+  is the file's (a static config is what the operator deployed and reviewed, so a
+  run-time entry may add pairs but never replace one); two Redis entries for one pair:
+  the first field in sorted order wins (deterministic) and the other is logged.
 
 Resolution is exact and deterministic (`resolve`):
 
@@ -107,7 +108,8 @@ def load_file(path: str | os.PathLike[str]) -> list[StrategyConfig]:
 
 
 def index(file_entries: list[StrategyConfig], redis_entries: dict[str, str | bytes]) -> dict[Pair, StrategyConfig]:
-    """Every config by its pair: the file's, overridden by Redis's (fields in sorted order)."""
+    """Every config by its pair: the file's, then Redis's for the pairs the file does not
+    define (fields in sorted order)."""
     table: dict[Pair, StrategyConfig] = {e.pair: e for e in file_entries}
     from_redis: set[Pair] = set()
     for field_name in sorted(redis_entries, key=lambda f: f.decode() if isinstance(f, bytes) else f):
@@ -116,8 +118,9 @@ def index(file_entries: list[StrategyConfig], redis_entries: dict[str, str | byt
         except (ValueError, ValidationError) as exc:
             log.warning("strategy %r in %s ignored: %s", field_name, REDIS_KEY, exc)
             continue
-        if entry.pair in from_redis:
-            log.warning("strategy %r in %s ignored: another field already defines %s", field_name, REDIS_KEY,
+        if entry.pair in from_redis or entry.pair in table:
+            where = "another field" if entry.pair in from_redis else "LOOPWIRE_STRATEGY_FILE"
+            log.warning("strategy %r in %s ignored: %s already defines %s", field_name, REDIS_KEY, where,
                         entry.name)
             continue
         from_redis.add(entry.pair)

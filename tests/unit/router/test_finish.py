@@ -53,12 +53,21 @@ def test_findings_and_outputs_are_normalised() -> None:
                                                      "id": "k1", "host": "a"}],
                               "outputs": {"channel": "slack", "dedupe_key": "d", "text": "hi"}})
     assert c["confidence"] is None
-    assert [f["action"] for f in c["findings"]] == ["raise", "clear"]
-    assert c["findings"][0]["summary"] == "plain"
-    assert c["findings"][1] == {"action": "clear", "class": "cpu", "summary": "ok now", "severity": None,
-                                "key": "k1", "details": {"host": "a"}}
+    assert c["findings"][0]["action"] == "raise" and c["findings"][0]["summary"] == "plain"
+    assert c["findings"][1] == {"key": "k1", "status": "clear", "reason": "ok now"}, "which one, and why"
     assert c["outputs"] == [{"kind": "output_proposal", "type": "slack", "dedupe_key": "d", "payload": {"text": "hi"}}]
     assert normalise_conclusion("just text")["summary"] == "just text"
+
+
+@pytest.mark.parametrize(("raw", "cleared"), [
+    ({"action": "clear", "key": "var-disk", "reason": "pruned to 40%", "severity": "high"},
+     {"key": "var-disk", "status": "clear", "reason": "pruned to 40%"}),
+    ({"op": "fixed", "key": "cpu", "summary": "back to normal"}, {"key": "cpu", "status": "clear",
+                                                                  "reason": "back to normal"}),
+    ({"status": "closed"}, {"key": None, "status": "clear", "reason": ""}),
+])
+def test_a_cleared_finding_is_its_key_and_its_reason(raw: dict, cleared: dict) -> None:
+    assert normalise_conclusion({"summary": "s", "findings": [raw]})["findings"] == [cleared]
 
 
 def test_out_of_budget_conclusions() -> None:

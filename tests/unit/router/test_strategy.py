@@ -67,12 +67,15 @@ def test_files_in_json_and_yaml_and_duplicates_rejected(tmp_path: Path) -> None:
 
 
 @pytest.mark.unit
-def test_redis_entries_override_the_file_and_bad_ones_are_ignored() -> None:
+def test_the_file_wins_and_redis_is_the_fallback() -> None:
     file_entries = [StrategyConfig.model_validate(e) for e in ENTRIES]
     redis = {"b": json.dumps({"actor": "ops", "expectation": "triage", "role": "From Redis."}),
-             "a": "{not json", "c": json.dumps({"actor": "ops", "expectation": "triage", "role": "Shadowed."})}
+             "a": "{not json", "c": json.dumps({"actor": "ops", "expectation": "new", "role": "Run time."}),
+             "d": json.dumps({"actor": "ops", "expectation": "new", "role": "Shadowed."})}
     t = index(file_entries, redis)
-    assert resolve(t, "ops", "triage").role == "From Redis."
+    assert resolve(t, "ops", "triage").role == "You triage incidents.", "a pair the file defines is the file's"
+    assert resolve(t, "ops", "new").role == "Run time.", "a pair only Redis defines: its first field"
+    assert resolve(index([], redis), "ops", "triage").role == "From Redis."
 
 
 @pytest.mark.unit
