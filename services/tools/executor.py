@@ -8,9 +8,11 @@ nothing a tool does crashes the service.
 
 Calls run concurrently, in the order their tools' execution hints and dependencies ask
 for (staging.py: `sequential` calls one after another, an `exclusive` call alone, a call
-after the calls it depends on; a dependency cycle is refused with error results). Each result is recorded under `tool:<sid>:<tool_use_id>` the
-moment it exists, then handed to `on_result` (the service emits `tool.result` there);
-the list returned is in the model's order.
+after the calls it depends on; a turn whose dependencies form a cycle or name what
+does not exist is refused whole, with an error result per call). Each result is
+recorded under `tool:<sid>:<tool_use_id>` the moment it exists, then handed to
+`on_result` (the service emits `tool.result` there); the list returned is in the
+model's order.
 """
 
 from __future__ import annotations
@@ -124,7 +126,8 @@ class Executor:
 
         # A denied call never runs, so it orders nothing.
         plan = stage(calls, [Hint() if c.tool_use_id in env.denied else hint_of(t)
-                             for c, t in zip(calls, tools, strict=True)])
+                             for c, t in zip(calls, tools, strict=True)],
+                     known=lambda name: self.catalog.resolve(name) is not None)
         finished = [asyncio.Event() for _ in calls]
         outcomes: dict[int, ToolResultItem] = {}
 

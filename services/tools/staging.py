@@ -14,14 +14,17 @@ A tool declares (provider endpoint metadata `loopwire.execution` and
 
 A call may also name tool_use ids in `ToolCall.depends_on` (callers that know an order).
 Ordering hints only ever point from an earlier call to a later one; dependencies may
-point anywhere, so they can form a cycle. A call in a cycle, or waiting on one, is
-refused with an error result that names the cycle: a bad workflow is the model's to
-read, never a crash, and the other calls of the turn run.
+point anywhere, so they can form a cycle, and they may name what does not exist (a
+tool_use id outside the turn, a tool nobody serves). Either way the turn's workflow
+cannot be built, and the whole turn fails: every call gets an error result that says
+why (the cycle, the unknown name) and none runs, since running the calls outside the
+cycle would carry out part of a plan whose order is wrong. A bad workflow is the
+model's to read, never a crash.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
@@ -54,16 +57,21 @@ class Staging:
     needs: list[set[int]]
     """Per call, the calls it depends on: it is not run when one of them failed."""
     refused: dict[int, str] = field(default_factory=dict)
-    """Calls that are never run, with the reason (a dependency cycle)."""
+    """Calls that are never run, with the reason: every call of a turn whose workflow
+    cannot be built."""
     stages: list[list[int]] = field(default_factory=list)
     """The calls that can run, in topological stages: each waits only on earlier stages."""
 
 
-def stage(calls: Sequence[ToolCall], hints: Sequence[Hint]) -> Staging:
+def stage(calls: Sequence[ToolCall], hints: Sequence[Hint],
+          known: Callable[[str], bool] | None = None) -> Staging:
+    """The stages of `calls`; `known` says whether a tool named in a `depends_on` exists
+    (None: every name does)."""
     n = len(calls)
     ids = {c.tool_use_id: i for i, c in enumerate(calls)}
     after: list[set[int]] = [set() for _ in calls]
     needs: list[set[int]] = [set() for _ in calls]
+    unknown: list[str] = []
     for i, (call, hint) in enumerate(zip(calls, hints, strict=True)):
         for j in range(i):
             if "exclusive" in (hint.execution, hints[j].execution) or \
@@ -73,6 +81,10 @@ def stage(calls: Sequence[ToolCall], hints: Sequence[Hint]) -> Staging:
         needs[i] |= {j for j, other in enumerate(calls) if j != i and other.name in wanted}
         needs[i] |= {ids[d] for d in call.depends_on if d in ids and ids[d] != i}
         after[i] |= needs[i]
+        unknown += [f"{call.name} depends on tool {name}, which no provider serves"
+                    for name in hint.depends_on if known is not None and not known(name)]
+        unknown += [f"{call.name} ({call.tool_use_id}) depends on call {d}, which is not in this turn"
+                    for d in call.depends_on if d not in ids]
 
     # Kahn's algorithm, layer by layer; what is never freed is in or behind a cycle.
     waiting = [set(a) for a in after]
@@ -86,17 +98,18 @@ def stage(calls: Sequence[ToolCall], hints: Sequence[Hint]) -> Staging:
         placed |= set(ready)
         for w in waiting:
             w.difference_update(ready)
-    refused = {i: _refusal(calls, after, i) for i in range(n) if i not in placed}
-    return Staging(after=after, needs=needs, refused=refused, stages=stages)
+    problem = "; ".join(unknown) or next((_cycle_text(calls, after, i) for i in range(n) if i not in placed), None)
+    if problem is None:
+        return Staging(after=after, needs=needs, stages=stages)
+    refused = {i: f"tool {c.name} was not run: this turn's calls cannot be ordered ({problem}), so none of "
+                  "them was run" for i, c in enumerate(calls)}
+    return Staging(after=after, needs=needs, refused=refused, stages=[])
 
 
-def _refusal(calls: Sequence[ToolCall], after: list[set[int]], i: int) -> str:
-    cycle = _cycle_from(after, i)
-    name = calls[i].name
-    if cycle is not None and i in cycle:
-        path = " -> ".join(calls[k].name for k in [*cycle, cycle[0]])
-        return f"tool {name} was not run: the dependencies of this turn's calls form a cycle ({path})"
-    return f"tool {name} was not run: it waits on calls whose dependencies form a cycle"
+def _cycle_text(calls: Sequence[ToolCall], after: list[set[int]], i: int) -> str:
+    """The cycle call `i` is in or waits behind, named by its tools."""
+    cycle = _cycle_from(after, i) or [i]
+    return "a dependency cycle: " + " -> ".join(calls[k].name for k in [*cycle, cycle[0]])
 
 
 def _cycle_from(after: list[set[int]], start: int) -> list[int] | None:

@@ -1,7 +1,8 @@
 """Execution hints and dependencies through the contract: a nats.micro provider declares
 `loopwire.execution` and `loopwire.depends_on` in its endpoint metadata, and the times
-at which its calls start and end show the turn's calls staged accordingly; a dependency
-cycle becomes error results the model reads, and the run goes on."""
+at which its calls start and end show the turn's calls staged accordingly; a turn whose
+workflow cannot be built (a dependency cycle, a dependency on a tool nobody serves)
+fails whole: an error result per call, none run, the model reads why and the run goes on."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ TOOLS: dict[str, dict[str, str]] = {
     "hint_after_par": {"loopwire.depends_on": "hint_par"},
     "hint_cyc_a": {"loopwire.depends_on": "hint_cyc_b"},
     "hint_cyc_b": {"loopwire.depends_on": "hint_cyc_a"},
+    "hint_orphan": {"loopwire.depends_on": "hint_nobody_serves"},
 }
 
 
@@ -100,6 +102,7 @@ async def test_calls_are_staged_by_the_providers_hints(nc: NatsClient, fake: Fak
         {"text": "One exclusive.", "tool_use": uses(("hint_par", "p3"), ("hint_excl", "x1"), ("hint_par", "p4"))},
         {"text": "A dependency, named first.", "tool_use": uses(("hint_after_par", "d1"), ("hint_par", "p5"))},
         {"text": "A cycle.", "tool_use": uses(("hint_cyc_a", "c1"), ("hint_cyc_b", "c2"), ("hint_par", "p6"))},
+        {"text": "An unknown dependency.", "tool_use": uses(("hint_par", "p7"), ("hint_orphan", "o1"))},
         {"text": "All done.", "stop_reason": "end_turn"},
     ])
     s = f"e2e-hints-{uuid.uuid4().hex[:8]}"
@@ -116,13 +119,17 @@ async def test_calls_are_staged_by_the_providers_hints(nc: NatsClient, fake: Fak
     assert t.before(("hint_par", "p3"), ("hint_excl", "x1")) and t.before(("hint_excl", "x1"), ("hint_par", "p4"))
     # Turn 3: the dependent call waits for the call it depends on, though named first.
     assert t.before(("hint_par", "p5"), ("hint_after_par", "d1"))
-    # Turn 4: the cycle never reaches the provider; its calls get error results; the rest runs.
-    assert ("hint_cyc_a", "c1") not in t.spans and ("hint_cyc_b", "c2") not in t.spans
-    assert ("hint_par", "p6") in t.spans
-    cycle = [r for r in ev.of("tool.result") if r["name"] in ("hint_cyc_a", "hint_cyc_b")]
-    assert len(cycle) == 2 and all(r["is_error"] for r in cycle)
-    first = next(r for r in cycle if r["name"] == "hint_cyc_a")
-    assert "cycle (hint_cyc_a -> hint_cyc_b -> hint_cyc_a)" in first["content"]
-    # The model read those results in its next request.
-    last_user = fake.message_requests[-1]["messages"][-1]["content"]
-    assert [b.get("is_error", False) for b in last_user if b["type"] == "tool_result"] == [True, True, False]
+    # Turn 4: the cycle fails the whole turn: no call reaches the provider, not even the
+    # one outside the cycle; each gets an error result that names the cycle.
+    assert not {("hint_cyc_a", "c1"), ("hint_cyc_b", "c2"), ("hint_par", "p6")} & set(t.spans)
+    turn4 = [r for r in ev.of("tool.result") if r["turn"] == 4]
+    assert len(turn4) == 3 and all(r["is_error"] for r in turn4)
+    assert all("a dependency cycle: hint_cyc_a -> hint_cyc_b -> hint_cyc_a" in r["content"] for r in turn4)
+    # Turn 5: a dependency on a tool nobody serves: the same.
+    assert ("hint_par", "p7") not in t.spans
+    turn5 = [r for r in ev.of("tool.result") if r["turn"] == 5]
+    assert len(turn5) == 2 and all(r["is_error"] and "hint_nobody_serves" in r["content"] for r in turn5)
+    # The model read those results in its next requests.
+    turn4_results = fake.message_requests[-2]["messages"][-1]["content"]
+    assert [b.get("is_error", False) for b in turn4_results if b["type"] == "tool_result"] == [True, True, True]
+    assert len(t.spans) == 9, "turns 1-3 ran all their calls, turns 4 and 5 none"

@@ -239,9 +239,18 @@ async def test_exclusive_tool_runs_alone(executor: Executor, probe: Probe) -> No
 
 
 async def test_depends_on_waits_for_earlier_calls(executor: Executor, probe: Probe) -> None:
-    later = ToolCall(tool_use_id="b", name="nap", input={"label": "b", "seconds": 0.01}, depends_on=["a", "zz"])
+    later = ToolCall(tool_use_id="b", name="nap", input={"label": "b", "seconds": 0.01}, depends_on=["a"])
     await executor.execute(envelope(call("a", "nap", label="a", seconds=0.05), later))
     assert probe.log == ["start nap", "end nap", "start nap", "end nap"]
+
+
+async def test_a_call_that_depends_on_a_call_not_in_the_turn_fails_the_turn(executor: Executor,
+                                                                            probe: Probe) -> None:
+    later = ToolCall(tool_use_id="b", name="nap", input={"label": "b", "seconds": 0.01}, depends_on=["zz"])
+    first, second = await executor.execute(envelope(call("a", "nap", label="a", seconds=0.01), later))
+    assert probe.log == [], "neither ran"
+    assert first.is_error and "nap (b) depends on call zz, which is not in this turn" in str(first.content)
+    assert second.is_error
 
 
 async def test_cancel_stops_inflight_calls_without_recording(executor: Executor, probe: Probe,

@@ -49,13 +49,32 @@ def test_a_dependency_on_a_tool_waits_for_its_calls_wherever_they_are() -> None:
     assert plan.needs[0] == {1, 2}
 
 
-def test_a_dependency_cycle_is_refused_and_the_rest_runs() -> None:
+def test_a_dependency_cycle_fails_the_whole_turn() -> None:
     plan = stage(calls("a", "b", "c", "p"),
                  [Hint(depends_on=("b",)), Hint(depends_on=("a",)), Hint(depends_on=("a",)), Hint()])
-    assert plan.stages == [[3]]
-    assert set(plan.refused) == {0, 1, 2}
-    assert "cycle (a -> b -> a)" in plan.refused[0] and "cycle (b -> a -> b)" in plan.refused[1]
-    assert "waits on calls whose dependencies form a cycle" in plan.refused[2]
+    assert plan.stages == [], "nothing runs, not even the call outside the cycle"
+    assert set(plan.refused) == {0, 1, 2, 3}
+    assert all("cannot be ordered (a dependency cycle: a -> b -> a)" in r for r in plan.refused.values())
+    assert plan.refused[3].startswith("tool p was not run")
+
+
+@pytest.mark.parametrize(("batch_deps", "hints", "why"), [
+    ({0: ["t9"]}, [Hint(), Hint()], "a (t0) depends on call t9, which is not in this turn"),
+    ({}, [Hint(depends_on=("buidl",)), Hint()], "a depends on tool buidl, which no provider serves"),
+])
+def test_an_unknown_dependency_fails_the_whole_turn(batch_deps: dict[int, list[str]], hints: list[Hint],
+                                                    why: str) -> None:
+    batch = calls("a", "b")
+    for i, deps in batch_deps.items():
+        batch[i].depends_on = deps
+    plan = stage(batch, hints, known=lambda name: name in ("a", "b"))
+    assert plan.stages == [] and set(plan.refused) == {0, 1}
+    assert all(why in r for r in plan.refused.values())
+
+
+def test_a_dependency_on_a_known_tool_the_turn_does_not_call_is_no_problem() -> None:
+    plan = stage(calls("deploy"), [Hint(depends_on=("build",))], known=lambda name: True)
+    assert plan.stages == [[0]] and not plan.refused
 
 
 def test_exclusive_order_against_a_dependency_is_a_cycle_too() -> None:
@@ -109,7 +128,7 @@ def envelope(*batch: ToolCall) -> ExecuteTools:
     return ExecuteTools(session_id="s", run_id="r", step_id="r:1:t0", turn=1, calls=list(batch))
 
 
-async def test_the_executor_refuses_a_cycle_and_skips_calls_whose_dependency_failed() -> None:
+async def test_the_executor_refuses_a_turn_with_a_cycle_whole() -> None:
     reg = ToolRegistry()
     ran: list[str] = []
 
@@ -124,6 +143,23 @@ async def test_the_executor_refuses_a_cycle_and_skips_calls_whose_dependency_fai
         return "b"
 
     @reg.tool
+    def ok() -> str:
+        ran.append("ok")
+        return "fine"
+
+    executor = Executor(Catalog(reg), InMemoryStepStore(), None, default_timeout_s=5)
+    batch = [ToolCall(tool_use_id=f"t{n}", name=name) for n, name in enumerate(["a", "b", "ok"])]
+    results = await asyncio.wait_for(executor.execute(envelope(*batch)), 5)
+    assert ran == [], "no call of the turn ran"
+    assert [r.tool_use_id for r in results] == ["t0", "t1", "t2"] and all(r.is_error for r in results)
+    assert all("a dependency cycle: a -> b -> a" in str(r.content) for r in results)
+
+
+async def test_the_executor_skips_calls_whose_dependency_failed_and_runs_the_rest() -> None:
+    reg = ToolRegistry()
+    ran: list[str] = []
+
+    @reg.tool
     def fails() -> str:
         ran.append("fails")
         raise RuntimeError("broken build")
@@ -133,16 +169,23 @@ async def test_the_executor_refuses_a_cycle_and_skips_calls_whose_dependency_fai
         ran.append("deploy")
         return "deployed"
 
+    @reg.tool(depends_on=["nobody_serves_this"])
+    def orphan() -> str:
+        return "never"
+
     @reg.tool
     def ok() -> str:
         ran.append("ok")
         return "fine"
 
     executor = Executor(Catalog(reg), InMemoryStepStore(), None, default_timeout_s=5)
-    batch = [ToolCall(tool_use_id=f"t{n}", name=name) for n, name in enumerate(["a", "b", "deploy", "fails", "ok"])]
+    batch = [ToolCall(tool_use_id=f"t{n}", name=name) for n, name in enumerate(["deploy", "fails", "ok"])]
     results = await asyncio.wait_for(executor.execute(envelope(*batch)), 5)
     by_name = {r.name: r for r in results}
     assert sorted(ran) == ["fails", "ok"]
-    assert by_name["a"].is_error and "cycle (a -> b -> a)" in str(by_name["a"].content)
-    assert by_name["deploy"].is_error and "depends on fails (t3), which failed" in str(by_name["deploy"].content)
+    assert by_name["deploy"].is_error and "depends on fails (t1), which failed" in str(by_name["deploy"].content)
     assert not by_name["ok"].is_error
+    (refused, other) = await executor.execute(envelope(ToolCall(tool_use_id="o1", name="orphan"),
+                                                       ToolCall(tool_use_id="o2", name="ok")))
+    assert refused.is_error and other.is_error and "tool nobody_serves_this, which no provider serves" in \
+        str(other.content)
