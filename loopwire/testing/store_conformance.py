@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 
-from loopwire.shared.contract import codec
+from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.protocol import make_event
 from loopwire.shared.stores.capabilities import Capability, Unsupported
 from loopwire.shared.stores.event_log import EventLogStore
-from loopwire.shared.stores.session_store import SessionStore, sessions_index_key
+from loopwire.shared.stores.session_store import SessionStore
 from loopwire.shared.stores.step_store import StepHeld, StepStore
 
 
@@ -213,14 +213,14 @@ async def sessions_index_most_recent_first_with_a_cursor(b: Backend) -> None:
         assert await sessions.commit(sid, 0, {"status": "idle"}, 0, [])
         await asyncio.sleep(0.003)
     assert await sessions.commit("a", 1, {"status": "running"}, 0, [])  # a moves to the top
-    index = sessions_index_key("a")
+    index = keys.sessions_index("a")
     listed = await sessions.recently_updated(index, None, 10)
     assert [sid for sid, _ in listed] == ["a", "c", "b"]
     assert listed[0][1] >= listed[1][1] > listed[2][1] > 0
     first = await sessions.recently_updated(index, None, 2)
     rest = await sessions.recently_updated(index, (first[-1][1], first[-1][0]), 2)
     assert [sid for sid, _ in first + rest] == ["a", "c", "b"]
-    tenant = await sessions.recently_updated(sessions_index_key("acme.x"), None, 10)
+    tenant = await sessions.recently_updated(keys.sessions_index("acme.x"), None, 10)
     assert [sid for sid, _ in tenant] == ["acme.y", "acme.x"]
     assert await sessions.load_many(["a", "nobody", "acme.x"]) == [{"status": "running"}, None, {"status": "idle"}]
     # entries of one millisecond are ordered by sid, and a cursor inside them skips none

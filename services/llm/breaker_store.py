@@ -1,6 +1,6 @@
 """Where the circuit breakers' state lives: one entry per model, each change atomic.
 
-State per model (Redis hash `lw:breaker:<model>`)::
+State per model (Redis hash keys.breaker)::
 
     failures     consecutive retryable failures (reset by any success)
     open_until   0 while closed; else the time until which the model is skipped
@@ -17,10 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from loopwire.shared.contract import keys
+
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 FAILING = "failing"
 """An acquire verdict: closed, with failures counted that a success must reset."""
-KEY_PREFIX = "lw:breaker:"
 KEY_TTL_S = 24 * 3600
 """Breaker hashes of models nobody calls any more expire after a day."""
 
@@ -151,15 +152,14 @@ return 0
 class RedisBreakerStore:
     """Breakers shared by every replica: one hash per model, each change one Lua call."""
 
-    def __init__(self, redis: Any, key_prefix: str = KEY_PREFIX) -> None:
+    def __init__(self, redis: Any) -> None:
         self.redis = redis
-        self.key_prefix = key_prefix
         self._acquire = redis.register_script(_ACQUIRE)
         self._record = redis.register_script(_RECORD)
         self._release = redis.register_script(_RELEASE)
 
     def key(self, model: str) -> str:
-        return f"{self.key_prefix}{model}"
+        return keys.breaker(model)
 
     async def acquire(self, model: str, now: float, token: str, policy: BreakerPolicy) -> str:
         out = await self._acquire(keys=[self.key(model)], args=[repr(now), token, repr(policy.probe_ttl_s), KEY_TTL_S])

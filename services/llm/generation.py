@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import Generate, GenerationResult
 
 from .errors import ModelCallError
@@ -16,14 +17,9 @@ from .fallback import FallbackResult
 from .model import ModelRequest
 
 
-def record_key(step_id: str) -> str:
-    """Step-store key of a recorded generation (`lw:step:gen:<step_id>` in Redis)."""
-    return f"gen:{step_id}"
-
-
-def result_msg_id(step_id: str) -> str:
-    """Nats-Msg-Id of the published result: a re-publish after a crash is deduplicated."""
-    return f"{step_id}:result"
+def record_key(env: Generate) -> str:
+    """Step-store name of a generation's record and claim (in its session's slot)."""
+    return keys.generation_step(env.session_id, env.step_id)
 
 
 def model_chain(env: Generate, default_model: str) -> list[str]:

@@ -41,6 +41,7 @@ from typing import Any
 from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import CountTokens, Generate, GenerationResult, TokenCount
 from loopwire.shared.runtime.chain import Delivery, current_delivery, decode
 from loopwire.shared.runtime.inflight import Heartbeat, InflightSteps, StepCancelled, unless_cancelled
@@ -53,7 +54,7 @@ from .breaker import CircuitBreaker, CircuitBreakerModel, breaker_from_settings
 from .errors import ModelCallError
 from .executors.runner import ExecutorSteps
 from .fallback import FallbackModel, RetryPolicy, Sleep
-from .generation import model_chain, model_request, record_key, result_failed, result_msg_id, result_ok
+from .generation import model_chain, model_request, record_key, result_failed, result_ok
 from .instrumented_model import InstrumentedModel
 from .model import Model
 from .providers import build_model_factory
@@ -138,7 +139,7 @@ class LlmService:
                       heartbeat: Callable[[], Awaitable[None]] | None = None) -> GenerationResult:
         """Answer one step: from its record when it has one, else from the model."""
         ctx = self.ctx
-        key = record_key(env.step_id)
+        key = record_key(env)
         # Every delivery, first or not, claims the step before the model is called: one
         # in a paused process's buffer may be work another replica did meanwhile
         # (shared/stores/step_store.py). Raises StepHeld while another live worker has it.
@@ -151,7 +152,7 @@ class LlmService:
         if attempt > 1:
             # The step was claimed before and never recorded: that attempt (a crashed or
             # paused worker's) may have streamed part of an answer, which is void.
-            await ctx.bus.emit(env.session_id, env.run_id, "retracted", key=f"{env.step_id}:retract:{attempt}",
+            await ctx.bus.emit(env.session_id, env.run_id, "retracted", key=keys.retract_key(env.step_id, attempt),
                                turn=env.turn, reason=REDELIVERED_REASON)
         # The delivery's runner keeps it alive meanwhile (shared/runtime/chain.py); `heartbeat` is
         # for a caller outside a delivery.
@@ -161,7 +162,7 @@ class LlmService:
         if result.error is not None and result.error.code == "cancelled":
             # Not recorded: the step is stale for the router, and nothing was decided.
             await ctx.steps.release(key, claim.token)
-            await ctx.deliver_result(result, msg_id=result_msg_id(env.step_id))
+            await ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id))
             count_step("cancelled")
             return result
         # Written under this worker's claim only: one that lost it (paused past AckWait
@@ -171,13 +172,13 @@ class LlmService:
         standing = await ctx.steps.record_claimed(key, claim.token, key, mine, release=True)
         if standing != mine:
             return await self._publish_recorded(env, standing)
-        await ctx.deliver_result(result, msg_id=result_msg_id(env.step_id))
+        await ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id))
         count_step("ok" if result.ok else "error")
         return result
 
     async def _publish_recorded(self, env: Generate, recorded: dict[str, Any]) -> GenerationResult:
         result = GenerationResult.model_validate(recorded)
-        await self.ctx.deliver_result(result, msg_id=result_msg_id(env.step_id))
+        await self.ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id))
         return result
 
     # -- the model call ----------------------------------------------------------------------
@@ -201,7 +202,7 @@ class LlmService:
 
         async def on_switch(switch: dict[str, str]) -> None:
             nonlocal switches
-            await bus.emit(sid, run_id, "model.fallback", key=f"{env.step_id}:fallback:{switches}", **switch)
+            await bus.emit(sid, run_id, "model.fallback", key=keys.fallback_key(env.step_id, switches), **switch)
             switches += 1
             count_fallback(switch)
 
@@ -211,7 +212,7 @@ class LlmService:
         async def on_discard(model: str, reason: str) -> None:
             nonlocal discards
             discards += 1
-            await bus.emit(sid, run_id, "retracted", key=f"{env.step_id}:retract:{attempt}.{discards}",
+            await bus.emit(sid, run_id, "retracted", key=keys.retract_key(env.step_id, f"{attempt}.{discards}"),
                            turn=env.turn, reason=f"{model} failed mid-answer ({reason}): the partial answer is void")
 
         # A cancel notice (steer, abort) stops the model's stream: no more tokens are generated.
@@ -226,7 +227,7 @@ class LlmService:
                         cancel)
                 except StepCancelled:
                     if streamed:
-                        await bus.emit(sid, run_id, "retracted", key=f"{env.step_id}:retract:cancel",
+                        await bus.emit(sid, run_id, "retracted", key=keys.retract_key(env.step_id, "cancel"),
                                        turn=env.turn, reason=CANCELLED_REASON)
                     log.info("llm step %s cancelled", env.step_id)
                     return result_failed(env, ModelCallError("cancelled",

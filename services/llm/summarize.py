@@ -61,7 +61,7 @@ class SummarizeResponder(CoreResponder):
                 await msg.respond(codec.dumps(result))
 
     async def answer(self, env: Generate) -> GenerationResult:
-        recorded = await self.ctx.steps.get(record_key(env.step_id))
+        recorded = await self.ctx.steps.get(record_key(env))
         if recorded is not None:
             count_step("replayed")
             return GenerationResult.model_validate(recorded)
@@ -79,6 +79,6 @@ class SummarizeResponder(CoreResponder):
                 count_step("error")
                 return result_failed(env, err)  # not recorded: a later request may succeed
         result = result_ok(env, outcome)
-        standing = await self.ctx.steps.put_if_absent(record_key(env.step_id), result.model_dump(mode="json"))
+        standing = await self.ctx.steps.put_if_absent(record_key(env), result.model_dump(mode="json"))
         count_step("ok")
         return GenerationResult.model_validate(standing)

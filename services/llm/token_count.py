@@ -5,7 +5,7 @@ The memory service measures every request before it goes to the model
 llm service's. So the memory service asks here: a core request/reply on
 `<prefix>.rpc.llm.count_tokens` (one queue group across replicas), or a call when both
 run in one process (`ServiceContext.here("llm")`). It keeps the answers (in process and
-in Redis, `lw:tok:<hash>`) and estimates when none comes.
+in Redis, keys.token_count) and estimates when none comes.
 
 Whether there is an endpoint to ask follows `LOOPWIRE_MEMORY_TOKEN_COUNTING`: `estimate`
 never asks, `api` always asks Anthropic, `auto` asks when the llm service's provider is

@@ -44,7 +44,7 @@ MAX_BLOCK_CHARS = 4000
 
 
 class CompactionRecord(BaseModel):
-    """The stored compaction of one session (`lw:mem:<sid>:compaction`)."""
+    """The stored compaction of one session (keys.memory(sid, "compaction"))."""
 
     covers: int
     """History messages [1, covers) are represented by `summary`; the tail starts at `covers`."""

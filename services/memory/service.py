@@ -21,6 +21,7 @@ import logging
 from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import AssembleContext, ToolSpec
 from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.chain import Delivery, decode
@@ -133,7 +134,7 @@ class MemoryService:
             event = {"tokens_before": context.record.tokens_before, "tokens_after": context.record.tokens_after,
                      "method": "summary", "messages_compacted": context.record.covers - 1}
         if event is not None:
-            await self.ctx.bus.emit(env.session_id, env.run_id, "compaction", key=f"{env.step_id}:compaction",
+            await self.ctx.bus.emit(env.session_id, env.run_id, "compaction", key=keys.compaction_key(env.step_id),
                                     **event)
         if outcome.event is not None:  # counted once, not again for a redelivered step
             metrics.COMPACTIONS.inc()
@@ -141,12 +142,12 @@ class MemoryService:
         if outcome.record is not None or outcome.usage.total_input() or outcome.usage.output_tokens or (
                 context.record is not None and context.record.step_id == env.step_id):
             # This step's own compaction cost (also on a redelivery: the claim is per key).
-            compacting = await self.store.claim_usage(env.session_id, f"{env.step_id}:compaction")
+            compacting = await self.store.claim_usage(env.session_id, keys.compaction_key(env.step_id))
             if compacting is not None:
                 extra = compacting if extra is None else extra + compacting
         notes = [outcome.note] if outcome.note else []
         request = build_generate(env, outcome.messages, tools, system_prompt(context.system, notes), extra)
-        msg_id = f"{env.step_id}:generate"
+        msg_id = keys.generate_msg_id(env.step_id)
         llm = self.ctx.here("llm")
         if llm is not None:
             # The llm service runs in this process: generate here, while this step's message

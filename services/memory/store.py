@@ -1,18 +1,18 @@
 """The memory service's Redis state: compactions, observations, reflections, and the
 tokens it spent that the run's budget has yet to count.
 
-| key | type | content |
+| key (shared/contract/keys.py) | type | content |
 |---|---|---|
-| `lw:mem:<sid>:compaction` | string | the session's CompactionRecord (JSON) |
-| `lw:mem:<sid>:obs` / `:refl` | list | observations / reflections (JSON), oldest first |
-| `lw:mem:<sid>:meta` | hash | `observed_to` (history index), `reflected` (observations reflected on) |
-| `lw:mem:<sid>:lock:<what>` | string + TTL | one replica writes an observation at a time |
-| `lw:mem:<sid>:usage` | hash | tokens spent (summaries, observations), not yet claimed |
-| `lw:mem:xu:<step_id>` | hash + TTL | the usage a generation step claimed (its `extra_usage`) |
-| `lw:mem:actor:<actor>:obs` / `:refl` | list | the same, per strategy actor, across sessions (capped) |
+| `memory(sid, "compaction")` | string | the session's CompactionRecord (JSON) |
+| `memory(sid, "obs")` / `"refl"` | list | observations / reflections (JSON), oldest first |
+| `memory(sid, "meta")` | hash | `observed_to` (history index), `reflected` (observations reflected on) |
+| `memory_lock(sid, what)` | string + TTL | one replica writes an observation at a time |
+| `memory(sid, "usage")` | hash | tokens spent (summaries, observations), not yet claimed |
+| `memory_step_usage(sid, step_id)` | hash + TTL | the usage a generation step claimed (its `extra_usage`) |
+| `actor_memory(actor, "obs")` / `"refl"` | list | the same, per strategy actor, across sessions (capped) |
 
 Session keys expire with `session_ttl_s` (refreshed on each write), claims with
-`step_result_ttl_s`. The full history is never here: it is the router's (`lw:h:<sid>`).
+`step_result_ttl_s`. The full history is never here: it is the router's (keys.session_history).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 from redis.exceptions import NoScriptError
 
-from loopwire.shared.contract import codec
+from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.envelopes import Usage
 
 from .compaction import CompactionRecord
@@ -50,14 +50,6 @@ local ttl = tonumber(ARGV[1])
 if ttl > 0 then redis.call('EXPIRE', KEYS[2], ttl) end
 return vals
 """
-
-
-def _k(sid: str, what: str) -> str:
-    return f"lw:mem:{sid}:{what}"
-
-
-def _actor(actor: str, what: str) -> str:
-    return f"lw:mem:actor:{actor}:{what}"
 
 
 def _usage_from(flat: list[Any]) -> Usage | None:
@@ -114,16 +106,16 @@ class MemoryStore:
 
         def reads() -> Any:
             pipe = self._r.pipeline(transaction=False)
-            pipe.get(_k(sid, "compaction"))
-            pipe.lrange(_k(sid, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
-            pipe.lrange(_k(sid, "refl"), -reflections, -1) if reflections > 0 else pipe.echo("")
+            pipe.get(keys.memory(sid, "compaction"))
+            pipe.lrange(keys.memory(sid, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
+            pipe.lrange(keys.memory(sid, "refl"), -reflections, -1) if reflections > 0 else pipe.echo("")
             if actor:
-                pipe.lrange(_actor(actor, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
-                pipe.lrange(_actor(actor, "refl"), -reflections, -1) if reflections > 0 else pipe.echo("")
+                pipe.lrange(keys.actor_memory(actor, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
+                pipe.lrange(keys.actor_memory(actor, "refl"), -reflections, -1) if reflections > 0 else pipe.echo("")
             for start, stop in history or []:
                 pipe.lrange(history_key or "", start, stop)
             # A session in use keeps its memory as long as the router keeps its state.
-            self._expire(pipe, *(_k(sid, what) for what in ("compaction", "obs", "refl", "meta")))
+            self._expire(pipe, *(keys.memory(sid, what) for what in ("compaction", "obs", "refl", "meta")))
             if claim_for is not None:
                 # EVALSHA as a plain command: a Script object in a pipeline costs a SCRIPT
                 # EXISTS round trip per execute. NOSCRIPT (a restarted Redis) is handled below.
@@ -158,23 +150,23 @@ class MemoryStore:
 
     async def observation_state(self, sid: str) -> ObservationState:
         pipe = self._r.pipeline(transaction=False)
-        pipe.hmget(_k(sid, "meta"), ["observed_to", "reflected"])
-        pipe.llen(_k(sid, "obs"))
+        pipe.hmget(keys.memory(sid, "meta"), ["observed_to", "reflected"])
+        pipe.llen(keys.memory(sid, "obs"))
         (observed_to, reflected), count = await pipe.execute()
         return ObservationState(int(observed_to or 0), int(count), int(reflected or 0))
 
     async def observations(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
-        return _items(await self._r.lrange(_k(sid, "obs"), start, stop))
+        return _items(await self._r.lrange(keys.memory(sid, "obs"), start, stop))
 
     async def reflections(self, sid: str) -> list[dict[str, Any]]:
-        return _items(await self._r.lrange(_k(sid, "refl"), 0, -1))
+        return _items(await self._r.lrange(keys.memory(sid, "refl"), 0, -1))
 
     # -- writing --------------------------------------------------------------------------------
     async def save_compaction(self, sid: str, record: CompactionRecord) -> None:
         """The record and the tokens it cost, in one transaction: a redelivered step never
         counts a stored summary twice, nor loses its cost."""
         pipe = self._r.pipeline(transaction=True)
-        pipe.set(_k(sid, "compaction"), codec.dumps(record), ex=self._ttl or None)
+        pipe.set(keys.memory(sid, "compaction"), codec.dumps(record), ex=self._ttl or None)
         self._add_usage(pipe, sid, record.usage)
         await pipe.execute()
 
@@ -191,27 +183,27 @@ class MemoryStore:
         """One observation or reflection, the progress mark it moves and the tokens it
         cost, in one transaction (per session, and per strategy actor when there is one)."""
         pipe = self._r.pipeline(transaction=True)
-        pipe.rpush(_k(sid, kind), codec.dumps(item))
-        pipe.hset(_k(sid, "meta"), progress_field, progress)
-        self._expire(pipe, _k(sid, kind), _k(sid, "meta"))
+        pipe.rpush(keys.memory(sid, kind), codec.dumps(item))
+        pipe.hset(keys.memory(sid, "meta"), progress_field, progress)
+        self._expire(pipe, keys.memory(sid, kind), keys.memory(sid, "meta"))
         if actor:
-            pipe.rpush(_actor(actor, kind), codec.dumps(item))
-            pipe.ltrim(_actor(actor, kind), -ACTOR_KEEP, -1)
-            self._expire(pipe, _actor(actor, kind))
+            pipe.rpush(keys.actor_memory(actor, kind), codec.dumps(item))
+            pipe.ltrim(keys.actor_memory(actor, kind), -ACTOR_KEEP, -1)
+            self._expire(pipe, keys.actor_memory(actor, kind))
         self._add_usage(pipe, sid, usage)
         await pipe.execute()
 
     async def mark_observed(self, sid: str, observed_to: int) -> None:
-        await self._r.hset(_k(sid, "meta"), "observed_to", observed_to)
+        await self._r.hset(keys.memory(sid, "meta"), "observed_to", observed_to)
 
     async def mark_reflected(self, sid: str, reflected: int) -> None:
-        await self._r.hset(_k(sid, "meta"), "reflected", reflected)
+        await self._r.hset(keys.memory(sid, "meta"), "reflected", reflected)
 
     async def lock(self, sid: str, what: str, owner: str, ttl_s: int) -> bool:
-        return bool(await self._r.set(_k(sid, f"lock:{what}"), owner, nx=True, ex=ttl_s))
+        return bool(await self._r.set(keys.memory_lock(sid, what), owner, nx=True, ex=ttl_s))
 
     async def unlock(self, sid: str, what: str, owner: str) -> None:
-        key = _k(sid, f"lock:{what}")
+        key = keys.memory_lock(sid, what)
         if await self._r.get(key) == owner.encode():
             await self._r.delete(key)
 
@@ -229,10 +221,10 @@ class MemoryStore:
 
     @staticmethod
     def _claim_keys(sid: str, step_id: str) -> list[str]:
-        return [_k(sid, "usage"), f"lw:mem:xu:{step_id}"]
+        return [keys.memory(sid, "usage"), keys.memory_step_usage(sid, step_id)]
 
     def _add_usage(self, pipe: Any, sid: str, usage: Usage) -> None:
-        key = _k(sid, "usage")
+        key = keys.memory(sid, "usage")
         for name in USAGE_FIELDS:
             value = getattr(usage, name)
             if value:

@@ -3,7 +3,7 @@
 `TokenCounter.count()` asks the llm service for the exact count (the Messages API's
 `count_tokens` endpoint behind it, services/llm/token_count.py; exact_count.py is the way
 there) and caches the answer by a hash of the request's content, in process (LRU) and
-optionally in Redis (`lw:tok:<hash>`), so a redelivered step or a request counted twice
+optionally in Redis (keys.token_count), so a redelivered step or a request counted twice
 costs one call. When the endpoint is not configured or does not answer, the counter
 falls back to `Estimator`, and after a failure to answer it stops asking for a while
 instead of paying a timeout on every generation.
@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import CountTokens, TokenCount, ToolSpec
 from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.stores.blobs import REF_KEY, messages_have_refs
@@ -284,7 +285,7 @@ class TokenCounter:
         cached = self._lru.get(key)
         if cached is None and self.redis is not None and self.cache_ttl_s:
             try:
-                raw = await self.redis.get(f"lw:tok:{key}")
+                raw = await self.redis.get(keys.token_count(key))
                 cached = int(raw) if raw is not None else None
             except Exception as exc:  # the cache is an optimisation, never a failure
                 log.debug("token cache read failed: %s", exc)
@@ -298,7 +299,7 @@ class TokenCounter:
         self._lru.put(key, exact)
         if self.redis is not None and self.cache_ttl_s:
             try:
-                await self.redis.set(f"lw:tok:{key}", exact, ex=self.cache_ttl_s)
+                await self.redis.set(keys.token_count(key), exact, ex=self.cache_ttl_s)
             except Exception as exc:
                 log.debug("token cache write failed: %s", exc)
         return Count(exact, exact=True)

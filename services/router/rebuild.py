@@ -1,6 +1,6 @@
 """A session rebuilt from its transcript alone: the transcript is the source of truth.
 
-The router's Redis state (`lw:s:<sid>`, `lw:h:<sid>`) is a cache of what the event log
+The router's Redis state (keys.session_state, keys.session_history) is a cache of what the event log
 says. When it is gone (deleted, evicted, lost with a Redis that kept its streams) but the
 transcript is there, `rebuild_session` replays the events into the history
 (shared/stores/transcript.py), makes a minimal idle `SessionState` of what they tally,

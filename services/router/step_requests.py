@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import AssembleContext, ExecuteTools, ToolCall
 
 from . import approval, budget, planning, strategy_loop, technical_summary
@@ -49,7 +50,7 @@ def request_generation(tx: Transition, run: RunState, notes: list[str] | None = 
     offer = strategy_loop.offer(run)
     run.awaiting = "generate"
     run.gen_seq += 1
-    step_id = f"{run.run_id}:g{run.gen_seq}"
+    step_id = keys.generation_step_id(run.run_id, run.gen_seq)
     run.pending_step = step_id
     cfg = run.config
     max_tokens = budget.max_tokens_for(run, cfg.max_tokens)
@@ -66,7 +67,7 @@ def request_generation(tx: Transition, run: RunState, notes: list[str] | None = 
         executor=spec_for(run),
     )
     tx.effects.append(PublishWork(target="memory.assemble", envelope=env.model_dump(mode="json"), model=env,
-                                  msg_id=f"{step_id}:assemble"))
+                                  msg_id=keys.assemble_msg_id(step_id)))
 
 
 def dispatch(tx: Transition, run: RunState, calls: list[dict[str, Any]],
@@ -100,7 +101,7 @@ def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], denied: 
     provider (the tools service answers them with the reason); calls the core answered
     (`run.answered`) are not sent at all."""
     run.awaiting = "tools"
-    step_id = f"{run.run_id}:t{run.turn}"
+    step_id = keys.tools_step_id(run.run_id, run.turn)
     run.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
     answered = {b["tool_use_id"]: b for b in run.answered}
     to_run = [c for c in calls if c["id"] not in answered]
@@ -115,7 +116,7 @@ def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], denied: 
         denied={c["id"]: denied[c["id"]] for c in to_run if c["id"] in denied}, trace=run.trace,
     )
     tx.effects.append(PublishWork(target="tools.execute", envelope=env.model_dump(mode="json"), model=env,
-                                  msg_id=f"{step_id}:execute"))
+                                  msg_id=keys.execute_msg_id(step_id)))
 
 
 def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]]) -> None:

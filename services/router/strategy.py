@@ -9,7 +9,7 @@ Sources, both keyed by the pair each entry declares:
 
 - a file, `LOOPWIRE_STRATEGY_FILE` (JSON or YAML): a list of configs, or `{"strategies":
   [...]}`. Two entries for one pair in the file is an error (the file is rejected);
-- Redis, the hash `lw:strategies` (actors defined at run time): field = any name (e.g.
+- Redis, the hash keys.STRATEGIES (actors defined at run time): field = any name (e.g.
   `ops/triage`), value = one config as JSON. It is the fallback: a pair the file defines
   is the file's (a static config is what the operator deployed and reviewed, so a
   run-time entry may add pairs but never replace one); two Redis entries for one pair:
@@ -42,11 +42,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.protocol import Limits, Permission
 
 log = logging.getLogger("loopwire.router.strategy")
 
-REDIS_KEY = "lw:strategies"
 
 Pair = tuple[str, str | None]
 
@@ -116,11 +116,11 @@ def index(file_entries: list[StrategyConfig], redis_entries: dict[str, str | byt
         try:
             entry = StrategyConfig.model_validate(json.loads(redis_entries[field_name]))
         except (ValueError, ValidationError) as exc:
-            log.warning("strategy %r in %s ignored: %s", field_name, REDIS_KEY, exc)
+            log.warning("strategy %r in %s ignored: %s", field_name, keys.STRATEGIES, exc)
             continue
         if entry.pair in from_redis or entry.pair in table:
             where = "another field" if entry.pair in from_redis else "LOOPWIRE_STRATEGY_FILE"
-            log.warning("strategy %r in %s ignored: %s already defines %s", field_name, REDIS_KEY, where,
+            log.warning("strategy %r in %s ignored: %s already defines %s", field_name, keys.STRATEGIES, where,
                         entry.name)
             continue
         from_redis.add(entry.pair)
@@ -166,5 +166,5 @@ class StrategyStore:
     async def resolve(self, actor: str | None, expectation: str | None) -> StrategyConfig | None:
         if actor is None:
             return None
-        redis_entries = await self.redis.hgetall(REDIS_KEY) if self.redis is not None else {}
+        redis_entries = await self.redis.hgetall(keys.STRATEGIES) if self.redis is not None else {}
         return resolve(index(self._file_entries(), redis_entries), actor, expectation)

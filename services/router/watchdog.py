@@ -5,7 +5,7 @@ for ever.
 Dead letters (shared/runtime/dead_letters.py) cover work JetStream gives up. This covers work that
 is never given up because it is never delivered at all: no process of the service that
 takes it runs any more, its message was lost with a NATS store, a handler hangs. The
-router keeps the sessions with a run in progress in the Redis sorted set `lw:running`
+router keeps the sessions with a run in progress in the Redis sorted set keys.RUNNING
 (score: when the run started), written when a session's status changes. Every replica
 sweeps it every `interval_s`: a session whose state version has not moved for longer than
 `stall_after_s` and that still waits for a step gets an `UndeliverableInput` naming that
@@ -31,9 +31,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from loopwire.shared.contract import keys
 from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.settings import Settings
-from loopwire.shared.stores.session_store import session_key
 
 from .executor_profiles import is_executor
 from .inputs import BaseInput, UndeliverableInput
@@ -41,7 +41,6 @@ from .state import SessionState
 
 log = logging.getLogger("loopwire.router.watchdog")
 
-RUNNING_KEY = "lw:running"
 SWEEP_LIMIT = 10_000
 """Sessions looked at per sweep (the oldest runs first)."""
 
@@ -58,11 +57,11 @@ def executor_stall_after(settings: Settings) -> float:
 
 
 async def note_status(redis: aioredis.Redis, sid: str, running: bool) -> None:
-    """Keep `lw:running` in step with a session's status (called after its commit)."""
+    """Keep keys.RUNNING in step with a session's status (called after its commit)."""
     if running:
-        await redis.zadd(RUNNING_KEY, {sid: time.time()}, nx=True)
+        await redis.zadd(keys.RUNNING, {sid: time.time()}, nx=True)
     else:
-        await redis.zrem(RUNNING_KEY, sid)
+        await redis.zrem(keys.RUNNING, sid)
 
 
 class Watchdog:
@@ -102,14 +101,14 @@ class Watchdog:
     async def sweep(self, now: float | None = None) -> list[str]:
         """One pass; returns the sessions whose runs it ended."""
         now = time.monotonic() if now is None else now
-        raw = await self._redis.zrange(RUNNING_KEY, 0, SWEEP_LIMIT - 1)
+        raw = await self._redis.zrange(keys.RUNNING, 0, SWEEP_LIMIT - 1)
         sids = [s.decode() if isinstance(s, bytes) else str(s) for s in raw]
         if not sids:
             self._seen.clear()
             return []
         async with self._redis.pipeline(transaction=False) as pipe:
             for sid in sids:
-                pipe.hget(session_key(sid), "ver")
+                pipe.hget(keys.session_state(sid), "ver")
             versions = await pipe.execute()
         seen: dict[str, tuple[int, float]] = {}
         stalled: list[str] = []

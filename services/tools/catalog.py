@@ -1,7 +1,7 @@
 """The tool catalog: in-process tools and discovered providers, as one view.
 
 The tools service keeps it in memory (the executor resolves names through it) and
-publishes it to Redis after every discovery round (`lw:tools:catalog`, whose readers are
+publishes it to Redis after every discovery round (keys.TOOL_CATALOG, whose readers are
 in shared/stores/tool_catalog.py), so other services read it without a hop.
 
 `seen_at` is when the entry was last confirmed (each round for in-process tools; the
@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import redis.asyncio as aioredis
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ToolSpec
 from loopwire.shared.observability import metrics
-from loopwire.shared.stores.tool_catalog import CATALOG_KEY, CatalogEntry
+from loopwire.shared.stores.tool_catalog import CatalogEntry
 
 from .discovery import DiscoveredTool, ProviderTable
 from .registry import PythonTool, ToolRegistry
@@ -155,7 +156,7 @@ class Catalog:
         """Write this view to Redis; delete what this writer forgot and what is stale."""
         now = time.time() if now is None else now
         entries = {name: e.to_json() for name, e in self.entries(now).items()}
-        existing = await redis.hgetall(CATALOG_KEY)
+        existing = await redis.hgetall(keys.TOOL_CATALOG)
         delete: list[str] = []
         for raw_name, raw in existing.items():
             name = raw_name.decode() if isinstance(raw_name, bytes) else raw_name
@@ -172,9 +173,9 @@ class Catalog:
                 delete.append(name)
         pipe = redis.pipeline(transaction=False)
         if entries:
-            pipe.hset(CATALOG_KEY, mapping=entries)  # type: ignore[arg-type]
+            pipe.hset(keys.TOOL_CATALOG, mapping=entries)  # type: ignore[arg-type]
         if delete:
-            pipe.hdel(CATALOG_KEY, *delete)
+            pipe.hdel(keys.TOOL_CATALOG, *delete)
         await pipe.execute()
         self._published = entries
 

@@ -27,6 +27,7 @@ from typing import Any
 from jsonschema.exceptions import best_match, relevance
 from nats.aio.client import Client as NatsClient
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolResultItem
 from loopwire.shared.observability import metrics, tracing
 from loopwire.shared.runtime.inflight import CancelSignal, StepCancelled, unless_cancelled
@@ -43,16 +44,6 @@ from .staging import Hint, Staging, hint_of, stage
 log = logging.getLogger("loopwire.tools.executor")
 
 ResultCallback = Callable[[ToolResultItem], Awaitable[None]]
-
-
-def step_key(session_id: str, tool_use_id: str) -> str:
-    """Where one call's result is recorded (the StepStore adds its own `lw:step:`)."""
-    return f"tool:{session_id}:{tool_use_id}"
-
-
-def batch_key(session_id: str, step_id: str) -> str:
-    """The claim of one ExecuteTools step (its batch of calls)."""
-    return f"tools:{session_id}:{step_id}"
 
 
 def _outcome(item: ToolResultItem, recorded: bool, known: bool) -> str:
@@ -94,8 +85,8 @@ class Executor:
         # that reads the calls' records (shared/stores/step_store.py): one in a paused process's
         # buffer may be work another replica did meanwhile. StepHeld while another live
         # worker runs it.
-        claim_key = batch_key(env.session_id, env.step_id)
-        claim = await self.steps.claim(claim_key, [step_key(env.session_id, c.tool_use_id) for c in calls],
+        claim_key = keys.tool_batch_step(env.session_id, env.step_id)
+        claim = await self.steps.claim(claim_key, [keys.tool_call_step(env.session_id, c.tool_use_id) for c in calls],
                                        self.claim_ttl_s)
         recorded = claim.records
         if claim.token is None:  # all recorded: reported again (events dedup), nothing runs
@@ -148,7 +139,7 @@ class Executor:
                     if keep:
                         # Under this worker's claim only (one that lost it raises StepHeld
                         # and publishes nothing); a result recorded first stands.
-                        stands = await self.steps.record_claimed(*claim, step_key(env.session_id, item.tool_use_id),
+                        stands = await self.steps.record_claimed(*claim, keys.tool_call_step(env.session_id, item.tool_use_id),
                                                                  item.model_dump(mode="json"))
                         item = ToolResultItem.model_validate(stands)
                 outcomes[i] = item

@@ -14,8 +14,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionsListRequest, error_reply
-from loopwire.shared.stores.session_store import SessionStore, sessions_index_key
+from loopwire.shared.stores.session_store import SessionStore
 
 SCAN_CAP = 2000
 """Index entries one request reads at most while filtering by status."""
@@ -54,7 +55,7 @@ async def sessions_list(req: SessionsListRequest, sessions: SessionStore, tenant
     after = parse_cursor(req.cursor)
     if isinstance(after, dict):
         return after
-    index = sessions_index_key(f"{tenant}.x" if tenant else "x")
+    index = keys.sessions_index(f"{tenant}.x" if tenant else "x")
     listed: list[dict[str, Any]] = []
     scanned = 0
     exhausted = False

@@ -6,7 +6,7 @@ The path of one turn (docs/architecture.md)::
     router --ExecuteTools--> tools --ToolsResult--> router
 
 Every envelope carries `step_id`, the idempotency key of the step: a redelivered
-envelope whose result is already recorded (Redis `lw:step:<step_id>`) is answered
+envelope whose result is already recorded (Redis keys.step_record) is answered
 from the record instead of calling the model or the tool again. New fields may be
 added with defaults (older readers ignore them); a breaking change bumps `v`.
 """
@@ -121,7 +121,7 @@ class StepError(BaseModel):
 class AssembleContext(_Envelope):
     kind: Literal["memory.assemble"] = "memory.assemble"
     history_len: int
-    """Number of history messages (Redis `lw:history:<sid>`) this generation sees."""
+    """Number of history messages (Redis keys.session_history) this generation sees."""
     system: str | None = None
     ephemeral_notes: list[str] = Field(default_factory=list)
     """System reminders for this generation only; never stored in the history."""

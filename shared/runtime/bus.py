@@ -16,7 +16,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from pydantic import BaseModel
 
-from loopwire.shared.contract import codec
+from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.headers import RUN_HEADER, SESSION_HEADER
 from loopwire.shared.contract.protocol import EPHEMERAL_KINDS, make_event
 from loopwire.shared.contract.subjects import Subjects
@@ -101,7 +101,7 @@ class Bus:
                     await self.nc.publish(subject, data)
                 else:
                     acks.append(await self.js.publish_async(
-                        subject, data, headers={"Nats-Msg-Id": f"{session_id}:{event['seq']}"}))
+                        subject, data, headers={"Nats-Msg-Id": keys.event_msg_id(session_id, event['seq'])}))
             if acks:
                 await asyncio.wait_for(asyncio.gather(*acks), timeout=getattr(self.js, "_timeout", 5.0))
         finally:

@@ -205,7 +205,8 @@ class Settings(BaseSettings):
     # -- profiles (router, docs/profiles.md) ------------------------------------------------
     strategy_file: str | None = None
     """JSON or YAML file of strategy configs keyed by (actor, expectation); Redis hash
-    `lw:strategies` adds (and overrides) configs at run time."""
+    of strategies (docs/profiles.md) adds configs at run time (the file wins for a pair it
+    defines)."""
     max_subagent_depth: int = 3
     """A child run (metadata.parent_session_id) deeper than this is refused with an error."""
 
@@ -269,7 +270,7 @@ class Settings(BaseSettings):
     memory_token_cache_size: int = 4096
     """Token counts kept in process (LRU, by content hash)."""
     memory_token_cache_ttl_s: int = 24 * 3600
-    """Token counts kept in Redis (`lw:tok:<hash>`); 0 disables the Redis cache."""
+    """Token counts kept in Redis (by content hash); 0 disables the Redis cache."""
     memory_model: str | None = None
     """Model of the memory's own calls (compaction summaries, observations, reflections)
     for a run whose StartRun names none (`model.memory`); unset: the run's own models.

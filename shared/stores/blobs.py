@@ -1,7 +1,7 @@
 """Large content by reference: stored once, content-addressed, carried as a small block.
 
 A tool result larger than `LOOPWIRE_LARGE_CONTENT_BYTES` is stored in Redis under
-`lw:blob:<sha256>` and replaced, wherever it travels (the ToolsResult envelope, the
+its sha256 (keys.blob) and replaced, wherever it travels (the ToolsResult envelope, the
 session history, the `tool.result` event, every later Generate envelope), by one text
 block holding a preview and the reference:
 
@@ -20,14 +20,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from loopwire.shared.contract import codec
+from loopwire.shared.contract import codec, keys
 
 REF_KEY = "loopwire_ref"
 PREVIEW_CHARS = 2000
-
-
-def blob_key(digest: str) -> str:
-    return f"lw:blob:{digest}"
 
 
 class BlobStore:
@@ -39,13 +35,13 @@ class BlobStore:
         digest = hashlib.sha256(data).hexdigest()
         # NX: content-addressed, so an existing blob is already this content; the TTL is
         # refreshed so a blob lives as long as its latest use.
-        await self._r.set(blob_key(digest), data, nx=True, ex=self._ttl or None)
+        await self._r.set(keys.blob(digest), data, nx=True, ex=self._ttl or None)
         if self._ttl:
-            await self._r.expire(blob_key(digest), self._ttl)
+            await self._r.expire(keys.blob(digest), self._ttl)
         return digest
 
     async def get(self, digest: str) -> bytes | None:
-        data = await self._r.get(blob_key(digest))
+        data = await self._r.get(keys.blob(digest))
         return data if data is None or isinstance(data, bytes) else data.encode()
 
 

@@ -1,6 +1,6 @@
 """The per-session event log: `seq` assignment, storage and idempotent re-emission.
 
-Every event gets its `seq` from one counter per session (`lw:seq:<sid>`), assigned in
+Every event gets its `seq` from one counter per session (keys.event_seq), assigned in
 the same Lua script that stores it, so seqs are strictly increasing, never reused (also
 across restarts) and the stored order is the seq order, whichever service emits.
 
@@ -12,8 +12,9 @@ ephemeral: they take a seq but are not stored (they stay in the LOOPWIRE_EVENTS 
 `append_many` does the same for the events of one router transition in one round trip
 (one Lua call), as if they were appended one after the other.
 
-Redis layout: `lw:seq:<sid>` counter, `lw:ek:<sid>` hash key -> seq, `lw:e:<sid>` stream
-whose entry ids are `<seq>-0` and whose field `e` is the event body without its seq.
+Redis layout (shared/contract/keys.py): keys.event_seq counter, keys.event_dedup hash
+key -> seq, keys.event_stream stream whose entry ids are `<seq>-0` and whose field `e` is
+the event body without its seq.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 
-from loopwire.shared.contract import codec
+from loopwire.shared.contract import codec, keys
 from loopwire.shared.stores.capabilities import Capability, Declares, Store, Unsupported
 
 Append = tuple[dict[str, Any], str | None, bool]
@@ -186,7 +187,7 @@ return append_events(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), ARGV, 2)
 
 def event_keys(sid: str) -> list[str]:
     """The keys `APPEND_EVENTS_LUA` needs: counter, dedup hash, stream."""
-    return [f"lw:seq:{sid}", f"lw:ek:{sid}", f"lw:e:{sid}"]
+    return [keys.event_seq(sid), keys.event_dedup(sid), keys.event_stream(sid)]
 
 
 def event_args(items: list[Append]) -> tuple[list[dict[str, Any]], list[str | bytes]]:
@@ -251,7 +252,7 @@ class RedisEventLog(Declares):
                      store: bool = True) -> tuple[dict[str, Any], bool]:
         stripped = {k: v for k, v in body.items() if k != "seq"}
         seq, original, new = await self._append(
-            keys=[f"lw:seq:{sid}", f"lw:ek:{sid}", f"lw:e:{sid}"],
+            keys=event_keys(sid),
             args=[key or "", codec.dumps(stripped), "1" if store else "0", str(self._ttl)],
         )
         seq = int(seq)
@@ -267,7 +268,7 @@ class RedisEventLog(Declares):
         return appended_events(stripped, flat)
 
     async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
-        entries = await self._r.xrange(f"lw:e:{sid}", min=f"({after_seq}-0" if after_seq else "-",
+        entries = await self._r.xrange(keys.event_stream(sid), min=f"({after_seq}-0" if after_seq else "-",
                                        max="+", count=limit)
         out = []
         for entry_id, fields in entries or []:
@@ -277,16 +278,16 @@ class RedisEventLog(Declares):
         return out
 
     async def last_seq(self, sid: str) -> int:
-        raw = await self._r.get(f"lw:seq:{sid}")
+        raw = await self._r.get(keys.event_seq(sid))
         return int(raw) if raw else 0
 
     async def raise_seq(self, sid: str, floor: int) -> None:
         """Make the session's next `seq` come after `floor` (the last one published, read
         from LOOPWIRE_EVENTS after Redis lost the counter): never reused, never from 1."""
-        await self._raise_seq(keys=[f"lw:seq:{sid}"], args=[str(floor), str(self._ttl)])
+        await self._raise_seq(keys=[keys.event_seq(sid)], args=[str(floor), str(self._ttl)])
 
     async def delete(self, sid: str) -> None:
-        await self._r.delete(f"lw:ek:{sid}", f"lw:e:{sid}")
+        await self._r.delete(keys.event_dedup(sid), keys.event_stream(sid))
 
     async def restore(self, sid: str, events: list[dict[str, Any]]) -> bool:
         ordered = sorted(events, key=lambda e: e["seq"])
@@ -295,4 +296,4 @@ class RedisEventLog(Declares):
         args: list[str | bytes] = [str(self._ttl), str(ordered[-1]["seq"])]
         for event in ordered:
             args += [str(event["seq"]), codec.dumps({k: v for k, v in event.items() if k != "seq"})]
-        return bool(await self._restore(keys=[f"lw:seq:{sid}", f"lw:e:{sid}"], args=args))
+        return bool(await self._restore(keys=[keys.event_seq(sid), keys.event_stream(sid)], args=args))

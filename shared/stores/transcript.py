@@ -1,6 +1,6 @@
 """A session's transcript as the event log holds it: read, restored, replayed.
 
-The event log (`lw:e:<sid>`, event_log.py) is the source of truth of a session; the
+The event log (keys.event_stream, event_log.py) is the source of truth of a session; the
 router's Redis state is a cache of what it says. Two services read a session back from
 it: the router rebuilds a session whose state is gone (services/router/rebuild.py), and
 the transcripts service answers `session.get` from it meanwhile. Both replay the events

@@ -19,6 +19,7 @@ import orjson
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.subjects import Subjects
 
 
@@ -148,16 +149,16 @@ class BenchDriver:
 
 async def wait_for_tool(redis_url: str, name: str, timeout: float = 30.0) -> None:
     """Until the tools service has published `name` in the catalog the memory service
-    reads (`lw:tools:catalog`), so no run starts before its tool is offered."""
+    reads (keys.TOOL_CATALOG), so no run starts before its tool is offered."""
     import redis.asyncio as aioredis
 
     r = aioredis.Redis.from_url(redis_url)
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if await r.hexists("lw:tools:catalog", name):
+            if await r.hexists(keys.TOOL_CATALOG, name):
                 return
             await asyncio.sleep(0.1)
     finally:
         await r.aclose()
-    raise TimeoutError(f"tool {name!r} not in lw:tools:catalog after {timeout}s")
+    raise TimeoutError(f"tool {name!r} not in {keys.TOOL_CATALOG} after {timeout}s")

@@ -7,6 +7,8 @@ from collections import Counter
 
 import redis.asyncio as aioredis
 
+from loopwire.shared.contract import keys
+
 GROUPS = {
     "lw:s": "state", "lw:h": "history", "lw:e": "events", "lw:ek": "event keys", "lw:seq": "seq",
     "lw:step:gen": "model records", "lw:step:tool": "tool records",
@@ -19,13 +21,17 @@ async def _scan(r: aioredis.Redis, pattern: str) -> list[bytes]:
 
 async def session_bytes(r: aioredis.Redis, sid: str, run_ids: list[str]) -> dict[str, int]:
     """{group: bytes} for session `sid` whose runs were `run_ids`; also `total` and `keys`."""
-    keys: list[tuple[str, bytes | str]] = [(GROUPS[f"lw:{k}"], f"lw:{k}:{sid}") for k in ("s", "h", "e", "ek", "seq")]
+    held: list[tuple[str, bytes | str]] = [
+        (GROUPS["lw:s"], keys.session_state(sid)), (GROUPS["lw:h"], keys.session_history(sid)),
+        (GROUPS["lw:e"], keys.event_stream(sid)), (GROUPS["lw:ek"], keys.event_dedup(sid)),
+        (GROUPS["lw:seq"], keys.event_seq(sid))]
     for run_id in run_ids:
-        keys += [(GROUPS["lw:step:gen"], k) for k in await _scan(r, f"lw:step:gen:{run_id}:*")]
-    keys += [(GROUPS["lw:step:tool"], k) for k in await _scan(r, f"lw:step:tool:{sid}:*")]
+        held += [(GROUPS["lw:step:gen"], k)
+                 for k in await _scan(r, keys.step_record(keys.generation_step(sid, f"{run_id}:*")))]
+    held += [(GROUPS["lw:step:tool"], k) for k in await _scan(r, keys.step_record(keys.tool_call_step(sid, "*")))]
     out: Counter[str] = Counter()
     found = 0
-    for group, key in keys:
+    for group, key in held:
         usage = await r.memory_usage(key, samples=0)
         if usage is not None:
             out[group] += int(usage)

@@ -23,6 +23,8 @@ import nats
 import redis.asyncio as aioredis
 from nats.aio.msg import Msg
 
+from loopwire.shared.contract import keys
+
 from .driver import BenchDriver
 
 
@@ -65,8 +67,8 @@ CONNECTION_COMMANDS = frozenset({"monitor", "hello", "client", "ping", "select",
 
 
 def key_space(key: str) -> str:
-    """`lw:step:gen:<id>` -> `lw:step:gen`, `lw:claim:tools:<sid>:<id>` -> `lw:claim:tools`,
-    `lw:s:<sid>` -> `lw:s`."""
+    """`lw:step:gen:{<sid>}:<id>` -> `lw:step:gen`, `lw:claim:tools:{<sid>}:<id>` ->
+    `lw:claim:tools`, `lw:s:{<sid>}` -> `lw:s` (shared/contract/keys.py)."""
     if not key.startswith("lw:"):
         return ""
     parts = key.split(":")
@@ -167,7 +169,7 @@ async def trace_turns(nats_url: str, redis_url: str, prefix: str = "loopwire",
                 continue
             if name in CONNECTION_COMMANDS:
                 continue  # a new connection's handshake, not the turn's work
-            if name == "hset" and key == "lw:tools:catalog":
+            if name == "hset" and key == keys.TOOL_CATALOG:
                 catalog_writes += 1  # a discovery round: HGETALL then HSET
                 continue
             window.redis_cmds[f"{name} {key_space(key)}".strip()] += 1

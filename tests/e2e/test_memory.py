@@ -17,6 +17,7 @@ from nats.aio.client import Client as NatsClient
 
 from loopwire.memory.compaction import SUMMARY_SYSTEM
 from loopwire.memory.observations import OBSERVATION_SYSTEM, REFLECTION_SYSTEM
+from loopwire.shared.contract import keys
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic, count_tokens
 
@@ -168,7 +169,7 @@ async def test_a_session_is_rebuilt_from_its_transcript(nc: NatsClient, fake: Fa
         await ev.wait_for("run.ended", count=2)
 
         redis = aioredis.from_url(system.get_redis_url())
-        assert await redis.delete(f"lw:s:{s}", f"lw:h:{s}") == 2
+        assert await redis.delete(keys.session_state(s), keys.session_history(s)) == 2
         await redis.aclose()
         gone = await query(nc, "session.get", {"session_id": s})
         assert gone.get("source") == "transcript" and len(gone["messages"]) == 4

@@ -16,6 +16,7 @@ import pytest
 from nats.aio.client import Client as NatsClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from loopwire.shared.contract import keys
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import connected, serve_tools, started_system, wait_for_tools
@@ -241,7 +242,7 @@ async def test_a_step_that_fails_on_the_sessions_own_history_ends_the_run_and_ne
             (first,) = await ended(nc, sid, timeout=30)
             assert first["status"] == "completed"
             redis = aioredis.from_url(system.get_redis_url())
-            await redis.lset(f"lw:h:{sid}", 0, json.dumps({"role": "user", "content": [
+            await redis.lset(keys.session_history(sid), 0, json.dumps({"role": "user", "content": [
                 {"type": "text", "text": "hi", "loopwire_ref": "not a reference"}]}))
             await redis.aclose()
             began = asyncio.get_running_loop().time()

@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
 
+from loopwire.shared.contract import keys
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
@@ -90,7 +91,7 @@ async def test_every_service_restarts_while_a_run_awaits_approval(
         asked = await ev.wait_for("approval.requested")
         assert own_system.terminate() == 0
         r = aioredis.from_url(own_system.get_redis_url())
-        await r.delete("lw:tools:catalog")  # so waiting for the tool waits for the new tools service
+        await r.delete(keys.TOOL_CATALOG)  # so waiting for the tool waits for the new tools service
         await r.aclose()
         own_system.start_loopwire()
         session = await query(own_nc, "session.get", {"session_id": s})
@@ -185,7 +186,7 @@ async def test_a_strategy_is_chosen_by_actor_and_expectation(nc: NatsClient, fak
     try:
         for expectation, role in (("triage", "You triage incidents."), ("report", "You write reports."),
                                   (None, "You are the ops agent.")):
-            await r.hset("lw:strategies", f"{actor}/{expectation}", json.dumps(
+            await r.hset(keys.STRATEGIES, f"{actor}/{expectation}", json.dumps(
                 {"actor": actor, "expectation": expectation, "role": role, "guidelines": [f"Role {role}"]}))
         fake.script("*", [{"text": "report done"}, {"text": "default done"}])
         for expectation in ("report", "unknown"):
@@ -193,7 +194,7 @@ async def test_a_strategy_is_chosen_by_actor_and_expectation(nc: NatsClient, fak
                 await ev.publish("start", {"input": "go", "strategy": {"actor": actor, "expectation": expectation}})
                 await ev.wait_for("run.ended")
     finally:
-        await r.delete("lw:strategies")
+        await r.delete(keys.STRATEGIES)
         await r.aclose()
     report, default = (req["system"] for req in fake.message_requests[-2:])
     assert report.startswith("You write reports.") and "triage" not in report

@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
 
+from loopwire.shared.contract import keys
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
@@ -42,7 +43,7 @@ async def test_sigterm_during_a_slow_tool_loses_and_repeats_nothing(
         # The in-flight tool call was allowed to finish and its result recorded (its
         # `tool.result` event goes out with the router's transition, after the restart).
         redis = aioredis.Redis.from_url(own_system.get_redis_url())
-        assert len(await redis.keys(f"lw:step:tool:{sid}:*")) == 1
+        assert len(await redis.keys(keys.step_record(keys.tool_call_step(sid, "*")))) == 1
         await redis.aclose()
         await asyncio.to_thread(own_system.start_loopwire)
         ended = await ev.wait_for("run.ended", timeout=60)

@@ -1,6 +1,6 @@
 """Which agent session continues a loopwire session: one Redis record per session.
 
-`lw:exec:<sid>` (JSON): the profile and agent, the agent's own session id, the working
+keys.executor_session (JSON): the profile and agent, the agent's own session id, the working
 directory it runs in, and how many of loopwire's history blocks it has been given
 (prompt.py). Written before the agent takes a step's input (with the session id chosen
 for a new agent session) and again when the agent reports its id, so a crash at any
@@ -18,9 +18,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
-
-def record_key(session_id: str) -> str:
-    return f"lw:exec:{session_id}"
+from loopwire.shared.contract import keys
 
 
 @dataclass
@@ -46,7 +44,7 @@ class AgentSessions:
         self.ttl_s = ttl_s
 
     async def get(self, session_id: str) -> AgentSession | None:
-        raw = await self.redis.get(record_key(session_id))
+        raw = await self.redis.get(keys.executor_session(session_id))
         if raw is None:
             return None
         data: dict[str, Any] = orjson.loads(raw)
@@ -56,4 +54,4 @@ class AgentSessions:
             return None  # written by an incompatible version: start a new agent session
 
     async def put(self, session_id: str, record: AgentSession) -> None:
-        await self.redis.set(record_key(session_id), orjson.dumps(asdict(record)), ex=self.ttl_s or None)
+        await self.redis.set(keys.executor_session(session_id), orjson.dumps(asdict(record)), ex=self.ttl_s or None)

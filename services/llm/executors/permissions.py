@@ -20,7 +20,7 @@ import contextlib
 import logging
 from typing import Any
 
-from loopwire.shared.contract import codec
+from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.envelopes import ExecutorPermission, Generate
 from loopwire.shared.runtime.service_context import ServiceContext
 
@@ -71,7 +71,7 @@ class PermissionGate:
                                          tool_use_id=request.tool_use_id, name=request.name, input=request.input,
                                          attempt=attempt)
                 try:
-                    await self.ctx.deliver_result(ask, msg_id=f"{env.step_id}:{cid}:ask:{attempt}")
+                    await self.ctx.deliver_result(ask, msg_id=keys.permission_ask_msg_id(env.step_id, cid, attempt))
                 except Exception as exc:  # NATS away: ask again at the next round
                     log.warning("session %s: permission request %s not sent: %s", env.session_id, cid, exc)
                 with contextlib.suppress(TimeoutError):

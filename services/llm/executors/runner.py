@@ -28,6 +28,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecutorSpec, Generate, GenerationResult, StepError, Usage
 from loopwire.shared.runtime.inflight import CancelSignal, StepCancelled, unless_cancelled
 from loopwire.shared.runtime.pricing import cost_usd
@@ -96,7 +97,7 @@ class ExecutorSteps:
         except StepCancelled:
             if events.streamed:
                 await self.ctx.bus.emit(env.session_id, env.run_id, "retracted",
-                                        key=f"{env.step_id}:retract:cancel", turn=env.turn, reason=CANCELLED_REASON)
+                                        key=keys.retract_key(env.step_id, "cancel"), turn=env.turn, reason=CANCELLED_REASON)
             log.info("executor step %s cancelled", env.step_id)
             return failed(env, "cancelled", "the agent's turn was cancelled (steer or abort)")
         except ExecutorFailed as err:
@@ -226,7 +227,7 @@ class StepEvents:
         await self.ctx.bus.emit(self.env.session_id, self.env.run_id, kind, key=key, **fields)
 
     async def report(self, event: ExecutorEvent) -> None:
-        env, step = self.env, f"{self.env.step_id}:x{self.delivered}"
+        env, step = self.env, keys.executor_delivery(self.env.step_id, self.delivered)
         if isinstance(event, TextDelta):
             self.streamed = True
             await self._emit("text.delta", None, turn=self._next_turn(), text=event.text)
@@ -257,11 +258,11 @@ class StepEvents:
                                  tool_use_id=event.tool_use_id, name=event.name, is_error=event.is_error,
                                  content=event.content, source="executor")
         elif isinstance(event, PlanUpdated):
-            await self._emit("plan.updated", f"{step}:plan:{self.calls}:{len(event.entries)}",
+            await self._emit("plan.updated", keys.step_event_key(step, "plan", self.calls, len(event.entries)),
                              steps=[{"step": str(e.get("content", "")), "status": _plan_status(e.get("status"))}
                                     for e in event.entries], source="executor", phase="act")
         elif isinstance(event, Compacted):
-            await self._emit("compaction", f"{step}:compaction:{self.calls}", tokens_before=event.tokens_before,
+            await self._emit("compaction", keys.step_event_key(step, "compaction", self.calls), tokens_before=event.tokens_before,
                              tokens_after=event.tokens_after if event.tokens_after is not None else 0,
                              method=f"agent_{event.trigger}")
 
@@ -274,7 +275,7 @@ class StepEvents:
         if held is None:
             return
         usage = held.usage or Usage()
-        await self._emit("message", f"{self.env.step_id}:x{self.delivered}:message:{self.calls}",
+        await self._emit("message", keys.step_event_key(keys.executor_delivery(self.env.step_id, self.delivered), "message", self.calls),
                          turn=self.env.turn + self.calls - 1, message=held.message, model=held.model,
                          stop_reason=held.stop_reason, source="executor",
                          usage={"input_tokens": usage.total_input(), "output_tokens": usage.output_tokens})

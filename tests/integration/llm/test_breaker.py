@@ -17,6 +17,7 @@ from loopwire.llm.errors import ModelCallError
 from loopwire.llm.fallback import FallbackModel, RetryPolicy
 from loopwire.llm.model import Model, ModelRequest
 from loopwire.llm.scripted_model import ScriptedModel
+from loopwire.shared.contract import keys
 from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.settings import Settings
 
@@ -175,7 +176,7 @@ async def test_redis_keeps_one_state_for_every_replica(redis_client: Any) -> Non
     await fail(replica_a, "m", 2)
     await fail(replica_b, "m", 1)
     assert await replica_a.state("m") == "open"
-    assert 0 < await redis_client.ttl("lw:breaker:m") <= 24 * 3600
+    assert 0 < await redis_client.ttl(keys.breaker("m")) <= 24 * 3600
     b = breaker_from_settings(Settings(llm_breaker_failures=7, llm_breaker_cooldown_s=3), redis_client)
     assert b.policy == BreakerPolicy(failure_threshold=7, cooldown_s=3, probe_ttl_s=120.0)
 

@@ -128,7 +128,7 @@ async def test_generation_streams_records_publishes_and_replays_without_a_model_
     seqs = [d["seq"] for d in deltas]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
 
-    recorded = await stack.ctx.steps.get(record_key(env.step_id))
+    recorded = await stack.ctx.steps.get(record_key(env))
     assert recorded is not None and GenerationResult.model_validate(recorded) == result
     (sent,) = stack.fake.message_requests
     assert (sent["system"], sent["temperature"], sent["tools"][0]["name"]) == ("be kind", 0.5, "calculator")
@@ -149,7 +149,7 @@ async def test_a_recorded_but_unpublished_step_is_published_from_its_record(stac
     recorded = GenerationResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id, turn=env.turn,
                                 message={"role": "assistant", "content": [{"type": "text", "text": "recorded"}]},
                                 stop_reason="end_turn", model="claude-a")
-    await stack.ctx.steps.put(record_key(env.step_id), recorded.model_dump(mode="json"))
+    await stack.ctx.steps.put(record_key(env), recorded.model_dump(mode="json"))
     await stack.send(env)
     assert await stack.next_result() == recorded
     assert stack.fake.message_requests == [] and stack.events.of("text.delta") == []
@@ -180,7 +180,7 @@ async def test_a_failed_call_is_a_result_not_a_redelivery(stack: Stack) -> None:
     assert (result.error.code, result.error.retryable, result.error.status, result.error.model) == \
         ("bad_request", False, 400, "claude-a")
     assert "64000" in result.error.message
-    assert await stack.ctx.steps.get(record_key(env.step_id)) is not None
+    assert await stack.ctx.steps.get(record_key(env)) is not None
     assert len(stack.fake.message_requests) == 1
 
 
@@ -189,9 +189,9 @@ async def test_a_step_claimed_before_retracts_its_partial_answer_first(stack: St
     # mid-stream: its claim is gone): whatever it streamed is void.
     stack.fake.script("*", [{"text": "a fresh answer"}])
     env = stack.generate(turn=4)
-    earlier = await stack.ctx.steps.claim(record_key(env.step_id), [record_key(env.step_id)], 30)
+    earlier = await stack.ctx.steps.claim(record_key(env), [record_key(env)], 30)
     assert earlier.token is not None and earlier.attempt == 1
-    await stack.ctx.steps.release(record_key(env.step_id), earlier.token)
+    await stack.ctx.steps.release(record_key(env), earlier.token)
     result = await stack.service.process(env)
     assert result.ok
     (retracted,) = await stack.events.wait_for("retracted")
@@ -265,5 +265,5 @@ async def test_a_cancel_notice_stops_the_generation_and_retracts_its_text(stack:
     assert not result.ok and result.error is not None and result.error.code == "cancelled"
     (retracted,) = await stack.events.wait_for("retracted")
     assert retracted["turn"] == 2 and retracted["reason"] == "cancelled: the partial answer is void"
-    assert await stack.ctx.steps.get(record_key(env.step_id)) is None, "a cancelled step is not recorded"
+    assert await stack.ctx.steps.get(record_key(env)) is None, "a cancelled step is not recorded"
     assert len(stack.service._inflight) == 0

@@ -9,7 +9,7 @@ import pytest
 
 from loopwire.client import LoopwireClient
 from loopwire.launcher import SERVICE_NAMES, start_services
-from loopwire.shared.contract import codec
+from loopwire.shared.contract import codec, keys
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.stores.blobs import REF_KEY
 from loopwire.shared.stores.redis_connection import connect_redis
@@ -61,7 +61,7 @@ async def test_five_megabyte_tool_result_end_to_end(
     stored = codec.dumps(session["messages"])
     assert len(stored) < 20_000, "the history holds the reference, not 5 MB"
     redis = connect_redis(redis_server.url)
-    blobs = [k async for k in redis.scan_iter("lw:blob:*")]
+    blobs = [k async for k in redis.scan_iter(keys.blob("*"))]
     await redis.aclose()
     assert len(blobs) == 1, "stored once, though two later requests carried it"
     third = requests[2]["messages"]

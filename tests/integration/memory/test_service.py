@@ -24,7 +24,7 @@ from loopwire.llm.token_count import AnthropicTokenCount, TokenCountResponder
 from loopwire.memory.compaction import SUMMARY_SYSTEM, CompactionRecord
 from loopwire.memory.observations import OBSERVATION_SYSTEM, REFLECTION_SYSTEM
 from loopwire.memory.service import MemoryService
-from loopwire.shared.contract import codec
+from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.envelopes import AssembleContext, Generate, Usage
 from loopwire.shared.contract.subjects import WORK_STREAM, stream_name
 from loopwire.shared.runtime.service_context import ServiceContext, build_context
@@ -186,10 +186,10 @@ async def test_compaction_goes_through_the_llm_service_and_is_reused(stack: Stac
     assert request.messages[-4:] == history[-4:]
 
     # The summary's cost rides on this step's request, exactly as the model reported it.
-    recorded = await stack.ctx.steps.get(f"gen:{first.step_id}:compact.0")
+    recorded = await stack.ctx.steps.get(keys.generation_step(stack.sid, f"{first.step_id}:compact.0"))
     assert recorded is not None
     assert request.extra_usage == Usage.model_validate(recorded["usage"]) and request.extra_usage.output_tokens > 0
-    stored = CompactionRecord.model_validate_json(await stack.ctx.redis.get(f"lw:mem:{stack.sid}:compaction"))
+    stored = CompactionRecord.model_validate_json(await stack.ctx.redis.get(keys.memory(stack.sid, "compaction")))
     assert stored.step_id == first.step_id and stored.covers >= 2
 
     # The same step delivered again: no second summary, and its event is the same one (a
@@ -220,7 +220,7 @@ async def test_without_a_summary_the_oldest_messages_are_dropped_from_the_reques
     assert event["method"] == "drop" and event["tokens_after"] < 0.8 * window
     assert "earlier messages were left out" in request.messages[0]["content"][-1]["text"]
     assert_valid_request(request.messages)
-    assert await stack.ctx.redis.get(f"lw:mem:{stack.sid}:compaction") is None
+    assert await stack.ctx.redis.get(keys.memory(stack.sid, "compaction")) is None
     assert await stack.ctx.sessions.history(stack.sid) == history, "the history is never wiped"
 
 
@@ -255,7 +255,7 @@ async def test_observations_and_reflections_are_written_in_the_background(stack:
     assert third.system is not None and "<memory>" in third.system
     assert "Reflection: the user keeps asking" in third.system and "Observed 2 assistant turns." in third.system
     assert third.extra_usage is not None, "the second observation and the reflection"
-    spent = [await stack.ctx.steps.get(f"gen:{stack.sid}:{what}") for what in ("observe:9", "reflect:2")]
+    spent = [await stack.ctx.steps.get(keys.generation_step(stack.sid, f"{stack.sid}:{what}")) for what in ("observe:9", "reflect:2")]
     total = sum((Usage.model_validate(r["usage"]) for r in spent if r), Usage())
     assert third.extra_usage == total
 
@@ -285,7 +285,7 @@ async def test_the_summarize_subject_replays_recorded_answers_and_never_records_
     stack.fake.fail_next(400, n=1)
     failed = GenerationResult.model_validate_json((await stack.nc.request(subject, request("r:g2:compact.0"), 5)).data)
     assert not failed.ok and failed.error is not None and failed.error.code == "bad_request"
-    assert await stack.ctx.steps.get("gen:r:g2:compact.0") is None
+    assert await stack.ctx.steps.get(keys.generation_step(stack.sid, "r:g2:compact.0")) is None
     retried = GenerationResult.model_validate_json((await stack.nc.request(subject, request("r:g2:compact.0"), 5)).data)
     assert retried.ok
 

@@ -9,6 +9,7 @@ import pytest
 
 from loopwire.llm.token_count import AnthropicTokenCount
 from loopwire.memory.tokens import Estimator, TokenCounter
+from loopwire.shared.contract import keys
 from loopwire.testing.servers import free_port
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server, count_tokens  # noqa: F401 - fixture
 from tests.memory_helpers import conversation, text
@@ -50,8 +51,8 @@ async def test_the_redis_cache_is_shared_between_replicas(anthropic_server: Fake
     a = await first.count("claude-x", None, messages, [])
     b = await second.count("claude-x", None, messages, [])
     assert a == b and a.exact and (first.calls, second.calls) == (1, 0)
-    keys = [k async for k in redis_client.scan_iter("lw:tok:*")]
-    assert len(keys) == 1 and 0 < await redis_client.ttl(keys[0]) <= 60
+    cached = [k async for k in redis_client.scan_iter(keys.token_count("*"))]
+    assert len(cached) == 1 and 0 < await redis_client.ttl(cached[0]) <= 60
     await exact.aclose()
 
 

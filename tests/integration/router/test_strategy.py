@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from loopwire.router.strategy import REDIS_KEY, StrategyStore
+from loopwire.router.strategy import StrategyStore
+from loopwire.shared.contract import keys
 from tests.unit.router.test_strategy import ENTRIES
 
 
@@ -18,9 +19,9 @@ async def test_the_store_reads_the_file_and_redis(tmp_path: Path, redis_client: 
     path.write_text(json.dumps(ENTRIES))
     store = StrategyStore(str(path), redis_client)
     assert (await store.resolve("ops", "report")).role == "You write reports."
-    await redis_client.hset(REDIS_KEY, "ops/report", json.dumps({"actor": "ops", "expectation": "report",
+    await redis_client.hset(keys.STRATEGIES, "ops/report", json.dumps({"actor": "ops", "expectation": "report",
                                                                  "role": "Defined at run time."}))
-    await redis_client.hset(REDIS_KEY, "new", json.dumps({"actor": "new-actor", "role": "New."}))
+    await redis_client.hset(keys.STRATEGIES, "new", json.dumps({"actor": "new-actor", "role": "New."}))
     assert (await store.resolve("ops", "report")).role == "Defined at run time."
     assert (await store.resolve("new-actor", "anything")).role == "New."
     assert (await store.resolve("ops", "triage")).role == "You triage incidents."

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from loopwire.router import inputs as i
-from loopwire.router.watchdog import RUNNING_KEY, Watchdog, executor_stall_after, note_status, stall_after
+from loopwire.router.watchdog import Watchdog, executor_stall_after, note_status, stall_after
+from loopwire.shared.contract import keys
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.stores.session_store import RedisSessionStore
 from tests.router_driver import Driver, call
@@ -49,7 +50,7 @@ async def test_a_stalled_step_is_ended_and_progress_resets_the_clock(redis_clien
     assert sid == "stuck" and isinstance(inp, i.UndeliverableInput)
     assert inp.run_id == "run1" and inp.step_id == stuck.run.pending_step
     assert inp.input_id == f"stalled:run1:{versions['stuck']}", "every replica sends the same input"
-    members = {m.decode() for m in await redis_client.zrange(RUNNING_KEY, 0, -1)}
+    members = {m.decode() for m in await redis_client.zrange(keys.RUNNING, 0, -1)}
     assert "idle" not in members, "a session that is not running leaves the index"
     # `moving` last moved at 109: stalled by 125 too (the fake apply ended nothing).
     assert sorted(await dog.sweep(now=125.0)) == ["moving", "stuck"]

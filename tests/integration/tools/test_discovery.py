@@ -14,9 +14,10 @@ from nats import micro
 from nats.aio.client import Client as NatsClient
 from nats.micro.request import Request, ServiceError
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolSpec
 from loopwire.shared.stores.step_store import InMemoryStepStore
-from loopwire.shared.stores.tool_catalog import CATALOG_KEY, read_catalog, read_catalog_entries
+from loopwire.shared.stores.tool_catalog import read_catalog, read_catalog_entries
 from loopwire.testing.servers import ServerHandle
 from loopwire.tools.catalog import Catalog
 from loopwire.tools.discovery import DiscoveredTool, Discovery
@@ -180,11 +181,11 @@ async def test_catalog_is_published_and_read(nc: NatsClient, provider_nc: NatsCl
     # Another writer's entry that is too old: readers skip it, the next publish removes it.
     stale = {"name": "ancient", "description": "", "input_schema": {"type": "object"}, "source": "nats",
              "exclusive": False, "seen_at": 1.0}
-    await redis_client.hset(CATALOG_KEY, "ancient", orjson.dumps(stale))
+    await redis_client.hset(keys.TOOL_CATALOG, "ancient", orjson.dumps(stale))
     assert "ancient" not in await read_catalog(redis_client, max_age_s=60)
 
     # The provider stops and is forgotten: its entry goes with the next publish.
     await provider.service.stop()
     assert (await discovery.run_round()).forgotten == [provider.service.id]
     await catalog.publish(redis_client, max_age_s=60)
-    assert set(await redis_client.hkeys(CATALOG_KEY)) == {b"shout"}
+    assert set(await redis_client.hkeys(keys.TOOL_CATALOG)) == {b"shout"}

@@ -20,14 +20,13 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.micro.request import Request
 
-from loopwire.shared.contract import codec
+from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolsResult
 from loopwire.shared.runtime.service_context import ServiceContext, build_context
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import ensure_streams
 from loopwire.shared.stores.tool_catalog import catalog_max_age, read_catalog
 from loopwire.testing.servers import ServerHandle
-from loopwire.tools.executor import step_key
 from loopwire.tools.service import ToolsService
 
 pytestmark = pytest.mark.integration
@@ -171,7 +170,7 @@ async def test_execute_emit_record_publish_and_redeliver(running: Running, prefi
     assert len(set(seqs)) == 4
 
     for item in result.results:
-        recorded = await r.ctx.steps.get(step_key(sid, item.tool_use_id))
+        recorded = await r.ctx.steps.get(keys.tool_call_step(sid, item.tool_use_id))
         assert recorded == item.model_dump(mode="json")
 
     # A re-publish (same envelope, new Nats-Msg-Id, as an outbox performed again): every
@@ -186,7 +185,7 @@ async def test_execute_emit_record_publish_and_redeliver(running: Running, prefi
     assert [e["seq"] for e in await r.ctx.events.read(sid)] == seqs
 
     # A crash lost one record: that call alone runs again, with the same tool_use_id.
-    await r.ctx.redis.delete(f"lw:step:{step_key(sid, 'toolu_p')}")
+    await r.ctx.redis.delete(keys.step_record(keys.tool_call_step(sid, "toolu_p")))
     await publish(r, env, "m3")
     third = await next_result(results)
     assert third.results == result.results
@@ -223,7 +222,7 @@ async def test_cancel_notice_stops_inflight_calls(running: Running, prefix: str)
     quick, held = result.results
     assert (quick.content, quick.is_error) == ("2", False)
     assert held.is_error and "cancelled" in str(held.content)
-    assert await r.ctx.steps.get(step_key("s_cancel", "held")) is None
+    assert await r.ctx.steps.get(keys.tool_call_step("s_cancel", "held")) is None
 
 
 async def test_malformed_envelope_is_dropped_and_work_goes_on(running: Running) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from loopwire.shared.contract import keys
 from tests.bench import report
 from tests.bench.floor import plan_from_trace
 from tests.bench.trace import key_space
@@ -114,8 +115,8 @@ def test_the_floor_plan_puts_each_call_and_event_at_the_service_that_makes_it() 
 
 
 def test_key_spaces_keep_the_kind_of_step_claimed() -> None:
-    assert key_space("lw:claim:tools:s1:run:t1") == "lw:claim:tools"
-    assert key_space("lw:claim:gen:run:g1") == "lw:claim:gen"
-    assert key_space("lw:step:gen:run:g1") == "lw:step:gen"
-    assert key_space("lw:s:s1") == "lw:s"
+    assert key_space(keys.step_claim(keys.tool_batch_step("s1", "run:t1"))) == "lw:claim:tools"
+    assert key_space(keys.step_claim(keys.generation_step("s1", "run:g1"))) == "lw:claim:gen"
+    assert key_space(keys.step_record(keys.generation_step("s1", "run:g1"))) == "lw:step:gen"
+    assert key_space(keys.session_state("s1")) == "lw:s"
     assert key_space("other") == ""

@@ -24,7 +24,7 @@ def test_generation_envelopes() -> None:
     request = model_request(env, "d")
     assert (request.model, request.system, request.max_tokens, request.temperature) == ("a", "sys", 64, 0.3)
     assert request.tools == [CALC]
-    assert record_key(env.step_id) == "gen:r1:3:g0"
+    assert record_key(env) == "gen:{s1}:r1:3:g0"
 
     response = ModelResponse(message={"role": "assistant", "content": [{"type": "text", "text": "hi"}]},
                              stop_reason="end_turn", model="b", usage=Usage(input_tokens=5, output_tokens=1))

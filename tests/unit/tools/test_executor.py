@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolResultItem
 from loopwire.shared.runtime.inflight import CancelSignal
 from loopwire.shared.stores.step_store import InMemoryStepStore
 from loopwire.tools.catalog import Catalog
-from loopwire.tools.executor import Executor, step_key
+from loopwire.tools.executor import Executor
 from loopwire.tools.registry import ToolError, ToolRegistry
 
 pytestmark = pytest.mark.unit
@@ -215,10 +216,10 @@ async def test_recorded_results_are_not_executed_again(executor: Executor, probe
     env = envelope(call("t1", "add", a=1, b=1), call("t2", "nap", label="x", seconds=0.01),
                    call("t3", "stuck"))
     first = await executor.execute(env)
-    assert await steps.get(step_key("sess", "t1")) == first[0].model_dump(mode="json")
-    assert await steps.get(step_key("sess", "t3")) is not None  # a timeout is a result too
+    assert await steps.get(keys.tool_call_step("sess", "t1")) == first[0].model_dump(mode="json")
+    assert await steps.get(keys.tool_call_step("sess", "t3")) is not None  # a timeout is a result too
     # A crash lost t2's record: the redelivery runs t2 only.
-    del steps.records["tool:sess:t2"]
+    del steps.records[keys.tool_call_step("sess", "t2")]
     replayed: list[str] = []
 
     async def on_result(item: ToolResultItem) -> None:
@@ -266,8 +267,8 @@ async def test_cancel_stops_inflight_calls_without_recording(executor: Executor,
         on_result=on_result, cancel=cancel)
     assert not fast.is_error
     assert slow.is_error and slow.content == "tool nap was cancelled"
-    assert await steps.get(step_key("sess", "slow")) is None
-    assert await steps.get(step_key("sess", "fast")) is not None
+    assert await steps.get(keys.tool_call_step("sess", "slow")) is None
+    assert await steps.get(keys.tool_call_step("sess", "fast")) is not None
 
 
 async def test_racing_deliveries_agree_on_the_first_recorded_result(steps: InMemoryStepStore) -> None:
@@ -276,7 +277,7 @@ async def test_racing_deliveries_agree_on_the_first_recorded_result(steps: InMem
     @reg.tool
     async def flaky() -> str:
         # Another delivery of the same envelope finished this call while we ran it.
-        await steps.put(step_key("sess", "t1"), {"tool_use_id": "t1", "name": "flaky", "content": "first",
+        await steps.put(keys.tool_call_step("sess", "t1"), {"tool_use_id": "t1", "name": "flaky", "content": "first",
                                                  "is_error": False})
         return "second"
 

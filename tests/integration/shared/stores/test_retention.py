@@ -10,6 +10,7 @@ import pytest
 
 from loopwire.memory.compaction import CompactionRecord
 from loopwire.memory.store import MemoryStore
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.stores.event_log import RedisEventLog
 from loopwire.shared.stores.session_store import RedisSessionStore
@@ -27,19 +28,23 @@ async def test_every_session_key_expires_with_the_session(redis_client: Any) -> 
     memory = MemoryStore(redis_client, ttl_s=ttl, claim_ttl_s=3 * ttl)
     assert await sessions.commit("s1", 0, {"x": 1}, 0, [{"role": "user", "content": "hi"}])
     await events.append("s1", {"kind": "run.started"}, key="k1")
-    await steps.put("gen:s1:g1", {"ok": True})
+    await steps.put(keys.generation_step("s1", "r:g1"), {"ok": True})
     record = CompactionRecord(covers=3, summary="s", fingerprint="f", step_id="r:g1", usage=Usage(input_tokens=5))
     await memory.save_compaction("s1", record)
     await memory.add_observation("s1", {"text": "o"}, "actor-1", Usage(output_tokens=2), observed_to=4)
     await memory.add_reflection("s1", {"text": "r"}, "actor-1", Usage(), reflected=1)
     assert await memory.claim_usage("s1", "r:g1") == Usage(input_tokens=5, output_tokens=2)
 
-    keys = {k.decode(): await redis_client.ttl(k) async for k in redis_client.scan_iter("*")}
-    forever = {k for k, left in keys.items() if left == -1}
-    assert forever == {"lw:seq:s1"}, "only the seq counter outlives the session"
-    assert keys["lw:step:gen:s1:g1"] > ttl and keys["lw:mem:xu:r:g1"] > ttl
-    session_keys = [k for k in keys if k.startswith(("lw:s:", "lw:sessions", "lw:h:", "lw:e:", "lw:ek:", "lw:mem:s1", "lw:mem:actor"))]
-    assert len(session_keys) >= 10 and all(0 < keys[k] <= ttl for k in session_keys)
+    left = {k.decode(): await redis_client.ttl(k) async for k in redis_client.scan_iter("*")}
+    forever = {k for k, t in left.items() if t == -1}
+    assert forever == {keys.event_seq("s1")}, "only the seq counter outlives the session"
+    assert left[keys.step_record(keys.generation_step("s1", "r:g1"))] > ttl
+    assert left[keys.memory_step_usage("s1", "r:g1")] > ttl
+    session_keys = [keys.session_state("s1"), keys.session_history("s1"), keys.sessions_index("s1"),
+                    keys.event_stream("s1"), keys.event_dedup("s1"),
+                    *(keys.memory("s1", what) for what in ("compaction", "obs", "refl", "meta")),
+                    keys.actor_memory("actor-1", "obs"), keys.actor_memory("actor-1", "refl")]
+    assert all(0 < left[k] <= ttl for k in session_keys)
 
 
 @pytest.mark.integration

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.subjects import Subjects, tenant_of, valid_session_id
-from loopwire.shared.stores.session_store import sessions_index_key
 
 pytestmark = pytest.mark.unit
 
@@ -37,4 +37,4 @@ def test_the_tenant_is_a_subject_token_of_its_own() -> None:
     assert subjects.tenant_of_query("loopwire.api.acme.transcript.get") == "acme"
     assert subjects.tenant_of_query("loopwire.out.acme.x") is None
     assert tenant_of("acme.s1") == "acme" and tenant_of("s1") is None
-    assert sessions_index_key("acme.s1") == "lw:sessions:acme" and sessions_index_key("s1") == "lw:sessions"
+    assert keys.sessions_index("acme.s1") == keys.SESSIONS_INDEX + ":acme" and keys.sessions_index("s1") == keys.SESSIONS_INDEX

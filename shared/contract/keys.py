@@ -1,0 +1,209 @@
+"""Every Redis key loopwire writes, and every message id and dedup key derived from a step.
+
+One owner per name: no other module spells `lw:` or a step's suffix (tests/unit checks it).
+
+Keys of one session carry the hash tag `{<sid>}`, so on a Redis Cluster they all live in
+the session's hash slot and every Lua script and MULTI touches one slot: its state and
+history, its event log, its memory, its executor record, and the records and claims of its
+steps (a step belongs to the session its envelope names). Session ids are one or two
+tokens of `[A-Za-z0-9_-]` (shared/contract/subjects.py), so a tag never holds a brace.
+
+Keys that span sessions (the sessions index, the running set, breaker state, the tool
+catalog, strategy configs, blobs, the token cache, strategy actors' memory) carry no
+session tag; what each costs on a cluster is in docs/architecture.md ("Redis keys").
+"""
+
+from __future__ import annotations
+
+PREFIX = "lw"
+
+
+def session_tag(sid: str) -> str:
+    """`{<sid>}`: the hash tag that puts a key in its session's slot."""
+    return "{" + sid + "}"
+
+
+# -- one session: all in its slot ---------------------------------------------------------------
+
+def session_state(sid: str) -> str:
+    """Hash {ver, state}: the router's state of the session, behind a version."""
+    return f"{PREFIX}:s:{session_tag(sid)}"
+
+
+def session_history(sid: str) -> str:
+    """List of the session's messages (JSON), oldest first."""
+    return f"{PREFIX}:h:{session_tag(sid)}"
+
+
+def event_seq(sid: str) -> str:
+    """Counter: the session's last event `seq`."""
+    return f"{PREFIX}:seq:{session_tag(sid)}"
+
+
+def event_dedup(sid: str) -> str:
+    """Hash: event dedup key -> the seq it was given."""
+    return f"{PREFIX}:ek:{session_tag(sid)}"
+
+
+def event_stream(sid: str) -> str:
+    """Stream of the session's stored events, entry id `<seq>-0`."""
+    return f"{PREFIX}:e:{session_tag(sid)}"
+
+
+def memory(sid: str, what: str) -> str:
+    """The memory service's `what` of a session: compaction, obs, refl, meta, usage."""
+    return f"{PREFIX}:mem:{session_tag(sid)}:{what}"
+
+
+def memory_lock(sid: str, what: str) -> str:
+    """String + TTL: one replica writes the session's `what` (an observation) at a time."""
+    return memory(sid, f"lock:{what}")
+
+
+def memory_step_usage(sid: str, step_id: str) -> str:
+    """Hash + TTL: the usage generation step `step_id` claimed (its `extra_usage`)."""
+    return f"{PREFIX}:mem:xu:{session_tag(sid)}:{step_id}"
+
+
+def executor_session(sid: str) -> str:
+    """String (JSON): the external agent's session of a loopwire session."""
+    return f"{PREFIX}:exec:{session_tag(sid)}"
+
+
+# -- step records and claims (StepStore names, in their session's slot) --------------------------
+
+def generation_step(sid: str, step_id: str) -> str:
+    """StepStore name of a recorded generation (and of its claim)."""
+    return f"gen:{session_tag(sid)}:{step_id}"
+
+
+def tool_call_step(sid: str, tool_use_id: str) -> str:
+    """StepStore name of one tool call's recorded result."""
+    return f"tool:{session_tag(sid)}:{tool_use_id}"
+
+
+def tool_batch_step(sid: str, step_id: str) -> str:
+    """StepStore name of the claim of one ExecuteTools step (its batch of calls)."""
+    return f"tools:{session_tag(sid)}:{step_id}"
+
+
+def step_record(name: str) -> str:
+    """String + TTL: a step's recorded result."""
+    return f"{PREFIX}:step:{name}"
+
+
+def step_claim(name: str) -> str:
+    """String + TTL: `<owner>|<fencing token>` of the worker performing a step."""
+    return f"{PREFIX}:claim:{name}"
+
+
+def step_fence(name: str) -> str:
+    """Counter: a step's fencing tokens."""
+    return f"{PREFIX}:fence:{name}"
+
+
+# -- across sessions ----------------------------------------------------------------------------
+
+SESSIONS_INDEX = f"{PREFIX}:sessions"
+"""Sorted set of session ids by update time (ms), for sessions without a tenant."""
+
+
+def sessions_index(sid: str) -> str:
+    """The sessions index `sid` is listed in: one per tenant (`<tenant>.<sid>`,
+    shared/contract/subjects.py), SESSIONS_INDEX without one."""
+    tenant, dot, _ = sid.rpartition(".")
+    return f"{SESSIONS_INDEX}:{tenant}" if dot else SESSIONS_INDEX
+
+
+RUNNING = f"{PREFIX}:running"
+"""Sorted set: the sessions with a run in progress (the router's watchdog)."""
+
+TOOL_CATALOG = f"{PREFIX}:tools:catalog"
+"""Hash: tool name -> the catalog entry the tools service published."""
+
+STRATEGIES = f"{PREFIX}:strategies"
+"""Hash: strategy configs defined at run time."""
+
+
+def breaker(model: str) -> str:
+    """Hash: the circuit breaker's state of one model."""
+    return f"{PREFIX}:breaker:{model}"
+
+
+def blob(digest: str) -> str:
+    """String: large content by its sha256."""
+    return f"{PREFIX}:blob:{digest}"
+
+
+def token_count(digest: str) -> str:
+    """String + TTL: the exact token count of a request, by its hash."""
+    return f"{PREFIX}:tok:{digest}"
+
+
+def actor_memory(actor: str, what: str) -> str:
+    """List: a strategy actor's observations or reflections across sessions (capped)."""
+    return f"{PREFIX}:mem:actor:{actor}:{what}"
+
+
+# -- step ids, message ids (Nats-Msg-Id) and event dedup keys ------------------------------------
+
+def generation_step_id(run_id: str, gen_seq: int) -> str:
+    return f"{run_id}:g{gen_seq}"
+
+
+def tools_step_id(run_id: str, turn: int) -> str:
+    return f"{run_id}:t{turn}"
+
+
+def result_msg_id(step_id: str) -> str:
+    """A step's result to the router: a re-publish after a crash is deduplicated."""
+    return f"{step_id}:result"
+
+
+def assemble_msg_id(step_id: str) -> str:
+    return f"{step_id}:assemble"
+
+
+def generate_msg_id(step_id: str) -> str:
+    return f"{step_id}:generate"
+
+
+def execute_msg_id(step_id: str) -> str:
+    return f"{step_id}:execute"
+
+
+def permission_ask_msg_id(step_id: str, call_id: str, attempt: int) -> str:
+    """An external agent's permission question, handed to the router."""
+    return f"{step_id}:{call_id}:ask:{attempt}"
+
+
+def event_msg_id(sid: str, seq: int) -> str:
+    """An event in LOOPWIRE_EVENTS: one message per (session, seq)."""
+    return f"{sid}:{seq}"
+
+
+def step_event_key(step_id: str, what: str, *parts: int | str) -> str:
+    """Dedup key of an event a step emits: `<step_id>:<what>[:<part>...]`, the same on
+    every delivery of the step, so a redelivery stores it once."""
+    return ":".join([step_id, what, *map(str, parts)])
+
+
+def retract_key(step_id: str, attempt: int | str) -> str:
+    """Dedup key of a `retracted` event of step `step_id` (`attempt`: a claim's number,
+    `<n>.<discards>` for a fallback's discarded answer, `cancel`)."""
+    return step_event_key(step_id, "retract", attempt)
+
+
+def fallback_key(step_id: str, switches: int) -> str:
+    """Dedup key of the `model.fallback` event of a step's `switches`-th switch."""
+    return step_event_key(step_id, "fallback", switches)
+
+
+def compaction_key(step_id: str) -> str:
+    """Dedup key of a step's `compaction` event, and the step that claims its usage."""
+    return step_event_key(step_id, "compaction")
+
+
+def executor_delivery(step_id: str, delivered: int) -> str:
+    """An external agent's `delivered`-th delivery of a step, whose events it keys."""
+    return f"{step_id}:x{delivered}"
