@@ -56,12 +56,13 @@ from .inputs import (
     ToolsInput,
     UndeliverableInput,
 )
-from .next_step import NextStepFinalOutput, NextStepRunAgain
+from .next_step import NextStepConverge, NextStepFinalOutput, NextStepRunAgain
 from .profiles import get_profile
 from .run_config import input_messages, run_config
 from .run_lifecycle import end_run, start_run
 from .stages import Turn
 from .state import RECENT_INPUTS, RunState, SessionState
+from .steering import steering_fields
 from .step_requests import after_batch, execute, move_phase, request_generation
 from .strategy import StrategyConfig
 from .transition import Count, Decision, Transition, reject, replay
@@ -281,14 +282,15 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
         if cause is not None:  # the budget stopped this run, whatever the model meant
             step = replace(step, status="budget_exhausted", reason=cause)
 
-    if not (isinstance(step, NextStepRunAgain) and step.drop_turn):
+    voided = isinstance(step, NextStepRunAgain | NextStepConverge)
+    if not (voided and step.drop_turn):
         if message.get("content"):
             tx.add_message(message)
         if text.strip():
             run.last_text = text
     for n, spec in enumerate(step.events):
         tx.emit(spec.kind, f"{spec.kind}:{result.step_id}:{n}", run.run_id, **spec.fields)
-    if isinstance(step, NextStepRunAgain) and step.retract:
+    if voided and step.retract:
         tx.emit("retracted", f"retracted:{result.step_id}", run.run_id, turn=run.turn, reason=step.retract)
     apply_step(tx, run, step, cfg, schemas=inp.tool_schemas)
     return tx.finish()
@@ -310,11 +312,16 @@ def _on_failed_generation(tx: Transition, run: RunState, result: GenerationResul
         run.step_retries += 1
     elif verdict.action == "retry_reduced_context":
         run.context_retries += 1
+        tx.emit("steering", f"steering:{result.step_id}", run.run_id,
+                **steering_fields(run, "retry_reduced_context", reason=verdict.code))
     else:  # switch_model
         models = run.config.models
         tx.emit("model.fallback", f"model.fallback:{result.step_id}", run.run_id,
                 from_model=models[run.model_offset], to_model=models[run.model_offset + 1], reason=verdict.code)
         run.model_offset += 1
+        tx.emit("steering", f"steering:{result.step_id}", run.run_id,
+                **steering_fields(run, "model_switch", reason=verdict.code,
+                                             to_model=models[run.model_offset]))
     request_generation(tx, run)
 
 

@@ -10,6 +10,8 @@ answer, the queued messages join the history as one user message and the same ru
 on (`take_at_outer_boundary`), instead of a new run starting. Follow-ups that arrive too
 late for it start the next run (run_lifecycle.end_run). `SessionState.steering` only
 holds steering kept by state written before steering applied at once.
+
+A steer and the follow-ups taken are reported with a `steering` event (steering.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .history_repair import batch_results
 from .progress_injection import truncate
 from .stages import user_text
 from .state import RunState, SessionState
+from .steering import steering_fields
 from .transition import Transition
 
 STEERED_GENERATION = "steered: the answer in progress is void"
@@ -58,6 +61,7 @@ def steer(tx: Transition, run: RunState, content: list[dict[str, Any]]) -> None:
                 reason=STEERED_GENERATION)
     if run.checkpoint is not None:  # a steer withdraws the open checkpoint
         approval.close(tx.st, run)  # turn_by_turn stays in review: the next reply is reviewed
+    tx.emit("steering", f"steering:{tx.inp.input_id}", run.run_id, **steering_fields(run, "priority_queue"))
     tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))
     tx.add_message({"role": "user", "content": message})
     run.last_prompt = truncate(user_text(content), PROMPT_CHARS)
@@ -69,9 +73,12 @@ def take_at_outer_boundary(tx: Transition, run: RunState) -> None:
     """The outer boundary: follow-ups that arrived during the run are taken now, with the
     full history, instead of ending and starting a new run (the caller asks for the next
     generation)."""
+    messages = len(tx.st.steering) + len(tx.st.queued)
     content = drain_steering(tx.st) + drain_queued(tx.st)
     tx.add_message({"role": "user", "content": content}, source="follow_up")
     run.outer += 1
+    tx.emit("steering", f"steering:{run.run_id}:o{run.outer}", run.run_id,
+            **steering_fields(run, "follow_up_queue", messages=messages))
     run.inner = 0
     run.last_prompt = truncate(user_text(content), PROMPT_CHARS)
     loop_detection.clear(run)

@@ -23,10 +23,16 @@ The ladder, one rung per detection while the loop goes on:
 `loop.detected` carries `occurrences` (an addition): how many times the pattern has
 occurred in a row (turns with the same call or answer; repetitions of the cycle).
 
-The redirect is a *user message* stored in the history, not an ephemeral note: the
-looping turn is already in the history, and the next request needs a user turn after it
-(which must also answer the looping tool_use blocks, left unexecuted); keeping it there
-also lets a switched-to model, and a reader of the transcript, see why the approach changed.
+A turn the ladder redirects or terminates is not persisted: its calls are not executed,
+it is left out of the history (as a vacuous answer is) and `retracted` (reason
+`loop detected (<detection>): <rung>`), so a client drops its text; `loop.detected`
+still reports it, and its signature stays in the window, so the next repetition climbs
+the next rung. Repeating the looping turn to the model would only show it its own loop
+again. The redirect itself is a *user message* stored in the history, not an ephemeral
+note: the repetitions before the looping one are still there, and keeping why the
+approach changed lets a switched-to model, and a reader of the transcript, see it. Each
+rung that changes course is a `steering` event too (steering.py): `loop_redirect` for
+the redirect, `model_switch` for the switch.
 
 A good turn (no stage flagged it) resets the ladder to 0; giving up on a bad answer (a
 vacuous answer passed through) does not. A repeated *vacuous* answer is not escalated: it
@@ -45,8 +51,9 @@ from typing import Any
 import orjson
 
 from .next_step import EventSpec, NextStep, NextStepConverge, NextStepFinalOutput, NextStepRunAgain
-from .stages import Turn, not_executed
+from .stages import Turn
 from .state import RunState
+from .steering import steering_spec
 from .vacuous import vacuous_problem
 
 WINDOW = 8
@@ -64,7 +71,6 @@ REDIRECT = ("Loop detected. Please try a different approach: {what} without maki
             "Do not repeat it; change your approach, or give your final answer if you have one.")
 TERMINATE = ("Loop detected again: {what}. Stop here. Do not call any tool; give your best "
              "final answer now from what you already know.")
-NOT_EXECUTED = "Not executed: loop detected (this call repeats earlier ones with the same input)."
 
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
 
@@ -201,20 +207,28 @@ class LoopDetectionStage:
         run.loop_level += 1
         what = describe(detection)
         event: dict[str, Any] = {"detection": detection, "escalation": rung, "occurrences": occurrences}
+        dropped = f"loop detected ({detection}): {rung}"
         if rung == "terminate":
             return NextStepConverge(status="loop_terminated", reason=detection, events=(EventSpec("loop.detected", event),),
-                                    append=[_user(turn, NOT_EXECUTED, TERMINATE.format(what=what))])
+                                    append=[_user(TERMINATE.format(what=what))], retract=dropped, drop_turn=True)
+        if rung == "redirect":
+            return NextStepRunAgain(append=[_user(REDIRECT.format(what=what))], reason="loop_redirect",
+                                    events=(EventSpec("loop.detected", event),
+                                            steering_spec(run, "loop_redirect", reason=detection)),
+                                    retract=dropped, drop_turn=True)
         switch: list[EventSpec] = []
-        if rung == "switch_model" and new_model is not None:
+        if new_model is not None:
             switch.append(EventSpec("model.fallback", {"from_model": run.config.models[run.model_offset],
                                                        "to_model": new_model, "reason": "loop_detected"}))
             run.model_offset += 1
             event["to_model"] = new_model
-        elif rung == "switch_model":
+        else:
             run.temperature = event["temperature"] = raised_temperature(run)
-        return NextStepRunAgain(append=[_user(turn, NOT_EXECUTED, REDIRECT.format(what=what))],
-                                reason=f"loop_{rung}", events=(EventSpec("loop.detected", event), *switch))
+        switch.append(steering_spec(run, "model_switch", reason="loop_detected", to_model=event.get("to_model"),
+                                    temperature=event.get("temperature")))
+        return NextStepRunAgain(append=[_user(REDIRECT.format(what=what))], reason="loop_switch_model",
+                                events=(EventSpec("loop.detected", event), *switch), retract=dropped, drop_turn=True)
 
 
-def _user(turn: Turn, not_run: str, text: str) -> dict[str, Any]:
-    return {"role": "user", "content": [*not_executed(turn.tool_calls, not_run), {"type": "text", "text": text}]}
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text}]}

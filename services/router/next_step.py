@@ -65,6 +65,10 @@ class NextStepConverge:
     append: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     events: tuple[EventSpec, ...] = ()
+    retract: str | None = None
+    """Emit `retracted` for this turn with this reason (as NextStepRunAgain's)."""
+    drop_turn: bool = False
+    """Do not store this turn's assistant message in the history."""
 
 
 @dataclass(frozen=True)

@@ -69,10 +69,12 @@ def within_limits(run: RunState, step: NextStep, text: str, cfg: CoreConfig) -> 
     limit = inner_limit(run, cfg)
     if limit is None:
         return step
+    # The step's events stay (its stage already moved the run: a phase change, a loop
+    # detected), but not a `steering` one: the course it announces is not taken.
+    events = tuple(e for e in step.events if e.kind != "steering")
     if isinstance(step, NextStepConverge):
-        return NextStepFinalOutput(status=step.status, text=text, reason=step.reason, events=step.events)
-    # The step's events stay: its stage already moved the run (e.g. a phase change).
-    return NextStepFinalOutput(status="max_turns", text=text, reason=limit, events=step.events)
+        return NextStepFinalOutput(status=step.status, text=text, reason=step.reason, events=events)
+    return NextStepFinalOutput(status="max_turns", text=text, reason=limit, events=events)
 
 
 def apply_step(tx: Transition, run: RunState, step: NextStep, cfg: CoreConfig,

@@ -111,6 +111,26 @@ class LoopDetected(Event):
         "Addition: the raised temperature of a switch rung without a fallback model."))
 
 
+class Steering(Event):
+    """The loop changed course (shared/protocol.md, "Phases, answers and progress"): where
+    it took one of the paths that steer a run, named by `source`."""
+
+    kind: Literal["steering"] = "steering"
+    source: Literal["priority_queue", "follow_up_queue", "loop_redirect", "model_switch", "retry_reduced_context"] = \
+        Field(description=("`priority_queue`: a steer applied; `follow_up_queue`: queued messages taken at the outer "
+                           "boundary; `loop_redirect`: the loop ladder's redirect; `model_switch`: the run's next "
+                           "model (or, without one, a raised temperature); `retry_reduced_context`: the generation "
+                           "asked again with a reduced context."))
+    turn: int | None = Field(default=None, description="Addition: the run's completed generations at that point.")
+    reason: str | None = Field(default=None, description=(
+        "Addition: why: the loop detection, or the error code of the failed generation."))
+    messages: int | None = Field(default=None, description="Addition: `follow_up_queue`: how many queued messages "
+                                                           "were taken.")
+    to_model: str | None = Field(default=None, description="Addition: `model_switch`: the model the run goes on with.")
+    temperature: float | None = Field(default=None, description=(
+        "Addition: `model_switch` without a fallback model: the raised temperature."))
+
+
 class ModelFallback(Event):
     kind: Literal["model.fallback"] = "model.fallback"
     from_model: str
@@ -234,8 +254,9 @@ class MemoryReflection(MemoryNote):
 EVENT_MODELS: dict[str, type[Event]] = {
     m.model_fields["kind"].default: m
     for m in (RunStarted, PhaseChanged, TextDelta, MessageEvent, ToolCallEvent, ToolResultEvent, Retracted,
-              ApprovalRequested, LoopDetected, ModelFallback, Compaction, ErrorEvent, WarningEvent, RunEnded, BudgetWarning,
-              UserMessage, MemoryObservation, MemoryReflection, PlanUpdated, Generating, ToolsProgress)
+              ApprovalRequested, LoopDetected, Steering, ModelFallback, Compaction, ErrorEvent, WarningEvent,
+              RunEnded, BudgetWarning, UserMessage, MemoryObservation, MemoryReflection, PlanUpdated, Generating,
+              ToolsProgress)
 }
 
 

@@ -12,6 +12,7 @@ Which events make the history, in `seq` order:
 |---|---|
 | `user.message` (addition) | a message the model did not write: the run's input, follow-ups, steering, the router's own notes, tool results it made itself (cancelled, missing); a tool_result block without `content` stands for its `tool.result` event |
 | `message` | the assistant message (when it has content); its tool_use blocks wait for results |
+| `retracted` of that message's turn | the message was never stored (a vacuous answer retried, a looping turn the loop ladder redirected): it leaves the history, and its calls wait for nothing |
 | `tool.result` | the result of one waiting tool_use |
 | the next message, or `run.ended` | the waiting tool_uses' results, in the model's order, as one user message; a call without a result gets the error result the router gives it |
 
@@ -80,6 +81,8 @@ class _Builder:
     profile: str | None = None
     config: dict[str, Any] | None = None
     last_model: str | None = None
+    last_message: tuple[str | None, int, int] | None = None
+    """(run_id, turn, index in the history) of the latest assistant message appended."""
 
     def append(self, message: dict[str, Any]) -> None:
         content = message.get("content")
@@ -127,6 +130,16 @@ class _Builder:
         self.waiting, self.results = [], {}
         self.append({"role": "user", "content": blocks + others})
 
+    def retract(self, event: dict[str, Any]) -> None:
+        """A `retracted` of the latest assistant message's turn: the router did not store
+        it. (A steer's `retracted` names the generation in flight, which has no message.)"""
+        latest = self.last_message
+        if latest is None or (latest[0], latest[1]) != (event.get("run_id"), event.get("turn")) \
+                or latest[2] != len(self.history) - 1:
+            return
+        self.history.pop()
+        self.waiting, self.results, self.last_message = [], {}, None
+
     def take(self, event: dict[str, Any]) -> None:
         kind = event.get("kind")
         if kind == "run.started":
@@ -147,8 +160,11 @@ class _Builder:
                 self.open_run[name] += int(usage.get(name, 0) or 0)
             if message.get("content"):
                 self.append({"role": "assistant", "content": message["content"]})
+                self.last_message = (event.get("run_id"), event.get("turn", 0), len(self.history) - 1)
                 self.waiting = [b["id"] for b in message["content"]
                                 if isinstance(b, dict) and b.get("type") == "tool_use" and "id" in b]
+        elif kind == "retracted":
+            self.retract(event)
         elif kind == "tool.result":
             tid = event.get("tool_use_id")
             if tid in self.waiting:

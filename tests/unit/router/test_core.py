@@ -249,7 +249,9 @@ def test_follow_up_during_run_is_taken_at_the_outer_boundary(fresh: SessionState
     st, d = step(st, i.MessageInput(input_id="in:2", new_id="x", body=FollowUp(content="and then?")))
     assert st.queued and d.append == [] and d.effects == []
     st, d = step(st, gen_result("run1:g1", [{"type": "text", "text": "Hello"}]))
-    assert kinds(d) == ["message", "user.message"], "the run goes on instead of ending"
+    assert kinds(d) == ["message", "steering", "user.message"], "the run goes on instead of ending"
+    (steering,) = [e.fields for e in d.effects if isinstance(e, EmitEvent) and e.kind == "steering"]
+    assert steering == {"source": "follow_up_queue", "turn": 1, "messages": 1}
     assert d.append[-1] == {"role": "user", "content": [{"type": "text", "text": "and then?"}]}
     assert work(d)[0].target == "memory.assemble" and not st.queued
 

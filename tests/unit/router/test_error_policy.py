@@ -44,6 +44,7 @@ def test_context_too_long_retries_once_with_reduced_context_then_fails() -> None
     assert d.of("error", retried) == [{"code": "context_too_long", "message":
                                        "prompt is too long: 210000 tokens > 200000 maximum",
                                        "action": "retry_reduced_context"}]
+    assert d.of("steering", retried) == [{"source": "retry_reduced_context", "turn": 0, "reason": "context_too_long"}]
     env = d.work(retried)
     assert env["reduce_context"] is True and env["step_id"] == "run1:g2", "a new step id: not deduplicated"
     d.fail("context_too_long", "still too long")
@@ -56,6 +57,7 @@ def test_an_unknown_model_switches_to_the_next_one() -> None:
     d.start(input="hello", model={"primary": "m-typo", "fallbacks": ["m2"]})
     d.fail("not_found", "model: m-typo")
     assert d.of("model.fallback") == [{"from_model": "m-typo", "to_model": "m2", "reason": "not_found"}]
+    assert d.of("steering") == [{"source": "model_switch", "turn": 0, "reason": "not_found", "to_model": "m2"}]
     assert d.work()["models"] == ["m2"]
     d.answer("Hello!", model="m2")
     assert d.ended()["status"] == "completed"

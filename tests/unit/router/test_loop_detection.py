@@ -104,19 +104,28 @@ def test_a_repeated_call_is_redirected_then_the_model_switched_then_the_run_term
     redirect = d.of("loop.detected")[-1]
     assert redirect == {"detection": "repeated_tool_call", "escalation": "redirect", "occurrences": 3}
     assert d.work()["kind"] == "memory.assemble", "the looping call is not executed"
-    user = d.history[-1]
-    assert user["role"] == "user"
-    assert user["content"][0]["tool_use_id"] == "t3" and user["content"][0]["is_error"]
-    assert user["content"][-1]["text"].startswith("Loop detected. Please try a different approach")
+    assert d.of("retracted")[-1] == {"turn": 3, "reason": "loop detected (repeated_tool_call): redirect"}
+    assert d.history[-1] == {"role": "user", "content": [{"type": "text", "text": REDIRECT.format(
+        what="you have made the same tool call with the same input several times")}]}
+    assert d.history[-2]["content"][0]["tool_use_id"] == "t2", "the looping turn is not in the history"
+    assert d.of("steering") == [{"source": "loop_redirect", "turn": 3, "reason": "repeated_tool_call"}]
+    assert d.work()["history_len"] == len(d.history)
 
     loop_once(d, "t4")
     assert d.of("loop.detected")[-1] == {"detection": "repeated_tool_call", "escalation": "switch_model",
                                          "occurrences": 4, "to_model": "m2"}
     assert d.of("model.fallback")[-1] == {"from_model": "m1", "to_model": "m2", "reason": "loop_detected"}
+    assert d.of("steering")[-1] == {"source": "model_switch", "turn": 4, "reason": "loop_detected",
+                                    "to_model": "m2"}
     assert d.work()["models"] == ["m2"]
 
     loop_once(d, "t5")
     assert d.of("loop.detected")[-1]["escalation"] == "terminate"
+    assert [r["reason"] for r in d.of("retracted")] == [
+        f"loop detected (repeated_tool_call): {rung}" for rung in ("redirect", "switch_model", "terminate")]
+    assert not [b for m in d.history for b in m["content"] if b.get("id") in ("t3", "t4", "t5")], \
+        "no looping turn was kept"
+    assert len(d.of("steering")) == 2, "terminating is no change of course"
     last = d.work()
     assert last["offer_tools"] is False and d.run.converging == "loop_terminated"
     d.answer("I could not get further than 3.", model="m2")
@@ -144,6 +153,8 @@ def test_without_fallback_or_temperature_the_temperature_rises_from_the_models_d
     loop_once(d, "t4")
     assert [e["escalation"] for e in d.of("loop.detected")] == ["redirect", "switch_model"]
     assert d.of("loop.detected")[-1]["temperature"] == 1.0 and d.work()["temperature"] == 1.0
+    assert d.of("steering")[-1] == {"source": "model_switch", "turn": 4, "reason": "loop_detected",
+                                    "temperature": 1.0}
     assert d.history[-1]["content"][-1]["text"].startswith("Loop detected. Please try a different approach")
     loop_once(d, "t5")
     assert d.of("loop.detected")[-1]["escalation"] == "terminate" and d.run.converging == "loop_terminated"

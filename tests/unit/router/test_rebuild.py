@@ -214,3 +214,24 @@ def test_a_session_driven_through_the_router_core_rebuilds_to_the_same_history()
     state = SessionState.load(rebuilt.state, SID)
     assert state.last_config is not None and state.last_config.system == "be brief", \
         "the router puts the run's config on run.started"
+
+
+@pytest.mark.unit
+def test_turns_the_router_did_not_store_stay_out_of_the_rebuilt_history() -> None:
+    """A vacuous answer retried and the looping turns of the loop ladder are `retracted`
+    and never stored: the transcript's history leaves them out too."""
+    drv = Driver()
+    drv.ingress("start", {"input": "Add 1 and 2, please."})
+    drv.generation(t("."))  # vacuous: retried
+    for n in range(1, 4):  # the same call three times: the third is redirected, not stored
+        drv.generation(t("Adding."), use(f"tu{n}"))
+        if n < 3:
+            drv.tools((f"tu{n}", "3"))
+    drv.ingress("steer", {"content": "stop adding"})  # a steer's retraction names no stored turn
+    drv.generation(t("It is 3."))
+    assert [e["reason"] for e in drv.events if e["kind"] == "retracted"][:2] == [
+        "vacuous answer (punctuation_only): retried", "loop detected (repeated_tool_call): redirect"]
+    rebuilt = reconstruct(SID, drv.events)
+    assert rebuilt is not None
+    assert normalise_messages(rebuilt.history) == normalise_messages(drv.history)
+    assert "tu3" not in str(rebuilt.history) and "'.'" not in str(rebuilt.history)
