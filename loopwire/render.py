@@ -83,6 +83,9 @@ class EventRenderer:
             c.print(f"[magenta]⇄ {event['from_model']} → {event['to_model']} ({event['reason']})[/magenta]")
         elif kind == "loop.detected":
             c.print(f"[magenta]⟳ loop detected: {event['detection']} → {event['escalation']}[/magenta]")
+        elif kind == "steering":
+            why = f" ({event['reason']})" if event.get("reason") else ""
+            c.print(f"[magenta]↪ steering: {event.get('source')}{why}[/magenta]", highlight=False)
         elif kind == "compaction":
             c.print(f"[dim]context compacted {event['tokens_before']} → {event['tokens_after']} tokens[/dim]")
         elif kind == "approval.requested":
