@@ -23,7 +23,6 @@ def account(tx: Transition, run: RunState, result: GenerationResult, cfg: CoreCo
     """A completed generation: one more turn, and its usage in the ledger."""
     # An external agent's step holds all its own model calls (result.turns).
     run.turn += max(1, result.turns)
-    run.inner += 1
     tx.st.turns += max(1, result.turns)
     run.last_context_tokens = result.usage.total_input() + result.usage.output_tokens
     add_usage(tx, run, result, result.usage, "turn", cfg, reported_cost=result.cost_usd)

@@ -15,7 +15,8 @@ input. What the handlers do is in the modules beside it:
 - run_config.py: a run's settings merged from StartRun, its strategy config, the
   profile and the operator's defaults;
 - run_lifecycle.py: a run's start (`run.started`) and its end (`run.ended`);
-- step_requests.py: the next generation and the tool batches (the strategy loop);
+- step_requests.py: the next generation;
+- tool_batches.py: the tool batches through the strategy loop, and what their results lead to;
 - turn_resolution.py: a finished turn through the profile's stages to its next step;
 - accounting.py: the ledger of usage and cost;
 - follow_ups.py: steering now, follow-ups at the outer boundary;
@@ -63,8 +64,9 @@ from .run_lifecycle import end_run, start_run
 from .stages import Turn
 from .state import RECENT_INPUTS, RunState, SessionState
 from .steering import steering_fields
-from .step_requests import after_batch, execute, move_phase, request_generation
+from .step_requests import move_phase, request_generation
 from .strategy import StrategyConfig
+from .tool_batches import after_batch, execute
 from .transition import Count, Decision, Transition, reject, replay
 from .turn_resolution import apply_step, next_step, within_limits
 
@@ -215,7 +217,7 @@ def _on_decision(tx: Transition, inp: DecisionInput, cfg: CoreConfig) -> Decisio
         denied.update(approval.user_denials(cp, body.note))
     if run.profile_phase == "review":
         move_phase(tx, run, "execute" if approved else "review")
-    execute(tx, run, cp.calls, denied)
+    execute(tx, run, cp.calls, denied, cfg)
     return tx.finish()
 
 
@@ -282,16 +284,16 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
         if cause is not None:  # the budget stopped this run, whatever the model meant
             step = replace(step, status="budget_exhausted", reason=cause)
 
-    voided = isinstance(step, NextStepRunAgain | NextStepConverge)
-    if not (voided and step.drop_turn):
+    voids = step if isinstance(step, NextStepRunAgain | NextStepConverge) else None
+    if voids is None or not voids.drop_turn:
         if message.get("content"):
             tx.add_message(message)
         if text.strip():
             run.last_text = text
     for n, spec in enumerate(step.events):
         tx.emit(spec.kind, f"{spec.kind}:{result.step_id}:{n}", run.run_id, **spec.fields)
-    if voided and step.retract:
-        tx.emit("retracted", f"retracted:{result.step_id}", run.run_id, turn=run.turn, reason=step.retract)
+    if voids is not None and voids.retract:
+        tx.emit("retracted", f"retracted:{result.step_id}", run.run_id, turn=run.turn, reason=voids.retract)
     apply_step(tx, run, step, cfg, schemas=inp.tool_schemas)
     return tx.finish()
 
@@ -344,7 +346,7 @@ def _on_tools(tx: Transition, inp: ToolsInput, cfg: CoreConfig) -> Decision | No
                            "content": "no result was returned for this call"})
         else:
             blocks.append(item.as_block())  # an error result is a result: the model adapts
-    after_batch(tx, run, blocks)
+    after_batch(tx, run, blocks, cfg)
     return tx.finish()
 
 

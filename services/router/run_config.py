@@ -16,6 +16,7 @@ from loopwire.shared.contract.protocol import Limits, StartRun, text_to_content
 
 from . import subagent
 from .config import CoreConfig
+from .finish import GUIDELINE
 from .profiles import get_profile
 from .state import RunConfig
 from .strategy import StrategyConfig
@@ -31,11 +32,16 @@ def run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None 
     base = strategy.limits if strategy is not None else Limits()
     limits = {name: getattr(body.limits, name) if getattr(body.limits, name) is not None else getattr(base, name)
               for name in Limits.model_fields}
+    tools = narrow_tools(strategy.tools if strategy else None, body.tools)
+    # A strategy that asks for a conclusion gets the finish tool's guideline where the
+    # run offers the tool (strategy_loop.finish_offered): its answer is to be the call.
+    conclusion = strategy is not None and strategy.conclusion and profile.offers_finish and profile.offers_tools \
+        and tools != []
     return RunConfig(
-        profile=body.profile, system=strategy.system_prompt(body.system) if strategy else body.system,
-        models=models, max_tokens=body.model.max_tokens or cfg.default_max_tokens,
+        profile=body.profile, models=models, max_tokens=body.model.max_tokens or cfg.default_max_tokens,
+        system=strategy.system_prompt(body.system, (GUIDELINE,) if conclusion else ()) if strategy else body.system,
         temperature=body.model.temperature, memory_model=body.model.memory or cfg.memory_model,
-        tools=narrow_tools(strategy.tools if strategy else None, body.tools),
+        tools=tools, conclusion=conclusion,
         tool_permissions=merge_permissions(cfg.tool_policy, strategy.tool_permissions if strategy else {},
                                            body.tool_permissions),
         max_turns=limits["max_turns"] or profile.max_turns,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import budget, planning, strategy_loop, technical_summary
+from . import budget, planning, technical_summary
 from .config import CoreConfig
 from .follow_ups import PROMPT_CHARS, drain_queued, drain_steering
 from .history_repair import close_dangling_tool_uses
@@ -84,8 +84,7 @@ def end_run(tx: Transition, status: str, text: str | None, cfg: CoreConfig,
     close_dangling_tool_uses(tx, run, status)
     final_text = text if text is not None and text.strip() else run.last_text
     if conclusion is None:
-        conclusion = technical_summary.stopped_conclusion(run, status, final_text,
-                                                          strategy_loop.finish_offered(run))
+        conclusion = technical_summary.stopped_conclusion(run, status, final_text, reason)
     if not final_text.strip() and conclusion is not None:
         final_text = conclusion["summary"]  # never silently: the summary is the best answer left
     tx.emit("run.ended", f"run.ended:{run.run_id}", run.run_id, status=status, final_text=final_text,

@@ -1,31 +1,23 @@
-"""The work a run asks for: its next generation, and its tool batches.
+"""The next generation a run asks for, and the phase moves around it.
 
 A generation is asked of memory (`memory.assemble`, which assembles the context and
 hands it to llm): with the notes it needs (the converging note when a budget is spent,
 the plan or the workspace snapshot of a planned profile, the reminders of
 progress_injection.py), the tools the strategy loop offers, and `max_tokens` within the
-token budget. A tool batch goes through the strategy loop (strategy_loop.py): the plan
-gate validates every call, reserved tools are answered by the core, the preview opens an
-approval checkpoint when a call needs one (the whole batch waits), else the batch goes to
-the tools service (`tools.execute`). Its results come back as one user message, in the
-model's order (`after_batch`), and the next generation is asked for.
+token budget. The tool batches are tool_batches.py's.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from loopwire.shared.contract import keys
-from loopwire.shared.contract.envelopes import AssembleContext, ExecuteTools, ToolCall
+from loopwire.shared.contract.envelopes import AssembleContext
 
-from . import approval, budget, planning, strategy_loop, technical_summary
+from . import budget, planning, strategy_loop
 from .effects import PublishWork
 from .executor_profiles import spec_for
 from .finish import OUT_OF_BUDGET_NOTE
-from .follow_ups import drain_steering
 from .phases import change_phase
 from .profiles import get_profile
-from .progress_injection import note_tool_batch, progress_notes
 from .state import RunState
 from .transition import Transition
 
@@ -68,70 +60,6 @@ def request_generation(tx: Transition, run: RunState, notes: list[str] | None = 
     )
     tx.effects.append(PublishWork(target="memory.assemble", envelope=env.model_dump(mode="json"), model=env,
                                   msg_id=keys.assemble_msg_id(step_id)))
-
-
-def dispatch(tx: Transition, run: RunState, calls: list[dict[str, Any]],
-             schemas: dict[str, dict[str, Any]] | None) -> None:
-    """The strategy loop after interpret (strategy_loop.py): validate (the plan gate),
-    reserved tools answered by the core, preview (an approval checkpoint when a call
-    needs one: the whole batch waits), else execute."""
-    for c in calls:
-        tx.emit("tool.call", f"tool.call:{c['id']}", run.run_id, turn=run.turn, tool_use_id=c["id"],
-                name=c["name"], input=c.get("input", {}))
-    rejected, reserved = strategy_loop.validate(run, calls, schemas)
-    run.answered = []
-    for n, c in enumerate(reserved):
-        block, specs = planning.apply_update(tx.st, run, c, get_profile(run.config.profile).transitions)
-        run.answered.append(block)
-        tx.emit("tool.result", f"tool.result:{c['id']}", run.run_id, turn=run.turn, tool_use_id=c["id"],
-                name=c["name"], is_error=bool(block.get("is_error")), content=block["content"])
-        for m, spec in enumerate(specs):
-            tx.emit_spec(run, spec, f"{spec.kind}:{run.run_id}:t{run.turn}:{n}:{m}")
-    ask = strategy_loop.preview(run, calls, rejected, reserved)
-    if ask:
-        to_review(tx, run)
-        fields = approval.open_checkpoint(tx.st, run, "tool_calls", calls, ask, rejected, run.last_text)
-        tx.emit("approval.requested", f"approval.requested:{fields['checkpoint_id']}", run.run_id, **fields)
-        return
-    execute(tx, run, calls, rejected)
-
-
-def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], denied: dict[str, str]) -> None:
-    """execute: the batch as one ExecuteTools step; calls in `denied` never reach a
-    provider (the tools service answers them with the reason); calls the core answered
-    (`run.answered`) are not sent at all."""
-    run.awaiting = "tools"
-    step_id = keys.tools_step_id(run.run_id, run.turn)
-    run.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
-    answered = {b["tool_use_id"]: b for b in run.answered}
-    to_run = [c for c in calls if c["id"] not in answered]
-    if not to_run:  # only reserved tools: nothing to wait for
-        run.pending_step = None
-        after_batch(tx, run, [answered[c["id"]] for c in calls])
-        return
-    run.pending_step = step_id
-    env = ExecuteTools(
-        session_id=tx.st.session_id, run_id=run.run_id, step_id=step_id, turn=run.turn,
-        calls=[ToolCall(tool_use_id=c["id"], name=c["name"], input=c.get("input") or {}) for c in to_run],
-        denied={c["id"]: denied[c["id"]] for c in to_run if c["id"] in denied}, trace=run.trace,
-    )
-    tx.effects.append(PublishWork(target="tools.execute", envelope=env.model_dump(mode="json"), model=env,
-                                  msg_id=keys.execute_msg_id(step_id)))
-
-
-def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]]) -> None:
-    """summarize: the batch's results go back in one user message, in the model's order,
-    and the next generation is reminded of the task and the progress."""
-    names = {c["id"]: c["name"] for c in run.pending_calls}
-    run.pending_calls = []
-    run.answered = []
-    note_tool_batch(run, blocks, names)
-    technical_summary.record_batch(run, blocks, names)
-    content: list[dict[str, Any]] = blocks + drain_steering(tx.st)
-    tx.add_message({"role": "user", "content": content})
-    profile = get_profile(run.config.profile)
-    notes = progress_notes(profile.progress_injection, run, blocks, names)
-    request_generation(tx, run, notes=notes)
 
 
 def move_phase(tx: Transition, run: RunState, to: str) -> None:

@@ -2,7 +2,8 @@
 
 A strategy config tells a run who it is and how it works: `role`, `guidelines`,
 `objective` (composed into the system prompt, before the run's own `system`), the
-allowed `tools`, `tool_permissions` and `limits`. StartRun `strategy: {"actor",
+allowed `tools`, `tool_permissions` and `limits`, and whether its runs are asked for a
+conclusion (`conclusion`, true unless set false). StartRun `strategy: {"actor",
 "expectation"}` selects one.
 
 Sources, both keyed by the pair each entry declares:
@@ -62,6 +63,10 @@ class StrategyConfig(BaseModel):
     tools: list[str] | None = None
     tool_permissions: dict[str, Permission] = Field(default_factory=dict)
     limits: Limits = Field(default_factory=Limits)
+    conclusion: bool = True
+    """Its runs are asked for a conclusion: where the finish tool is offered, the prompt's
+    guidelines end with the tool's guideline, and a run that answers in text instead
+    concludes with the technical summary of its answer (technical_summary.py)."""
 
     @property
     def pair(self) -> Pair:
@@ -71,15 +76,17 @@ class StrategyConfig(BaseModel):
     def name(self) -> str:
         return f"{self.actor}/{self.expectation}" if self.expectation else self.actor
 
-    def system_prompt(self, run_system: str | None) -> str | None:
-        """role, objective, guidelines, then the run's own system prompt."""
+    def system_prompt(self, run_system: str | None, more_guidelines: tuple[str, ...] = ()) -> str | None:
+        """role, objective, guidelines (the config's, then `more_guidelines`), then the
+        run's own system prompt."""
         parts = []
         if self.role:
             parts.append(self.role)
         if self.objective:
             parts.append(f"Objective: {self.objective}")
-        if self.guidelines:
-            parts.append("Guidelines:\n" + "\n".join(f"- {g}" for g in self.guidelines))
+        guidelines = [*self.guidelines, *more_guidelines]
+        if guidelines:
+            parts.append("Guidelines:\n" + "\n".join(f"- {g}" for g in guidelines))
         if run_system:
             parts.append(run_system)
         return "\n\n".join(parts) if parts else None

@@ -1,13 +1,18 @@
-"""The technical summary: what a run executed, for a run that stops without an answer of
-its own.
+"""The technical summary: what a run executed, the strategy loop's converge fallback for a
+run that stops without a conclusion of the model's own.
 
-A run that ends `budget_exhausted` or `loop_terminated` was stopped by the router, not
-concluded by the model. After tools ran, its `run.ended.conclusion` says what was done:
+Every run that ends `max_turns`, `budget_exhausted` or `loop_terminated` was stopped by
+the router, not concluded by the model: unless the model concluded with the finish tool,
+its `run.ended.conclusion` says why it stopped, the best answer it has, and what was done:
 every tool called, how many calls, how many results were ok and how many errors, so a
 reader (or the caller's code) can tell what state the world was left in without reading
-the transcript. Its shape is the finish tool's conclusion (finish.py) with
-`classification.primary` `incomplete`, `classification.terminal` the run's status, and
-one more field (an addition to the contract):
+the transcript. A run of the agentic profiles whose strategy config asks for a
+conclusion (`RunConfig.conclusion`: its prompt carries the finish tool's guideline) and
+whose model answered in text instead completes with the same summary of its answer,
+classification `task_complete` / `explanation`: the model explained instead of calling
+the finish tool. Its shape is the finish tool's conclusion (finish.py), with
+`classification.primary` `incomplete` (or `task_complete`), `classification.terminal`
+the run's status (or `explanation`), and one more field (an addition to the contract):
 
     "executed": [{"tool": "add", "calls": 2, "ok": 2, "error": 0}, ...]   # first-use order
 
@@ -25,8 +30,16 @@ from .state import RunState
 STOPPED = {
     "budget_exhausted": "Out of budget.",
     "loop_terminated": "Stopped: the run was going round in a loop.",
+    "max_turns": "Stopped at the run's turn limit (max_turns).",
 }
 """The statuses of a run the router stopped, and how its summary opens."""
+LIMITS = {
+    "max_inner_iterations": "Stopped at the limit of tool rounds in one outer iteration (max_inner_iterations).",
+    "max_outer_iterations": "Stopped at the limit of follow-ups taken in one run (max_outer_iterations).",
+}
+"""How the summary of a run that ended `max_turns` opens, by the limit that ended it."""
+EXPLANATION = "explanation"
+"""The terminal of a run that concluded with its answer in text, not the finish tool."""
 
 
 def record_batch(run: RunState, results: list[dict[str, Any]], names: dict[str, str]) -> None:
@@ -56,15 +69,20 @@ def describe(run: RunState) -> str:
     return f"Executed {total} tool call(s) over {run.turn} turn(s): {'; '.join(parts)}."
 
 
-def stopped_conclusion(run: RunState, status: str, text: str, finish_offered: bool) -> dict[str, Any] | None:
-    """The conclusion of a run that ends with `status`, when the router stopped it and
-    either tools ran or the run offered the finish tool (its conclusion is then expected);
-    else None. The summary opens with why the run stopped, then the best answer it has,
-    then what was executed."""
-    if status not in STOPPED or not (run.executed or (finish_offered and status == "budget_exhausted")):
+def stopped_conclusion(run: RunState, status: str, text: str, reason: str | None = None) -> dict[str, Any] | None:
+    """The conclusion of a run that ends with `status` and no conclusion of the model's
+    own: the technical summary when the router stopped it, or when its strategy asked for
+    a conclusion and it completed in text; else None. The summary opens with why the run
+    stopped (nothing, for an explanation), then the best answer it has, then what was
+    executed."""
+    if status in STOPPED:
+        opener, terminal, complete = LIMITS.get(reason or "", STOPPED[status]), status, False
+    elif status == "completed" and run.config.conclusion:
+        opener, terminal, complete = "", EXPLANATION, True
+    else:
         return None
     answer = text.strip() or run.last_text.strip()
-    summary = " ".join(p for p in (STOPPED[status], answer, describe(run)) if p)
-    conclusion = normalise_conclusion({"summary": summary}, terminal=status, complete=False)
+    summary = " ".join(p for p in (opener, answer, describe(run)) if p)
+    conclusion = normalise_conclusion({"summary": summary}, terminal=terminal, complete=complete)
     conclusion["executed"] = [dict(e) for e in run.executed]
     return conclusion

@@ -31,7 +31,8 @@ from .profiles import get_profile
 from .run_lifecycle import end_run
 from .stages import Turn
 from .state import RunState
-from .step_requests import dispatch, request_generation, to_review
+from .step_requests import request_generation, to_review
+from .tool_batches import dispatch
 from .transition import Transition
 
 
@@ -63,8 +64,10 @@ def next_step(turn: Turn) -> NextStep:
 
 def within_limits(run: RunState, step: NextStep, text: str, cfg: CoreConfig) -> NextStep:
     """A step that would generate again past a limit ends the run instead, keeping the
-    turn (a vacuous answer that would have been retried is passed through)."""
-    if isinstance(step, NextStepFinalOutput | NextStepReview):
+    turn (a vacuous answer that would have been retried is passed through). A tool batch
+    runs whatever the limit: its round is the last one, and the run ends after its
+    results (tool_batches.after_batch)."""
+    if isinstance(step, NextStepFinalOutput | NextStepReview | NextStepExecuteTools):
         return step  # a review needs no further generation: approved, it is the answer
     limit = inner_limit(run, cfg)
     if limit is None:
@@ -80,7 +83,7 @@ def within_limits(run: RunState, step: NextStep, text: str, cfg: CoreConfig) -> 
 def apply_step(tx: Transition, run: RunState, step: NextStep, cfg: CoreConfig,
                schemas: dict[str, dict[str, Any]] | None = None) -> None:
     if isinstance(step, NextStepExecuteTools):
-        dispatch(tx, run, step.calls, schemas)
+        dispatch(tx, run, step.calls, schemas, cfg)
     elif isinstance(step, NextStepReview):
         to_review(tx, run)
         fields = approval.open_checkpoint(tx.st, run, "proposal", [], [], {}, step.text)

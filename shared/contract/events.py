@@ -233,9 +233,9 @@ class RunEnded(Event):
     final_text: str
     conclusion: Any = Field(default=None, description=(
         "The finish tool's normalised input (docs/profiles.md): summary, confidence, classification, "
-        "findings (raise/clear), outputs (output proposals); also set for an agentic run out of budget, and "
-        "for a run stopped (budget_exhausted, loop_terminated) after tools ran: a technical summary with "
-        "`executed` [{tool, calls, ok, error}] (addition)."))
+        "findings (raise/clear), outputs (output proposals); else, for a run that ends max_turns, "
+        "budget_exhausted or loop_terminated, and for a text answer where a strategy asks for a conclusion, "
+        "the technical summary {summary, ...} with `executed` [{tool, calls, ok, error}] (addition)."))
     turns: int
     usage: EventUsage
     cost_usd: float | None = Field(description=(

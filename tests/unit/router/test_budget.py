@@ -84,7 +84,8 @@ def test_exhaustion_without_the_finish_tool_converges_with_no_tools_at_all() -> 
     assert last["offer_tools"] is False and last["extra_tools"] == []
     assert budget.FINAL_ANSWER_NOTE in last["ephemeral_notes"]
     d.answer("Best answer: 3.", usage=(40, 8))
-    assert d.ended()["status"] == "budget_exhausted" and d.ended()["conclusion"] is None
+    assert d.ended()["status"] == "budget_exhausted"
+    assert d.ended()["conclusion"]["summary"] == "Out of budget. Best answer: 3.", "the technical summary"
 
 
 def test_a_converging_answer_that_still_calls_tools_ends_the_run_with_a_valid_history() -> None:

@@ -194,16 +194,18 @@ def test_a_result_from_a_redelivered_chain_root_replays_the_current_outbox(fresh
         [w.envelope["step_id"] for w in work(current)]
 
 
-def test_max_turns_ends_with_best_answer_and_closes_dangling_tool_use(fresh: SessionState) -> None:
+def test_at_max_turns_the_last_batch_runs_and_then_the_run_ends_with_the_best_answer(fresh: SessionState) -> None:
     st, _ = step(fresh, start({"input": "go", "limits": {"max_turns": 1}}))
     st, d = step(st, gen_result("run1:g1", [{"type": "text", "text": "Let me look."}, tool_use("t1")],
                                 stop="tool_use"))
-    assert kinds(d) == ["message", "user.message", "run.ended"]
-    assert events(d)[2].fields["status"] == "max_turns"
-    assert events(d)[2].fields["final_text"] == "Let me look."
-    assert [m["role"] for m in d.append] == ["assistant", "user"]
-    assert d.append[1]["content"][0]["tool_use_id"] == "t1" and d.append[1]["content"][0]["is_error"]
-    assert work(d) == []
+    assert kinds(d) == ["message", "tool.call"] and [w.target for w in work(d)] == ["tools.execute"], \
+        "the capped turn's calls still run"
+    st, d = step(st, tools_result("run1:t1", [("t1", "add", "3")]))
+    assert kinds(d) == ["user.message", "run.ended"]
+    ended = events(d)[-1].fields
+    assert (ended["status"], ended["reason"], ended["final_text"]) == ("max_turns", "max_turns", "Let me look.")
+    assert d.append == [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "3"}]}]
+    assert work(d) == [], "no generation after the last round"
 
 
 def test_max_tokens_ends_with_what_we_have(fresh: SessionState) -> None:

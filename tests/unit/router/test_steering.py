@@ -80,27 +80,46 @@ def test_follow_ups_are_taken_at_the_outer_boundary_up_to_the_outer_limit() -> N
     d.answer("Answer two.")
     ended = d.ended()
     assert ended["status"] == "max_turns" and ended["reason"] == "max_outer_iterations"
-    assert ended["final_text"] == "Answer two."
+    assert ended["final_text"] == "Answer two.", "the complete answer given before the cap"
+    assert ended["conclusion"]["summary"] == ("Stopped at the limit of follow-ups taken in one run "
+                                              "(max_outer_iterations). Answer two.")
+    assert d.of("steering") == [{"source": "follow_up_queue", "turn": 1, "messages": 1}], \
+        "taken once; the second stays queued for the next run"
     assert d.run.run_id == "run1.next", "the follow-up past the limit starts the next run"
     assert d.history[-1]["content"] == [{"type": "text", "text": "third question"}]
 
 
-def test_inner_iterations_are_bounded_per_outer_iteration() -> None:
+def test_the_inner_cap_counts_tool_rounds_and_the_last_round_still_runs() -> None:
     d = Driver(cfg=CoreConfig(prices=PRICES, default_model="m1", max_inner_iterations=2))
     d.start(input="add numbers")
+    d.answer("Hmm.", stop="pause_turn")  # a generation without a tool round does not count
     d.answer(call("t1", inp={"a": 1, "b": 1}))
     d.tools()
+    assert d.run.inner == 1
     d.answer("More.", call("t2", inp={"a": 2, "b": 2}))
+    assert d.work()["kind"] == "tools.execute" and d.of("run.ended") == [], "the round at the cap runs"
+    d.tools("4")
     ended = d.ended()
     assert ended["status"] == "max_turns" and ended["reason"] == "max_inner_iterations"
     assert ended["final_text"] == "More."
+    assert d.history[-1]["content"][0] == {"type": "tool_result", "tool_use_id": "t2", "content": "4"}, \
+        "its results reach the history"
+    assert ended["conclusion"]["executed"] == [{"tool": "add", "calls": 2, "ok": 2, "error": 0}]
 
 
 def test_max_turns_reason() -> None:
     d = Driver()
     d.start(input="add numbers", limits={"max_turns": 1})
     d.answer("Working.", call("t1"))
+    d.tools()
     assert d.ended()["status"] == "max_turns" and d.ended()["reason"] == "max_turns"
+
+
+def test_a_run_again_at_max_turns_ends_the_run() -> None:
+    d = Driver()
+    d.start(input="hello", limits={"max_turns": 1})
+    d.answer("Let me think", stop="pause_turn")
+    assert d.ended()["status"] == "max_turns" and d.ended()["final_text"] == "Let me think"
 
 
 def test_message_follow_up_during_tools_waits_for_the_boundary() -> None:

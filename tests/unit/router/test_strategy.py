@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from loopwire.router import inputs as i
+from loopwire.router.finish import GUIDELINE
 from loopwire.router.strategy import StrategyConfig, index, load_file, resolve
 from loopwire.shared.contract.protocol import StartRun
 from tests.router_driver import Driver
@@ -89,7 +90,8 @@ def test_a_strategy_shapes_the_run_and_the_run_wins() -> None:
         input="disk full", system="Answer in French.", tool_permissions={"logs": "deny"},
         limits={"max_total_tokens": 1000}, strategy={"actor": "ops", "expectation": "triage"})))
     cfg = d.run.config
-    assert cfg.system == "You triage.\n\nObjective: Find the cause.\n\nGuidelines:\n- Read logs first.\n\nAnswer in French."
+    assert cfg.system == ("You triage.\n\nObjective: Find the cause.\n\nGuidelines:\n- Read logs first.\n"
+                          f"- {GUIDELINE}\n\nAnswer in French."), "the finish tool's guideline: it is offered"
     assert cfg.tools == ["logs", "rm"]
     assert cfg.tool_permissions == {"rm": "approve", "logs": "deny"}
     assert (cfg.max_turns, cfg.max_total_tokens) == (5, 1000)

@@ -1,13 +1,18 @@
-"""The technical summary (the strategy loop's converge fallback): a run the router stops after
-tools ran concludes with what it executed."""
+"""The technical summary (the strategy loop's converge fallback): a run that stops without a
+conclusion of the model's own (max_turns, budget_exhausted, loop_terminated; a text answer
+where a strategy asks for a conclusion) concludes with what it executed."""
 
 from __future__ import annotations
 
 import pytest
 
+from loopwire.router import inputs as i
 from loopwire.router import technical_summary
+from loopwire.router.config import CoreConfig
+from loopwire.router.finish import GUIDELINE
 from loopwire.router.state import RunConfig, RunState
-from tests.router_driver import Driver, call
+from loopwire.shared.contract.protocol import StartRun
+from tests.router_driver import PRICES, Driver, call
 
 pytestmark = pytest.mark.unit
 
@@ -85,8 +90,62 @@ def test_a_run_the_model_finished_gets_no_technical_summary() -> None:
     assert d.ended()["status"] == "completed" and d.ended()["conclusion"] is None
 
 
-def test_a_stopped_run_that_ran_no_tool_and_offers_no_finish_tool_has_no_conclusion() -> None:
+def test_every_stopped_run_concludes_with_the_summary_tools_or_not() -> None:
     d = Driver()
     d.start(input="hi", profile="conversational", limits={"max_total_tokens": 10})
     d.answer("Hello.", usage=(20, 5))
-    assert d.ended()["status"] == "budget_exhausted" and d.ended()["conclusion"] is None
+    ended = d.ended()
+    assert ended["status"] == "budget_exhausted" and ended["final_text"] == "Hello."
+    assert ended["conclusion"]["summary"] == "Out of budget. Hello."
+    assert ended["conclusion"]["executed"] == [] and ended["conclusion"]["classification"]["primary"] == "incomplete"
+
+
+@pytest.mark.parametrize(("reason", "opener"), [
+    ("max_turns", "Stopped at the run's turn limit (max_turns)."),
+    ("max_inner_iterations", "Stopped at the limit of tool rounds in one outer iteration (max_inner_iterations)."),
+])
+def test_a_run_at_a_turn_limit_concludes_with_the_summary(reason: str, opener: str) -> None:
+    d = Driver(cfg=CoreConfig(prices=PRICES, default_model="m1", max_inner_iterations=1))
+    d.start(input="add 1 and 2", limits={"max_turns": 1 if reason == "max_turns" else 5})
+    d.answer("Adding.", call("t1"))
+    d.tools()
+    ended = d.ended()
+    assert (ended["status"], ended["reason"]) == ("max_turns", reason)
+    assert ended["conclusion"]["summary"] == f"{opener} Adding. Executed 1 tool call(s) over 1 turn(s): add x1 (1 ok)."
+    assert ended["conclusion"]["classification"] == {"primary": "incomplete", "terminal": "max_turns"}
+    assert ended["final_text"] == "Adding.", "the answer it has stays its final text"
+
+
+STRATEGY = {"actor": "ops", "role": "You triage."}
+
+
+def start_with_strategy(d: Driver, strategy: dict, **body: object) -> None:
+    d.apply(i.StartInput(input_id="in:1", new_id="run1", strategy=strategy, body=StartRun.model_validate(
+        {"input": "is the disk full?", "strategy": {"actor": strategy["actor"]}, **body})))
+
+
+def test_a_strategy_that_asks_for_a_conclusion_gets_the_guideline_and_an_explanation() -> None:
+    d = Driver()
+    start_with_strategy(d, STRATEGY)
+    assert d.run.config.conclusion and d.work()["system"].endswith(f"Guidelines:\n- {GUIDELINE}")
+    d.answer("Checking.", call("t1"))
+    d.tools()
+    d.answer("The disk is 40% full.")
+    ended = d.ended()
+    assert ended["status"] == "completed" and ended["final_text"] == "The disk is 40% full."
+    assert ended["conclusion"]["classification"] == {"primary": "task_complete", "terminal": "explanation"}
+    assert ended["conclusion"]["summary"] == ("The disk is 40% full. Executed 1 tool call(s) over 2 turn(s): "
+                                              "add x1 (1 ok).")
+
+
+@pytest.mark.parametrize(("strategy", "body"), [
+    ({**STRATEGY, "conclusion": False}, {}),  # the config does not ask
+    (STRATEGY, {"tools": []}),  # no finish tool offered: nothing to ask for
+    (STRATEGY, {"profile": "conversational"}),
+])
+def test_no_explanation_where_none_is_asked_for(strategy: dict, body: dict) -> None:
+    d = Driver()
+    start_with_strategy(d, strategy, **body)
+    assert not d.run.config.conclusion and GUIDELINE not in (d.work()["system"] or "")
+    d.answer("The disk is 40% full.")
+    assert d.ended()["status"] == "completed" and d.ended()["conclusion"] is None

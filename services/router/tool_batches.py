@@ -1,0 +1,102 @@
+"""A turn's tool batch through the strategy loop (strategy_loop.py), and what its results
+lead to.
+
+The plan gate validates every call, reserved tools are answered by the core, the preview
+opens an approval checkpoint when a call needs one (the whole batch waits), else the
+batch goes to the tools service (`tools.execute`, `dispatch` and `execute`). Its results
+come back as one user message, in the model's order (`after_batch`): one more tool round
+of the outer iteration, and the next generation is asked for, unless that round was the
+last one a limit allows (iteration_limits.py): the batch a capped turn asked for still
+runs and its results reach the history and the run's summary, and only then does the
+run end `max_turns`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loopwire.shared.contract import keys
+from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
+
+from . import approval, planning, strategy_loop, technical_summary
+from .config import CoreConfig
+from .effects import PublishWork
+from .follow_ups import drain_steering
+from .iteration_limits import inner_limit
+from .profiles import get_profile
+from .progress_injection import note_tool_batch, progress_notes
+from .run_lifecycle import end_run
+from .state import RunState
+from .step_requests import request_generation, to_review
+from .transition import Transition
+
+
+def dispatch(tx: Transition, run: RunState, calls: list[dict[str, Any]],
+             schemas: dict[str, dict[str, Any]] | None, cfg: CoreConfig) -> None:
+    """The strategy loop after interpret (strategy_loop.py): validate (the plan gate),
+    reserved tools answered by the core, preview (an approval checkpoint when a call
+    needs one: the whole batch waits), else execute."""
+    for c in calls:
+        tx.emit("tool.call", f"tool.call:{c['id']}", run.run_id, turn=run.turn, tool_use_id=c["id"],
+                name=c["name"], input=c.get("input", {}))
+    rejected, reserved = strategy_loop.validate(run, calls, schemas)
+    run.answered = []
+    for n, c in enumerate(reserved):
+        block, specs = planning.apply_update(tx.st, run, c, get_profile(run.config.profile).transitions)
+        run.answered.append(block)
+        tx.emit("tool.result", f"tool.result:{c['id']}", run.run_id, turn=run.turn, tool_use_id=c["id"],
+                name=c["name"], is_error=bool(block.get("is_error")), content=block["content"])
+        for m, spec in enumerate(specs):
+            tx.emit_spec(run, spec, f"{spec.kind}:{run.run_id}:t{run.turn}:{n}:{m}")
+    ask = strategy_loop.preview(run, calls, rejected, reserved)
+    if ask:
+        to_review(tx, run)
+        fields = approval.open_checkpoint(tx.st, run, "tool_calls", calls, ask, rejected, run.last_text)
+        tx.emit("approval.requested", f"approval.requested:{fields['checkpoint_id']}", run.run_id, **fields)
+        return
+    execute(tx, run, calls, rejected, cfg)
+
+
+def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], denied: dict[str, str],
+            cfg: CoreConfig) -> None:
+    """execute: the batch as one ExecuteTools step; calls in `denied` never reach a
+    provider (the tools service answers them with the reason); calls the core answered
+    (`run.answered`) are not sent at all."""
+    run.awaiting = "tools"
+    step_id = keys.tools_step_id(run.run_id, run.turn)
+    run.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
+    answered = {b["tool_use_id"]: b for b in run.answered}
+    to_run = [c for c in calls if c["id"] not in answered]
+    if not to_run:  # only reserved tools: nothing to wait for
+        run.pending_step = None
+        after_batch(tx, run, [answered[c["id"]] for c in calls], cfg)
+        return
+    run.pending_step = step_id
+    env = ExecuteTools(
+        session_id=tx.st.session_id, run_id=run.run_id, step_id=step_id, turn=run.turn,
+        calls=[ToolCall(tool_use_id=c["id"], name=c["name"], input=c.get("input") or {}) for c in to_run],
+        denied={c["id"]: denied[c["id"]] for c in to_run if c["id"] in denied}, trace=run.trace,
+    )
+    tx.effects.append(PublishWork(target="tools.execute", envelope=env.model_dump(mode="json"), model=env,
+                                  msg_id=keys.execute_msg_id(step_id)))
+
+
+def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]], cfg: CoreConfig) -> None:
+    """summarize: the batch's results go back in one user message, in the model's order,
+    and the next generation is reminded of the task and the progress; or, the round at a
+    limit done, the run ends `max_turns` with its best answer and its summary."""
+    names = {c["id"]: c["name"] for c in run.pending_calls}
+    run.pending_calls = []
+    run.answered = []
+    note_tool_batch(run, blocks, names)
+    technical_summary.record_batch(run, blocks, names)
+    content: list[dict[str, Any]] = blocks + drain_steering(tx.st)
+    tx.add_message({"role": "user", "content": content})
+    run.inner += 1
+    limit = inner_limit(run, cfg)
+    if limit is not None:
+        end_run(tx, "max_turns", None, cfg, reason=limit)
+        return
+    profile = get_profile(run.config.profile)
+    notes = progress_notes(profile.progress_injection, run, blocks, names)
+    request_generation(tx, run, notes=notes)
