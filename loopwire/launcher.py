@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from faststream.nats import NatsBroker
 
@@ -46,15 +48,22 @@ log = logging.getLogger("loopwire.launcher")
 SERVICE_NAMES = ("router", "llm", "tools", "memory", "transcripts")
 
 
-def service_classes() -> dict[str, Callable[[ServiceContext], Service]]:
-    from loopwire.llm.service import LlmService
-    from loopwire.memory.service import MemoryService
-    from loopwire.router.service import RouterService
-    from loopwire.tools.service import ToolsService
-    from loopwire.transcripts.service import TranscriptsService
+SERVICE_CLASSES = {
+    "router": "loopwire.router.service:RouterService",
+    "llm": "loopwire.llm.service:LlmService",
+    "tools": "loopwire.tools.service:ToolsService",
+    "memory": "loopwire.memory.service:MemoryService",
+    "transcripts": "loopwire.transcripts.service:TranscriptsService",
+}
+"""Service name -> where its class is. A process imports only the services it runs:
+`loopwire serve tools` never loads the llm's model SDK, nor the router's modules."""
 
-    return {"router": RouterService, "llm": LlmService, "tools": ToolsService, "memory": MemoryService,
-            "transcripts": TranscriptsService}
+
+def service_class(name: str) -> Callable[[ServiceContext], Service]:
+    if name not in SERVICE_CLASSES:
+        raise ValueError(f"unknown service {name!r}; choose from {', '.join(SERVICE_NAMES)}")
+    module, _, attr = SERVICE_CLASSES[name].partition(":")
+    return cast(Callable[[ServiceContext], Service], getattr(importlib.import_module(module), attr))
 
 
 def make_broker(settings: Settings, graceful_timeout: float = 25.0) -> NatsBroker:
@@ -126,8 +135,7 @@ class Running:
 
 async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
                          metrics_port: int | None = None) -> Running:
-    classes = service_classes()
-    unknown = [n for n in names if n not in classes]
+    unknown = [n for n in names if n not in SERVICE_CLASSES]
     if unknown:
         raise ValueError(f"unknown service(s): {', '.join(unknown)}; choose from {', '.join(SERVICE_NAMES)}")
     # Tracing exports only when a standard OTEL_* exporter variable is set.
@@ -137,7 +145,7 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     broker = make_broker(settings)
     ctx = build_context(settings, broker)
     await warn_if_volatile(ctx.redis)
-    services = [classes[name](ctx) for name in names]
+    services = [service_class(name)(ctx) for name in names]
     if settings.local_handover and len(services) > 1:
         ctx.local = {service.name: service for service in services}
         if settings.chain_balance:

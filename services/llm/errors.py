@@ -16,16 +16,13 @@ once on the others (a 400 or a bad key fails on every model alike).
 
 from __future__ import annotations
 
-from typing import Any
-
-import anthropic
+import sys
+from typing import TYPE_CHECKING, Any
 
 from loopwire.shared.contract.envelopes import StepError
 
-try:  # the SDK's HTTP client; a stream cut mid-body may surface as its own error
-    import httpx2 as _httpx
-except ImportError:  # pragma: no cover - older SDKs use httpx
-    import httpx as _httpx  # type: ignore[no-redef]
+if TYPE_CHECKING:
+    import anthropic
 
 
 class ModelCallError(Exception):
@@ -119,12 +116,38 @@ def _classify_status(status: int, message: str) -> tuple[str, bool]:
     return "bad_request", False
 
 
+def _loaded(*names: str) -> Any:
+    """The first of the modules `names` already imported, else None. An exception of the
+    Anthropic SDK (or of its HTTP client) exists only once the SDK is imported, and this
+    module must not import it: a process with the scripted model never loads it."""
+    return next((sys.modules[n] for n in names if n in sys.modules), None)
+
+
 def classify(exc: BaseException, model: str | None = None) -> ModelCallError:
     """Map any exception raised by a model call to a `ModelCallError`."""
     if isinstance(exc, ModelCallError):
         if exc.model is None:
             exc.model = model
         return exc
+    anthropic = _loaded("anthropic")
+    if anthropic is not None:
+        known = _classify_sdk(anthropic, exc, model)
+        if known is not None:
+            return known
+    # The SDK's HTTP client: a stream cut mid-body may surface as its own error.
+    httpx = _loaded("httpx2", "httpx")
+    timeouts = (httpx.TimeoutException, TimeoutError) if httpx is not None else (TimeoutError,)
+    transport = (httpx.TransportError, ConnectionError) if httpx is not None else (ConnectionError,)
+    if isinstance(exc, timeouts):
+        return ModelCallError("timeout", f"the model API did not answer in time ({type(exc).__name__})",
+                              True, None, model)
+    if isinstance(exc, transport):
+        return ModelCallError("connection", f"the model stream broke: {type(exc).__name__}: {exc}",
+                              True, None, model)
+    return ModelCallError("internal", f"{type(exc).__name__}: {exc}", False, None, model)
+
+
+def _classify_sdk(anthropic: Any, exc: BaseException, model: str | None) -> ModelCallError | None:
     if isinstance(exc, anthropic.APIStatusError):
         message = _api_message(exc)
         status = exc.status_code
@@ -136,10 +159,4 @@ def classify(exc: BaseException, model: str | None = None) -> ModelCallError:
         return ModelCallError("timeout", "the model API did not answer in time", True, None, model)
     if isinstance(exc, anthropic.APIConnectionError):
         return ModelCallError("connection", f"cannot reach the model API: {exc.message}", True, None, model)
-    if isinstance(exc, _httpx.TimeoutException | TimeoutError):
-        return ModelCallError("timeout", f"the model API did not answer in time ({type(exc).__name__})",
-                              True, None, model)
-    if isinstance(exc, _httpx.TransportError | ConnectionError):
-        return ModelCallError("connection", f"the model stream broke: {type(exc).__name__}: {exc}",
-                              True, None, model)
-    return ModelCallError("internal", f"{type(exc).__name__}: {exc}", False, None, model)
+    return None

@@ -17,18 +17,19 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from loopwire.shared.contract.envelopes import CountTokens, TokenCount
 from loopwire.shared.runtime.settings import Settings
 
-from .anthropic_model import build_client
 from .providers import resolve_provider
 from .responder import CoreResponder
+
+if TYPE_CHECKING:  # the SDK is imported only where a client is built (anthropic_model.py)
+    import anthropic
 
 log = logging.getLogger("loopwire.llm.token_count")
 
@@ -50,6 +51,8 @@ class AnthropicTokenCount:
         if request.tools:
             params["tools"] = [{"name": t.name, "input_schema": t.input_schema,
                                 **({"description": t.description} if t.description else {})} for t in request.tools]
+        import anthropic  # loaded with the client already
+
         try:
             result = await self.client.messages.count_tokens(**params, timeout=COUNT_TIMEOUT_S)
             return TokenCount(input_tokens=int(result.input_tokens))
@@ -68,6 +71,8 @@ def token_count_from_settings(settings: Settings, environ: Mapping[str, str] | N
     mode = settings.memory_token_counting  # auto, api or estimate (checked by Settings)
     client = None
     if mode == "api" or (mode == "auto" and resolve_provider(settings, environ) == "anthropic"):
+        from .anthropic_model import build_client
+
         client = build_client(settings, environ)
     return AnthropicTokenCount(client)
 

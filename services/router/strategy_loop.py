@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from jsonschema import validators
-from jsonschema.exceptions import best_match
 
 from loopwire.shared.contract.envelopes import ToolSpec
 from loopwire.shared.runtime.lru import LruCache
@@ -82,6 +80,10 @@ _VALIDATORS = LruCache[bytes, Any](256)
 def schema_problem(schema: dict[str, Any], value: Any) -> str | None:
     """The most relevant JSON Schema violation of `value`, or None (also for a schema that
     cannot be used: the tools service checks again before the call)."""
+    # jsonschema loads with the first call checked, not with the router (idle memory).
+    from jsonschema import validators
+    from jsonschema.exceptions import best_match
+
     try:
         key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
         validator = _VALIDATORS.get(key)

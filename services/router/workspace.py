@@ -31,12 +31,6 @@ import os
 from pathlib import Path
 from typing import Any, cast
 
-from dulwich.errors import NotGitRepository
-from dulwich.index import get_unstaged_changes
-from dulwich.objects import Commit
-from dulwich.porcelain import get_tree_changes, get_untracked_paths
-from dulwich.repo import Repo
-
 MAX_DEPTH = 3
 MAX_ENTRIES = 200
 MAX_FILE_CHARS = 4000
@@ -106,6 +100,12 @@ def read_git(path: Path, roots: list[Path]) -> dict[str, Any] | None:
     """Branch, status and latest commits of the repository `path` is in, read with dulwich
     (no git process, nothing the repository configures runs); None when there is none
     inside the roots."""
+    # dulwich loads with the first run that names a workspace, not with the router.
+    from dulwich.errors import NotGitRepository
+    from dulwich.index import get_unstaged_changes
+    from dulwich.porcelain import get_tree_changes, get_untracked_paths
+    from dulwich.repo import Repo
+
     try:
         repo = Repo.discover(str(path))
     except NotGitRepository:
@@ -128,7 +128,7 @@ def read_git(path: Path, roots: list[Path]) -> dict[str, Any] | None:
         commits: list[str] = []
         try:
             for entry in repo.get_walker(max_entries=MAX_COMMITS):
-                commit: Commit = entry.commit
+                commit = entry.commit
                 subject = commit.message.decode(errors="replace").splitlines()
                 commits.append(f"{commit.id.decode()[:7]} {subject[0] if subject else ''}")
         except KeyError:

@@ -26,7 +26,7 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecutorSpec, Generate, GenerationResult, StepError, Usage
@@ -50,11 +50,13 @@ from .base import (
     ToolCall,
     ToolResult,
 )
-from .mcp_bridge import McpBridge, StepTools
 from .permissions import PermissionGate
 from .prompt import RESUMED, blocks, new_input
 from .registry import Executors
 from .workdirs import scratch_dir, session_dir
+
+if TYPE_CHECKING:  # the MCP SDK loads with the first executor step (a third of the llm's memory)
+    from .mcp_bridge import McpBridge, StepTools
 
 log = logging.getLogger("loopwire.llm.executors")
 
@@ -77,16 +79,27 @@ class ExecutorSteps:
         self.executors = Executors(ctx.settings)
         self.sessions = AgentSessions(ctx.redis, ctx.settings.session_ttl_s)
         self.permissions = PermissionGate(ctx)
-        self.bridge = McpBridge(ctx)
+        self._bridge: McpBridge | None = None
         self._active: dict[str, tuple[str, ExecutorRun]] = {}
         """session id -> (step id, run) of the agent running here for it."""
 
     async def start(self) -> None:
         await self.permissions.start()
 
+    @property
+    def bridge(self) -> McpBridge:
+        """The MCP endpoint of the runs' loopwire tools, made with the first step that
+        offers tools: a process that never runs an external agent never loads MCP."""
+        if self._bridge is None:
+            from .mcp_bridge import McpBridge
+
+            self._bridge = McpBridge(self.ctx)
+        return self._bridge
+
     async def stop(self) -> None:
         await self.permissions.stop()
-        await self.bridge.stop()
+        if self._bridge is not None:
+            await self._bridge.stop()
 
     async def generate(self, env: Generate, delivered: int, cancel: CancelSignal | None) -> GenerationResult:
         spec = env.executor
@@ -133,6 +146,8 @@ class ExecutorSteps:
         mine = AgentSession(profile=spec.profile, agent=spec.agent, agent_session=resume or new_session or "",
                             cwd=str(cwd), given=total, step_id=env.step_id, context_tokens=context_tokens)
         await self.sessions.put(env.session_id, mine)  # before the agent takes the input
+
+        from .mcp_bridge import StepTools
 
         step_tools = StepTools(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
                                tools=list(env.tools), permissions=dict(spec.permissions), turn=events.current_turn)
