@@ -1,8 +1,8 @@
 """Run loopwire services in this process: `loopwire up` (all five) and `loopwire serve NAME`.
 
 Start-up order: connect NATS, create the streams (idempotent), open the publishing bus,
-start the FastStream consumers, start each service's background work, then serve
-/metrics, /healthz and /readyz. SIGTERM/SIGINT: stop taking new work, let in-flight
+start each service's background work, then FastStream's subscribers (queries, RPC) and the
+work consumers (shared/runtime/work_consumer.py), then serve /metrics, /healthz and /readyz. SIGTERM/SIGINT: stop taking new work, let in-flight
 handlers finish within the grace period (an unfinished one is redelivered by JetStream,
 because it never acked), close connections.
 """
@@ -115,11 +115,15 @@ class Running:
             await self.ctx.balance.stop()
         # Hops handed off in this process (shared/runtime/chain.py) finish first, while the
         # connection is up to settle their chains' roots; their next hops go to JetStream.
+        grace = self.broker.config.graceful_timeout or 25.0
         with contextlib.suppress(Exception):
-            await self.ctx.wait_for_hops(self.broker.config.graceful_timeout or 25.0)
-        # FastStream stops consuming, then waits up to graceful_timeout for handlers in
-        # flight, which still need their services (model clients, the memory summarizer,
-        # in-process tools): those stop after.
+            await self.ctx.wait_for_hops(grace)
+        # The work consumers stop taking messages, then wait up to the grace period for
+        # handlers in flight, which still need the connection and their services (model
+        # clients, the memory summarizer, in-process tools): those stop after. FastStream's
+        # own subscribers (queries, RPC) the same way, then the connection closes.
+        with contextlib.suppress(Exception):
+            await self.ctx.stop_consuming(grace)
         with contextlib.suppress(Exception):
             await self.broker.stop()
         for service in self.services:
@@ -162,6 +166,7 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     for service in services:
         await service.start()
     await broker.start()
+    await ctx.consume()
     running = Running(settings=settings, ctx=ctx, broker=broker, services=services)
     running.tasks.append(asyncio.create_task(_sample_consumers(ctx), name="consumer-sampler"))
     port = settings.metrics_port if metrics_port is None else metrics_port

@@ -18,7 +18,7 @@ import uuid
 from typing import Any
 
 import orjson
-from faststream.nats import JStream, NatsBroker
+from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
 from loopwire.shared.contract.envelopes import (
@@ -105,7 +105,7 @@ class RouterService:
         self.ctx.work_subscriber(subjects.router_result, "router_results")(self.on_result)
         # Work given up anywhere (shared/runtime/dead_letters.py): its handler never gives up in
         # turn (an outage waits as long as it lasts) and reports nothing itself.
-        dead = JStream(name=stream_name(self.ctx.settings.subject_prefix, DEAD_LETTER_STREAM), declare=False)
+        dead = stream_name(self.ctx.settings.subject_prefix, DEAD_LETTER_STREAM)
         for subject, durable in ((subjects.dead_letter, "router_dead_letters"),
                                  (f"{MAX_DELIVERIES_ADVISORY}.>", "router_max_deliveries")):
             self.ctx.work_subscriber(subject, durable, stream=dead, holds=False, max_deliver=-1,
@@ -263,7 +263,7 @@ class RouterService:
     def ingress_reader(self) -> IngressReader:
         if self._ingress_reader is None:
             self._ingress_reader = IngressReader(
-                self.ctx.bus.js, self.ctx.ingress_stream().name, self.ctx.durable_name("router_ingress"),
+                self.ctx.bus.js, self.ctx.ingress_stream(), self.ctx.durable_name("router_ingress"),
                 self.ctx.subjects.ingress_all.removesuffix(".>"))
         return self._ingress_reader
 

@@ -30,18 +30,22 @@ def session_from_subject(subject: str) -> str | None:
     return None
 
 
-def _note_delivery(raw: Any) -> None:
+def note_delivery(consumer: str | None, num_delivered: int) -> None:
     """Redeliveries per consumer, for every JetStream consumer in one place."""
+    consumer = consumer or "unknown"
+    # Durable names carry the subject prefix (`<prefix>_router_ingress`); the label is
+    # the part after it, so label values stay few.
+    metrics.note_delivery(consumer.split("_", 1)[-1] if "_" in consumer else consumer, num_delivered)
+
+
+def _note_delivery(raw: Any) -> None:
     if raw is None or not getattr(raw, "reply", "").startswith("$JS.ACK."):
         return  # a core message: no delivery count
     try:
         meta = raw.metadata
     except Exception:  # not a JetStream message after all
         return
-    consumer = meta.consumer or "unknown"
-    # Durable names carry the subject prefix (`<prefix>_router_ingress`); the label is
-    # the part after it, so label values stay few.
-    metrics.note_delivery(consumer.split("_", 1)[-1] if "_" in consumer else consumer, meta.num_delivered)
+    note_delivery(meta.consumer, meta.num_delivered)
 
 
 class ContextMiddleware(BaseMiddleware):

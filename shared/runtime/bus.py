@@ -1,9 +1,8 @@
 """Publishing side of the services: work envelopes, events and ingress, over raw nats-py.
 
-Consuming is FastStream's job (handlers on routers, see each service's `service.py`);
-publishing goes through the connection FastStream opened, because FastStream's publisher
-costs about 3x the CPU of nats-py's for the same request (measured on a 4 KB round trip:
-~220 µs against ~75 µs).
+Consuming work is nats-py's too (shared/runtime/work_consumer.py); publishing goes through
+the connection FastStream opened, because FastStream's publisher costs about 3x the CPU of
+nats-py's for the same request (measured on a 4 KB round trip: ~220 µs against ~75 µs).
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ class Chain:
     def __init__(self, root: Any, delivered: int, ack_wait_s: float, holds: bool,
                  policy: RedeliveryPolicy | None = None, report: ReportDeadLetter | None = None) -> None:
         self.root = root
-        """The JetStream message (FastStream's NatsMessage) the chain settles at its end."""
+        """The JetStream message (work_consumer.JetStreamRoot) the chain settles at its end."""
         self.delivered = delivered
         """The root's delivery count (with the attempts of bus.ATTEMPTS_HEADER): what the
         redelivery policy judges the root by."""

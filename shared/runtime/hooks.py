@@ -2,17 +2,22 @@
 
 Layers run one way (docs/architecture.md, checked by `lint-imports`): the runtime may not
 import observability. Yet it holds facts worth a metric (how many work chains this process
-holds, runtime/chain_balance.py) and publishes work that should carry the current trace
-context when its envelope has none (runtime/bus.py). So the runtime calls the hooks below,
-and the observability modules fill them in when they are imported
-(observability/metrics.py, observability/tracing/propagation.py; importing any module of
-`loopwire.shared.observability` imports both). Until then the hooks do nothing, which is
+holds, runtime/chain_balance.py), publishes work that should carry the current trace
+context when its envelope has none (runtime/bus.py), and consumes the work messages whose
+handling wants a log context, a trace context and message metrics
+(runtime/work_consumer.py). So the runtime calls the hooks below, and the observability
+modules fill them in when they are imported (observability/metrics.py,
+observability/tracing/propagation.py, observability/consume_scope.py; importing any
+module of `loopwire.shared.observability` imports them). Until then the hooks do nothing, which is
 what a process without observability would want.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 
 def _nothing() -> None:
@@ -21,6 +26,10 @@ def _nothing() -> None:
 
 def _no_headers() -> dict[str, str]:
     return {}
+
+
+def _no_scope(root: Any) -> AbstractContextManager[Any]:
+    return contextlib.nullcontext()
 
 
 class RuntimeHooks:
@@ -33,6 +42,9 @@ class RuntimeHooks:
         """A work chain of this process settled (the gauge goes down)."""
         self.trace_headers: Callable[[], dict[str, str]] = _no_headers
         """W3C trace headers of the current span ({} when there is none)."""
+        self.consume_scope: Callable[[Any], AbstractContextManager[Any]] = _no_scope
+        """The scope around the handling of one consumed work message (its
+        `work_consumer.JetStreamRoot`): log and trace context, message metrics, a span."""
 
 
 HOOKS = RuntimeHooks()

@@ -1,7 +1,8 @@
 """What every service is given: settings, stores, the broker and the publishing bus.
 
-A service is a class with `register(broker)` (its FastStream handlers), `start()` (after
-the connection is up: background tasks) and `stop()`. `loopwire up` runs all five on one
+A service is a class with `register(broker)` (its work handlers, through `work_subscriber`,
+and its FastStream handlers of queries and RPC), `start()` (after the connection is up:
+background tasks) and `stop()`. `loopwire up` runs all five on one
 broker connection; `loopwire serve NAME` runs one. See loopwire/launcher.py.
 """
 
@@ -9,32 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, overload
 
 import redis.asyncio as aioredis
-from faststream import AckPolicy
-from faststream.nats import ConsumerConfig, JStream, NatsBroker, NatsMessage
+from faststream.nats import NatsBroker
+from nats.js.api import ConsumerConfig
 from pydantic import BaseModel
 
 from loopwire.shared.contract.codec import dumps
 from loopwire.shared.contract.envelopes import ExecutorPermission, GenerationResult, ToolsResult
 from loopwire.shared.contract.subjects import INGRESS_STREAM, WORK_STREAM, Subjects, stream_name
-from loopwire.shared.runtime.bus import ATTEMPTS_HEADER, RECOVER_HEADER, Bus
-from loopwire.shared.runtime.chain import (
-    Chain,
-    Delivery,
-    WorkHandler,
-    current_delivery,
-    hand_off,
-    run_handler,
-)
+from loopwire.shared.runtime.bus import Bus
+from loopwire.shared.runtime.chain import WorkHandler, current_delivery, hand_off, run_handler
 from loopwire.shared.runtime.chain_balance import ChainBalance
 from loopwire.shared.runtime.credentials import redis_connect_options
 from loopwire.shared.runtime.handover import GenerationService, ResultReceiver
 from loopwire.shared.runtime.redelivery import DeadLetter, RedeliveryPolicy
 from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.runtime.work_consumer import JetStreamRoot, WorkConsumer, root_delivery
 from loopwire.shared.stores.blobs import BlobStore
 from loopwire.shared.stores.event_log import EventLogStore, RedisEventLog
 from loopwire.shared.stores.redis_connection import connect_redis
@@ -57,6 +52,8 @@ class ServiceContext:
     _bus: Bus | None = field(default=None, repr=False)
     consumers: dict[str, tuple[str, str]] = field(default_factory=dict)
     """label -> (stream, durable) of every work consumer registered in this process."""
+    work_consumers: list[WorkConsumer] = field(default_factory=list)
+    """Those consumers, started by `consume()` (shared/runtime/work_consumer.py)."""
     local: dict[str, object] = field(default_factory=dict)
     """name -> service running in this process, for in-process hand-overs (empty when
     LOOPWIRE_LOCAL_HANDOVER is off or the process runs one service); read through `here`."""
@@ -165,18 +162,19 @@ class ServiceContext:
         if self.hop_tasks:
             await asyncio.wait(set(self.hop_tasks), timeout=timeout)
 
-    # -- subscriber helpers ----------------------------------------------------------------
-    def work_stream(self) -> JStream:
-        return JStream(name=stream_name(self.settings.subject_prefix, WORK_STREAM), declare=False)
+    # -- work consumers -----------------------------------------------------------------
+    def work_stream(self) -> str:
+        return stream_name(self.settings.subject_prefix, WORK_STREAM)
 
-    def ingress_stream(self) -> JStream:
-        return JStream(name=stream_name(self.settings.subject_prefix, INGRESS_STREAM), declare=False)
+    def ingress_stream(self) -> str:
+        return stream_name(self.settings.subject_prefix, INGRESS_STREAM)
 
     def work_subscriber(self, subject: str, durable: str, max_workers: int = 64,
-                        stream: JStream | None = None, holds: bool = True,
-                        max_deliver: int | None = None, reports: bool = True) -> Any:
+                        stream: str | None = None, holds: bool = True,
+                        max_deliver: int | None = None, reports: bool = True) -> Callable[[WorkHandler], WorkHandler]:
         """A durable JetStream push consumer shared by every replica (deliver group =
-        durable), acked by the handler itself after its effects are durable.
+        durable), acked by the handler itself after its effects are durable; consumed with
+        nats-py (shared/runtime/work_consumer.py) once `consume()` is called.
 
         The handler gets a `Delivery`, the root of a work chain (shared/runtime/chain.py): with
         `holds`, hops the router hands off while it runs are tasks under it, and the
@@ -187,87 +185,44 @@ class ServiceContext:
         Push with a deliver group rather than pull: a pull consumer costs one fetch round
         trip per message (and nats-py's fetch(batch>1) may wait out its timeout), while a
         push consumer with a queue group balances across replicas at no extra latency.
-        FastStream warns about any durable push consumer because one *without* a queue
-        cannot scale; ours has one, so that warning is silenced here.
 
         Settling is the runner's (shared/runtime/chain.py, `run_handler`) under the one redelivery
         policy (shared/runtime/redelivery.py). `max_deliver` overrides LOOPWIRE_MAX_DELIVER (-1:
         never give up); `reports`: work given up is reported as a dead letter (not for the
         dead-letter consumer itself)."""
         name = self.durable_name(durable)
-        self.consumers[durable] = (stream.name if stream else self.work_stream().name, name)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="The JetStream Push consumer with the `durable`")
-            subscriber = self._subscriber(subject, stream, name, max_workers,
-                                          self.settings.max_deliver if max_deliver is None else max_deliver)
-        context = self.broker.context
+        stream = stream or self.work_stream()
+        self.consumers[durable] = (stream, name)
+        config = ConsumerConfig(ack_wait=self.settings.ack_wait_s,
+                                max_deliver=self.settings.max_deliver if max_deliver is None else max_deliver,
+                                max_ack_pending=10_000, deliver_subject=self.subjects.deliver(name))
         ack_wait_s = self.settings.ack_wait_s
         policy = self.policy
         report = self.report_dead_letter if reports else None
 
-        def decorate(handler: WorkHandler) -> Any:
+        def decorate(handler: WorkHandler) -> WorkHandler:
             if self.local:
                 self.handlers[subject] = handler
 
-            # FastStream resolves a `msg: NatsMessage` parameter through a thread-pool hop
-            # per message (~200 µs of CPU, docs/benchmarks.md); a body-only handler that
-            # takes the message from the context skips it.
-            async def consume(body: Any) -> None:
-                await run_handler(handler, root_delivery(context.get_local("message"), ack_wait_s, holds,
-                                                         policy, report))
+            async def consume(root: JetStreamRoot) -> None:
+                await run_handler(handler, root_delivery(root, ack_wait_s, holds, policy, report))
 
-            consume.__name__ = getattr(handler, "__name__", "consume")
-            consume.__doc__ = handler.__doc__
-            return subscriber(consume)
+            self.work_consumers.append(WorkConsumer(subject, stream=stream, durable=name, config=config,
+                                                    handle=consume, max_workers=max_workers))
+            return handler
 
         return decorate
 
-    def _subscriber(self, subject: str, stream: JStream | None, name: str, max_workers: int,
-                    max_deliver: int) -> Any:
-        return self.broker.subscriber(
-            subject,
-            decoder=_raw_body,
-            stream=stream or self.work_stream(),
-            durable=name,
-            queue=name,
-            config=ConsumerConfig(ack_wait=self.settings.ack_wait_s, max_deliver=max_deliver,
-                                  max_ack_pending=10_000, deliver_subject=self.subjects.deliver(name)),
-            ack_policy=AckPolicy.MANUAL,
-            max_workers=max_workers,
-        )
+    async def consume(self) -> None:
+        """Start the work consumers registered so far (the connection is up, the bus
+        attached, the streams created)."""
+        for consumer in self.work_consumers:
+            await consumer.start(self.bus.js)
 
-
-def root_delivery(msg: NatsMessage, ack_wait_s: float, holds: bool, policy: RedeliveryPolicy | None = None,
-                  report: Any = None) -> Delivery:
-    """A JetStream message as the root `Delivery` of a work chain. Its delivery count adds
-    the attempts a hop had in process before it was published (bus.ATTEMPTS_HEADER)."""
-    raw = msg.raw_message
-    headers = raw.headers or {}
-    delivered = delivery_count(msg) + _attempts(headers.get(ATTEMPTS_HEADER))
-    redelivered = delivered > 1 or bool(headers.get(RECOVER_HEADER))
-    return Delivery(msg.body, Chain(msg, delivered, ack_wait_s, holds, policy, report), redelivered=redelivered,
-                    raw_message=raw)
-
-
-def delivery_count(msg: NatsMessage) -> int:
-    """Which delivery of its JetStream message this is (1 for anything else)."""
-    try:
-        return int(msg.raw_message.metadata.num_delivered)
-    except Exception:  # not a JetStream message (e.g. a test broker)
-        return 1
-
-
-def _attempts(value: str | None) -> int:
-    try:
-        return max(0, int(value or 0))
-    except ValueError:
-        return 0
-
-
-async def _raw_body(msg: Any) -> Any:
-    """Hand the body over undecoded: each handler decodes its own envelope (orjson), so
-    FastStream's JSON guess would be wasted work."""
-    return msg.body
+    async def stop_consuming(self, timeout: float) -> None:
+        """A graceful stop of the work consumers: none takes a new message, and the
+        handlers in flight get up to `timeout` seconds (together) to finish."""
+        await asyncio.gather(*(consumer.stop(timeout) for consumer in self.work_consumers))
 
 
 def build_context(settings: Settings, broker: NatsBroker) -> ServiceContext:

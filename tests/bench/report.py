@@ -223,8 +223,9 @@ def markdown(res: Results) -> str:
         out.append("")
     if res.get("consume_us"):
         out += ["### The consume path alone", "",
-                "CPU per message received on core NATS by a handler that does nothing, publishing "
-                "included, best of two rounds of 4,000 messages (`tests/bench/consume_overhead.py`).", "",
+                "CPU per JetStream work message received and acked by a handler that does nothing "
+                "(a push consumer with a deliver group, a stream in memory), publishing included, best of "
+                "two rounds of 4,000 messages (`tests/bench/consume_overhead.py`).", "",
                 "| handler | µs CPU / message |", "|---|---|"]
         out += [f"| {mode} | {us:.0f} |" for mode, us in res["consume_us"].items()]
         out.append("")

@@ -31,6 +31,7 @@ _lock = threading.Lock()
 _installed_provider: Any = None
 _provider_override: Any = None
 _tracer: trace.Tracer | None = None
+_consume_tracer: trace.Tracer | None = None
 
 
 def export_requested() -> bool:
@@ -98,6 +99,18 @@ def _make_exporter(name: str) -> Any:
                     "tracing stays off", package, package)
         return None
     return OTLPSpanExporter()
+
+
+def exporting_tracer() -> trace.Tracer | None:
+    """The installed provider's tracer when this process exports traces, else None: the
+    work consumers' spans per message (consume_scope.py) are made only then, as
+    FastStream's telemetry middleware is added only then (`broker_middlewares`)."""
+    global _consume_tracer
+    if _installed_provider is None:
+        return None
+    if _consume_tracer is None:
+        _consume_tracer = _installed_provider.get_tracer("loopwire.consume")
+    return _consume_tracer
 
 
 def broker_middlewares() -> list[Any]:

@@ -96,12 +96,14 @@ async def stack(nats_server: ServerHandle, redis_server: ServerHandle, redis_cli
     await ensure_streams(broker._connection.jetstream(), settings)
     ctx.attach_bus()
     await broker.start()
+    await ctx.consume()
     await service.start()
 
     sid, nc, js, events, results = await watch_session(ctx, ctx.subjects.router_result, "test_results")
     yield Stack(settings, ctx, service, nc, js, results, anthropic_server, events, sid)
     await nc.close()
     await service.stop()
+    await ctx.stop_consuming(5)
     await broker.stop()
     await factory.aclose()
     await ctx.redis.aclose()
@@ -230,6 +232,7 @@ async def test_heartbeats_keep_a_slow_generation_from_being_redelivered(
     await ensure_streams(broker._connection.jetstream(), settings)
     ctx.attach_bus()
     await broker.start()
+    await ctx.consume()
     try:
         words = " ".join(f"word{i}" for i in range(36))  # 12 chunks of 3 words
         stack.fake.script("*", [{"text": words, "chunk_delay_s": 0.1}])
@@ -246,6 +249,7 @@ async def test_heartbeats_keep_a_slow_generation_from_being_redelivered(
                                             f"{settings.subject_prefix}_llm")
         assert info.num_redelivered == 0
     finally:
+        await ctx.stop_consuming(5)
         await broker.stop()
         await factory.aclose()
         await ctx.redis.aclose()

@@ -87,6 +87,7 @@ async def running(nats_server: ServerHandle, redis_server: ServerHandle, http_ur
     service = ToolsService(ctx)
     service.register(broker)
     await broker.start()
+    await ctx.consume()
     await service.start()
     nc = await nats.connect(nats_server.url)
     try:
@@ -94,6 +95,7 @@ async def running(nats_server: ServerHandle, redis_server: ServerHandle, http_ur
     finally:
         await nc.close()
         await service.stop()
+        await ctx.stop_consuming(5)
         await broker.stop()
         await ctx.redis.aclose()
 

@@ -53,6 +53,7 @@ async def running(nats_server: ServerHandle, redis_server: ServerHandle, prefix:
     service = ToolsService(ctx)
     service.register(broker)
     await broker.start()
+    await ctx.consume()
     await service.start()
     nc = await nats.connect(nats_server.url)
     try:
@@ -60,6 +61,7 @@ async def running(nats_server: ServerHandle, redis_server: ServerHandle, prefix:
     finally:
         await nc.close()
         await service.stop()
+        await ctx.stop_consuming(5)
         await broker.stop()
         await ctx.redis.aclose()
 
@@ -239,7 +241,7 @@ async def test_malformed_envelope_is_dropped_and_work_goes_on(running: Running) 
     assert result.results[0].content == "1024"
 
     async def work_drained() -> bool:
-        info = await js.stream_info(r.ctx.work_stream().name)
+        info = await js.stream_info(r.ctx.work_stream())
         return info.state.messages == 1  # only the ToolsResult the router would take
     await wait_for(work_drained, timeout=3)
 

@@ -1,4 +1,4 @@
-"""service_context.root_delivery: a JetStream message as the root of a work chain, and
+"""work_consumer.root_delivery: a JetStream message as the root of a work chain, and
 its one notion of "this delivery may repeat work" (`redelivered`)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from loopwire.shared.runtime.bus import ATTEMPTS_HEADER, RECOVER_HEADER
-from loopwire.shared.runtime.service_context import root_delivery
+from loopwire.shared.runtime.work_consumer import root_delivery
 
 pytestmark = pytest.mark.unit
 

@@ -1,0 +1,169 @@
+"""The work consumers: durable JetStream push consumers read with nats-py.
+
+Every work subject (`work.*`, ingress, the dead letters) is consumed here rather than
+through a FastStream subscriber: FastStream costs ~120 µs of CPU per message received
+(its task group and limiter over anyio, the message model, the middleware chain) where a
+nats-py callback costs ~5-15 µs, and a tool-turn of the split layout receives five work
+messages (docs/architecture.md, "The consume path", has the measurements). FastStream
+keeps the rest: the queries and RPC subjects, the AsyncAPI document, the broker's
+connection, which these subscriptions share.
+
+What a FastStream subscriber gave a work handler, each consumer gives it too: the same
+durable consumer and deliver group (so a process of the previous release and one of this
+one share the work), at most `max_workers` handlers at once, a graceful stop that lets the
+handlers in flight finish, and through the observability layer (HOOKS.consume_scope) the
+log context, trace context, message metrics and consumer spans of its middlewares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig
+
+from loopwire.shared.runtime.bus import ATTEMPTS_HEADER, RECOVER_HEADER
+from loopwire.shared.runtime.chain import Chain, Delivery
+from loopwire.shared.runtime.hooks import HOOKS
+from loopwire.shared.runtime.redelivery import RedeliveryPolicy
+
+log = logging.getLogger("loopwire.consumer")
+
+PENDING_MSGS_LIMIT = 512 * 1024
+PENDING_BYTES_LIMIT = 256 * 1024 * 1024
+"""nats-py's buffer of delivered messages not yet taken by the callback (its JetStream
+defaults, which FastStream passed as well)."""
+
+
+class JetStreamRoot:
+    """A JetStream message as the root of a work chain (`Chain.root`): settled once, and
+    `outcome` says how (for the message metrics), None while it is not."""
+
+    __slots__ = ("outcome", "raw_message")
+
+    def __init__(self, msg: Msg) -> None:
+        self.raw_message = msg
+        self.outcome: str | None = None
+
+    @property
+    def body(self) -> bytes:
+        return self.raw_message.data
+
+    async def ack(self) -> None:
+        if not self.raw_message.is_acked:
+            await self.raw_message.ack()
+            self.outcome = "acked"
+
+    async def nack(self, delay: float | None = None) -> None:
+        if not self.raw_message.is_acked:
+            await self.raw_message.nak(delay=delay)
+            self.outcome = "nacked"
+
+    async def reject(self) -> None:
+        if not self.raw_message.is_acked:
+            await self.raw_message.term()
+            self.outcome = "rejected"
+
+    async def in_progress(self) -> None:
+        if not self.raw_message.is_acked:
+            await self.raw_message.in_progress()
+
+
+def root_delivery(msg: Any, ack_wait_s: float, holds: bool, policy: RedeliveryPolicy | None = None,
+                  report: Any = None) -> Delivery:
+    """A JetStream message (a `JetStreamRoot`) as the root `Delivery` of a work chain. Its
+    delivery count adds the attempts a hop had in process before it was published
+    (bus.ATTEMPTS_HEADER)."""
+    raw = msg.raw_message
+    headers = raw.headers or {}
+    delivered = delivery_count(raw) + _attempts(headers.get(ATTEMPTS_HEADER))
+    redelivered = delivered > 1 or bool(headers.get(RECOVER_HEADER))
+    return Delivery(msg.body, Chain(msg, delivered, ack_wait_s, holds, policy, report), redelivered=redelivered,
+                    raw_message=raw)
+
+
+def delivery_count(raw: Any) -> int:
+    """Which delivery of its JetStream message this is (1 for anything else)."""
+    try:
+        return int(raw.metadata.num_delivered)
+    except Exception:  # not a JetStream message
+        return 1
+
+
+def _attempts(value: str | None) -> int:
+    try:
+        return max(0, int(value or 0))
+    except ValueError:
+        return 0
+
+
+RootHandler = Callable[[JetStreamRoot], Awaitable[None]]
+
+
+class WorkConsumer:
+    """One durable push consumer with a deliver group of the same name, bound by
+    `start()` on a connection and stopped gracefully by `stop()`."""
+
+    def __init__(self, subject: str, *, stream: str, durable: str, config: ConsumerConfig,
+                 handle: RootHandler, max_workers: int = 64) -> None:
+        self.subject = subject
+        self.stream = stream
+        self.durable = durable
+        self.config = config
+        self.handle = handle
+        self.max_workers = max_workers
+        self._slots = asyncio.Semaphore(max_workers)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._sub: Any = None
+        self._stopping = False
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    async def start(self, js: JetStreamContext) -> None:
+        """Create the durable consumer if it does not exist, and join its deliver group."""
+        if self._sub is not None:
+            return
+        self._stopping = False
+        self._sub = await js.subscribe(self.subject, queue=self.durable, durable=self.durable, stream=self.stream,
+                                       config=self.config, manual_ack=True, cb=self._on_message,
+                                       pending_msgs_limit=PENDING_MSGS_LIMIT, pending_bytes_limit=PENDING_BYTES_LIMIT)
+
+    async def _on_message(self, msg: Msg) -> None:
+        if self._stopping:
+            return  # left unacked: another replica takes it after ack_wait
+        # Waiting for a slot holds up this subscription's later messages, not the others'.
+        await self._slots.acquire()
+        task = asyncio.get_running_loop().create_task(self._run(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._slots.release()
+
+    async def _run(self, msg: Msg) -> None:
+        root = JetStreamRoot(msg)
+        try:
+            with HOOKS.consume_scope(root):
+                await self.handle(root)
+        except Exception:  # the runner settles every outcome; this is an ack that failed
+            log.exception("the handler of %s failed to settle its message", self.subject)
+
+    async def stop(self, timeout: float) -> None:
+        """Leave the deliver group (new messages go to the other replicas), then wait up to
+        `timeout` for the handlers in flight. One unfinished is left unacked, and
+        JetStream delivers its message again after ack_wait."""
+        self._stopping = True
+        if self._sub is not None:
+            with contextlib.suppress(Exception):  # the connection may be gone already
+                await self._sub.unsubscribe()
+            self._sub = None
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
