@@ -197,6 +197,8 @@ def _on_decision(tx: Transition, inp: DecisionInput, cfg: CoreConfig) -> Decisio
     if cp is None or run is None:
         return reject(tx.st, inp, "unknown_checkpoint",
                       f"checkpoint {body.checkpoint_id} is unknown or already answered")
+    tx.emit("approval.decided", f"approval.decided:{cp.id}", run.run_id, checkpoint_id=cp.id,
+            decision=body.decision, **({"note": body.note} if body.note else {}))
     if cp.kind == "executor":  # the agent waits for it in its step (executor_profiles.py)
         tx.effects.extend(decide_permission(tx.st, run, cp, body))
         return tx.finish()

@@ -8,9 +8,11 @@ and stores both (a compare-and-set on version 0, so it never overwrites a sessio
 exists); the next input continues the conversation with its history.
 
 The state is idle: a run in flight when the state was lost is over (its late results are
-stale). Its `last_config` is what the last run was started with (`run.started.config`),
-so a `message` on it starts the next run with the same settings; without it, the profile
-and the last model used.
+stale), unless it waits for a decision: then it is rebuilt paused on its checkpoint, with
+its batch (journal_resume.py), and the session is `awaiting_approval`, so the `decision`
+runs exactly the stored calls. Its `last_config` is what the last run was started with
+(`run.started.config`), so a `message` on an idle one starts the next run with the same
+settings; without it, the profile and the last model used.
 
 When Redis lost the event log as well (all of its data), the transcript's second copy is
 the LOOPWIRE_EVENTS stream (shared/stores/event_archive.py): `rebuild_session` reads it
@@ -30,6 +32,7 @@ from loopwire.shared.stores.event_log import EventLogStore
 from loopwire.shared.stores.session_store import SessionStore
 from loopwire.shared.stores.transcript import Archive, Replayed, read_transcript, replay, restore_log
 
+from .journal_resume import Prices, plan_of, resumed_run
 from .state import RunConfig, SessionState
 
 log = logging.getLogger("loopwire.router.rebuild")
@@ -57,18 +60,28 @@ def idle_state(session_id: str, replayed: Replayed) -> SessionState:
                         cost_usd=replayed.cost_usd, cost_unknown=replayed.cost_unknown)
 
 
-def reconstruct(session_id: str, events: list[dict[str, Any]], default_max_tokens: int = 4096) -> Rebuilt | None:
-    """The history and idle state the events describe; None when no run ever started
-    (a session that only ever had rejected input has nothing to rebuild)."""
+def reconstruct(session_id: str, events: list[dict[str, Any]], default_max_tokens: int = 4096,
+                prices: Prices | None = None) -> Rebuilt | None:
+    """The history and state the events describe (idle, or paused on the checkpoint its
+    run waits on); None when no run ever started (a session that only ever had rejected
+    input has nothing to rebuild)."""
     replayed = replay(session_id, events, default_max_tokens)
     if replayed is None:
         return None
-    return Rebuilt(history=replayed.history, state=idle_state(session_id, replayed).dump(),
-                   last_seq=replayed.last_seq)
+    state = idle_state(session_id, replayed)
+    state.plan = plan_of(events)
+    run = resumed_run(replayed.pending_approval, replayed.open_run, replayed.last_seq, prices)
+    if run is not None:
+        state.run, state.status = run, "awaiting_approval"
+        state.last_config = run.config
+        state.cost_usd += run.cost_usd
+        state.cost_unknown = state.cost_unknown or bool(run.unpriced)
+    return Rebuilt(history=replayed.history, state=state.dump(), last_seq=replayed.last_seq)
 
 
 async def rebuild_session(sid: str, events_store: EventLogStore, sessions_store: SessionStore,
-                          default_max_tokens: int = 4096, archive: Archive | None = None) -> dict[str, Any] | None:
+                          default_max_tokens: int = 4096, archive: Archive | None = None,
+                          prices: Prices | None = None) -> dict[str, Any] | None:
     """Rebuild a session whose state is missing from its transcript and store it.
 
     Returns the stored state, or None when there is nothing to rebuild (no transcript,
@@ -80,11 +93,11 @@ async def rebuild_session(sid: str, events_store: EventLogStore, sessions_store:
     if raw is not None:
         return None
     events = await read_transcript(sid, events_store) or await restore_log(sid, events_store, archive)
-    rebuilt = reconstruct(sid, events, default_max_tokens)
+    rebuilt = reconstruct(sid, events, default_max_tokens, prices)
     if rebuilt is None:
         return None
     if not await sessions_store.commit(sid, 0, rebuilt.state, 0, rebuilt.history):
         return None  # created meanwhile (another replica rebuilt it, or a new input won)
-    log.info("session %s rebuilt from its transcript: %d messages, %d runs (up to seq %d)", sid,
-             len(rebuilt.history), rebuilt.state["runs"], rebuilt.last_seq)
+    log.info("session %s rebuilt from its transcript: %d messages, %d runs (up to seq %d), %s", sid,
+             len(rebuilt.history), rebuilt.state["runs"], rebuilt.last_seq, rebuilt.state["status"])
     return rebuilt.state

@@ -330,7 +330,8 @@ class RouterService:
     async def _load(self, sid: str, rebuild: bool = True) -> tuple[dict[str, Any] | None, int]:
         raw, version = await self.ctx.sessions.load(sid)
         if raw is None and rebuild and await rebuild_session(sid, self.ctx.events, self.ctx.sessions,
-                                                 self.ctx.settings.default_max_tokens, archive=self._archive):
+                                                 self.ctx.settings.default_max_tokens, archive=self._archive,
+                                                 prices=self.core.prices):
             # The state was lost (expired, flushed) but the transcript holds the
             # conversation: continue it instead of starting over.
             raw, version = await self.ctx.sessions.load(sid)

@@ -101,21 +101,23 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
 
 
 def _reply_from_transcript(session_id: str, replayed: Replayed) -> dict[str, Any]:
-    """`session.get` of a session whose state is gone: idle, as its transcript tallies it
-    (`source: "transcript"`)."""
+    """`session.get` of a session whose state is gone: as its transcript tallies it
+    (`source: "transcript"`): idle, or awaiting the decision its run waits on (the router
+    rebuilds that run on its checkpoint at the session's next input)."""
+    asked = replayed.pending_approval
     return {
         "v": PROTOCOL_VERSION,
         "session_id": session_id,
-        "status": "idle",
+        "status": "awaiting_approval" if asked is not None else "idle",
         "profile": (replayed.run_config or {}).get("profile"),
         "turns": replayed.turns,
         "usage": {"input_tokens": replayed.input_tokens, "output_tokens": replayed.output_tokens},
         "cost_usd": None if replayed.cost_unknown else replayed.cost_usd,
         "messages": replayed.history,
-        "run_id": None,
+        "run_id": asked.get("run_id") if asked is not None else None,
         "runs": replayed.runs,
         "plan": None,
-        "checkpoint_id": None,
+        "checkpoint_id": asked.get("checkpoint_id") if asked is not None else None,
         "source": "transcript",
     }
 

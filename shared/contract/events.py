@@ -99,6 +99,16 @@ class ApprovalRequested(Event):
         default=None, description="Addition: an external agent asks before running a tool; it waits in its turn.")
 
 
+class ApprovalDecided(Event):
+    """Addition: the `decision` that answered a checkpoint was applied, so the transcript
+    holds every human decision, and shows that a run no longer waits on it."""
+
+    kind: Literal["approval.decided"] = "approval.decided"
+    checkpoint_id: str
+    decision: Literal["approve", "deny"]
+    note: str | None = None
+
+
 class LoopDetected(Event):
     kind: Literal["loop.detected"] = "loop.detected"
     detection: str
@@ -254,7 +264,7 @@ class MemoryReflection(MemoryNote):
 EVENT_MODELS: dict[str, type[Event]] = {
     m.model_fields["kind"].default: m
     for m in (RunStarted, PhaseChanged, TextDelta, MessageEvent, ToolCallEvent, ToolResultEvent, Retracted,
-              ApprovalRequested, LoopDetected, Steering, ModelFallback, Compaction, ErrorEvent, WarningEvent,
+              ApprovalRequested, ApprovalDecided, LoopDetected, Steering, ModelFallback, Compaction, ErrorEvent, WarningEvent,
               RunEnded, BudgetWarning, UserMessage, MemoryObservation, MemoryReflection, PlanUpdated, Generating,
               ToolsProgress)
 }

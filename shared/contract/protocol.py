@@ -36,7 +36,8 @@ EVENT_KINDS = (
     "error", "run.ended",
 )
 ADDED_EVENT_KINDS = ("budget.warning", "user.message", "memory.observation", "memory.reflection",
-                     "plan.updated", "generating", "tools.progress", "warning", "steering")
+                     "plan.updated", "generating", "tools.progress", "warning", "steering",
+                     "approval.decided")
 """Event kinds loopwire adds to the contract (docs/protocol.md marks them as additions)."""
 EPHEMERAL_KINDS = frozenset({"text.delta", "generating", "tools.progress"})
 """Events of the moment: they take a seq and go out on the wire (and into the

@@ -17,7 +17,14 @@ Which events make the history, in `seq` order:
 | the next message, or `run.ended` | the waiting tool_uses' results, in the model's order, as one user message; a call without a result gets the error result the router gives it |
 
 Consecutive user messages are merged (steering rides in the tool results' message, as
-the router does it). A run without its `run.ended` is over (its late results are stale).
+the router does it). A run without its `run.ended` is over (its late results are stale),
+unless it waits for a decision: its last step is an `approval.requested` (not an
+external agent's, whose agent is gone with its step) that nothing answered since: no
+`approval.decided`, message, result, retraction, phase change or end after it. Then the run is open
+(`Replayed.open_run`, its events; `pending_approval`, that event) and the calls of its
+last message still wait for their results: the history leaves them unanswered, as the
+router's own history does while a checkpoint is open, so that the decision can run
+exactly those calls (services/router/journal_resume.py).
 `run.started.config` (addition) is what the last run was started with (profile, models,
 max_tokens and temperature, tools and their permissions, limits, system prompt,
 strategy, metadata); without it, the profile and the last model used.
@@ -42,6 +49,10 @@ log = logging.getLogger("loopwire.transcript")
 PAGE = 1000
 NO_RESULT = "no result was returned for this call"
 RUN_ENDED = "not executed: the run ended ({status})"
+ANSWERED_BY = frozenset({"approval.decided", "message", "user.message", "tool.result", "retracted",
+                         "phase.changed", "run.ended"})
+"""Events after an `approval.requested` that show the run no longer waits on it (its
+decision applied, a steer that withdrew the checkpoint, the run's end)."""
 
 
 @dataclass
@@ -60,6 +71,10 @@ class Replayed:
     run_config: dict[str, Any] | None
     """What the last run was started with; None when the events do not name its models."""
     last_seq: int
+    open_run: list[dict[str, Any]] = field(default_factory=list)
+    """The events of the last run, from its `run.started`, when it waits for a decision."""
+    pending_approval: dict[str, Any] | None = None
+    """The `approval.requested` that run waits on."""
 
 
 @dataclass
@@ -83,6 +98,8 @@ class _Builder:
     last_model: str | None = None
     last_message: tuple[str | None, int, int] | None = None
     """(run_id, turn, index in the history) of the latest assistant message appended."""
+    run_events: list[dict[str, Any]] = field(default_factory=list)
+    """The events of the run in progress (since its `run.started`; emptied at its end)."""
 
     def append(self, message: dict[str, Any]) -> None:
         content = message.get("content")
@@ -143,6 +160,9 @@ class _Builder:
     def take(self, event: dict[str, Any]) -> None:
         kind = event.get("kind")
         if kind == "run.started":
+            self.run_events = []
+        self.run_events.append(event)
+        if kind == "run.started":
             self.settle(NO_RESULT)
             self.runs += 1
             self.profile = event.get("profile") or self.profile
@@ -180,6 +200,17 @@ class _Builder:
             self.cost_usd += float(event.get("cost_usd", 0.0) or 0.0)
             self.cost_unknown = self.cost_unknown or ("cost_usd" in event and event["cost_usd"] is None)
             self.open_run = {"input_tokens": 0, "output_tokens": 0}
+            self.run_events = []
+
+    def pending_approval(self) -> dict[str, Any] | None:
+        """The `approval.requested` the run in progress waits on, if it waits on one."""
+        for event in reversed(self.run_events):
+            kind = event.get("kind")
+            if kind == "approval.requested":
+                return event if event.get("source") != "executor" else None
+            if kind in ANSWERED_BY:
+                return None
+        return None
 
     def last_config(self) -> dict[str, Any] | None:
         if self.config:
@@ -202,7 +233,9 @@ def replay(session_id: str, events: list[dict[str, Any]], default_max_tokens: in
     builder = _Builder(session_id, default_max_tokens)
     for event in sorted(events, key=lambda e: e.get("seq", 0)):
         builder.take(event)
-    builder.settle(NO_RESULT)
+    pending = builder.pending_approval()
+    if pending is None:
+        builder.settle(NO_RESULT)
     if builder.runs == 0 or not builder.history:
         return None
     if builder.history[0]["role"] != "user":
@@ -214,7 +247,8 @@ def replay(session_id: str, events: list[dict[str, Any]], default_max_tokens: in
                     input_tokens=builder.input_tokens + builder.open_run["input_tokens"],
                     output_tokens=builder.output_tokens + builder.open_run["output_tokens"],
                     cost_usd=round(builder.cost_usd, 8), cost_unknown=builder.cost_unknown,
-                    run_config=builder.run_config(), last_seq=max(e.get("seq", 0) for e in events))
+                    run_config=builder.run_config(), last_seq=max(e.get("seq", 0) for e in events),
+                    open_run=list(builder.run_events) if pending is not None else [], pending_approval=pending)
 
 
 async def read_transcript(sid: str, events: EventLogStore) -> list[dict[str, Any]]:

@@ -13,7 +13,8 @@ from loopwire.shared.stores.event_log import InMemoryEventLog, RedisEventLog
 from loopwire.shared.stores.redis_connection import connect_redis
 from loopwire.shared.stores.session_store import InMemorySessionStore, RedisSessionStore
 from loopwire.transcripts.queries import session_get
-from tests.unit.router.test_rebuild import SID, transcript
+from tests.unit.router.test_journal_resume import Journal, use
+from tests.unit.router.test_rebuild import SID, t, transcript
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -53,3 +54,22 @@ async def test_session_get_answers_from_the_transcript_when_the_state_is_gone(st
     assert reply["turns"] == 3 and len(reply["messages"]) == 7 and reply["profile"] == "agentic"
     unknown = await session_get(SessionGetRequest(session_id="other"), sessions, events)
     assert unknown["status"] == "unknown"
+
+
+@pytest.mark.integration
+async def test_a_run_waiting_on_a_checkpoint_is_rebuilt_and_reported_waiting(stores: Any) -> None:
+    sessions, events = stores
+    drv = Journal()
+    drv.ingress("start", {"input": "Clean up.", "tools": ["rm"], "tool_permissions": {"rm": "approve"}})
+    drv.generation(t("Removing."), use("tu1", "rm", path="/tmp/x"))
+    for event in drv.events:
+        await events.append(SID, event, key=None)
+    cid = drv.state.run.checkpoint.id
+    reply = await session_get(SessionGetRequest(session_id=SID), sessions, events)
+    assert (reply["status"], reply["checkpoint_id"], reply["run_id"]) == ("awaiting_approval", cid, "run1")
+    state = await rebuild_session(SID, events, sessions)
+    assert state is not None and state["status"] == "awaiting_approval" and state["run"]["checkpoint"]["id"] == cid
+    history = await sessions.history(SID)
+    assert history[-1]["content"][-1]["id"] == "tu1", "the batch waits for its results"
+    reply = await session_get(SessionGetRequest(session_id=SID), sessions, events)
+    assert (reply["status"], reply["checkpoint_id"]) == ("awaiting_approval", cid), "now from the state"

@@ -37,7 +37,8 @@ def test_approve_executes_exactly_the_stored_calls_without_a_model_call() -> Non
     cid = approval_of(d)["checkpoint_id"]
     d.state = SessionState.load(d.state.dump(), "s1")  # a restarted router reads it back
     out = d.decision(cid, "approve")
-    assert d.kinds(out) == []
+    assert d.of("approval.decided", out) == [{"checkpoint_id": cid, "decision": "approve"}], \
+        "the transcript keeps the decision; nothing else is said until the tools answer"
     env = d.work(out)
     assert env["kind"] == "tools.execute"
     assert env["calls"] == [{"tool_use_id": "t1", "name": "rm", "input": {"path": "/tmp/x"}, "depends_on": []}]
@@ -53,6 +54,7 @@ def test_deny_gives_the_model_error_results_and_the_loop_goes_on() -> None:
     d.start(input="clean up", tool_permissions={"rm": "approve"})
     d.answer("Removing.", call("t1", "rm"))
     out = d.decision(approval_of(d)["checkpoint_id"], "deny", note="too risky")
+    assert d.of("approval.decided", out)[0]["note"] == "too risky"
     env = d.work(out)
     assert env["kind"] == "tools.execute" and env["denied"] == {"t1": "denied by the user: too risky"}
     d.tools("tool rm was not run: denied by the user: too risky", is_error=True)
