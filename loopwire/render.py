@@ -95,6 +95,9 @@ class EventRenderer:
                                       json.dumps(call.get("input", {}))))
             if event.get("proposal") is not None:
                 c.print(Text.assemble("  proposes: ", str(event["proposal"])))
+        elif kind == "approval.decided":
+            c.print(f"[yellow]decision[/yellow] {event.get('decision')} checkpoint {event.get('checkpoint_id')}",
+                    highlight=False)
         elif kind == "warning":
             c.print(f"[yellow]warning[/yellow] {event.get('code')}: {event.get('message')}", highlight=False)
         elif kind == "budget.warning":
