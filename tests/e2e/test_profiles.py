@@ -57,7 +57,8 @@ async def test_an_approve_tool_waits_for_the_decision_then_runs_without_a_model_
     assert [c[:2] for c in tool_provider.calls] == [("add", {"a": 2, "b": 40})]
     assert len(fake.message_requests) == 2, "approval made no model call of its own"
     kinds = [e["kind"] for e in ev.durable() if e["kind"] != "user.message"]
-    assert kinds[:5] == ["run.started", "message", "tool.call", "approval.requested", "tool.result"]
+    assert kinds[:6] == ["run.started", "message", "tool.call", "approval.requested", "approval.decided",
+                         "tool.result"]
 
 
 async def test_a_denied_call_is_an_error_result_the_model_reads(

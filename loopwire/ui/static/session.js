@@ -136,6 +136,12 @@ function render(event) {
       closeApprovals("answered");
       approval(event);
       break;
+    case "approval.decided":
+      closeApprovals(event.decision === "approve" ? "approved" : "denied");
+      break;
+    case "steering":
+      add("notice", meta(event), `steering: ${event.source}${event.reason ? ` (${event.reason})` : ""}`);
+      break;
     case "phase.changed":
       closeApprovals("answered");
       add("notice", meta(event), `phase ${event.from} → ${event.to}`);
