@@ -41,7 +41,7 @@ from loopwire.shared.runtime.credentials import (
 from loopwire.shared.runtime.service_context import Service, ServiceContext, build_context
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import ensure_streams
-from loopwire.shared.stores.redis_connection import warn_if_volatile
+from loopwire.shared.stores.redis_connection import answers, warn_if_volatile
 
 log = logging.getLogger("loopwire.launcher")
 
@@ -99,7 +99,7 @@ class Running:
         nc = self.broker._connection
         nats_ok = bool(nc is not None and nc.is_connected)
         try:
-            redis_ok = bool(await self.ctx.redis.ping())
+            redis_ok = await answers(self.ctx.redis)
         except Exception:
             redis_ok = False
         return {"nats": nats_ok, "redis": redis_ok}

@@ -51,6 +51,7 @@ def cli_settings() -> Settings:
         CredentialsError,
         nats_security,
         redis_connect_options,
+        redis_topology,
         register_configured_secrets,
     )
 
@@ -58,6 +59,7 @@ def cli_settings() -> Settings:
     try:
         nats_security(settings)
         redis_connect_options(settings)
+        redis_topology(settings)
     except (CredentialsError, OSError) as exc:
         err_console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from None

@@ -32,15 +32,14 @@ async def nats_problem(settings: Settings) -> str | None:
 
 
 async def redis_problem(settings: Settings) -> str | None:
-    import redis.asyncio as aioredis
-
     from loopwire.shared.contract.redaction import redact
-    from loopwire.shared.runtime.credentials import display_url, redis_connect_options
+    from loopwire.shared.runtime.credentials import connect_configured_redis, display_url
+    from loopwire.shared.stores.redis_connection import answers
 
-    client = aioredis.from_url(settings.redis_url, socket_connect_timeout=1.0, socket_timeout=1.0,
-                               **redis_connect_options(settings))
+    client = connect_configured_redis(settings, socket_connect_timeout=1.0, socket_timeout=1.0)
     try:
-        await client.ping()
+        if not await answers(client):
+            raise ConnectionError("PING unanswered")
     except Exception as exc:  # any failure is a reason to wait; it is shown, not raised
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return f"cannot reach Redis at {display_url(settings.redis_url)} ({redact(reason)})"

@@ -4,14 +4,25 @@
   one of the `LAYOUTS` (`up`, `up --workers 2`, or one `loopwire serve` per service).
 - pytest fixtures in `loopwire.testing.pytest_plugin` (`loopwire_system`, `loopwire_client`).
 - `servers`: throwaway nats-server / redis-server on free ports.
+- `start_redis_cluster(masters, replicas)` / `start_redis_sentinel(replicas, sentinels)`: a
+  Redis Cluster or a master behind sentinels on loopback, with handles that kill and restart
+  a node, find the master holding most keys and wait for a failover;
+  `LoopwireContainer(redis_cluster=..., redis_sentinel=...)` runs loopwire on them.
 - `store_conformance`: the checks every backend of loopwire's stores passes (`CHECKS`), for
   a backend of your own too.
 """
 
 from .processes import LoopwireProcess
+from .redis_cluster import (
+    RedisClusterHandle,
+    RedisNode,
+    RedisSentinelHandle,
+    start_redis_cluster,
+    start_redis_sentinel,
+)
 from .servers import ServerHandle, docker_available, free_port, free_ports, start_nats, start_redis
 from .system import LAYOUTS, LoopwireContainer
 
-__all__ = ["LAYOUTS", "LoopwireContainer", "LoopwireProcess", "ServerHandle", "docker_available", "free_port",
-           "free_ports", "start_nats",
-           "start_redis"]
+__all__ = ["LAYOUTS", "LoopwireContainer", "LoopwireProcess", "RedisClusterHandle", "RedisNode",
+           "RedisSentinelHandle", "ServerHandle", "docker_available", "free_port", "free_ports", "start_nats",
+           "start_redis", "start_redis_cluster", "start_redis_sentinel"]

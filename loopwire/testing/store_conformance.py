@@ -17,7 +17,9 @@ refusal (`Unsupported`) where it does not.
     async def test_store_conformance(backend: Backend, check: Check) -> None:
         await check(backend)
 
-Each check expects empty stores of its own (a fresh backend per check).
+Each check expects empty stores of its own (a fresh backend per check). Step names are
+those of one session (shared/contract/keys.py), as the services use them, so a backend that
+shards by session (a Redis Cluster) passes the same checks.
 """
 
 from __future__ import annotations
@@ -106,19 +108,24 @@ async def delete_removes_state_and_history(b: Backend) -> None:
     assert await sessions.history("s") == []
 
 
+GEN = keys.generation_step("s", "r:g1")
+CALL_A, CALL_B = keys.tool_call_step("s", "toolu_a"), keys.tool_call_step("s", "toolu_b")
+BATCH = keys.tool_batch_step("s", "r:t1")
+
+
 async def step_records(b: Backend) -> None:
     steps = b.steps
-    assert await steps.get("k1") is None
-    await steps.put("k1", {"ok": True, "n": [1, 2]})
-    assert await steps.get("k1") == {"ok": True, "n": [1, 2]}
-    assert await steps.get_many(["k1", "k2"]) == [{"ok": True, "n": [1, 2]}, None]
+    assert await steps.get(CALL_A) is None
+    await steps.put(CALL_A, {"ok": True, "n": [1, 2]})
+    assert await steps.get(CALL_A) == {"ok": True, "n": [1, 2]}
+    assert await steps.get_many([CALL_A, CALL_B]) == [{"ok": True, "n": [1, 2]}, None]
 
 
 async def put_if_absent_keeps_the_first_record(b: Backend) -> None:
     steps = b.steps
-    assert await steps.put_if_absent("k", {"first": 1}) == {"first": 1}
-    assert await steps.put_if_absent("k", {"second": 2}) == {"first": 1}
-    assert await steps.get("k") == {"first": 1}
+    assert await steps.put_if_absent(GEN, {"first": 1}) == {"first": 1}
+    assert await steps.put_if_absent(GEN, {"second": 2}) == {"first": 1}
+    assert await steps.get(GEN) == {"first": 1}
 
 
 async def event_seq_strictly_increases_and_keys_dedup(b: Backend) -> None:
@@ -232,27 +239,27 @@ async def sessions_index_most_recent_first_with_a_cursor(b: Backend) -> None:
 
 async def a_step_claim_fences_its_side_effect(b: Backend) -> None:
     steps = b.steps
-    first = await steps.claim("c:step1", ["r:a", "r:b"], ttl_s=0.5)
+    first = await steps.claim(BATCH, [CALL_A, CALL_B], ttl_s=0.5)
     assert first.token and first.records == [None, None]
     with pytest.raises(StepHeld):  # a second worker performs nothing while the first lives
-        await steps.claim("c:step1", ["r:a", "r:b"], ttl_s=0.5)
-    assert await steps.renew("c:step1", first.token, 0.5)
+        await steps.claim(BATCH, [CALL_A, CALL_B], ttl_s=0.5)
+    assert await steps.renew(BATCH, first.token, 0.5)
     await asyncio.sleep(0.7)  # the first worker stopped renewing (paused): its claim expires
-    second = await steps.claim("c:step1", ["r:a", "r:b"], ttl_s=5)
+    second = await steps.claim(BATCH, [CALL_A, CALL_B], ttl_s=5)
     assert second.token and second.token != first.token
     assert int(second.token.split("|")[1]) > int(first.token.split("|")[1]), "a higher fencing token"
-    assert not await steps.renew("c:step1", first.token, 5)
+    assert not await steps.renew(BATCH, first.token, 5)
     # The paused worker resumes: its write is refused, the owner's stands.
     with pytest.raises(StepHeld):
-        await steps.record_claimed("c:step1", first.token, "r:a", {"by": "first"})
-    assert await steps.record_claimed("c:step1", second.token, "r:a", {"by": "second"}) == {"by": "second"}
-    assert await steps.record_claimed("c:step1", second.token, "r:b", {"by": "second"}, release=True) == {
+        await steps.record_claimed(BATCH, first.token, CALL_A, {"by": "first"})
+    assert await steps.record_claimed(BATCH, second.token, CALL_A, {"by": "second"}) == {"by": "second"}
+    assert await steps.record_claimed(BATCH, second.token, CALL_B, {"by": "second"}, release=True) == {
         "by": "second"}
     # Everything recorded: a late delivery gets the records and claims nothing.
-    late = await steps.claim("c:step1", ["r:a", "r:b"], ttl_s=5)
+    late = await steps.claim(BATCH, [CALL_A, CALL_B], ttl_s=5)
     assert late.token is None and late.records == [{"by": "second"}, {"by": "second"}]
     # A record that stands is returned to a writer whose claim expired unchallenged.
-    assert await steps.record_claimed("c:step1", first.token, "r:a", {"by": "first"}) == {"by": "second"}
+    assert await steps.record_claimed(BATCH, first.token, CALL_A, {"by": "first"}) == {"by": "second"}
 
 
 def _events(sid: str, *specs: tuple[str, str | None]) -> list[tuple[dict[str, Any], str | None, bool]]:

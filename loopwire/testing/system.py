@@ -31,6 +31,7 @@ from typing import Any
 from testcontainers.core.container import DockerContainer  # type: ignore[import-untyped]
 
 from .processes import LoopwireProcess
+from .redis_cluster import RedisClusterHandle, RedisSentinelHandle, start_redis_cluster, start_redis_sentinel
 from .servers import ServerHandle, docker_available, start_nats, start_redis
 
 LAYOUTS: dict[str, tuple[str, ...]] = {
@@ -48,10 +49,18 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
     def __init__(self, env: dict[str, str] | None = None, prefix: str = "loopwire",
                  use_docker: bool | None = None, image: str | None = None,
                  services: str = "up", ready_timeout: float = 60.0, layout: str | tuple[str, ...] | None = None,
-                 nats_options: dict[str, Any] | None = None, redis_options: dict[str, Any] | None = None) -> None:
+                 nats_options: dict[str, Any] | None = None, redis_options: dict[str, Any] | None = None,
+                 redis_cluster: int | RedisClusterHandle | None = None,
+                 redis_sentinel: bool | RedisSentinelHandle | None = None) -> None:
         """`nats_options` / `redis_options`: keyword arguments of `start_nats` /
         `start_redis` (a users config, TLS, a Redis password); loopwire's own credentials
-        for them go in `env` (LOOPWIRE_NATS_USER, LOOPWIRE_REDIS_PASSWORD, ...)."""
+        for them go in `env` (LOOPWIRE_NATS_USER, LOOPWIRE_REDIS_PASSWORD, ...).
+
+        `redis_cluster`: run on a Redis Cluster instead of one server: a number of
+        masters (a cluster of this container's own with a replica each,
+        `start_redis_cluster`, stopped with it) or a started one the caller owns (shared
+        by a module's tests; left running). `redis_sentinel`: on a master behind
+        sentinels, likewise (True: its own, one replica and three sentinels)."""
         if isinstance(layout, str) and layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
         self.env = dict(env or {})
@@ -66,6 +75,11 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
         self.ready_timeout = ready_timeout
         self.nats: ServerHandle | None = None
         self.redis: ServerHandle | None = None
+        self.redis_cluster = redis_cluster if isinstance(redis_cluster, RedisClusterHandle) else None
+        self.redis_sentinel = redis_sentinel if isinstance(redis_sentinel, RedisSentinelHandle) else None
+        self._own_redis = (redis_cluster if isinstance(redis_cluster, int) and redis_cluster is not True else 0,
+                           redis_sentinel is True)
+        self._owned: list[RedisClusterHandle | RedisSentinelHandle] = []
         # A layout is a name in LAYOUTS or its own tuple of commands (`serve tools` twice, ...).
         commands = LAYOUTS[layout] if isinstance(layout, str) else layout or (services,)
         self.processes = [LoopwireProcess(command) for command in commands]
@@ -81,7 +95,7 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
     def start(self) -> LoopwireContainer:
         try:
             self.nats = start_nats(self.use_docker, **self.nats_options)
-            self.redis = start_redis(self.use_docker, **self.redis_options)
+            self._start_redis()
             self.start_loopwire()
         except BaseException:
             # `with` never reaches __exit__ when __enter__ raises (a process not ready in
@@ -93,9 +107,21 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
     def stop(self, force: bool = True, delete_volume: bool = True) -> None:
         """Stop loopwire (its container or processes), then NATS and Redis."""
         self.stop_loopwire()
-        for server in (self.nats, self.redis):
+        for server in (self.nats, self.redis, *self._owned):
             if server is not None:
                 server.stop()
+        self._owned.clear()
+
+    def _start_redis(self) -> None:
+        masters, sentinel = self._own_redis
+        if masters:
+            self.redis_cluster = start_redis_cluster(masters=masters, replicas=1)
+            self._owned.append(self.redis_cluster)
+        elif sentinel:
+            self.redis_sentinel = start_redis_sentinel()
+            self._owned.append(self.redis_sentinel)
+        elif self.redis_cluster is None and self.redis_sentinel is None:
+            self.redis = start_redis(self.use_docker, **self.redis_options)
 
     def __enter__(self) -> LoopwireContainer:
         return self.start()
@@ -108,8 +134,24 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
         return self.nats.url
 
     def get_redis_url(self) -> str:
+        """The LOOPWIRE_REDIS_URL loopwire uses: on a cluster every node's, comma-joined;
+        behind sentinels the master's scheme and database (redis_env() has the rest)."""
+        if self.redis_cluster is not None:
+            return self.redis_cluster.url
+        if self.redis_sentinel is not None:
+            return self.redis_sentinel.url
         assert self.redis is not None, "start() first"
         return self.redis.url
+
+    def redis_env(self) -> dict[str, str]:
+        """The LOOPWIRE_REDIS_* settings of the Redis this system runs on."""
+        env = {"LOOPWIRE_REDIS_URL": self.get_redis_url()}
+        if self.redis_cluster is not None:
+            env["LOOPWIRE_REDIS_CLUSTER"] = "true"
+        if self.redis_sentinel is not None:
+            env["LOOPWIRE_REDIS_SENTINELS"] = self.redis_sentinel.sentinels
+            env["LOOPWIRE_REDIS_SENTINEL_MASTER"] = self.redis_sentinel.master_name
+        return env
 
     @property
     def proc(self) -> subprocess.Popen[bytes] | None:
@@ -128,7 +170,7 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPWIRE_")}
         env.update({
             "LOOPWIRE_NATS_URL": self.get_nats_url(),
-            "LOOPWIRE_REDIS_URL": self.get_redis_url(),
+            **self.redis_env(),
             "LOOPWIRE_SUBJECT_PREFIX": self.prefix,
             "LOOPWIRE_METRICS_PORT": str(self.metrics_port),
             "LOOPWIRE_METRICS_HOST": "127.0.0.1",

@@ -104,29 +104,41 @@ class MemoryStore:
         if history and history_key is None:
             raise ValueError("history ranges to read need the history's key")
 
-        def reads() -> Any:
+        def lists(key: str, count: int) -> Any:
+            """The last `count` items of a list (an empty one, not read, for 0)."""
+            return (lambda pipe: pipe.lrange(key, -count, -1)) if count > 0 else None
+
+        reads: list[Any] = [
+            lambda pipe: pipe.get(keys.memory(sid, "compaction")),
+            lists(keys.memory(sid, "obs"), observations), lists(keys.memory(sid, "refl"), reflections)]
+        if actor:
+            reads += [lists(keys.actor_memory(actor, "obs"), observations),
+                      lists(keys.actor_memory(actor, "refl"), reflections)]
+        reads += [(lambda pipe, start=start, stop=stop: pipe.lrange(history_key or "", start, stop))
+                  for start, stop in history or []]
+
+        def pipeline() -> Any:
             pipe = self._r.pipeline(transaction=False)
-            pipe.get(keys.memory(sid, "compaction"))
-            pipe.lrange(keys.memory(sid, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
-            pipe.lrange(keys.memory(sid, "refl"), -reflections, -1) if reflections > 0 else pipe.echo("")
-            if actor:
-                pipe.lrange(keys.actor_memory(actor, "obs"), -observations, -1) if observations > 0 else pipe.echo("")
-                pipe.lrange(keys.actor_memory(actor, "refl"), -reflections, -1) if reflections > 0 else pipe.echo("")
-            for start, stop in history or []:
-                pipe.lrange(history_key or "", start, stop)
+            for read in reads:
+                if read is not None:
+                    read(pipe)
             # A session in use keeps its memory as long as the router keeps its state.
             self._expire(pipe, *(keys.memory(sid, what) for what in ("compaction", "obs", "refl", "meta")))
             if claim_for is not None:
                 # EVALSHA as a plain command: a Script object in a pipeline costs a SCRIPT
-                # EXISTS round trip per execute. NOSCRIPT (a restarted Redis) is handled below.
-                pipe.evalsha(self._claim.sha, 2, *self._claim_keys(sid, claim_for), str(self._claim_ttl))
+                # EXISTS round trip per execute (and a cluster pipeline refuses the method).
+                # NOSCRIPT (a restarted Redis) is handled below.
+                pipe.execute_command("EVALSHA", self._claim.sha, 2, *self._claim_keys(sid, claim_for),
+                                     str(self._claim_ttl))
             return pipe
 
         try:
-            raw = await reads().execute()
+            replies = await pipeline().execute()
         except NoScriptError:
             await self._r.script_load(_CLAIM_LUA)
-            raw = await reads().execute()  # reads, and a claim that is idempotent per step
+            replies = await pipeline().execute()  # reads, and a claim that is idempotent per step
+        given = iter(replies)
+        raw = [[] if read is None else next(given) for read in reads]
         snap = Snapshot(record=self._record(raw[0]), observations=_items(raw[1]), reflections=_items(raw[2]))
         if actor:
             # The actor's memory from its other sessions (this session's is listed already).
@@ -135,7 +147,7 @@ class MemoryStore:
         first = 5 if actor else 3
         snap.history = [[codec.loads(m) for m in part] for part in raw[first:first + len(history or [])]]
         if claim_for is not None:
-            snap.claimed = _usage_from(raw[-1])
+            snap.claimed = _usage_from(replies[-1])
         return snap
 
     @staticmethod
@@ -181,17 +193,21 @@ class MemoryStore:
     async def _add_note(self, sid: str, kind: str, item: dict[str, Any], actor: str | None, usage: Usage,
                         progress_field: str, progress: int) -> None:
         """One observation or reflection, the progress mark it moves and the tokens it
-        cost, in one transaction (per session, and per strategy actor when there is one)."""
+        cost, in one transaction of the session's slot; then its copy in the strategy
+        actor's list, when there is one (another slot on a Redis Cluster: a crash between
+        the two leaves the actor's list without that note, never with it twice)."""
         pipe = self._r.pipeline(transaction=True)
         pipe.rpush(keys.memory(sid, kind), codec.dumps(item))
         pipe.hset(keys.memory(sid, "meta"), progress_field, progress)
         self._expire(pipe, keys.memory(sid, kind), keys.memory(sid, "meta"))
+        self._add_usage(pipe, sid, usage)
+        await pipe.execute()
         if actor:
+            pipe = self._r.pipeline(transaction=True)
             pipe.rpush(keys.actor_memory(actor, kind), codec.dumps(item))
             pipe.ltrim(keys.actor_memory(actor, kind), -ACTOR_KEEP, -1)
             self._expire(pipe, keys.actor_memory(actor, kind))
-        self._add_usage(pipe, sid, usage)
-        await pipe.execute()
+            await pipe.execute()
 
     async def mark_observed(self, sid: str, observed_to: int) -> None:
         await self._r.hset(keys.memory(sid, "meta"), "observed_to", observed_to)

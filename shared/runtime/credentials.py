@@ -30,6 +30,7 @@ from faststream.nats.security import (
 
 from loopwire.shared.contract.redaction import redact, register_secret
 from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.stores.redis_connection import RedisTopology, connect_redis
 
 
 class CredentialsError(ValueError):
@@ -110,12 +111,52 @@ def redis_connect_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
+def redis_topology(settings: Settings) -> RedisTopology:
+    """The Redis layout the settings name: one server, a cluster, or a master behind
+    sentinels; the sentinels get the same TLS as the master and their own password."""
+    if settings.redis_cluster and settings.redis_sentinels:
+        raise CredentialsError("set LOOPWIRE_REDIS_CLUSTER or LOOPWIRE_REDIS_SENTINELS, not both")
+    sentinels: list[tuple[str, int]] = []
+    for entry in (settings.redis_sentinels or "").split(","):
+        host, colon, port = entry.strip().rpartition(":")
+        if not entry.strip():
+            continue
+        if not colon or not host or not port.isdigit():
+            raise CredentialsError(f"LOOPWIRE_REDIS_SENTINELS: expected host:port, got {entry.strip()!r}")
+        sentinels.append((host, int(port)))
+    if sentinels and not settings.redis_sentinel_master:
+        raise CredentialsError("LOOPWIRE_REDIS_SENTINELS needs LOOPWIRE_REDIS_SENTINEL_MASTER (the master's name)")
+    sentinel_options: dict[str, Any] = {}
+    if sentinels:
+        if settings.redis_sentinel_password:
+            sentinel_options["password"] = settings.redis_sentinel_password
+        if urlsplit(settings.redis_url).scheme == "rediss":
+            sentinel_options["ssl"] = True
+            if settings.redis_tls_ca:
+                sentinel_options["ssl_ca_certs"] = _readable(settings.redis_tls_ca, "LOOPWIRE_REDIS_TLS_CA")
+    return RedisTopology(settings.redis_url, cluster=settings.redis_cluster, sentinels=sentinels,
+                         sentinel_master=settings.redis_sentinel_master, sentinel_options=sentinel_options)
+
+
+def connect_configured_redis(settings: Settings, **options: Any) -> Any:
+    """The process's Redis client for the operator's settings: layout, password, TLS."""
+    return connect_redis(redis_topology(settings), **{**redis_connect_options(settings), **options})
+
+
+def wait_replicas(settings: Settings) -> int:
+    """How many replicas the writes a failover must not lose wait for (LOOPWIRE_REDIS_WAIT_REPLICAS)."""
+    if settings.redis_wait_replicas is not None:
+        return max(0, settings.redis_wait_replicas)
+    return 1 if settings.redis_cluster or settings.redis_sentinels else 0
+
+
 def register_configured_secrets(settings: Settings) -> None:
     """Mask the configured NATS and Redis secrets (and passwords inside the URLs) in every
     redacted output: log lines, spans, error events, the console."""
-    for value in (settings.nats_password, settings.nats_token, settings.redis_password):
+    for value in (settings.nats_password, settings.nats_token, settings.redis_password,
+                  settings.redis_sentinel_password):
         register_secret(value, min_length=4)
-    for url in [*nats_servers(settings), settings.redis_url]:
+    for url in [*nats_servers(settings), *settings.redis_url.split(",")]:
         parts = urlsplit(url)
         if parts.password:
             register_secret(unquote(parts.password), min_length=4)

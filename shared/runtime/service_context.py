@@ -25,14 +25,14 @@ from loopwire.shared.contract.subjects import INGRESS_STREAM, WORK_STREAM, Subje
 from loopwire.shared.runtime.bus import Bus
 from loopwire.shared.runtime.chain import WorkHandler, current_delivery, hand_off, run_handler
 from loopwire.shared.runtime.chain_balance import ChainBalance
-from loopwire.shared.runtime.credentials import redis_connect_options
+from loopwire.shared.runtime.credentials import connect_configured_redis, wait_replicas
 from loopwire.shared.runtime.handover import GenerationService, ResultReceiver
 from loopwire.shared.runtime.redelivery import DeadLetter, RedeliveryPolicy
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.work_consumer import JetStreamRoot, WorkConsumer, root_delivery
 from loopwire.shared.stores.blobs import BlobStore
 from loopwire.shared.stores.event_log import EventLogStore, RedisEventLog
-from loopwire.shared.stores.redis_connection import connect_redis
+from loopwire.shared.stores.replication import Replication
 from loopwire.shared.stores.session_store import RedisSessionStore, SessionStore
 from loopwire.shared.stores.step_store import RedisStepStore, StepStore
 
@@ -226,14 +226,17 @@ class ServiceContext:
 
 
 def build_context(settings: Settings, broker: NatsBroker) -> ServiceContext:
-    redis = connect_redis(settings.redis_url, **redis_connect_options(settings))
+    redis = connect_configured_redis(settings)
+    # Step records, commits and seqs wait for the master's replicas (shared/stores/replication.py);
+    # a record is retried through an outage as long as a step's outage is ridden out.
+    replication = Replication(redis, wait_replicas(settings), settings.redis_wait_timeout_ms)
     return ServiceContext(
         settings=settings,
         subjects=Subjects(settings.subject_prefix, settings.tenants),
         redis=redis,
-        sessions=RedisSessionStore(redis, settings.session_ttl_s),
-        steps=RedisStepStore(redis, settings.step_result_ttl_s),
-        events=RedisEventLog(redis, settings.session_ttl_s),
+        sessions=RedisSessionStore(redis, settings.session_ttl_s, replication),
+        steps=RedisStepStore(redis, settings.step_result_ttl_s, replication, patience_s=settings.outage_tolerance_s),
+        events=RedisEventLog(redis, settings.session_ttl_s, replication),
         broker=broker,
         blobs=BlobStore(redis, settings.step_result_ttl_s),
     )

@@ -55,6 +55,26 @@ class Settings(BaseSettings):
     """Redis password (AUTH), so the URL need not hold it; wins over one in the URL."""
     redis_tls_ca: str | None = None
     """CA bundle (PEM) that verifies the Redis server's certificate (`rediss://` URLs)."""
+    redis_cluster: bool = False
+    """LOOPWIRE_REDIS_URL names a node of a Redis Cluster (any one; comma-separate several
+    to try in turn): every session's keys share its hash slot, so sessions spread over the
+    masters (docs/deployment.md)."""
+    redis_sentinels: str | None = None
+    """`host:port,...` of Redis Sentinels: the master is the one they name
+    (LOOPWIRE_REDIS_SENTINEL_MASTER), and the services follow its failover.
+    LOOPWIRE_REDIS_URL then gives the scheme, database and credentials only."""
+    redis_sentinel_master: str | None = None
+    """The master's name the sentinels monitor (`sentinel monitor <name> ...`)."""
+    redis_sentinel_password: str | None = None
+    """The sentinels' own password, when they have one (LOOPWIRE_REDIS_PASSWORD is the master's)."""
+    redis_wait_replicas: int | None = None
+    """Replicas a write that a failover must not lose waits for (Redis `WAIT`): step
+    records, session commits, event seqs. Unset: 1 on a cluster or behind sentinels, 0 on
+    one server. 0 turns it off: a failover may then lose the last writes (docs/deployment.md)."""
+    redis_wait_timeout_ms: int = 500
+    """How long such a write waits for its replicas; one that is not acknowledged in time
+    goes on (and is logged), and that master's writes stop waiting until a probe finds
+    its replicas back."""
     subject_prefix: str = "loopwire"
     """Prefix of every subject (and suffix of the stream names when not `loopwire`)."""
     metrics_port: int = 9464

