@@ -1,7 +1,8 @@
 """The profiles' loop behaviour end to end, through the public contract only (plain nats-py,
 the fake Messages API, tools served with nats.micro): a budget that ends a run, the
 technical summary of a stopped run, conversational defaults, the vacuous allowance,
-settings restored from the transcript, the loop ladder, and turn_by_turn."""
+settings restored from the transcript, the loop ladder (its steering, the looping turns
+left out of the history), and turn_by_turn."""
 
 from __future__ import annotations
 
@@ -106,8 +107,14 @@ def keeps_adding(body: dict[str, Any]) -> dict[str, Any]:
     return {"content": []}
 
 
+def tool_uses(messages: list[dict[str, Any]]) -> list[str]:
+    return [b["id"] for m in messages for b in m["content"] if b.get("type") == "tool_use"]
+
+
 async def test_a_loop_terminated_run_concludes_with_what_it_executed(
         nc: NatsClient, fake: FakeAnthropic, tool_provider: ToolProvider) -> None:
+    """The ladder's rungs, each a change of course (`steering`) but the last; the turns it
+    redirected or terminated are retracted and not kept; the summary is the conclusion."""
     await wait_for_tools(nc, {"add"})
     fake.responder = keeps_adding
     s = sid()
@@ -115,8 +122,17 @@ async def test_a_loop_terminated_run_concludes_with_what_it_executed(
         await ev.publish("start", {"input": "add one and one", "tools": ["add"],
                                    "model": {"primary": "m-a", "fallbacks": ["m-b"]}})
         ended = await ev.wait_for("run.ended")
+        session = await query(nc, "session.get", {"session_id": s})
     ev.check_bodies()
     assert [d["escalation"] for d in ev.of("loop.detected")] == ["redirect", "switch_model", "terminate"]
+    assert [(e["source"], e.get("to_model")) for e in ev.of("steering")] == [
+        ("loop_redirect", None), ("model_switch", "m-b")]
+    assert [r["reason"] for r in ev.of("retracted")] == [
+        f"loop detected (repeated_tool_call): {rung}" for rung in ("redirect", "switch_model", "terminate")]
+    looping = tool_uses([m["message"] for m in ev.of("message")[2:5]])
+    assert len(looping) == 3 and not set(looping) & set(tool_uses(session["messages"])), \
+        "the turns the ladder redirected or terminated are not in the history"
+    assert len(tool_uses(session["messages"])) == 2
     assert ended["status"] == "loop_terminated" and ended["reason"] == "repeated_tool_call"
     executed = len(tool_provider.calls)
     assert executed == 2, "the third identical call was detected, not executed"
