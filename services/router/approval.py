@@ -43,13 +43,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .next_step import NextStep, NextStepExecuteTools, NextStepFinalOutput, NextStepReview, NextStepRunAgain
+from .phases import change_phase
 from .routing import route
-from .stages import Turn
+from .stages import Turn, user_message
 from .state import Checkpoint, RunState, SessionState
 
 DENIED_BY_USER = "denied by the user: {note}"
 PROPOSAL_DENIED = "The user did not accept this answer: {note}. Revise it and propose again."
 NO_NOTE = "no reason given"
+REVIEW_REQUEST = ("Phase: review. The approved steps have run. Propose your answer for the user to approve: "
+                  "what was done and the result; or, if more is needed, the next tool calls.")
 
 
 def checkpoint_id(run: RunState) -> str:
@@ -100,17 +103,24 @@ def user_denials(cp: Checkpoint, note: str | None) -> dict[str, str]:
 
 
 def proposal_denied_message(note: str | None) -> dict[str, Any]:
-    text = PROPOSAL_DENIED.format(note=(note or "").strip() or NO_NOTE)
-    return {"role": "user", "content": [{"type": "text", "text": text}]}
+    return user_message(PROPOSAL_DENIED.format(note=(note or "").strip() or NO_NOTE))
 
 
 @dataclass(frozen=True)
 class ReviewStage:
-    """turn_by_turn's routing: every proposal goes to the user. Tool calls go
-    on to the strategy loop, whose preview puts every runnable call in a checkpoint; a
-    reply without tool calls becomes a `proposal` checkpoint. The core moves the phases:
-    a denial is review→review, an approval review→execute, the next proposal
-    execute→review, an approved answer execute→done."""
+    """turn_by_turn's routing: every proposal goes to the user.
+
+    - tool calls go on to the strategy loop, whose preview puts every runnable call in a
+      checkpoint (calls made in `execute` move the run back to `review` first);
+    - in `review`, a reply without tool calls becomes a `proposal` checkpoint;
+    - in `execute`, a reply that ends its turn (the approved work is done) moves the run
+      to `review` and asks again (`REVIEW_REQUEST`): the proposal is a new generation's,
+      made in review, not the execute phase's closing words;
+    - a reply cut by `max_tokens`, in any phase, ends the run with what it has: a cut
+      proposal would ask the user to approve half an answer.
+
+    The core moves the other phases: a denial is review→review, an approval
+    review→execute, an approved answer execute→done."""
 
     name: str = "review"
 
@@ -120,6 +130,10 @@ class ReviewStage:
             return NextStepExecuteTools(calls=turn.tool_calls)
         if decision == "run_again":
             return NextStepRunAgain(reason=turn.stop_reason or "run_again")
-        if not turn.text.strip():
+        if turn.stop_reason == "max_tokens" or not turn.text.strip():
             return NextStepFinalOutput(status="completed", text=turn.text)
+        if turn.run.profile_phase == "execute" and turn.stop_reason in ("end_turn", "stop_sequence", None):
+            return NextStepRunAgain(append=[user_message(REVIEW_REQUEST)], reason="review",
+                                    events=(change_phase(turn.run, "review", turn.transitions),))
         return NextStepReview(text=turn.text)
+

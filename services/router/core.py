@@ -38,7 +38,7 @@ from typing import Any
 from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult
 from loopwire.shared.contract.protocol import StartRun, text_to_content
 
-from . import approval, budget, follow_ups, subagent
+from . import answers, approval, budget, follow_ups, subagent
 from .accounting import account, account_extra
 from .config import CoreConfig
 from .effects import Effect, EmitEvent, PublishNotice
@@ -207,8 +207,7 @@ def _on_decision(tx: Transition, inp: DecisionInput, cfg: CoreConfig) -> Decisio
     if cp.kind == "proposal":
         if approved:  # the approved answer is carried out: it is the run's answer
             move_phase(tx, run, "execute")
-            move_phase(tx, run, "done")
-            end_run(tx, "completed", cp.text, cfg)
+            end_run(tx, "completed", None, cfg, closing=cp.text)  # the approved answer; execute -> done
         else:
             move_phase(tx, run, "review")  # another round of review
             tx.add_message(approval.proposal_denied_message(body.note))
@@ -280,6 +279,7 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
     turn = Turn(session=tx.st, run=run, message=message, stop_reason=result.stop_reason, text=text,
                 tool_calls=tool_calls, mode=_mode(run), config=cfg, step_id=result.step_id,
                 transitions=profile.transitions)
+    phase = run.profile_phase  # the phase the turn was made in (a stage may move it)
     step = within_limits(run, next_step(turn), text, cfg)
     if isinstance(step, NextStepFinalOutput) and step.status == "completed":
         cause = budget.end_cause(run, result.stop_reason)
@@ -292,6 +292,8 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
             tx.add_message(message)
         if text.strip():
             run.last_text = text
+        if answers.is_answer(turn, phase, kept=not (isinstance(step, NextStepRunAgain) and step.retract)):
+            run.answers.append(text)
     for n, spec in enumerate(step.events):
         tx.emit(spec.kind, f"{spec.kind}:{result.step_id}:{n}", run.run_id, **spec.fields)
     if voids is not None and voids.retract:

@@ -14,9 +14,9 @@ from __future__ import annotations
 DESIGN_DIFFERENCES: dict[str, str] = {
     # issue 26, one row per item
     "phases-from-init": "services/router/profiles.py",
-    "accumulated-answers": "services/router/run_lifecycle.py",
+    "accumulated-answers": "services/router/answers.py",
     "turn-by-turn-routing": "services/router/approval.py",
-    "model-tiers": "services/router/stages.py",
+    "model-tiers": "services/router/model_tiers.py",
     "context-fields": "services/tools/invoke.py",
     "inner-cap-tool-rounds": "services/router/tool_batches.py",
     "outer-cap-follow-ups": "services/router/iteration_limits.py",

@@ -175,4 +175,4 @@ class FinishStage:
             return None
         conclusion = normalise_conclusion(call.get("input") or {})
         return NextStepFinalOutput(status="completed", text=conclusion["summary"] or turn.text,
-                                   conclusion=conclusion)
+                                   conclusion=conclusion, closing=conclusion["summary"])

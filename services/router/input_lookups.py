@@ -4,7 +4,8 @@ passed into the input as data.
 For a `start`: the strategy config chosen by actor and expectation (strategy.py), the
 workspace (`metadata.workspace` resolved under LOOPWIRE_WORKSPACE_ROOTS, and its snapshot
 for the profiles that show one: workspace.py), the tools of `tools` the catalog does not
-hold, and a child run's parent depth (subagent.py). For a generation that calls tools:
+hold, and a child run's parent depth (subagent.py). For every input that may start a
+run (start, message, steer): the names the catalog holds, for the run's `tools_active`. For a generation that calls tools:
 their input schemas, from the tools catalog, for the plan gate (strategy_loop.py). A
 lookup that fails is a help missing, never a reason to fail the input.
 """
@@ -20,7 +21,7 @@ from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.tool_catalog import CatalogCache
 
 from . import subagent, workspace
-from .inputs import BaseInput, GenerationInput, StartInput
+from .inputs import BaseInput, GenerationInput, MessageInput, StartInput, SteerInput
 from .profiles import get_profile
 from .state import SessionState
 from .strategy import StrategyStore
@@ -46,6 +47,8 @@ class InputLookups:
         """What the core needs from the outside world for this input, read here (I/O) and
         passed in as data: a start's strategy config, workspace snapshot and parent depth;
         a generation's tool schemas for the plan gate."""
+        if isinstance(inp, StartInput | MessageInput | SteerInput):
+            inp.catalog_tools = await self._catalog_names(sid)
         if isinstance(inp, StartInput):
             body = inp.body
             config = await self.strategies.resolve(body.strategy.actor, body.strategy.expectation)
@@ -82,10 +85,18 @@ class InputLookups:
                 else:
                     inp.tool_schemas = {n: catalog[n].input_schema for n in names if n in catalog}
 
-    async def _catalog_of(self, names: list[str]) -> dict[str, Any]:
+    async def _catalog_of(self, names: list[str] | None) -> dict[str, Any]:
         if self._catalog is None:
             self._catalog = CatalogCache(self.ctx.redis, self.ctx.settings)
         return await self._catalog.get(names)
+
+    async def _catalog_names(self, sid: str) -> list[str] | None:
+        """The names the tool catalog holds now (cached for up to a second), or None."""
+        try:
+            return sorted(await self._catalog_of(None))
+        except Exception as exc:  # the tools a run may use are a report, never a reason to fail
+            log.warning("session %s: tool catalog unreadable, the run's tools_active not resolved: %s", sid, exc)
+            return None
 
     async def _unknown_tools(self, sid: str, names: list[str] | None) -> list[str]:
         """The names of a start's `tools` the catalog does not hold (reserved tools, which

@@ -32,6 +32,9 @@ class BaseInput(BaseModel):
     """The input comes from a redelivered chain root (shared/runtime/chain.py): if the session
     moved past it, its current outbox is performed again, since the crash that caused
     the redelivery may have lost the work that outbox started."""
+    catalog_tools: list[str] | None = None
+    """An ingress input that may start a run: the names the tool catalog holds (looked up
+    by the shell; None when it was not read), for the run's `tools_active`."""
 
 
 class StartInput(BaseInput):

@@ -39,7 +39,7 @@ from pydantic import ValidationError
 from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.runtime.pricing import cost_at, price_for
 
-from . import strategy_loop
+from . import answers, strategy_loop
 from .follow_ups import PROMPT_CHARS
 from .profiles import get_profile
 from .progress_injection import truncate
@@ -70,6 +70,7 @@ def resumed_run(asked: dict[str, Any] | None, events: list[dict[str, Any]], last
                    gen_seq=last_seq, phase="approval")
     _ledger(run, messages, prices)
     _course(run, events, kept, asked.get("turn"))
+    run.answers = answers.from_events(config.profile, events, retracted)
     run.profile_phase = next((e["to"] for e in reversed(events) if e.get("kind") == "phase.changed"),
                              get_profile(config.profile).initial_phase)
     if not _checkpoint(run, asked, kept, events):

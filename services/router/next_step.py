@@ -84,6 +84,9 @@ class NextStepFinalOutput:
     events: tuple[EventSpec, ...] = ()
     conclusion: dict[str, Any] | None = None
     """`run.ended.conclusion`: the finish tool's normalised input (finish.py)."""
+    closing: str | None = None
+    """The run's closing answer, after the answers of its turns (answers.py): the finish
+    tool's summary."""
 
 
 NextStep = NextStepRunAgain | NextStepExecuteTools | NextStepReview | NextStepConverge | NextStepFinalOutput

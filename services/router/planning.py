@@ -1,6 +1,7 @@
 """agentic_planned: PlanBuilder, PlanTracker and VerifyPhase.
 
-    plan ──(a plan is recorded)──▶ execute ──(every step completed)──▶ verify ──(answer)──▶ done
+    init ─▶ plan ──(a plan is recorded)──▶ execute ──(every step completed)──▶ verify ──(answer)──▶ done
+                                            └─(ended with steps open: nudged)─▶ execute
 
 - **PlanBuilder** (phase `plan`): the first generation gets a note with the task, the
   WorkspaceSnapshot (workspace.py, gathered by the shell) and the run's tools, and is
@@ -13,7 +14,7 @@
   `in_progress` or `completed`), alongside its other tool calls. The core answers the call
   itself (no tool service sees it); when every step is `completed` the run moves to
   `verify` and the call's result asks for the verification. A reply that ends the turn
-  with steps still open is nudged once per open plan (`PLAN_NUDGES`), then moves on to
+  with steps still open is nudged once per open plan (`PLAN_NUDGES`: execute→execute), then moves on to
   `verify` too: the model said it is done, so it is asked to check.
 - **VerifyPhase** (phase `verify`): the model verifies (tools are still offered) and
   answers; that answer is recorded as the run's `verification` and ends the run
@@ -35,7 +36,7 @@ from loopwire.shared.contract.protocol import UPDATE_PLAN_TOOL
 
 from .next_step import EventSpec, NextStep, NextStepFinalOutput, NextStepRunAgain
 from .phases import Transitions, change_phase
-from .stages import Turn
+from .stages import Turn, user_message
 from .state import RunState, SessionState
 
 UPDATE_PLAN = UPDATE_PLAN_TOOL
@@ -185,10 +186,10 @@ class PlanStage:
         if run.profile_phase == "execute":
             remaining = open_steps(run.plan)
             if remaining and run.plan_nudges < PLAN_NUDGES:
-                run.plan_nudges += 1
-                return NextStepRunAgain(append=[_user(OPEN_STEPS_NUDGE.format(open="; ".join(remaining)[:1000]))],
-                                        reason="plan_nudge")
-            return NextStepRunAgain(append=[_user(VERIFY_REQUEST)], reason="verify",
+                run.plan_nudges += 1  # sent back to carry out the open steps: execute -> execute
+                return NextStepRunAgain(append=[user_message(OPEN_STEPS_NUDGE.format(open="; ".join(remaining)[:1000]))],
+                                        reason="plan_nudge", events=(change_phase(run, "execute", turn.transitions),))
+            return NextStepRunAgain(append=[user_message(VERIFY_REQUEST)], reason="verify",
                                     events=(change_phase(run, "verify", turn.transitions),))
         if run.profile_phase == "verify":
             run.verification = turn.text
@@ -202,16 +203,13 @@ class PlanStage:
         steps = parse_plan_text(turn.text)
         if not steps and run.plan_nudges < PLAN_NUDGES:
             run.plan_nudges += 1
-            return NextStepRunAgain(append=[_user(PLAN_NUDGE)], reason="plan_nudge")
+            return NextStepRunAgain(append=[user_message(PLAN_NUDGE)], reason="plan_nudge")
         source = "text"
         if not steps:
             steps, source = [{"step": run.task or "Do the task.", "status": "pending"}], "fallback"
         run.plan = steps
         run.plan_nudges = 0
         phase = change_phase(run, "execute", turn.transitions)
-        return NextStepRunAgain(append=[_user(PLAN_RECORDED.format(n=len(steps)))], reason="plan_recorded",
+        return NextStepRunAgain(append=[user_message(PLAN_RECORDED.format(n=len(steps)))], reason="plan_recorded",
                                 events=(phase, record(turn.session, run, source)))
 
-
-def _user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": text}]}

@@ -4,23 +4,27 @@ A profile is data:
 
 - `stages`: the post-generation stages, in order (stages.py); the first that answers
   decides the next step;
-- `phases`, `initial_phase`, `transitions`: the profile's phases (`RunState.profile_phase`)
-  and the only moves allowed between them (the profile's transition table). Every move
-  goes through `phases.change_phase`, which raises `IllegalTransition` for a move not in
-  the table and returns the `phase.changed` event. A run that ends otherwise (abort,
-  limits, a failure, the finish tool) ends in the phase it is in: `run.ended` is the
-  terminal event, not a phase change;
+- `phases`, `transitions`: the profile's phases (`RunState.profile_phase`) and the only
+  moves allowed between them (the profile's transition table). Every run starts in
+  `init` and moves at once to the profile's first working phase (`working_phase`); a run
+  that ends `completed` moves to `done` before its `run.ended`. Every move goes through
+  `phases.change_phase`, which raises `IllegalTransition` for a move not in the table and
+  returns the `phase.changed` event. A run that ends otherwise (abort, limits, a failure)
+  ends in the phase it is in: `run.ended` is the terminal event, not a phase change;
 - what it offers: tools (`offers_tools`), the reserved finish tool (`offers_finish`),
   a plan (`planned`), a human review of every turn (`reviews_every_turn`);
 - its defaults, which StartRun `limits` (or a strategy config, or the settings) override.
 
-| profile | phases (initial first) | transitions | max_turns | compaction_at_pct | progress_injection |
-|---|---|---|---|---|---|
-| agentic | act | - | 50 | 0.8 | system_reminder |
-| agentic_planned | plan, execute, verify, done | plan→execute, execute→verify, verify→done | 100 | 0.8 | system_reminder |
-| turn_by_turn | review, execute, done | review→review, review→execute, execute→review, execute→done | 200 | 0.8 | none |
-| conversational | chat | - | 100 | 0.8 | none |
-| claude_code, opencode, codex, acp | act | - | 50 | 0.8 | system_reminder (the agent's system prompt) |
+| profile | transitions | max_turns | compaction_at_pct | progress_injection |
+|---|---|---|---|---|
+| agentic, conversational | init→execute, execute→done | 50 / 100 | 0.8 | system_reminder / none |
+| agentic_planned | init→plan, plan→execute, execute→execute, execute→verify, verify→done; plan→done, execute→done | 100 | 0.8 | system_reminder |
+| turn_by_turn | init→review, review→review, review→execute, execute→review, execute→done; review→done | 200 | 0.8 | none |
+| claude_code, opencode, codex, acp | init→execute, execute→done | 50 | 0.8 | system_reminder (the agent's system prompt) |
+
+The moves after `;` are the ones a run completes by outside the designed path: the finish
+tool called before the verification, or a reply cut by `max_tokens` (it ends the run with
+what it has): a completed run always reports `done`.
 
 The executor profiles' stages are the seed's lists (executor_profiles.py): an external agent
 makes each generation, the router routes its answer and nudges it.
@@ -29,6 +33,7 @@ makes each generation, the router routes its answer and nudges it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from .approval import ReviewStage
 from .commitment_gate import CommitmentGateStage
@@ -39,15 +44,18 @@ from .planning import PlanStage
 from .stages import RoutingStage, Stage
 from .vacuous import VacuousAnswerStage
 
+ModelTier = Literal["primary", "lightweight", "any"]
+"""Which of the run's models does a piece of work (model_tiers.py)."""
+
 
 @dataclass(frozen=True)
 class Profile:
     name: str
     offers_tools: bool
     stages: tuple[Stage, ...]
-    phases: tuple[str, ...] = ("act",)
-    """The profile's phases; the first is the initial one."""
-    transitions: dict[str, frozenset[str]] = field(default_factory=dict)
+    phases: tuple[str, ...] = ("init", "execute", "done")
+    """The profile's phases: `init` first, `done` last."""
+    transitions: dict[str, frozenset[str]] = field(default_factory=lambda: _moves("init->execute", "execute->done"))
     """phase -> the phases it may move to. Anything else raises IllegalTransition."""
     max_turns: int = 50
     compaction_at_pct: float = 0.8
@@ -77,11 +85,26 @@ class Profile:
     """`cli` or `acp`: an external agent makes the generations (executor_profiles.py)."""
     pipeline: tuple[str, ...] = ()
     """The seed's stage list of an executor profile, as executor_profiles.py maps it."""
+    model_tiers: dict[str, ModelTier] = field(default_factory=dict)
+    """phase -> the model tier of its generations (model_tiers.py); `primary` when unnamed."""
     notes: str = field(default="", compare=False)
 
     @property
     def initial_phase(self) -> str:
-        return self.phases[0]
+        return INIT
+
+    @property
+    def working_phase(self) -> str:
+        """The phase a run moves to from `init` as it starts (the table has exactly one)."""
+        (phase,) = self.transitions[INIT]
+        return phase
+
+    def can_complete_from(self, phase: str) -> bool:
+        return DONE in self.transitions.get(phase, frozenset())
+
+
+INIT = "init"
+DONE = "done"
 
 
 def _moves(*pairs: str) -> dict[str, frozenset[str]]:
@@ -110,30 +133,34 @@ _TURN_BY_TURN_STAGES: tuple[Stage, ...] = (LoopDetectionStage(), VacuousAnswerSt
 
 PROFILES: dict[str, Profile] = {
     "agentic": Profile(
-        "agentic", offers_tools=True, stages=_AGENTIC_STAGES, phases=("act",),
+        "agentic", offers_tools=True, stages=_AGENTIC_STAGES,
         max_turns=50, compaction_at_pct=0.8, progress_injection="system_reminder",
         max_inner_iterations=100, max_outer_iterations=10, offers_finish=True),
     "agentic_planned": Profile(
         "agentic_planned", offers_tools=True, stages=_PLANNED_STAGES,
-        phases=("plan", "execute", "verify", "done"),
-        transitions=_moves("plan->execute", "execute->verify", "verify->done"),
+        phases=("init", "plan", "execute", "verify", "done"),
+        # execute->execute: a reply that ends its turn with steps still open is sent back
+        # to carry them out (planning.PlanStage).
+        transitions=_moves("init->plan", "plan->execute", "execute->execute", "execute->verify", "verify->done",
+                           "plan->done", "execute->done"),
         max_turns=100, compaction_at_pct=0.8, progress_injection="system_reminder",
         max_inner_iterations=150, max_outer_iterations=10, offers_finish=True, planned=True,
-        snapshots_workspace=True),
+        snapshots_workspace=True, model_tiers={"plan": "lightweight"}),
     "turn_by_turn": Profile(
         "turn_by_turn", offers_tools=True, stages=_TURN_BY_TURN_STAGES,
-        phases=("review", "execute", "done"),
-        transitions=_moves("review->review", "review->execute", "execute->review", "execute->done"),
+        phases=("init", "review", "execute", "done"),
+        transitions=_moves("init->review", "review->review", "review->execute", "execute->review", "execute->done",
+                           "review->done"),
         max_turns=200, compaction_at_pct=0.8, progress_injection="none",
         max_inner_iterations=200, max_outer_iterations=10, reviews_every_turn=True, snapshots_workspace=True),
     "conversational": Profile(
-        "conversational", offers_tools=False, stages=(VacuousAnswerStage(), RoutingStage()), phases=("chat",),
+        "conversational", offers_tools=False, stages=(VacuousAnswerStage(), RoutingStage()),
         max_turns=100, compaction_at_pct=0.8, progress_injection="none",
         max_inner_iterations=10, max_outer_iterations=1, single_generation=True),
     # External executors: a coding agent's own loop makes each generation (one step is
     # one turn of the agent); the llm service answers `unsupported_profile` for an agent
     # it has no executor for (services/llm/executors/registry.py).
-    **{name: Profile(name, offers_tools=True, stages=EXECUTOR_STAGES, phases=("act",), max_turns=50,
+    **{name: Profile(name, offers_tools=True, stages=EXECUTOR_STAGES, max_turns=50,
                      compaction_at_pct=0.8, progress_injection="system_reminder", max_inner_iterations=100,
                      max_outer_iterations=10, executor="acp" if name == "acp" else "cli",
                      pipeline=ACP_PIPELINE if name == "acp" else CLI_PIPELINE)

@@ -10,11 +10,12 @@ StartRun's. Permissions only tighten: the operator's tool policy is the floor
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from loopwire.shared.contract.protocol import Limits, StartRun, text_to_content
+from loopwire.shared.contract.protocol import HEADER_VALUE, Limits, StartRun, text_to_content
 
-from . import subagent
+from . import model_tiers, subagent
 from .config import CoreConfig
 from .finish import GUIDELINE
 from .profiles import get_profile
@@ -40,7 +41,8 @@ def run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None 
     return RunConfig(
         profile=body.profile, models=models, max_tokens=body.model.max_tokens or cfg.default_max_tokens,
         system=strategy.system_prompt(body.system, (GUIDELINE,) if conclusion else ()) if strategy else body.system,
-        temperature=body.model.temperature, memory_model=body.model.memory or cfg.memory_model,
+        temperature=body.model.temperature, memory_model=model_tiers.memory_model(body.model, cfg.memory_model),
+        lightweight_model=model_tiers.lightweight_of(body.model),
         tools=tools, conclusion=conclusion,
         tool_permissions=merge_permissions(cfg.tool_policy, strategy.tool_permissions if strategy else {},
                                            body.tool_permissions),
@@ -51,7 +53,14 @@ def run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None 
         actor=body.strategy.actor, expectation=body.strategy.expectation,
         strategy=strategy.name if strategy else None, subagent_depth=depth, metadata=body.metadata,
         executor_agent=body.executor.agent if body.executor else None,
+        user_id=body.user_id, workspace_id=workspace_id(body.metadata),
     )
+
+
+def workspace_id(metadata: dict[str, Any]) -> str | None:
+    """`metadata.workspace_id` when it can be passed on as a header, else None."""
+    value = metadata.get("workspace_id")
+    return value if isinstance(value, str) and re.fullmatch(HEADER_VALUE, value) else None
 
 
 def input_messages(body: StartRun) -> list[dict[str, Any]]:

@@ -1,11 +1,12 @@
 """A run's start and its end: `run.started` and `run.ended`, and the session around them.
 
 `start_run` makes the run (its settings under the operator's tool policy as it is now,
-its task, its profile's initial phase, a pre-built plan, the workspace snapshot) and asks
-for its first generation. `end_run` is the one way a run ends, whatever ends it: an
+its task, `init` and the move to its profile's working phase, a pre-built plan, the
+workspace snapshot) and asks for its first generation. `end_run` is the one way a run ends, whatever ends it: an
 `error` first when a failure ends it, never `completed` over budget, dangling tool_use
 blocks answered (history_repair.py), the best answer so far (or the technical summary of
-a run the router stopped) as its final text, the session idle again, and follow-ups that
+a run the router stopped) as its final text, a completed run moved to `done`, the
+session idle again, and follow-ups that
 came too late for the last boundary starting the next run.
 """
 
@@ -13,12 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import budget, planning, technical_summary
+from . import answers, budget, planning, strategy_loop, technical_summary
 from .config import CoreConfig
 from .follow_ups import PROMPT_CHARS, drain_queued, drain_steering
 from .history_repair import close_dangling_tool_uses
 from .inputs import StartInput
-from .profiles import get_profile
+from .profiles import DONE, get_profile
 from .progress_injection import truncate
 from .run_config import lineage
 from .stages import user_text
@@ -31,7 +32,9 @@ from .workspace import render as render_workspace
 
 def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]], run_id: str,
               cfg: CoreConfig, plan: Any = None, workspace: dict[str, Any] | None = None,
-              source: str | None = None) -> None:
+              source: str | None = None, tools_known: list[str] | None = None) -> None:
+    """Start a run. `tools_known`: the run's tools the catalog held, when this input did
+    not look the catalog up (the next run started by follow-ups: the last run's)."""
     st = tx.st
     # The operator's policy as it is now, also over a follow-up's stored settings.
     config = config.model_copy(update={"tool_permissions": merge_permissions(cfg.tool_policy,
@@ -39,6 +42,8 @@ def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
     run = RunState(run_id=run_id, config=config, trace=tx.inp.new_trace, started_ns=tx.inp.now_ns)
     prompts = [user_text(m["content"]) for m in messages if m["role"] == "user"]
     run.task = truncate(prompts[-1] if prompts else "", PROMPT_CHARS)
+    known = strategy_loop.known_tools(config.tools, tx.inp.catalog_tools)
+    run.tools_known = known if known is not None else tools_known
     run.last_prompt = run.task
     st.run = run
     st.status = "running"
@@ -58,6 +63,7 @@ def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
         tx.emit("warning", f"warning:{run_id}:unknown_tools", run_id, code="unknown_tools",
                 message=f"no tool named {', '.join(unknown)} is known; the run goes on without "
                         f"{'it' if len(unknown) == 1 else 'them'}", tools=unknown)
+    move_phase(tx, run, profile.working_phase)
     if profile.snapshots_workspace:
         run.workspace = render_workspace(workspace)
     if profile.planned:
@@ -71,7 +77,11 @@ def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
 
 def end_run(tx: Transition, status: str, text: str | None, cfg: CoreConfig,
             error: tuple[str, str] | None = None, start_queued: bool = True,
-            reason: str | None = None, conclusion: dict[str, Any] | None = None) -> None:
+            reason: str | None = None, conclusion: dict[str, Any] | None = None,
+            closing: str | None = None) -> None:
+    """End the run with `status`. Its final text is its answers and then `closing` (an
+    answer that is no turn's text: the finish tool's summary, the approved proposal;
+    answers.py); with none, `text` (the latest turn's) or the best text so far."""
     st = tx.st
     run = st.run
     assert run is not None
@@ -82,13 +92,17 @@ def end_run(tx: Transition, status: str, text: str | None, cfg: CoreConfig,
     if spent is not None:  # never `completed` over budget, however the run got here
         status, reason = "budget_exhausted", spent
     close_dangling_tool_uses(tx, run, status)
-    final_text = text if text is not None and text.strip() else run.last_text
+    if status == "completed" and get_profile(run.config.profile).can_complete_from(run.profile_phase):
+        # A completed run reports `done` (profiles.py); one stored in a phase older
+        # routers had (`act`, `chat`) has no move to it and ends where it is.
+        move_phase(tx, run, DONE)
+    final_text = answers.final_text(run.answers, closing, text if text is not None and text.strip() else run.last_text)
     if conclusion is None:
         conclusion = technical_summary.stopped_conclusion(run, status, final_text, reason)
     if not final_text.strip() and conclusion is not None:
         final_text = conclusion["summary"]  # never silently: the summary is the best answer left
     tx.emit("run.ended", f"run.ended:{run.run_id}", run.run_id, status=status, final_text=final_text,
-            conclusion=conclusion, turns=run.turn,
+            conclusion=conclusion, turns=run.turn, message_count=st.history_len,
             usage={"input_tokens": run.usage.total_input(), "output_tokens": run.usage.output_tokens},
             cost_usd=None if run.unpriced else round(run.cost_usd, 8), **({"reason": reason} if reason else {}))
     run.awaiting = "done"
@@ -100,7 +114,7 @@ def end_run(tx: Transition, status: str, text: str | None, cfg: CoreConfig,
         # Follow-ups that arrived too late for the last boundary start the next run.
         content = drain_steering(st) + drain_queued(st)
         start_run(tx, st.last_config, [{"role": "user", "content": content}], run_id=f"{run.run_id}.next",
-                  cfg=cfg, source="follow_up")
+                  cfg=cfg, source="follow_up", tools_known=run.tools_known)
     elif not start_queued:
         st.queued.clear()
         st.steering.clear()

@@ -74,6 +74,11 @@ def user_text(content: str | list[dict[str, Any]]) -> str:
     return " ".join(b.get("text", "") for b in content if b.get("type") == "text").strip()
 
 
+def user_message(text: str) -> dict[str, Any]:
+    """A user message of one text block: what the router adds to ask the model something."""
+    return {"role": "user", "content": [{"type": "text", "text": text}]}
+
+
 def not_executed(calls: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
     """Error results for tool_use blocks that will not run: the Messages API needs an
     answer to every tool_use in the next user message."""

@@ -28,7 +28,11 @@ class RunConfig(BaseModel):
     max_tokens: int
     temperature: float | None = None
     memory_model: str | None = None
-    """StartRun `model.memory`, else LOOPWIRE_MEMORY_MODEL: the memory's own calls."""
+    """StartRun `model.memory`, else the lightweight model (`auto`), else
+    LOOPWIRE_MEMORY_MODEL: the memory's own calls (model_tiers.py)."""
+    lightweight_model: str | None = None
+    """StartRun `model.lightweight` when `model.selection` is `auto`: the lightweight
+    tier's model (model_tiers.py); None: every generation uses `models`."""
     tools: list[str] | None = None
     tool_permissions: dict[str, str] = Field(default_factory=dict)
     max_turns: int = 50
@@ -56,6 +60,11 @@ class RunConfig(BaseModel):
     """The run's strategy config asks for a conclusion and the run offers the finish tool:
     its system prompt carries the tool's guideline, and an answer in text concludes with
     the technical summary (technical_summary.py, terminal `explanation`)."""
+    # -- context fields (schema 1, additive) --
+    user_id: str | None = None
+    """StartRun `user_id`: tool providers get it as `Loopwire-User-Id`."""
+    workspace_id: str | None = None
+    """StartRun `metadata.workspace_id`: tool providers get it as `Loopwire-Workspace-Id`."""
 
 
 class Checkpoint(BaseModel):
@@ -104,6 +113,8 @@ class RunState(BaseModel):
     `warning` event named each one once."""
     last_text: str = ""
     """Text of the latest assistant message: the best answer so far."""
+    answers: list[str] = Field(default_factory=list)
+    """The texts of the run's answers, in order (answers.py): `run.ended.final_text`."""
 
     # -- loop control bookkeeping (schema 1, additive: older documents load with defaults) --
     gen_seq: int = 0
@@ -164,6 +175,12 @@ class RunState(BaseModel):
     """agentic_planned: the verify phase's answer, recorded."""
     workspace: str = ""
     """agentic_planned: the rendered WorkspaceSnapshot, a note of every plan-phase generation."""
+    tools_known: list[str] | None = None
+    """The run's tools the catalog held when it started (all of them for a run that names
+    none); None: not looked up (the catalog was unreadable)."""
+    tools_active: list[str] = Field(default_factory=list)
+    """The tools the run's latest generation may use: offered, known, not denied, and the
+    reserved tools of its phase (strategy_loop.active_tools; `session.get`)."""
     permission_answers: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """External executors: checkpoint id -> `{"decision", "note"}` of the agent's
     permission requests decided in this run (asked again, they get the same answer)."""

@@ -16,6 +16,7 @@ from . import budget, planning, strategy_loop
 from .effects import PublishWork
 from .executor_profiles import spec_for
 from .finish import OUT_OF_BUDGET_NOTE
+from .model_tiers import generation_models
 from .phases import change_phase
 from .profiles import get_profile
 from .state import RunState
@@ -40,6 +41,7 @@ def request_generation(tx: Transition, run: RunState, notes: list[str] | None = 
     elif profile.snapshots_workspace and run.workspace and run.tool_calls_made == 0 and run.converging is None:
         notes.append(run.workspace)  # the WorkspaceSnapshot, while nothing has run that could change it
     offer = strategy_loop.offer(run)
+    run.tools_active = strategy_loop.active_tools(run, offer)
     run.awaiting = "generate"
     run.gen_seq += 1
     step_id = keys.generation_step_id(run.run_id, run.gen_seq)
@@ -52,7 +54,7 @@ def request_generation(tx: Transition, run: RunState, notes: list[str] | None = 
         session_id=tx.st.session_id, run_id=run.run_id, step_id=step_id, turn=run.turn + 1,
         history_len=tx.st.history_len, system=cfg.system, ephemeral_notes=notes,
         tools=offer.tools, offer_tools=offer.offer, extra_tools=offer.extra,
-        models=cfg.models[run.model_offset:], max_tokens=max_tokens,
+        models=generation_models(run), max_tokens=max_tokens,
         temperature=run.temperature if run.temperature is not None else cfg.temperature,
         reduce_context=run.context_retries > 0, context_window=cfg.context_window,
         compaction_at_pct=cfg.compaction_at_pct, actor=cfg.actor, memory_model=cfg.memory_model, trace=run.trace,

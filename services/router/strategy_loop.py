@@ -67,6 +67,28 @@ def offer(run: RunState) -> Offer:
     return Offer(tools=tools, offer=True, extra=finish)
 
 
+def known_tools(tools: list[str] | None, catalog: list[str] | None) -> list[str] | None:
+    """The run's `tools` the catalog holds (all of the catalog's when it names none); None
+    when the catalog was not read."""
+    if catalog is None:
+        return None
+    return list(catalog) if tools is None else [n for n in tools if n in catalog]
+
+
+def active_tools(run: RunState, now: Offer) -> list[str]:
+    """The tools a generation with offer `now` may use: the run's tools the catalog knew
+    at the start (discovery), less those its `tool_permissions` deny (policy), then the
+    reserved tools of its phase (the finish tool, update_plan)."""
+    if not now.offer:
+        names: list[str] = []
+    elif now.tools is None:
+        names = list(run.tools_known or [])
+    else:
+        names = [n for n in now.tools if run.tools_known is None or n in run.tools_known]
+    denied = {n for n, p in run.config.tool_permissions.items() if p == "deny"}
+    return list(dict.fromkeys([n for n in names if n not in denied] + [t.name for t in now.extra]))
+
+
 def finish_offered(run: RunState) -> bool:
     """Whether the run's generations offer the finish tool (also its converging one)."""
     profile = get_profile(run.config.profile)

@@ -40,15 +40,15 @@ def next_step(turn: Turn) -> NextStep:
     """The converging answer ends the run; otherwise the profile's stages decide."""
     run = turn.run
     if run.converging is not None:
-        conclusion, text = None, turn.text
+        conclusion, text, closing = None, turn.text, None
         call = finish_call(turn.tool_calls) if run.converging == "budget_exhausted" else None
         if call is not None and strategy_loop.finish_offered(run):
             conclusion = out_of_budget_conclusion(call, turn.text, run.last_text)
             conclusion["executed"] = [dict(e) for e in run.executed]
-            text = conclusion["summary"]
+            text = closing = conclusion["summary"]
         # Without a finish call, end_run gives the run its technical summary.
         return NextStepFinalOutput(status=run.converging, text=text, reason=run.converge_reason,
-                                   conclusion=conclusion)
+                                   conclusion=conclusion, closing=closing)
     step: NextStep | None = None
     for stage in get_profile(run.config.profile).stages:
         step = stage.after_generation(turn)
@@ -110,4 +110,4 @@ def apply_step(tx: Transition, run: RunState, step: NextStep, cfg: CoreConfig,
             request_generation(tx, run)
     else:
         end_run(tx, step.status, step.text, cfg, error=step.error, reason=step.reason,
-                conclusion=step.conclusion)
+                conclusion=step.conclusion, closing=step.closing)

@@ -35,7 +35,7 @@ from loopwire.shared.stores.blobs import BlobStore, externalize
 from loopwire.shared.stores.step_store import StepStore, renewed
 
 from .catalog import Catalog, ResolvedTool
-from .invoke import Outcome, ProviderUnavailable, call_provider, call_python
+from .invoke import Outcome, ProviderUnavailable, call_provider, call_python, context_headers
 from .mcp_tool import McpTool, McpUnavailable
 from .registry import PythonTool, ToolError
 from .retry import TransientToolError, with_retries
@@ -219,7 +219,8 @@ class Executor:
     async def _invoke_once(self, env: ExecuteTools, call: ToolCall, tool: ResolvedTool,
                            timeout: float) -> Outcome:
         if isinstance(tool, PythonTool):
-            return await call_python(tool, call.input, session_id=env.session_id, tool_use_id=call.tool_use_id)
+            return await call_python(tool, call.input, session_id=env.session_id, tool_use_id=call.tool_use_id,
+                                     user_id=env.user_id, workspace_id=env.workspace_id)
         if isinstance(tool, McpTool):
             return await tool.call(call.input, session_id=env.session_id, tool_use_id=call.tool_use_id)
         if self.nc is None:
@@ -227,7 +228,8 @@ class Executor:
         # Our own deadline fires first; nats' request timeout is only a backstop.
         return await call_provider(self.nc, tool.subject, call.input, session_id=env.session_id,
                                    tool_use_id=call.tool_use_id, timeout_s=timeout + 1.0,
-                                   attempt_timeout_s=self.attempt_timeout_s)
+                                   attempt_timeout_s=self.attempt_timeout_s,
+                                   context=context_headers(env.user_id, env.workspace_id))
 
 
 def validation_problem(tool: ResolvedTool, arguments: dict[str, Any], limit: int = 3) -> str | None:

@@ -5,7 +5,8 @@ Both paths return an :class:`Outcome` (content + is_error) or raise; the executo
 raise into an error result and owns timeouts, validation and recording.
 
 The provider protocol (docs/protocol.md, "Tool providers"): the tool input is the request
-body; headers `Loopwire-Session-Id` and `Loopwire-Tool-Use-Id` go with it; the reply is
+body; headers `Loopwire-Session-Id` and `Loopwire-Tool-Use-Id` go with it, and the run's
+context fields when it has them (`Loopwire-User-Id`, `Loopwire-Workspace-Id`); the reply is
 ``{"content": str or [content blocks], "is_error": bool}``, and a NATS service error
 reply (headers `Nats-Service-Error`, `Nats-Service-Error-Code`) counts as an error result.
 A reply whose content carries loopwire's own fields (keys starting with `loopwire`, such as
@@ -35,6 +36,8 @@ log = logging.getLogger("loopwire.tools.invoke")
 
 SESSION_HEADER = "Loopwire-Session-Id"
 TOOL_USE_HEADER = "Loopwire-Tool-Use-Id"
+USER_HEADER = "Loopwire-User-Id"
+WORKSPACE_HEADER = "Loopwire-Workspace-Id"
 SERVICE_ERROR_HEADER = "Nats-Service-Error"
 SERVICE_ERROR_CODE_HEADER = "Nats-Service-Error-Code"
 STATUS_HEADER = "Status"
@@ -82,14 +85,22 @@ def to_content(value: Any) -> Content:
         return str(value)
 
 
+def context_headers(user_id: str | None, workspace_id: str | None) -> dict[str, str]:
+    """The run's context fields a provider gets as headers (those the run has)."""
+    pairs = ((USER_HEADER, user_id), (WORKSPACE_HEADER, workspace_id))
+    return {name: value for name, value in pairs if value}
+
+
 async def call_python(tool: PythonTool, arguments: dict[str, Any], *, session_id: str = "",
-                      tool_use_id: str = "") -> Outcome:
-    result = await tool.call(arguments, CallContext(session_id, tool_use_id))
+                      tool_use_id: str = "", user_id: str | None = None, workspace_id: str | None = None) -> Outcome:
+    result = await tool.call(arguments, CallContext(session_id, tool_use_id, user_id=user_id,
+                                                    workspace_id=workspace_id))
     return refused_if_internal(Outcome(to_content(result)))
 
 
 async def call_provider(nc: NatsClient, subject: str, arguments: dict[str, Any], *, session_id: str,
-                        tool_use_id: str, timeout_s: float, attempt_timeout_s: float | None = None) -> Outcome:
+                        tool_use_id: str, timeout_s: float, attempt_timeout_s: float | None = None,
+                        context: dict[str, str] | None = None) -> Outcome:
     """One call to a provider endpoint, within `timeout_s`. Raises TimeoutError (nats' own
     subclasses it) and ProviderUnavailable.
 
@@ -98,8 +109,8 @@ async def call_provider(nc: NatsClient, subject: str, arguments: dict[str, Any],
     there. So the request is sent again, with the same Loopwire-Tool-Use-Id (the provider's
     idempotency key) and to the same reply inbox, when this client reconnected since it was
     sent, or when no reply came within `attempt_timeout_s`; the first reply to any attempt
-    answers the call."""
-    headers = {SESSION_HEADER: session_id, TOOL_USE_HEADER: tool_use_id}
+    answers the call. `context`: more headers (`context_headers`)."""
+    headers = {SESSION_HEADER: session_id, TOOL_USE_HEADER: tool_use_id, **(context or {})}
     payload = orjson.dumps(arguments)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s

@@ -56,6 +56,10 @@ class CallContext:
 
     session_id: str
     tool_use_id: str
+    user_id: str | None = None
+    """StartRun `user_id` of the run (a NATS provider's `Loopwire-User-Id`)."""
+    workspace_id: str | None = None
+    """StartRun `metadata.workspace_id` (a NATS provider's `Loopwire-Workspace-Id`)."""
 
     def headers(self) -> dict[str, str]:
         return {"Loopwire-Session-Id": self.session_id, "Loopwire-Tool-Use-Id": self.tool_use_id}

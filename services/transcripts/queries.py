@@ -97,6 +97,10 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
         "runs": raw.get("runs", 0),
         "plan": raw.get("plan"),
         "checkpoint_id": (run.get("checkpoint") or {}).get("id"),
+        # additions (2026-12-02): the context fields, and the tools the run may use now
+        "user_id": config.get("user_id"),
+        "workspace_id": config.get("workspace_id"),
+        "tools_active": run.get("tools_active") if run else None,
     }
 
 
@@ -118,6 +122,9 @@ def _reply_from_transcript(session_id: str, replayed: Replayed) -> dict[str, Any
         "runs": replayed.runs,
         "plan": None,
         "checkpoint_id": asked.get("checkpoint_id") if asked is not None else None,
+        "user_id": (replayed.run_config or {}).get("user_id"),
+        "workspace_id": (replayed.run_config or {}).get("workspace_id"),
+        "tools_active": None,
         "source": "transcript",
     }
 

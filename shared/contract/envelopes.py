@@ -215,6 +215,10 @@ class ExecuteTools(_Envelope):
     calls: list[ToolCall]
     denied: dict[str, str] = Field(default_factory=dict)
     """tool_use_id -> reason for calls that must not run (permission `deny`)."""
+    user_id: str | None = None
+    """StartRun `user_id`: the providers' `Loopwire-User-Id` header."""
+    workspace_id: str | None = None
+    """StartRun `metadata.workspace_id`: the providers' `Loopwire-Workspace-Id` header."""
 
 
 # -- tools -> router ----------------------------------------------------------------------

@@ -251,6 +251,8 @@ class RunEnded(Event):
     cost_usd: float | None = Field(description=(
         "Addition: null when a model of the run has no known price (a `warning` event said so)."))
     reason: str | None = Field(default=None, description="Addition: why the run did not simply complete.")
+    message_count: int | None = Field(default=None, description=(
+        "The messages in the session's history after the run (2026-12-02)."))
 
 
 class MemoryObservation(MemoryNote):

@@ -45,6 +45,10 @@ LOOPWIRE_EVENTS stream) but are not kept in the transcript (`transcript.get`), w
 other events say the same thing for good (`message`, `tool.result`)."""
 
 
+HEADER_VALUE = r"^[\x20-\x7e]{1,256}$"
+"""A value loopwire passes on as a NATS header: 1-256 printable ASCII characters."""
+
+
 class IngressBody(BaseModel):
     """The base of every body a client publishes: unknown fields ignored, types strict."""
 
@@ -60,7 +64,14 @@ class ModelSpec(IngressBody):
     temperature: float | None = Field(default=None, ge=0, le=1)
     memory: str | None = None
     """Addition: the model of the memory's own calls (compaction summaries, observations,
-    reflections); else LOOPWIRE_MEMORY_MODEL, else the run's models."""
+    reflections); else the lightweight model (`selection: auto`), else LOOPWIRE_MEMORY_MODEL,
+    else the run's models."""
+    lightweight: str | None = None
+    """The model of the lightweight work (plan building, memory's calls) when `selection`
+    is `auto` (services/router/model_tiers.py)."""
+    selection: Literal["manual", "auto"] = "manual"
+    """`manual`: every generation uses `primary` (then `fallbacks`); `auto`: the
+    lightweight work uses `lightweight`."""
 
 
 class Limits(IngressBody):
@@ -106,6 +117,11 @@ class StartRun(IngressBody):
     metadata: dict[str, Any] = Field(default_factory=dict)
     executor: ExecutorChoice | None = None
     """The external executors' profiles (`acp`): the agent, named by the operator's list."""
+    user_id: str | None = Field(default=None, pattern=HEADER_VALUE)
+    """Addition: who the run is for, as the client says (unverified by loopwire: an
+    authenticated identity is the operator's, docs/security.md). Kept with the session
+    (`session.get`) and passed to tool providers as the header `Loopwire-User-Id`;
+    `metadata.workspace_id` likewise as `Loopwire-Workspace-Id`."""
 
     @field_validator("input")
     @classmethod

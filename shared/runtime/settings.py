@@ -293,7 +293,8 @@ class Settings(BaseSettings):
     """Token counts kept in Redis (by content hash); 0 disables the Redis cache."""
     memory_model: str | None = None
     """Model of the memory's own calls (compaction summaries, observations, reflections)
-    for a run whose StartRun names none (`model.memory`); unset: the run's own models.
+    for a run whose StartRun names none (`model.memory`, or `model.lightweight` with
+    `model.selection: auto`); unset: the run's own models.
     Their tokens count in the run's usage and cost at this model's price."""
     memory_observe_every_turns: int = 10
     """An observation is written after this many model turns; 0 disables observations."""

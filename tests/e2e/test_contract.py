@@ -54,8 +54,8 @@ async def test_agentic_run_with_a_nats_micro_tool(nc: NatsClient, fake: FakeAnth
     counted = [r.body for r in fake.requests if r.path == "/v1/messages/count_tokens"]
     assert any("What is 2 + 40?" in json.dumps(body) for body in counted), counted
     kinds = [e["kind"] for e in ev.durable()]
-    assert kinds == ["run.started", "user.message", "message", "tool.call", "tool.result", "user.message",
-                     "message", "run.ended"]
+    assert kinds == ["run.started", "phase.changed", "user.message", "message", "tool.call", "tool.result",
+                     "user.message", "message", "phase.changed", "run.ended"]
     deltas = "".join(e["text"] for e in ev.of("text.delta"))
     assert deltas == "Let me add those.The sum is 42."
     seqs = [e["seq"] for e in ev.events]

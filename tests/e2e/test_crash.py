@@ -63,7 +63,8 @@ async def slow_tool_crash(own_system: LoopwireContainer, own_nc: NatsClient, fak
 
     transcript = (await query(own_nc, "transcript.get", {"session_id": sid}))["events"]
     kinds = Counter(e["kind"] for e in transcript)
-    assert kinds == Counter({"run.started": 1, "user.message": 2, "message": 2, "tool.call": 1, "tool.result": 1, "run.ended": 1})
+    assert kinds == Counter({"run.started": 1, "phase.changed": 2, "user.message": 2, "message": 2, "tool.call": 1,
+                             "tool.result": 1, "run.ended": 1})
     seqs = [e["seq"] for e in transcript]
     assert seqs == sorted(set(seqs))
     await svc.stop()
@@ -91,7 +92,8 @@ async def test_kill_9_during_a_slow_model_stream_retracts_and_answers_once(
     assert len(fake.message_requests) == 2
     transcript = (await query(own_nc, "transcript.get", {"session_id": sid}))["events"]
     kinds = [e["kind"] for e in transcript]
-    assert kinds == ["run.started", "user.message", "retracted", "message", "run.ended"]
+    assert kinds == ["run.started", "phase.changed", "user.message", "retracted", "message", "phase.changed",
+                     "run.ended"]
     assert [e["seq"] for e in transcript] == sorted({e["seq"] for e in transcript})
 
 
@@ -122,7 +124,8 @@ async def test_kill_9_in_a_later_turn_recovers_the_chain_from_its_root(
     assert len(fake.message_requests) == 3, "turn 1's answer came from its record"
     assert [c[0] for c in provider.calls] == ["add"], "the recorded tool call did not run again"
     transcript = (await query(own_nc, "transcript.get", {"session_id": sid}))["events"]
-    assert [e["kind"] for e in transcript] == ["run.started", "user.message", "message", "tool.call", "tool.result",
-                                               "user.message", "retracted", "message", "run.ended"]
+    assert [e["kind"] for e in transcript] == ["run.started", "phase.changed", "user.message", "message", "tool.call",
+                                               "tool.result", "user.message", "retracted", "message", "phase.changed",
+                                               "run.ended"]
     assert [e["seq"] for e in transcript] == sorted({e["seq"] for e in transcript})
     await svc.stop()

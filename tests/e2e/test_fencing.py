@@ -87,6 +87,6 @@ async def paused_replica_scenario(system: LoopwireContainer, fake: FakeAnthropic
         for sid in sids:
             transcript = (await query(nc, "transcript.get", {"session_id": sid}))["events"]
             kinds = Counter(e["kind"] for e in transcript if e["kind"] != "retracted")
-            assert kinds == Counter({"run.started": 1, "user.message": 2, "message": 2, "tool.call": 1,
-                                     "tool.result": 1, "run.ended": 1}), (sid, kinds)
+            assert kinds == Counter({"run.started": 1, "phase.changed": 2, "user.message": 2, "message": 2,
+                                     "tool.call": 1, "tool.result": 1, "run.ended": 1}), (sid, kinds)
         await svc.stop()

@@ -21,8 +21,8 @@ from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
 
-EXPECTED = ["run.started", "user.message", "message", "tool.call", "tool.result", "user.message", "message",
-            "run.ended"]
+EXPECTED = ["run.started", "phase.changed", "user.message", "message", "tool.call", "tool.result", "user.message",
+            "message", "phase.changed", "run.ended"]
 
 
 @pytest.fixture

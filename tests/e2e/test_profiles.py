@@ -57,8 +57,8 @@ async def test_an_approve_tool_waits_for_the_decision_then_runs_without_a_model_
     assert [c[:2] for c in tool_provider.calls] == [("add", {"a": 2, "b": 40})]
     assert len(fake.message_requests) == 2, "approval made no model call of its own"
     kinds = [e["kind"] for e in ev.durable() if e["kind"] != "user.message"]
-    assert kinds[:6] == ["run.started", "message", "tool.call", "approval.requested", "approval.decided",
-                         "tool.result"]
+    assert kinds[:7] == ["run.started", "phase.changed", "message", "tool.call", "approval.requested",
+                         "approval.decided", "tool.result"]
 
 
 async def test_a_denied_call_is_an_error_result_the_model_reads(
@@ -147,7 +147,7 @@ async def test_planned_with_a_prebuilt_plan_executes_then_verifies(
     ev.check_bodies()
     assert ended["status"] == "completed" and ended["final_text"] == "Verified: 2 + 3 = 5."
     assert [(p["from"], p["to"]) for p in ev.of("phase.changed")] == [
-        ("plan", "execute"), ("execute", "verify"), ("verify", "done")]
+        ("init", "plan"), ("plan", "execute"), ("execute", "verify"), ("verify", "done")]
     assert [u["source"] for u in ev.of("plan.updated")] == ["start", "model", "verification"]
     assert tool_names(fake.message_requests[0]) == ["add", "update_plan", "finish_agentic_task"]
     assert [c[0] for c in tool_provider.calls] == ["add"], "update_plan never reaches a provider"
@@ -175,7 +175,7 @@ async def test_planned_with_a_generated_plan(nc: NatsClient, fake: FakeAnthropic
     assert tool_names(first) == ["update_plan"], "the plan phase offers only update_plan"
     assert "Phase: plan" in first["system"]
     assert [(p["from"], p["to"]) for p in ev.of("phase.changed")] == [
-        ("plan", "execute"), ("execute", "verify"), ("verify", "done")]
+        ("init", "plan"), ("plan", "execute"), ("execute", "verify"), ("verify", "done")]
     assert ev.of("plan.updated")[0]["steps"] == [{"step": "add the numbers", "status": "pending"},
                                                  {"step": "report", "status": "pending"}]
 
@@ -217,7 +217,8 @@ async def test_turn_by_turn_reviews_a_text_proposal(nc: NatsClient, fake: FakeAn
     assert ended["status"] == "completed" and ended["final_text"] == "Draft two."
     assert "shorter" in fake.message_requests[1]["messages"][-1]["content"][0]["text"]
     assert [(p["from"], p["to"]) for p in ev.of("phase.changed")] == [
-        ("review", "review"), ("review", "execute"), ("execute", "done")], "the profile's transition table"
+        ("init", "review"), ("review", "review"), ("review", "execute"), ("execute", "done")], \
+        "the profile's transition table"
 
 
 async def test_a_child_run_beyond_the_depth_limit_is_refused(nc: NatsClient, fake: FakeAnthropic) -> None:

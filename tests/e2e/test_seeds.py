@@ -1,8 +1,7 @@
 """The profiles' loop behaviour end to end, through the public contract only (plain nats-py,
 the fake Messages API, tools served with nats.micro): a budget that ends a run, the
 technical summary of a stopped run, conversational defaults, the vacuous allowance,
-settings restored from the transcript, the loop ladder (its steering, the looping turns
-left out of the history), and turn_by_turn."""
+settings restored from the transcript, the loop ladder, and turn_by_turn."""
 
 from __future__ import annotations
 
@@ -107,14 +106,8 @@ def keeps_adding(body: dict[str, Any]) -> dict[str, Any]:
     return {"content": []}
 
 
-def tool_uses(messages: list[dict[str, Any]]) -> list[str]:
-    return [b["id"] for m in messages for b in m["content"] if b.get("type") == "tool_use"]
-
-
 async def test_a_loop_terminated_run_concludes_with_what_it_executed(
         nc: NatsClient, fake: FakeAnthropic, tool_provider: ToolProvider) -> None:
-    """The ladder's rungs, each a change of course (`steering`) but the last; the turns it
-    redirected or terminated are retracted and not kept; the summary is the conclusion."""
     await wait_for_tools(nc, {"add"})
     fake.responder = keeps_adding
     s = sid()
@@ -122,17 +115,8 @@ async def test_a_loop_terminated_run_concludes_with_what_it_executed(
         await ev.publish("start", {"input": "add one and one", "tools": ["add"],
                                    "model": {"primary": "m-a", "fallbacks": ["m-b"]}})
         ended = await ev.wait_for("run.ended")
-        session = await query(nc, "session.get", {"session_id": s})
     ev.check_bodies()
     assert [d["escalation"] for d in ev.of("loop.detected")] == ["redirect", "switch_model", "terminate"]
-    assert [(e["source"], e.get("to_model")) for e in ev.of("steering")] == [
-        ("loop_redirect", None), ("model_switch", "m-b")]
-    assert [r["reason"] for r in ev.of("retracted")] == [
-        f"loop detected (repeated_tool_call): {rung}" for rung in ("redirect", "switch_model", "terminate")]
-    looping = tool_uses([m["message"] for m in ev.of("message")[2:5]])
-    assert len(looping) == 3 and not set(looping) & set(tool_uses(session["messages"])), \
-        "the turns the ladder redirected or terminated are not in the history"
-    assert len(tool_uses(session["messages"])) == 2
     assert ended["status"] == "loop_terminated" and ended["reason"] == "repeated_tool_call"
     executed = len(tool_provider.calls)
     assert executed == 2, "the third identical call was detected, not executed"
@@ -232,12 +216,14 @@ async def test_the_ladder_switches_without_a_fallback_by_raising_the_temperature
 async def test_turn_by_turn_reviews_tool_calls_and_text_through_review_execute_done(
         nc: NatsClient, fake: FakeAnthropic, tool_provider: ToolProvider) -> None:
     """turn_by_turn: every proposal is reviewed; a denied call never runs and the model reads
-    why (review→review); an approved one runs (review→execute), the next proposal is
-    reviewed again (execute→review), and an approved answer ends the run (→ done)."""
+    why (review→review); an approved one runs (review→execute); the execute phase's end of
+    turn goes back to review (execute→review) for a new generation, whose proposal is
+    reviewed; an approved answer ends the run (→ done)."""
     await wait_for_tools(nc, {"add"})
     fake.script("*", [
         {"text": "I will add 2 and 2.", "tool_use": [{"name": "add", "input": {"a": 2, "b": 2}}]},
         {"text": "Then 40 and 2.", "tool_use": [{"name": "add", "input": {"a": 40, "b": 2}}]},
+        {"text": "Done: 40 + 2 = 42."},
         {"text": "The answer is 42."},
     ])
     s = sid()
@@ -261,11 +247,12 @@ async def test_turn_by_turn_reviews_tool_calls_and_text_through_review_execute_d
     assert denied["is_error"] and "denied by the user: wrong numbers" in denied["content"]
     assert ran["content"] == "42" and not ran["is_error"]
     assert [(p["from"], p["to"]) for p in ev.of("phase.changed")] == [
-        ("review", "review"), ("review", "execute"), ("execute", "review"), ("review", "execute"),
-        ("execute", "done")]
+        ("init", "review"), ("review", "review"), ("review", "execute"), ("execute", "review"),
+        ("review", "execute"), ("execute", "done")]
     assert ended["status"] == "completed" and ended["final_text"] == "The answer is 42."
     requests = fake.message_requests
-    assert len(requests) == 3, "decisions make no model call of their own"
+    assert len(requests) == 4, "decisions make no model call of their own; review is re-entered once"
+    assert "Phase: review" in requests[3]["messages"][-1]["content"][0]["text"]
     assert "system-reminder" not in str(requests[2].get("system")), "turn_by_turn injects no progress note"
 
 
@@ -280,7 +267,7 @@ async def test_turn_by_turn_starts_from_a_snapshot_of_its_workspace(
     (root / "proj" / "AGENTS.md").write_text("Always run the tests first.")
     fake_anthropic.reset()
     fake_anthropic.script("*", [{"text": "Proposal.", "tool_use": [{"name": "add", "input": {"a": 1, "b": 1}}]},
-                                {"text": "Done: 2."}])
+                                {"text": "Ran it: 2."}, {"text": "Done: 2."}])
     with started_system(fake_anthropic, LOOPWIRE_WORKSPACE_ROOTS=str(root)) as lw:
         client = await nats.connect(lw.get_nats_url())
         try:
@@ -298,7 +285,7 @@ async def test_turn_by_turn_starts_from_a_snapshot_of_its_workspace(
         finally:
             await client.drain()
     ev.check_bodies()
-    first, after_tool = (str(r.get("system")) for r in fake_anthropic.message_requests)
+    first, *after_tool = (str(r.get("system")) for r in fake_anthropic.message_requests)
     assert "deploy.sh" in first and "Always run the tests first." in first, "the snapshot's files and AGENTS.md"
-    assert "deploy.sh" not in after_tool
+    assert len(after_tool) == 2 and not any("deploy.sh" in s for s in after_tool)
     assert ended["status"] == "completed" and ended["final_text"] == "Done: 2."

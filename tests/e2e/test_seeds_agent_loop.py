@@ -2,8 +2,8 @@
 end in the deployed layout (one `loopwire serve` per service, two routers) with the
 operator's caps and strategy file set, through the public contract only: plain nats-py,
 the fake Messages API, tools served with nats.micro. The inner cap's last round, the outer
-cap with queued follow-ups, the steering events (the loop ladder's: test_seeds.py), the
-technical summary as the conclusion, the file's strategy over Redis's, a cleared
+cap with queued follow-ups, the steering events, looping turns left out of the history,
+the technical summary as the conclusion, the file's strategy over Redis's, a cleared
 finding, and a decision that runs exactly the stored calls after the session's state was
 lost."""
 
@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
@@ -26,7 +27,7 @@ from loopwire.shared.contract import keys
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import ToolProvider, connected, serve_tools, started_system, wait_for_tools
+from .conftest import ToolProvider, serve_tools, started_system, wait_for_tools
 from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
@@ -46,8 +47,9 @@ def seeds_system(fake_anthropic: FakeAnthropic, tmp_path_factory: pytest.TempPat
 
 @pytest.fixture
 async def client(seeds_system: LoopwireContainer) -> AsyncIterator[NatsClient]:
-    async with connected(seeds_system) as nc:
-        yield nc
+    nc = await nats.connect(seeds_system.get_nats_url())
+    yield nc
+    await nc.drain()
 
 
 @pytest.fixture
@@ -102,6 +104,10 @@ def adds_forever(body: dict[str, Any]) -> dict[str, Any]:
     """A model that calls `add` with new numbers every turn (no loop), while it may."""
     n = len(body["messages"])
     return {"text": f"Adding {n}.", "tool_use": [{"name": "add", "input": {"a": n, "b": 1}}]}
+
+
+def tool_uses(messages: list[dict[str, Any]]) -> list[str]:
+    return [b["id"] for m in messages for b in m["content"] if b.get("type") == "tool_use"]
 
 
 async def test_the_round_at_the_inner_cap_still_runs_then_the_run_ends_with_its_summary(
@@ -172,6 +178,37 @@ async def test_a_steer_and_the_error_policy_report_their_steering(
     assert [(e["source"], e["reason"]) for e in ev.of("steering")] == [
         ("retry_reduced_context", "context_too_long"), ("model_switch", "not_found")]
     assert ev.of("steering")[1]["to_model"] == "m-good" and ended["status"] == "completed"
+
+
+def keeps_adding(body: dict[str, Any]) -> dict[str, Any]:
+    """Stuck on one call; asked without tools (the converging turn), it says nothing."""
+    if any(t["name"] == "add" for t in body.get("tools", [])):
+        return {"text": "Checking.", "tool_use": [{"name": "add", "input": {"a": 1, "b": 1}}]}
+    return {"content": []}
+
+
+async def test_looping_turns_are_not_kept_and_each_rung_reports_its_steering(
+        client: NatsClient, fake: FakeAnthropic, provider: ToolProvider) -> None:
+    fake.responder = keeps_adding
+    s = sid()
+    async with SessionEvents(client, s) as ev:
+        await ev.publish("start", {"input": "add one and one", "tools": ["add"],
+                                   "model": {"primary": "m-a", "fallbacks": ["m-b"]}})
+        ended = await ev.wait_for("run.ended")
+        session = await query(client, "session.get", {"session_id": s})
+    ev.check_bodies()
+    assert [d["escalation"] for d in ev.of("loop.detected")] == ["redirect", "switch_model", "terminate"]
+    assert [(e["source"], e.get("to_model")) for e in ev.of("steering")] == [
+        ("loop_redirect", None), ("model_switch", "m-b")]
+    retracted = [r["reason"] for r in ev.of("retracted")]
+    assert retracted == [f"loop detected (repeated_tool_call): {rung}"
+                         for rung in ("redirect", "switch_model", "terminate")]
+    looping = [b["id"] for m in ev.of("message")[2:5] for b in m["message"]["content"] if b["type"] == "tool_use"]
+    assert len(looping) == 3 and not set(looping) & set(tool_uses(session["messages"])), \
+        "the turns the ladder redirected or terminated are not in the history"
+    assert len(tool_uses(session["messages"])) == len(provider.calls) == 2
+    assert ended["status"] == "loop_terminated"
+    assert ended["conclusion"]["executed"] == [{"tool": "add", "calls": 2, "ok": 2, "error": 0}]
 
 
 async def test_the_file_strategy_wins_and_a_text_answer_concludes_with_an_explanation(

@@ -32,7 +32,7 @@ def test_the_table_has_a_row_per_listed_difference_in_order() -> None:
 def test_no_row_is_silent() -> None:
     for cells in table_rows():
         assert len(cells) == 4, f"{cells[0]}: id, the design says, loopwire does, why"
-        assert all(cells[1:3]), f"{cells[0]}: says what the design says and what loopwire does"
+        assert all(cells[1:4]), f"{cells[0]}: says what the design says, what loopwire does, and why"
 
 
 def test_each_row_names_where_it_is_carried_out() -> None:

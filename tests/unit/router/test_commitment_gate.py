@@ -45,7 +45,8 @@ def test_nudges_are_bounded_per_run() -> None:
     d.answer("I'll look it up now.")
     d.answer("I will fetch the forecast.")
     assert d.ended()["status"] == "completed", "past commitment_max_nudges (2) the reply ends the run"
-    assert d.ended()["final_text"] == "I will fetch the forecast."
+    assert d.ended()["final_text"] == "Let me check the weather.\n\nI'll look it up now.\n\nI will fetch the forecast.", \
+        "the nudged replies are answers too (answers.py)"
 
 
 def test_no_nudge_without_tools_offered() -> None:

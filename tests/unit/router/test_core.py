@@ -69,9 +69,10 @@ def test_start_appends_input_and_asks_memory_for_a_generation(fresh: SessionStat
     assert st.status == "running" and st.run is not None and st.run.run_id == "run1"
     assert d.append == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
     assert st.history_len == 1
-    assert kinds(d) == ["run.started", "user.message"]
+    assert kinds(d) == ["run.started", "phase.changed", "user.message"]
     assert events(d)[0].fields["profile"] == "agentic" and events(d)[0].fields["config"]["max_tokens"] == 1000
-    assert events(d)[1].fields == {"turn": 0, "message": d.append[0], "source": "input"}
+    assert events(d)[1].fields == {"from": "init", "to": "execute"}
+    assert events(d)[2].fields == {"turn": 0, "message": d.append[0], "source": "input"}
     (w,) = work(d)
     assert w.target == "memory.assemble"
     assert w.envelope["history_len"] == 1 and w.envelope["system"] == "be brief"
@@ -91,9 +92,11 @@ def test_model_spec_and_limits_flow_into_the_run(fresh: SessionState) -> None:
 def test_end_turn_completes_with_final_text_and_usage(fresh: SessionState) -> None:
     st, _ = step(fresh, start({"input": "hi"}))
     st, d = step(st, gen_result("run1:g1", [{"type": "text", "text": "Hello!"}], usage=(100, 20)))
-    assert kinds(d) == ["message", "run.ended"]
-    ended = events(d)[1].fields
+    assert kinds(d) == ["message", "phase.changed", "run.ended"]
+    assert events(d)[1].fields == {"from": "execute", "to": "done"}
+    ended = events(d)[2].fields
     assert ended["status"] == "completed" and ended["final_text"] == "Hello!" and ended["turns"] == 1
+    assert ended["message_count"] == 2, "the request and the answer"
     assert ended["usage"] == {"input_tokens": 100, "output_tokens": 20}
     assert ended["cost_usd"] == pytest.approx((100 * 3 + 20 * 15) / 1e6)
     assert st.status == "idle" and st.run is None and st.turns == 1
@@ -263,8 +266,8 @@ def test_message_on_idle_session_starts_a_new_run_with_the_last_config(fresh: Se
     st, _ = step(st, gen_result("run1:g1", [{"type": "text", "text": "Hello"}]))
     st, d = step(st, i.MessageInput(input_id="in:3", new_id="run2", body=FollowUp(content="more")))
     assert st.run is not None and st.run.run_id == "run2"
-    assert kinds(d) == ["run.started", "user.message"]
-    assert events(d)[1].fields["source"] == "follow_up"
+    assert kinds(d) == ["run.started", "phase.changed", "user.message"]
+    assert events(d)[2].fields["source"] == "follow_up"
     assert work(d)[0].envelope["models"] == ["m9"] and work(d)[0].envelope["history_len"] == 3
 
 

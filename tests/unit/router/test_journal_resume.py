@@ -33,8 +33,17 @@ def use(tid: str, name: str = "add", **inp: Any) -> dict[str, Any]:
 class Journal(Driver):
     """The rebuild suite's driver, with decisions, prices, and the tools service's events per turn."""
 
-    def __init__(self) -> None:
-        super().__init__(CFG)
+    def apply(self, inp: i.BaseInput) -> None:
+        d = decide(self.state, inp, CFG)
+        assert d.state is not None
+        del self.history[d.history_len_before:]
+        self.history.extend(d.append)
+        self.state = d.state
+        for effect in d.effects:
+            if isinstance(effect, EmitEvent):
+                self.emit(effect.kind, effect.run_id, **effect.fields)
+            elif isinstance(effect, PublishWork):
+                self.pending = effect.envelope["step_id"]
 
     def tools(self, *results: tuple[str, str]) -> None:
         assert self.state.run is not None and self.pending is not None

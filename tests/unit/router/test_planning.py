@@ -45,8 +45,8 @@ def test_planned_generated_plan_tracked_then_verified() -> None:
     assert "verify" in d.history[-1]["content"][1]["content"]
     d.answer("Checked: 1 + 2 = 3, doubled is 6. The answer is 6.")
     ended = d.ended()
-    assert ended["status"] == "completed" and ended["final_text"].endswith("The answer is 6.")
-    assert phases(d) == [("plan", "execute"), ("execute", "verify"), ("verify", "done")]
+    assert ended["status"] == "completed" and ended["final_text"] == "Checked: 1 + 2 = 3, doubled is 6. The answer is 6."
+    assert phases(d) == [("init", "plan"), ("plan", "execute"), ("execute", "verify"), ("verify", "done")]
     updates = d.of("plan.updated")
     assert [u["source"] for u in updates] == ["model", "model", "model", "verification"]
     assert updates[-1]["verification"].startswith("Checked")
@@ -57,7 +57,8 @@ def test_planned_generated_plan_tracked_then_verified() -> None:
 def test_planned_prebuilt_plan_skips_to_execute() -> None:
     d = Driver()
     out = d.start(profile="agentic_planned", input="go", plan=["read", {"title": "write", "status": "done"}])
-    assert d.kinds(out)[:3] == ["run.started", "phase.changed", "plan.updated"]
+    assert d.kinds(out)[:4] == ["run.started", "phase.changed", "phase.changed", "plan.updated"]
+    assert phases(d) == [("init", "plan"), ("plan", "execute")]
     assert d.run.profile_phase == "execute"
     assert d.run.plan == [{"step": "read", "status": "pending"}, {"step": "write", "status": "completed"}]
     assert d.of("plan.updated")[0]["source"] == "start"
@@ -84,8 +85,13 @@ def test_planned_plan_phase_rejects_other_tools_and_end_of_execute_goes_to_verif
     d.start(profile="agentic_planned", input="x", plan=["only step"])
     d.answer("All done I think.")
     assert "not completed yet: only step" in d.history[-1]["content"][0]["text"], "one nudge"
+    assert phases(d)[-1] == ("execute", "execute"), "sent back to carry out the open step"
     d.answer("Really done.")
     assert d.run.profile_phase == "verify"
+    d.answer("Verified.")
+    assert phases(d) == [("init", "plan"), ("plan", "execute"), ("execute", "execute"), ("execute", "verify"),
+                         ("verify", "done")]
+    assert d.ended()["final_text"] == "All done I think.\n\nReally done.\n\nVerified."
     d2 = Driver()
     d2.start(profile="agentic_planned", input="x")
     out = d2.answer(call("t1", "add"))

@@ -147,8 +147,7 @@ class Driver:
     """Feeds the router's core, keeps its history as the Redis list would, and its events
     (plus the tools service's `tool.result` events) as the transcript would."""
 
-    def __init__(self, cfg: CoreConfig | None = None) -> None:
-        self.cfg = cfg or CoreConfig(default_model="claude-a", default_max_tokens=100)
+    def __init__(self) -> None:
         self.state = SessionState(session_id=SID)
         self.history: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
@@ -156,7 +155,7 @@ class Driver:
         self.pending: str | None = None
 
     def apply(self, inp: i.BaseInput) -> None:
-        d = decide(self.state, inp, self.cfg)
+        d = decide(self.state, inp, CoreConfig(default_model="claude-a", default_max_tokens=100))
         assert d.state is not None
         del self.history[d.history_len_before:]
         self.history.extend(d.append)

@@ -56,7 +56,7 @@ def test_steer_on_an_idle_session_starts_a_run() -> None:
     d.start(input="hi")
     d.answer("Hello.")
     d.steer("and now?")
-    assert d.run.run_id == "steered" and d.kinds()[-2:] == ["run.started", "user.message"]
+    assert d.run.run_id == "steered" and d.kinds()[-3:] == ["run.started", "phase.changed", "user.message"]
 
 
 def test_abort_sends_a_cancel_notice_and_ends_aborted() -> None:
@@ -80,9 +80,9 @@ def test_follow_ups_are_taken_at_the_outer_boundary_up_to_the_outer_limit() -> N
     d.answer("Answer two.")
     ended = d.ended()
     assert ended["status"] == "max_turns" and ended["reason"] == "max_outer_iterations"
-    assert ended["final_text"] == "Answer two.", "the complete answer given before the cap"
+    assert ended["final_text"] == "Answer one.\n\nAnswer two.", "the run's answers, in order, before the cap"
     assert ended["conclusion"]["summary"] == ("Stopped at the limit of follow-ups taken in one run "
-                                              "(max_outer_iterations). Answer two.")
+                                              "(max_outer_iterations). Answer one.\n\nAnswer two.")
     assert d.of("steering") == [{"source": "follow_up_queue", "turn": 1, "messages": 1}], \
         "taken once; the second stays queued for the next run"
     assert d.run.run_id == "run1.next", "the follow-up past the limit starts the next run"

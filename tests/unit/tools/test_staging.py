@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolResultItem
+from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
 from loopwire.shared.stores.step_store import InMemoryStepStore
 from loopwire.tools.catalog import Catalog
 from loopwire.tools.discovery import parse_service_info
@@ -128,45 +128,64 @@ def envelope(*batch: ToolCall) -> ExecuteTools:
     return ExecuteTools(session_id="s", run_id="r", step_id="r:1:t0", turn=1, calls=list(batch))
 
 
-def recording(reg: ToolRegistry, ran: list[str], name: str, depends_on: tuple[str, ...] = (),
-              fails: bool = False) -> None:
-    """An in-process tool that notes each run of it in `ran`."""
-    def tool() -> str:
-        ran.append(name)
-        if fails:
-            raise RuntimeError("broken build")
-        return name
-    reg.add(tool, name=name, depends_on=depends_on)
-
-
-async def run_batch(reg: ToolRegistry, *names: str) -> list[ToolResultItem]:
-    executor = Executor(Catalog(reg), InMemoryStepStore(), None, default_timeout_s=5)
-    batch = [ToolCall(tool_use_id=f"{names[0]}{n}", name=name) for n, name in enumerate(names)]
-    return await asyncio.wait_for(executor.execute(envelope(*batch)), 5)
-
-
 async def test_the_executor_refuses_a_turn_with_a_cycle_whole() -> None:
-    reg, ran = ToolRegistry(), []
-    recording(reg, ran, "a", depends_on=("b",))
-    recording(reg, ran, "b", depends_on=("a",))
-    recording(reg, ran, "ok")
-    results = await run_batch(reg, "a", "b", "ok")
+    reg = ToolRegistry()
+    ran: list[str] = []
+
+    @reg.tool(depends_on=["b"])
+    def a() -> str:
+        ran.append("a")
+        return "a"
+
+    @reg.tool(depends_on=["a"])
+    def b() -> str:
+        ran.append("b")
+        return "b"
+
+    @reg.tool
+    def ok() -> str:
+        ran.append("ok")
+        return "fine"
+
+    executor = Executor(Catalog(reg), InMemoryStepStore(), None, default_timeout_s=5)
+    batch = [ToolCall(tool_use_id=f"t{n}", name=name) for n, name in enumerate(["a", "b", "ok"])]
+    results = await asyncio.wait_for(executor.execute(envelope(*batch)), 5)
     assert ran == [], "no call of the turn ran"
-    assert [r.tool_use_id for r in results] == ["a0", "a1", "a2"] and all(r.is_error for r in results)
+    assert [r.tool_use_id for r in results] == ["t0", "t1", "t2"] and all(r.is_error for r in results)
     assert all("a dependency cycle: a -> b -> a" in str(r.content) for r in results)
 
 
 async def test_the_executor_skips_calls_whose_dependency_failed_and_runs_the_rest() -> None:
-    reg, ran = ToolRegistry(), []
-    recording(reg, ran, "fails", fails=True)
-    recording(reg, ran, "deploy", depends_on=("fails",))
-    recording(reg, ran, "orphan", depends_on=("nobody_serves_this",))
-    recording(reg, ran, "ok")
-    by_name = {r.name: r for r in await run_batch(reg, "deploy", "fails", "ok")}
+    reg = ToolRegistry()
+    ran: list[str] = []
+
+    @reg.tool
+    def fails() -> str:
+        ran.append("fails")
+        raise RuntimeError("broken build")
+
+    @reg.tool(depends_on=["fails"])
+    def deploy() -> str:
+        ran.append("deploy")
+        return "deployed"
+
+    @reg.tool(depends_on=["nobody_serves_this"])
+    def orphan() -> str:
+        return "never"
+
+    @reg.tool
+    def ok() -> str:
+        ran.append("ok")
+        return "fine"
+
+    executor = Executor(Catalog(reg), InMemoryStepStore(), None, default_timeout_s=5)
+    batch = [ToolCall(tool_use_id=f"t{n}", name=name) for n, name in enumerate(["deploy", "fails", "ok"])]
+    results = await asyncio.wait_for(executor.execute(envelope(*batch)), 5)
+    by_name = {r.name: r for r in results}
     assert sorted(ran) == ["fails", "ok"]
-    assert by_name["deploy"].is_error and "depends on fails (deploy1), which failed" in str(by_name["deploy"].content)
+    assert by_name["deploy"].is_error and "depends on fails (t1), which failed" in str(by_name["deploy"].content)
     assert not by_name["ok"].is_error
-    refused, other = await run_batch(reg, "orphan", "ok")
+    (refused, other) = await executor.execute(envelope(ToolCall(tool_use_id="o1", name="orphan"),
+                                                       ToolCall(tool_use_id="o2", name="ok")))
     assert refused.is_error and other.is_error and "tool nobody_serves_this, which no provider serves" in \
         str(other.content)
-    assert sorted(ran) == ["fails", "ok"], "neither ran"
