@@ -13,7 +13,7 @@ import nats
 
 
 async def main(url: str, prompt: str) -> None:
-    nc = await nats.connect(url)
+    nc = await nats.connect(servers=url.split(","))  # one server, or a cluster's comma-separated
     sid = f"example-{uuid.uuid4().hex[:8]}"
     done = asyncio.Event()
 

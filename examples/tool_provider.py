@@ -18,7 +18,7 @@ FORECASTS = {"paris": "Sunny, 21 °C", "london": "Light rain, 14 °C"}
 
 
 async def main(url: str) -> None:
-    nc = await nats.connect(url)
+    nc = await nats.connect(servers=url.split(","))  # one server, or a cluster's comma-separated
     svc = await micro.add_service(nc, name="weather", version="1.0.0", description="example weather provider")
 
     async def weather(req: micro.Request) -> None:

@@ -21,7 +21,7 @@ from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from loopwire.shared.contract.subjects import EVENTS_STREAM, Subjects, stream_name
-from loopwire.shared.runtime.credentials import nats_connect_options
+from loopwire.shared.runtime.credentials import nats_connect_options, split_servers
 from loopwire.shared.runtime.settings import Settings
 
 EventCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
@@ -47,9 +47,10 @@ class LoopwireClient:
 
     @classmethod
     async def connect(cls, url: str, prefix: str = "loopwire", **options: Any) -> LoopwireClient:
-        """`options`: more keyword arguments of ``nats.connect`` (user, password, token,
-        user_credentials, nkeys_seed, tls, ...)."""
-        nc = await nats.connect(url, **options)
+        """`url`: one NATS server, or the servers of one cluster comma-separated (as
+        LOOPWIRE_NATS_URL). `options`: more keyword arguments of ``nats.connect`` (user,
+        password, token, user_credentials, nkeys_seed, tls, ...)."""
+        nc = await nats.connect(servers=split_servers(url), **options)
         return cls(nc, prefix, own_connection=True)
 
     @classmethod

@@ -1,8 +1,10 @@
 """Run loopwire services in this process: `loopwire up` (all five) and `loopwire serve NAME`.
 
-Start-up order: connect NATS, create the streams (idempotent), open the publishing bus,
-start each service's background work, then FastStream's subscribers (queries, RPC) and the
-work consumers (shared/runtime/work_consumer.py), then serve /metrics, /healthz and /readyz. SIGTERM/SIGINT: stop taking new work, let in-flight
+Start-up order: connect NATS, create the streams (idempotent, retried until JetStream
+answers: shared/runtime/streams.py), open the publishing bus, start each service's
+background work, then FastStream's subscribers (queries, RPC) and the work consumers
+(shared/runtime/work_consumer.py; their binding retried the same way), then serve
+/metrics, /healthz and /readyz. SIGTERM/SIGINT: stop taking new work, let in-flight
 handlers finish within the grace period (an unfinished one is redelivered by JetStream,
 because it never acked), close connections.
 """
@@ -40,7 +42,7 @@ from loopwire.shared.runtime.credentials import (
 )
 from loopwire.shared.runtime.service_context import Service, ServiceContext, build_context
 from loopwire.shared.runtime.settings import Settings
-from loopwire.shared.runtime.streams import ensure_streams
+from loopwire.shared.runtime.streams import StreamSetupError, ensure_streams
 from loopwire.shared.stores.redis_connection import answers, warn_if_volatile
 
 log = logging.getLogger("loopwire.launcher")
@@ -157,7 +159,9 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     for service in services:
         service.register(broker)
     await broker.connect()
-    await ensure_streams(broker._connection.jetstream(), settings)  # type: ignore[union-attr]
+    # Every replica makes the same streams, retrying until a cluster answers (streams.py).
+    js = broker._connection.jetstream(timeout=settings.jetstream_timeout_s)  # type: ignore[union-attr]
+    await ensure_streams(js, settings)
     ctx.attach_bus()
     if ctx.balance is not None:
         await ctx.balance.start(broker._connection)
@@ -200,7 +204,12 @@ async def serve_until_signal(names: list[str] | tuple[str, ...], settings: Setti
                              on_stop: Callable[[], Awaitable[None]] | None = None) -> None:
     """Serve until SIGTERM/SIGINT. `on_stop` runs alongside this process's own graceful
     stop (`loopwire up --workers`: stopping the other workers), and is waited for."""
-    running = await start_services(names, settings)
+    try:
+        running = await start_services(names, settings)
+    except StreamSetupError as exc:
+        # What the operator must change (replicas, the cluster), said once, not as a traceback.
+        log.error("cannot start: %s", exc)
+        raise SystemExit(1) from None
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -53,7 +53,8 @@ class Client:
     @classmethod
     async def connect(cls, url: str = "nats://127.0.0.1:4222", prefix: str = "loopwire",
                       **options: Any) -> Client:
-        """`options`: more keyword arguments of ``nats.connect`` (credentials, TLS)."""
+        """`url`: one NATS server or a cluster's, comma-separated; `options`: more keyword
+        arguments of ``nats.connect`` (credentials, TLS)."""
         return cls(await LoopwireClient.connect(url, prefix, **options))
 
     @classmethod

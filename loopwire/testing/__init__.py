@@ -4,6 +4,9 @@
   one of the `LAYOUTS` (`up`, `up --workers 2`, or one `loopwire serve` per service).
 - pytest fixtures in `loopwire.testing.pytest_plugin` (`loopwire_system`, `loopwire_client`).
 - `servers`: throwaway nats-server / redis-server on free ports.
+- `start_nats_cluster(n)`: n nats-server processes routed into one JetStream cluster, a
+  handle (`NatsCluster`) that kills, restarts and wipes a node and finds a stream's leader;
+  `LoopwireContainer(nats_cluster=...)` runs loopwire on one.
 - `start_redis_cluster(masters, replicas)` / `start_redis_sentinel(replicas, sentinels)`: a
   Redis Cluster or a master behind sentinels on loopback, with handles that kill and restart
   a node, find the master holding most keys and wait for a failover;
@@ -12,6 +15,7 @@
   a backend of your own too.
 """
 
+from .nats_cluster import NatsCluster, NatsNode, start_nats_cluster
 from .processes import LoopwireProcess
 from .redis_cluster import (
     RedisClusterHandle,
@@ -23,6 +27,6 @@ from .redis_cluster import (
 from .servers import ServerHandle, docker_available, free_port, free_ports, start_nats, start_redis
 from .system import LAYOUTS, LoopwireContainer
 
-__all__ = ["LAYOUTS", "LoopwireContainer", "LoopwireProcess", "RedisClusterHandle", "RedisNode",
-           "RedisSentinelHandle", "ServerHandle", "docker_available", "free_port", "free_ports", "start_nats",
-           "start_redis", "start_redis_cluster", "start_redis_sentinel"]
+__all__ = ["LAYOUTS", "LoopwireContainer", "LoopwireProcess", "NatsCluster", "NatsNode", "RedisClusterHandle",
+           "RedisNode", "RedisSentinelHandle", "ServerHandle", "docker_available", "free_port", "free_ports",
+           "start_nats", "start_nats_cluster", "start_redis", "start_redis_cluster", "start_redis_sentinel"]

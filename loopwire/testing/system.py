@@ -30,6 +30,7 @@ from typing import Any
 
 from testcontainers.core.container import DockerContainer  # type: ignore[import-untyped]
 
+from .nats_cluster import NatsCluster, start_nats_cluster
 from .processes import LoopwireProcess
 from .redis_cluster import RedisClusterHandle, RedisSentinelHandle, start_redis_cluster, start_redis_sentinel
 from .servers import ServerHandle, docker_available, start_nats, start_redis
@@ -51,7 +52,8 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
                  services: str = "up", ready_timeout: float = 60.0, layout: str | tuple[str, ...] | None = None,
                  nats_options: dict[str, Any] | None = None, redis_options: dict[str, Any] | None = None,
                  redis_cluster: int | RedisClusterHandle | None = None,
-                 redis_sentinel: bool | RedisSentinelHandle | None = None) -> None:
+                 redis_sentinel: bool | RedisSentinelHandle | None = None,
+                 nats_cluster: int | NatsCluster | None = None) -> None:
         """`nats_options` / `redis_options`: keyword arguments of `start_nats` /
         `start_redis` (a users config, TLS, a Redis password); loopwire's own credentials
         for them go in `env` (LOOPWIRE_NATS_USER, LOOPWIRE_REDIS_PASSWORD, ...).
@@ -60,7 +62,13 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
         masters (a cluster of this container's own with a replica each,
         `start_redis_cluster`, stopped with it) or a started one the caller owns (shared
         by a module's tests; left running). `redis_sentinel`: on a master behind
-        sentinels, likewise (True: its own, one replica and three sentinels)."""
+        sentinels, likewise (True: its own, one replica and three sentinels).
+
+        `nats_cluster`: run on a NATS cluster instead of one server: a number of nodes
+        (a cluster of this container's own, `start_nats_cluster(n)`, stopped with it) or a
+        started `NatsCluster` the caller owns (shared by a module's tests; left running).
+        loopwire gets every node's URL, and `LOOPWIRE_STREAM_REPLICAS` is the cluster's
+        size up to 3 unless `env` sets it."""
         if isinstance(layout, str) and layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
         self.env = dict(env or {})
@@ -79,7 +87,9 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
         self.redis_sentinel = redis_sentinel if isinstance(redis_sentinel, RedisSentinelHandle) else None
         self._own_redis = (redis_cluster if isinstance(redis_cluster, int) and redis_cluster is not True else 0,
                            redis_sentinel is True)
-        self._owned: list[RedisClusterHandle | RedisSentinelHandle] = []
+        self.nats_cluster = nats_cluster if isinstance(nats_cluster, NatsCluster) else None
+        self._own_nats_nodes = nats_cluster if isinstance(nats_cluster, int) else 0
+        self._owned: list[RedisClusterHandle | RedisSentinelHandle | NatsCluster] = []
         # A layout is a name in LAYOUTS or its own tuple of commands (`serve tools` twice, ...).
         commands = LAYOUTS[layout] if isinstance(layout, str) else layout or (services,)
         self.processes = [LoopwireProcess(command) for command in commands]
@@ -94,7 +104,7 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
     # -- testcontainers-style API ---------------------------------------------------------------
     def start(self) -> LoopwireContainer:
         try:
-            self.nats = start_nats(self.use_docker, **self.nats_options)
+            self._start_nats()
             self._start_redis()
             self.start_loopwire()
         except BaseException:
@@ -111,6 +121,13 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
             if server is not None:
                 server.stop()
         self._owned.clear()
+
+    def _start_nats(self) -> None:
+        if self._own_nats_nodes:
+            self.nats_cluster = start_nats_cluster(self._own_nats_nodes)
+            self._owned.append(self.nats_cluster)
+        elif self.nats_cluster is None:
+            self.nats = start_nats(self.use_docker, **self.nats_options)
 
     def _start_redis(self) -> None:
         masters, sentinel = self._own_redis
@@ -130,6 +147,10 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
         self.stop()
 
     def get_nats_url(self) -> str:
+        """The LOOPWIRE_NATS_URL loopwire uses: on a cluster every node's, comma-joined
+        (nats-py takes them as a list: `nats.connect(servers=url.split(","))`)."""
+        if self.nats_cluster is not None:
+            return self.nats_cluster.url
         assert self.nats is not None, "start() first"
         return self.nats.url
 
@@ -175,6 +196,8 @@ class LoopwireContainer(DockerContainer):  # type: ignore[misc]
             "LOOPWIRE_METRICS_PORT": str(self.metrics_port),
             "LOOPWIRE_METRICS_HOST": "127.0.0.1",
         })
+        if self.nats_cluster is not None:
+            env["LOOPWIRE_STREAM_REPLICAS"] = str(min(3, len(self.nats_cluster.nodes)))
         env.update(self.env)
         return env
 

@@ -15,6 +15,9 @@ one reads from. docs/architecture.md says why this design and what it costs.
 
 The reads go to the stream leader (`STREAM.MSG.GET`, not a direct get): a direct get may
 be answered by a replica of the stream that lags, which could hide an earlier message.
+While a cluster elects a new leader for the stream (its node was lost) a read is asked
+again (shared/stores/stream_leader.py); the leader a read reaches has every message the
+stream acknowledged, so the order holds across the change.
 
 A session that has no position yet (new, or rebuilt from its transcript) starts from the
 ingress consumer's ack floor: every message at or below it was acked, and the router
@@ -29,6 +32,8 @@ from dataclasses import dataclass
 
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
+
+from loopwire.shared.stores.stream_leader import ask_leader, jetstream_timeout
 
 FLOOR_MAX_AGE_S = 1.0
 """How old an ack floor may be before it is read again (a lower, older floor only means
@@ -54,11 +59,13 @@ class IngressReader:
         """`<prefix>.in`: a session's ingress subjects are `<prefix>.in.<sid>.<verb>`."""
         self._floor = 0
         self._floor_read_at = float("-inf")
+        self._timeout_s = jetstream_timeout(js)
 
     async def next_after(self, sid: str, after: int) -> IngressMessage | None:
         """The session's first ingress message with a stream sequence above `after`."""
         try:
-            raw = await self._js.get_msg(self._stream, seq=after + 1, subject=f"{self._prefix}.{sid}.*", next=True)
+            raw = await ask_leader(lambda: self._js.get_msg(
+                self._stream, seq=after + 1, subject=f"{self._prefix}.{sid}.*", next=True), total_s=self._timeout_s)
         except NotFoundError:
             return None
         if raw.seq is None or raw.subject is None:
@@ -69,7 +76,8 @@ class IngressReader:
         """The ingress consumer's ack floor (stream sequence), at most FLOOR_MAX_AGE_S old."""
         now = time.monotonic()
         if now - self._floor_read_at >= FLOOR_MAX_AGE_S:
-            info = await self._js.consumer_info(self._stream, self._consumer)
+            info = await ask_leader(lambda: self._js.consumer_info(self._stream, self._consumer),
+                                    total_s=self._timeout_s)
             floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
             self._floor = max(self._floor, floor or 0)
             self._floor_read_at = now

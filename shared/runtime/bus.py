@@ -21,6 +21,7 @@ from loopwire.shared.contract.protocol import EPHEMERAL_KINDS, make_event
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.hooks import HOOKS
 from loopwire.shared.stores.event_log import Append, EventLogStore
+from loopwire.shared.stores.stream_leader import ask_leader
 
 log = logging.getLogger("loopwire.bus")
 
@@ -28,15 +29,19 @@ ATTEMPTS_HEADER = "Loopwire-Attempts"
 """On a work message published for a hop that failed in process (shared/runtime/chain.py):
 the attempts it had there, counted as deliveries of the message, so its budget is the
 hop's own and the same as on the JetStream path."""
+Published = tuple[str, bytes, dict[str, str]]
+"""(subject, data, headers) of a JetStream publish."""
 RECOVER_HEADER = "Loopwire-Recover"
 """On a `router.result` produced by a redelivered chain root (shared/runtime/chain.py): if the
 session moved past it, the router performs its current outbox again."""
 
 
 class Bus:
-    def __init__(self, nc: NatsClient, subjects: Subjects, events: EventLogStore) -> None:
+    def __init__(self, nc: NatsClient, subjects: Subjects, events: EventLogStore, *,
+                 jetstream_timeout_s: float = 5.0) -> None:
         self.nc = nc
-        self.js: JetStreamContext = nc.jetstream()
+        self.js: JetStreamContext = nc.jetstream(timeout=jetstream_timeout_s)
+        self.timeout_s = jetstream_timeout_s
         self.subjects = subjects
         self.events = events
 
@@ -61,7 +66,9 @@ class Bus:
         if recover:
             headers[RECOVER_HEADER] = "1"
         headers.update(trace or HOOKS.trace_headers())
-        await self.js.publish(subject, codec.dumps(envelope), headers=headers)
+        data = codec.dumps(envelope)
+        # Sent again while the stream elects a leader (shared/stores/stream_leader.py).
+        await ask_leader(lambda: self.js.publish(subject, data, headers=headers), total_s=self.timeout_s)
 
     async def emit(self, session_id: str, run_id: str | None, kind: str, key: str | None = None,
                    **fields: Any) -> dict[str, Any]:
@@ -91,7 +98,7 @@ class Bus:
         router commit), one after the other on this connection (which keeps their order),
         their PubAcks awaited together. A re-publish of a stored event is dropped by
         JetStream as a duplicate (Nats-Msg-Id `<sid>:<seq>`)."""
-        acks: list[asyncio.Future[Any]] = []
+        acks: list[tuple[Published, asyncio.Future[Any]]] = []
         try:
             for event, _new in stored:
                 subject = self.subjects.event(session_id, event["kind"])
@@ -99,14 +106,38 @@ class Bus:
                 if event["kind"] in EPHEMERAL_KINDS:  # no PubAck to wait for: a signal of the moment
                     await self.nc.publish(subject, data)
                 else:
-                    acks.append(await self.js.publish_async(
-                        subject, data, headers={"Nats-Msg-Id": keys.event_msg_id(session_id, event['seq'])}))
-            if acks:
-                await asyncio.wait_for(asyncio.gather(*acks), timeout=getattr(self.js, "_timeout", 5.0))
+                    headers = {"Nats-Msg-Id": keys.event_msg_id(session_id, event["seq"])}
+                    acks.append(((subject, data, headers),
+                                 await self.js.publish_async(subject, data, headers=headers)))
+        except BaseException:
+            _cancel(acks)
+            raise
+        if acks:
+            await ask_leader(lambda: self._settle(acks), again=lambda: self._publish_all([item for item, _ in acks]),
+                             total_s=self.timeout_s)
+
+    async def _publish_all(self, items: list[Published]) -> None:
+        """Publish each in order on this connection, their PubAcks awaited together."""
+        acks: list[tuple[Published, asyncio.Future[Any]]] = []
+        try:
+            for subject, data, headers in items:
+                acks.append(((subject, data, headers), await self.js.publish_async(subject, data, headers=headers)))
+        except BaseException:
+            _cancel(acks)
+            raise
+        await self._settle(acks)
+
+    async def _settle(self, acks: list[tuple[Published, asyncio.Future[Any]]]) -> None:
+        try:
+            await asyncio.gather(*(ack for _, ack in acks))
         finally:
-            for ack in acks:
-                if not ack.done():
-                    ack.cancel()  # frees its slot in nats-py's pending publishes
+            _cancel(acks)
+
+
+def _cancel(acks: list[tuple[Published, asyncio.Future[Any]]]) -> None:
+    for _, ack in acks:
+        if not ack.done():
+            ack.cancel()  # frees its slot in nats-py's pending publishes
 
 
 def event_items(session_id: str,

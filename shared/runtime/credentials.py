@@ -85,8 +85,14 @@ def nats_security(settings: Settings) -> NatsSecurity | None:
     return None
 
 
+def split_servers(url: str) -> list[str]:
+    """A comma-separated list of NATS URLs (one cluster's servers) as the list nats-py
+    takes: `nats.connect("a,b")` itself fails with "invalid connect url option"."""
+    return [one.strip() for one in url.split(",") if one.strip()]
+
+
 def nats_servers(settings: Settings) -> list[str]:
-    return [url.strip() for url in settings.nats_url.split(",") if url.strip()]
+    return split_servers(settings.nats_url)
 
 
 def nats_connect_options(settings: Settings) -> dict[str, Any]:

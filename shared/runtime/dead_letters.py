@@ -28,6 +28,7 @@ from nats.js.errors import NotFoundError
 
 from loopwire.shared.contract.headers import RUN_HEADER, SESSION_HEADER
 from loopwire.shared.runtime.redelivery import DeadLetter
+from loopwire.shared.stores.stream_leader import ask_leader, jetstream_timeout
 
 log = logging.getLogger("loopwire.dead_letters")
 
@@ -46,7 +47,7 @@ async def read_dead_letter(js: JetStreamContext, data: bytes) -> DeadLetter | No
     letter = DeadLetter(stream=stream, stream_seq=seq, consumer=str(body.get("consumer", "")),
                         deliveries=int(body.get("deliveries", 0)), reason="max_deliveries")
     try:
-        original = await js.get_msg(stream, seq)
+        original = await ask_leader(lambda: js.get_msg(stream, seq), total_s=jetstream_timeout(js))
     except NotFoundError:
         log.warning("dead letter %s:%d: the message is no longer in its stream", stream, seq)
         return None
@@ -68,7 +69,8 @@ async def original_body(js: JetStreamContext, letter: DeadLetter) -> bytes | Non
     if not letter.stream or not letter.stream_seq:
         return None
     try:
-        return (await js.get_msg(letter.stream, letter.stream_seq)).data or b""
+        found = await ask_leader(lambda: js.get_msg(letter.stream, letter.stream_seq), total_s=jetstream_timeout(js))
+        return found.data or b""
     except NotFoundError:
         return None
 

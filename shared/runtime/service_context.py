@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal, Protocol, overload
 
 import redis.asyncio as aioredis
@@ -29,6 +31,7 @@ from loopwire.shared.runtime.credentials import connect_configured_redis, wait_r
 from loopwire.shared.runtime.handover import GenerationService, ResultReceiver
 from loopwire.shared.runtime.redelivery import DeadLetter, RedeliveryPolicy
 from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.runtime.streams import until_jetstream_answers
 from loopwire.shared.runtime.work_consumer import JetStreamRoot, WorkConsumer, root_delivery
 from loopwire.shared.stores.blobs import BlobStore
 from loopwire.shared.stores.event_log import EventLogStore, RedisEventLog
@@ -96,7 +99,7 @@ class ServiceContext:
         nc = self.broker._connection  # the nats-py client FastStream opened
         if nc is None:
             raise RuntimeError("broker is not connected")
-        self._bus = Bus(nc, self.subjects, self.events)
+        self._bus = Bus(nc, self.subjects, self.events, jetstream_timeout_s=self.settings.jetstream_timeout_s)
         return self._bus
 
     async def deliver_result(self, result: GenerationResult | ToolsResult | ExecutorPermission, msg_id: str) -> None:
@@ -215,9 +218,12 @@ class ServiceContext:
 
     async def consume(self) -> None:
         """Start the work consumers registered so far (the connection is up, the bus
-        attached, the streams created)."""
+        attached, the streams created). Binding one (creating it first if no replica has)
+        is retried while JetStream does not answer, as the streams were (streams.py)."""
+        deadline = time.monotonic() + self.settings.jetstream_ready_timeout_s
         for consumer in self.work_consumers:
-            await consumer.start(self.bus.js)
+            await until_jetstream_answers(f"consumer {consumer.durable}", partial(consumer.start, self.bus.js),
+                                          deadline)
 
     async def stop_consuming(self, timeout: float) -> None:
         """A graceful stop of the work consumers: none takes a new message, and the

@@ -16,7 +16,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LOOPWIRE_", extra="ignore", use_attribute_docstrings=True)
 
     nats_url: str = "nats://127.0.0.1:4222"
-    """NATS server URL (comma-separated for several)."""
+    """NATS server URL; the servers of one cluster comma-separated
+    (`nats://n0:4222,nats://n1:4222,nats://n2:4222`), for the services, the CLI, the UI and
+    `loopwire.Client` alike."""
     nats_user: str | None = None
     """NATS user (with LOOPWIRE_NATS_PASSWORD). One way of authenticating at a time: user
     and password, token, creds file or nkey seed (shared/runtime/credentials.py); services and CLI
@@ -114,7 +116,16 @@ class Settings(BaseSettings):
     dedup_window_s: float = 120.0
     """Duplicate window of the ingress and work streams (Nats-Msg-Id)."""
     stream_replicas: int = 1
-    """JetStream replicas of the streams (3 in a cluster)."""
+    """JetStream replicas of every stream loopwire creates (3 on a three-node cluster); a
+    stream created earlier with another number is updated at start-up (start-up stops,
+    saying why, when NATS refuses)."""
+    jetstream_timeout_s: float = 10.0
+    """Timeout of each JetStream API request and publish acknowledgement. nats-py's own
+    default, 5 s, is short for a cluster that is electing a leader or placing new
+    replicated streams."""
+    jetstream_ready_timeout_s: float = 120.0
+    """How long start-up retries creating the streams and consumers while JetStream does
+    not answer (a cluster with no meta leader yet, servers still joining) before it stops."""
     local_handover: bool = True
     """When the receiving service runs in the same process (`loopwire up`), a run's hops
     are calls and tasks instead of JetStream messages, held by the run's first work

@@ -29,6 +29,7 @@ from nats.js.errors import NotFoundError
 
 from loopwire.shared.contract import codec
 from loopwire.shared.contract.subjects import EVENTS_STREAM, Subjects, stream_name
+from loopwire.shared.stores.stream_leader import ask_leader, jetstream_timeout
 
 log = logging.getLogger("loopwire.event_archive")
 
@@ -43,7 +44,8 @@ async def read_archive(js: JetStreamContext, subjects: Subjects, sid: str) -> li
     seq once: a republished event is the same event). Empty when the stream holds none."""
     stream = stream_name(subjects.prefix, EVENTS_STREAM)
     try:
-        await js.get_last_msg(stream, subjects.event(sid, "run.started"))
+        await ask_leader(lambda: js.get_last_msg(stream, subjects.event(sid, "run.started")),
+                         total_s=jetstream_timeout(js))
     except NotFoundError:
         return []  # no run ever started on this session (or no such stream): nothing to read
     try:

@@ -55,7 +55,8 @@ def started_system(fake_anthropic: FakeAnthropic, layout: str | tuple[str, ...] 
 
 @contextlib.asynccontextmanager
 async def connected(system: LoopwireContainer) -> AsyncIterator[NatsClient]:
-    client = await nats.connect(system.get_nats_url())
+    # A cluster's URL lists every node, comma-joined: nats-py takes them as a list.
+    client = await nats.connect(servers=system.get_nats_url().split(","))
     try:
         yield client
     finally:

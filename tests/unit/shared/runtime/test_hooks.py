@@ -29,7 +29,7 @@ class _Nats:
     def __init__(self) -> None:
         self.js = _JetStream()
 
-    def jetstream(self) -> _JetStream:
+    def jetstream(self, **options: Any) -> _JetStream:
         return self.js
 
 
