@@ -120,9 +120,10 @@ class Settings(BaseSettings):
     stream created earlier with another number is updated at start-up (start-up stops,
     saying why, when NATS refuses)."""
     jetstream_timeout_s: float = 10.0
-    """Timeout of each JetStream API request and publish acknowledgement. nats-py's own
-    default, 5 s, is short for a cluster that is electing a leader or placing new
-    replicated streams."""
+    """How long a JetStream request may take: a publish's acknowledgement, a stream read,
+    creating a stream or a consumer. A publish or read that a stream's leader must answer
+    is sent again every 2 s meanwhile (a cluster electing a leader). nats-py's own default,
+    5 s, is short for a cluster placing new replicated streams."""
     jetstream_ready_timeout_s: float = 120.0
     """How long start-up retries creating the streams and consumers while JetStream does
     not answer (a cluster with no meta leader yet, servers still joining) before it stops."""

@@ -28,6 +28,7 @@ SCENARIOS = {
     "servicemonitor": CHART / "ci" / "servicemonitor-values.yaml",
     "existing-secret": CHART / "ci" / "existing-secret-values.yaml",
     "executors": CHART / "ci" / "executors-values.yaml",
+    "nats-cluster": CHART / "ci" / "nats-cluster-values.yaml",
 }
 
 

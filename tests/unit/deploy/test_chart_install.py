@@ -1,5 +1,6 @@
 """What the chart's default install holds: the objects, replicas and commands, locked-down
-pods, the executors' image, probes, labels, a config map without secrets."""
+pods, the executors' image, probes, labels, a config map without secrets; and what it holds
+on the NATS chart's three-node cluster."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from typing import Any
 
 import helm_python as helm
 import pytest
+import yaml
 
+from tests.paths import REPO
 from tests.unit.deploy.chart import (
     RELEASE,
     SCENARIOS,
@@ -144,3 +147,19 @@ def test_config_map_holds_settings_not_secrets(rendered: dict[str, list[dict[str
     assert not any("PASSWORD" in k or "API_KEY" in k for k in data)
     for dep in of_kind(rendered["default"], "Deployment").values():
         assert container(dep)["envFrom"] == [{"configMapRef": {"name": cm["metadata"]["name"]}}]
+
+
+def test_on_the_nats_charts_cluster_every_node_and_three_replicas(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """ci/nats-cluster-values.yaml names the three pods deploy/nats/nats-chart-values.yaml
+    makes (the official NATS chart's StatefulSet `nats` behind the headless Service
+    `nats-headless`), and every stream goes on all three."""
+    (cm,) = of_kind(rendered["nats-cluster"], "ConfigMap").values()
+    urls = cm["data"]["LOOPWIRE_NATS_URL"].split(",")
+    assert urls == [f"nats://nats-{n}.nats-headless.nats.svc.cluster.local:4222" for n in range(3)]
+    assert cm["data"]["LOOPWIRE_STREAM_REPLICAS"] == "3"
+    nats_chart = yaml.safe_load((REPO / "deploy" / "nats" / "nats-chart-values.yaml").read_text())
+    cluster, jetstream = nats_chart["config"]["cluster"], nats_chart["config"]["jetstream"]
+    assert cluster["enabled"] is True and cluster["replicas"] == len(urls)
+    assert jetstream["enabled"] is True and jetstream["fileStore"]["pvc"]["size"]
+    assert jetstream["merge"]["sync_interval"] == "always"

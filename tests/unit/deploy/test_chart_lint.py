@@ -68,6 +68,8 @@ def test_values_yaml_matches_values_schema() -> None:
         {"services": {"routr": {"enabled": True}}},
         {"config": {"NATS_URL": "nats://x:4222"}},
         {"nats": {"url": "http://nats:4222"}},
+        {"nats": {"url": "nats://n0:4222,n1:4222"}},  # every server of a list needs its scheme
+        {"nats": {"url": "nats://n0:4222, nats://n1:4222"}},
         {"image": {"pullPolicy": "Sometimes"}},
         {"executors": {"enabled": "yes"}},
         {"executors": {"mountPath": "relative/dir"}},

@@ -32,12 +32,14 @@ COMPOSE = ROOT / "docker-compose.yml"
 SCHEMA = TESTS / "schemas" / "compose-spec.json"
 LOOPWIRE = ("router", "llm", "tools", "memory", "transcripts")
 REPLICAS = {"router": 2, "llm": 2, "tools": 2, "memory": 1, "transcripts": 1}
-INFRA = ("nats", "redis", "prometheus", "grafana", "otel-collector", "jaeger")
+NATS_NODES = ("nats", "nats-1", "nats-2")
+"""The three-node NATS cluster (deploy/nats/cluster.conf)."""
+INFRA = (*NATS_NODES, "redis", "prometheus", "grafana", "otel-collector", "jaeger")
 
 # Bind mounts: host path -> container path. The observability files belong to the
 # monitoring work; these are the paths agreed with it.
 BIND_MOUNTS = {
-    "nats": {"./deploy/nats": "/etc/nats"},
+    **{node: {"./deploy/nats": "/etc/nats"} for node in NATS_NODES},
     "prometheus": {
         "./deploy/prometheus/prometheus.yml": "/etc/prometheus/prometheus.yml",
         "./deploy/prometheus/alerts.yml": "/etc/prometheus/alerts.yml",
@@ -126,7 +128,9 @@ def test_loopwire_services_share_one_image(services: dict[str, dict[str, Any]]) 
 def test_loopwire_environment(services: dict[str, dict[str, Any]]) -> None:
     for name in LOOPWIRE:
         env = services[name]["environment"]
-        assert env["LOOPWIRE_NATS_URL"] == "nats://nats:4222"
+        # Every node of the cluster, and every stream on all three.
+        assert env["LOOPWIRE_NATS_URL"].split(",") == [f"nats://{node}:4222" for node in NATS_NODES]
+        assert env["LOOPWIRE_STREAM_REPLICAS"] == "3"
         assert env["LOOPWIRE_REDIS_URL"] == "redis://redis:6379/0"
         assert env["LOOPWIRE_METRICS_PORT"] == "9464"
         assert env["OTEL_SERVICE_NAME"] == f"loopwire-{name}"
@@ -136,14 +140,15 @@ def test_loopwire_environment(services: dict[str, dict[str, Any]]) -> None:
 
 
 def test_healthchecks(services: dict[str, dict[str, Any]]) -> None:
-    for name in (*LOOPWIRE, "nats", "redis", "prometheus", "grafana"):
+    for name in (*LOOPWIRE, *NATS_NODES, "redis", "prometheus", "grafana"):
         check = services[name]["healthcheck"]
         assert check["test"][0] == "CMD"
         assert {"interval", "timeout", "retries"} <= set(check)
     for name in LOOPWIRE:
         # "healthy" in compose means ready: NATS and Redis both answer.
         assert any("/readyz" in part for part in services[name]["healthcheck"]["test"])
-    assert "js-enabled-only=true" in " ".join(services["nats"]["healthcheck"]["test"])
+    for node in NATS_NODES:
+        assert "js-enabled-only=true" in " ".join(services[node]["healthcheck"]["test"])
     assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
 
 
@@ -177,9 +182,18 @@ def test_no_dependency_cycles(services: dict[str, dict[str, Any]]) -> None:
 
 
 def test_durable_nats_and_redis(compose: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
-    nats, redis = services["nats"], services["redis"]
-    assert re.fullmatch(r"nats:2\.(1[1-9]|[2-9][0-9])(\.\d+)?-alpine", nats["image"])
-    assert "nats-data:/data" in nats["volumes"]
+    redis = services["redis"]
+    volumes = []
+    for node in NATS_NODES:  # a cluster node each, with a store of its own
+        nats = services[node]
+        assert re.fullmatch(r"nats:2\.(1[1-9]|[2-9][0-9])(\.\d+)?-alpine", nats["image"])
+        assert nats["command"] == ["-c", "/etc/nats/cluster.conf"]
+        (data,) = [v for v in nats["volumes"] if v.endswith(":/data")]
+        volumes.append(data.split(":")[0])
+    assert volumes == ["nats-data", "nats-1-data", "nats-2-data"]
+    assert {services[node]["environment"]["NATS_SERVER_NAME"] for node in NATS_NODES} == {"nats-0", "nats-1", "nats-2"}
+    cluster = (ROOT / "deploy" / "nats" / "cluster.conf").read_text()
+    assert all(f"nats-route://{node}:6222" in cluster for node in NATS_NODES)
     conf = (ROOT / "deploy" / "nats" / "nats.conf").read_text()
     assert re.search(r"^\s*sync_interval:\s*always\s*$", conf, re.M)
     assert re.search(r"^\s*store_dir:\s*/data/jetstream\s*$", conf, re.M)
@@ -189,7 +203,7 @@ def test_durable_nats_and_redis(compose: dict[str, Any], services: dict[str, dic
     assert command[command.index("--appendonly") + 1] == "yes"
     assert command[command.index("--appendfsync") + 1] == "everysec"
     assert "redis-data:/data" in redis["volumes"]
-    assert {"nats-data", "redis-data", "prometheus-data", "grafana-data"} <= set(compose["volumes"])
+    assert {*volumes, "redis-data", "prometheus-data", "grafana-data"} <= set(compose["volumes"])
 
 
 def test_nats_config_is_accepted_by_nats_server(tmp_path: Path) -> None:
@@ -211,6 +225,14 @@ def test_nats_config_is_accepted_by_nats_server(tmp_path: Path) -> None:
     missing = subprocess.run([binary, "-t", "-c", str(conf)], capture_output=True, text=True, timeout=20,
                              env={k: v for k, v in env.items() if k not in NATS_PASSWORDS})
     assert missing.returncode != 0
+    # A node of the compose cluster: the same, with its name and the routes; no name, no start.
+    cluster = conf.parent / "cluster.conf"
+    node = subprocess.run([binary, "-t", "-c", str(cluster)], capture_output=True, text=True, timeout=20,
+                          env={**env, "NATS_SERVER_NAME": "nats-1"})
+    assert node.returncode == 0, node.stderr
+    nameless = subprocess.run([binary, "-t", "-c", str(cluster)], capture_output=True, text=True, timeout=20,
+                              env={k: v for k, v in env.items() if k != "NATS_SERVER_NAME"})
+    assert nameless.returncode != 0
 
 
 NATS_PASSWORDS = ("LOOPWIRE_NATS_SERVICES_PASSWORD", "LOOPWIRE_NATS_CLIENT_PASSWORD",
@@ -221,7 +243,9 @@ def test_services_and_servers_share_credentials(services: dict[str, dict[str, An
     """The services log in as the services user of deploy/nats/users.conf with the password
     nats-server gets, and to Redis with the password it requires."""
     nats_env = services["nats"]["environment"]
-    assert set(nats_env) == set(NATS_PASSWORDS)
+    for node in NATS_NODES:
+        assert set(services[node]["environment"]) == {*NATS_PASSWORDS, "NATS_SERVER_NAME"}
+        assert all(services[node]["environment"][name] == nats_env[name] for name in NATS_PASSWORDS)
     users = (ROOT / "deploy" / "nats" / "users.conf").read_text()
     for name in NATS_PASSWORDS:
         assert f"password: ${name}" in users
