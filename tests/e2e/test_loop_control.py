@@ -86,7 +86,8 @@ async def test_an_announcement_without_a_tool_call_is_nudged_and_the_model_acts(
         await ev.publish("start", {"input": "What is 2 + 40?", "tools": ["add"]})
         ended = await ev.wait_for("run.ended")
     ev.check_bodies()
-    assert ended["status"] == "completed" and ended["final_text"] == "The sum is 42."
+    # The nudged announcement was an answer too: final_text joins the run's answers.
+    assert ended["status"] == "completed" and ended["final_text"] == "Let me add those numbers.\n\nThe sum is 42."
     nudge = last_user_texts(fake.message_requests[1])
     assert "without calling a tool" in nudge[0]
     assert "Task: What is 2 + 40?" in fake.message_requests[2]["system"], "progress reminder after the tool"

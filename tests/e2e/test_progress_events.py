@@ -89,7 +89,7 @@ async def test_user_messages_say_where_they_came_from(nc: NatsClient, fake: Fake
         await ev.publish("message", {"content": "and afterwards, this"})  # queued for the boundary
         await ev.publish("steer", {"content": "stop echoing"})            # applied at once
         ended = await ev.wait_for("run.ended")
-    assert ended["status"] == "completed" and ended["final_text"] == "Followed up.", ended
+    assert ended["status"] == "completed" and ended["final_text"] == "Steered.\n\nFollowed up.", ended
     ev.check_bodies()
 
     users = [(u["source"], last_text(u["message"]["content"])) for u in ev.of("user.message")]

@@ -130,6 +130,6 @@ async def test_kill_9_of_one_service_mid_tool(split_system: LoopwireContainer, f
         assert len({c[2]["Loopwire-Tool-Use-Id"] for c in calls}) == 1
         transcript = (await query(nc, "transcript.get", {"session_id": sid}))["events"]
         assert Counter(e["kind"] for e in transcript) == Counter(
-            {"run.started": 1, "user.message": 2, "message": 2, "tool.call": 1, "tool.result": 1, "run.ended": 1})
+            {"run.started": 1, "phase.changed": 2, "user.message": 2, "message": 2, "tool.call": 1, "tool.result": 1, "run.ended": 1})
         assert [e["seq"] for e in transcript] == sorted({e["seq"] for e in transcript})
         await svc.stop()

@@ -53,5 +53,5 @@ async def test_sigterm_during_a_slow_tool_loses_and_repeats_nothing(
     assert len(fake.message_requests) == 2
     transcript = (await query(own_nc, "transcript.get", {"session_id": sid}))["events"]
     assert Counter(e["kind"] for e in transcript) == Counter(
-        {"run.started": 1, "user.message": 2, "message": 2, "tool.call": 1, "tool.result": 1, "run.ended": 1})
+        {"run.started": 1, "phase.changed": 2, "user.message": 2, "message": 2, "tool.call": 1, "tool.result": 1, "run.ended": 1})
     await svc.stop()
