@@ -98,7 +98,7 @@ def spec_for(run: RunState) -> ExecutorSpec | None:
         max_total_tokens=None if cfg.max_total_tokens is None else max(0, cfg.max_total_tokens - tokens_used(run)),
         max_cost_usd=None if cfg.max_cost_usd is None else max(0.0, cfg.max_cost_usd - run.cost_usd),
         context_tokens=run.last_context_tokens, compaction_at_pct=cfg.compaction_at_pct,
-        context_window=cfg.context_window)
+        context_window=cfg.context_window, user_id=cfg.user_id, workspace_id=cfg.workspace_id)
 
 
 # -- the agent's permission requests --------------------------------------------------------

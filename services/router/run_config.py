@@ -10,10 +10,9 @@ StartRun's. Permissions only tighten: the operator's tool policy is the floor
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from loopwire.shared.contract.protocol import HEADER_VALUE, Limits, StartRun, text_to_content
+from loopwire.shared.contract.protocol import Limits, StartRun, header_value, text_to_content
 
 from . import model_tiers, subagent
 from .config import CoreConfig
@@ -53,14 +52,8 @@ def run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None 
         actor=body.strategy.actor, expectation=body.strategy.expectation,
         strategy=strategy.name if strategy else None, subagent_depth=depth, metadata=body.metadata,
         executor_agent=body.executor.agent if body.executor else None,
-        user_id=body.user_id, workspace_id=workspace_id(body.metadata),
+        user_id=body.user_id, workspace_id=header_value(body.metadata.get("workspace_id")),
     )
-
-
-def workspace_id(metadata: dict[str, Any]) -> str | None:
-    """`metadata.workspace_id` when it can be passed on as a header, else None."""
-    value = metadata.get("workspace_id")
-    return value if isinstance(value, str) and re.fullmatch(HEADER_VALUE, value) else None
 
 
 def input_messages(body: StartRun) -> list[dict[str, Any]]:

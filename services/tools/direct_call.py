@@ -11,13 +11,15 @@ Request::
 
     {"name": "files__read_file", "input": {...}, "session_id": "mcp-claude-code-1a2b",
      "tool_use_id": "optional; a new id when absent",
-     "run_id": "optional", "turn": 0, "approved": false}
+     "run_id": "optional", "turn": 0, "approved": false,
+     "user_id": "optional", "workspace_id": "optional"}
 
 `run_id` and `turn` name the run an external agent's call belongs to (the llm service's
 MCP bridge for the executor profiles, services/llm/executors/mcp_bridge.py): its events
 carry them. `approved: true` says the run's checkpoint approved this call (the tool's
 permission is `approve` and a `decision` said so); only loopwire's own processes publish
-on `<prefix>.rpc.>`.
+on `<prefix>.rpc.>`. `user_id` and `workspace_id` are the run's context fields (StartRun
+`user_id`, `metadata.workspace_id`): the provider gets them as headers.
 
 Reply: ``{"tool_use_id", "content", "is_error"}`` for a call that ran (an `is_error`
 result is still a result), or ``{"error": {"code", "message"}}`` for one that did not:
@@ -37,7 +39,7 @@ from typing import Any
 import orjson
 
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
-from loopwire.shared.contract.protocol import error_reply
+from loopwire.shared.contract.protocol import error_reply, header_value
 from loopwire.shared.contract.subjects import valid_session_id
 from loopwire.shared.runtime.bus import Bus
 from loopwire.shared.runtime.settings import Settings
@@ -111,7 +113,8 @@ class DirectCalls:
         call = ToolCall(tool_use_id=tool_use_id, name=name, input=arguments)
         await self.bus.emit(session_id, run_id, "tool.call", key=f"tool.call:{tool_use_id}", turn=turn,
                             tool_use_id=tool_use_id, name=name, input=arguments)
-        env = ExecuteTools(session_id=session_id, run_id=run_id or "", step_id=f"direct:{tool_use_id}", calls=[call])
+        env = ExecuteTools(session_id=session_id, run_id=run_id or "", step_id=f"direct:{tool_use_id}", calls=[call],
+                           user_id=header_value(req.get("user_id")), workspace_id=header_value(req.get("workspace_id")))
         (item,) = await self.executor.execute(env)
         await self.bus.emit(session_id, run_id, "tool.result", key=f"tool.result:{tool_use_id}", turn=turn,
                             tool_use_id=tool_use_id, name=name, is_error=item.is_error, content=item.content)

@@ -222,7 +222,8 @@ class Executor:
             return await call_python(tool, call.input, session_id=env.session_id, tool_use_id=call.tool_use_id,
                                      user_id=env.user_id, workspace_id=env.workspace_id)
         if isinstance(tool, McpTool):
-            return await tool.call(call.input, session_id=env.session_id, tool_use_id=call.tool_use_id)
+            return await tool.call(call.input, session_id=env.session_id, tool_use_id=call.tool_use_id,
+                                   context=context_headers(env.user_id, env.workspace_id))
         if self.nc is None:
             raise ProviderUnavailable("no NATS connection")
         # Our own deadline fires first; nats' request timeout is only a backstop.

@@ -62,6 +62,8 @@ STABLE_AFTER_S = 30.0
 """A connection that lasted this long resets the back-off: the next failure retries fast."""
 META_SESSION = "loopwire/session_id"
 META_TOOL_USE = "loopwire/tool_use_id"
+META_CONTEXT = {"Loopwire-User-Id": "loopwire/user_id", "Loopwire-Workspace-Id": "loopwire/workspace_id"}
+"""The run's context fields (invoke.context_headers) as `_meta` keys."""
 """`_meta` of every call: the server can key its own idempotency on the tool-use id, as a
 NATS provider does on its `Loopwire-Tool-Use-Id` header."""
 
@@ -296,7 +298,7 @@ class McpConnection:
 
     # -- calls ------------------------------------------------------------------------------
     async def call(self, remote_name: str, arguments: dict[str, Any], *, session_id: str,
-                   tool_use_id: str) -> Outcome:
+                   tool_use_id: str, context: dict[str, str] | None = None) -> Outcome:
         session = self._session
         if session is None:
             if not await self.wait_connected(self.connect_wait_s):
@@ -304,7 +306,8 @@ class McpConnection:
                                      + (f" ({self.last_error})" if self.last_error else ""))
             session = self._session
             assert session is not None
-        meta = cast(types.RequestParamsMeta, {META_SESSION: session_id, META_TOOL_USE: tool_use_id})
+        meta = cast(types.RequestParamsMeta, {META_SESSION: session_id, META_TOOL_USE: tool_use_id,
+                                              **{META_CONTEXT[k]: v for k, v in (context or {}).items() if k in META_CONTEXT}})
         try:
             result = await session.call_tool(remote_name, arguments, meta=meta)
         except MCPError as exc:

@@ -29,7 +29,7 @@ class McpCaller(Protocol):
     def connected(self) -> bool: ...
 
     async def call(self, remote_name: str, arguments: dict[str, Any], *, session_id: str,
-                   tool_use_id: str) -> Outcome: ...
+                   tool_use_id: str, context: dict[str, str] | None = None) -> Outcome: ...
 
 
 @dataclass(eq=False)
@@ -46,6 +46,7 @@ class McpTool:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout_s: float | None = None
 
-    async def call(self, arguments: dict[str, Any], *, session_id: str, tool_use_id: str) -> Outcome:
+    async def call(self, arguments: dict[str, Any], *, session_id: str, tool_use_id: str,
+                   context: dict[str, str] | None = None) -> Outcome:
         return await self.connection.call(self.remote_name, arguments, session_id=session_id,
-                                          tool_use_id=tool_use_id)
+                                          tool_use_id=tool_use_id, context=context)

@@ -104,6 +104,10 @@ class ExecutorSpec(BaseModel):
     """The agent's context size after its last turn, as it reported it."""
     compaction_at_pct: float = 0.8
     context_window: int = 200_000
+    user_id: str | None = None
+    """StartRun `user_id`: the loopwire tools the agent calls get it as `Loopwire-User-Id`."""
+    workspace_id: str | None = None
+    """StartRun `metadata.workspace_id`: likewise as `Loopwire-Workspace-Id`."""
 
 
 class StepError(BaseModel):

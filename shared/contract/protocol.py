@@ -6,6 +6,7 @@ required fields and unknown enum values. Output bodies always carry ``"v": 1``.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -47,6 +48,11 @@ other events say the same thing for good (`message`, `tool.result`)."""
 
 HEADER_VALUE = r"^[\x20-\x7e]{1,256}$"
 """A value loopwire passes on as a NATS header: 1-256 printable ASCII characters."""
+
+
+def header_value(value: Any) -> str | None:
+    """`value` when it can be passed on as a header (HEADER_VALUE), else None."""
+    return value if isinstance(value, str) and re.fullmatch(HEADER_VALUE, value) else None
 
 
 class IngressBody(BaseModel):

@@ -120,7 +120,8 @@ async def test_claude_code_calls_a_loopwire_tool_over_mcp(agent_system: Loopwire
         try:
             await wait_for_tools(nc, {"add"})
             async with SessionEvents(nc, f"cc-{uuid.uuid4().hex[:10]}") as ev:
-                await ev.publish("start", start_body("Add 2 and 3 with the add tool.", tools=["add"]))
+                await ev.publish("start", start_body("Add 2 and 3 with the add tool.", tools=["add"],
+                                                     user_id="user-42", metadata={"workspace_id": "ws-7"}))
                 ended = await ev.wait_for("run.ended", timeout=120)
         finally:
             await svc.stop()
@@ -133,6 +134,8 @@ async def test_claude_code_calls_a_loopwire_tool_over_mcp(agent_system: Loopwire
     # agent's own tool_use id as the idempotency key
     assert call["name"] == "add" and call["run_id"] == ended["run_id"] and "source" not in call
     assert headers["Loopwire-Tool-Use-Id"] == call["tool_use_id"] == result["tool_use_id"]
+    assert (headers["Loopwire-User-Id"], headers["Loopwire-Workspace-Id"]) == ("user-42", "ws-7"), \
+        "the run's context fields reach a provider through the agent's MCP calls too"
     assert headers["Loopwire-Session-Id"] == ev.sid
     assert result["content"] == "5" and result["is_error"] is False
     tool_results = [b for r in agent_requests(fake) for m in r["messages"] if m["role"] == "user"

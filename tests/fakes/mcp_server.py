@@ -7,7 +7,7 @@ as loopwire tool providers. Run it as a process::
 Tools: `echo` (text), `echo_count` (how many times `echo` ran here), `fail` (an `isError` result), `pixel` (an image and text), `measure`
 (structured content), `enable_extra` (adds the tool `extra` and sends
 `notifications/tools/list_changed`), `sleep`, `whoami` (this process's pid: a restarted server
-answers with another). With `--pid-file PATH` the process appends its pid to that file
+answers with another), `meta` (the call's `loopwire/...` `_meta` keys, as JSON). With `--pid-file PATH` the process appends its pid to that file
 at start (one line per process: a restart, or a second tools replica, adds a line), so a
 test can kill it and count the processes.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import json
 import os
 from pathlib import Path
 
@@ -81,6 +82,13 @@ def whoami() -> str:
 def extra(n: int) -> str:
     """A tool that exists only after enable_extra was called."""
     return f"extra {n * 2}"
+
+
+@server.tool(description="The loopwire `_meta` keys of this call, as JSON.")
+def meta(ctx: Context) -> str:
+    raw = ctx.request_context.meta
+    fields = raw.model_dump() if hasattr(raw, "model_dump") else dict(raw or {})
+    return json.dumps({k: v for k, v in fields.items() if k.startswith("loopwire/")}, sort_keys=True)
 
 
 @server.tool(description="Add the tool `extra` and tell the client the tool list changed.")

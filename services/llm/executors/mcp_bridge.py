@@ -64,6 +64,9 @@ class StepTools:
     turn: Callable[[], int] = lambda: 0
     approved: set[str] = field(default_factory=set)
     """tool_use ids of calls the run's checkpoint approved (permission `approve`)."""
+    user_id: str | None = None
+    workspace_id: str | None = None
+    """The run's context fields, passed on with each call (the providers' headers)."""
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
 
 
@@ -154,7 +157,7 @@ class McpBridge:
             raise MCPError(types.INVALID_REQUEST, f"tool {name} needs an approval the run did not give")
         body = {"name": name, "input": dict(params.arguments or {}), "session_id": step.session_id,
                 "tool_use_id": tool_use_id, "run_id": step.run_id, "turn": step.turn(),
-                "approved": permission == "approve"}
+                "approved": permission == "approve", "user_id": step.user_id, "workspace_id": step.workspace_id}
         timeout = self.ctx.settings.tool_timeout_s + CALL_MARGIN_S
         try:
             reply = await self.ctx.bus.nc.request(self.ctx.subjects.tools_call, orjson.dumps(body), timeout=timeout)

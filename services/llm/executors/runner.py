@@ -150,7 +150,8 @@ class ExecutorSteps:
         from .mcp_bridge import StepTools
 
         step_tools = StepTools(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
-                               tools=list(env.tools), permissions=dict(spec.permissions), turn=events.current_turn)
+                               tools=list(env.tools), permissions=dict(spec.permissions), turn=events.current_turn,
+                               user_id=spec.user_id, workspace_id=spec.workspace_id)
         endpoint = await self.bridge.open(step_tools) if env.tools else None
         task = ExecutorTask(
             session_id=env.session_id, run_id=env.run_id, step_id=env.step_id, turn=env.turn,

@@ -180,6 +180,21 @@ async def test_a_direct_call_gets_events_on_its_session(running: Running) -> Non
     assert events[1]["content"] == "echo: evented" and events[1]["is_error"] is False
 
 
+async def test_a_call_carries_the_runs_ids_in_its_meta(running: Running) -> None:
+    assert running.service.executor is not None
+    env = ExecuteTools(session_id="s1", run_id="r1", step_id="r1:t9", user_id="user-42", workspace_id="ws-7",
+                       calls=[ToolCall(tool_use_id="toolu_meta", name="local__meta", input={})])
+    (item,) = await running.service.executor.execute(env)
+    assert orjson.loads(item.content) == {"loopwire/session_id": "s1", "loopwire/tool_use_id": "toolu_meta",
+                                          "loopwire/user_id": "user-42", "loopwire/workspace_id": "ws-7"}
+    reply = await running.nc.request(running.ctx.subjects.tools_call, orjson.dumps(
+        {"name": "remote__meta", "input": {}, "session_id": "mcp-meta", "user_id": "user-42",
+         "workspace_id": "bad\nid"}), timeout=20)
+    meta = orjson.loads(orjson.loads(reply.data)["content"])
+    assert meta["loopwire/user_id"] == "user-42" and "loopwire/workspace_id" not in meta, \
+        "a direct call's context fields too, each only when it can be a header"
+
+
 async def test_unknown_tools_and_bad_requests_get_error_replies(running: Running) -> None:
     assert (await running.call("local__nope", {}))["error"]["code"] == "unknown_tool"
     reply = await running.nc.request(running.ctx.subjects.tools_call, b"not json", timeout=5)

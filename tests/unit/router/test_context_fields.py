@@ -63,3 +63,10 @@ def test_a_run_naming_no_tools_has_the_catalogs_and_none_without_tools() -> None
     unread = Driver()
     start(unread, None, tools=["add"])
     assert unread.run.tools_active == ["add", "finish_agentic_task"], "catalog unread: the run's own list"
+
+
+def test_an_external_agents_step_carries_the_context_fields() -> None:
+    d = Driver()
+    start(d, ["add"], profile="claude_code", tools=["add"], user_id="user-42", metadata={"workspace_id": "ws-7"})
+    executor = d.work()["executor"]
+    assert (executor["user_id"], executor["workspace_id"]) == ("user-42", "ws-7")
