@@ -147,12 +147,13 @@ class BenchDriver:
         return LoadResult(sessions, turns, time.perf_counter() - t0, latencies, failures)
 
 
-async def wait_for_tool(redis_url: str, name: str, timeout: float = 30.0) -> None:
+async def wait_for_tool(redis_url: str, name: str, timeout: float = 30.0, *, cluster: bool = False) -> None:
     """Until the tools service has published `name` in the catalog the memory service
-    reads (keys.TOOL_CATALOG), so no run starts before its tool is offered."""
-    import redis.asyncio as aioredis
+    reads (keys.TOOL_CATALOG), so no run starts before its tool is offered. `cluster`:
+    `redis_url` names the nodes of a Redis Cluster."""
+    from loopwire.shared.stores.redis_connection import RedisTopology, connect_redis
 
-    r = aioredis.Redis.from_url(redis_url)
+    r = connect_redis(RedisTopology(redis_url, cluster=cluster))
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -74,25 +74,25 @@ def responder_pids(label: str, procs: list[subprocess.Popen[str]]) -> dict[str, 
 
 async def measure_durable_floor(m: Measured, servers: Servers, procs: list[subprocess.Popen[str]],
                                 sizes: list[int], args: argparse.Namespace) -> None:
-    async with connected(servers, lambda nc: durable_floor.DurableFloorDriver(nc, sizes)) as (nc, r, driver):
+    async with connected(servers, lambda nc: durable_floor.DurableFloorDriver(nc, sizes)) as (nc, rs, driver):
         await driver.run_load("warm", args.warmup_sessions, 5, timeout=args.load_timeout)
         m.data["single"] = summary(await driver.run_sequential("single", args.single, args.turns))
         await measure_load(m, lambda: driver.run_load("load", args.sessions, args.turns, timeout=args.load_timeout),
                            {**responder_pids("responder", procs), **servers.pids(), "bench client": os.getpid()},
-                           args.load_runs, counter(nc, r, servers, FLOOR_STREAMS), FLOOR_STREAMS)
+                           args.load_runs, counter(nc, rs, servers, FLOOR_STREAMS), FLOOR_STREAMS)
         log(f"durable floor: {m.data['load']['turns_per_s']:.0f} turns/s{report.rates_note(m.data)}, "
             f"single p50 {report.ms(m.data['single']['p50_ms'])}")
 
 
 async def measure_raw_floor(m: Measured, servers: Servers, procs: list[subprocess.Popen[str]], sizes: list[int],
                             args: argparse.Namespace) -> None:
-    async with connected(servers, lambda nc: FloorDriver(nc, sizes)) as (nc, r, driver):
+    async with connected(servers, lambda nc: FloorDriver(nc, sizes)) as (nc, rs, driver):
         await driver.run_load(args.warmup_sessions, 5)
         m.data["single"] = summary(await driver.run_sequential(args.single, args.turns))
         await measure_load(m, lambda: driver.run_load(args.sessions, args.turns),
                            {**responder_pids("echo responder", procs), **servers.pids(),
                             "bench client (driver)": os.getpid()},
-                           args.load_runs, counter(nc, r, servers, {}), {})
+                           args.load_runs, counter(nc, rs, servers, {}), {})
         log(f"raw floor: {m.data['load']['turns_per_s']:.0f} turns/s{report.rates_note(m.data)}, "
             f"single p50 {report.ms(m.data['single']['p50_ms'])}")
 

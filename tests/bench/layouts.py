@@ -5,7 +5,9 @@ layout of commands) on the bench's own nats-server and redis-server, started onc
 on free ports with the durability compose and Helm deploy: JetStream with
 `sync_interval: always`, Redis with `appendonly yes` and `appendfsync everysec`
 (loopwire.testing.start_nats / start_redis). nats-server also serves its monitoring port,
-for the message counts of wire.py.
+for the message counts of wire.py. A layout with `redis_masters` runs on a Redis Cluster of
+its own instead (loopwire.testing.start_redis_cluster: that many masters, a replica each),
+started for it and stopped after it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loopwire.launcher import SERVICE_NAMES
-from loopwire.testing import LAYOUTS, LoopwireContainer, ServerHandle, free_port, start_nats, start_redis
+from loopwire.testing import (
+    LAYOUTS,
+    LoopwireContainer,
+    RedisClusterHandle,
+    ServerHandle,
+    free_port,
+    start_nats,
+    start_redis,
+    start_redis_cluster,
+)
 
 from .procstat import children_of
 
@@ -32,6 +43,10 @@ class BenchLayout:
     target_ratio: float | None = None
     """Single-session p50 at most this many times the durable floor's (the issue's target)."""
     target_turns_per_s: float | None = None
+    redis_masters: int = 0
+    """On a Redis Cluster of this many masters (a replica each); 0: the bench's one Redis."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Settings of this layout's processes beside service_env()."""
 
 
 def bench_layouts(workers: int = 2) -> dict[str, BenchLayout]:
@@ -44,10 +59,19 @@ def bench_layouts(workers: int = 2) -> dict[str, BenchLayout]:
                               target_ratio=2.0, target_turns_per_s=400.0),
         "split": BenchLayout("split", "6 × loopwire serve (2 routers)", LAYOUTS["split"],
                              target_ratio=2.0, target_turns_per_s=400.0),
+        "split_redis_cluster": BenchLayout("split_redis_cluster",
+                                           "split, 3-master Redis Cluster",
+                                           LAYOUTS["split"], redis_masters=3),
+        # The same without waiting for the replicas: what WAIT costs in the whole layout.
+        "split_redis_cluster_nowait": BenchLayout("split_redis_cluster_nowait",
+                                                  "split, Redis Cluster, no WAIT",
+                                                  LAYOUTS["split"], redis_masters=3,
+                                                  env=(("LOOPWIRE_REDIS_WAIT_REPLICAS", "0"),)),
     }
 
 
-LAYOUT_ORDER = ("up", "workers", "split1", "split")
+LAYOUT_ORDER = ("up", "workers", "split1", "split", "split_redis_cluster")
+"""The default run's layouts, in order; --layouts may name any of bench_layouts()."""
 
 
 def service_env() -> dict[str, str]:
@@ -67,13 +91,43 @@ class Servers:
     nats: ServerHandle
     redis: ServerHandle
     monitor_url: str
+    redis_cluster: RedisClusterHandle | None = None
+    """The Redis Cluster a layout runs on instead of `redis` (`with_redis_cluster`)."""
+
+    @property
+    def redis_url(self) -> str:
+        return self.redis_cluster.url if self.redis_cluster is not None else self.redis.url
+
+    def redis_master_urls(self) -> list[str]:
+        """The Redis servers the layout's data is on: the one, or every master."""
+        if self.redis_cluster is None:
+            return [self.redis.url]
+        return [node.url for node in self.redis_cluster.masters()]
 
     def pids(self) -> dict[str, int]:
-        return {"nats-server": self.nats.proc.pid, "redis-server": self.redis.proc.pid}  # type: ignore[union-attr]
+        if self.redis_cluster is None:
+            return {"nats-server": self.nats.proc.pid, "redis-server": self.redis.proc.pid}  # type: ignore[union-attr]
+        roles = self.redis_cluster.roles()
+        out = {"nats-server": self.nats.proc.pid}  # type: ignore[union-attr]
+        for node in self.redis_cluster.nodes:
+            if node.proc is not None:
+                out[f"redis-server :{node.port} ({'master' if roles.get(node.port) == 'master' else 'replica'})"] = \
+                    node.proc.pid
+        return out
+
+    def with_redis_cluster(self, masters: int) -> Servers:
+        """These servers with a Redis Cluster of `masters` masters (a replica each) of
+        their own in place of the one Redis; `stop_redis_cluster()` ends it."""
+        return Servers(self.nats, self.redis, self.monitor_url, start_redis_cluster(masters=masters, replicas=1))
+
+    def stop_redis_cluster(self) -> None:
+        if self.redis_cluster is not None:
+            self.redis_cluster.stop()
 
     def stop(self) -> None:
         self.nats.stop()
         self.redis.stop()
+        self.stop_redis_cluster()
 
 
 def start_servers(sync_always: bool = True) -> Servers:
@@ -94,8 +148,11 @@ class System:
     def __init__(self, servers: Servers, layout: BenchLayout) -> None:
         self.layout = layout
         # A loaded machine starts a process in up to a minute or more (imports, schemas).
-        self.part = LoopwireContainer(env=service_env(), use_docker=False, layout=layout.commands, ready_timeout=300)
-        self.part.nats, self.part.redis = servers.nats, servers.redis
+        self.part = LoopwireContainer(env={**service_env(), **dict(layout.env)}, use_docker=False, layout=layout.commands, ready_timeout=300,
+                                      redis_cluster=servers.redis_cluster)
+        self.part.nats = servers.nats
+        if servers.redis_cluster is None:
+            self.part.redis = servers.redis
 
     def start(self) -> None:
         self.part.start_loopwire()  # every process (and worker) answers /readyz

@@ -73,9 +73,10 @@ async def measure_load(m: Measured, run: Callable[[], Awaitable[LoadResult]], pi
                   other_ms=1000 * others / turns, other_share=others / wall)
 
 
-def counter(nc: NatsClient, r: aioredis.Redis, servers: Servers, streams: dict[str, str]) -> Callable[[], Awaitable[wire.Snapshot]]:
+def counter(nc: NatsClient, rs: list[aioredis.Redis], servers: Servers,
+            streams: dict[str, str]) -> Callable[[], Awaitable[wire.Snapshot]]:
     async def snap() -> wire.Snapshot:
-        return await wire.snapshot(nc, r, servers.monitor_url, tuple(streams))
+        return await wire.snapshot(nc, rs, servers.monitor_url, tuple(streams))
     return snap
 
 
@@ -90,16 +91,18 @@ D = TypeVar("D", bound=Driver)
 
 @contextlib.asynccontextmanager
 async def connected(servers: Servers, make_driver: Callable[[NatsClient], D]) -> AsyncIterator[
-        tuple[NatsClient, aioredis.Redis, D]]:
-    """A NATS and a Redis connection to the bench's servers and a started load driver on
-    the NATS one, for one layout's (or floor's) measurement; all closed after it."""
+        tuple[NatsClient, list[aioredis.Redis], D]]:
+    """A NATS connection and one to each Redis the layout runs on (the bench's, or every
+    master of its cluster) and a started load driver on the NATS one, for one layout's
+    (or floor's) measurement; all closed after it."""
     nc = await nats.connect(servers.nats.url)
-    r = aioredis.Redis.from_url(servers.redis.url)
+    rs = [aioredis.Redis.from_url(url) for url in servers.redis_master_urls()]
     driver = make_driver(nc)
     await driver.start()
     try:
-        yield nc, r, driver
+        yield nc, rs, driver
     finally:
         await driver.stop()
-        await r.aclose()
+        for r in rs:
+            await r.aclose()
         await nc.drain()

@@ -133,6 +133,11 @@ def console_table(res: Results) -> str:
     if res.get("consume_us"):
         lines.append("")
         lines += [f"consume path, {mode}: {us:.0f} µs CPU / message" for mode, us in res["consume_us"].items()]
+    lines += [f"Redis keys per master, {lay['name']}: {keys_per_master(lay)}"
+              for _key, lay in layouts(res, floors=False) if lay.get("redis_keys_per_master")]
+    for mode, w in (res.get("replica_wait") or {}).items():
+        lines.append(f"event append, {mode}: p50 {w['p50_us']:.0f} µs, p99 {w['p99_us']:.0f} µs, {w['per_s']:.0f}/s "
+                     f"50 at once, CPU {w['client_cpu_us']:.0f} µs client + {w['master_cpu_us']:.0f} µs master")
     lines.append("")
     for target, measured, met in verdicts(res):
         lines.append(f"[{'info' if met is None else 'MET ' if met else 'MISS'}] {target}: {measured}")
@@ -140,6 +145,10 @@ def console_table(res: Results) -> str:
         lines.append(f"note: {note}")
     lines.append(f"({res.get('duration_s', 0):.0f} s in all)")
     return "\n".join(lines)
+
+
+def keys_per_master(lay: dict[str, Any]) -> str:
+    return ", ".join(f"{count}" for _master, count in sorted(lay["redis_keys_per_master"].items()))
 
 
 def wire_summary(w: dict[str, Any]) -> str:
@@ -228,6 +237,22 @@ def markdown(res: Results) -> str:
                 "two rounds of 4,000 messages (`tests/bench/consume_overhead.py`).", "",
                 "| handler | µs CPU / message |", "|---|---|"]
         out += [f"| {mode} | {us:.0f} |" for mode, us in res["consume_us"].items()]
+        out.append("")
+    clustered = [lay for _key, lay in layouts(res, floors=False) if lay.get("redis_keys_per_master")]
+    if clustered:
+        out += ["### Keys per Redis master", "",
+                "Keys each master of the layout's Redis Cluster held after its load (`DBSIZE`; every session's "
+                "keys in one slot).", "", "| layout | keys per master |", "|---|---|"]
+        out += [_row([lay["name"], keys_per_master(lay)]) for lay in clustered]
+        out.append("")
+    if res.get("replica_wait"):
+        out += ["### Waiting for a Redis replica", "",
+                "One event append (a durable write) against a master with one replica on loopback, without and "
+                "with `WAIT 1` on the same connection (`tests/bench/replica_wait.py`).", "",
+                "| | p50 | p99 | appends/s, 50 at once | client µs CPU | master µs CPU |", "|---|---|---|---|---|---|"]
+        out += [_row([mode, f"{w['p50_us']:.0f} µs", f"{w['p99_us']:.0f} µs", f"{w['per_s']:.0f}",
+                      f"{w['client_cpu_us']:.0f}", f"{w['master_cpu_us']:.0f}"])
+                for mode, w in res["replica_wait"].items()]
         out.append("")
     if res.get("notes"):
         out += ["Notes from this run:", ""] + [f"- {n}" for n in res["notes"]] + [""]

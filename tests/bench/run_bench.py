@@ -17,7 +17,10 @@
 3. The durable floor (durable_floor.py: the same hops as JetStream work-queue messages,
    events into a stream) and the raw floor (floor.py: core-NATS request/reply), each with
    the Redis calls the trace counted.
-4. The consume path alone (consume_overhead.py).
+4. The consume path alone (consume_overhead.py), and what waiting for a Redis replica costs
+   a write (replica_wait.py). The layout `split_redis_cluster` runs on a 3-master Redis
+   Cluster of its own (its keys per master in the results); `split_redis_cluster_nowait`
+   (not in the default run) is the same with LOOPWIRE_REDIS_WAIT_REPLICAS=0.
 5. `.run/bench.json` (everything), the console table, and docs/benchmarks.md's results
    block rendered from that file (report.py; `--no-doc` leaves the doc alone).
 
@@ -59,6 +62,8 @@ from .layouts import LAYOUT_ORDER, ROOT, Servers, System, bench_layouts, start_s
 from .measuring import Measured, connected, counter, log, measure_load, summary
 from .procstat import machine_facts, other_busy_processes
 from .redis_bytes import session_bytes
+from .replica_wait import describe as describe_replica_wait
+from .replica_wait import measure_replica_wait
 from .trace import TurnCost, trace_turns
 
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -152,7 +157,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--load-timeout", type=float, default=300.0)
     p.add_argument("--workers", type=int, default=2, help="`loopwire up --workers N` (2: the target's machine)")
     p.add_argument("--layouts", default=",".join(LAYOUT_ORDER),
-                   help=f"which loopwire layouts, comma-separated, of {', '.join(LAYOUT_ORDER)}")
+                   help=f"which loopwire layouts, comma-separated, of {', '.join(bench_layouts())}")
     p.add_argument("--no-floors", action="store_true", help="skip both floors (the targets need the durable one)")
     p.add_argument("--floor-responders", type=int, default=2,
                    help="processes of the durable floor's responder (2: as `up --workers 2`)")
@@ -170,9 +175,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.layout_keys = [k.strip() for k in args.layouts.split(",") if k.strip()]
-    unknown = [k for k in args.layout_keys if k not in LAYOUT_ORDER]
+    unknown = [k for k in args.layout_keys if k not in bench_layouts()]
     if unknown:
-        p.error(f"unknown layout(s) {unknown}; choose from {', '.join(LAYOUT_ORDER)}")
+        p.error(f"unknown layout(s) {unknown}; choose from {', '.join(bench_layouts())}")
     return args
 
 
@@ -201,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         res["notes"].append("busy processes on the machine at the start: " + "; ".join(busy[:5]))
         log(f"warning: {res['notes'][-1]}")
     system: System | None = None
+    cluster_of_layout: Servers | None = None
     responders: list[subprocess.Popen[str]] = []
     traces: dict[str, TurnCost] = {}
     failed = False
@@ -212,23 +218,32 @@ def main(argv: list[str] | None = None) -> int:
             spec = specs[key]
             m = Measured(key, spec.name, "loopwire", spec)
             log(f"starting {spec.name}: {', '.join(spec.commands)}")
+            on = servers.with_redis_cluster(spec.redis_masters) if spec.redis_masters else servers
+            cluster_of_layout = on if spec.redis_masters else None  # stopped after it, or below
             t0 = time.monotonic()
-            system = System(servers, spec)
+            system = System(on, spec)
             system.start()
-            run_async(lambda: wait_for_tool(servers.redis.url, "noop"))
+            run_async(lambda: wait_for_tool(on.redis_url, "noop", cluster=bool(spec.redis_masters)))  # noqa: B023
             m.data["start_s"] = time.monotonic() - t0
-            log(f"{spec.name}: counting the hops of one tool-turn")
-            traces[key] = run_async(lambda: trace_turns(servers.nats.url, servers.redis.url))
-            m.data["trace"] = trace_dict(traces[key])
+            if not spec.redis_masters:  # MONITOR sees one server: the trace is the one-Redis layouts'
+                log(f"{spec.name}: counting the hops of one tool-turn")
+                traces[key] = run_async(lambda: trace_turns(servers.nats.url, servers.redis.url))
+                m.data["trace"] = trace_dict(traces[key])
 
             async def bytes_after(driver: BenchDriver) -> None:
                 await measure_bytes(driver, servers.redis.url, bytes_sizes, res)
 
             pids, extra = system.pids(), bytes_after if key == bytes_in and bytes_sizes else None
-            run_async(lambda: measure_layout(m, servers, pids, args, extra))  # noqa: B023 - run at once
+            run_async(lambda: measure_layout(m, on, pids, args, extra))  # noqa: B023 - run at once
+            if on.redis_cluster is not None:
+                m.data["redis_keys_per_master"] = on.redis_cluster.keys_per_master()
+                log(f"{spec.name}: keys per master {m.data['redis_keys_per_master']}")
             res["layouts"][key], res["order"] = m.data, [*res["order"], key]
             system.stop()
             system = None
+            if cluster_of_layout is not None:
+                cluster_of_layout.stop_redis_cluster()
+                cluster_of_layout = None
         if not args.no_floors:
             plan_key = next((k for k in ("split", "split1", "workers", "up") if k in traces), None)
             trace = traces.get(plan_key) if plan_key else None
@@ -258,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
             responders = []
         log("consume path: CPU per message received, by handler style")
         res["consume_us"] = run_async(lambda: measure_all(servers.nats.url))
+        log("replica wait: an event append without WAIT and with WAIT 1 (a master and its replica)")
+        res["replica_wait"] = run_async(measure_replica_wait)
+        log(describe_replica_wait(res["replica_wait"]))
     except BaseException:
         failed = True
         raise
@@ -267,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             for path in system.stop(keep_logs=failed):
                 log(f"kept log {path}")
         stop_all(responders)
+        if cluster_of_layout is not None:
+            cluster_of_layout.stop_redis_cluster()
         servers.stop()
         res["duration_s"] = time.monotonic() - t_start
         if failed:

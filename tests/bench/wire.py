@@ -54,17 +54,25 @@ async def stream_seqs(nc: NatsClient, streams: tuple[str, ...]) -> dict[str, flo
     return out
 
 
-async def redis_stats(r: aioredis.Redis) -> tuple[dict[str, float], dict[str, float]]:
-    stats = await r.info("stats")
-    cmds = await r.info("commandstats")
-    commands = {k.removeprefix("cmdstat_"): float(v["calls"]) for k, v in cmds.items() if isinstance(v, dict)}
+async def redis_stats(servers: list[aioredis.Redis]) -> tuple[dict[str, float], dict[str, float]]:
+    """Summed over `servers` (the one Redis, or every master of a cluster)."""
     keep = ("total_commands_processed", "total_reads_processed", "total_net_input_bytes")
-    return {k: float(stats.get(k, 0)) for k in keep}, commands
+    totals: dict[str, float] = dict.fromkeys(keep, 0.0)
+    commands: dict[str, float] = {}
+    for r in servers:
+        stats = await r.info("stats")
+        for k in keep:
+            totals[k] += float(stats.get(k, 0))
+        for k, v in (await r.info("commandstats")).items():
+            if isinstance(v, dict):
+                name = k.removeprefix("cmdstat_")
+                commands[name] = commands.get(name, 0.0) + float(v["calls"])
+    return totals, commands
 
 
-async def snapshot(nc: NatsClient, r: aioredis.Redis, monitor_url: str | None,
+async def snapshot(nc: NatsClient, rs: list[aioredis.Redis], monitor_url: str | None,
                    streams: tuple[str, ...]) -> Snapshot:
-    redis, commands = await redis_stats(r)
+    redis, commands = await redis_stats(rs)
     return Snapshot(varz(monitor_url), await stream_seqs(nc, streams), redis, commands)
 
 

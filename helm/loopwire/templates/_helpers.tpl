@@ -171,4 +171,7 @@ Fail early on values that cannot work together.
 {{- if and (not .Values.redis.url) (not .Values.redis.urlSecret.name) -}}
 {{- fail "set redis.url or redis.urlSecret.name" -}}
 {{- end -}}
+{{- if and (eq .Values.redis.mode "sentinel") (not .Values.redis.sentinel.hosts) -}}
+{{- fail "redis.mode sentinel needs redis.sentinel.hosts (host:port of each sentinel)" -}}
+{{- end -}}
 {{- end -}}

@@ -120,3 +120,21 @@ def test_key_spaces_keep_the_kind_of_step_claimed() -> None:
     assert key_space(keys.step_record(keys.generation_step("s1", "run:g1"))) == "lw:step:gen"
     assert key_space(keys.session_state("s1")) == "lw:s"
     assert key_space("other") == ""
+
+
+def test_a_clustered_layout_reports_its_keys_per_master_and_the_replica_wait() -> None:
+    res = results()
+    res["order"] = [*res["order"][:2], "split_redis_cluster", *res["order"][2:]]
+    res["layouts"]["split_redis_cluster"] = _layout("split, 3-master Redis Cluster", 12.0, 380.0,
+                                                    redis_keys_per_master={"127.0.0.1:7001": 310,
+                                                                           "127.0.0.1:7000": 290})
+    res["replica_wait"] = {"no_wait": {"p50_us": 170.0, "p99_us": 500.0, "per_s": 9500.0, "client_cpu_us": 100.0,
+                                       "master_cpu_us": 20.0},
+                           "wait_1": {"p50_us": 240.0, "p99_us": 1300.0, "per_s": 7500.0, "client_cpu_us": 123.0,
+                                      "master_cpu_us": 24.0}}
+    table = report.console_table(res)
+    assert "Redis keys per master, split, 3-master Redis Cluster: 290, 310" in table
+    assert "event append, wait_1: p50 240 µs" in table
+    doc = report.markdown(res)
+    assert "| split, 3-master Redis Cluster | 290, 310 |" in doc
+    assert "| wait_1 | 240 µs | 1300 µs | 7500 | 123 | 24 |" in doc

@@ -29,6 +29,8 @@ SCENARIOS = {
     "existing-secret": CHART / "ci" / "existing-secret-values.yaml",
     "executors": CHART / "ci" / "executors-values.yaml",
     "nats-cluster": CHART / "ci" / "nats-cluster-values.yaml",
+    "redis-cluster": CHART / "ci" / "redis-cluster-values.yaml",
+    "redis-sentinel": CHART / "ci" / "redis-sentinel-values.yaml",
 }
 
 

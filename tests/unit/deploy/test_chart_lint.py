@@ -75,6 +75,8 @@ def test_values_yaml_matches_values_schema() -> None:
         {"executors": {"mountPath": "relative/dir"}},
         {"executors": {"image": {"name": "x"}}},
         {"serviceDefaults": {"autoscaling": {"targetCPUUtilizationPercentage": 150}}},
+        {"redis": {"mode": "replicated"}},
+        {"redis": {"sentinel": {"hosts": ["no-port"]}}},
     ],
 )
 def test_schema_rejects_bad_values(chart: helm.Chart, bad: dict[str, Any]) -> None:
