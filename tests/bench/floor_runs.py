@@ -47,7 +47,7 @@ def start_responders(module: str, count: int, servers: Servers, extra: list[str]
     env = dict(os.environ, PYTHONPATH=service_env()["PYTHONPATH"])
     procs = []
     for _ in range(count):
-        proc = subprocess.Popen([sys.executable, "-m", module, "--nats", servers.nats.url, "--redis", servers.redis.url,
+        proc = subprocess.Popen([sys.executable, "-m", module, "--nats", servers.nats_url, "--redis", servers.redis.url,
                                  *extra], stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         procs.append(proc)
         assert proc.stdout is not None

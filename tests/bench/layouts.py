@@ -7,7 +7,9 @@ on free ports with the durability compose and Helm deploy: JetStream with
 (loopwire.testing.start_nats / start_redis). nats-server also serves its monitoring port,
 for the message counts of wire.py. A layout with `redis_masters` runs on a Redis Cluster of
 its own instead (loopwire.testing.start_redis_cluster: that many masters, a replica each),
-started for it and stopped after it.
+and one with `nats_nodes` on a NATS cluster of its own (loopwire.testing.start_nats_cluster,
+the same fsync, every stream on each node: LOOPWIRE_STREAM_REPLICAS), each started for it
+and stopped after it.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from loopwire.launcher import SERVICE_NAMES
 from loopwire.testing import (
     LAYOUTS,
     LoopwireContainer,
+    NatsCluster,
     RedisClusterHandle,
     ServerHandle,
     free_port,
     start_nats,
+    start_nats_cluster,
     start_redis,
     start_redis_cluster,
 )
@@ -47,6 +51,9 @@ class BenchLayout:
     """On a Redis Cluster of this many masters (a replica each); 0: the bench's one Redis."""
     env: tuple[tuple[str, str], ...] = ()
     """Settings of this layout's processes beside service_env()."""
+    nats_nodes: int = 0
+    """On a NATS cluster of this many nodes (streams replicated on up to 3); 0: the bench's
+    one nats-server."""
 
 
 def bench_layouts(workers: int = 2) -> dict[str, BenchLayout]:
@@ -67,10 +74,14 @@ def bench_layouts(workers: int = 2) -> dict[str, BenchLayout]:
                                                   "split, Redis Cluster, no WAIT",
                                                   LAYOUTS["split"], redis_masters=3,
                                                   env=(("LOOPWIRE_REDIS_WAIT_REPLICAS", "0"),)),
+        "split_nats_r3": BenchLayout("split_nats_r3", "split, 3-node NATS (R3)", LAYOUTS["split"], nats_nodes=3),
+        # What a deployment beyond one machine runs: both clusters.
+        "split_clustered": BenchLayout("split_clustered", "split, 3-node NATS (R3) + Redis Cluster",
+                                       LAYOUTS["split"], nats_nodes=3, redis_masters=3),
     }
 
 
-LAYOUT_ORDER = ("up", "workers", "split1", "split", "split_redis_cluster")
+LAYOUT_ORDER = ("up", "workers", "split1", "split", "split_redis_cluster", "split_nats_r3", "split_clustered")
 """The default run's layouts, in order; --layouts may name any of bench_layouts()."""
 
 
@@ -93,6 +104,32 @@ class Servers:
     monitor_url: str
     redis_cluster: RedisClusterHandle | None = None
     """The Redis Cluster a layout runs on instead of `redis` (`with_redis_cluster`)."""
+    nats_cluster: NatsCluster | None = None
+    """The NATS cluster a layout runs on instead of `nats` (`with_nats_cluster`)."""
+
+    @property
+    def nats_urls(self) -> list[str]:
+        return self.nats_cluster.urls if self.nats_cluster is not None else [self.nats.url]
+
+    @property
+    def nats_url(self) -> str:
+        """A LOOPWIRE_NATS_URL: the one server, or every node comma-joined."""
+        return ",".join(self.nats_urls)
+
+    def monitor_urls(self) -> list[str]:
+        """The monitoring endpoints of the NATS servers the layout runs on."""
+        if self.nats_cluster is None:
+            return [self.monitor_url]
+        return [f"http://127.0.0.1:{node.http_port}" for node in self.nats_cluster.nodes]
+
+    def stream_leaders(self) -> dict[str, list[str]]:
+        """Node -> the streams it leads, on a NATS cluster (empty on one server)."""
+        if self.nats_cluster is None:
+            return {}
+        by_node: dict[str, list[str]] = {node.name: [] for node in self.nats_cluster.nodes}
+        for stream, leader in sorted(self.nats_cluster.leaders().items()):
+            by_node.setdefault(leader, []).append(stream)
+        return by_node
 
     @property
     def redis_url(self) -> str:
@@ -104,11 +141,17 @@ class Servers:
             return [self.redis.url]
         return [node.url for node in self.redis_cluster.masters()]
 
+    def nats_pids(self) -> dict[str, int]:
+        if self.nats_cluster is None:
+            return {"nats-server": self.nats.proc.pid}  # type: ignore[union-attr]
+        return {f"nats-server {node.name}": node.proc.pid for node in self.nats_cluster.nodes
+                if node.proc is not None}
+
     def pids(self) -> dict[str, int]:
         if self.redis_cluster is None:
-            return {"nats-server": self.nats.proc.pid, "redis-server": self.redis.proc.pid}  # type: ignore[union-attr]
+            return {**self.nats_pids(), "redis-server": self.redis.proc.pid}  # type: ignore[union-attr]
         roles = self.redis_cluster.roles()
-        out = {"nats-server": self.nats.proc.pid}  # type: ignore[union-attr]
+        out = self.nats_pids()
         for node in self.redis_cluster.nodes:
             if node.proc is not None:
                 out[f"redis-server :{node.port} ({'master' if roles.get(node.port) == 'master' else 'replica'})"] = \
@@ -118,16 +161,28 @@ class Servers:
     def with_redis_cluster(self, masters: int) -> Servers:
         """These servers with a Redis Cluster of `masters` masters (a replica each) of
         their own in place of the one Redis; `stop_redis_cluster()` ends it."""
-        return Servers(self.nats, self.redis, self.monitor_url, start_redis_cluster(masters=masters, replicas=1))
+        return Servers(self.nats, self.redis, self.monitor_url, start_redis_cluster(masters=masters, replicas=1),
+                       self.nats_cluster)
+
+    def with_nats_cluster(self, nodes: int, sync_always: bool = True) -> Servers:
+        """These servers with a NATS cluster of `nodes` of their own in place of the one
+        nats-server (the same fsync); `stop_nats_cluster()` ends it."""
+        return Servers(self.nats, self.redis, self.monitor_url, self.redis_cluster,
+                       start_nats_cluster(nodes, sync_always=sync_always))
 
     def stop_redis_cluster(self) -> None:
         if self.redis_cluster is not None:
             self.redis_cluster.stop()
 
+    def stop_nats_cluster(self) -> None:
+        if self.nats_cluster is not None:
+            self.nats_cluster.stop()
+
     def stop(self) -> None:
         self.nats.stop()
         self.redis.stop()
         self.stop_redis_cluster()
+        self.stop_nats_cluster()
 
 
 def start_servers(sync_always: bool = True) -> Servers:
@@ -149,8 +204,9 @@ class System:
         self.layout = layout
         # A loaded machine starts a process in up to a minute or more (imports, schemas).
         self.part = LoopwireContainer(env={**service_env(), **dict(layout.env)}, use_docker=False, layout=layout.commands, ready_timeout=300,
-                                      redis_cluster=servers.redis_cluster)
-        self.part.nats = servers.nats
+                                      redis_cluster=servers.redis_cluster, nats_cluster=servers.nats_cluster)
+        if servers.nats_cluster is None:
+            self.part.nats = servers.nats
         if servers.redis_cluster is None:
             self.part.redis = servers.redis
 

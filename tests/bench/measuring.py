@@ -76,7 +76,7 @@ async def measure_load(m: Measured, run: Callable[[], Awaitable[LoadResult]], pi
 def counter(nc: NatsClient, rs: list[aioredis.Redis], servers: Servers,
             streams: dict[str, str]) -> Callable[[], Awaitable[wire.Snapshot]]:
     async def snap() -> wire.Snapshot:
-        return await wire.snapshot(nc, rs, servers.monitor_url, tuple(streams))
+        return await wire.snapshot(nc, rs, servers.monitor_urls(), tuple(streams))
     return snap
 
 
@@ -95,7 +95,7 @@ async def connected(servers: Servers, make_driver: Callable[[NatsClient], D]) ->
     """A NATS connection and one to each Redis the layout runs on (the bench's, or every
     master of its cluster) and a started load driver on the NATS one, for one layout's
     (or floor's) measurement; all closed after it."""
-    nc = await nats.connect(servers.nats.url)
+    nc = await nats.connect(servers=servers.nats_urls)
     rs = [aioredis.Redis.from_url(url) for url in servers.redis_master_urls()]
     driver = make_driver(nc)
     await driver.start()

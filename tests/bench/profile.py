@@ -86,7 +86,7 @@ def summarise(raw: Path, top: int = 25) -> tuple[Counter[str], Counter[str], Cou
 
 
 async def keep_loading(nats_url: str, sessions: int, turns: int, stop: asyncio.Event) -> int:
-    nc = await nats.connect(nats_url)
+    nc = await nats.connect(servers=nats_url.split(","))
     driver = BenchDriver(nc)
     await driver.start()
     done = 0
@@ -117,20 +117,24 @@ def start_spies(spy: str, pids: dict[str, int], layout_key: str, seconds: float,
 
 
 async def profile(spy: str, layout_key: str, sessions: int, turns: int, seconds: float, rate: int) -> None:
-    servers = start_servers()
-    system = System(servers, bench_layouts()[layout_key])
+    spec = bench_layouts()[layout_key]
+    base = start_servers()
+    # A layout on a NATS or Redis cluster gets one of its own (as run_bench).
+    servers = base.with_redis_cluster(spec.redis_masters) if spec.redis_masters else base
+    servers = servers.with_nats_cluster(spec.nats_nodes) if spec.nats_nodes else servers
+    system = System(servers, spec)
     OUT.mkdir(parents=True, exist_ok=True)
     try:
         system.start()
-        await wait_for_tool(servers.redis.url, "noop")
+        await wait_for_tool(servers.redis_url, "noop", cluster=bool(spec.redis_masters))
         stop = asyncio.Event()
-        nc = await nats.connect(servers.nats.url)
+        nc = await nats.connect(servers=servers.nats_urls)
         warm = BenchDriver(nc)
         await warm.start()
         await warm.run_load("warm", 40, 5)
         await warm.stop()
         await nc.drain()
-        loader = asyncio.create_task(keep_loading(servers.nats.url, sessions, turns, stop))
+        loader = asyncio.create_task(keep_loading(servers.nats_url, sessions, turns, stop))
         await asyncio.sleep(3)  # the load under way
         pids = system.pids()
         window = CpuWindow({**pids, **servers.pids()}).start()
@@ -165,7 +169,9 @@ async def profile(spy: str, layout_key: str, sessions: int, turns: int, seconds:
                 print(f"  {100 * n / total:5.1f}%  {func}")
     finally:
         system.stop()
-        servers.stop()
+        servers.stop_redis_cluster()
+        servers.stop_nats_cluster()
+        base.stop()
 
 
 def main() -> None:

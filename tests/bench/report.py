@@ -104,12 +104,13 @@ def console_table(res: Results) -> str:
              f"code {m.get('git')}" + (" — QUICK MODE (not the issue's load)" if res["params"].get("quick") else ""),
              ""]
     fd, fr = p50(res["layouts"].get("floor_durable")), p50(res["layouts"].get("floor_raw"))
-    lines.append(f"{'layout':<34}{'p50':>10}{'p99':>10}{'×dur':>7}{'×raw':>7}{'load p50':>11}{'load p99':>11}"
+    width = max([34, *(len(lay["name"]) + 2 for _, lay in layouts(res))])
+    lines.append(f"{'layout':<{width}}{'p50':>10}{'p99':>10}{'×dur':>7}{'×raw':>7}{'load p50':>11}{'load p99':>11}"
                  f"{'turns/s':>9}{'CPU ms/turn':>13}")
     for _key, lay in layouts(res):
         s, load = lay.get("single") or {}, lay.get("load") or {}
         rd, rr = ratio(s.get("p50_ms"), fd), ratio(s.get("p50_ms"), fr)
-        lines.append(f"{lay['name']:<34}{ms(s.get('p50_ms')):>10}{ms(s.get('p99_ms')):>10}"
+        lines.append(f"{lay['name']:<{width}}{ms(s.get('p50_ms')):>10}{ms(s.get('p99_ms')):>10}"
                      f"{'' if rd is None else f'{rd:.2f}':>7}{'' if rr is None else f'{rr:.2f}':>7}"
                      f"{ms(load.get('p50_ms')):>11}{ms(load.get('p99_ms')):>11}"
                      f"{load.get('turns_per_s', 0):>9.0f}{cpu_total(lay):>13.2f}")
@@ -135,6 +136,8 @@ def console_table(res: Results) -> str:
         lines += [f"consume path, {mode}: {us:.0f} µs CPU / message" for mode, us in res["consume_us"].items()]
     lines += [f"Redis keys per master, {lay['name']}: {keys_per_master(lay)}"
               for _key, lay in layouts(res, floors=False) if lay.get("redis_keys_per_master")]
+    lines += [f"stream leaders, {lay['name']}: {leaders_summary(lay['stream_leaders'])}"
+              for _key, lay in layouts(res, floors=False) if lay.get("stream_leaders")]
     for mode, w in (res.get("replica_wait") or {}).items():
         lines.append(f"event append, {mode}: p50 {w['p50_us']:.0f} µs, p99 {w['p99_us']:.0f} µs, {w['per_s']:.0f}/s "
                      f"50 at once, CPU {w['client_cpu_us']:.0f} µs client + {w['master_cpu_us']:.0f} µs master")
@@ -149,6 +152,11 @@ def console_table(res: Results) -> str:
 
 def keys_per_master(lay: dict[str, Any]) -> str:
     return ", ".join(f"{count}" for _master, count in sorted(lay["redis_keys_per_master"].items()))
+
+
+def leaders_summary(by_node: dict[str, list[str]]) -> str:
+    """`n0: LOOPWIRE_WORK; n1: —`: which node led each stream at the end of the run."""
+    return "; ".join(f"{node}: {', '.join(streams) or '—'}" for node, streams in sorted(by_node.items()))
 
 
 def wire_summary(w: dict[str, Any]) -> str:
@@ -244,6 +252,17 @@ def markdown(res: Results) -> str:
                 "Keys each master of the layout's Redis Cluster held after its load (`DBSIZE`; every session's "
                 "keys in one slot).", "", "| layout | keys per master |", "|---|---|"]
         out += [_row([lay["name"], keys_per_master(lay)]) for lay in clustered]
+        out.append("")
+    led = [lay for _key, lay in layouts(res, floors=False) if lay.get("stream_leaders")]
+    if led:
+        out += ["### Stream leaders per NATS node", "",
+                "Which node led each stream at the end of the layout's run on its NATS cluster (`/jsz`): the "
+                "leader stores every publish to its stream and delivers its consumers' messages, so a node "
+                "leading the busy streams does more of the work (its CPU: `nats-server n0`, ... above). NATS "
+                "counts on a cluster are summed over the nodes: a message routed from one node to another counts "
+                "at both.", "", "| layout | node | streams it leads |", "|---|---|---|"]
+        out += [_row([lay["name"], node, ", ".join(f"`{s}`" for s in streams) or "—"])
+                for lay in led for node, streams in sorted(lay["stream_leaders"].items())]
         out.append("")
     if res.get("replica_wait"):
         out += ["### Waiting for a Redis replica", "",

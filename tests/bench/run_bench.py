@@ -21,6 +21,9 @@
    a write (replica_wait.py). The layout `split_redis_cluster` runs on a 3-master Redis
    Cluster of its own (its keys per master in the results); `split_redis_cluster_nowait`
    (not in the default run) is the same with LOOPWIRE_REDIS_WAIT_REPLICAS=0.
+   `split_nats_r3` runs on a 3-node NATS cluster of its own with every stream on all three
+   nodes (the CPU of each node, which node leads each stream), `split_clustered` on both
+   clusters: what a deployment beyond one machine runs.
 5. `.run/bench.json` (everything), the console table, and docs/benchmarks.md's results
    block rendered from that file (report.py; `--no-doc` leaves the doc alone).
 
@@ -199,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGALRM, watchdog)
     signal.alarm(args.watchdog)
     servers = start_servers(sync_always=args.nats_sync == "always")
-    log(f"nats-server {servers.nats.url} (monitor {servers.monitor_url}), redis-server {servers.redis.url}")
+    log(f"nats-server {servers.nats_url} (monitor {servers.monitor_url}), redis-server {servers.redis.url}")
     res["servers"] = run_async(lambda: server_settings(servers))
     busy = other_busy_processes({os.getpid(), *servers.pids().values()}, min_share=0.2)
     if busy:
@@ -219,7 +222,10 @@ def main(argv: list[str] | None = None) -> int:
             m = Measured(key, spec.name, "loopwire", spec)
             log(f"starting {spec.name}: {', '.join(spec.commands)}")
             on = servers.with_redis_cluster(spec.redis_masters) if spec.redis_masters else servers
-            cluster_of_layout = on if spec.redis_masters else None  # stopped after it, or below
+            if spec.nats_nodes:
+                on = on.with_nats_cluster(spec.nats_nodes, sync_always=args.nats_sync == "always")
+                log(f"{spec.name}: NATS cluster {on.nats_url}")
+            cluster_of_layout = on if spec.redis_masters or spec.nats_nodes else None  # stopped after it, or below
             t0 = time.monotonic()
             system = System(on, spec)
             system.start()
@@ -227,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             m.data["start_s"] = time.monotonic() - t0
             if not spec.redis_masters:  # MONITOR sees one server: the trace is the one-Redis layouts'
                 log(f"{spec.name}: counting the hops of one tool-turn")
-                traces[key] = run_async(lambda: trace_turns(servers.nats.url, servers.redis.url))
+                traces[key] = run_async(lambda: trace_turns(on.nats_url, servers.redis.url))  # noqa: B023
                 m.data["trace"] = trace_dict(traces[key])
 
             async def bytes_after(driver: BenchDriver) -> None:
@@ -238,11 +244,15 @@ def main(argv: list[str] | None = None) -> int:
             if on.redis_cluster is not None:
                 m.data["redis_keys_per_master"] = on.redis_cluster.keys_per_master()
                 log(f"{spec.name}: keys per master {m.data['redis_keys_per_master']}")
+            if on.nats_cluster is not None:
+                m.data["stream_leaders"] = on.stream_leaders()
+                log(f"{spec.name}: stream leaders {m.data['stream_leaders']}")
             res["layouts"][key], res["order"] = m.data, [*res["order"], key]
             system.stop()
             system = None
             if cluster_of_layout is not None:
                 cluster_of_layout.stop_redis_cluster()
+                cluster_of_layout.stop_nats_cluster()
                 cluster_of_layout = None
         if not args.no_floors:
             plan_key = next((k for k in ("split", "split1", "workers", "up") if k in traces), None)
@@ -287,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         stop_all(responders)
         if cluster_of_layout is not None:
             cluster_of_layout.stop_redis_cluster()
+            cluster_of_layout.stop_nats_cluster()
         servers.stop()
         res["duration_s"] = time.monotonic() - t_start
         if failed:

@@ -99,8 +99,10 @@ def classify(msg: Msg, prefix: str) -> str | None:
 
 async def trace_turns(nats_url: str, redis_url: str, prefix: str = "loopwire",
                       short: int = 1, long: int = 21) -> TurnCost:
-    spy = await nats.connect(nats_url)
-    client = await nats.connect(nats_url)
+    # One server's URL, or a cluster's comma-joined: the spy's `>` sees the client
+    # traffic of every node (interest crosses the routes), not the replication inside it.
+    spy = await nats.connect(servers=nats_url.split(","))
+    client = await nats.connect(servers=nats_url.split(","))
     redis = aioredis.Redis.from_url(redis_url)
     driver = BenchDriver(client, prefix)
     await driver.start()

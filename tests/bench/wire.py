@@ -4,7 +4,8 @@ Read before and after each load run, divided by its tool-turns:
 
 - nats-server's `/varz` (its monitoring port, which the bench's server is started with):
   messages and bytes it received and sent, every kind (work, deliveries, acks, PubAcks,
-  events, requests);
+  events, requests); on a NATS cluster summed over the nodes, so a message routed from one
+  node to another counts at both;
 - the JetStream streams' `last_seq`: messages stored in each stream (work hops, events,
   ingress) — a work-queue stream deletes what was acked, but its sequence still counts;
 - Redis `INFO stats` and `INFO commandstats`: commands processed (those run by Lua scripts
@@ -34,12 +35,15 @@ class Snapshot:
     commands: dict[str, float] = field(default_factory=dict)
 
 
-def varz(monitor_url: str | None) -> dict[str, float]:
-    if not monitor_url:
-        return {}
-    with urllib.request.urlopen(f"{monitor_url}/varz", timeout=5) as resp:
-        data = json.load(resp)
-    return {k: float(data.get(k, 0)) for k in ("in_msgs", "out_msgs", "in_bytes", "out_bytes")}
+def varz(monitor_urls: list[str]) -> dict[str, float]:
+    """The counts of `/varz`, summed over the servers (the nodes of a NATS cluster)."""
+    out: dict[str, float] = {}
+    for url in monitor_urls:
+        with urllib.request.urlopen(f"{url}/varz", timeout=5) as resp:
+            data = json.load(resp)
+        for k in ("in_msgs", "out_msgs", "in_bytes", "out_bytes"):
+            out[k] = out.get(k, 0.0) + float(data.get(k, 0))
+    return out
 
 
 async def stream_seqs(nc: NatsClient, streams: tuple[str, ...]) -> dict[str, float]:
@@ -70,10 +74,10 @@ async def redis_stats(servers: list[aioredis.Redis]) -> tuple[dict[str, float], 
     return totals, commands
 
 
-async def snapshot(nc: NatsClient, rs: list[aioredis.Redis], monitor_url: str | None,
+async def snapshot(nc: NatsClient, rs: list[aioredis.Redis], monitor_urls: list[str],
                    streams: tuple[str, ...]) -> Snapshot:
     redis, commands = await redis_stats(rs)
-    return Snapshot(varz(monitor_url), await stream_seqs(nc, streams), redis, commands)
+    return Snapshot(varz(monitor_urls), await stream_seqs(nc, streams), redis, commands)
 
 
 def per_turn(before: Snapshot, after: Snapshot, turns: int, stream_labels: dict[str, str]) -> dict[str, Any]:

@@ -36,7 +36,7 @@ def results() -> dict[str, Any]:
                     "platform": "linux"},
         "servers": {"nats": "nats-server (sync_interval: always)", "redis": "redis (appendonly yes)"},
         "params": {"sessions": 200, "turns": 20, "single": 5, "warmup": 40, "load_runs": 3, "quick": False},
-        "order": ["workers", "split", "floor_durable", "floor_raw"],
+        "order": ["workers", "split", "split_nats_r3", "floor_durable", "floor_raw"],
         "layouts": {
             # 7 ms against a durable floor of 5: 1.4×, within 1.5×; 720 turns/s ≥ 700.
             "workers": _layout("loopwire up --workers 2", 7.0, 720.0, target_ratio=1.5, target_turns_per_s=700.0,
@@ -45,6 +45,9 @@ def results() -> dict[str, Any]:
             # 11 ms: 2.2×, over 2×; 390 turns/s < 400.
             "split": _layout("6 × loopwire serve (2 routers)", 11.0, 390.0, target_ratio=2.0,
                              target_turns_per_s=400.0),
+            "split_nats_r3": _layout("split, 3-node NATS (R3)", 14.0, 300.0, nats_nodes=3,
+                                     stream_leaders={"n0": ["LOOPWIRE_WORK"],
+                                                     "n1": ["LOOPWIRE_EVENTS", "LOOPWIRE_INGRESS"], "n2": []}),
             "floor_durable": _layout("durable floor", 5.0, 900.0, kind="floor"),
             "floor_raw": _layout("raw floor", 2.5, 1000.0, kind="floor"),
         },
@@ -91,7 +94,12 @@ def test_the_doc_block_is_rendered_from_the_results_file(tmp_path: Path) -> None
     assert "| `6 × loopwire serve (2 routers)`: p50 (single session) ≤ 2× the durable floor | 11.00 ms vs 5.00 ms " \
         "= 2.20× | **no** |" in block
     assert "| loopwire up --workers 2 | 7.00 ms | 14.00 ms | 1.40× | 2.80× |" in block
-    assert "| JetStream messages stored: work | 5.00 | 5.00 | 5.00 | 5.00 |" in block
+    assert "| JetStream messages stored: work | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 |" in block
+    # The clustered layout: which node leads which stream, a node leading none said so.
+    assert "| split, 3-node NATS (R3) | n1 | `LOOPWIRE_EVENTS`, `LOOPWIRE_INGRESS` |" in block
+    assert "| split, 3-node NATS (R3) | n2 | — |" in block
+    assert "stream leaders, split, 3-node NATS (R3): n0: LOOPWIRE_WORK; n1: LOOPWIRE_EVENTS, LOOPWIRE_INGRESS; n2: —" \
+        in report.console_table(results())
     assert "`abc1234`" in block
 
 
