@@ -132,6 +132,17 @@ async def tool_provider(nc: NatsClient) -> AsyncIterator[ToolProvider]:
     await svc.stop()
 
 
+@contextlib.asynccontextmanager
+async def serving_tools(nc: NatsClient) -> AsyncIterator[ToolProvider]:
+    """`serve_tools` on `nc` until the block ends, once the tools service lists them."""
+    provider, svc = await serve_tools(nc)
+    try:
+        await wait_for_tools(nc, {"add", "slow_echo"})
+        yield provider
+    finally:
+        await svc.stop()
+
+
 async def serve_tools(nc: NatsClient) -> tuple[ToolProvider, Any]:
     provider = ToolProvider()
     svc = await micro.add_service(nc, name="e2e-tools", version="1.0.0", description="tools for the e2e suite")

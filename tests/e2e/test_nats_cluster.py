@@ -36,7 +36,7 @@ from loopwire.shared.stores.stream_leader import ask_leader
 from loopwire.testing import LoopwireContainer, NatsCluster, start_nats_cluster
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import E2E_ENV, ToolProvider, connected, serve_tools, wait_for_tools
+from .conftest import E2E_ENV, ToolProvider, connected, serving_tools
 from .events import query
 
 pytestmark = pytest.mark.e2e
@@ -65,10 +65,8 @@ async def nc(clustered: LoopwireContainer) -> AsyncIterator[NatsClient]:
 
 @pytest.fixture
 async def tools(nc: NatsClient) -> AsyncIterator[ToolProvider]:
-    provider, svc = await serve_tools(nc)
-    await wait_for_tools(nc, {"add", "slow_echo"})
-    yield provider
-    await svc.stop()
+    async with serving_tools(nc) as provider:
+        yield provider
 
 
 def script_tool_run(fake: FakeAnthropic, model: str, tool: str, tool_input: dict[str, Any]) -> None:

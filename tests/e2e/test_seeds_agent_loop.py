@@ -27,7 +27,7 @@ from loopwire.shared.contract import keys
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import ToolProvider, serve_tools, started_system, wait_for_tools
+from .conftest import ToolProvider, serving_tools, started_system
 from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
@@ -54,10 +54,8 @@ async def client(seeds_system: LoopwireContainer) -> AsyncIterator[NatsClient]:
 
 @pytest.fixture
 async def provider(client: NatsClient) -> AsyncIterator[ToolProvider]:
-    tools, svc = await serve_tools(client)
-    await wait_for_tools(client, {"add", "slow_echo"})
-    yield tools
-    await svc.stop()
+    async with serving_tools(client) as tools:
+        yield tools
 
 
 @pytest.fixture

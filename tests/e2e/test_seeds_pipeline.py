@@ -17,7 +17,7 @@ from loopwire.memory.observations import OBSERVATION_SYSTEM
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import ToolProvider, connected, serve_tools, started_system, wait_for_tools
+from .conftest import ToolProvider, connected, serving_tools, started_system
 from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
@@ -42,10 +42,8 @@ async def client(split: LoopwireContainer) -> AsyncIterator[NatsClient]:
 
 @pytest.fixture
 async def provider(client: NatsClient) -> AsyncIterator[ToolProvider]:
-    tools, svc = await serve_tools(client)
-    await wait_for_tools(client, {"add"})
-    yield tools
-    await svc.stop()
+    async with serving_tools(client) as tools:
+        yield tools
 
 
 def sid() -> str:
