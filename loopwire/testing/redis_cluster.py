@@ -35,11 +35,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import redis
 
-from .servers import _bindable, free_port, redis_server_binary, wait_port
+from .servers import _bindable, free_port, redis_server_binary, stop_process, wait_port
 
 NODE_TIMEOUT_MS = 2000
 """`cluster-node-timeout`: a master silent this long is failed over (about 4 s in all)."""
@@ -88,13 +88,7 @@ class RedisNode:
             self.proc.wait(timeout=10)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 def cluster_port() -> int:
@@ -128,12 +122,41 @@ def _server_argv(port: int, workdir: Path, *extra: str) -> list[str]:
             "--loglevel", "warning", "--logfile", str(workdir / "redis.log"), *extra]
 
 
-class RedisClusterHandle:
-    """A started Redis Cluster (see the module's docstring); `stop()` or `with` ends it."""
+def _discard(nodes: list[RedisNode], workdir: Path) -> None:
+    """Stop every node and delete their directory."""
+    for node in nodes:
+        node.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+class _Servers:
+    """Redis processes in a directory of their own: `stop()` (or `with`) ends every one
+    and deletes the directory."""
+
+    workdir: Path
+
+    def processes(self) -> list[RedisNode]:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        _discard(self.processes(), self.workdir)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class RedisClusterHandle(_Servers):
+    """A started Redis Cluster (see the module's docstring)."""
 
     def __init__(self, nodes: list[RedisNode], workdir: Path) -> None:
         self.nodes = nodes
         self.workdir = workdir
+
+    def processes(self) -> list[RedisNode]:
+        return self.nodes
 
     @property
     def url(self) -> str:
@@ -219,17 +242,6 @@ class RedisClusterHandle:
         node.launch()
         return node
 
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> RedisClusterHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
 
 def start_redis_cluster(masters: int = 3, replicas: int = 1, timeout: float = 60.0) -> RedisClusterHandle:
     """`masters` masters with `replicas` replicas each, slots spread evenly, ready (every
@@ -255,13 +267,11 @@ def start_redis_cluster(masters: int = 3, replicas: int = 1, timeout: float = 60
               "the replicas did not attach")
         return cluster
     except BaseException:
-        for node in nodes:
-            node.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        _discard(nodes, workdir)
         raise
 
 
-class RedisSentinelHandle:
+class RedisSentinelHandle(_Servers):
     """A master, its replicas and the sentinels watching them (see the module's docstring)."""
 
     master_name = "loopwire"
@@ -323,16 +333,8 @@ class RedisSentinelHandle:
         info = self.master().call("INFO", "replication") or {}
         return int(info.get("connected_slaves", 0)) if isinstance(info, dict) else 0
 
-    def stop(self) -> None:
-        for node in [*self.sentinel_nodes, *self.servers]:
-            node.stop()
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> RedisSentinelHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def processes(self) -> list[RedisNode]:
+        return [*self.sentinel_nodes, *self.servers]
 
 
 def start_redis_sentinel(replicas: int = 1, sentinels: int = 3, timeout: float = 60.0) -> RedisSentinelHandle:
@@ -383,7 +385,5 @@ def start_redis_sentinel(replicas: int = 1, sentinels: int = 3, timeout: float =
         _poll(ready, timeout, "the sentinels did not see the master, its replicas and each other")
         return handle
     except BaseException:
-        for node in started:
-            node.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        _discard(started, workdir)
         raise

@@ -57,6 +57,17 @@ def wait_port(port: int, timeout: float = 15.0, proc: subprocess.Popen[bytes] | 
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
 
 
+def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
+    """SIGTERM a server process that runs, and SIGKILL it if it has not exited in `timeout`."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def docker_available() -> bool:
     """True when a Docker engine answers a ping (not merely when the client exists)."""
     if os.environ.get("LOOPWIRE_TESTING_NO_DOCKER"):
@@ -112,13 +123,7 @@ class ServerHandle:
     env: dict[str, str] | None = None
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         if self.container is not None:
             with contextlib.suppress(Exception):
                 self.container.stop()

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import nats
 from nats.aio.client import Client as NatsClient
 
+from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import ToolProvider
+from .conftest import ToolProvider, connected, serve_tools, wait_for_tools
 from .events import query
 
 
@@ -36,6 +39,29 @@ def echo_each_session(fake: FakeAnthropic) -> None:
         return {"text": "Echoing.", "tool_use": [{"name": "slow_echo", "input": {"text": sid}, "id": f"toolu_{sid}"}]}
 
     fake.responder = respond
+
+
+async def failover_mid_tool(system: LoopwireContainer, fake: FakeAnthropic, sids: list[str],
+                            fail: Callable[[], Awaitable[float]]) -> tuple[float, float]:
+    """Runs on `sids` each in a 3 s tool call when `fail()` breaks Redis (and returns the
+    seconds its failover took): every run completes, no call twice. (failover s, seconds
+    from the failure until every run ended)."""
+    async with connected(system) as nc:
+        provider, svc = await serve_tools(nc)
+        provider.slow_delay_s = 3.0
+        await wait_for_tools(nc, {"slow_echo"})
+        echo_each_session(fake)
+        runs = asyncio.create_task(run_sessions(nc, sids, timeout=150))
+        await asyncio.wait_for(provider.slow_started.wait(), 60)
+        await asyncio.sleep(0.5)  # more calls under way
+        failed_at = time.monotonic()
+        failover_s = await fail()
+        provider.slow_delay_s = 0.1
+        await runs
+        recovered_s = time.monotonic() - failed_at
+        await transcripts_hold(nc, sids, provider)
+        await svc.stop()
+    return failover_s, recovered_s
 
 
 async def run_sessions(nc: NatsClient, sids: list[str], timeout: float) -> None:

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -22,7 +21,7 @@ from loopwire.testing.redis_cluster import RedisClusterHandle, start_redis_clust
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import E2E_ENV, connected, serve_tools, wait_for_tools
-from .failover import echo_each_session, run_sessions, transcripts_hold
+from .failover import echo_each_session, failover_mid_tool, run_sessions, transcripts_hold
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -71,27 +70,19 @@ async def test_sessions_spread_over_the_masters_and_complete(
 @pytest.mark.timeout(240)
 async def test_the_busiest_master_killed_mid_tool_loses_no_run_and_repeats_no_call(
         cluster_system: LoopwireContainer, redis_cluster: RedisClusterHandle, fake: FakeAnthropic) -> None:
-    async with connected(cluster_system) as nc:
-        provider, svc = await serve_tools(nc)
-        provider.slow_delay_s = 3.0
-        await wait_for_tools(nc, {"slow_echo"})
-        echo_each_session(fake)
-        sids = [f"kill-master-{n}" for n in range(SESSIONS)]
-        runs = asyncio.create_task(run_sessions(nc, sids, timeout=150))
-        await asyncio.wait_for(provider.slow_started.wait(), 60)
-        await asyncio.sleep(0.5)  # more calls under way
+    sids = [f"kill-master-{n}" for n in range(SESSIONS)]
+    victim = redis_cluster.busiest_master()
+
+    async def kill() -> float:
+        nonlocal victim
         victim = redis_cluster.busiest_master()
         on_victim = [sid for sid, master in (await session_masters(redis_cluster, sids)).items()
                      if master == victim.address]
         assert on_victim, "the killed master holds sessions in their tool call"
-        killed_at = time.monotonic()
         redis_cluster.kill(victim)
-        promoted_s = await asyncio.to_thread(redis_cluster.wait_promoted, victim)
-        provider.slow_delay_s = 0.1
-        await runs
-        recovered_s = time.monotonic() - killed_at
-        await transcripts_hold(nc, sids, provider)
-        await svc.stop()
+        return await asyncio.to_thread(redis_cluster.wait_promoted, victim)
+
+    promoted_s, recovered_s = await failover_mid_tool(cluster_system, fake, sids, kill)
     await asyncio.to_thread(redis_cluster.restart, victim)  # back as a replica, for what follows
     await asyncio.to_thread(redis_cluster.wait_ready)
     print(f"\n[redis-cluster] master {victim.address} killed: replica promoted after {promoted_s:.1f} s, "

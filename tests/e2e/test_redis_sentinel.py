@@ -7,7 +7,6 @@ call is made twice (the provider counts the calls by `Loopwire-Tool-Use-Id`)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,8 +15,8 @@ from loopwire.testing import LoopwireContainer
 from loopwire.testing.redis_cluster import RedisSentinelHandle, start_redis_sentinel
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import E2E_ENV, connected, serve_tools, wait_for_tools
-from .failover import echo_each_session, run_sessions, transcripts_hold
+from .conftest import E2E_ENV
+from .failover import failover_mid_tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -40,23 +39,14 @@ def sentinel_system(fake_anthropic: FakeAnthropic, redis_sentinel: RedisSentinel
 @pytest.mark.timeout(240)
 async def test_a_sentinel_failover_mid_tool_loses_no_run_and_repeats_no_call(
         sentinel_system: LoopwireContainer, redis_sentinel: RedisSentinelHandle, fake: FakeAnthropic) -> None:
-    async with connected(sentinel_system) as nc:
-        provider, svc = await serve_tools(nc)
-        provider.slow_delay_s = 3.0
-        await wait_for_tools(nc, {"slow_echo"})
-        echo_each_session(fake)
-        sids = [f"sentinel-{n}" for n in range(SESSIONS)]
-        runs = asyncio.create_task(run_sessions(nc, sids, timeout=150))
-        await asyncio.wait_for(provider.slow_started.wait(), 60)
-        await asyncio.sleep(0.5)  # more calls under way
-        killed_at = time.monotonic()
-        old = redis_sentinel.kill_master()
-        promoted_s = await asyncio.to_thread(redis_sentinel.wait_failover, old)
-        provider.slow_delay_s = 0.1
-        await runs
-        recovered_s = time.monotonic() - killed_at
-        await transcripts_hold(nc, sids, provider)
-        await svc.stop()
+    old = redis_sentinel.master()
+
+    async def kill() -> float:
+        redis_sentinel.kill_master()
+        return await asyncio.to_thread(redis_sentinel.wait_failover, old)
+
+    promoted_s, recovered_s = await failover_mid_tool(sentinel_system, fake, [f"sentinel-{n}" for n in range(SESSIONS)],
+                                                      kill)
     await asyncio.to_thread(redis_sentinel.restart, old)  # the sentinels make it the new master's replica
     print(f"\n[redis-sentinel] master {old.address} killed: replica promoted after {promoted_s:.1f} s, "
           f"every run ended {recovered_s:.1f} s after the kill")
