@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .servers import free_port, nats_server_binary, wait_port
+from .servers import free_port, nats_server_binary, stop_process, wait_port
 
 
 @dataclass
@@ -117,14 +117,8 @@ class NatsCluster:
     def stop_node(self, which: str | int) -> NatsNode:
         """SIGTERM one node: a clean shutdown (leaderships handed over first)."""
         node = self.node(which)
-        if node.running:
-            assert node.proc is not None
-            node.proc.terminate()
-            try:
-                node.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                node.proc.kill()
-                node.proc.wait()
+        if node.proc is not None:
+            stop_process(node.proc, timeout=15)
         return node
 
     def restart(self, which: str | int) -> NatsNode:
