@@ -31,11 +31,13 @@ import pytest
 from nats.aio.client import Client as NatsClient
 from nats.js.errors import NotFoundError
 
+import loopwire
 from loopwire.shared.contract.protocol import EPHEMERAL_KINDS
 from loopwire.shared.stores.stream_leader import ask_leader
 from loopwire.testing import LoopwireContainer, NatsCluster, start_nats_cluster
 from tests.fakes.anthropic_server import FakeAnthropic
 
+from .cli_driver import loopwire_cli
 from .conftest import E2E_ENV, ToolProvider, connected, serving_tools
 from .events import query
 
@@ -159,6 +161,13 @@ async def test_runs_complete_and_every_stream_has_three_replicas(
     for sid, events in (await wait_ended(nc, sids)).items():
         check_one_run(sid, events)
         assert [e["content"] for e in events if e["kind"] == "tool.result"] == [str(sids.index(sid) + 40)]
+
+    # The cluster's URL as every client takes it: loopwire.Client, and the CLI's --nats-url.
+    async with await loopwire.Client.connect(cluster.url) as client:
+        assert (await client.session(sids[0]))["status"] == "idle"
+    listed = await loopwire_cli("--nats-url", cluster.url, "sessions", "--json", nats_url="nats://127.0.0.1:1")
+    assert listed.code == 0, listed.err
+    assert set(sids) <= {json.loads(line)["session_id"] for line in listed.out.splitlines()}
 
     streams = cluster.streams()
     assert set(STREAMS) <= set(streams), sorted(streams)
