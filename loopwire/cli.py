@@ -4,8 +4,8 @@
     loopwire up --workers N             ... in N processes (loopwire/workers.py)
     loopwire serve NAME                 one service (router, llm, tools, memory, transcripts)
     loopwire run "prompt"               start a run and show its events live
-    loopwire approve|deny|send|steer|abort SID ...,  sessions, tools, transcript SID
-                                        (loopwire/commands/)
+    loopwire approve|deny|send|steer|abort SID ...,  sessions, tools, transcript SID,
+             fork SID, replay SID       (loopwire/commands/)
     loopwire mcp [--http PORT]          the tools service's tools as an MCP server (stdio or HTTP)
 """
 

@@ -103,6 +103,32 @@ class LoopwireClient:
                                       timeout=timeout)
         return orjson.loads(reply.data)
 
+    async def fork(self, sid: str, new_session_id: str, at_seq: int | None = None, tools: str = "live",
+                   timeout: float = 10.0) -> dict[str, Any]:
+        """`<prefix>.api.session.fork`: a new idle session `new_session_id` whose history is
+        `sid`'s as it stood at `at_seq` (omitted: its last event). `tools="recorded"`: the
+        fork's tool calls are answered from `sid`'s recorded results (a replay). The reply,
+        or `{"error": {"code", "message"}}`."""
+        body: dict[str, Any] = {"session_id": self.scoped(sid), "new_session_id": self.scoped(new_session_id),
+                                "tools": tools}
+        if at_seq is not None:
+            body["at_seq"] = at_seq
+        reply = await self.nc.request(self.subjects.query("session.fork", self.tenant), orjson.dumps(body),
+                                      timeout=timeout)
+        return orjson.loads(reply.data)
+
+    async def transcript(self, sid: str, after_seq: int = 0) -> list[dict[str, Any]]:
+        """Every stored event of the session after `after_seq`, page by page (`transcript.get`)."""
+        events: list[dict[str, Any]] = []
+        while True:
+            page = await self.transcript_get(sid, after_seq=after_seq, limit=1000)
+            if "error" in page:
+                raise RuntimeError(f"{page['error'].get('code')}: {page['error'].get('message')}")
+            events.extend(page.get("events") or [])
+            if "next_after_seq" not in page:
+                return events
+            after_seq = page["next_after_seq"]
+
     def scoped(self, sid: str) -> str:
         """`sid` as the session id it is: `<tenant>.<sid>` for a client of a tenant."""
         return f"{self.tenant}.{sid}" if self.tenant and "." not in sid else sid

@@ -1,5 +1,6 @@
 """The CLI's verbs beyond running services: operate on sessions (approve, deny, send,
-steer, abort), read them (sessions, tools, transcript), run one (run), and the global
+steer, abort), read them (sessions, tools, transcript), run one (run), fork and replay
+one (fork, replay), and the global
 options (--nats-url, --version). `loopwire/cli.py` registers them with `register(app)`."""
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ def global_options(
 
 
 def register(app: typer.Typer) -> None:
-    from . import inspect, inspector, operate, run
+    from . import forking, inspect, inspector, operate, run
 
     app.callback()(global_options)
     run.register(app)
     operate.register(app)
     inspect.register(app)
     inspector.register(app)
+    forking.register(app)

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult
+from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult, tool_result_fields
 from loopwire.shared.contract.protocol import StartRun, text_to_content
 
 from . import answers, approval, budget, follow_ups, subagent
@@ -133,6 +133,11 @@ def _on_start(tx: Transition, inp: StartInput, cfg: CoreConfig) -> Decision:
                       "'turn_by_turn' or 'conversational'")
     if inp.workspace_refusal is not None:
         return reject(tx.st, inp, "workspace_not_allowed", inp.workspace_refusal)
+    if tx.st.tool_recording is not None and profile.executor is not None:
+        return reject(tx.st, inp, "replay_unsupported",
+                      f"session {tx.st.session_id} answers tool calls from the recording of "
+                      f"{tx.st.tool_recording}; an external agent's own tools cannot be: profile '{body.profile}' "
+                      "cannot run here")
     if tx.st.status != "idle":
         return reject(tx.st, inp, "session_busy",
                       f"session {tx.st.session_id} already has an active run; publish `message` to "
@@ -364,8 +369,7 @@ def _result_events(inp: BaseInput) -> list[Effect]:
     out: list[Effect] = []
     for n, item in enumerate(r.results, 1):
         out.append(EmitEvent(kind="tool.result", key=f"tool.result:{item.tool_use_id}", run_id=r.run_id,
-                             fields={"turn": r.turn, "tool_use_id": item.tool_use_id, "name": item.name,
-                                     "is_error": item.is_error, "content": item.content}))
+                             fields=tool_result_fields(r.turn, item)))
         out.append(EmitEvent(kind="tools.progress", key=f"tools.progress:{item.tool_use_id}", run_id=r.run_id,
                              fields={"turn": r.turn, "total": len(r.results), "completed": n}))
     return out

@@ -14,6 +14,10 @@ runs exactly the stored calls. Its `last_config` is what the last run was starte
 (`run.started.config`), so a `message` on an idle one starts the next run with the same
 settings; without it, the profile and the last model used.
 
+A fork's transcript starts with `session.forked` and holds only what happened on it: its
+history before that is its source's, read there (shared/stores/lineage.py), so a fork is
+rebuilt as whole as any session while its source's transcript lasts.
+
 When Redis lost the event log as well (all of its data), the transcript's second copy is
 the LOOPWIRE_EVENTS stream (shared/stores/event_archive.py): `rebuild_session` reads it
 there, puts the log back in Redis with its own seqs and rebuilds from it.
@@ -29,11 +33,12 @@ from pydantic import ValidationError
 
 from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.stores.event_log import EventLogStore
+from loopwire.shared.stores.lineage import FORKED, lineage_events
 from loopwire.shared.stores.session_store import SessionStore
-from loopwire.shared.stores.transcript import Archive, Replayed, read_transcript, replay, restore_log
+from loopwire.shared.stores.transcript import Archive, Replayed, replay
 
 from .journal_resume import Prices, plan_of, resumed_run
-from .state import RunConfig, SessionState
+from .state import ForkedFrom, RunConfig, SessionState
 
 log = logging.getLogger("loopwire.router.rebuild")
 
@@ -61,11 +66,12 @@ def idle_state(session_id: str, replayed: Replayed) -> SessionState:
 
 
 def reconstruct(session_id: str, events: list[dict[str, Any]], default_max_tokens: int = 4096,
-                prices: Prices | None = None) -> Rebuilt | None:
+                prices: Prices | None = None, in_order: bool = False) -> Rebuilt | None:
     """The history and state the events describe (idle, or paused on the checkpoint its
     run waits on); None when no run ever started (a session that only ever had rejected
-    input has nothing to rebuild)."""
-    replayed = replay(session_id, events, default_max_tokens)
+    input has nothing to rebuild). `in_order`: `events` is a lineage (a fork's source's
+    events, then its own: lineage.py)."""
+    replayed = replay(session_id, events, default_max_tokens, in_order=in_order)
     if replayed is None:
         return None
     state = idle_state(session_id, replayed)
@@ -76,6 +82,13 @@ def reconstruct(session_id: str, events: list[dict[str, Any]], default_max_token
         state.last_config = run.config
         state.cost_usd += run.cost_usd
         state.cost_unknown = state.cost_unknown or bool(run.unpriced)
+    forked = next((e for e in events if e.get("session_id") == session_id), None)
+    if forked is not None and forked.get("kind") == FORKED:
+        # A fork keeps where it comes from, and a replay's recorded tools.
+        source = str(forked.get("from_session_id"))
+        state.forked_from = ForkedFrom(session_id=source, seq=int(forked.get("from_seq", 0)),
+                                       cut_seq=int(forked.get("cut_seq") or 0))
+        state.tool_recording = source if forked.get("tools") == "recorded" else None
     return Rebuilt(history=replayed.history, state=state.dump(), last_seq=replayed.last_seq)
 
 
@@ -92,8 +105,8 @@ async def rebuild_session(sid: str, events_store: EventLogStore, sessions_store:
     raw, _version = await sessions_store.load(sid)
     if raw is not None:
         return None
-    events = await read_transcript(sid, events_store) or await restore_log(sid, events_store, archive)
-    rebuilt = reconstruct(sid, events, default_max_tokens, prices)
+    events = await lineage_events(sid, events_store, archive)
+    rebuilt = reconstruct(sid, events, default_max_tokens, prices, in_order=True)
     if rebuilt is None:
         return None
     if not await sessions_store.commit(sid, 0, rebuilt.state, 0, rebuilt.history):

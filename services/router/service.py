@@ -51,6 +51,7 @@ from .config import CoreConfig
 from .core import Decision, decide
 from .decision_telemetry import count_approvals, count_decision, record_ended_runs
 from .effect_publishing import EffectPublisher, leading_events
+from .fork import ForkQuery
 from .ingress import check_session_id, decode_ingress
 from .ingress_order import IngressReader
 from .input_lookups import InputLookups
@@ -87,6 +88,8 @@ class RouterService:
         check and the shell reloads."""
         self.lookups = InputLookups(ctx)
         self.publisher = EffectPublisher(ctx)
+        self.forks = ForkQuery(ctx, archive=self._archive)
+        """`<prefix>.api.session.fork` (fork.py): the router owns session state."""
         self._watchdog: Watchdog | None = None
         self._ingress_reader: IngressReader | None = None
         """Ends runs whose step made no progress for too long (watchdog.py)."""
@@ -110,6 +113,7 @@ class RouterService:
                                  (f"{MAX_DELIVERIES_ADVISORY}.>", "router_max_deliveries")):
             self.ctx.work_subscriber(subject, durable, stream=dead, holds=False, max_deliver=-1,
                                      reports=False)(self.on_dead_letter)
+        self.forks.register(broker)
 
     async def start(self) -> None:
         self._watchdog = Watchdog(self.ctx.redis, self._apply_input, self._load, stall_after(self.ctx.settings),

@@ -186,6 +186,16 @@ class RunState(BaseModel):
     permission requests decided in this run (asked again, they get the same answer)."""
 
 
+class ForkedFrom(BaseModel):
+    """Where a fork's history comes from (services/router/fork.py)."""
+
+    session_id: str
+    seq: int
+    """The source's event the fork was asked at."""
+    cut_seq: int
+    """The source's last event the fork's history includes (inside a run, the last complete turn)."""
+
+
 class SessionState(BaseModel):
     schema_version: int = Field(default=STATE_SCHEMA, alias="schema")
     session_id: str
@@ -218,6 +228,12 @@ class SessionState(BaseModel):
     """Effects of the latest transition; performed again when its input is redelivered
     (a crash between commit and publish loses nothing; every effect is idempotent)."""
     outbox_input: str | None = None
+    # -- forks (schema 1, additive) --
+    forked_from: ForkedFrom | None = None
+    """A fork: the session and event it was forked from."""
+    tool_recording: str | None = None
+    """A fork with recorded tools (a replay): the session whose recorded tool results answer
+    this one's tool calls, matched by name and input; no tool provider is called."""
 
     model_config = {"populate_by_name": True}
 

@@ -77,6 +77,7 @@ def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], denied: 
         calls=[ToolCall(tool_use_id=c["id"], name=c["name"], input=c.get("input") or {}) for c in to_run],
         denied={c["id"]: denied[c["id"]] for c in to_run if c["id"] in denied}, trace=run.trace,
         user_id=run.config.user_id, workspace_id=run.config.workspace_id,
+        recording=tx.st.tool_recording,
     )
     tx.effects.append(PublishWork(target="tools.execute", envelope=env.model_dump(mode="json"), model=env,
                                   msg_id=keys.execute_msg_id(step_id)))

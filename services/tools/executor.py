@@ -37,6 +37,7 @@ from loopwire.shared.stores.step_store import StepStore, renewed
 from .catalog import Catalog, ResolvedTool
 from .invoke import Outcome, ProviderUnavailable, call_provider, call_python, context_headers
 from .mcp_tool import McpTool, McpUnavailable
+from .recording import Recordings
 from .registry import PythonTool, ToolError
 from .retry import TransientToolError, with_retries
 from .staging import Hint, Staging, hint_of, stage
@@ -60,8 +61,11 @@ class Executor:
                  default_timeout_s: float, attempt_timeout_s: float | None = None, claim_ttl_s: float = 30.0,
                  refresh: Callable[[], Awaitable[Any]] | None = None,
                  blobs: BlobStore | None = None, large_content_bytes: int = 64 * 1024,
-                 on_protocol_error: Callable[[ExecuteTools, ToolCall, str], Awaitable[Any]] | None = None) -> None:
+                 on_protocol_error: Callable[[ExecuteTools, ToolCall, str], Awaitable[Any]] | None = None,
+                 recordings: Recordings | None = None) -> None:
         self.catalog = catalog
+        self.recordings = recordings
+        """Answers the calls of a step with a recording (a replay's fork): recording.py."""
         self.on_protocol_error = on_protocol_error
         """Told when a provider's reply breaks the contract (the service emits `error`)."""
         self.blobs = blobs
@@ -109,7 +113,7 @@ class Executor:
                        on_result: ResultCallback | None, cancel: CancelSignal | None) -> list[ToolResultItem]:
         calls = env.calls
         tools = [self.catalog.resolve(c.name) for c in calls]
-        if self.refresh is not None and any(
+        if self.refresh is not None and env.recording is None and any(
                 rec is None and t is None and c.tool_use_id not in env.denied
                 for c, t, rec in zip(calls, tools, recorded, strict=True)):
             await self.refresh()
@@ -170,6 +174,12 @@ class Executor:
 
         if call.tool_use_id in env.denied:
             return error(f"tool {call.name} was not run: {env.denied[call.tool_use_id] or 'denied'}")
+        if env.recording is not None:
+            # A replay with recorded tools: the recording answers, whether or not a
+            # provider of the tool runs now; nothing is executed.
+            if self.recordings is None:
+                return error(f"tool {call.name} was not run: this tools service answers no recordings")
+            return await self.recordings.answer(env, call), True
         if tool is None:
             return error(f"unknown tool: {call.name}")
         if refused is not None:

@@ -36,7 +36,13 @@ from faststream.nats.annotations import NatsMessage
 from pydantic import ValidationError
 
 from loopwire.shared.contract import keys
-from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolResultItem, ToolsResult
+from loopwire.shared.contract.envelopes import (
+    ExecuteTools,
+    ToolCall,
+    ToolResultItem,
+    ToolsResult,
+    tool_result_fields,
+)
 from loopwire.shared.contract.protocol import error_reply
 from loopwire.shared.contract.redaction import register_secret
 from loopwire.shared.runtime.chain import Delivery, decode
@@ -50,6 +56,7 @@ from .direct_call import DirectCalls
 from .discovery import Discovery
 from .executor import Executor
 from .mcp_config import parse_servers, secret_values
+from .recording import Recordings
 from .registry import ToolRegistry, default_registry, load_modules
 
 if TYPE_CHECKING:
@@ -121,7 +128,8 @@ class ToolsService:
                                  attempt_timeout_s=settings.tool_attempt_timeout_s,
                                  refresh=self._refresh_soon,
                                  blobs=self.ctx.blobs, large_content_bytes=settings.large_content_bytes,
-                                 on_protocol_error=self._bad_reply, claim_ttl_s=settings.ack_wait_s)
+                                 on_protocol_error=self._bad_reply, claim_ttl_s=settings.ack_wait_s,
+                                 recordings=Recordings(self.ctx.events))
         self.direct = DirectCalls(self.catalog, self.executor, self.ctx.bus, settings, refresh=self._refresh_soon)
         if self.mcp is not None:
             await self.mcp.wait_connected(MCP_START_WAIT_S)
@@ -216,9 +224,7 @@ class ToolsService:
             async with in_order:
                 completed += 1
                 await self.ctx.bus.emit_many(env.session_id, [
-                    (env.run_id, "tool.result", f"tool.result:{item.tool_use_id}",
-                     {"turn": env.turn, "tool_use_id": item.tool_use_id, "name": item.name,
-                      "is_error": item.is_error, "content": item.content}),
+                    (env.run_id, "tool.result", f"tool.result:{item.tool_use_id}", tool_result_fields(env.turn, item)),
                     (env.run_id, "tools.progress", None,
                      {"turn": env.turn, "total": len(env.calls), "completed": completed})])
 

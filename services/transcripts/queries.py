@@ -3,64 +3,17 @@ list in sessions_list.py)."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
-import orjson
-from pydantic import ValidationError
-
-from loopwire.shared.contract.input_guard import deeper_than, version_problem
-from loopwire.shared.contract.protocol import (
-    PROTOCOL_VERSION,
-    SessionGetRequest,
-    SessionsListRequest,
-    TranscriptGetRequest,
-    describe_validation_error,
-    error_reply,
-)
-from loopwire.shared.contract.subjects import tenant_of, valid_session_id
+from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionGetRequest, TranscriptGetRequest
 from loopwire.shared.stores.event_log import EventLogStore
+from loopwire.shared.stores.lineage import FORKED, lineage_events
 from loopwire.shared.stores.session_store import SessionStore
-from loopwire.shared.stores.transcript import Archive, Replayed, read_transcript, replay, restore_log
+from loopwire.shared.stores.transcript import Archive, Replayed, replay, restore_log
 
 
 class StoreUnavailable(Exception):
     """A store did not answer the query in time: the reply is `unavailable`, ask again."""
-
-
-Q = TypeVar("Q", SessionGetRequest, TranscriptGetRequest, SessionsListRequest)
-
-
-def parse_query(data: bytes, model: type[Q], max_depth: int = 32, tenants: bool = False,
-                tenant: str | None = None) -> Q | dict[str, Any]:
-    """A request model, or the error reply to send back. `tenant`: the query came on that
-    tenant's subject (`<prefix>.api.<tenant>.…`): its `session_id` is one of that tenant's
-    (`<sid>` or `<tenant>.<sid>`), never another's."""
-    try:
-        raw = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        return error_reply("bad_json", f"the request is not valid JSON: {exc}")
-    if not isinstance(raw, dict):
-        return error_reply("bad_request", "the request must be a JSON object")
-    if deeper_than(raw, max_depth):
-        return error_reply("body_too_deep", f"the request nests deeper than {max_depth} levels")
-    problem = version_problem(raw)
-    if problem is not None:
-        return error_reply("unsupported_version", problem)
-    try:
-        req = model.model_validate(raw)
-    except ValidationError as exc:
-        return error_reply("invalid_request", describe_validation_error(exc))
-    if isinstance(req, SessionGetRequest | TranscriptGetRequest):
-        sid = req.session_id
-        if tenant is not None:
-            sid = sid if "." in sid else f"{tenant}.{sid}"
-            if tenant_of(sid) != tenant:
-                return error_reply("invalid_session_id", f"session {req.session_id!r} is not one of tenant {tenant}'s")
-            req = req.model_copy(update={"session_id": sid})
-        if not valid_session_id(sid, tenants):
-            shape = "<tenant>.<sid>, each " if tenants else ""
-            return error_reply("invalid_session_id", f"session_id must be {shape}1-128 characters of [A-Za-z0-9_-]")
-    return req
 
 
 async def session_get(req: SessionGetRequest, sessions: SessionStore,
@@ -70,10 +23,10 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
         # The state is gone but the transcript is not: answer from the transcript (the
         # router rebuilds the state itself at the session's next input).
         # When Redis lost the log too, the events stream still has it (event_archive.py).
-        stored = await read_transcript(req.session_id, events) or await restore_log(req.session_id, events, archive)
-        replayed = replay(req.session_id, stored)
+        stored = await lineage_events(req.session_id, events, archive)
+        replayed = replay(req.session_id, stored, in_order=True)
         if replayed is not None:
-            return _reply_from_transcript(req.session_id, replayed)
+            return {**_reply_from_transcript(req.session_id, replayed), **await lineage(req.session_id, stored, sessions)}
     if raw is None:
         return {"v": PROTOCOL_VERSION, "session_id": req.session_id, "status": "unknown", "profile": None,
                 "turns": 0, "usage": {"input_tokens": 0, "output_tokens": 0}, "cost_usd": 0.0, "messages": []}
@@ -101,7 +54,26 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
         "user_id": config.get("user_id"),
         "workspace_id": config.get("workspace_id"),
         "tools_active": run.get("tools_active") if run else None,
+        **await lineage(req.session_id, raw, sessions),
     }
+
+
+async def lineage(sid: str, source: dict[str, Any] | list[dict[str, Any]], sessions: SessionStore) -> dict[str, Any]:
+    """`forked_from` (`{"session_id", "seq", "cut_seq"}` or null) and `forks` (the sessions
+    forked from this one that exist, oldest first): additions to `session.get`. `source`:
+    the state, or the lineage events of a session whose state is gone."""
+    if isinstance(source, dict):
+        forked_from = source.get("forked_from")
+    else:
+        first = next((e for e in source if e.get("session_id") == sid), None)
+        forked_from = {"session_id": first.get("from_session_id"), "seq": first.get("from_seq"),
+                       "cut_seq": first.get("cut_seq")} if first and first.get("kind") == FORKED else None
+    listed = await sessions.forks(sid)
+    # A fork is listed before it is made: keep those that exist (services/router/fork.py).
+    states = await sessions.load_many(listed) if listed else []
+    forks = [f for f, state in zip(listed, states, strict=True)
+             if state is not None and (state.get("forked_from") or {}).get("session_id") == sid]
+    return {"forked_from": forked_from, "forks": forks}
 
 
 def _reply_from_transcript(session_id: str, replayed: Replayed) -> dict[str, Any]:

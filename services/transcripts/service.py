@@ -31,10 +31,11 @@ from loopwire.shared.contract.protocol import (
     TranscriptGetRequest,
     error_reply,
 )
+from loopwire.shared.contract.query_parsing import parse_query
 from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.event_archive import read_archive
 
-from .queries import StoreUnavailable, parse_query, session_get, transcript_get
+from .queries import StoreUnavailable, session_get, transcript_get
 from .sessions_list import sessions_list
 
 log = logging.getLogger("loopwire.transcripts")

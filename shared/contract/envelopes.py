@@ -54,6 +54,8 @@ class ToolResultItem(BaseModel):
     name: str
     content: str | list[dict[str, Any]] = ""
     is_error: bool = False
+    recorded: bool = False
+    """Answered from a recording (a fork with recorded tools): no tool ran."""
 
     def as_block(self) -> dict[str, Any]:
         block: dict[str, Any] = {"type": "tool_result", "tool_use_id": self.tool_use_id,
@@ -223,9 +225,22 @@ class ExecuteTools(_Envelope):
     """StartRun `user_id`: the providers' `Loopwire-User-Id` header."""
     workspace_id: str | None = None
     """StartRun `metadata.workspace_id`: the providers' `Loopwire-Workspace-Id` header."""
+    recording: str | None = None
+    """A fork with recorded tools (a replay): the session whose recorded results answer
+    these calls, matched by tool name and input; no tool provider is called."""
 
 
 # -- tools -> router ----------------------------------------------------------------------
+def tool_result_fields(turn: int, item: ToolResultItem) -> dict[str, Any]:
+    """The fields of the `tool.result` event of one result (the tools service's, or the
+    router's for a single call)."""
+    fields: dict[str, Any] = {"turn": turn, "tool_use_id": item.tool_use_id, "name": item.name,
+                              "is_error": item.is_error, "content": item.content}
+    if item.recorded:
+        fields["recorded"] = True
+    return fields
+
+
 class ToolsResult(_Envelope):
     kind: Literal["tools.result"] = "tools.result"
     results: list[ToolResultItem]

@@ -80,6 +80,9 @@ class ToolResultEvent(Event):
     content: str | list[dict[str, Any]]
     source: Literal["executor"] | None = Field(
         default=None, description="Addition: `executor` for an external agent's own tool (profiles claude_code, ...).")
+    recorded: bool | None = Field(default=None, description=(
+        "Addition: true when the result came from the recording of a fork's source (a replay with "
+        "recorded tools): no tool ran."))
 
 
 class Retracted(Event):
@@ -255,6 +258,22 @@ class RunEnded(Event):
         "The messages in the session's history after the run (2026-12-02)."))
 
 
+class SessionForked(Event):
+    """The first event of a fork (`<prefix>.api.session.fork`): its history is its
+    source's as it stood at `from_seq` (inside a run: at the last complete turn, `cut_seq`)."""
+
+    kind: Literal["session.forked"] = "session.forked"
+    from_session_id: str
+    from_seq: int = Field(description="The source's event the fork was asked at.")
+    cut_seq: int | None = Field(default=None, description=(
+        "Addition: the source's last event the fork's history includes (0: none of the source's own)."))
+    messages: int | None = Field(default=None, description="Addition: the history messages the fork starts with.")
+    config: dict[str, Any] | None = Field(default=None, description=(
+        "Addition: the run settings the fork keeps (those of the run `from_seq` belongs to), as on run.started."))
+    tools: Literal["live", "recorded"] | None = Field(default=None, description=(
+        "Addition: `recorded`: the fork's tool calls are answered from the source's recorded results."))
+
+
 class MemoryObservation(MemoryNote):
     kind: Literal["memory.observation"] = "memory.observation"
 
@@ -268,7 +287,7 @@ EVENT_MODELS: dict[str, type[Event]] = {
     for m in (RunStarted, PhaseChanged, TextDelta, MessageEvent, ToolCallEvent, ToolResultEvent, Retracted,
               ApprovalRequested, ApprovalDecided, LoopDetected, Steering, ModelFallback, Compaction, ErrorEvent, WarningEvent,
               RunEnded, BudgetWarning, UserMessage, MemoryObservation, MemoryReflection, PlanUpdated, Generating,
-              ToolsProgress)
+              ToolsProgress, SessionForked)
 }
 
 

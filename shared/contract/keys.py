@@ -65,6 +65,11 @@ def memory_step_usage(sid: str, step_id: str) -> str:
     return f"{PREFIX}:mem:xu:{session_tag(sid)}:{step_id}"
 
 
+def session_forks(sid: str) -> str:
+    """Sorted set: the sessions forked from this one, by when they were listed (ms)."""
+    return f"{PREFIX}:forks:{session_tag(sid)}"
+
+
 def executor_session(sid: str) -> str:
     """String (JSON): the external agent's session of a loopwire session."""
     return f"{PREFIX}:exec:{session_tag(sid)}"

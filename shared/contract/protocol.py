@@ -38,7 +38,7 @@ EVENT_KINDS = (
 )
 ADDED_EVENT_KINDS = ("budget.warning", "user.message", "memory.observation", "memory.reflection",
                      "plan.updated", "generating", "tools.progress", "warning", "steering",
-                     "approval.decided")
+                     "approval.decided", "session.forked")
 """Event kinds loopwire adds to the contract (docs/protocol.md marks them as additions)."""
 EPHEMERAL_KINDS = frozenset({"text.delta", "generating", "tools.progress"})
 """Events of the moment: they take a seq and go out on the wire (and into the
@@ -201,6 +201,20 @@ class SessionsListRequest(IngressBody):
     limit: int = Field(default=100, gt=0, le=1000)
     cursor: str | None = Field(default=None, max_length=256)
     """The `cursor` of the previous page (opaque)."""
+
+
+class SessionForkRequest(IngressBody):
+    """`<prefix>.api.session.fork`: a new idle session whose history is the source's as it
+    stood at `at_seq` (services/router/fork.py)."""
+
+    session_id: str
+    new_session_id: str
+    at_seq: int | None = None
+    """The source's event to fork at (inside a run: the last complete turn before it);
+    omitted: its last event."""
+    tools: Literal["live", "recorded"] = "live"
+    """Addition: `recorded` answers the fork's tool calls from the source's recorded
+    results (matched by tool name and input) instead of any tool provider: a replay."""
 
 
 def describe_validation_error(exc: ValidationError) -> str:

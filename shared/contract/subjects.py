@@ -90,8 +90,13 @@ class Subjects:
         """Addition to the contract: sessions by update time (the transcripts service)."""
         return f"{self.prefix}.api.sessions.list"
 
+    @property
+    def session_fork(self) -> str:
+        """Addition to the contract: a new session forked from one at an event (the router)."""
+        return f"{self.prefix}.api.session.fork"
+
     def query(self, name: str, tenant: str | None = None) -> str:
-        """A query subject (`session.get`, `transcript.get`, `sessions.list`), or the
+        """A query subject (`session.get`, `transcript.get`, `sessions.list`, `session.fork`), or the
         tenant's own (`<prefix>.api.<tenant>.<name>`) with tenants on."""
         return f"{self.prefix}.api.{tenant}.{name}" if tenant else f"{self.prefix}.api.{name}"
 

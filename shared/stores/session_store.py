@@ -74,6 +74,16 @@ class SessionStore(Store, Protocol):
         """Capability REDIS_HISTORY: the key of the session's history list (Redis)."""
         ...
 
+    async def add_fork(self, sid: str, fork: str) -> None:
+        """List `fork` among the sessions forked from `sid` (once; kept with `sid`)."""
+        ...
+
+    async def forks(self, sid: str) -> list[str]:
+        """The sessions listed as forked from `sid`, in the order they were listed. A fork
+        is listed before it is made (services/router/fork.py): one never made stays
+        listed, so a reader keeps those that exist."""
+        ...
+
 
 def comes_after(entry: tuple[int, str], after: tuple[int, str] | None) -> bool:
     """Whether (ms, sid) follows `after` in most-recent-first order."""
@@ -86,6 +96,7 @@ class InMemorySessionStore(Declares):
     histories: dict[str, list[bytes]] = field(default_factory=dict)
     updated: dict[str, int] = field(default_factory=dict)
     """Update time (ms) of each session, for the sessions index."""
+    fork_lists: dict[str, list[str]] = field(default_factory=dict)
 
     async def load(self, sid: str) -> tuple[dict[str, Any] | None, int]:
         if sid not in self.states:
@@ -131,6 +142,14 @@ class InMemorySessionStore(Declares):
 
     def history_key(self, sid: str) -> str:
         raise Unsupported("the in-memory session store keeps its histories in this process")
+
+    async def add_fork(self, sid: str, fork: str) -> None:
+        listed = self.fork_lists.setdefault(sid, [])
+        if fork not in listed:
+            listed.append(fork)
+
+    async def forks(self, sid: str) -> list[str]:
+        return list(self.fork_lists.get(sid, []))
 
 
 _MARK_UPDATED_LUA = """
@@ -196,7 +215,8 @@ def _encoded(state: dict[str, Any] | bytes) -> bytes:
 
 class RedisSessionStore(Declares):
     """keys.session_state hash {ver, state}; keys.session_history list of message JSON;
-    keys.sessions_index sorted set of session ids by update time (the sessions list query)."""
+    keys.sessions_index sorted set of session ids by update time (the sessions list query);
+    keys.session_forks sorted set of the sessions forked from it, by when they were listed (ms)."""
 
     capabilities = frozenset({Capability.COMMIT_WITH_EVENTS, Capability.REDIS_HISTORY})
 
@@ -279,3 +299,14 @@ class RedisSessionStore(Declares):
         for sid in sids:
             pipe.hget(keys.session_state(sid), "state")
         return [codec.loads(raw) if raw is not None else None for raw in await pipe.execute()]
+
+    async def add_fork(self, sid: str, fork: str) -> None:
+        key = keys.session_forks(sid)
+        pipe = self._r.pipeline(transaction=False)
+        pipe.zadd(key, {fork: time.time() * 1000}, nx=True)
+        if self._ttl:
+            pipe.expire(key, self._ttl)
+        await pipe.execute()
+
+    async def forks(self, sid: str) -> list[str]:
+        return [m.decode() if isinstance(m, bytes) else str(m) for m in await self._r.zrange(keys.session_forks(sid), 0, -1)]

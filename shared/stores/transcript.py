@@ -15,6 +15,7 @@ Which events make the history, in `seq` order:
 | `retracted` of that message's turn | the message was never stored (a vacuous answer retried, a looping turn the loop ladder redirected): it leaves the history, and its calls wait for nothing |
 | `tool.result` | the result of one waiting tool_use |
 | the next message, or `run.ended` | the waiting tool_uses' results, in the model's order, as one user message; a call without a result gets the error result the router gives it |
+| `session.forked` (addition) | nothing: a fork's history up to it is its source's (lineage.py reads it there); its `config` is the fork's run settings |
 
 Consecutive user messages are merged (steering rides in the tool results' message, as
 the router does it). A run without its `run.ended` is over (its late results are stale),
@@ -185,6 +186,10 @@ class _Builder:
                                 if isinstance(b, dict) and b.get("type") == "tool_use" and "id" in b]
         elif kind == "retracted":
             self.retract(event)
+        elif kind == "session.forked":
+            self.settle(NO_RESULT)
+            self.config = event.get("config") or self.config
+            self.profile = (self.config or {}).get("profile") or self.profile
         elif kind == "tool.result":
             tid = event.get("tool_use_id")
             if tid in self.waiting:
@@ -227,11 +232,14 @@ class _Builder:
         return config
 
 
-def replay(session_id: str, events: list[dict[str, Any]], default_max_tokens: int = 4096) -> Replayed | None:
+def replay(session_id: str, events: list[dict[str, Any]], default_max_tokens: int = 4096,
+           in_order: bool = False) -> Replayed | None:
     """The conversation and tallies the events describe; None when no run ever started
-    (a session that only ever had rejected input has nothing to replay)."""
+    (a session that only ever had rejected input has nothing to replay). `in_order`: the
+    events are in the order to replay them already (a fork's lineage, lineage.py, holds
+    several sessions' seqs), else they are sorted by seq."""
     builder = _Builder(session_id, default_max_tokens)
-    for event in sorted(events, key=lambda e: e.get("seq", 0)):
+    for event in events if in_order else sorted(events, key=lambda e: e.get("seq", 0)):
         builder.take(event)
     pending = builder.pending_approval()
     if pending is None:
@@ -247,7 +255,8 @@ def replay(session_id: str, events: list[dict[str, Any]], default_max_tokens: in
                     input_tokens=builder.input_tokens + builder.open_run["input_tokens"],
                     output_tokens=builder.output_tokens + builder.open_run["output_tokens"],
                     cost_usd=round(builder.cost_usd, 8), cost_unknown=builder.cost_unknown,
-                    run_config=builder.run_config(), last_seq=max(e.get("seq", 0) for e in events),
+                    run_config=builder.run_config(),
+                    last_seq=events[-1].get("seq", 0) if in_order else max(e.get("seq", 0) for e in events),
                     open_run=list(builder.run_events) if pending is not None else [], pending_approval=pending)
 
 

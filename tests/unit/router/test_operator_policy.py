@@ -17,7 +17,7 @@ from loopwire.router.tool_policy import merge_permissions, narrow_tools
 from loopwire.shared.contract.events import validate_event
 from loopwire.shared.contract.input_guard import deeper_than
 from loopwire.shared.contract.protocol import StartRun, TranscriptGetRequest
-from loopwire.transcripts.queries import parse_query
+from loopwire.shared.contract.query_parsing import parse_query
 from tests.router_driver import PRICES, Driver, call
 
 pytestmark = pytest.mark.unit
