@@ -18,6 +18,7 @@ from loopwire.shared.contract.protocol import (
     Abort,
     ApprovalDecision,
     FollowUp,
+    SessionForkRequest,
     SessionGetRequest,
     SessionsListRequest,
     StartRun,
@@ -48,6 +49,11 @@ def build_spec_broker() -> NatsBroker:
                          "Addition: the sessions, most recently updated first, a page at a time "
                          "(core request/reply; reply {sessions: [{session_id, status, profile, turns, "
                          "updated_at}], cursor}).")
+    _document_subscriber(broker, f"{PREFIX}.api.session.fork", SessionForkRequest,
+                         "A new idle session whose history is the source's as it stood at at_seq (inside a "
+                         "run: its last complete turn); its transcript starts with session.forked (core "
+                         "request/reply; reply {session_id, forked_from: {session_id, seq}}; errors "
+                         "unknown_session, session_exists, invalid_seq).")
     for kind, model in EVENT_MODELS.items():
         broker.publisher(f"{PREFIX}.out.{{sid}}.{kind}", schema=model, title=f"{PREFIX}.out.{{sid}}.{kind}",
                          description=f"`{kind}` events of a session; retained in LOOPWIRE_EVENTS.")

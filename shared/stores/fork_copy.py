@@ -1,14 +1,17 @@
 """What a fork takes from its source besides the history: the memory's compaction summary
 when it still fits, and the lifetime of the content both share by reference.
 
-- The compaction record (`lw:mem:<sid>:compaction`, services/memory/store.py) summarises
+- The compaction record (keys.memory(sid, "compaction"), services/memory/store.py) summarises
   history messages [1, covers). A fork with at least `covers + 1` messages holds every one
   of them, in the same order, so the record holds for the fork too (its fingerprint, of
   the first and the last covered message, matches) and is copied; one that covers more
   than the fork has is not, and the fork's memory summarises again when it needs to.
-- Content stored by reference (blobs.py, `lw:blob:<sha256>`) is shared, never copied: the
+- Content stored by reference (blobs.py, keys.blob) is shared, never copied: the
   fork's history carries the same reference blocks. With a TTL, each blob the fork
   refers to is kept a TTL from now, as any use of it would.
+
+The fork's keys carry its own hash tag: on a Redis Cluster these copies go from the
+source's slot to the fork's, each its own command, never one script across both.
 
 Observations and reflections stay with the source (the fork makes its own; a strategy
 actor's memory across sessions applies to both).
@@ -21,11 +24,8 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
-from loopwire.shared.stores.blobs import REF_KEY, blob_key
-
-
-def compaction_key(sid: str) -> str:
-    return f"lw:mem:{sid}:compaction"
+from loopwire.shared.contract import keys
+from loopwire.shared.stores.blobs import REF_KEY
 
 
 def covers_of(raw: bytes | str | None) -> int | None:
@@ -42,11 +42,11 @@ def covers_of(raw: bytes | str | None) -> int | None:
 async def copy_compaction(redis: aioredis.Redis, source: str, fork: str, history_len: int, ttl_s: int = 0) -> bool:
     """Copy the source's compaction record to the fork when it covers only messages the
     fork has (and leaves at least one after them: the memory uses a record only then)."""
-    raw = await redis.get(compaction_key(source))
+    raw = await redis.get(keys.memory(source, "compaction"))
     covers = covers_of(raw)
     if covers is None or not 2 <= covers < history_len:
         return False
-    await redis.set(compaction_key(fork), raw, ex=ttl_s or None)  # type: ignore[arg-type]
+    await redis.set(keys.memory(fork, "compaction"), raw, ex=ttl_s or None)  # type: ignore[arg-type]
     return True
 
 
@@ -80,6 +80,6 @@ async def keep_blobs(redis: aioredis.Redis, messages: list[dict[str, Any]], ttl_
     if ttl_s and digests:
         pipe = redis.pipeline(transaction=False)
         for digest in sorted(digests):
-            pipe.expire(blob_key(digest), ttl_s)
+            pipe.expire(keys.blob(digest), ttl_s)
         await pipe.execute()
     return len(digests)

@@ -28,6 +28,7 @@ def session_keys(sid: str) -> list[str]:
     return [keys.session_state(sid), keys.session_history(sid), keys.event_seq(sid), keys.event_dedup(sid),
             keys.event_stream(sid), keys.memory(sid, "usage"), keys.memory(sid, "compaction"),
             keys.memory_lock(sid, "observe"), keys.memory_step_usage(sid, step), keys.executor_session(sid),
+            keys.session_forks(sid),
             *(make(name) for name in names for make in (keys.step_record, keys.step_claim, keys.step_fence))]
 
 
