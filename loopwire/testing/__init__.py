@@ -13,6 +13,8 @@
   `LoopwireContainer(redis_cluster=..., redis_sentinel=...)` runs loopwire on them.
 - `store_conformance`: the checks every backend of loopwire's stores passes (`CHECKS`), for
   a backend of your own too.
+- `replay_session`, `assert_replay_holds`: a recorded session replayed against another
+  model or system prompt, as a regression test (replay.py).
 """
 
 from .nats_cluster import NatsCluster, NatsNode, start_nats_cluster
@@ -24,9 +26,11 @@ from .redis_cluster import (
     start_redis_cluster,
     start_redis_sentinel,
 )
+from .replay import assert_replay_holds, replay_session
 from .servers import ServerHandle, docker_available, free_port, free_ports, start_nats, start_redis
 from .system import LAYOUTS, LoopwireContainer
 
 __all__ = ["LAYOUTS", "LoopwireContainer", "LoopwireProcess", "NatsCluster", "NatsNode", "RedisClusterHandle",
-           "RedisNode", "RedisSentinelHandle", "ServerHandle", "docker_available", "free_port", "free_ports",
-           "start_nats", "start_nats_cluster", "start_redis", "start_redis_cluster", "start_redis_sentinel"]
+           "RedisNode", "RedisSentinelHandle", "ServerHandle", "assert_replay_holds", "docker_available", "free_port",
+           "free_ports", "replay_session", "start_nats", "start_nats_cluster", "start_redis", "start_redis_cluster",
+           "start_redis_sentinel"]

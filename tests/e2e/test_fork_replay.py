@@ -15,7 +15,7 @@ import pytest
 from nats.aio.client import Client as NatsClient
 
 from loopwire.client import LoopwireClient
-from loopwire.testing import LoopwireContainer
+from loopwire.testing import LoopwireContainer, assert_replay_holds, replay_session
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .cli_driver import on_system
@@ -197,11 +197,10 @@ async def test_replay_with_recorded_tools_calls_no_tool_provider(lw: LoopwireCli
     # The replay's model calls add twice: with the recorded input, and with one never recorded.
     fake.script("*", [{"tool_use": [{"name": "add", "input": {"b": 22, "a": 20}},
                                     {"name": "add", "input": {"a": 1, "b": 1}}]}, {"text": "42, and 2."}])
-    from loopwire.replay import replay_session
-
-    report = await replay_session(lw, src, tools="recorded")
+    report = await replay_session(lw, src, tools="recorded")  # loopwire.testing's, a user's suite's
     assert len(provider.calls) == 1, "recorded tools: no call reached the provider"
-    assert not report.differs and report.runs[0].replay is not None
+    assert_replay_holds(report)
+    assert report.runs[0].replay is not None and report.runs[0].tool_calls_differ
     results = [e for e in await lw.transcript(report.replay_session) if e["kind"] == "tool.result"]
     assert [(r["content"], r["is_error"], r.get("recorded")) for r in results] == [
         ("42", False, True),
