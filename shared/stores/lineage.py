@@ -67,6 +67,9 @@ def fork_point(events: list[dict[str, Any]], at_seq: int) -> ForkPoint:
     config: dict[str, Any] | None = None
     in_run = False
     waiting: set[str] = set()
+    answer: tuple[Any, Any, int] | None = None
+    """(run_id, turn, the cut before it) of the latest answer: a `retracted` of that turn
+    takes it out of the history again (transcript.py), and the cut back to before it."""
     for event in events:
         seq = int(event.get("seq", 0))
         if seq > at_seq:
@@ -83,9 +86,14 @@ def fork_point(events: list[dict[str, Any]], at_seq: int) -> ForkPoint:
         elif in_run and kind == "message":
             message = event.get("message") or {}
             if message.get("content"):
+                answer = (event.get("run_id"), event.get("turn"), cut)
                 waiting = _tool_uses(message)
                 if not waiting:
                     cut = seq  # an answer: a complete turn
+            continue
+        elif in_run and kind == "retracted":
+            if answer is not None and answer[:2] == (event.get("run_id"), event.get("turn")):
+                cut, waiting, answer = answer[2], set(), None
             continue
         elif in_run and waiting and kind in ("tool.result", "user.message"):
             answered = {event.get("tool_use_id")} if kind == "tool.result" else \

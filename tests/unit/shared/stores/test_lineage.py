@@ -133,6 +133,12 @@ def test_a_vacuous_answer_the_router_dropped_is_not_in_the_replayed_history() ->
     replayed = replay("s", d.transcript)
     assert replayed is not None
     assert normalise_messages(replayed.history) == normalise_messages(d.history)
+    vacuous = next(e["seq"] for e in d.transcript if e["kind"] == "message")
+    retracted = next(e["seq"] for e in d.transcript if e["kind"] == "retracted")
+    assert fork_point(d.transcript, vacuous).cut_seq == vacuous, "at its message, the answer stood"
+    assert fork_point(d.transcript, retracted).cut_seq == 0, "retracted: the cut goes back to before it"
+    for at in range(retracted, len(d.transcript) + 1):  # once retracted, never in a fork's history
+        assert history_at(d.transcript, fork_point(d.transcript, at).cut_seq) in d.histories
 
 
 def forked(sid: str, source: str, at: int, cut: int, seqs_after: list[dict[str, Any]]) -> list[dict[str, Any]]:
