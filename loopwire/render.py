@@ -98,6 +98,9 @@ class EventRenderer:
         elif kind == "approval.decided":
             c.print(f"[yellow]decision[/yellow] {event.get('decision')} checkpoint {event.get('checkpoint_id')}",
                     highlight=False)
+        elif kind == "session.forked":
+            c.print(f"[dim]forked from {event.get('from_session_id')} at seq {event.get('from_seq')}"
+                    f" ({event.get('messages', 0)} messages)[/dim]", highlight=False)
         elif kind == "warning":
             c.print(f"[yellow]warning[/yellow] {event.get('code')}: {event.get('message')}", highlight=False)
         elif kind == "budget.warning":
