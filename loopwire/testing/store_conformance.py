@@ -334,6 +334,15 @@ async def the_history_is_a_redis_list_at_its_key(b: Backend) -> None:
     assert sessions.history_key("s") != sessions.history_key("t")
 
 
+async def forks_are_listed_once_in_the_order_they_came(b: Backend) -> None:
+    sessions = b.sessions
+    assert await sessions.forks("src") == []
+    for fork in ("f2", "f1", "f2"):
+        await sessions.add_fork("src", fork)
+    assert await sessions.forks("src") == ["f2", "f1"]
+    assert await sessions.forks("f1") == [], "a fork's own list is its own"
+
+
 CHECKS: tuple[Check, ...] = (
     new_session_loads_as_none_version_zero,
     commit_bumps_version_and_appends_history,
@@ -351,6 +360,7 @@ CHECKS: tuple[Check, ...] = (
     append_many_is_append_of_each_in_order,
     restore_puts_back_a_lost_log_and_the_counter_goes_on,
     sessions_index_most_recent_first_with_a_cursor,
+    forks_are_listed_once_in_the_order_they_came,
     a_step_claim_fences_its_side_effect,
     commit_with_events_writes_state_history_and_events_together,
     raise_seq_moves_the_counter_up_and_never_down,

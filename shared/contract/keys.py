@@ -66,7 +66,7 @@ def memory_step_usage(sid: str, step_id: str) -> str:
 
 
 def session_forks(sid: str) -> str:
-    """Sorted set: the sessions forked from this one, by when they were listed (ms)."""
+    """Sorted set: the sessions forked from this one, scored by the order they were listed."""
     return f"{PREFIX}:forks:{session_tag(sid)}"
 
 

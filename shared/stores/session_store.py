@@ -208,6 +208,16 @@ async def _best_effort(write: Awaitable[Any]) -> None:
         await write
 
 
+_ADD_FORK_LUA = """
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], redis.call('ZCARD', KEYS[1]), ARGV[1])
+if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+return 1
+"""
+"""A fork listed once among its source's, scored by its place in the list (the order
+they were listed, without two of one millisecond tying)."""
+
+
 def _encoded(state: dict[str, Any] | bytes) -> bytes:
     """A state may come encoded already (the router serialises its model straight to JSON)."""
     return state if isinstance(state, bytes) else codec.dumps(state)
@@ -216,7 +226,7 @@ def _encoded(state: dict[str, Any] | bytes) -> bytes:
 class RedisSessionStore(Declares):
     """keys.session_state hash {ver, state}; keys.session_history list of message JSON;
     keys.sessions_index sorted set of session ids by update time (the sessions list query);
-    keys.session_forks sorted set of the sessions forked from it, by when they were listed (ms)."""
+    keys.session_forks sorted set of the sessions forked from it, by the order they were listed."""
 
     capabilities = frozenset({Capability.COMMIT_WITH_EVENTS, Capability.REDIS_HISTORY})
 
@@ -225,6 +235,7 @@ class RedisSessionStore(Declares):
         self._r = redis
         self._ttl = ttl_s
         self._commit = redis.register_script(_COMMIT_LUA)
+        self._add_fork = redis.register_script(_ADD_FORK_LUA)
         self._index = redis.register_script(_INDEX_LUA)
         self._rep = replication or Replication(redis)
         self._index_apart = is_cluster(redis)
@@ -301,12 +312,7 @@ class RedisSessionStore(Declares):
         return [codec.loads(raw) if raw is not None else None for raw in await pipe.execute()]
 
     async def add_fork(self, sid: str, fork: str) -> None:
-        key = keys.session_forks(sid)
-        pipe = self._r.pipeline(transaction=False)
-        pipe.zadd(key, {fork: time.time() * 1000}, nx=True)
-        if self._ttl:
-            pipe.expire(key, self._ttl)
-        await pipe.execute()
+        await self._add_fork(keys=[keys.session_forks(sid)], args=[fork, str(self._ttl)])
 
     async def forks(self, sid: str) -> list[str]:
         return [m.decode() if isinstance(m, bytes) else str(m) for m in await self._r.zrange(keys.session_forks(sid), 0, -1)]
