@@ -208,5 +208,6 @@ async def test_replay_with_recorded_tools_calls_no_tool_provider(lw: LoopwireCli
     # live: the tools run for real
     fake.script("*", [{"tool_use": [{"name": "add", "input": {"a": 20, "b": 22}}]}, {"text": "42."}])
     live = await replay_session(lw, src, tools="live")
-    assert len(provider.calls) == 2 and not live.differs
+    live_results = [e for e in await lw.transcript(live.replay_session) if e["kind"] == "tool.result"]
+    assert len(provider.calls) == 2 and not live.differs, (live_results, str(live))
     assert not nc.is_closed
