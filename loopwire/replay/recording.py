@@ -80,6 +80,8 @@ class RunRecord:
             body["strategy"] = strategy
         if c.get("executor_agent"):
             body["executor"] = {"agent": c["executor_agent"]}
+        if c.get("user_id"):
+            body["user_id"] = c["user_id"]
         return {k: v for k, v in body.items() if v is not None}
 
     def _input(self) -> str | list[dict[str, Any]]:
