@@ -60,6 +60,11 @@ class FallbackResult:
     """Model calls made in all (retries included)."""
 
 
+_JITTER = random.Random()
+"""The retries' jitter, one generator for every chain: a chain is built per generation, and
+seeding a new generator (from os.urandom) cost more than the rest of its set-up."""
+
+
 class FallbackModel(Model):
     """Runs a request over `models` (primary first) built by `factory`.
 
@@ -76,7 +81,7 @@ class FallbackModel(Model):
         self.factory = factory
         self.policy = policy or RetryPolicy()
         self._sleep = sleep
-        self._rng = rng or random.Random()
+        self._rng = rng or _JITTER
 
     async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
         return (await self.run(request, on_text)).response

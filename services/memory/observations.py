@@ -56,6 +56,8 @@ SEEN_SESSIONS = 4096
 Complete = Callable[[AssembleContext, str, str, list[dict[str, Any]], int], Awaitable[tuple[str, Usage]]]
 """(env, step_id, system, messages, max_tokens) -> (text, usage): LlmSummarizer.complete."""
 Emit = Callable[..., Awaitable[Any]]
+Read = tuple[int, list[dict[str, Any]]]
+"""(index of the first, messages): a contiguous part of a session's history already read."""
 """Bus.emit."""
 
 
@@ -119,7 +121,7 @@ class Observer:
         self.every_turns = every_turns
         self.reflect_every = reflect_every
         self._running: dict[str, asyncio.Task[None]] = {}
-        self._latest: dict[str, AssembleContext] = {}
+        self._latest: dict[str, tuple[AssembleContext, Read | None]] = {}
         """A poke that came while the session's task ran: the task looks again with it."""
         self._seen: LruCache[str, tuple[int, int, int]] = LruCache(SEEN_SESSIONS)
         """Per session: (observed_to as last read, history scanned up to, model turns in
@@ -128,16 +130,18 @@ class Observer:
         when even they are too few, the stored value would say so too, and nothing is read
         (the history's committed messages never change, so a counted part is not read again)."""
 
-    def poke(self, env: AssembleContext) -> None:
+    def poke(self, env: AssembleContext, read: Read | None = None) -> None:
         """Called after a generation's request went out: check the triggers in the
-        background (never delaying the request)."""
+        background (never delaying the request). `read`: (first index, messages) of the
+        history the assembly just read, which the count of model turns uses instead of
+        reading it again."""
         sid = env.session_id
         if self.every_turns <= 0:
             return
         if sid in self._running:
-            self._latest[sid] = env
+            self._latest[sid] = (env, read)
             return
-        self._running[sid] = asyncio.create_task(self._guarded(env))
+        self._running[sid] = asyncio.create_task(self._guarded(env, read))
 
     async def idle(self) -> None:
         """Wait for the background work in flight (tests, shutdown)."""
@@ -152,13 +156,13 @@ class Observer:
             task.cancel()
         await self.idle()
 
-    async def _guarded(self, env: AssembleContext) -> None:
+    async def _guarded(self, env: AssembleContext, read: Read | None = None) -> None:
         sid = env.session_id
-        current: AssembleContext | None = env
+        current: tuple[AssembleContext, Read | None] | None = (env, read)
         try:
             while current is not None:
                 try:
-                    await self.run(current)
+                    await self.run(*current)
                 except asyncio.CancelledError:
                     raise
                 except Exception:  # the next poke tries again
@@ -171,7 +175,7 @@ class Observer:
             if self._running.get(sid) is asyncio.current_task():
                 del self._running[sid]
 
-    async def run(self, env: AssembleContext) -> None:
+    async def run(self, env: AssembleContext, read: Read | None = None) -> None:
         sid = env.session_id
         end = env.history_len
         seen = self._seen.get(sid)
@@ -187,7 +191,7 @@ class Observer:
         if turns + (end - scanned) < self.every_turns:
             return  # even if every unread message were a model turn: too few, read them later
         if scanned < end:
-            turns += model_turns(await self.sessions.history(sid, scanned, end - 1))
+            turns += model_turns(await self._unread(sid, scanned, end, read))
             scanned = end
         self._seen.put(sid, (observed_to, scanned, turns))
         if turns < self.every_turns:
@@ -208,6 +212,13 @@ class Observer:
         finally:
             with contextlib.suppress(Exception):
                 await self.store.unlock(sid, "observe", owner)
+
+    async def _unread(self, sid: str, start: int, end: int, read: Read | None) -> list[dict[str, Any]]:
+        """History messages [start, end): from what the assembly read when it covers them
+        (committed messages never change), else from the store."""
+        if read is not None and read[0] <= start and read[0] + len(read[1]) >= end:
+            return read[1][start - read[0]:end - read[0]]
+        return await self.sessions.history(sid, start, end - 1)
 
     def _moved(self, sid: str, observed_to: int) -> None:
         """The stored `observed_to` as just read: the count restarts from it if it moved."""

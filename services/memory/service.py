@@ -35,7 +35,7 @@ from . import compaction
 from .assembly import build_generate, offered_tools, system_prompt, with_sections
 from .context_guard import Context, ContextGuard, GuardConfig, GuardOutcome
 from .exact_count import LlmExactCount
-from .observations import Observer, memory_section
+from .observations import Observer, Read, memory_section
 from .store import MemoryStore, Snapshot
 from .summarizer import LlmSummarizer
 from .tokens import TokenCounter, build_token_counter
@@ -93,12 +93,14 @@ class MemoryService:
             env = decode(msg, AssembleContext)
         except ValidationError as exc:
             raise Undeliverable(f"a malformed assemble envelope: {exc}") from None
-        await self.assemble(env)
-        self.observer.poke(env)
+        read: list[Read] = []
+        await self.assemble(env, read=read)
+        self.observer.poke(env, read[0] if read else None)
 
-    async def assemble(self, env: AssembleContext) -> GuardOutcome:
+    async def assemble(self, env: AssembleContext, *, read: list[Read] | None = None) -> GuardOutcome:
         """Assemble the step's context and hand the generation on: to the llm service in
-        this process, else as a `llm.generate` work message."""
+        this process, else as a `llm.generate` work message. `read` gets the part of the
+        history read for it (the observer counts its model turns without a second read)."""
         s = self.ctx.settings
         assert self._summarizer is not None, "start() first"
         cfg = GuardConfig.of(s, env)
@@ -109,6 +111,8 @@ class MemoryService:
                                          s.memory_reflections_in_context, ranges, claim_for=env.step_id,
                                          history_key=self.ctx.sessions.history_key(env.session_id) if ranges else None)
         context = await self._context(env, snap, ranges)
+        if read is not None:
+            read.append((context.start, list(context.rest)))
         tools = offered_tools(env, await self._catalog(env.tools)) if env.offer_tools else []
         section = memory_section(snap, int(cfg.window * MEMORY_SECTION_SHARE * s.memory_chars_per_token))
         context.system = system_prompt(with_sections(env.system, [section] if section else []), env.ephemeral_notes)

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from jsonschema.exceptions import best_match, relevance
@@ -45,6 +46,18 @@ from .staging import Hint, Staging, hint_of, stage
 log = logging.getLogger("loopwire.tools.executor")
 
 ResultCallback = Callable[[ToolResultItem], Awaitable[None]]
+
+
+@dataclass
+class _BatchClaim:
+    """This worker's claim of a batch, and what is left of it."""
+
+    key: str
+    token: str
+    unrecorded: int
+    """Calls of the batch with no record yet."""
+    released: bool = False
+    """The claim was dropped by the script of the batch's last record."""
 
 
 def _outcome(item: ToolResultItem, recorded: bool, known: bool) -> str:
@@ -99,17 +112,19 @@ class Executor:
                 if on_result is not None:
                     await on_result(item)
             return items
-        token = claim.token
+        batch = _BatchClaim(claim_key, claim.token, unrecorded=sum(r is None for r in recorded))
         try:
-            async with renewed(self.steps, claim_key, token, self.claim_ttl_s):
-                return await self._execute(env, recorded, (claim_key, token), on_result, cancel)
+            async with renewed(self.steps, claim_key, claim.token, self.claim_ttl_s):
+                return await self._execute(env, recorded, batch, on_result, cancel)
         finally:
             # A redelivery finds the records, or (a cancelled call is not recorded, a
-            # failure here) may run what is missing at once.
-            with contextlib.suppress(Exception):
-                await self.steps.release(claim_key, token)
+            # failure here) may run what is missing at once. The batch's last record
+            # dropped the claim already, in its own script (one round trip fewer).
+            if not batch.released:
+                with contextlib.suppress(Exception):
+                    await self.steps.release(claim_key, claim.token)
 
-    async def _execute(self, env: ExecuteTools, recorded: list[dict[str, Any] | None], claim: tuple[str, str],
+    async def _execute(self, env: ExecuteTools, recorded: list[dict[str, Any] | None], claim: _BatchClaim,
                        on_result: ResultCallback | None, cancel: CancelSignal | None) -> list[ToolResultItem]:
         calls = env.calls
         tools = [self.catalog.resolve(c.name) for c in calls]
@@ -143,8 +158,12 @@ class Executor:
                     if keep:
                         # Under this worker's claim only (one that lost it raises StepHeld
                         # and publishes nothing); a result recorded first stands.
-                        stands = await self.steps.record_claimed(*claim, keys.tool_call_step(env.session_id, item.tool_use_id),
-                                                                 item.model_dump(mode="json"))
+                        last = claim.unrecorded == 1  # the batch's last record: it drops the claim
+                        stands = await self.steps.record_claimed(
+                            claim.key, claim.token, keys.tool_call_step(env.session_id, item.tool_use_id),
+                            item.model_dump(mode="json"), release=last)
+                        claim.unrecorded -= 1
+                        claim.released = last
                         item = ToolResultItem.model_validate(stands)
                 outcomes[i] = item
                 if on_result is not None:

@@ -92,7 +92,7 @@ class ConsumeScope:
         raw = self._root.raw_message
         headers = raw.headers or {}
         subject = raw.subject
-        meta = raw.metadata
+        meta = self._root.metadata
         note_delivery(meta.consumer, meta.num_delivered)
         sid = headers.get(SESSION_HEADER) or session_from_subject(subject)
         self._session = session_id_var.set(sid)

@@ -44,15 +44,24 @@ class JetStreamRoot:
     """A JetStream message as the root of a work chain (`Chain.root`): settled once, and
     `outcome` says how (for the message metrics), None while it is not."""
 
-    __slots__ = ("outcome", "raw_message")
+    __slots__ = ("_metadata", "outcome", "raw_message")
 
     def __init__(self, msg: Msg) -> None:
         self.raw_message = msg
         self.outcome: str | None = None
+        self._metadata: Msg.Metadata | None = None
 
     @property
     def body(self) -> bytes:
         return self.raw_message.data
+
+    @property
+    def metadata(self) -> Msg.Metadata:
+        """The message's JetStream metadata, parsed once (nats-py parses its reply subject
+        again at every `Msg.metadata`)."""
+        if self._metadata is None:
+            self._metadata = self.raw_message.metadata
+        return self._metadata
 
     async def ack(self) -> None:
         if not self.raw_message.is_acked:
@@ -81,16 +90,16 @@ def root_delivery(msg: Any, ack_wait_s: float, holds: bool, policy: RedeliveryPo
     (bus.ATTEMPTS_HEADER)."""
     raw = msg.raw_message
     headers = raw.headers or {}
-    delivered = delivery_count(raw) + _attempts(headers.get(ATTEMPTS_HEADER))
+    delivered = delivery_count(msg) + _attempts(headers.get(ATTEMPTS_HEADER))
     redelivered = delivered > 1 or bool(headers.get(RECOVER_HEADER))
     return Delivery(msg.body, Chain(msg, delivered, ack_wait_s, holds, policy, report), redelivered=redelivered,
                     raw_message=raw)
 
 
-def delivery_count(raw: Any) -> int:
+def delivery_count(msg: Any) -> int:
     """Which delivery of its JetStream message this is (1 for anything else)."""
     try:
-        return int(raw.metadata.num_delivered)
+        return int(msg.metadata.num_delivered)
     except Exception:  # not a JetStream message
         return 1
 

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from loopwire.shared.runtime.bus import ATTEMPTS_HEADER, RECOVER_HEADER
-from loopwire.shared.runtime.work_consumer import root_delivery
+from loopwire.shared.runtime.work_consumer import JetStreamRoot, root_delivery
 
 pytestmark = pytest.mark.unit
 
 
 def message(delivered: Any, headers: dict[str, str] | None = None) -> Any:
     metadata = SimpleNamespace(num_delivered=delivered)
-    return SimpleNamespace(body=b"{}", raw_message=SimpleNamespace(metadata=metadata, headers=headers))
+    return JetStreamRoot(SimpleNamespace(data=b"{}", metadata=metadata, headers=headers))  # type: ignore[arg-type]
 
 
 def test_a_first_delivery_of_new_work_repeats_nothing() -> None:
@@ -37,5 +37,5 @@ def test_a_hop_that_failed_in_process_counts_its_attempt_there() -> None:
 
 
 def test_a_message_without_jetstream_metadata_is_a_first_delivery() -> None:
-    delivery = root_delivery(SimpleNamespace(body=b"{}", raw_message=SimpleNamespace(headers=None)), 30.0, True)
+    delivery = root_delivery(JetStreamRoot(SimpleNamespace(data=b"{}", headers=None)), 30.0, True)  # type: ignore[arg-type]
     assert delivery.chain.delivered == 1 and delivery.redelivered is False
