@@ -12,10 +12,11 @@ import sys
 
 import nats
 
-from . import durable_floor, report
+from . import durable_floor
 from .floor import DEFAULT_PLAN, FloorDriver, Hop, plan_from_trace
 from .layouts import ROOT, Servers, service_env
 from .measuring import Measured, connected, counter, log, measure_load, summary
+from .targets import ms, rates_note
 from .trace import TurnCost
 
 FLOOR_STREAMS = {durable_floor.WORK_STREAM: "work", durable_floor.EVENTS_STREAM: "events"}
@@ -80,8 +81,8 @@ async def measure_durable_floor(m: Measured, servers: Servers, procs: list[subpr
         await measure_load(m, lambda: driver.run_load("load", args.sessions, args.turns, timeout=args.load_timeout),
                            {**responder_pids("responder", procs), **servers.pids(), "bench client": os.getpid()},
                            args.load_runs, counter(nc, rs, servers, FLOOR_STREAMS), FLOOR_STREAMS)
-        log(f"durable floor: {m.data['load']['turns_per_s']:.0f} turns/s{report.rates_note(m.data)}, "
-            f"single p50 {report.ms(m.data['single']['p50_ms'])}")
+        log(f"durable floor: {m.data['load']['turns_per_s']:.0f} turns/s{rates_note(m.data)}, "
+            f"single p50 {ms(m.data['single']['p50_ms'])}")
 
 
 async def measure_raw_floor(m: Measured, servers: Servers, procs: list[subprocess.Popen[str]], sizes: list[int],
@@ -93,8 +94,8 @@ async def measure_raw_floor(m: Measured, servers: Servers, procs: list[subproces
                            {**responder_pids("echo responder", procs), **servers.pids(),
                             "bench client (driver)": os.getpid()},
                            args.load_runs, counter(nc, rs, servers, {}), {})
-        log(f"raw floor: {m.data['load']['turns_per_s']:.0f} turns/s{report.rates_note(m.data)}, "
-            f"single p50 {report.ms(m.data['single']['p50_ms'])}")
+        log(f"raw floor: {m.data['load']['turns_per_s']:.0f} turns/s{rates_note(m.data)}, "
+            f"single p50 {ms(m.data['single']['p50_ms'])}")
 
 
 async def create_floor_streams(nats_url: str) -> None:

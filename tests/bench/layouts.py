@@ -35,6 +35,7 @@ from loopwire.testing import (
 )
 
 from .procstat import children_of
+from .targets import TARGETS, Targets
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,9 +45,8 @@ class BenchLayout:
     key: str
     name: str
     commands: tuple[str, ...]
-    target_ratio: float | None = None
-    """Single-session p50 at most this many times the durable floor's (the issue's target)."""
-    target_turns_per_s: float | None = None
+    targets: Targets | None = None
+    """Against the durable floor (targets.py); None: measured for reference."""
     redis_masters: int = 0
     """On a Redis Cluster of this many masters (a replica each); 0: the bench's one Redis."""
     env: tuple[tuple[str, str], ...] = ()
@@ -61,11 +61,9 @@ def bench_layouts(workers: int = 2) -> dict[str, BenchLayout]:
     return {
         "up": BenchLayout("up", "loopwire up", LAYOUTS["up"]),
         "workers": BenchLayout("workers", f"loopwire up --workers {workers}", (f"up --workers {workers}",),
-                               target_ratio=1.5, target_turns_per_s=700.0),
-        "split1": BenchLayout("split1", "5 × loopwire serve (1 router)", one_router,
-                              target_ratio=2.0, target_turns_per_s=400.0),
-        "split": BenchLayout("split", "6 × loopwire serve (2 routers)", LAYOUTS["split"],
-                             target_ratio=2.0, target_turns_per_s=400.0),
+                               TARGETS["workers"]),
+        "split1": BenchLayout("split1", "5 × loopwire serve (1 router)", one_router, TARGETS["split1"]),
+        "split": BenchLayout("split", "6 × loopwire serve (2 routers)", LAYOUTS["split"], TARGETS["split"]),
         "split_redis_cluster": BenchLayout("split_redis_cluster",
                                            "split, 3-master Redis Cluster",
                                            LAYOUTS["split"], redis_masters=3),

@@ -18,6 +18,7 @@ import time
 import uuid
 from typing import Any
 
+import nats
 import orjson
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
@@ -136,3 +137,15 @@ async def time_to_ready(system: System, nc: NatsClient, service: str, *, prefix:
     finally:
         await asyncio.to_thread(system.part.start_loopwire)  # the others, and any left stopped
     return done_at - exec_at
+
+
+READY_ORDER = ("transcripts", "router", "memory", "llm", "tools")
+
+
+async def ready_times(system: System, nats_url: str, services: tuple[str, ...] = READY_ORDER) -> dict[str, float]:
+    """`time_to_ready` of each service of a split layout, one after the other."""
+    nc = await nats.connect(servers=nats_url.split(","))
+    try:
+        return {service: await time_to_ready(system, nc, service) for service in services}
+    finally:
+        await nc.drain()

@@ -44,8 +44,8 @@ class Measured:
     def __init__(self, key: str, name: str, kind: str, layout: BenchLayout | None = None) -> None:
         self.data: dict[str, Any] = {"name": name, "kind": kind}
         if layout is not None:
-            self.data.update(commands=list(layout.commands), target_ratio=layout.target_ratio,
-                             target_turns_per_s=layout.target_turns_per_s)
+            self.data.update(commands=list(layout.commands),
+                             targets=layout.targets.as_dict() if layout.targets else {})
         self.key = key
 
 

@@ -1,7 +1,7 @@
 """Profile every loopwire process of a layout under the bench's load, with py-spy.
 
     .venv/bin/pip install py-spy      # not a project dependency
-    .venv/bin/python -m tests.bench.profile --layout split [--sessions 200 --turns 20] [--seconds 15]
+    .venv/bin/python -m tests.bench.profile --layout split [--sessions 200 --turns 20] [--seconds 15] [--nats-sync default]
 
 Starts the layout on fresh servers (as `make bench` does), starts a load of `--sessions`
 concurrent sessions of `--turns` tool-turns again and again, and records each loopwire
@@ -116,12 +116,13 @@ def start_spies(spy: str, pids: dict[str, int], layout_key: str, seconds: float,
             for name, pid in pids.items()}
 
 
-async def profile(spy: str, layout_key: str, sessions: int, turns: int, seconds: float, rate: int) -> None:
+async def profile(spy: str, layout_key: str, sessions: int, turns: int, seconds: float, rate: int,
+                  sync_always: bool = True) -> None:
     spec = bench_layouts()[layout_key]
-    base = start_servers()
+    base = start_servers(sync_always=sync_always)
     # A layout on a NATS or Redis cluster gets one of its own (as run_bench).
     servers = base.with_redis_cluster(spec.redis_masters) if spec.redis_masters else base
-    servers = servers.with_nats_cluster(spec.nats_nodes) if spec.nats_nodes else servers
+    servers = servers.with_nats_cluster(spec.nats_nodes, sync_always=sync_always) if spec.nats_nodes else servers
     system = System(servers, spec)
     OUT.mkdir(parents=True, exist_ok=True)
     try:
@@ -181,9 +182,12 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--rate", type=int, default=200, help="samples per second")
+    parser.add_argument("--nats-sync", choices=("always", "default"), default="always",
+                        help="JetStream's sync_interval, as run_bench's option")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    asyncio.run(profile(find_py_spy(), args.layout, args.sessions, args.turns, args.seconds, args.rate))
+    asyncio.run(profile(find_py_spy(), args.layout, args.sessions, args.turns, args.seconds, args.rate,
+                        sync_always=args.nats_sync == "always"))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""The bench's results: the targets' verdicts, a console table and docs/benchmarks.md.
+"""The bench's results block of docs/benchmarks.md (the console table is console.py's).
 
 Everything is rendered from the results file `make bench` writes (`.run/bench.json`,
-plain JSON), with the numbers and verdicts of report_numbers.py, so the doc can be rendered again from a kept file:
+plain JSON: results.py), so the doc can be rendered again from a kept file:
 
     .venv/bin/python -m tests.bench.report [.run/bench.json] [--doc docs/benchmarks.md] [--print]
 
@@ -18,66 +18,47 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .report_numbers import Results, cpu_total, layouts, ms, p50, rates_note, ratio, verdicts
+from .targets import cpu_total, ms, p50, rates_note, verdicts
 
 START = "<!-- bench:results:start (written by `make bench`; edit outside the markers) -->"
 END = "<!-- bench:results:end -->"
 
-__all__ = ["END", "START", "console_table", "cpu_total", "layouts", "markdown", "ms", "p50", "ratio", "rates_note",
-           "verdicts", "write_doc"]
+FLOORS = ("floor_durable", "floor_raw")
+
+Results = dict[str, Any]
 
 
-# -- console -----------------------------------------------------------------------------------
-def console_table(res: Results) -> str:
-    m = res["machine"]
-    lines = [f"loopwire bench — {res['date']} — {m.get('cpus')} CPUs, Python {m.get('python')}, "
-             f"code {m.get('git')}" + (" — QUICK MODE (not the issue's load)" if res["params"].get("quick") else ""),
-             ""]
-    fd, fr = p50(res["layouts"].get("floor_durable")), p50(res["layouts"].get("floor_raw"))
-    width = max([34, *(len(lay["name"]) + 2 for _, lay in layouts(res))])
-    lines.append(f"{'layout':<{width}}{'p50':>10}{'p99':>10}{'×dur':>7}{'×raw':>7}{'load p50':>11}{'load p99':>11}"
-                 f"{'turns/s':>9}{'CPU ms/turn':>13}")
-    for _key, lay in layouts(res):
-        s, load = lay.get("single") or {}, lay.get("load") or {}
-        rd, rr = ratio(s.get("p50_ms"), fd), ratio(s.get("p50_ms"), fr)
-        lines.append(f"{lay['name']:<{width}}{ms(s.get('p50_ms')):>10}{ms(s.get('p99_ms')):>10}"
-                     f"{'' if rd is None else f'{rd:.2f}':>7}{'' if rr is None else f'{rr:.2f}':>7}"
-                     f"{ms(load.get('p50_ms')):>11}{ms(load.get('p99_ms')):>11}"
-                     f"{load.get('turns_per_s', 0):>9.0f}{cpu_total(lay):>13.2f}")
-    lines.append("")
-    for _key, lay in layouts(res):
-        if not lay.get("cpu_ms"):
-            continue
-        per = ", ".join(f"{k} {v:.2f}" for k, v in lay["cpu_ms"].items())
-        lines.append(f"CPU ms/turn, {lay['name']}: {per}; other processes {100 * lay.get('other_share', 0):.0f}% "
-                     "of a core")
-    lines.append("")
-    for _key, lay in layouts(res):
-        w = lay.get("wire")
-        if w:
-            lines.append(f"per tool-turn under load, {lay['name']}: {wire_summary(w)}")
-    if res.get("bytes"):
-        lines.append("")
-        for n, b in sorted(res["bytes"].items(), key=lambda kv: int(kv[0])):
-            lines.append(f"Redis bytes, session of {n} tool-turns: {b['total']} B ({b['total'] / int(n):.0f} B/turn, "
-                         f"{b['keys']} keys)")
-    if res.get("consume_us"):
-        lines.append("")
-        lines += [f"consume path, {mode}: {us:.0f} µs CPU / message" for mode, us in res["consume_us"].items()]
-    lines += [f"Redis keys per master, {lay['name']}: {keys_per_master(lay)}"
-              for _key, lay in layouts(res, floors=False) if lay.get("redis_keys_per_master")]
-    lines += [f"stream leaders, {lay['name']}: {leaders_summary(lay['stream_leaders'])}"
-              for _key, lay in layouts(res, floors=False) if lay.get("stream_leaders")]
-    for mode, w in (res.get("replica_wait") or {}).items():
-        lines.append(f"event append, {mode}: p50 {w['p50_us']:.0f} µs, p99 {w['p99_us']:.0f} µs, {w['per_s']:.0f}/s "
-                     f"50 at once, CPU {w['client_cpu_us']:.0f} µs client + {w['master_cpu_us']:.0f} µs master")
-    lines.append("")
-    for target, measured, met in verdicts(res):
-        lines.append(f"[{'info' if met is None else 'MET ' if met else 'MISS'}] {target}: {measured}")
-    for note in res.get("notes", []):
-        lines.append(f"note: {note}")
-    lines.append(f"({res.get('duration_s', 0):.0f} s in all)")
-    return "\n".join(lines)
+def layouts(res: Results, floors: bool = True) -> list[tuple[str, dict[str, Any]]]:
+    """(key, layout) in the order measured: loopwire's layouts, then the floors."""
+    out = [(k, res["layouts"][k]) for k in res.get("order", []) if k in res["layouts"]]
+    return out if floors else [(k, lay) for k, lay in out if lay.get("kind") != "floor"]
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def lean_of(res: Results) -> dict[str, Any] | None:
+    return next((lay["lean"] for _k, lay in layouts(res, floors=False) if lay.get("lean")), None)
+
+
+def lean_rows(lean: dict[str, Any]) -> list[tuple[str, dict[str, str]]]:
+    """Per `loopwire serve` process: RSS and idle CPU after start and after the load, and
+    (per service) the seconds from exec to its first query or work message handled."""
+    out = []
+    ready = lean.get("ready_s") or {}
+    for label in lean.get("after_start") or lean.get("after_load") or {}:
+        row: dict[str, str] = {}
+        for when, title in (("after_start", "after start"), ("after_load", "after the load")):
+            facts = (lean.get(when) or {}).get(label)
+            if facts:
+                row[f"RSS {title}"] = f"{facts['rss_mb']:.0f} MB"
+                row[f"CPU idle {title}"] = f"{100 * facts['idle_cpu_share']:.2f}%"
+        service = label.split()[0]
+        if service in ready and label == service:
+            row["ready after exec"] = f"{ready[service]:.2f} s"
+        out.append((label, row))
+    return out
 
 
 def keys_per_master(lay: dict[str, Any]) -> str:
@@ -89,21 +70,41 @@ def leaders_summary(by_node: dict[str, list[str]]) -> str:
     return "; ".join(f"{node}: {', '.join(streams) or '—'}" for node, streams in sorted(by_node.items()))
 
 
-def wire_summary(w: dict[str, Any]) -> str:
-    stored = ", ".join(f"{k} {v:.2f}" for k, v in w.get("stored", {}).items())
-    nats = f"NATS {w['nats_in_msgs']:.1f} msgs in / {w['nats_out_msgs']:.1f} out, " if "nats_in_msgs" in w else ""
-    return (f"{nats}stored: {stored}; Redis {w['redis_commands']:.1f} commands ({w['redis_scripts']:.1f} scripts), "
-            f"{w['redis_reads']:.1f} reads")
-
-
 # -- markdown ----------------------------------------------------------------------------------
 def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def layout_table(res: Results) -> list[str]:
+    fd, fr = p50(res["layouts"].get("floor_durable")), p50(res["layouts"].get("floor_raw"))
+    out = ["| layout | single p50 | single p99 | ×durable | ×raw | load p50 | load p99 | turns/s | CPU ms / turn |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for _key, lay in layouts(res):
+        s, load = lay.get("single") or {}, lay.get("load") or {}
+        rd, rr = ratio(s.get("p50_ms"), fd), ratio(s.get("p50_ms"), fr)
+        out.append(_row([lay["name"], ms(s.get("p50_ms")), ms(s.get("p99_ms")),
+                         "" if rd is None else f"{rd:.2f}×", "" if rr is None else f"{rr:.2f}×",
+                         ms(load.get("p50_ms")), ms(load.get("p99_ms")),
+                         f"{load.get('turns_per_s', 0):.0f}{rates_note(lay)}", f"{cpu_total(lay):.2f}"]))
+    return out
+
+
+def cpu_table(res: Results) -> list[str]:
+    out = ["| layout | process | CPU ms / turn | % of a core |", "|---|---|---|---|"]
+    for _key, lay in layouts(res):
+        if not lay.get("cpu_ms"):
+            continue
+        for proc, cpu in lay["cpu_ms"].items():
+            out.append(_row([lay["name"], proc, f"{cpu:.2f}", f"{100 * lay['cpu_share'][proc]:.0f}%"]))
+        out.append(_row([lay["name"], "**all of the above**", f"**{cpu_total(lay):.2f}**",
+                         f"{100 * sum(lay['cpu_share'].values()):.0f}%"]))
+        out.append(_row([lay["name"], "(other processes on the machine)", f"{lay.get('other_ms', 0):.2f}",
+                         f"{100 * lay.get('other_share', 0):.0f}%"]))
+    return out
+
+
 def markdown(res: Results) -> str:
     m, p = res["machine"], res["params"]
-    fd, fr = p50(res["layouts"].get("floor_durable")), p50(res["layouts"].get("floor_raw"))
     out = [START, "",
            f"Last run: **{res['date']}**, `{res['command']}`, {res['duration_s']:.0f} s in all, code at "
            f"`{m.get('git', 'unknown')}`" + (" — **quick mode, not the issue's load**" if p.get("quick") else "") + ".",
@@ -124,15 +125,7 @@ def markdown(res: Results) -> str:
             "p50 over that floor's. turns/s: tool-turns / wall time from the first `start` to the last "
             "`run.ended`. CPU: every process of the layout plus nats-server, redis-server and the bench "
             "client, during the load run.", "",
-            "| layout | single p50 | single p99 | ×durable | ×raw | load p50 | load p99 | turns/s | CPU ms / turn |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for _key, lay in layouts(res):
-        s, load = lay.get("single") or {}, lay.get("load") or {}
-        rd, rr = ratio(s.get("p50_ms"), fd), ratio(s.get("p50_ms"), fr)
-        out.append(_row([lay["name"], ms(s.get("p50_ms")), ms(s.get("p99_ms")),
-                         "" if rd is None else f"{rd:.2f}×", "" if rr is None else f"{rr:.2f}×",
-                         ms(load.get("p50_ms")), ms(load.get("p99_ms")),
-                         f"{load.get('turns_per_s', 0):.0f}{rates_note(lay)}", f"{cpu_total(lay):.2f}"]))
+            *layout_table(res)]
     out += ["", "The floors: the same five hops per tool-turn, the same Redis calls (counted by the trace below) "
             "and events, envelopes of the sizes the trace saw, raw nats-py + redis-py + orjson and no logic. "
             "**Durable**: each hop a JetStream work-queue message (publish awaiting its PubAck, a push "
@@ -143,17 +136,27 @@ def markdown(res: Results) -> str:
     out += ["### CPU per tool-turn by process (during the load run)", "",
             "From `/proc/<pid>/stat` (utime + stime) before and after the load run shown above; ms of CPU "
             "per tool-turn, and the share of one core the process used over the run's wall time.", "",
-            "| layout | process | CPU ms / turn | % of a core |", "|---|---|---|---|"]
-    for _key, lay in layouts(res):
-        if not lay.get("cpu_ms"):
-            continue
-        for proc, cpu in lay["cpu_ms"].items():
-            out.append(_row([lay["name"], proc, f"{cpu:.2f}", f"{100 * lay['cpu_share'][proc]:.0f}%"]))
-        out.append(_row([lay["name"], "**all of the above**", f"**{cpu_total(lay):.2f}**",
-                         f"{100 * sum(lay['cpu_share'].values()):.0f}%"]))
-        out.append(_row([lay["name"], "(other processes on the machine)", f"{lay.get('other_ms', 0):.2f}",
-                         f"{100 * lay.get('other_share', 0):.0f}%"]))
-    out.append("")
+            *cpu_table(res), ""]
+    lean = lean_of(res)
+    if lean:
+        rows = lean_rows(lean)
+        columns = list(dict.fromkeys(c for _label, row in rows for c in row))
+        out += ["### Idle `loopwire serve` processes", "",
+                "RSS (`VmRSS`) and the share of a core each process of the split layout used over an idle "
+                f"window of {lean.get('window_s', 5):g} s, right after it started and again after the load; "
+                "ready: from the exec of a new `loopwire serve NAME` (its service's other processes stopped) to "
+                "its first work message handled (the work waiting for it: a `start`, a run stalled at its "
+                "hop) or, for transcripts, its first `session.get` answered (`tests/bench/lean.py`).", "",
+                "| process | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+        out += [_row([label, *(row.get(c, "") for c in columns)]) for label, row in rows]
+        out.append("")
+    second = res.get("default_sync")
+    if second:
+        out += ["### The same with nats-server's default `sync_interval`", "",
+                f"A second pass on fresh servers, {second.get('servers', {}).get('nats', 'nats-server')}: the "
+                "durable floor above waits on an fsync per stored message, which must not hide loopwire's own "
+                "CPU. Its targets are in the table of targets above (\"with nats-server's default sync\").", "",
+                *layout_table(second), "", *cpu_table(second), ""]
     out += wire_tables(res)
     out += trace_tables(res)
     if res.get("bytes"):
@@ -176,6 +179,17 @@ def markdown(res: Results) -> str:
                 "| handler | µs CPU / message |", "|---|---|"]
         out += [f"| {mode} | {us:.0f} |" for mode, us in res["consume_us"].items()]
         out.append("")
+    out += cluster_tables(res)
+    if res.get("notes"):
+        out += ["Notes from this run:", ""] + [f"- {n}" for n in res["notes"]] + [""]
+    out.append(END)
+    return "\n".join(out)
+
+
+def cluster_tables(res: Results) -> list[str]:
+    """The clustered layouts' keys per Redis master and stream leaders, and what waiting for
+    a Redis replica costs a write."""
+    out: list[str] = []
     clustered = [lay for _key, lay in layouts(res, floors=False) if lay.get("redis_keys_per_master")]
     if clustered:
         out += ["### Keys per Redis master", "",
@@ -203,10 +217,7 @@ def markdown(res: Results) -> str:
                       f"{w['client_cpu_us']:.0f}", f"{w['master_cpu_us']:.0f}"])
                 for mode, w in res["replica_wait"].items()]
         out.append("")
-    if res.get("notes"):
-        out += ["Notes from this run:", ""] + [f"- {n}" for n in res["notes"]] + [""]
-    out.append(END)
-    return "\n".join(out)
+    return out
 
 
 WIRE_ROWS = (
@@ -327,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", default=str(root / "docs" / "benchmarks.md"), help="the doc whose results block to replace")
     parser.add_argument("--print", action="store_true", help="print the console table only; leave the doc alone")
     args = parser.parse_args(argv)
+    from .console import console_table  # the console table is built on this module's helpers
+
     res = json.loads(Path(args.results).read_text())
     print(console_table(res))
     if not args.print:

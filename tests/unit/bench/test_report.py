@@ -12,43 +12,52 @@ import pytest
 
 from loopwire.shared.contract import keys
 from tests.bench import report
+from tests.bench.console import console_table
 from tests.bench.floor import plan_from_trace
+from tests.bench.targets import TARGETS
 from tests.bench.trace import key_space
 
 pytestmark = pytest.mark.unit
 
 
-def _layout(name: str, p50: float, tps: float, kind: str = "loopwire", **extra: Any) -> dict[str, Any]:
+def _layout(name: str, p50: float, tps: float, kind: str = "loopwire", cpu: float = 1.5, **extra: Any) -> dict[str, Any]:
     run = {"sessions": 200, "turns": 20, "wall_s": 4000 / tps, "turns_per_s": tps, "p50_ms": p50, "p90_ms": p50 * 1.2,
            "p99_ms": p50 * 2, "n_latencies": 100, "n_failures": 0, "failures": []}
     return {"name": name, "kind": kind, "single": run, "load": {**run, "p50_ms": p50 * 50},
-            "load_rates": [tps - 10, tps, tps + 10], "cpu_ms": {"a": 1.0, "nats-server": 0.5},
+            "load_rates": [tps - 10, tps, tps + 10], "cpu_ms": {"a": cpu - 0.5, "nats-server": 0.5},
             "cpu_share": {"a": 0.5, "nats-server": 0.25}, "other_ms": 0.1, "other_share": 0.05,
             "wire": {"nats_in_msgs": 20.0, "nats_out_msgs": 25.0, "nats_in_bytes": 9000.0,
                      "stored": {"work": 5.0, "events": 6.0}, "redis_commands": 40.0, "redis_reads": 15.0,
                      "redis_scripts": 9.0, "redis_by_command": {"evalsha": 9.0, "get": 4.0}}, **extra}
 
 
+def _lean(rss: float = 70.0, ready: float = 0.6) -> dict[str, Any]:
+    facts = {"rss_mb": rss, "idle_cpu_share": 0.002}
+    return {"window_s": 5.0, "after_start": {"router": facts, "router 2": facts, "tools": facts},
+            "after_load": {"router": {**facts, "rss_mb": rss + 4}, "router 2": facts, "tools": facts},
+            "ready_s": {"router": ready, "tools": 0.9}}
+
+
 def results() -> dict[str, Any]:
     return {
-        "version": 2, "date": "2026-12-01 12:00 UTC", "command": "make bench", "duration_s": 420.0,
+        "version": 3, "date": "2026-12-01 12:00 UTC", "command": "make bench", "duration_s": 420.0,
         "machine": {"git": "abc1234", "cpus": "2", "cpus_usable": "2", "cpu_model": "x", "python": "3.11",
                     "platform": "linux"},
         "servers": {"nats": "nats-server (sync_interval: always)", "redis": "redis (appendonly yes)"},
         "params": {"sessions": 200, "turns": 20, "single": 5, "warmup": 40, "load_runs": 3, "quick": False},
         "order": ["workers", "split", "split_nats_r3", "floor_durable", "floor_raw"],
         "layouts": {
-            # 7 ms against a durable floor of 5: 1.4×, within 1.5×; 720 turns/s ≥ 700.
-            "workers": _layout("loopwire up --workers 2", 7.0, 720.0, target_ratio=1.5, target_turns_per_s=700.0,
+            # 7 ms against a durable floor of 5: 1.4×, within 1.5×; 420 turns/s ≥ 1.3 × 300.
+            "workers": _layout("loopwire up --workers 2", 7.0, 420.0, targets=TARGETS["workers"].as_dict(),
                                trace={"nats_msgs": {"event message": 1.0}, "redis_cmds": {"evalsha lw:s": 2.0},
                                       "lua_cmds": {"hset": 3.0}, "timeline": [[0.0, "NATS event message"]]}),
-            # 11 ms: 2.2×, over 2×; 390 turns/s < 400.
-            "split": _layout("6 × loopwire serve (2 routers)", 11.0, 390.0, target_ratio=2.0,
-                             target_turns_per_s=400.0),
+            # 11 ms: 2.2×, over 1.5×; 260 turns/s < 0.9 × 300; CPU 4.4 ms vs 3.0: 1.47×, within 1.5×.
+            "split": _layout("6 × loopwire serve (2 routers)", 11.0, 260.0, cpu=4.4, targets=TARGETS["split"].as_dict(),
+                             lean=_lean()),
             "split_nats_r3": _layout("split, 3-node NATS (R3)", 14.0, 300.0, nats_nodes=3,
                                      stream_leaders={"n0": ["LOOPWIRE_WORK"],
                                                      "n1": ["LOOPWIRE_EVENTS", "LOOPWIRE_INGRESS"], "n2": []}),
-            "floor_durable": _layout("durable floor", 5.0, 900.0, kind="floor"),
+            "floor_durable": _layout("durable floor", 5.0, 300.0, kind="floor", cpu=3.0),
             "floor_raw": _layout("raw floor", 2.5, 1000.0, kind="floor"),
         },
         "bytes": {"20": {"total": 20 * 2900, "keys": 40}, "100": {"total": 100 * 2900, "keys": 200},
@@ -56,6 +65,14 @@ def results() -> dict[str, Any]:
         "notes": ["a note"], "consume_us": {"raw nats-py": 6.0},
         "floor_plan": [["tools", ["claim"], []], ["router", ["commit"], ["tool.result"]]],
         "floor_plan_from": "6 × loopwire serve (2 routers)", "floor_sizes": [300, 400],
+        "default_sync": {
+            "servers": {"nats": "nats-server (sync_interval: default)"},
+            "order": ["split", "floor_durable"], "notes": [],
+            "layouts": {
+                # 500 turns/s ≥ 0.6 × 800 (480), which the 0.9× of the first pass would not meet.
+                "split": _layout("6 × loopwire serve (2 routers)", 8.0, 500.0, cpu=4.0,
+                                 targets=TARGETS["split"].as_dict()),
+                "floor_durable": _layout("durable floor", 6.0, 800.0, kind="floor", cpu=2.5)}},
     }
 
 
@@ -63,13 +80,35 @@ def test_each_target_is_judged_against_the_durable_floor() -> None:
     got = {target: (measured, met) for target, measured, met in report.verdicts(results())}
     assert got["`loopwire up --workers 2`: p50 (single session) ≤ 1.5× the durable floor"] == \
         ("7.00 ms vs 5.00 ms = 1.40×", True)
-    assert got["`loopwire up --workers 2`: ≥ 700 tool-turns/s (200 sessions × 20 tool-turns)"][1] is True
-    assert got["`6 × loopwire serve (2 routers)`: p50 (single session) ≤ 2× the durable floor"] == \
+    assert got["`loopwire up --workers 2`: tool-turns/s ≥ 1.3× the durable floor (200 sessions × 20 tool-turns)"] \
+        == ("420 vs 300 turns/s = 1.40× (median of 3 runs: 410, 420, 430)", True)
+    assert got["`6 × loopwire serve (2 routers)`: p50 (single session) ≤ 1.5× the durable floor"] == \
         ("11.00 ms vs 5.00 ms = 2.20×", False)
-    assert got["`6 × loopwire serve (2 routers)`: ≥ 400 tool-turns/s (200 sessions × 20 tool-turns)"][1] is False
+    assert got["`6 × loopwire serve (2 routers)`: CPU per tool-turn ≤ 1.5× the durable floor"] == \
+        ("4.40 ms vs 3.00 ms = 1.47×", True)
+    assert got["`6 × loopwire serve (2 routers)`: tool-turns/s ≥ 0.9× the durable floor (200 sessions × 20 "
+               "tool-turns)"][1] is False
     assert got["(reference) the durable floor vs the raw floor, p50 (single session)"] == \
         ("5.00 ms vs 2.50 ms = 2.00×", None)
     assert got["Redis bytes linear in turns"][1] is True
+    # The second pass: the same targets, its own floor, 0.6× for the split layout's turns/s.
+    assert got["with nats-server's default sync: `6 × loopwire serve (2 routers)`: tool-turns/s ≥ 0.6× the "
+               "durable floor (200 sessions × 20 tool-turns)"] == ("500 vs 800 turns/s = 0.62× (median of 3 runs: "
+                                                                    "490, 500, 510)", True)
+    assert got["with nats-server's default sync: `6 × loopwire serve (2 routers)`: CPU per tool-turn ≤ 1.5× the "
+               "durable floor"] == ("4.00 ms vs 2.50 ms = 1.60×", False)
+
+
+def test_the_idle_processes_are_judged_by_the_worst_one() -> None:
+    got = {target: (measured, met) for target, measured, met in report.verdicts(results())}
+    assert got["every idle `loopwire serve NAME`: RSS ≤ 90 MB"] == ("at most 74 MB (router)", True)
+    assert got["every idle `loopwire serve NAME`: ≤ 1% of a core"][1] is True
+    assert got["every `loopwire serve NAME`: ready ≤ 2 s after exec"] == ("router 0.60 s, tools 0.90 s", True)
+    res = results()
+    res["layouts"]["split"]["lean"] = _lean(rss=95.0, ready=2.5)
+    got = {target: met for target, _measured, met in report.verdicts(res)}
+    assert got["every idle `loopwire serve NAME`: RSS ≤ 90 MB"] is False
+    assert got["every `loopwire serve NAME`: ready ≤ 2 s after exec"] is False
 
 
 def test_bytes_that_grow_faster_than_the_turns_are_not_linear() -> None:
@@ -91,15 +130,18 @@ def test_the_doc_block_is_rendered_from_the_results_file(tmp_path: Path) -> None
     for name in ("loopwire up --workers 2", "6 × loopwire serve (2 routers)", "durable floor", "raw floor"):
         assert f"| {name} |" in block
     # The targets table says which are met, the layouts table gives both ratios.
-    assert "| `6 × loopwire serve (2 routers)`: p50 (single session) ≤ 2× the durable floor | 11.00 ms vs 5.00 ms " \
-        "= 2.20× | **no** |" in block
+    assert "| `6 × loopwire serve (2 routers)`: p50 (single session) ≤ 1.5× the durable floor | 11.00 ms vs 5.00 " \
+        "ms = 2.20× | **no** |" in block
+    assert "| router | 70 MB | 0.20% | 74 MB | 0.20% | 0.60 s |" in block
+    assert "### The same with nats-server's default `sync_interval`" in block
+    assert block.count("| 6 × loopwire serve (2 routers) | 8.00 ms | 16.00 ms | 1.33× |") == 1  # its layout table
     assert "| loopwire up --workers 2 | 7.00 ms | 14.00 ms | 1.40× | 2.80× |" in block
     assert "| JetStream messages stored: work | 5.00 | 5.00 | 5.00 | 5.00 | 5.00 |" in block
     # The clustered layout: which node leads which stream, a node leading none said so.
     assert "| split, 3-node NATS (R3) | n1 | `LOOPWIRE_EVENTS`, `LOOPWIRE_INGRESS` |" in block
     assert "| split, 3-node NATS (R3) | n2 | — |" in block
     assert "stream leaders, split, 3-node NATS (R3): n0: LOOPWIRE_WORK; n1: LOOPWIRE_EVENTS, LOOPWIRE_INGRESS; n2: —" \
-        in report.console_table(results())
+        in console_table(results())
     assert "`abc1234`" in block
 
 
@@ -107,7 +149,7 @@ def test_quick_mode_is_marked_as_not_the_issues_load() -> None:
     res = results()
     res["params"]["quick"] = True
     assert "quick mode, not the issue's load" in report.markdown(res)
-    assert "QUICK MODE" in report.console_table(res)
+    assert "QUICK MODE" in console_table(res)
 
 
 def test_the_floor_plan_puts_each_call_and_event_at_the_service_that_makes_it() -> None:
@@ -140,7 +182,7 @@ def test_a_clustered_layout_reports_its_keys_per_master_and_the_replica_wait() -
                                        "master_cpu_us": 20.0},
                            "wait_1": {"p50_us": 240.0, "p99_us": 1300.0, "per_s": 7500.0, "client_cpu_us": 123.0,
                                       "master_cpu_us": 24.0}}
-    table = report.console_table(res)
+    table = console_table(res)
     assert "Redis keys per master, split, 3-master Redis Cluster: 290, 310" in table
     assert "event append, wait_1: p50 240 µs" in table
     doc = report.markdown(res)

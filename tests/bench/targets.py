@@ -1,0 +1,166 @@
+"""The speed targets `make bench` judges (issue 24), and their verdicts from a results file.
+
+Every target is relative to the durable floor measured in the same run on the same
+servers (durable_floor.py), so a slower or busier machine moves both sides:
+
+| layout | single-session p50 | CPU per tool-turn | tool-turns/s | tool-turns/s, nats-server's default sync |
+|---|---|---|---|---|
+| five and six `loopwire serve` processes (`split1`, `split`) | ≤ 1.5× | ≤ 1.5× | ≥ 0.9× | ≥ 0.6× |
+| `loopwire up --workers 2` | ≤ 1.5× | — | ≥ 1.3× | ≥ 1.3× |
+
+and every idle `loopwire serve NAME` process: RSS ≤ 90 MB, ≤ 1% of a core, ready (its
+first query or work message handled) ≤ 2 s after exec (lean.py).
+
+A results file keeps each layout's targets beside its measurements (`targets` of the
+layout), so a kept file is judged by the targets it was measured against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+Results = dict[str, Any]
+Verdict = tuple[str, str, bool | None]
+"""(target, what was measured, met: None for a reference line)."""
+
+RSS_MAX_MB = 90.0
+IDLE_CPU_MAX = 0.01
+READY_MAX_S = 2.0
+LINEAR_TOLERANCE = 0.25
+"""Bytes per turn may differ this much between the two halves of the sizes measured."""
+
+
+@dataclass(frozen=True)
+class Targets:
+    p50: float | None = None
+    """Single-session p50 at most this many times the durable floor's."""
+    cpu: float | None = None
+    """CPU per tool-turn (every process, the servers included) at most this many times the floor's."""
+    turns: float | None = None
+    """Tool-turns/s under load at least this many times the floor's."""
+    turns_default_sync: float | None = None
+    """The same with nats-server's default sync_interval (the second pass)."""
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+SPLIT = Targets(p50=1.5, cpu=1.5, turns=0.9, turns_default_sync=0.6)
+TARGETS: dict[str, Targets] = {"workers": Targets(p50=1.5, turns=1.3, turns_default_sync=1.3),
+                               "split1": SPLIT, "split": SPLIT}
+"""Layout key (layouts.py) -> its targets; a layout not named is measured for reference."""
+
+
+def p50(lay: dict[str, Any] | None, run: str = "single") -> float | None:
+    if not lay or not lay.get(run):
+        return None
+    return lay[run]["p50_ms"]
+
+
+def ms(x: float | None) -> str:
+    return "n/a" if x is None or x != x else f"{x:.2f} ms"
+
+
+def cpu_total(lay: dict[str, Any]) -> float:
+    return sum(lay.get("cpu_ms", {}).values())
+
+
+def rates_note(lay: dict[str, Any]) -> str:
+    rates = lay.get("load_rates") or []
+    if len(rates) <= 1:
+        return ""
+    return f" (median of {len(rates)} runs: {', '.join(f'{r:.0f}' for r in rates)})"
+
+
+def loopwire_layouts(res: Results) -> list[dict[str, Any]]:
+    return [res["layouts"][k] for k in res.get("order", [])
+            if k in res["layouts"] and res["layouts"][k].get("kind") != "floor"]
+
+
+def layout_verdicts(res: Results, *, default_sync: bool = False) -> list[Verdict]:
+    """The targets of every loopwire layout of one pass against that pass's durable floor."""
+    out: list[Verdict] = []
+    floor = res["layouts"].get("floor_durable")
+    if not floor:
+        return out
+    fd, f_cpu = p50(floor), cpu_total(floor)
+    f_tps = (floor.get("load") or {}).get("turns_per_s")
+    for lay in loopwire_layouts(res):
+        name, t = lay["name"], lay.get("targets") or {}
+        a = p50(lay)
+        if t.get("p50") and a is not None and fd:
+            out.append((f"`{name}`: p50 (single session) ≤ {t['p50']:g}× the durable floor",
+                        f"{ms(a)} vs {ms(fd)} = {a / fd:.2f}×", a <= t["p50"] * fd))
+        if t.get("cpu") and lay.get("cpu_ms") and f_cpu:
+            c = cpu_total(lay)
+            out.append((f"`{name}`: CPU per tool-turn ≤ {t['cpu']:g}× the durable floor",
+                        f"{c:.2f} ms vs {f_cpu:.2f} ms = {c / f_cpu:.2f}×", c <= t["cpu"] * f_cpu))
+        want = t.get("turns_default_sync" if default_sync else "turns")
+        if want and lay.get("load") and f_tps:
+            tps = lay["load"]["turns_per_s"]
+            out.append((f"`{name}`: tool-turns/s ≥ {want:g}× the durable floor ({res['params']['sessions']} "
+                        f"sessions × {res['params']['turns']} tool-turns)",
+                        f"{tps:.0f} vs {f_tps:.0f} turns/s = {tps / f_tps:.2f}×{rates_note(lay)}",
+                        tps >= want * f_tps))
+        if not t and a is not None and fd:
+            out.append((f"(reference) `{name}`: p50 (single session) vs the durable floor",
+                        f"{ms(a)} vs {ms(fd)} = {a / fd:.2f}×", None))
+    return out
+
+
+def lean_verdicts(res: Results) -> list[Verdict]:
+    """RSS, idle CPU and readiness of every `loopwire serve NAME` process, judged on the
+    worst one (after start and after the load)."""
+    lean = next((lay["lean"] for lay in loopwire_layouts(res) if lay.get("lean")), None)
+    if not lean:
+        return []
+    idle = [(label, facts) for when in ("after_start", "after_load") for label, facts in lean.get(when, {}).items()]
+    out: list[Verdict] = []
+    if idle:
+        worst: dict[str, tuple[float, str]] = {}
+        for label, facts in idle:
+            for what in ("rss_mb", "idle_cpu_share"):
+                if facts[what] >= worst.get(what, (-1.0, ""))[0]:
+                    worst[what] = (facts[what], label)
+        rss, rss_of = worst["rss_mb"]
+        cpu, cpu_of = worst["idle_cpu_share"]
+        out.append((f"every idle `loopwire serve NAME`: RSS ≤ {RSS_MAX_MB:.0f} MB",
+                    f"at most {rss:.0f} MB ({rss_of})", rss <= RSS_MAX_MB))
+        out.append((f"every idle `loopwire serve NAME`: ≤ {100 * IDLE_CPU_MAX:.0f}% of a core",
+                    f"at most {100 * cpu:.2f}% ({cpu_of})", cpu <= IDLE_CPU_MAX))
+    ready = lean.get("ready_s") or {}
+    if ready:
+        slowest = max(ready, key=lambda k: ready[k])
+        out.append((f"every `loopwire serve NAME`: ready ≤ {READY_MAX_S:g} s after exec",
+                    ", ".join(f"{k} {v:.2f} s" for k, v in ready.items()), ready[slowest] <= READY_MAX_S))
+    return out
+
+
+def bytes_verdict(res: Results) -> list[Verdict]:
+    sizes = sorted(int(n) for n in res.get("bytes", {}))
+    if len(sizes) < 3:
+        return []
+    lo, mid, hi = sizes[0], sizes[len(sizes) // 2], sizes[-1]
+    b = {n: res["bytes"][str(n)]["total"] for n in (lo, mid, hi)}
+    first, second = (b[mid] - b[lo]) / (mid - lo), (b[hi] - b[mid]) / (hi - mid)
+    linear = abs(second - first) <= LINEAR_TOLERANCE * max(first, second)
+    return [("Redis bytes linear in turns",
+             f"{b[lo] / lo:.0f} B/turn at {lo}, {b[hi] / hi:.0f} B/turn at {hi}; marginal "
+             f"{first:.0f} B/turn ({lo}→{mid}) vs {second:.0f} B/turn ({mid}→{hi})", linear)]
+
+
+def verdicts(res: Results) -> list[Verdict]:
+    """Every target of the run: the layouts against the durable floor, the idle processes,
+    Redis bytes, the floors' reference line; then the pass with nats-server's default sync."""
+    out = layout_verdicts(res) + lean_verdicts(res)
+    fd, fr = p50(res["layouts"].get("floor_durable")), p50(res["layouts"].get("floor_raw"))
+    if fd and fr:
+        out.append(("(reference) the durable floor vs the raw floor, p50 (single session)",
+                    f"{ms(fd)} vs {ms(fr)} = {fd / fr:.2f}×", None))
+    out += bytes_verdict(res)
+    second = res.get("default_sync")
+    if second:
+        out += [(f"with nats-server's default sync: {target}", measured, met)
+                for target, measured, met in layout_verdicts({**second, "params": res["params"]}, default_sync=True)]
+    return out
