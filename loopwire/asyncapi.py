@@ -22,6 +22,7 @@ from loopwire.shared.contract.protocol import (
     SessionGetRequest,
     SessionsListRequest,
     StartRun,
+    TenantUsageRequest,
     TranscriptGetRequest,
 )
 
@@ -54,6 +55,10 @@ def build_spec_broker() -> NatsBroker:
                          "run: its last complete turn); its transcript starts with session.forked (core "
                          "request/reply; reply {session_id, forked_from: {session_id, seq}}; errors "
                          "unknown_session, session_exists, invalid_seq).")
+    _document_subscriber(broker, f"{PREFIX}.api.tenant.usage", TenantUsageRequest,
+                         "Addition: a tenant's runs, queued starts and usage of the UTC day with its limits "
+                         "(LOOPWIRE_TENANT_LIMITS; core request/reply; reply {running, queued, tokens_today, "
+                         "usd_today, limits}); a tenant asks on loopwire.api.<tenant>.tenant.usage.")
     for kind, model in EVENT_MODELS.items():
         broker.publisher(f"{PREFIX}.out.{{sid}}.{kind}", schema=model, title=f"{PREFIX}.out.{{sid}}.{kind}",
                          description=f"`{kind}` events of a session; retained in LOOPWIRE_EVENTS.")

@@ -65,6 +65,8 @@ class EventRenderer:
             text = blocks_text((event.get("message") or {}).get("content"))
             if text:
                 c.print(Text.assemble((f"{event.get('source', 'user')} ▸ ", "bold"), text))
+        elif kind == "run.queued":
+            c.print(f"[dim]run {event['run_id']} queued: place {event['position']} in its tenant's queue[/dim]")
         elif kind == "run.started":
             c.print(f"[dim]run {event['run_id']} started (profile {event['profile']})[/dim]")
         elif kind == "tool.call":

@@ -37,9 +37,13 @@ class Driver:
         self.decisions: list[Decision] = []
         self._seq = 0
         self._ids = 0
+        self.tenant_today: tuple[int, float] | None = None
+        """The tenant's usage today the shell would look up, passed with every input."""
 
     # -- inputs ---------------------------------------------------------------------------------
     def apply(self, inp: i.BaseInput) -> Decision:
+        if self.tenant_today is not None:
+            inp.tenant_today = self.tenant_today
         before = self.state.dump_json()
         d = decide(self.state, inp, self.cfg)
         # The shell keeps committed states and hands them in again: the core copies, never changes them.
@@ -96,6 +100,12 @@ class Driver:
 
     def abort(self, reason: str = "stop") -> Decision:
         return self.apply(i.AbortInput(input_id=self._in(), body=Abort(reason=reason)))
+
+    def admit(self, verdict: str = "granted", position: int = 0, run_id: str | None = None) -> Decision:
+        """The tenant's answer for the waiting run (or `run_id`), as the shell hands it in."""
+        run_id = run_id or (self.state.waiting.run_id if self.state.waiting else "")
+        return self.apply(i.AdmissionInput(input_id=f"admit:{run_id}:{verdict}", run_id=run_id,
+                                           verdict=verdict, position=position))  # type: ignore[arg-type]
 
     # -- views ------------------------------------------------------------------------------------
     @property

@@ -73,6 +73,8 @@ async def connect_nats(settings: Settings, timeout: float = CONNECT_TIMEOUT_S) -
     from loopwire.shared.runtime.credentials import display_url, nats_connect_options
 
     options = nats_connect_options(settings)
+    if settings.tenant:  # deploy/nats/tenants.conf gives each tenant's user only its own reply inbox
+        options["inbox_prefix"] = f"_INBOX_{settings.tenant}"
     urls = options["servers"]
     shown = display_url(settings.nats_url)
     seen: list[Exception] = []
@@ -107,7 +109,7 @@ def _short(exc: BaseException | None) -> str:
 @contextlib.asynccontextmanager
 async def client(settings: Settings) -> AsyncIterator[LoopwireClient]:
     nc = await connect_nats(settings)
-    lw = LoopwireClient(nc, settings.subject_prefix, own_connection=True)
+    lw = LoopwireClient(nc, settings.subject_prefix, own_connection=True, tenant=settings.tenant)
     try:
         yield lw
     finally:

@@ -24,7 +24,7 @@ async def list_sessions(settings: Settings, status: str | None, limit: int, as_j
         body: dict[str, Any] = {"limit": limit}
         if status:
             body["status"] = status
-        page = await request(lw, settings, lw.subjects.sessions_list, body)
+        page = await request(lw, settings, lw.subjects.query("sessions.list", lw.tenant), body)
     sessions = page.get("sessions") or []
     if as_json:
         for row in sessions:
@@ -66,7 +66,7 @@ async def print_transcript(settings: Settings, sid: str, after_seq: int, as_json
     async with client(settings) as lw:
         after = after_seq
         while True:
-            page = await request(lw, settings, lw.subjects.transcript_get,
+            page = await request(lw, settings, lw.subjects.query("transcript.get", lw.tenant),
                                  {"session_id": sid, "after_seq": after, "limit": 1000})
             for event in page.get("events") or []:
                 renderer(event)
@@ -75,7 +75,7 @@ async def print_transcript(settings: Settings, sid: str, after_seq: int, as_json
                 break
             after = page["next_after_seq"]
         if shown == 0 and after_seq == 0:
-            session = await request(lw, settings, lw.subjects.session_get, {"session_id": sid})
+            session = await request(lw, settings, lw.subjects.query("session.get", lw.tenant), {"session_id": sid})
             if session.get("status") == "unknown":
                 fail(f"unknown session {sid!r}: no transcript")
 
@@ -83,7 +83,7 @@ async def print_transcript(settings: Settings, sid: str, after_seq: int, as_json
 def register(app: typer.Typer) -> None:
     @app.command()
     def sessions(status: Annotated[str | None, typer.Option(
-                     help="Only sessions with this status (idle, running, awaiting_approval).")] = None,
+                     help="Only sessions with this status (idle, queued, running, awaiting_approval).")] = None,
                  limit: Annotated[int, typer.Option(help="At most this many.")] = 100,
                  as_json: JsonOpt = False) -> None:
         """List sessions, most recently updated first."""

@@ -18,7 +18,7 @@ SidArg = Annotated[str, typer.Argument(help="Session id.")]
 async def open_checkpoint(lw: Any, settings: Settings, sid: str) -> str:
     """The checkpoint the session waits on (`session.get` reports it while
     `awaiting_approval`), or a CliError saying why there is none."""
-    session = await request(lw, settings, lw.subjects.session_get, {"session_id": sid})
+    session = await request(lw, settings, lw.subjects.query("session.get", lw.tenant), {"session_id": sid})
     status = session.get("status")
     if status == "unknown":
         fail(f"unknown session {sid!r}")

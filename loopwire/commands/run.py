@@ -95,7 +95,7 @@ async def follow_run(settings: Settings, sid: str, start: dict[str, Any], json_e
     """Start a run on `sid` and render it until its `run.ended`, which is returned."""
     renderer = EventRenderer(console or Console(), show_json=json_events)
     async with client(settings) as lw:
-        await request(lw, settings, lw.subjects.session_get, {"session_id": sid}, timeout=3.0)
+        await request(lw, settings, lw.subjects.query("session.get", lw.tenant), {"session_id": sid}, timeout=3.0)
         approver = Approver(lw, settings, sid, approve_all)
 
         async def on_event(event: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from loopwire.shared.contract.envelopes import GenerationResult, Usage
 from loopwire.shared.runtime.pricing import cost_at, is_offline_model, price_for
 
+from . import tenant_quotas
 from .config import CoreConfig
 from .state import RunState
 from .transition import Transition
@@ -48,15 +49,16 @@ def add_usage(tx: Transition, run: RunState, result: GenerationResult, usage: Us
         price = price_for(model, cfg.prices)
         cost = None if price is None else cost_at(price, usage)
     if cost is None:
-        _unpriced(tx, run, model)
+        _unpriced(tx, run, model, cfg)
     else:
         run.cost_usd += cost
         tx.st.cost_usd += cost
+    tenant_quotas.note_usage(tx, run, usage.total_input() + usage.output_tokens, cost, cfg)
     tx.count(count, {"profile": run.config.profile, "model": model},
              input_tokens=usage.total_input(), output_tokens=usage.output_tokens, cost_usd=cost or 0.0)
 
 
-def _unpriced(tx: Transition, run: RunState, model: str) -> None:
+def _unpriced(tx: Transition, run: RunState, model: str, cfg: CoreConfig) -> None:
     """A model with no known price makes the run's cost unknown (null, not a made-up 0);
     the first time per run and model a `warning` says so (loopwire's own offline models
     have no price by design and need no warning)."""
@@ -68,3 +70,4 @@ def _unpriced(tx: Transition, run: RunState, model: str) -> None:
         tx.emit("warning", f"warning:{run.run_id}:unknown_price:{model}", run.run_id, code="unknown_price",
                 message=f"no price is known for model {model}: the run's cost_usd is null "
                         "(LOOPWIRE_PRICES can give it one)")
+        tenant_quotas.warn_unpriced(tx, run, model, cfg)

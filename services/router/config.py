@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from loopwire.shared.contract.tenant_limits import TenantLimits
 from loopwire.shared.runtime.pricing import DEFAULT_PRICES, price_table
 from loopwire.shared.runtime.settings import Settings
 
@@ -44,9 +45,13 @@ class CoreConfig:
     """USD per million tokens by model id prefix (shared/runtime/pricing.py): the built-in
     table, with LOOPWIRE_PRICES on top in a deployment."""
 
+    tenant_limits: TenantLimits | None = None
+    """LOOPWIRE_TENANT_LIMITS (tenant_quotas.py); None: no tenant is limited or counted."""
+
     @classmethod
     def from_settings(cls, settings: Any) -> CoreConfig:
-        names = [f for f in cls.__dataclass_fields__ if hasattr(settings, f) and f != "prices"]
+        names = [f for f in cls.__dataclass_fields__ if hasattr(settings, f) and f not in ("prices", "tenant_limits")]
         # Settings' `prices` holds LOOPWIRE_PRICES alone: the core's table is the whole one.
         return cls(**{n: getattr(settings, n) for n in names},
-                   prices=price_table(getattr(settings, "prices", {})))
+                   prices=price_table(getattr(settings, "prices", {})),
+                   tenant_limits=settings.limits_table() if hasattr(settings, "limits_table") else None)

@@ -36,16 +36,18 @@ from dataclasses import replace
 from typing import Any
 
 from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult, tool_result_fields
-from loopwire.shared.contract.protocol import StartRun, text_to_content
+from loopwire.shared.contract.protocol import text_to_content
 
-from . import answers, approval, budget, follow_ups, subagent
+from . import answers, approval, budget, follow_ups, subagent, tenant_quotas
 from .accounting import account, account_extra
+from .admission import admit, dequeue, steer_waiting
 from .config import CoreConfig
 from .effects import Effect, EmitEvent, PublishNotice
 from .error_policy import classify_generation_failure
 from .executor_profiles import decide_permission, open_permission, settle_permission
 from .inputs import (
     AbortInput,
+    AdmissionInput,
     BaseInput,
     DecisionInput,
     GenerationInput,
@@ -60,7 +62,7 @@ from .inputs import (
 from .next_step import NextStepConverge, NextStepFinalOutput, NextStepRunAgain
 from .profiles import get_profile
 from .run_config import input_messages, run_config
-from .run_lifecycle import end_run, start_run
+from .run_lifecycle import end_run, new_run
 from .stages import Turn
 from .state import RECENT_INPUTS, RunState, SessionState
 from .steering import steering_fields
@@ -96,6 +98,7 @@ def decide(state: SessionState, inp: BaseInput, cfg: CoreConfig = CoreConfig()) 
         decision = replay(state) if inp.recover else Decision(state=None)
         decision.effects[:0] = late
         return decision
+    tenant_quotas.add_quota_effects(state, handled, inp.now_ns, cfg)
     return _settled(state, inp, handled)
 
 
@@ -154,19 +157,16 @@ def _on_start(tx: Transition, inp: StartInput, cfg: CoreConfig) -> Decision:
     if parent is not None and subagent.parent_of(config.metadata) != parent:
         config.metadata = {**config.metadata, subagent.PARENT_SESSION: parent}
     config.workspace_path = inp.workspace_path
-    start_run(tx, config, input_messages(body), run_id=inp.new_id, cfg=cfg, plan=body.plan,
-              workspace=inp.workspace)
-    return tx.finish()
+    return new_run(tx, inp, cfg, input_messages(body), "input", config=config, plan=body.plan,
+                   workspace=inp.workspace)
 
 
 def _on_message(tx: Transition, inp: MessageInput, cfg: CoreConfig) -> Decision:
     """A follow-up: starts a run on an idle session, else waits for the outer boundary."""
     user = {"role": "user", "content": text_to_content(inp.body.content)}
     if tx.st.status == "idle":
-        config = tx.st.last_config or run_config(StartRun(input="-"), cfg)
-        start_run(tx, config, [user], run_id=inp.new_id, cfg=cfg)
-    else:
-        tx.st.queued.append(user)
+        return new_run(tx, inp, cfg, [user], "follow_up")
+    tx.st.queued.append(user)
     return tx.finish()
 
 
@@ -175,10 +175,10 @@ def _on_steer(tx: Transition, inp: SteerInput, cfg: CoreConfig) -> Decision:
     requested; on an idle session it starts a run, as a follow-up does."""
     content = text_to_content(inp.body.content)
     run = tx.st.run
+    if tx.st.waiting is not None:
+        return steer_waiting(tx, content)
     if tx.st.status == "idle" or run is None:
-        config = tx.st.last_config or run_config(StartRun(input="-"), cfg)
-        start_run(tx, config, [{"role": "user", "content": content}], run_id=inp.new_id, cfg=cfg)
-        return tx.finish()
+        return new_run(tx, inp, cfg, [{"role": "user", "content": content}], "steer")
     follow_ups.steer(tx, run, content)
     request_generation(tx, run)
     return tx.finish()
@@ -186,6 +186,8 @@ def _on_steer(tx: Transition, inp: SteerInput, cfg: CoreConfig) -> Decision:
 
 def _on_abort(tx: Transition, inp: AbortInput, cfg: CoreConfig) -> Decision:
     run = tx.st.run
+    if tx.st.waiting is not None:
+        return dequeue(tx, inp.body.reason)
     if run is None:
         return reject(tx.st, inp, "no_active_run", f"session {tx.st.session_id} has no active run to abort")
     tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))
@@ -393,4 +395,5 @@ _HANDLERS: dict[type, Any] = {
     ToolsInput: _on_tools,
     UndeliverableInput: _on_undeliverable,
     PermissionInput: _on_permission,
+    AdmissionInput: admit,
 }

@@ -17,7 +17,8 @@ from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.bus import event_items
 from loopwire.shared.runtime.service_context import ServiceContext
 
-from .effects import Effect, EmitEvent, PublishNotice
+from .effects import CountTenantUsage, Effect, EmitEvent, PublishNotice, TenantSlot
+from .quota_keeper import Admission, QuotaKeeper
 
 EventItem = tuple[str | None, str, str | None, dict[str, Any]]
 """(run_id, kind, key, fields) of an event to emit."""
@@ -34,17 +35,28 @@ def leading_events(effects: list[Effect]) -> list[EventItem]:
 
 
 class EffectPublisher:
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(self, ctx: ServiceContext, quotas: QuotaKeeper | None = None) -> None:
         self.ctx = ctx
+        self.quotas = quotas
 
     async def perform(self, sid: str, effects: list[Effect],
-                      stored: list[tuple[dict[str, Any], bool]] | None = None) -> None:
+                      stored: list[tuple[dict[str, Any], bool]] | None = None) -> list[Admission]:
         """`stored`: the leading events, already stored with the commit: only published.
         Work performed again (a stored outbox) needs no mark: its consumers claim every
-        step before doing it, and find its record if it was done."""
+        step before doing it, and find its record if it was done. Returns the tenants'
+        answers for waiting runs that settling slots gave (quota_keeper.py)."""
         bus = self.ctx.bus
         subjects = self.ctx.subjects
         batch: list[EventItem] = []
+        admissions: list[Admission] = []
+        if self.quotas is not None:
+            # Settled first: a client that reads the tenant's usage, or starts again, once it
+            # sees `run.ended` finds the run counted and its slot free.
+            for effect in effects:
+                if isinstance(effect, TenantSlot):
+                    admissions += await self.quotas.settle(sid, effect)
+                elif isinstance(effect, CountTenantUsage):
+                    await self.quotas.count(sid, effect)
         if stored:
             await bus.publish_stored(sid, stored)
             effects = effects[len(stored):]
@@ -60,6 +72,8 @@ class EffectPublisher:
                 # to its end and its (stale) result is ignored.
                 subject = subjects.permission(sid) if effect.notice == "permission" else subjects.cancel(sid)
                 await bus.nc.publish(subject, codec.dumps(effect.body))
+            elif isinstance(effect, TenantSlot | CountTenantUsage):
+                continue  # settled above (or the limits were switched off since the outbox was stored)
             else:
                 subject = subjects.memory_assemble if effect.target == "memory.assemble" else subjects.tools_execute
                 # A task of this chain when the service runs here (after the commit, outside
@@ -69,6 +83,7 @@ class EffectPublisher:
                 else:
                     await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id)
                     metrics.child(metrics.WORK_HOPS, target=effect.target, via="jetstream").inc()
+        return admissions
 
     async def refused_in_backlog(self, sid: str, effects: list[Effect]) -> None:
         """A refusal read from the stream (a session with no state refuses the same way

@@ -46,12 +46,30 @@ class PublishNotice(BaseModel):
     body: dict[str, Any] = Field(default_factory=dict)
 
 
-Effect = EmitEvent | PublishWork | PublishNotice
+class TenantSlot(BaseModel):
+    """The session's runs that leave their tenant's slots or queue (`release`: ended,
+    aborted, refused) and the run that asks for a slot (`acquire`: it waits), settled in
+    one call on the tenant's keys after the commit (tenant_quotas.py). Idempotent by run id."""
+
+    type: Literal["slot"] = "slot"
+    release: list[str] = Field(default_factory=list)
+    acquire: str | None = None
+
+
+class CountTenantUsage(BaseModel):
+    """The session's runs' totals (run id, tokens, USD), added to their tenant's usage of
+    `day` where they exceed what was counted of them (idempotent)."""
+
+    type: Literal["usage"] = "usage"
+    day: str
+    totals: list[tuple[str, int, float]]
+
+
+Effect = EmitEvent | PublishWork | PublishNotice | TenantSlot | CountTenantUsage
+
+_BY_TYPE: dict[str, type[BaseModel]] = {"work": PublishWork, "notice": PublishNotice, "slot": TenantSlot,
+                                        "usage": CountTenantUsage}
 
 
 def effect_from_dict(raw: dict[str, Any]) -> Effect:
-    if raw.get("type") == "work":
-        return PublishWork.model_validate(raw)
-    if raw.get("type") == "notice":
-        return PublishNotice.model_validate(raw)
-    return EmitEvent.model_validate(raw)
+    return _BY_TYPE.get(raw.get("type", ""), EmitEvent).model_validate(raw)  # type: ignore[return-value]

@@ -21,17 +21,23 @@ from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.tool_catalog import CatalogCache
 
 from . import subagent, workspace
-from .inputs import BaseInput, GenerationInput, MessageInput, StartInput, SteerInput
+from .inputs import AdmissionInput, BaseInput, GenerationInput, MessageInput, StartInput, SteerInput
 from .profiles import get_profile
+from .quota_keeper import QuotaKeeper
 from .state import SessionState
 from .strategy import StrategyStore
 
 log = logging.getLogger("loopwire.router")
 
 
+_COUNTED = (StartInput, MessageInput, SteerInput, GenerationInput, AdmissionInput)
+"""Inputs that may start a run or add usage: their tenant's day is read for them."""
+
+
 class InputLookups:
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(self, ctx: ServiceContext, quotas: QuotaKeeper | None = None) -> None:
         self.ctx = ctx
+        self.quotas = quotas
         self._catalog: CatalogCache | None = None
         """The tool catalog, for the schemas of the plan gate (reused for up to a second)."""
         self._strategies: StrategyStore | None = None
@@ -46,7 +52,9 @@ class InputLookups:
     async def look_up(self, sid: str, inp: BaseInput) -> None:
         """What the core needs from the outside world for this input, read here (I/O) and
         passed in as data: a start's strategy config, workspace snapshot and parent depth;
-        a generation's tool schemas for the plan gate."""
+        a generation's tool schemas for the plan gate; the tenant's usage of the day."""
+        if self.quotas is not None and isinstance(inp, _COUNTED):
+            inp.tenant_today = await self.quotas.today(sid, inp.now_ns)
         if isinstance(inp, StartInput | MessageInput | SteerInput):
             inp.catalog_tools = await self._catalog_names(sid)
         if isinstance(inp, StartInput):

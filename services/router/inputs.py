@@ -28,6 +28,9 @@ class BaseInput(BaseModel):
     """An ingress input read from the stream by a replica that is applying a later input of
     the session (ingress_order.py), not delivered to it: when it was applied already, the
     replica it was delivered to performs its effects (it holds it unacked until then)."""
+    tenant_today: tuple[int, float] | None = None
+    """The tenant's usage of the UTC day (tokens, USD) as the shell read it, for an input
+    that may start a run or counts usage while the tenant has a daily allowance."""
     recover: bool = False
     """The input comes from a redelivered chain root (shared/runtime/chain.py): if the session
     moved past it, its current outbox is performed again, since the crash that caused
@@ -128,8 +131,18 @@ class UndeliverableInput(BaseInput):
     reason: str = ""
 
 
+class AdmissionInput(BaseInput):
+    """The tenant's answer for a run that waits for a slot (tenant_quotas.py): `granted`
+    (it starts now), `queued` (at `position`), `refused` (the queue is full)."""
+
+    kind: Literal["admission"] = "admission"
+    run_id: str
+    verdict: Literal["granted", "queued", "refused"]
+    position: int = 0
+
+
 RouterInput = Annotated[
     StartInput | MessageInput | SteerInput | AbortInput | DecisionInput | GenerationInput
-    | ToolsInput | RejectedInput | UndeliverableInput | PermissionInput,
+    | ToolsInput | RejectedInput | UndeliverableInput | PermissionInput | AdmissionInput,
     Field(discriminator="kind"),
 ]

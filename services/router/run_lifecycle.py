@@ -14,27 +14,77 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import answers, budget, planning, strategy_loop, technical_summary
+from loopwire.shared.contract.protocol import StartRun
+
+from . import answers, budget, planning, strategy_loop, technical_summary, tenant_quotas
 from .config import CoreConfig
 from .follow_ups import PROMPT_CHARS, drain_queued, drain_steering
 from .history_repair import close_dangling_tool_uses
-from .inputs import StartInput
+from .inputs import BaseInput, StartInput
 from .profiles import DONE, get_profile
 from .progress_injection import truncate
-from .run_config import lineage
+from .run_config import lineage, run_config
 from .stages import user_text
-from .state import RunConfig, RunState
+from .state import RunConfig, RunState, WaitingRun
 from .step_requests import move_phase, request_generation
 from .tool_policy import merge_permissions
-from .transition import Transition
+from .transition import Decision, Transition
 from .workspace import render as render_workspace
+
+
+def begin_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]], *, run_id: str,
+              cfg: CoreConfig, source: str, plan: Any = None, workspace: dict[str, Any] | None = None,
+              tools_known: list[str] | None = None) -> None:
+    """A new run: started now, or, with tenant limits (tenant_quotas.py), waiting for a
+    slot of its tenant: the session is `queued` until the admission answers. The caller
+    checked `tenant_quotas.refusal`."""
+    if cfg.tenant_limits is None:
+        start_run(tx, config, messages, run_id=run_id, cfg=cfg, plan=plan, workspace=workspace, source=source,
+                  tools_known=tools_known)
+        return
+    known = strategy_loop.known_tools(config.tools, tx.inp.catalog_tools)
+    start = tx.inp if isinstance(tx.inp, StartInput) else None
+    tx.st.waiting = WaitingRun(run_id=run_id, config=config, messages=messages, sources=[source] * len(messages),
+                               plan=plan, workspace=workspace, tools_known=known if known is not None else tools_known,
+                               ignored_fields=start.ignored_fields if start else [],
+                               unknown_tools=start.unknown_tools if start else [])
+    tx.st.status = "queued"
+
+
+def new_run(tx: Transition, inp: BaseInput, cfg: CoreConfig, messages: list[dict[str, Any]], source: str, *,
+            config: RunConfig | None = None, plan: Any = None, workspace: dict[str, Any] | None = None) -> Decision:
+    """The run an input begins (`config`: else the session's last settings, for a follow-up
+    or a steer on an idle session), or its refusal when the tenant's day is spent."""
+    if (refused := tenant_quotas.refused_start(tx, inp, cfg)) is not None:
+        return refused
+    config = config or tx.st.last_config or run_config(StartRun(input="-"), cfg)
+    begin_run(tx, config, messages, run_id=inp.new_id, cfg=cfg, source=source, plan=plan, workspace=workspace)
+    return tx.finish()
+
+
+def end_waiting(tx: Transition, status: str, *, reason: str | None = None, text: str = "") -> None:
+    """A waiting run ends before it started (an abort; a slot granted on a day whose
+    allowance is spent): no turns, nothing spent; the follow-ups sent meanwhile go with it."""
+    st = tx.st
+    w = st.waiting
+    assert w is not None
+    tx.emit("run.ended", f"run.ended:{w.run_id}", w.run_id, status=status, final_text=text, conclusion=None,
+            turns=0, usage={"input_tokens": 0, "output_tokens": 0}, cost_usd=0.0,
+            **({"reason": reason} if reason else {}))
+    st.waiting = None
+    st.status = "idle"
+    st.queued.clear()
+    st.steering.clear()
 
 
 def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]], run_id: str,
               cfg: CoreConfig, plan: Any = None, workspace: dict[str, Any] | None = None,
-              source: str | None = None, tools_known: list[str] | None = None) -> None:
+              source: str | None = None, tools_known: list[str] | None = None, sources: list[str] | None = None,
+              ignored_fields: list[str] | None = None, unknown_tools: list[str] | None = None) -> None:
     """Start a run. `tools_known`: the run's tools the catalog held, when this input did
-    not look the catalog up (the next run started by follow-ups: the last run's)."""
+    not look the catalog up (the next run started by follow-ups: the last run's; a waiting
+    run's, looked up when it began). `sources`: each message's `user.message` source (else
+    `source`); `ignored_fields`, `unknown_tools`: a waiting start's (else the StartInput's)."""
     st = tx.st
     # The operator's policy as it is now, also over a follow-up's stored settings.
     config = config.model_copy(update={"tool_permissions": merge_permissions(cfg.tool_policy,
@@ -49,16 +99,18 @@ def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
     st.status = "running"
     st.last_config = config
     st.runs += 1
-    for m in messages:
-        tx.add_message(m, source)
+    for n, m in enumerate(messages):
+        tx.add_message(m, sources[n] if sources else source)
     # `config` (an addition) lets a session be rebuilt from its transcript with its settings.
     profile = get_profile(config.profile)
     run.profile_phase = profile.initial_phase
-    ignored = {"ignored_fields": tx.inp.ignored_fields} if isinstance(tx.inp, StartInput) and tx.inp.ignored_fields \
-        else {}
+    if ignored_fields is None and isinstance(tx.inp, StartInput):
+        ignored_fields = tx.inp.ignored_fields
+    ignored = {"ignored_fields": ignored_fields} if ignored_fields else {}
     tx.emit("run.started", f"run.started:{run_id}", run_id, profile=config.profile,
             config=config.model_dump(mode="json"), **lineage(config), **ignored)
-    unknown = tx.inp.unknown_tools if isinstance(tx.inp, StartInput) else []
+    unknown = unknown_tools if unknown_tools is not None else \
+        tx.inp.unknown_tools if isinstance(tx.inp, StartInput) else []
     if unknown:
         tx.emit("warning", f"warning:{run_id}:unknown_tools", run_id, code="unknown_tools",
                 message=f"no tool named {', '.join(unknown)} is known; the run goes on without "
@@ -110,11 +162,18 @@ def end_run(tx: Transition, status: str, text: str | None, cfg: CoreConfig,
     run.checkpoint = None
     st.run = None
     st.status = "idle"
+    if cfg.tenant_limits is not None:
+        st.ended_run = tenant_quotas.totals_of(run)  # counted again until a count succeeds
     if start_queued and (st.queued or st.steering) and st.last_config is not None:
         # Follow-ups that arrived too late for the last boundary start the next run.
         content = drain_steering(st) + drain_queued(st)
-        start_run(tx, st.last_config, [{"role": "user", "content": content}], run_id=f"{run.run_id}.next",
-                  cfg=cfg, source="follow_up", tools_known=run.tools_known)
+        refused = tenant_quotas.refusal(tx, cfg)
+        if refused is not None:
+            tx.emit("error", f"error:{run.run_id}.next", None, code=refused[0], message=refused[1],
+                    limit=refused[2])
+        else:
+            begin_run(tx, st.last_config, [{"role": "user", "content": content}], run_id=f"{run.run_id}.next",
+                      cfg=cfg, source="follow_up", tools_known=run.tools_known)
     elif not start_queued:
         st.queued.clear()
         st.steering.clear()

@@ -25,6 +25,7 @@ from loopwire.shared.contract.envelopes import (
     STEP_RESULT_ADAPTER,
     ExecutorPermission,
     GenerationResult,
+    TenantAdmission,
     ToolsResult,
 )
 from loopwire.shared.contract.subjects import (
@@ -64,6 +65,8 @@ from .inputs import (
     ToolsInput,
     UndeliverableInput,
 )
+from .quota_keeper import Admission, QuotaKeeper
+from .quota_sweep import QuotaSweep
 from .rebuild import rebuild_session
 from .state import SessionState
 from .watchdog import Watchdog, executor_stall_after, note_status, stall_after
@@ -86,11 +89,14 @@ class RouterService:
         leaves the state it is given as it was), and its commit puts the new one back. A
         stale one (another replica moved on) is harmless: its commit fails the version
         check and the shell reloads."""
-        self.lookups = InputLookups(ctx)
-        self.publisher = EffectPublisher(ctx)
+        self.quotas = QuotaKeeper.of(ctx)
+        """Tenant limits (LOOPWIRE_TENANT_LIMITS; quota_keeper.py); None: none configured."""
+        self.lookups = InputLookups(ctx, self.quotas)
+        self.publisher = EffectPublisher(ctx, self.quotas)
         self.forks = ForkQuery(ctx, archive=self._archive)
         """`<prefix>.api.session.fork` (fork.py): the router owns session state."""
         self._watchdog: Watchdog | None = None
+        self._sweep: QuotaSweep | None = None
         self._ingress_reader: IngressReader | None = None
         """Ends runs whose step made no progress for too long (watchdog.py)."""
 
@@ -119,10 +125,15 @@ class RouterService:
         self._watchdog = Watchdog(self.ctx.redis, self._apply_input, self._load, stall_after(self.ctx.settings),
                                   executor_stall_after_s=executor_stall_after(self.ctx.settings))
         self._watchdog.start()
+        if self.quotas is not None:
+            self._sweep = QuotaSweep(self.quotas, self.ctx.sessions, self._admit_all, self.ctx.settings.tenant_sweep_s)
+            self._sweep.start()
 
     async def stop(self) -> None:
         if self._watchdog is not None:
             await self._watchdog.stop()
+        if self._sweep is not None:
+            await self._sweep.stop()
 
     # -- handlers ---------------------------------------------------------------------------
     async def on_ingress(self, msg: Delivery) -> None:
@@ -223,18 +234,32 @@ class RouterService:
         await self._apply_input(sid, inp)
 
     async def _apply_input(self, sid: str, inp: BaseInput) -> None:
+        await self._look_up(sid, inp)
+        await self.apply(sid, inp)
+
+    async def _look_up(self, sid: str, inp: BaseInput) -> None:
         # What the pure core may not draw itself: a clock reading and a trace id for a
-        # run this input may start.
+        # run this input may start; and what it needs from the outside world.
         inp.now_ns = time.time_ns()
         inp.new_trace = new_run_trace()
         await self.lookups.look_up(sid, inp)
-        await self.apply(sid, inp)
 
     async def apply(self, sid: str, inp: BaseInput) -> Decision:
         async with self._locks.hold(sid):
             if inp.ingress_seq:
                 await self._apply_earlier_ingress(sid, inp.ingress_seq, rebuild=not isinstance(inp, RejectedInput))
             return await self._apply_locked(sid, inp)
+
+    async def _admit_all(self, admissions: list[Admission]) -> None:
+        """Other sessions' waiting runs' answers, as work messages to the routers (durable); one
+        not sent is left to the sweep (quota_sweep.py), which finds it granted, not started."""
+        for admission in admissions:
+            try:
+                await self.ctx.bus.publish_work(self.ctx.subjects.router_result, admission.as_envelope(),
+                                                msg_id=admission.as_input().input_id)
+            except Exception as exc:
+                log.warning("session %s: the answer for run %s was not sent (%s); the tenant sweep sends it",
+                            admission.sid, admission.run_id, exc)
 
     async def _apply_earlier_ingress(self, sid: str, seq: int, rebuild: bool) -> None:
         """Apply the session's ingress messages that precede `seq` in the stream and are not
@@ -244,9 +269,7 @@ class RouterService:
             parsed = self.ctx.subjects.parse_ingress(earlier.subject)
             if parsed is not None:
                 inp = self._decode_ingress(sid, parsed[1], earlier.seq, earlier.data, earlier.headers, backlog=True)
-                inp.now_ns = time.time_ns()
-                inp.new_trace = new_run_trace()
-                await self.lookups.look_up(sid, inp)
+                await self._look_up(sid, inp)
                 await self._apply_locked(sid, inp)
                 metrics.INGRESS_IN_BACKLOG.inc()
             after = earlier.seq
@@ -305,14 +328,20 @@ class RouterService:
                 self._states.put(sid, (version, state))  # a replay leaves the state as it was
                 # The commit it replays may have died before its note: made again.
                 await note_status(self.ctx.redis, sid, state.status == "running")
+            admissions: list[Admission] = []
             if inp.backlog and decision.state is None and not decision.replay:
                 await self.publisher.refused_in_backlog(sid, decision.effects)
             else:
-                await self.publisher.perform(sid, decision.effects, stored=stored)
+                admissions = await self.publisher.perform(sid, decision.effects, stored=stored)
             count_decision(decision, before.profile)
             count_approvals(before, decision)
             if not decision.replay:
                 record_ended_runs(before, decision)
+            for admission in admissions:
+                if admission.sid == sid:  # this session's own waiting run: answered now, still locked
+                    await self._look_up(sid, admitted := admission.as_input())
+                    await self._apply_locked(sid, admitted)
+            await self._admit_all([a for a in admissions if a.sid != sid])
             return decision
         raise CommitContention(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
 
@@ -350,7 +379,6 @@ class RouterService:
         return raw, version
 
 
-
 def _why(letter: DeadLetter) -> str:
     if letter.reason == "max_deliveries":
         return (f"given up after {letter.deliveries} deliveries (a service or its store was unreachable "
@@ -358,10 +386,12 @@ def _why(letter: DeadLetter) -> str:
     return f"given up after {letter.deliveries} deliveries: {letter.reason}"
 
 
-def _result_input(result: GenerationResult | ToolsResult | ExecutorPermission, recover: bool = False) -> BaseInput:
+def _result_input(result: GenerationResult | ToolsResult | ExecutorPermission | TenantAdmission,
+                  recover: bool = False) -> BaseInput:
+    if isinstance(result, TenantAdmission):
+        return Admission(result.session_id, result.run_id, result.verdict, result.position).as_input()
     if isinstance(result, ExecutorPermission):
-        return PermissionInput(input_id=f"permission:{result.checkpoint_id}:{result.attempt}",
-                                 request=result)
+        return PermissionInput(input_id=f"permission:{result.checkpoint_id}:{result.attempt}", request=result)
     if isinstance(result, GenerationResult):
         return GenerationInput(input_id=result.step_id, result=result, recover=recover)
     return ToolsInput(input_id=result.step_id, result=result, recover=recover)

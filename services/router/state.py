@@ -181,6 +181,9 @@ class RunState(BaseModel):
     tools_active: list[str] = Field(default_factory=list)
     """The tools the run's latest generation may use: offered, known, not denied, and the
     reserved tools of its phase (strategy_loop.active_tools; `session.get`)."""
+    quota_spent: bool = False
+    """The tenant's daily allowance was spent when this run's usage was last counted: its
+    next generation is its converging one (`budget_exhausted`, reason `tenant_quota`)."""
     permission_answers: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """External executors: checkpoint id -> `{"decision", "note"}` of the agent's
     permission requests decided in this run (asked again, they get the same answer)."""
@@ -196,10 +199,37 @@ class ForkedFrom(BaseModel):
     """The source's last event the fork's history includes (inside a run, the last complete turn)."""
 
 
+class WaitingRun(BaseModel):
+    """A run that waits for a slot of its tenant (tenant_quotas.py): everything its start
+    needs, kept until it is admitted (it starts), refused or aborted."""
+
+    run_id: str
+    config: RunConfig
+    messages: list[dict[str, Any]]
+    sources: list[str] = Field(default_factory=list)
+    """The `user.message` source of each message (`input`, `follow_up`, `steer`)."""
+    plan: Any = None
+    workspace: dict[str, Any] | None = None
+    tools_known: list[str] | None = None
+    """The run's tools the catalog held when it began (RunState.tools_known)."""
+    ignored_fields: list[str] = Field(default_factory=list)
+    unknown_tools: list[str] = Field(default_factory=list)
+    position: int | None = None
+    """Its place in the tenant's queue when `run.queued` announced it; None before."""
+
+
+class RunTotals(BaseModel):
+    """What a run spent in all, as its tenant's usage counts it (tenant_quotas.py)."""
+
+    run_id: str
+    tokens: int
+    usd: float
+
+
 class SessionState(BaseModel):
     schema_version: int = Field(default=STATE_SCHEMA, alias="schema")
     session_id: str
-    status: Literal["idle", "running", "awaiting_approval"] = "idle"
+    status: Literal["idle", "queued", "running", "awaiting_approval"] = "idle"
     run: RunState | None = None
     last_config: RunConfig | None = None
     history_len: int = 0
@@ -234,6 +264,12 @@ class SessionState(BaseModel):
     tool_recording: str | None = None
     """A fork with recorded tools (a replay): the session whose recorded tool results answer
     this one's tool calls, matched by name and input; no tool provider is called."""
+    # -- tenant limits (schema 1, additive) --
+    waiting: WaitingRun | None = None
+    """The run waiting for a slot of its tenant while the status is `queued`."""
+    ended_run: RunTotals | None = None
+    """The totals of the session's last ended run, reported with its tenant's usage again
+    until the next count: a count the end's crash lost is made by the next transition."""
 
     model_config = {"populate_by_name": True}
 

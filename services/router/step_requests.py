@@ -20,6 +20,7 @@ from .model_tiers import generation_models
 from .phases import change_phase
 from .profiles import get_profile
 from .state import RunState
+from .tenant_quotas import TENANT_QUOTA
 from .transition import Transition
 
 
@@ -28,7 +29,8 @@ def request_generation(tx: Transition, run: RunState, notes: list[str] | None = 
     the converging one: no tools, a note asking for the best answer now."""
     notes = list(notes or [])
     if run.converging is None:
-        exhausted = budget.exhausted(run)
+        # The tenant's day spent (tenant_quotas.py) converges the run as its own budget would.
+        exhausted = budget.exhausted(run) or (TENANT_QUOTA if run.quota_spent else None)
         if exhausted is not None:
             run.converging, run.converge_reason = "budget_exhausted", exhausted
             notes.append(OUT_OF_BUDGET_NOTE if strategy_loop.finish_offered(run) else budget.FINAL_ANSWER_NOTE)

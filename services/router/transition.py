@@ -20,7 +20,15 @@ from pydantic import BaseModel
 from loopwire.shared.contract.events import user_message_fields
 
 from .effects import Effect, EmitEvent, PublishWork, effect_from_dict
-from .inputs import BaseInput, GenerationInput, MessageInput, StartInput, SteerInput, ToolsInput
+from .inputs import (
+    AdmissionInput,
+    BaseInput,
+    GenerationInput,
+    MessageInput,
+    StartInput,
+    SteerInput,
+    ToolsInput,
+)
 from .next_step import EventSpec
 from .state import RECENT_INPUTS, RunState, SessionState
 
@@ -94,6 +102,8 @@ class Transition:
         """The `user.message` source of an appended message, where the input's is not it
         (follow-ups taken at the outer boundary of a step's result)."""
         self.counts: list[Count] = []
+        self.quota_added: tuple[int, float] = (0, 0.0)
+        """Tokens and USD this transition added to its tenant's usage (tenant_quotas.py)."""
 
     def emit(self, kind: str, key: str, run_id: str | None, **fields: Any) -> None:
         self.effects.append(EmitEvent(kind=kind, key=key, run_id=run_id, fields=fields))
@@ -116,7 +126,7 @@ class Transition:
     def finish(self) -> Decision:
         st = self.st
         self._report_user_messages()
-        if not isinstance(self.inp, GenerationInput | ToolsInput):
+        if not isinstance(self.inp, GenerationInput | ToolsInput | AdmissionInput):
             st.recent_inputs = (st.recent_inputs + [self.inp.input_id])[-RECENT_INPUTS:]
         st.ingress_seq = max(st.ingress_seq, self.inp.ingress_seq)
         st.outbox = [e.model_dump(mode="json") for e in self.effects] + self._work_in_flight()
@@ -163,8 +173,8 @@ def replay(state: SessionState) -> Decision:
     return Decision(state=None, effects=[effect_from_dict(e) for e in state.outbox], replay=True)
 
 
-def reject(state: SessionState, inp: BaseInput, code: str, message: str) -> Decision:
+def reject(state: SessionState, inp: BaseInput, code: str, message: str, **fields: Any) -> Decision:
     """An `error` event on the session and nothing else: no state is created or changed."""
     run_id = state.run.run_id if state.run else None
     return Decision(state=None, effects=[EmitEvent(kind="error", key=f"error:{inp.input_id}", run_id=run_id,
-                                                   fields={"code": code, "message": message})])
+                                                   fields={"code": code, "message": message, **fields})])

@@ -46,7 +46,7 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
         # null when some generation's model had no known price (services/router/core.py)
         "cost_usd": None if raw.get("cost_unknown") else round(float(raw.get("cost_usd", 0.0)), 8),
         "messages": messages,
-        "run_id": run.get("run_id"),
+        "run_id": run.get("run_id") or (raw.get("waiting") or {}).get("run_id"),
         "runs": raw.get("runs", 0),
         "plan": raw.get("plan"),
         "checkpoint_id": (run.get("checkpoint") or {}).get("id"),

@@ -1,7 +1,7 @@
-"""The transcripts service: answers `session.get`, `transcript.get` and `sessions.list`
-(core request/reply, one queue group across replicas). The event log itself is written by
-the emitting services through shared.event_log (seq assignment and storage in one Lua
-call) and published to LOOPWIRE_EVENTS.
+"""The transcripts service: answers `session.get`, `transcript.get`, `sessions.list` and
+`tenant.usage` (core request/reply, one queue group across replicas). The event log
+itself is written by the emitting services through shared.event_log (seq assignment and
+storage in one Lua call) and published to LOOPWIRE_EVENTS.
 
 With tenants (LOOPWIRE_TENANTS) each query is also answered on
 `<prefix>.api.<tenant>.<query>`, for that tenant's sessions only: the tenant comes from
@@ -28,15 +28,18 @@ from faststream.nats import NatsBroker, NatsMessage
 from loopwire.shared.contract.protocol import (
     SessionGetRequest,
     SessionsListRequest,
+    TenantUsageRequest,
     TranscriptGetRequest,
     error_reply,
 )
 from loopwire.shared.contract.query_parsing import parse_query
 from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.event_archive import read_archive
+from loopwire.shared.stores.tenant_quotas import TenantQuotaStore
 
 from .queries import StoreUnavailable, session_get, transcript_get
 from .sessions_list import sessions_list
+from .tenant_usage import tenant_usage
 
 log = logging.getLogger("loopwire.transcripts")
 
@@ -55,6 +58,8 @@ class TranscriptsService:
 
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
+        self._quotas = TenantQuotaStore(ctx.redis)
+        self._limits = ctx.settings.limits_table()
 
     def register(self, broker: NatsBroker) -> None:
         queue = f"{self.ctx.settings.subject_prefix}-transcripts"
@@ -64,6 +69,8 @@ class TranscriptsService:
                             lambda req, _: session_get(req, self.ctx.sessions, self.ctx.events, self._archive)),
             "transcript.get": (TranscriptGetRequest, lambda req, _: transcript_get(req, self.ctx.events, self._archive)),
             "sessions.list": (SessionsListRequest, lambda req, tenant: sessions_list(req, self.ctx.sessions, tenant)),
+            "tenant.usage": (TenantUsageRequest, lambda req, tenant: tenant_usage(
+                req, self._quotas, self._limits, tenant)),
         }
         for name, (model, answer) in queries.items():
             broker.subscriber(subjects.query(name), queue=queue, max_workers=QUERIES_AT_ONCE)(

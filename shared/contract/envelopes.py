@@ -253,6 +253,18 @@ class ToolsResult(_Envelope):
 
 
 
+# -- router -> router ---------------------------------------------------------------------
+class TenantAdmission(_Envelope):
+    """A tenant's answer for a run that waits for a slot (services/router/admission.py),
+    sent by the router that freed the slot (or by the tenants' sweep) to whichever router
+    takes it: durable, so a crash before the run started redelivers it. `step_id`: the
+    answer's own id (keys.admission_id), the same from every sender."""
+
+    kind: Literal["tenant.admission"] = "tenant.admission"
+    verdict: Literal["granted", "queued", "refused"]
+    position: int = 0
+
+
 # -- memory -> llm: exact token counts (core request/reply, or a call in process) --------
 class CountTokens(BaseModel):
     """How many input tokens a request holds by its model's own tokenizer: the memory
@@ -276,10 +288,12 @@ class TokenCount(BaseModel):
 
 
 WorkEnvelope = Annotated[
-    AssembleContext | Generate | GenerationResult | ExecuteTools | ToolsResult | ExecutorPermission,
+    AssembleContext | Generate | GenerationResult | ExecuteTools | ToolsResult | ExecutorPermission
+    | TenantAdmission,
     Field(discriminator="kind"),
 ]
-StepResult = Annotated[GenerationResult | ToolsResult | ExecutorPermission, Field(discriminator="kind")]
+StepResult = Annotated[GenerationResult | ToolsResult | ExecutorPermission | TenantAdmission,
+                       Field(discriminator="kind")]
 
 WORK_ADAPTER: TypeAdapter[Any] = TypeAdapter(WorkEnvelope)
 STEP_RESULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(StepResult)

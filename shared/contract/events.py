@@ -227,7 +227,8 @@ class PlanUpdated(Event):
 class WarningEvent(Event):
     """Addition: something the user should know that does not stop the run: `unknown_price`
     (a model with no known price: `run.ended.cost_usd` is null), `unknown_tools` (the run
-    named tools nobody serves)."""
+    named tools nobody serves), `tenant_unpriced` (such a model's cost is not counted
+    against its tenant's `usd_per_day`, only its tokens)."""
 
     kind: Literal["warning"] = "warning"
     code: str
@@ -238,6 +239,17 @@ class ErrorEvent(Event):
     kind: Literal["error"] = "error"
     code: str
     message: str
+    limit: str | None = Field(default=None, description=(
+        "Addition: for `quota_exceeded`, the tenant limit that refused the start (`max_queued`, "
+        "`tokens_per_day`, `usd_per_day`)."))
+
+
+class RunQueued(Event):
+    """Addition: the run waits for a slot of its tenant (LOOPWIRE_TENANT_LIMITS `max_running`);
+    `run.started` follows when it gets one, or `run.ended` (`aborted`) when it is aborted first."""
+
+    kind: Literal["run.queued"] = "run.queued"
+    position: int = Field(ge=1, description="Its place in its tenant's queue (1: next to start).")
 
 
 class RunEnded(Event):
@@ -287,7 +299,7 @@ EVENT_MODELS: dict[str, type[Event]] = {
     for m in (RunStarted, PhaseChanged, TextDelta, MessageEvent, ToolCallEvent, ToolResultEvent, Retracted,
               ApprovalRequested, ApprovalDecided, LoopDetected, Steering, ModelFallback, Compaction, ErrorEvent, WarningEvent,
               RunEnded, BudgetWarning, UserMessage, MemoryObservation, MemoryReflection, PlanUpdated, Generating,
-              ToolsProgress, SessionForked)
+              ToolsProgress, SessionForked, RunQueued)
 }
 
 

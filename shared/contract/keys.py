@@ -10,7 +10,9 @@ tokens of `[A-Za-z0-9_-]` (shared/contract/subjects.py), so a tag never holds a 
 
 Keys that span sessions (the sessions index, the running set, breaker state, the tool
 catalog, strategy configs, blobs, the token cache, strategy actors' memory) carry no
-session tag; what each costs on a cluster is in docs/architecture.md ("Redis keys").
+session tag; what each costs on a cluster is in docs/architecture.md ("Redis keys"). A
+tenant's keys (its slots, queue and daily usage) carry the tag `{t:<tenant>}`: one slot
+per tenant, and never a script that touches a session's keys too.
 """
 
 from __future__ import annotations
@@ -150,6 +152,51 @@ def actor_memory(actor: str, what: str) -> str:
     return f"{PREFIX}:mem:actor:{actor}:{what}"
 
 
+# -- one tenant: all in its slot (shared/stores/tenant_quotas.py) ------------------------------
+
+def tenant_tag(tenant: str) -> str:
+    """`{t:<tenant>}`: the hash tag that puts a tenant's keys in one slot (`*` for the whole
+    deployment without tenants), so each settle or count is one script on it."""
+    return "{t:" + tenant + "}"
+
+
+def tenant_slots(tenant: str) -> str:
+    """Hash: run id -> session id of the tenant's runs that hold a slot."""
+    return f"{PREFIX}:tenant:{tenant_tag(tenant)}:slots"
+
+
+def tenant_queue(tenant: str) -> str:
+    """Sorted set: the tenant's runs waiting for a slot, by arrival."""
+    return f"{PREFIX}:tenant:{tenant_tag(tenant)}:queue"
+
+
+def tenant_waiting(tenant: str) -> str:
+    """Hash: run id -> session id of the runs in the tenant's queue."""
+    return f"{PREFIX}:tenant:{tenant_tag(tenant)}:waiting"
+
+
+def tenant_arrivals(tenant: str) -> str:
+    """Counter: the queue's arrival order."""
+    return f"{PREFIX}:tenant:{tenant_tag(tenant)}:arrivals"
+
+
+def tenant_day(tenant: str, day: str) -> str:
+    """Hash + TTL {tokens, usd}: the tenant's usage of UTC day `day` (`YYYY-MM-DD`)."""
+    return f"{PREFIX}:tenant:{tenant_tag(tenant)}:day:{day}"
+
+
+def tenant_run_counted(tenant: str, run_id: str) -> str:
+    """Hash + TTL {tokens, usd}: how much of run `run_id` the tenant's usage counts already."""
+    return f"{PREFIX}:tenant:{tenant_tag(tenant)}:run:{run_id}"
+
+
+TENANTS = f"{PREFIX}:tenants"
+"""Set: the tenants whose keys exist (the sweep walks them); a slot of its own."""
+
+TENANTS_SWEEP = f"{PREFIX}:tenants:sweep"
+"""String + TTL: the router that reconciles the tenants' keys this interval."""
+
+
 # -- step ids, message ids (Nats-Msg-Id) and event dedup keys ------------------------------------
 
 def generation_step_id(run_id: str, gen_seq: int) -> str:
@@ -207,6 +254,12 @@ def fallback_key(step_id: str, switches: int) -> str:
 def compaction_key(step_id: str) -> str:
     """Dedup key of a step's `compaction` event, and the step that claims its usage."""
     return step_event_key(step_id, "compaction")
+
+
+def admission_id(run_id: str, verdict: str) -> str:
+    """A tenant's answer for waiting run `run_id`: its input id and Nats-Msg-Id, the same
+    from every router that sends it, so the answer is applied once."""
+    return f"admit:{run_id}:{verdict}"
 
 
 def executor_delivery(step_id: str, delivered: int) -> str:

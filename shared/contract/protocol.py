@@ -29,7 +29,7 @@ UPDATE_PLAN_TOOL = "update_plan"
 RESERVED_TOOL_NAMES = frozenset({FINISH_TOOL, UPDATE_PLAN_TOOL})
 """Names the router answers itself: no provider and no in-process tool may take them."""
 RunStatus = Literal["completed", "aborted", "budget_exhausted", "max_turns", "loop_terminated", "failed"]
-SessionStatus = Literal["idle", "running", "awaiting_approval", "unknown"]
+SessionStatus = Literal["idle", "queued", "running", "awaiting_approval", "unknown"]
 
 EVENT_KINDS = (
     "run.started", "phase.changed", "text.delta", "message", "tool.call", "tool.result",
@@ -38,7 +38,7 @@ EVENT_KINDS = (
 )
 ADDED_EVENT_KINDS = ("budget.warning", "user.message", "memory.observation", "memory.reflection",
                      "plan.updated", "generating", "tools.progress", "warning", "steering",
-                     "approval.decided", "session.forked")
+                     "approval.decided", "session.forked", "run.queued")
 """Event kinds loopwire adds to the contract (docs/protocol.md marks them as additions)."""
 EPHEMERAL_KINDS = frozenset({"text.delta", "generating", "tools.progress"})
 """Events of the moment: they take a seq and go out on the wire (and into the
@@ -196,7 +196,7 @@ class TranscriptGetRequest(IngressBody):
 class SessionsListRequest(IngressBody):
     """`<prefix>.api.sessions.list` (an addition): sessions, most recently updated first."""
 
-    status: Literal["idle", "running", "awaiting_approval"] | None = None
+    status: Literal["idle", "queued", "running", "awaiting_approval"] | None = None
     """Only sessions in this status."""
     limit: int = Field(default=100, gt=0, le=1000)
     cursor: str | None = Field(default=None, max_length=256)
@@ -215,6 +215,15 @@ class SessionForkRequest(IngressBody):
     tools: Literal["live", "recorded"] = "live"
     """Addition: `recorded` answers the fork's tool calls from the source's recorded
     results (matched by tool name and input) instead of any tool provider: a replay."""
+
+
+class TenantUsageRequest(IngressBody):
+    """`<prefix>.api.tenant.usage` (or a tenant's own `<prefix>.api.<tenant>.tenant.usage`):
+    what a tenant runs, waits for and spent today, and its limits."""
+
+    tenant: str | None = Field(default=None, max_length=128)
+    """The tenant (`*` or omitted without tenants: the whole deployment); on a tenant's own
+    subject, that tenant (another one is refused)."""
 
 
 def describe_validation_error(exc: ValidationError) -> str:

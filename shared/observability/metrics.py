@@ -180,6 +180,23 @@ INGRESS_IN_BACKLOG = Counter(
     "Ingress messages a router applied before the one delivered to it, because they came "
     "earlier in the stream and were not applied yet (per-session order across replicas).",
 )
+# -- tenant limits (the router; fleet-wide values: every router reports the same, aggregate
+# gauges with max(), counters with sum()) ---------------------------------------------------
+TENANT_RUNNING = Gauge("loopwire_tenant_running", "Runs of the tenant holding a slot, across every router.",
+                       ["tenant"])
+TENANT_QUEUED = Gauge("loopwire_tenant_queued", "Starts of the tenant waiting for a slot, across every router.",
+                      ["tenant"])
+TENANT_TOKENS = Counter("loopwire_tenant_tokens", "Tokens counted against the tenant's daily allowance.",
+                        ["tenant"])
+TENANT_COST_USD = Counter("loopwire_tenant_cost_usd",
+                          "Cost in US dollars counted against the tenant's daily allowance (priced models).",
+                          ["tenant"])
+TENANT_USAGE_TODAY = Gauge("loopwire_tenant_usage_today",
+                           "The tenant's usage of the current UTC day, by allowance (tokens, usd).",
+                           ["tenant", "allowance"])
+TENANT_ALLOWANCE = Gauge("loopwire_tenant_allowance_per_day",
+                         "The tenant's daily allowance (LOOPWIRE_TENANT_LIMITS), by allowance (tokens, usd).",
+                         ["tenant", "allowance"])
 WORK_CHAINS = Gauge("loopwire_work_chains", "Work chains this process holds now (runs kept in this process).")
 # counted by the runtime's chain balance through its hooks (runtime/hooks.py)
 HOOKS.chain_opened = WORK_CHAINS.inc
@@ -193,6 +210,7 @@ ALL_METRICS: tuple[Any, ...] = (
     TOOL_CALLS, TOOL_CALL_DURATION, TOOL_CONFLICTS,
     JETSTREAM_CONSUMER_PENDING, JETSTREAM_CONSUMER_ACK_PENDING, JETSTREAM_REDELIVERIES,
     STEPS, ERRORS, WORK_HOPS, INGRESS_IN_BACKLOG, WORK_CHAINS, DEAD_LETTERS,
+    TENANT_RUNNING, TENANT_QUEUED, TENANT_TOKENS, TENANT_COST_USD, TENANT_USAGE_TODAY, TENANT_ALLOWANCE,
 )
 """Every metric above, for tests and docs."""
 
@@ -234,6 +252,22 @@ def model_label(model: str | None) -> str:
 def tool_label(tool: str | None) -> str:
     """A tool name as a label value: at most 64 distinct ones per process, then "other"."""
     return _bounded("tool", tool)
+
+
+_tenants = _BoundedLabels(limit=20)
+
+
+def configure_tenant_labels(limit: int, named: list[str]) -> None:
+    """LOOPWIRE_TENANT_METRICS_LABELS: at most `limit` distinct tenant label values in this
+    process, the tenants the operator named (`named`, in order) first."""
+    _tenants.limit = max(0, limit)
+    for tenant in named:
+        _tenants("tenant", tenant)
+
+
+def tenant_label(tenant: str) -> str:
+    """A tenant as a label value: the first LOOPWIRE_TENANT_METRICS_LABELS ones, then "other"."""
+    return _tenants("tenant", tenant)
 
 
 # -- one-line helpers ----------------------------------------------------------------------

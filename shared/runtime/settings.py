@@ -10,6 +10,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from loopwire.shared.contract.protocol import Permission
+from loopwire.shared.contract.tenant_limits import TenantLimit, TenantLimits
 
 
 class Settings(BaseSettings):
@@ -251,6 +252,20 @@ class Settings(BaseSettings):
     tool_policy: Annotated[dict[str, Permission], NoDecode] = Field(default_factory=dict)
     """JSON object `{tool name: "auto" or "approve" or "deny"}`: a run's (and a strategy
     config's) `tool_permissions` may make a tool stricter than this, never looser."""
+    tenant_limits: Annotated[dict[str, TenantLimit], NoDecode] = Field(default_factory=dict)
+    """JSON object `{"<tenant>" or "*": {"max_running": int, "max_queued": int,
+    "tokens_per_day": int, "usd_per_day": number}}` (any limit may be omitted; `*` for
+    tenants not named, and for the whole deployment without LOOPWIRE_TENANTS): runs beyond
+    `max_running` wait in their tenant's queue, starts beyond `max_queued` or with the UTC
+    day's allowance spent are refused (`quota_exceeded`), a run that crosses the allowance
+    converges (docs/security.md, "Tenant limits"). Unset: nothing is limited or counted."""
+    tenant_metrics_labels: int = 20
+    """Distinct `tenant` label values one process gives the loopwire_tenant_* metrics
+    (tenants named in LOOPWIRE_TENANT_LIMITS first); the others are counted as `other`."""
+    tenant_sweep_s: float = 10.0
+    """How often a router reconciles the tenants' slots and queues with their sessions
+    (a slot whose run ended while its router crashed is released, a run granted a slot
+    that nobody started is started) and refreshes the loopwire_tenant_* gauges."""
     tool_providers: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     """JSON object `{tool name: service name}`: which provider serves a tool that several
     providers (different NATS service names) offer. Without a pin such a tool is a
@@ -351,12 +366,22 @@ class Settings(BaseSettings):
             return [part for part in value.split(":") if part.strip()]
         return value
 
-    @field_validator("tool_policy", "tool_providers", "acp_agents", mode="before")
+    @field_validator("tool_policy", "tool_providers", "acp_agents", "tenant_limits", mode="before")
     @classmethod
     def _json_object(cls, value: object) -> object:
         if isinstance(value, str):
             return json.loads(value) if value.strip() else {}
         return value
+
+    @field_validator("tenant_limits")
+    @classmethod
+    def _tenant_names(cls, value: dict[str, TenantLimit]) -> dict[str, TenantLimit]:
+        TenantLimits.parse(value, tenants=True)  # a bad tenant name stops the start-up
+        return value
+
+    def limits_table(self) -> TenantLimits | None:
+        """LOOPWIRE_TENANT_LIMITS as the table the services apply; None when it is unset."""
+        return TenantLimits.parse(self.tenant_limits, self.tenants) if self.tenant_limits else None
 
     @field_validator("mcp_servers", mode="before")
     @classmethod

@@ -35,7 +35,8 @@ def test_the_contracts_hold() -> None:
 
 
 ROUTER_SHELL = {"service", "input_lookups", "effect_publishing", "ingress", "ingress_order", "watchdog",
-                "decision_telemetry", "rebuild", "fork"}
+                "decision_telemetry", "rebuild", "fork", "quota_keeper",
+                "quota_sweep"}
 """The router's modules that do I/O (or wire it); every other module of services/router is
 the core's and must be in the I/O-free contract."""
 

@@ -88,6 +88,9 @@ function approval(event) {
 function render(event) {
   const key = `${event.run_id}:${event.turn}`;
   switch (event.kind) {
+    case "run.queued":
+      add("notice", meta(event), `run ${event.run_id} queued: place ${event.position} in its tenant's queue`);
+      break;
     case "run.started":
       closeApprovals("");
       Object.assign(run, { limits: (event.config && event.config.limits) || {}, tokens: 0, cost: 0, costKnown: true, turns: 0 });

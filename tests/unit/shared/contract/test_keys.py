@@ -50,6 +50,15 @@ def test_sessions_spread_over_slots_and_keys_that_span_them_have_no_session_tag(
     assert keys.sessions_index("acme.s1") != keys.sessions_index("s1") == keys.SESSIONS_INDEX
 
 
+@pytest.mark.parametrize("tenant", ["acme", "*", "x" * 128])
+def test_every_key_of_a_tenant_is_in_its_slot_and_none_in_a_sessions(tenant: str) -> None:
+    names = [keys.tenant_slots(tenant), keys.tenant_queue(tenant), keys.tenant_waiting(tenant),
+             keys.tenant_arrivals(tenant), keys.tenant_day(tenant, "2026-12-02"), keys.tenant_run_counted(tenant, "r1")]
+    assert len(set(names)) == len(names)
+    assert {key_slot(name.encode()) for name in names} == {key_slot(f"t:{tenant}".encode())}
+    assert key_slot(keys.tenant_slots("acme").encode()) != key_slot(keys.session_state("acme.s1").encode())
+
+
 def _string_parts(tree: ast.AST) -> list[tuple[int, str]]:
     """Every string constant of a module, f-strings' literal parts included."""
     return [(node.lineno, node.value) for node in ast.walk(tree)
