@@ -1,17 +1,19 @@
 """Drives one session through the router's pure core, the way the shell would: each input
 is decided on the current state, the state and history are "committed", and the effects
-are kept for assertions. No I/O."""
+are kept for assertions. No I/O. `Recorder` keeps the transcript as well (forks, replays,
+the bench's fork of a long session)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from loopwire.memory.assembly import normalise_messages
 from loopwire.router import inputs as i
 from loopwire.router.core import CoreConfig, Decision, decide
 from loopwire.router.effects import EmitEvent, PublishNotice, PublishWork
 from loopwire.router.state import RunState, SessionState
 from loopwire.shared.contract.envelopes import GenerationResult, StepError, ToolResultItem, ToolsResult, Usage
-from loopwire.shared.contract.protocol import Abort, ApprovalDecision, FollowUp, StartRun
+from loopwire.shared.contract.protocol import Abort, ApprovalDecision, FollowUp, StartRun, make_event
 from loopwire.shared.runtime.pricing import price_table
 
 PRICES = price_table({"m1": {"input": 0, "output": 0}, "m2": {"input": 0, "output": 0}})
@@ -145,3 +147,31 @@ class Driver:
     @staticmethod
     def notices(d: Decision) -> list[PublishNotice]:
         return [e for e in d.effects if isinstance(e, PublishNotice)]
+
+
+class Recorder(Driver):
+    """The router's core driven through a session, with its transcript (the router's
+    events, and the tools service's `tool.result` events of a batch before its result)
+    and the history it held after each transition."""
+
+    def __init__(self, sid: str = "src") -> None:
+        super().__init__(sid=sid)
+        self.transcript: list[dict[str, Any]] = []
+        self.histories: list[list[dict[str, Any]]] = [[]]
+
+    def apply(self, inp: i.BaseInput) -> Any:
+        d = super().apply(inp)
+        for effect in d.effects:
+            if isinstance(effect, EmitEvent):
+                self.emit(effect.kind, effect.run_id, **effect.fields)
+        self.histories.append(normalise_messages(self.history))
+        return d
+
+    def emit(self, kind: str, run_id: str | None, **fields: Any) -> None:
+        self.transcript.append(make_event(kind, self.state.session_id, run_id, len(self.transcript) + 1, **fields))
+
+    def tools(self, content: str = "3", is_error: bool = False) -> Any:
+        for c in self.run.pending_calls:  # the tools service emits a batch's results itself
+            self.emit("tool.result", self.run.run_id, turn=self.run.turn, tool_use_id=c["id"], name=c["name"],
+                      is_error=is_error, content=content)
+        return super().tools(content, is_error)

@@ -29,6 +29,7 @@ from .floor_runs import (
     start_responders,
     stop_all,
 )
+from .fork_cost import measure_fork
 from .layouts import Servers, System, bench_layouts, start_servers
 from .measuring import Measured, connected, counter, log, measure_load, summary
 from .redis_bytes import session_bytes
@@ -122,7 +123,8 @@ class Pass:
         self.traces: dict[str, TurnCost] = {}
 
     def layouts(self, args: argparse.Namespace, keys: list[str], *, trace: bool, lean_in: str | None = None,
-                bytes_in: str | None = None, bytes_sizes: list[int] | None = None) -> None:
+                bytes_in: str | None = None, bytes_sizes: list[int] | None = None,
+                fork_in: str | None = None) -> None:
         servers, specs = self.servers, bench_layouts(args.workers)
         for key in keys:
             spec = specs[key]
@@ -147,10 +149,18 @@ class Pass:
                 self.traces[key] = run_async(lambda: trace_turns(on.nats_url, servers.redis.url))  # noqa: B023
                 m.data["trace"] = trace_dict(self.traces[key])
 
-            async def bytes_after(driver: BenchDriver) -> None:
-                await measure_bytes(driver, servers.redis.url, bytes_sizes or [], self.res)
+            async def after_load(driver: BenchDriver) -> None:
+                if key == bytes_in and bytes_sizes:  # noqa: B023 - run at once
+                    await measure_bytes(driver, servers.redis.url, bytes_sizes, self.res)
+                if key == fork_in:  # noqa: B023
+                    log(f"{spec.name}: forks of a session of 1,000 events")  # noqa: B023
+                    fork = self.res["fork"] = {"layout": spec.name, **await measure_fork(on.nats_url,  # noqa: B023
+                                                                                        servers.redis.url)}
+                    log(f"fork p50 {ms(fork['p50_ms'])}, p99 {ms(fork['p99_ms'])} "
+                        f"({fork['events']} events, {fork['messages']} messages)")
 
-            pids, extra = system.pids(), bytes_after if key == bytes_in and bytes_sizes else None
+            pids = system.pids()
+            extra = after_load if key == fork_in or (key == bytes_in and bytes_sizes) else None
             run_async(lambda: measure_layout(m, on, pids, args, extra))  # noqa: B023 - run at once
             if on.redis_cluster is not None:
                 m.data["redis_keys_per_master"] = on.redis_cluster.keys_per_master()

@@ -14,7 +14,9 @@
    `--turns` tool-turns, `--load-runs` times, with the CPU of every process (procstat.py)
    and the servers' own counts (wire.py). After `--workers 2`: Redis bytes of sessions of
    20, 100 and 200 tool-turns. In the split layout: RSS and idle CPU of every process after
-   start and after the load, and each service's time from exec to its first work (lean.py).
+   start and after the load, and each service's time from exec to its first work (lean.py),
+   and forks of a session of 1,000 events through its routers (fork_cost.py; else in the
+   first layout on one Redis).
 3. The durable floor (durable_floor.py: the same hops as JetStream work-queue messages,
    events into a stream) and the raw floor (floor.py: core-NATS request/reply), each with
    the Redis calls the trace counted.
@@ -132,9 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     keys = args.layout_keys
     bytes_in = "workers" if "workers" in keys else keys[0] if keys else None
     lean_in = next((k for k in ("split", "split1") if k in keys), None)
+    specs = bench_layouts(args.workers)
+    one_redis = [k for k in keys if not specs[k].redis_masters and not specs[k].nats_nodes]
+    fork_in = "split" if "split" in one_redis else one_redis[0] if one_redis else None
     second_keys = [k for k in keys if k in TARGETS]
     try:
-        run.layouts(args, keys, trace=True, lean_in=lean_in, bytes_in=bytes_in, bytes_sizes=bytes_sizes)
+        run.layouts(args, keys, trace=True, lean_in=lean_in, bytes_in=bytes_in, bytes_sizes=bytes_sizes,
+                    fork_in=fork_in)
         if not args.no_floors:
             run.floors(args, run.traces, raw=True)
         log("consume path: CPU per message received, by handler style")

@@ -9,7 +9,8 @@ servers (durable_floor.py), so a slower or busier machine moves both sides:
 | `loopwire up --workers 2` | ≤ 1.5× | — | ≥ 1.3× | ≥ 1.3× |
 
 and every idle `loopwire serve NAME` process: RSS ≤ 90 MB, ≤ 1% of a core, ready (its
-first query or work message handled) ≤ 2 s after exec (lean.py).
+first query or work message handled) ≤ 2 s after exec (lean.py). Forking a session of
+1,000 events takes under 100 ms, p50, on one Redis (fork_cost.py, issue 27).
 
 A results file keeps each layout's targets beside its measurements (`targets` of the
 layout), so a kept file is judged by the targets it was measured against.
@@ -29,6 +30,9 @@ IDLE_CPU_MAX = 0.01
 READY_MAX_S = 2.0
 LINEAR_TOLERANCE = 0.25
 """Bytes per turn may differ this much between the two halves of the sizes measured."""
+FORK_EVENTS = 1000
+FORK_TARGET_MS = 100.0
+"""Forking a session of FORK_EVENTS events takes under this, p50 (issue 27)."""
 
 
 @dataclass(frozen=True)
@@ -150,15 +154,26 @@ def bytes_verdict(res: Results) -> list[Verdict]:
              f"{first:.0f} B/turn ({lo}→{mid}) vs {second:.0f} B/turn ({mid}→{hi})", linear)]
 
 
+def fork_verdict(res: Results) -> list[Verdict]:
+    fork = res.get("fork")
+    if not fork:
+        return []
+    return [(f"forking a session of {FORK_EVENTS:,} events (p50, one Redis)",
+             f"{ms(fork['p50_ms'])} p50, {ms(fork['p99_ms'])} p99 over {fork['forks']} forks of "
+             f"{fork['events']} events / {fork['messages']} messages ({fork['layout']})",
+             fork["p50_ms"] < FORK_TARGET_MS and fork["events"] >= FORK_EVENTS)]
+
+
 def verdicts(res: Results) -> list[Verdict]:
     """Every target of the run: the layouts against the durable floor, the idle processes,
-    Redis bytes, the floors' reference line; then the pass with nats-server's default sync."""
+    Redis bytes, a fork's cost, the floors' reference line; then the pass with nats-server's
+    default sync."""
     out = layout_verdicts(res) + lean_verdicts(res)
     fd, fr = p50(res["layouts"].get("floor_durable")), p50(res["layouts"].get("floor_raw"))
     if fd and fr:
         out.append(("(reference) the durable floor vs the raw floor, p50 (single session)",
                     f"{ms(fd)} vs {ms(fr)} = {fd / fr:.2f}×", None))
-    out += bytes_verdict(res)
+    out += bytes_verdict(res) + fork_verdict(res)
     second = res.get("default_sync")
     if second:
         out += [(f"with nats-server's default sync: {target}", measured, met)

@@ -23,7 +23,8 @@ from loopwire.shared.stores.event_log import InMemoryEventLog, RedisEventLog
 from loopwire.shared.stores.redis_connection import RedisTopology, connect_redis
 from loopwire.shared.stores.session_store import InMemorySessionStore, RedisSessionStore
 from loopwire.testing.redis_cluster import RedisClusterHandle, start_redis_cluster
-from tests.unit.shared.stores.test_lineage import Recorder, two_runs
+from tests.router_driver import Recorder
+from tests.unit.shared.stores.test_lineage import two_runs
 
 pytestmark = pytest.mark.integration
 

@@ -118,6 +118,17 @@ def test_bytes_that_grow_faster_than_the_turns_are_not_linear() -> None:
     assert verdict[2] is False
 
 
+def test_a_fork_of_a_thousand_events_is_judged_by_its_p50() -> None:
+    res = results()
+    res["fork"] = {"layout": "split", "events": 1014, "messages": 468, "forks": 20, "p50_ms": 26.0, "p99_ms": 120.0}
+    target = "forking a session of 1,000 events (p50, one Redis)"
+    assert dict((t, met) for t, _, met in report.verdicts(res))[target] is True
+    res["fork"]["p50_ms"] = 101.0
+    assert dict((t, met) for t, _, met in report.verdicts(res))[target] is False
+    res["fork"].update(p50_ms=20.0, events=400)
+    assert dict((t, met) for t, _, met in report.verdicts(res))[target] is False, "a session that was too short"
+
+
 def test_the_doc_block_is_rendered_from_the_results_file(tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
     doc.write_text(f"# Benchmarks\n\nkept above\n\n{report.START}\nold numbers\n{report.END}\n\nkept below\n")

@@ -10,8 +10,7 @@ import pytest
 from loopwire.replay import compare, recorded_runs
 from loopwire.shared.contract.protocol import StartRun
 from loopwire.testing import assert_replay_holds
-from tests.router_driver import call
-from tests.unit.shared.stores.test_lineage import Recorder
+from tests.router_driver import Recorder, call
 
 pytestmark = pytest.mark.unit
 

@@ -10,43 +10,13 @@ from typing import Any
 import pytest
 
 from loopwire.memory.assembly import normalise_messages
-from loopwire.router import inputs as i
-from loopwire.router.effects import EmitEvent
 from loopwire.shared.contract.protocol import make_event
 from loopwire.shared.stores.event_log import InMemoryEventLog
 from loopwire.shared.stores.lineage import FORKED, fork_point, lineage_events
 from loopwire.shared.stores.transcript import replay
-from tests.router_driver import Driver, call
+from tests.router_driver import Recorder, call
 
 pytestmark = pytest.mark.unit
-
-
-class Recorder(Driver):
-    """The router's core driven through a session, with its transcript (the router's
-    events, and the tools service's `tool.result` events of a batch before its result)
-    and the history it held after each transition."""
-
-    def __init__(self, sid: str = "src") -> None:
-        super().__init__(sid=sid)
-        self.transcript: list[dict[str, Any]] = []
-        self.histories: list[list[dict[str, Any]]] = [[]]
-
-    def apply(self, inp: i.BaseInput) -> Any:
-        d = super().apply(inp)
-        for effect in d.effects:
-            if isinstance(effect, EmitEvent):
-                self.emit(effect.kind, effect.run_id, **effect.fields)
-        self.histories.append(normalise_messages(self.history))
-        return d
-
-    def emit(self, kind: str, run_id: str | None, **fields: Any) -> None:
-        self.transcript.append(make_event(kind, self.state.session_id, run_id, len(self.transcript) + 1, **fields))
-
-    def tools(self, content: str = "3", is_error: bool = False) -> Any:
-        for c in self.run.pending_calls:  # the tools service emits a batch's results itself
-            self.emit("tool.result", self.run.run_id, turn=self.run.turn, tool_use_id=c["id"], name=c["name"],
-                      is_error=is_error, content=content)
-        return super().tools(content, is_error)
 
 
 def two_runs() -> Recorder:
