@@ -132,6 +132,29 @@ async def test_two_tenants_cannot_reach_each_others_sessions(tenants: tuple[Tena
     assert theirs_now["status"] == "idle" and theirs_now["turns"] == 1 and theirs_now["runs"] == 1
 
 
+@pytest.mark.timeout(120)
+async def test_a_tenant_forks_its_own_sessions_into_its_own_namespace(tenants: tuple[Tenant, Tenant],
+                                                                       fake: FakeAnthropic) -> None:
+    acme, globex = tenants
+    assert acme.lw is not None and globex.lw is not None
+    fake.script("*", [{"chunks": ["mine"], "stop_reason": "end_turn"}, {"chunks": ["theirs"], "stop_reason": "end_turn"}])
+    own = f"t-{uuid.uuid4().hex[:8]}"
+    for tenant in (acme, globex):
+        assert (await tenant.lw.run(own, {"input": "hi", "tools": []}, timeout=90))["status"] == "completed"  # type: ignore[union-attr]
+    fork = f"f-{uuid.uuid4().hex[:8]}"
+    made = await acme.lw.fork(own, fork)  # short ids: the tenant's own
+    assert made["session_id"] == f"acme.{fork}" and made["forked_from"]["session_id"] == f"acme.{own}"
+    state = await acme.lw.session_get(fork)
+    assert [m["content"][0]["text"] for m in state["messages"]] == ["hi", "mine"]
+    for body in ({"session_id": f"globex.{own}", "new_session_id": f"x-{fork}"},    # the other's session
+                 {"session_id": own, "new_session_id": f"globex.{fork}"}):          # into the other's namespace
+        assert (await acme.query("loopwire.api.acme.session.fork", body))["error"]["code"] == "invalid_session_id"
+    await acme.nc.publish("loopwire.api.globex.session.fork", b"{}")
+    await acme.refused("loopwire.api.globex.session.fork")
+    assert (await globex.lw.session_get(fork))["status"] == "unknown", "nothing was made in globex"
+    assert (await globex.lw.session_get(own))["forks"] == [], "the other's session is untouched"
+
+
 async def test_a_session_id_without_a_tenant_starts_nothing(tenanted: LoopwireContainer) -> None:
     """With tenants on, a one-token session id is dropped by the router, even from a user
     allowed to publish it (the operator's): no event, no session."""
