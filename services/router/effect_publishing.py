@@ -17,7 +17,7 @@ from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.bus import event_items
 from loopwire.shared.runtime.service_context import ServiceContext
 
-from .effects import CountTenantUsage, Effect, EmitEvent, PublishNotice, TenantSlot
+from .effects import CountTenantUsage, Effect, EmitEvent, PublishNotice, PublishWork, TenantSlot
 from .quota_keeper import Admission, QuotaKeeper
 
 EventItem = tuple[str | None, str, str | None, dict[str, Any]]
@@ -72,9 +72,7 @@ class EffectPublisher:
                 # to its end and its (stale) result is ignored.
                 subject = subjects.permission(sid) if effect.notice == "permission" else subjects.cancel(sid)
                 await bus.nc.publish(subject, codec.dumps(effect.body))
-            elif isinstance(effect, TenantSlot | CountTenantUsage):
-                continue  # settled above (or the limits were switched off since the outbox was stored)
-            else:
+            elif isinstance(effect, PublishWork):
                 subject = subjects.memory_assemble if effect.target == "memory.assemble" else subjects.tools_execute
                 # A task of this chain when the service runs here (after the commit, outside
                 # the session's lock), else a JetStream message.
@@ -83,6 +81,8 @@ class EffectPublisher:
                 else:
                     await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id)
                     metrics.child(metrics.WORK_HOPS, target=effect.target, via="jetstream").inc()
+            # TenantSlot, CountTenantUsage: settled above (or the limits were switched off
+            # since the outbox was stored)
         return admissions
 
     async def refused_in_backlog(self, sid: str, effects: list[Effect]) -> None:

@@ -22,8 +22,6 @@ stay exact, whichever router died when. One router of the fleet reconciles per i
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -32,6 +30,7 @@ from typing import Any
 
 from loopwire.shared.contract.tenant_limits import utc_day
 from loopwire.shared.observability import metrics
+from loopwire.shared.runtime.periodic import PeriodicSweep
 from loopwire.shared.stores.session_store import SessionStore
 from loopwire.shared.stores.tenant_quotas import Snapshot
 
@@ -40,7 +39,10 @@ from .quota_keeper import Admission, QuotaKeeper
 log = logging.getLogger("loopwire.router.quotas")
 
 
-class QuotaSweep:
+class QuotaSweep(PeriodicSweep):
+    name = "router-tenant-sweep"
+    log = log
+
     def __init__(self, keeper: QuotaKeeper, sessions: SessionStore,
                  admit: Callable[[list[Admission]], Awaitable[None]], interval_s: float) -> None:
         self.keeper = keeper
@@ -48,25 +50,6 @@ class QuotaSweep:
         self.admit = admit
         self.interval_s = max(0.1, interval_s)
         self.owner = uuid.uuid4().hex[:12]
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="router-tenant-sweep")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.sweep()
-            except Exception as exc:  # Redis away: the next sweep tries again
-                log.warning("tenant sweep failed: %s", exc)
 
     async def sweep(self, now_ns: int | None = None, reconcile: bool | None = None) -> list[Admission]:
         """One pass; returns the admissions it made. `reconcile`: whether this router

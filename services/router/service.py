@@ -250,6 +250,15 @@ class RouterService:
                 await self._apply_earlier_ingress(sid, inp.ingress_seq, rebuild=not isinstance(inp, RejectedInput))
             return await self._apply_locked(sid, inp)
 
+    async def _admit(self, sid: str, admissions: list[Admission]) -> None:
+        """The tenants' answers a commit of session `sid` settled: its own waiting run's is
+        applied now (the caller holds its lock), the others' are sent."""
+        for admission in admissions:
+            if admission.sid == sid:
+                await self._look_up(sid, admitted := admission.as_input())
+                await self._apply_locked(sid, admitted)
+        await self._admit_all([a for a in admissions if a.sid != sid])
+
     async def _admit_all(self, admissions: list[Admission]) -> None:
         """Other sessions' waiting runs' answers, as work messages to the routers (durable); one
         not sent is left to the sweep (quota_sweep.py), which finds it granted, not started."""
@@ -337,11 +346,8 @@ class RouterService:
             count_approvals(before, decision)
             if not decision.replay:
                 record_ended_runs(before, decision)
-            for admission in admissions:
-                if admission.sid == sid:  # this session's own waiting run: answered now, still locked
-                    await self._look_up(sid, admitted := admission.as_input())
-                    await self._apply_locked(sid, admitted)
-            await self._admit_all([a for a in admissions if a.sid != sid])
+            if admissions:  # only with tenant limits
+                await self._admit(sid, admissions)
             return decision
         raise CommitContention(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
 

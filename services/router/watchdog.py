@@ -22,8 +22,6 @@ agent's hour.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -33,6 +31,7 @@ import redis.asyncio as aioredis
 
 from loopwire.shared.contract import keys
 from loopwire.shared.observability import metrics
+from loopwire.shared.runtime.periodic import PeriodicSweep
 from loopwire.shared.runtime.settings import Settings
 
 from .executor_profiles import is_executor
@@ -64,7 +63,10 @@ async def note_status(redis: aioredis.Redis, sid: str, running: bool) -> None:
         await redis.zrem(keys.RUNNING, sid)
 
 
-class Watchdog:
+class Watchdog(PeriodicSweep):
+    name = "router-watchdog"
+    log = log
+
     def __init__(self, redis: aioredis.Redis, apply: Callable[[str, BaseInput], Awaitable[Any]],
                  load: Callable[[str], Awaitable[tuple[dict[str, Any] | None, int]]],
                  stall_after_s: float, interval_s: float | None = None,
@@ -78,25 +80,6 @@ class Watchdog:
         self.interval_s = interval_s if interval_s is not None else max(1.0, min(30.0, stall_after_s / 5))
         self._seen: dict[str, tuple[int, float]] = {}
         """sid -> (state version, when this replica first saw that version)."""
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="router-watchdog")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.sweep()
-            except Exception as exc:  # Redis away: the next sweep tries again
-                log.warning("watchdog sweep failed: %s", exc)
 
     async def sweep(self, now: float | None = None) -> list[str]:
         """One pass; returns the sessions whose runs it ended."""

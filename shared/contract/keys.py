@@ -160,34 +160,38 @@ def tenant_tag(tenant: str) -> str:
     return "{t:" + tenant + "}"
 
 
+def _tenant_key(tenant: str, what: str) -> str:
+    return f"{PREFIX}:tenant:{tenant_tag(tenant)}:{what}"
+
+
 def tenant_slots(tenant: str) -> str:
     """Hash: run id -> session id of the tenant's runs that hold a slot."""
-    return f"{PREFIX}:tenant:{tenant_tag(tenant)}:slots"
+    return _tenant_key(tenant, "slots")
 
 
 def tenant_queue(tenant: str) -> str:
     """Sorted set: the tenant's runs waiting for a slot, by arrival."""
-    return f"{PREFIX}:tenant:{tenant_tag(tenant)}:queue"
+    return _tenant_key(tenant, "queue")
 
 
 def tenant_waiting(tenant: str) -> str:
     """Hash: run id -> session id of the runs in the tenant's queue."""
-    return f"{PREFIX}:tenant:{tenant_tag(tenant)}:waiting"
+    return _tenant_key(tenant, "waiting")
 
 
 def tenant_arrivals(tenant: str) -> str:
     """Counter: the queue's arrival order."""
-    return f"{PREFIX}:tenant:{tenant_tag(tenant)}:arrivals"
+    return _tenant_key(tenant, "arrivals")
 
 
 def tenant_day(tenant: str, day: str) -> str:
     """Hash + TTL {tokens, usd}: the tenant's usage of UTC day `day` (`YYYY-MM-DD`)."""
-    return f"{PREFIX}:tenant:{tenant_tag(tenant)}:day:{day}"
+    return _tenant_key(tenant, f"day:{day}")
 
 
 def tenant_run_counted(tenant: str, run_id: str) -> str:
     """Hash + TTL {tokens, usd}: how much of run `run_id` the tenant's usage counts already."""
-    return f"{PREFIX}:tenant:{tenant_tag(tenant)}:run:{run_id}"
+    return _tenant_key(tenant, f"run:{run_id}")
 
 
 TENANTS = f"{PREFIX}:tenants"
