@@ -88,7 +88,10 @@ class RouterService:
         input of the session takes it out instead of reading and parsing it again (the core
         leaves the state it is given as it was), and its commit puts the new one back. A
         stale one (another replica moved on) is harmless: its commit fails the version
-        check and the shell reloads."""
+        check and the shell reloads. Only sessions that are not idle are kept: an idle
+        one's next input is a new start, seconds or days later, and a state object holds
+        ~27 KB (a run twenty tool-turns in), which a router that served thousands of
+        sessions would keep for nothing (`_keep`)."""
         self.quotas = QuotaKeeper.of(ctx)
         """Tenant limits (LOOPWIRE_TENANT_LIMITS; quota_keeper.py); None: none configured."""
         self.lookups = InputLookups(ctx, self.quotas)
@@ -303,6 +306,13 @@ class RouterService:
                 self.ctx.subjects.ingress_all.removesuffix(".>"))
         return self._ingress_reader
 
+    def _keep(self, sid: str, version: int, state: SessionState) -> None:
+        """The committed state for the session's next input, while a run goes on."""
+        if state.status == "idle":
+            self._states.pop(sid)
+        else:
+            self._states.put(sid, (version, state))
+
     async def _apply_locked(self, sid: str, inp: BaseInput) -> Decision:
         use_cache = not inp.recover  # a recovery replays the stored outbox, not a cached one
         for _ in range(MAX_COMMIT_ATTEMPTS):
@@ -330,11 +340,11 @@ class RouterService:
                     # Another replica advanced the session: decide again on its state.
                     use_cache = False
                     continue
-                self._states.put(sid, (version + 1, decision.state))
+                self._keep(sid, version + 1, decision.state)
                 if (decision.state.status == "running") != (before.status == "running"):
                     await note_status(self.ctx.redis, sid, decision.state.status == "running")
             elif decision.replay:
-                self._states.put(sid, (version, state))  # a replay leaves the state as it was
+                self._keep(sid, version, state)  # a replay leaves the state as it was
                 # The commit it replays may have died before its note: made again.
                 await note_status(self.ctx.redis, sid, state.status == "running")
             admissions: list[Admission] = []

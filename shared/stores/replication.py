@@ -35,6 +35,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from loopwire.shared.stores.redis_connection import is_cluster
+from loopwire.shared.stores.script_channel import ScriptChannel
 
 log = logging.getLogger("loopwire.redis.replication")
 
@@ -57,6 +58,7 @@ class Replication:
         self.timeout_ms = max(1, timeout_ms)
         self.probe_every_s = probe_every_s
         self._cluster = is_cluster(redis)
+        self._channel = ScriptChannel.of(redis)
         self._unreplicated: dict[str, float] = {}
         """Master -> when to probe its replicas next: its writes do not wait meanwhile."""
         self._probes: set[asyncio.Task[None]] = set()
@@ -69,7 +71,7 @@ class Replication:
         """The script's result; when `durable`, acknowledged by the master's replicas first."""
         node = await self._node(call.keys[0]) if durable and self.replicas else None
         if node is None or not self._waits(node):
-            return await call.script(keys=call.keys, args=call.args)
+            return await self._plain(call)
         result = await self._pipeline(call, node)
         if isinstance(result, NoScriptError):  # a restarted or promoted node: load it, run it again
             await self._r.script_load(call.script.script)
@@ -77,6 +79,17 @@ class Replication:
         if isinstance(result, Exception):
             raise result
         return result
+
+    async def _plain(self, call: ScriptCall) -> Any:
+        """The script alone: on the process's script channel when it has one (one server
+        over TCP: script_channel.py), else through redis-py."""
+        if self._channel is None:
+            return await call.script(keys=call.keys, args=call.args)
+        try:
+            return await self._channel.evalsha(call.script.sha, call.keys, call.args)
+        except NoScriptError:  # a restarted or flushed server: load it, run it again
+            await self._r.script_load(call.script.script)
+            return await self._channel.evalsha(call.script.sha, call.keys, call.args)
 
     async def _pipeline(self, call: ScriptCall, node: Any) -> Any:
         pipe = self._r.pipeline(transaction=False)
