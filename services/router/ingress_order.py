@@ -19,10 +19,13 @@ While a cluster elects a new leader for the stream (its node was lost) a read is
 again (shared/stores/stream_leader.py); the leader a read reaches has every message the
 stream acknowledged, so the order holds across the change.
 
-A session that has no position yet (new, or rebuilt from its transcript) starts from the
-ingress consumer's ack floor: every message at or below it was acked, and the router
-acks ingress only after applying it. The floor is read at most once a second and only
-for such sessions.
+A new session (no position yet) starts from the ingress consumer's ack floor: every
+message at or below it was acked, and the router acks ingress only after applying it.
+The floor is read at most once a second and only for such sessions.
+
+A session rebuilt from its transcript has no position either, but every input before
+the next one applied is in its transcript already: that one is applied without a backlog
+read (`SessionState.rebuilt`; docs/architecture.md says what that gives up).
 """
 
 from __future__ import annotations

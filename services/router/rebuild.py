@@ -62,7 +62,7 @@ def idle_state(session_id: str, replayed: Replayed) -> SessionState:
     return SessionState(session_id=session_id, status="idle", last_config=config,
                         history_len=len(replayed.history), runs=replayed.runs, turns=replayed.turns,
                         usage=Usage(input_tokens=replayed.input_tokens, output_tokens=replayed.output_tokens),
-                        cost_usd=replayed.cost_usd, cost_unknown=replayed.cost_unknown)
+                        cost_usd=replayed.cost_usd, cost_unknown=replayed.cost_unknown, rebuilt=True)
 
 
 def reconstruct(session_id: str, events: list[dict[str, Any]], default_max_tokens: int = 4096,

@@ -276,7 +276,7 @@ class RouterService:
     async def _apply_earlier_ingress(self, sid: str, seq: int, rebuild: bool) -> None:
         """Apply the session's ingress messages that precede `seq` in the stream and are not
         applied yet, in stream order (ingress_order.py). Called holding the session's lock."""
-        after = await self._ingress_position(sid, rebuild)
+        after = await self._ingress_position(sid, seq, rebuild)
         while (earlier := await self.ingress_reader.next_after(sid, after)) is not None and earlier.seq < seq:
             parsed = self.ctx.subjects.parse_ingress(earlier.subject)
             if parsed is not None:
@@ -286,17 +286,24 @@ class RouterService:
                 metrics.INGRESS_IN_BACKLOG.inc()
             after = earlier.seq
 
-    async def _ingress_position(self, sid: str, rebuild: bool = True) -> int:
-        """The stream sequence from which the session's unapplied ingress is read: its
-        state's (this replica's latest, else the stored one), or, for a session that has
-        none, the ingress consumer's ack floor."""
+    async def _ingress_position(self, sid: str, seq: int, rebuild: bool = True) -> int:
+        """The stream sequence from which the session's unapplied ingress before `seq` is
+        read: its state's (this replica's latest, else the stored one); for a session
+        rebuilt from its transcript, `seq` itself; for a session that has none, the ingress
+        consumer's ack floor."""
         cached = self._states.get(sid)
         if cached is None:
             raw, version = await self._load(sid, rebuild)
             cached = (version, SessionState.load(raw, sid))
             if raw is not None or rebuild:  # (an unrebuilt empty state must not be committed on)
                 self._states.put(sid, cached)  # what the input's own commit starts from
-        return cached[1].ingress_seq or await self.ingress_reader.ack_floor()
+        state = cached[1]
+        if not state.ingress_seq and state.rebuilt:
+            # The ack floor could be older than the inputs the transcript holds (read up to a
+            # second ago, held back by other sessions' unacked messages): from it, a start
+            # applied long ago would start a run again.
+            return seq - 1
+        return state.ingress_seq or await self.ingress_reader.ack_floor()
 
     @property
     def ingress_reader(self) -> IngressReader:

@@ -254,6 +254,10 @@ class SessionState(BaseModel):
     """Stream sequence (LOOPWIRE_INGRESS) of the last ingress message applied to the session,
     refusals included: ingress is applied in stream order across router replicas
     (ingress_order.py), and a message at or below it was applied already. 0: none yet."""
+    rebuilt: bool = False
+    """Rebuilt from its transcript (rebuild.py), which keeps no ingress position: the
+    session's ingress messages before the next one applied were applied already (their
+    events are what it was rebuilt from), so that one's backlog is not read."""
     outbox: list[dict[str, Any]] = Field(default_factory=list)
     """Effects of the latest transition; performed again when its input is redelivered
     (a crash between commit and publish loses nothing; every effect is idempotent)."""
