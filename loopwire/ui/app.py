@@ -10,6 +10,14 @@ server is a thin translation from HTTP to NATS, through the same client the CLI 
     POST /api/sessions/{sid}/{verb}      the durable ingress: message, steer, abort, decision
     POST /api/start                      a StartRun on a new (or named) session
     GET  /api/tools                      loopwire.api.tools.list
+    POST /api/sessions/{sid}/fork        loopwire.api.session.fork (`new_session_id`, `at_seq`)
+    POST /api/sessions/{sid}/replay      the replay driver (loopwire/replay/) on a fork: its report
+    GET  /api/sessions/{sid}/waterfall   the runs' generations and tool calls on a time axis
+                                         (waterfall.py, from transcript.get)
+
+A replay's live tools run under the operator's policy, as `loopwire replay` does: the
+inspector connects with the operator's settings, and the tools service applies its
+policy to the fork's calls like any other.
 
 Writes take JSON bodies only: a cross-site form cannot send `application/json` without
 the browser asking first (CORS), so another page cannot approve or abort through it.
@@ -32,10 +40,16 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from loopwire.client import LoopwireClient
+from loopwire.replay import ReplayError, replay_session
 from loopwire.shared.contract.subjects import valid_session_id
+
+from .waterfall import waterfall
 
 STATIC = Path(__file__).parent / "static"
 VERBS = ("message", "steer", "abort", "decision")
+REPLAY_RUN_TIMEOUT_S = 300.0
+"""How long each run of a replay started from the page may take (`loopwire replay --timeout`)."""
+FORK_ERRORS = {"unknown_session": 404, "session_exists": 409, "invalid_seq": 400}
 KEEPALIVE_S = 15.0
 """A comment line this often keeps proxies from closing an idle event stream."""
 
@@ -138,6 +152,56 @@ def create_app(client: LoopwireClient) -> Starlette:
             return error(400, "invalid_session_id", "1-128 characters of A-Z a-z 0-9 _ -")
         return await publish(sid, "start", body)
 
+    async def fork(request: Request) -> Response:
+        sid = request.path_params["sid"]
+        body = await json_body(request)
+        if isinstance(body, Response):
+            return body
+        new = str(body.get("new_session_id") or "")
+        at_seq = body.get("at_seq")
+        if not valid_session_id(new, tenants="." in new):  # `<tenant>.<sid>`: a tenant's session
+            return error(400, "invalid_session_id", "the new id: 1-128 characters of A-Z a-z 0-9 _ -")
+        if at_seq is not None and (not isinstance(at_seq, int) or isinstance(at_seq, bool)):
+            return error(400, "invalid_seq", "at_seq is an event's seq (an integer)")
+        reply = await ask(client.fork(sid, new, at_seq=at_seq))
+        if reply.status_code == 400:
+            code = orjson.loads(bytes(reply.body))["error"].get("code")
+            reply.status_code = FORK_ERRORS.get(code, 400)
+        return reply
+
+    async def replay(request: Request) -> Response:
+        sid = request.path_params["sid"]
+        body = await json_body(request)
+        if isinstance(body, Response):
+            return body
+        tools = body.get("tools") or "recorded"
+        if tools not in ("recorded", "live"):
+            return error(400, "bad_request", "tools is recorded or live")
+        model = str(body.get("model") or "").strip() or None
+        system = body.get("system") if isinstance(body.get("system"), str) and body.get("system") else None
+        try:
+            report = await replay_session(client, sid, model=model, system=system, tools=tools,
+                                          run_timeout=REPLAY_RUN_TIMEOUT_S)
+        except ReplayError as exc:
+            return error(400, "replay_failed", str(exc))
+        except nats.errors.NoRespondersError:
+            return error(503, "no_services", "no loopwire service answers this query")
+        except TimeoutError:
+            return error(504, "timeout", f"a run of the replay did not end within {REPLAY_RUN_TIMEOUT_S:g}s")
+        return JSONResponse(report.to_dict())
+
+    async def runs_waterfall(request: Request) -> Response:
+        sid = request.path_params["sid"]
+        try:
+            events = await client.transcript(sid)
+        except RuntimeError as exc:  # the query's error reply
+            return error(404 if "unknown_session" in str(exc) else 400, "transcript", str(exc))
+        except nats.errors.NoRespondersError:
+            return error(503, "no_services", "no loopwire service answers this query")
+        except nats.errors.TimeoutError:
+            return error(504, "timeout", "no reply in time")
+        return JSONResponse({"session_id": sid, "runs": waterfall(events)})
+
     def page(name: str) -> Any:
         async def serve(request: Request) -> Response:
             return FileResponse(STATIC / name, headers={"Cache-Control": "no-store"})
@@ -149,6 +213,9 @@ def create_app(client: LoopwireClient) -> Starlette:
         Route("/api/sessions", sessions),
         Route("/api/sessions/{sid}", session),
         Route("/api/sessions/{sid}/events", events),
+        Route("/api/sessions/{sid}/waterfall", runs_waterfall),
+        Route("/api/sessions/{sid}/fork", fork, methods=["POST"]),
+        Route("/api/sessions/{sid}/replay", replay, methods=["POST"]),
         Route("/api/sessions/{sid}/{verb}", act, methods=["POST"]),
         Route("/api/start", start, methods=["POST"]),
         Route("/api/tools", tools),

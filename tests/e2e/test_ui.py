@@ -1,7 +1,10 @@
 """The session inspector (`loopwire ui`) in a real browser: Playwright drives Debian's
 chromium (installed by `make test`) against `loopwire ui` and `loopwire up`. Open the
 list, start a turn_by_turn run from the form, watch its text stream in, click Approve
-on its checkpoint, see it complete; the list shows it, filtered by status."""
+on its checkpoint, see it complete; the list shows it, filtered by status. A tool-using
+run's page: its waterfall (a bar per generation and per tool call), a replay from the
+page (the comparison, side by side, with no tool provider called), and "Fork here" on
+its timeline, which lands on the fork's page with its lineage."""
 
 from __future__ import annotations
 
@@ -10,19 +13,24 @@ import os
 import shutil
 import socket
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from loopwire.client import LoopwireClient
 from loopwire.testing import LoopwireContainer, free_port
 from tests.e2e.cli_driver import cli_env
+from tests.e2e.conftest import ToolProvider, wait_for_tools
 from tests.fakes.anthropic_server import FakeAnthropic
 
 pytestmark = pytest.mark.e2e
 
 CHROMIUM = "/usr/bin/chromium"
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "inspector.png"
+IMAGES = Path(__file__).resolve().parents[2] / "docs" / "img"
+SCREENSHOT = IMAGES / "inspector.png"
 
 
 @pytest.fixture
@@ -32,11 +40,11 @@ def chromium() -> str:
     return CHROMIUM
 
 
-def keep_screenshot(taken: Path) -> None:
+def keep_screenshot(taken: Path, kept: Path = SCREENSHOT) -> None:
     assert taken.stat().st_size > 10_000, "a page, not a blank"
     if os.environ.get("LOOPWIRE_UPDATE_SCREENSHOT"):  # refreshes the README's picture
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(taken, SCREENSHOT)
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(taken, kept)
 
 
 @pytest.fixture
@@ -105,6 +113,99 @@ async def test_watch_a_run_stream_and_approve_its_checkpoint(inspector: str, chr
     keep_screenshot(tmp_path / "inspector.png")
 
 
+async def test_a_tool_run_s_waterfall_replay_and_fork_from_the_timeline(
+        inspector: str, chromium: str, system: LoopwireContainer, fake: FakeAnthropic,
+        tool_provider: ToolProvider, nc: Any, tmp_path: Path) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    await wait_for_tools(nc, {"slow_echo"})
+    tool_provider.slow_delay_s = 0.4
+    call = {"name": "slow_echo", "input": {"text": "wired"}}
+    fake.script("*", [{"tool_use": [call], "delay_s": 0.3}, {"text": "It echoed: wired.", "delay_s": 0.25},
+                      # the replay's turns: the same call (answered from the recording), another answer
+                      {"tool_use": [call]}, {"text": "Echo says wired."}])
+    sid = f"ui-tools-{uuid.uuid4().hex[:8]}"
+    async with await LoopwireClient.connect(system.get_nats_url()) as lw:
+        ended = await lw.run(sid, {"input": "Echo 'wired'.", "tools": ["slow_echo"]}, timeout=60)
+    assert ended["status"] == "completed" and len(tool_provider.calls) == 1
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+        try:
+            await page.goto(f"{inspector}/session/{sid}")
+            # the waterfall: a bar per generation (2 turns) and per tool call (1), with their durations
+            chart = page.locator(f".run-waterfall[data-run='{ended['run_id']}']")
+            await expect(chart.locator("rect.bar.generation")).to_have_count(2, timeout=15_000)
+            await expect(chart.locator("rect.bar.tool")).to_have_count(1)
+            await expect(chart.locator("rect.bar.tool")).to_have_attribute("data-name", "slow_echo")
+            await expect(chart.locator("table.turns tbody tr")).to_have_count(2)
+            await expect(chart.locator(".run-head")).to_contain_text("completed")
+            tool_title = await chart.locator("rect.bar.tool title").text_content()
+            assert tool_title and tool_title.startswith("slow_echo: "), tool_title
+            # each bar is as long as its span on the run's axis (the rendered width, after CSS)
+            (run,) = (await page.evaluate(f"fetch('/api/sessions/{sid}/waterfall').then((r) => r.json())"))["runs"]
+            (tool_span,) = run["tools"]
+            assert tool_span["name"] == "slow_echo" and tool_span["duration_ms"] >= 400, tool_span
+            widths = await chart.evaluate("""(chart) => ({
+                tool: chart.querySelector("rect.bar.tool").getBoundingClientRect().width,
+                generations: [...chart.querySelectorAll("rect.bar.generation")].map((b) => b.getBoundingClientRect().width),
+            })""")
+            scale = widths["tool"] / tool_span["duration_ms"]  # px per ms of the run's axis
+            assert abs(scale - 820 / run["duration_ms"]) < 0.01, "the axis spans the whole run (waterfall.js PLOT_W)"
+            for turn, width in zip(run["turns"], widths["generations"], strict=True):
+                assert abs(width - max(2.0, turn["duration_ms"] * scale)) <= 2, (turn, width, scale)
+                assert turn["duration_ms"] >= 250, "the fake model's delay_s is in the generation's span"
+            await expect(page.locator(".ev.ended")).to_have_attribute("data-status", "completed", timeout=10_000)
+
+            # a replay from the page, recorded tools: the comparison, run by run; no tool ran again
+            await page.fill("#replay input[name=model]", "claude-haiku-4-5")
+            await page.select_option("#replay select[name=tools]", "recorded")
+            await page.click("#replay button[type=submit]")
+            comparison = page.locator("#comparison .run-comparison[data-run='1']")
+            await expect(comparison).to_be_visible(timeout=60_000)
+            await expect(comparison.locator("tr[data-row='status'] td.recorded")).to_have_text("completed")
+            await expect(comparison.locator("tr[data-row='status'] td.replayed")).to_have_text("completed")
+            await expect(comparison.locator("tr[data-row='final text']")).to_have_class("differs")
+            await expect(comparison.locator("tr[data-row='final text'] td.replayed")).to_have_text("Echo says wired.")
+            await expect(comparison.locator("tr[data-row='tool calls'] td.replayed")).to_contain_text("slow_echo")
+            await expect(comparison.locator("pre.diff")).to_contain_text("+Echo says wired.")
+            await expect(page.locator("#comparison .verdict")).to_have_text("same statuses in every run")
+            assert len(tool_provider.calls) == 1, "recorded tools: the provider was not called again"
+            await page.screenshot(path=str(tmp_path / "waterfall.png"), full_page=True)
+            replay_link = page.locator("#comparison p a.sid").first
+            assert (await replay_link.text_content() or "").startswith(f"{sid}-replay-")
+
+            # Fork here on the tool call's event: a new id, then the fork's page with its lineage
+            tool_call = page.locator(".ev.tool", has_text="→ slow_echo")
+            seq = int((await tool_call.locator(".meta").text_content() or "#0").split()[0].lstrip("#"))
+            await tool_call.locator("button.fork-here").click()
+            new_id = tool_call.locator("form.fork input[name=new_session_id]")
+            assert (await new_id.input_value()).startswith(f"{sid}-fork-"), "a suggested id"
+            fork = f"{sid}-f"
+            await new_id.fill(fork)
+            await tool_call.locator("form.fork button[type=submit]").click()
+            await page.wait_for_url(f"**/session/{fork}", timeout=15_000)
+            lineage = page.locator("#lineage .forked-from")
+            await expect(lineage).to_have_text(f"forked from {sid} at seq {seq}", timeout=10_000)
+            await expect(page.locator("#timeline")).to_contain_text("session.forked")
+            await expect(page.locator("#status")).to_have_text("idle")
+            # its source lists it among its forks (with the replay's fork), and the link goes back
+            await lineage.locator("a").click()
+            await page.wait_for_url(f"**/session/{sid}")
+            await expect(page.locator("#lineage .forks")).to_contain_text(fork, timeout=10_000)
+
+            # forking again into the same id is refused on the page
+            first_event = page.locator(".ev").first
+            await first_event.locator("button.fork-here").click()
+            await first_event.locator("form.fork input[name=new_session_id]").fill(fork)
+            await first_event.locator("form.fork button[type=submit]").click()
+            await expect(first_event.locator(".fork-error")).to_contain_text("session_exists")
+        finally:
+            await browser.close()
+    keep_screenshot(tmp_path / "waterfall.png", IMAGES / "inspector-waterfall.png")
+
+
 def post(url: str, body: bytes, content_type: str) -> tuple[int, dict[str, object]]:
     import json
     import urllib.error
@@ -131,3 +232,23 @@ async def test_writes_take_json_only_and_bad_input_is_refused(inspector: str) ->
     status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/s1/abort", b'{"reason": "x"}',
                                             "application/json")
     assert status == 202 and reply["ack"]["stream"] == "LOOPWIRE_INGRESS"  # type: ignore[index]
+
+
+async def test_fork_and_replay_refusals_come_back_as_errors(inspector: str) -> None:
+    missing = f"nobody-{uuid.uuid4().hex[:8]}"
+    status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/{missing}/fork",
+                                            b'{"new_session_id": "x1"}', "application/json")
+    assert status == 404 and reply["error"]["code"] == "unknown_session"  # type: ignore[index]
+    status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/{missing}/fork",
+                                            b'{"new_session_id": "not an id"}', "application/json")
+    assert status == 400 and reply["error"]["code"] == "invalid_session_id"  # type: ignore[index]
+    status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/{missing}/fork",
+                                            b'{"new_session_id": "x2", "at_seq": "3"}', "application/json")
+    assert status == 400 and reply["error"]["code"] == "invalid_seq"  # type: ignore[index]
+    status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/{missing}/replay",
+                                            b'{"tools": "sometimes"}', "application/json")
+    assert status == 400 and reply["error"]["code"] == "bad_request"  # type: ignore[index]
+    status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/{missing}/replay", b"{}",
+                                            "application/json")
+    assert status == 400 and reply["error"]["code"] == "replay_failed", reply  # type: ignore[index]
+    assert "no run to replay" in reply["error"]["message"]  # type: ignore[index]

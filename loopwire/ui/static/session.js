@@ -1,6 +1,10 @@
 // One session: its live timeline (server-sent events from the LOOPWIRE_EVENTS stream,
-// each event once, in seq order), the budget, approvals and the message / steer / abort forms.
+// each event once, in seq order), the budget, approvals and the message / steer / abort forms;
+// lineage and "Fork here" (lineage.js), the waterfall (waterfall.js), replays (replay.js).
 import { api, cost, el, textOf } from "./common.js";
+import { forkButton, showLineage } from "./lineage.js";
+import { setupReplay } from "./replay.js";
+import { refreshWaterfall } from "./waterfall.js";
 
 const sid = decodeURIComponent(window.location.pathname.split("/").pop());
 const timeline = document.querySelector("#timeline");
@@ -15,7 +19,8 @@ function add(kind, ...children) {
   return node;
 }
 
-const meta = (event) => el("div", { class: "meta" }, `#${event.seq} ${event.kind} · ${new Date(event.ts).toLocaleTimeString()}`);
+const meta = (event) => el("div", { class: "meta" }, `#${event.seq} ${event.kind} · ${new Date(event.ts).toLocaleTimeString()} `,
+  forkButton(sid, event));
 
 function setBar(id, used, max) {
   const bar = document.querySelector(id);
@@ -42,6 +47,7 @@ async function refreshStatus() {
     status.textContent = s.status;
     status.className = `status ${s.status}`;
     document.querySelector("#profile-name").textContent = s.profile ?? "";
+    showLineage(s);
     // The session's cost so far (null: a model without a known price); events carry it only at run.ended.
     run.costKnown = s.cost_usd !== null && s.cost_usd !== undefined;
     run.cost = s.cost_usd ?? 0;
@@ -112,8 +118,10 @@ function render(event) {
     case "message": {
       const text = textOf(event.message.content);
       const node = streaming.get(key);
-      if (node) node.textContent = text;
-      else if (text) add("assistant", meta(event), el("div", { class: "text" }, text));
+      if (node && node !== true) {
+        node.textContent = text;
+        node.parentElement.querySelector(".meta").replaceWith(meta(event)); // the message's seq, to fork at
+      } else if (!node && text) add("assistant", meta(event), el("div", { class: "text" }, text));
       streaming.set(key, node || true);
       run.turns = event.turn;
       run.tokens += (event.usage?.input_tokens ?? 0) + (event.usage?.output_tokens ?? 0);
@@ -183,9 +191,17 @@ function render(event) {
 }
 
 const source = new EventSource(`/api/sessions/${encodeURIComponent(sid)}/events`);
+// The waterfall is redrawn from the transcript when a span or a mark may have changed.
+const WATERFALL_KINDS = new Set(["run.started", "message", "tool.call", "tool.result", "loop.detected",
+  "model.fallback", "compaction", "run.ended"]);
+let waterfallDue = null;
 source.onmessage = (message) => {
-  render(JSON.parse(message.data));
+  const event = JSON.parse(message.data);
+  render(event);
   refreshStatus();
+  if (WATERFALL_KINDS.has(event.kind) && !waterfallDue) {
+    waterfallDue = setTimeout(() => { waterfallDue = null; refreshWaterfall(sid); }, 300);
+  }
 };
 
 for (const [id, verb, field] of [["#message", "message", "content"], ["#steer", "steer", "content"], ["#abort", "abort", "reason"]]) {
@@ -197,6 +213,8 @@ for (const [id, verb, field] of [["#message", "message", "content"], ["#steer", 
   });
 }
 
+setupReplay(sid);
 refreshStatus();
+refreshWaterfall(sid);
 setInterval(refreshStatus, 5000);
 showBudget();
