@@ -15,7 +15,8 @@ def register(app: typer.Typer) -> None:
                                                     show_default=False)] = None,
            host: Annotated[str | None, typer.Option(help="Address (default: LOOPWIRE_UI_HOST, 127.0.0.1).",
                                                     show_default=False)] = None) -> None:
-        """Serve the session inspector: sessions, live timelines, approvals, message / steer / abort."""
+        """Serve the session inspector: sessions, live timelines, approvals, message / steer / abort,
+        each run's waterfall, fork at an event, replay and compare."""
         from loopwire.ui.app import serve
 
         settings = cli_settings()

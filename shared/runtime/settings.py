@@ -86,10 +86,11 @@ class Settings(BaseSettings):
     """Address of the /metrics, /healthz, /readyz server."""
     ui_port: int = 8765
     """Port of the session inspector, `loopwire ui` (a web page: sessions, live timelines,
-    approvals, message / steer / abort)."""
+    approvals, message / steer / abort, waterfalls, fork and replay)."""
     ui_host: str = "127.0.0.1"
-    """Address `loopwire ui` listens on. Whoever reaches it can answer approvals and steer
-    runs as the UI's NATS user: open it wider only behind your own access control."""
+    """Address `loopwire ui` listens on. Whoever reaches it can answer approvals, steer runs
+    and replay sessions with live tools as the UI's NATS user: open it wider only behind
+    your own access control."""
     data_dir: str = ".run"
     """Where `loopwire up --embedded` keeps the data and logs of the nats-server and
     redis-server it starts."""
