@@ -51,7 +51,7 @@ SERVICE_NAMES = ("router", "llm", "tools", "memory", "transcripts")
 
 
 SERVICE_CLASSES = {
-    "router": "loopwire.router.service:RouterService",
+    "router": "loopwire.router.shell.service:RouterService",
     "llm": "loopwire.llm.service:LlmService",
     "tools": "loopwire.tools.service:ToolsService",
     "memory": "loopwire.memory.service:MemoryService",

@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from loopwire.memory.assembly import normalise_messages
-from loopwire.router import inputs as i
-from loopwire.router.core import CoreConfig, Decision, decide
-from loopwire.router.effects import EmitEvent, PublishNotice, PublishWork
-from loopwire.router.state import RunState, SessionState
+from loopwire.router.core import inputs as i
+from loopwire.router.core.decide import CoreConfig, Decision, decide
+from loopwire.router.core.effects import EmitEvent, PublishNotice, PublishWork
+from loopwire.router.core.state import RunState, SessionState
 from loopwire.shared.contract.envelopes import GenerationResult, StepError, ToolResultItem, ToolsResult, Usage
 from loopwire.shared.contract.protocol import Abort, ApprovalDecision, FollowUp, StartRun, make_event
 from loopwire.shared.runtime.pricing import price_table

@@ -9,7 +9,7 @@ same input and two different answers is replayed in order. A call with no record
 gets an `is_error` result that says so: the model reads it, as any tool failure.
 
 Who may ask for it: whoever may fork the session (the same tenant: the fork's source is
-its own, services/router/fork.py). It grants nothing the client could not read already,
+its own, services/router/shell/fork.py). It grants nothing the client could not read already,
 the source's transcript, and runs nothing: the results come only from `tool.result`
 events, which loopwire's services write for calls they made (or answered themselves),
 never from anything a client sends, so a client cannot put results of its own into a

@@ -52,7 +52,7 @@ take them."""
 class CallContext:
     """The call an in-process tool is running for: the same ids a NATS provider gets as
     headers. A tool that starts a child run forwards `headers()` on the child's `start`,
-    so the router knows the child's parent (services/router/subagent.py)."""
+    so the router knows the child's parent (services/router/core/subagent.py)."""
 
     session_id: str
     tool_use_id: str

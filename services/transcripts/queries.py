@@ -43,7 +43,7 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
         "profile": config.get("profile"),
         "turns": raw.get("turns", 0),
         "usage": {"input_tokens": input_tokens, "output_tokens": usage.get("output_tokens", 0)},
-        # null when some generation's model had no known price (services/router/core.py)
+        # null when some generation's model had no known price (services/router/core/decide.py)
         "cost_usd": None if raw.get("cost_unknown") else round(float(raw.get("cost_usd", 0.0)), 8),
         "messages": messages,
         "run_id": run.get("run_id") or (raw.get("waiting") or {}).get("run_id"),
@@ -69,7 +69,7 @@ async def lineage(sid: str, source: dict[str, Any] | list[dict[str, Any]], sessi
         forked_from = {"session_id": first.get("from_session_id"), "seq": first.get("from_seq"),
                        "cut_seq": first.get("cut_seq")} if first and first.get("kind") == FORKED else None
     listed = await sessions.forks(sid)
-    # A fork is listed before it is made: keep those that exist (services/router/fork.py).
+    # A fork is listed before it is made: keep those that exist (services/router/shell/fork.py).
     states = await sessions.load_many(listed) if listed else []
     forks = [f for f, state in zip(listed, states, strict=True)
              if state is not None and (state.get("forked_from") or {}).get("session_id") == sid]

@@ -255,7 +255,7 @@ class ToolsResult(_Envelope):
 
 # -- router -> router ---------------------------------------------------------------------
 class TenantAdmission(_Envelope):
-    """A tenant's answer for a run that waits for a slot (services/router/admission.py),
+    """A tenant's answer for a run that waits for a slot (services/router/core/admission.py),
     sent by the router that freed the slot (or by the tenants' sweep) to whichever router
     takes it: durable, so a crash before the run started redelivers it. `step_id`: the
     answer's own id (keys.admission_id), the same from every sender."""

@@ -173,7 +173,7 @@ class BudgetWarning(Event):
 class UserMessage(Event):
     """Addition: a message the router added to the history that the model did not write
     (the user's input, a follow-up, a steer, a redirect, tool results), so the transcript
-    alone can rebuild the session (services/router/rebuild.py)."""
+    alone can rebuild the session (services/router/shell/rebuild.py)."""
 
     kind: Literal["user.message"] = "user.message"
     turn: int

@@ -23,9 +23,9 @@ Profile = Literal[
 Permission = Literal["auto", "approve", "deny"]
 
 FINISH_TOOL = "finish_agentic_task"
-"""The reserved tool that ends an agentic run (services/router/finish.py)."""
+"""The reserved tool that ends an agentic run (services/router/core/finish.py)."""
 UPDATE_PLAN_TOOL = "update_plan"
-"""The reserved tool of agentic_planned's plan phase (services/router/planning.py)."""
+"""The reserved tool of agentic_planned's plan phase (services/router/core/planning.py)."""
 RESERVED_TOOL_NAMES = frozenset({FINISH_TOOL, UPDATE_PLAN_TOOL})
 """Names the router answers itself: no provider and no in-process tool may take them."""
 RunStatus = Literal["completed", "aborted", "budget_exhausted", "max_turns", "loop_terminated", "failed"]
@@ -74,7 +74,7 @@ class ModelSpec(IngressBody):
     else the run's models."""
     lightweight: str | None = None
     """The model of the lightweight work (plan building, memory's calls) when `selection`
-    is `auto` (services/router/model_tiers.py)."""
+    is `auto` (services/router/core/model_tiers.py)."""
     selection: Literal["manual", "auto"] = "manual"
     """`manual`: every generation uses `primary` (then `fallbacks`); `auto`: the
     lightweight work uses `lightweight`."""
@@ -205,7 +205,7 @@ class SessionsListRequest(IngressBody):
 
 class SessionForkRequest(IngressBody):
     """`<prefix>.api.session.fork`: a new idle session whose history is the source's as it
-    stood at `at_seq` (services/router/fork.py)."""
+    stood at `at_seq` (services/router/shell/fork.py)."""
 
     session_id: str
     new_session_id: str

@@ -11,7 +11,7 @@ Two kinds arrive in LOOPWIRE_DEADLETTERS (shared/runtime/streams.py):
   The advisory carries the stream sequence; the message itself is still in its stream, so
   its subject, headers and body are read back from there.
 
-The router's consumer of that stream (services/router/service.py) turns each into an
+The router's consumer of that stream (services/router/shell/service.py) turns each into an
 input of its core: the run ends `failed` with an `error` event `undeliverable`, and the
 session takes new input again.
 """

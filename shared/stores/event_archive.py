@@ -1,7 +1,7 @@
 """A session's events as the LOOPWIRE_EVENTS stream retained them: the transcript's second copy.
 
 The event log in Redis (event_log.py) is what `transcript.get` reads and what a session
-is rebuilt from (services/router/rebuild.py, replaying it with shared/stores/transcript.py). Every event is also published to the
+is rebuilt from (services/router/shell/rebuild.py, replaying it with shared/stores/transcript.py). Every event is also published to the
 JetStream stream LOOPWIRE_EVENTS, which keeps it on disk independently of Redis (for
 `LOOPWIRE_EVENTS_MAX_AGE_S`, by default for good). When Redis has lost a session's log
 (its data was flushed, lost with an unpersisted restart, or aged out), the stream still

@@ -1,6 +1,6 @@
 """Forks: where a session is cut, and where a fork's history comes from.
 
-A fork (`<prefix>.api.session.fork`, services/router/fork.py) is a new session whose
+A fork (`<prefix>.api.session.fork`, services/router/shell/fork.py) is a new session whose
 history is its source's as it stood at one event. Its transcript starts with
 `session.forked` (`from_session_id`, `from_seq`, `cut_seq`, `config`) and holds only what
 happened on the fork: the history it started with is the source's events up to

@@ -80,7 +80,7 @@ class SessionStore(Store, Protocol):
 
     async def forks(self, sid: str) -> list[str]:
         """The sessions listed as forked from `sid`, in the order they were listed. A fork
-        is listed before it is made (services/router/fork.py): one never made stays
+        is listed before it is made (services/router/shell/fork.py): one never made stays
         listed, so a reader keeps those that exist."""
         ...
 

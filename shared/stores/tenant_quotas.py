@@ -4,7 +4,7 @@ Every key of one tenant carries the hash tag `{t:<tenant>}`, so on a Redis Clust
 share one slot and each operation below is one Lua script on it. No script touches a
 session's keys too (those live in the session's own slot): the router commits a run's
 state first and settles its tenant's keys after the commit, idempotently by run id, and
-a sweep (services/router/quota_sweep.py) reconciles the two after a crash in between.
+a sweep (services/router/shell/quota_sweep.py) reconciles the two after a crash in between.
 
 - `slots`: hash run id -> session id, the tenant's runs that hold a slot (running, or
   granted one and about to start);

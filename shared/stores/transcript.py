@@ -2,7 +2,7 @@
 
 The event log (keys.event_stream, event_log.py) is the source of truth of a session; the
 router's Redis state is a cache of what it says. Two services read a session back from
-it: the router rebuilds a session whose state is gone (services/router/rebuild.py), and
+it: the router rebuilds a session whose state is gone (services/router/shell/rebuild.py), and
 the transcripts service answers `session.get` from it meanwhile. Both replay the events
 here into the conversation they describe.
 
@@ -25,7 +25,7 @@ external agent's, whose agent is gone with its step) that nothing answered since
 (`Replayed.open_run`, its events; `pending_approval`, that event) and the calls of its
 last message still wait for their results: the history leaves them unanswered, as the
 router's own history does while a checkpoint is open, so that the decision can run
-exactly those calls (services/router/journal_resume.py).
+exactly those calls (services/router/core/journal_resume.py).
 `run.started.config` (addition) is what the last run was started with (profile, models,
 max_tokens and temperature, tools and their permissions, limits, system prompt,
 strategy, metadata); without it, the profile and the last model used.

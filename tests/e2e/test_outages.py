@@ -216,7 +216,7 @@ async def test_after_redis_lost_its_data_a_session_seq_continues_from_the_events
             sub = await nc.subscribe(f"loopwire.out.{sid}.>", cb=on_event)
             await start(nc, sid, {"input": "two", "tools": []})
             # The session's transcript is restored from the events stream with it
-            # (services/router/rebuild.py): the first run's end, then the second's.
+            # (services/router/shell/rebuild.py): the first run's end, then the second's.
             run = (await ended(nc, sid, timeout=30, count=2))[-1]
             await sub.unsubscribe()
             assert run["final_text"] == "Second." and run["seq"] > last

@@ -22,7 +22,7 @@ import pytest
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
 
-from loopwire.router.finish import GUIDELINE
+from loopwire.router.core.finish import GUIDELINE
 from loopwire.shared.contract import keys
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic

@@ -1,5 +1,5 @@
 """A subagent end to end: a tool served with nats.micro starts a child run through the
-public contract (services/router/subagent.py), waits for its `run.ended`, and answers
+public contract (services/router/core/subagent.py), waits for its `run.ended`, and answers
 with the child's final text; the parent run goes on with it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from nats import micro
 from nats.aio.client import Client as NatsClient
 
-from loopwire.router.subagent import child_headers, child_start
+from loopwire.router.core.subagent import child_headers, child_start
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import wait_for_tools

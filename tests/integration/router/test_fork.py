@@ -1,4 +1,4 @@
-"""The router's fork (services/router/fork.py) on every store backend, one Redis and a
+"""The router's fork (services/router/shell/fork.py) on every store backend, one Redis and a
 3-master Redis Cluster (where the source and the fork sit in different slots): what a
 fork writes and shares, the retry of one, and a fork rebuilt from its transcript alone.
 The events' publication is recorded here; tests/e2e/test_fork_replay.py runs the whole."""
@@ -14,8 +14,8 @@ import pytest
 from redis.crc import key_slot
 
 from loopwire.memory.assembly import normalise_messages
-from loopwire.router.fork import ForkQuery, ForkRefused
-from loopwire.router.rebuild import rebuild_session
+from loopwire.router.shell.fork import ForkQuery, ForkRefused
+from loopwire.router.shell.rebuild import rebuild_session
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.protocol import SessionForkRequest
 from loopwire.shared.runtime.settings import Settings

@@ -1,4 +1,4 @@
-"""The tenants' sweep (services/router/quota_sweep.py) against a real Redis: records left
+"""The tenants' sweep (services/router/shell/quota_sweep.py) against a real Redis: records left
 by a router that crashed between a session's commit and its tenant's keys are repaired
 from the sessions' stored states (a slot of an ended run released and handed on, a slot
 granted to a run nobody started admitted, an unannounced queue place announced), the
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from loopwire.router.quota_keeper import Admission, QuotaKeeper
-from loopwire.router.quota_sweep import QuotaSweep
+from loopwire.router.shell.quota_keeper import Admission, QuotaKeeper
+from loopwire.router.shell.quota_sweep import QuotaSweep
 from loopwire.shared.contract.tenant_limits import TenantLimit, TenantLimits
 from loopwire.shared.observability import metrics
 from loopwire.shared.stores.session_store import RedisSessionStore

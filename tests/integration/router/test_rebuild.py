@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from loopwire.router.rebuild import rebuild_session
+from loopwire.router.shell.rebuild import rebuild_session
 from loopwire.shared.contract.protocol import SessionGetRequest
 from loopwire.shared.stores.event_log import InMemoryEventLog, RedisEventLog
 from loopwire.shared.stores.redis_connection import connect_redis

@@ -1,4 +1,4 @@
-"""The strategy store reads its file and Redis (services/router/strategy.py)."""
+"""The strategy store reads its file and Redis (services/router/shell/strategy_store.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from loopwire.router.strategy import StrategyStore
+from loopwire.router.shell.strategy_store import StrategyStore
 from loopwire.shared.contract import keys
 from tests.unit.router.test_strategy import ENTRIES
 

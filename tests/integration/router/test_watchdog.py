@@ -1,4 +1,4 @@
-"""The router's watchdog (services/router/watchdog.py) against a real Redis: a run whose
+"""The router's watchdog (services/router/shell/watchdog.py) against a real Redis: a run whose
 step makes no progress for longer than the limit is ended through the core; progress, an
 ended run, or a run between steps is left alone."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from loopwire.router import inputs as i
-from loopwire.router.watchdog import Watchdog, executor_stall_after, note_status, stall_after
+from loopwire.router.core import inputs as i
+from loopwire.router.shell.watchdog import Watchdog, executor_stall_after, note_status, stall_after
 from loopwire.shared.contract import keys
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.stores.session_store import RedisSessionStore

@@ -1,5 +1,5 @@
 """docs/profiles.md's table "Where loopwire follows the designs and where it differs" has
-exactly the rows services/router/design_differences.py lists, in its order, none silent."""
+exactly the rows services/router/core/design_differences.py lists, in its order, none silent."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from loopwire.router.design_differences import DESIGN_DIFFERENCES
+from loopwire.router.core.design_differences import DESIGN_DIFFERENCES
 from tests.paths import REPO
 
 pytestmark = pytest.mark.unit

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router import answers
-from loopwire.router.core import CoreConfig
+from loopwire.router.core import answers
+from loopwire.router.core.decide import CoreConfig
 from tests.router_driver import PRICES, Driver, call
 
 pytestmark = pytest.mark.unit

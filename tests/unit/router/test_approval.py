@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router.state import SessionState
+from loopwire.router.core.state import SessionState
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.unit
@@ -96,7 +96,7 @@ def test_a_redelivered_decision_replays_its_outbox_and_nothing_else() -> None:
     d.start(input="x", tool_permissions={"rm": "approve"})
     d.answer(call("t1", "rm"))
     inp_id = "in:dup"
-    from loopwire.router import inputs as i
+    from loopwire.router.core import inputs as i
     from loopwire.shared.contract.protocol import ApprovalDecision
     inp = i.DecisionInput(input_id=inp_id, body=ApprovalDecision(checkpoint_id=approval_of(d)["checkpoint_id"],
                                                                decision="approve"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router import budget
-from loopwire.router.finish import OUT_OF_BUDGET_NOTE
+from loopwire.router.core import budget
+from loopwire.router.core.finish import OUT_OF_BUDGET_NOTE
 from loopwire.shared.contract.envelopes import Usage
 from tests.router_driver import Driver, call
 
@@ -120,7 +120,7 @@ def test_a_failed_converging_generation_still_ends_budget_exhausted_with_the_bes
 
 
 def test_memory_extra_usage_joins_the_ledger_once_even_on_a_failed_step() -> None:
-    from loopwire.router import inputs as i
+    from loopwire.router.core import inputs as i
     from loopwire.shared.contract.envelopes import GenerationResult, StepError
 
     d = Driver()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from loopwire.router import inputs as i
+from loopwire.router.core import inputs as i
 from loopwire.shared.contract.protocol import FollowUp, StartRun
 from loopwire.tools.invoke import context_headers
 from tests.router_driver import Driver, call

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from loopwire.router import inputs as i
-from loopwire.router.core import CoreConfig, Decision, decide
-from loopwire.router.effects import EmitEvent, PublishWork
-from loopwire.router.state import SessionState
+from loopwire.router.core import inputs as i
+from loopwire.router.core.decide import CoreConfig, Decision, decide
+from loopwire.router.core.effects import EmitEvent, PublishWork
+from loopwire.router.core.state import SessionState
 from loopwire.shared.contract.envelopes import GenerationResult, StepError, ToolResultItem, ToolsResult, Usage
 from loopwire.shared.contract.protocol import Abort, ApprovalDecision, FollowUp, StartRun
 

@@ -9,11 +9,11 @@ from typing import Any
 import orjson
 import pytest
 
-from loopwire.router import inputs as i
-from loopwire.router.core import decide
-from loopwire.router.decision_telemetry import count_decision
-from loopwire.router.effects import PublishNotice
-from loopwire.router.service import RouterService
+from loopwire.router.core import inputs as i
+from loopwire.router.core.decide import decide
+from loopwire.router.core.effects import PublishNotice
+from loopwire.router.shell.decision_telemetry import count_decision
+from loopwire.router.shell.service import RouterService
 from loopwire.shared.contract.protocol import StartRun
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.observability import metrics

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router.core import Decision
-from loopwire.router.decision_telemetry import count_approvals
-from loopwire.router.state import SessionState
+from loopwire.router.core.decide import Decision
+from loopwire.router.core.state import SessionState
+from loopwire.router.shell.decision_telemetry import count_approvals
 from loopwire.shared.observability import metrics
 
 pytestmark = pytest.mark.unit

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router.config import CoreConfig
-from loopwire.router.error_policy import classify_generation_failure
-from loopwire.router.state import RunConfig, RunState
+from loopwire.router.core.config import CoreConfig
+from loopwire.router.core.error_policy import classify_generation_failure
+from loopwire.router.core.state import RunConfig, RunState
 from loopwire.shared.contract.envelopes import StepError
 from tests.router_driver import Driver, call
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router import inputs as i
-from loopwire.router.core import CoreConfig
-from loopwire.router.executor_profiles import ACP_PIPELINE, CLI_PIPELINE
-from loopwire.router.profiles import PROFILES
+from loopwire.router.core import inputs as i
+from loopwire.router.core.decide import CoreConfig
+from loopwire.router.core.executor_profiles import ACP_PIPELINE, CLI_PIPELINE
+from loopwire.router.core.profiles import PROFILES
 from loopwire.shared.contract.envelopes import ExecutorPermission, GenerationResult, Usage
 from loopwire.shared.contract.protocol import StartRun
 from tests.router_driver import CFG, Driver

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router import strategy_loop
-from loopwire.router.finish import FINISH_SPEC, normalise_conclusion, out_of_budget_conclusion
+from loopwire.router.core import strategy_loop
+from loopwire.router.core.finish import FINISH_SPEC, normalise_conclusion, out_of_budget_conclusion
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.unit

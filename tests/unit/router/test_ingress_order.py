@@ -1,6 +1,6 @@
 """Per-session ingress order in the router's core: the session's position in the ingress
 stream, what an input found at or below it does, refusals that still move it, and the
-work in flight kept in the outbox (services/router/ingress_order.py, core.py)."""
+work in flight kept in the outbox (services/router/shell/ingress_order.py, core/decide.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from loopwire.router import inputs as i
-from loopwire.router.core import CoreConfig, decide
-from loopwire.router.effects import PublishWork, effect_from_dict
-from loopwire.router.state import SessionState
+from loopwire.router.core import inputs as i
+from loopwire.router.core.decide import CoreConfig, decide
+from loopwire.router.core.effects import PublishWork, effect_from_dict
+from loopwire.router.core.state import SessionState
 from loopwire.shared.contract.protocol import Abort, FollowUp, StartRun
 from tests.router_driver import PRICES
 

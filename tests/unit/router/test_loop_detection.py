@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router.config import CoreConfig
-from loopwire.router.loop_detection import (
+from loopwire.router.core.config import CoreConfig
+from loopwire.router.core.loop_detection import (
     REDIRECT,
     call_signature,
     detect,
@@ -242,7 +242,7 @@ def test_call_signatures_are_those_of_canonical_json() -> None:
     import hashlib
     import json
 
-    from loopwire.router.loop_detection import call_signature
+    from loopwire.router.core.loop_detection import call_signature
 
     call = {"name": "add", "input": {"b": 2.5, "a": [1, "é", None, True], "z": {"y": 1, "x": "\u2028"}}}
     canonical = json.dumps(call["input"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)

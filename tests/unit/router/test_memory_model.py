@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router import inputs as i
-from loopwire.router.core import CoreConfig
-from loopwire.router.effects import PublishWork
+from loopwire.router.core import inputs as i
+from loopwire.router.core.decide import CoreConfig
+from loopwire.router.core.effects import PublishWork
 from loopwire.shared.contract.envelopes import GenerationResult, Usage
 from loopwire.shared.runtime.pricing import cost_usd
 from loopwire.shared.runtime.settings import Settings

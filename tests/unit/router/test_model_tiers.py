@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router import model_tiers
-from loopwire.router.core import CoreConfig
-from loopwire.router.profiles import PROFILES
+from loopwire.router.core import model_tiers
+from loopwire.router.core.decide import CoreConfig
+from loopwire.router.core.profiles import PROFILES
 from loopwire.shared.contract.protocol import ModelSpec
 from tests.router_driver import PRICES, Driver, call
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from loopwire.router import inputs as i
-from loopwire.router.core import CoreConfig
-from loopwire.router.ingress import decode_ingress
-from loopwire.router.strategy import StrategyConfig
-from loopwire.router.tool_policy import merge_permissions, narrow_tools
+from loopwire.router.core import inputs as i
+from loopwire.router.core.decide import CoreConfig
+from loopwire.router.core.ingress import decode_ingress
+from loopwire.router.core.strategy import StrategyConfig
+from loopwire.router.core.tool_policy import merge_permissions, narrow_tools
 from loopwire.shared.contract.events import validate_event
 from loopwire.shared.contract.input_guard import deeper_than
 from loopwire.shared.contract.protocol import StartRun, TranscriptGetRequest

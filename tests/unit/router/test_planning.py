@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from loopwire.router import planning
+from loopwire.router.core import planning
 from tests.router_driver import Driver, call
 from tests.unit.router.test_profiles import phases
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router import inputs as i
-from loopwire.router.phases import IllegalTransition, change_phase, check_transition
-from loopwire.router.profiles import PROFILES, get_profile
-from loopwire.router.state import RunConfig, RunState
+from loopwire.router.core import inputs as i
+from loopwire.router.core.phases import IllegalTransition, change_phase, check_transition
+from loopwire.router.core.profiles import PROFILES, get_profile
+from loopwire.router.core.state import RunConfig, RunState
 from loopwire.shared.contract.protocol import StartRun
 from tests.router_driver import Driver, call
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router.progress_injection import truncate
+from loopwire.router.core.progress_injection import truncate
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.unit
@@ -48,7 +48,7 @@ def test_the_task_is_truncated() -> None:
 def test_profile_setting_none_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
-    from loopwire.router import profiles
+    from loopwire.router.core import profiles
 
     monkeypatch.setitem(profiles.PROFILES, "agentic",
                         dataclasses.replace(profiles.PROFILES["agentic"], progress_injection="none"))

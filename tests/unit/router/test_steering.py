@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router import inputs as i
-from loopwire.router.config import CoreConfig
-from loopwire.router.follow_ups import STEERED_GENERATION
+from loopwire.router.core import inputs as i
+from loopwire.router.core.config import CoreConfig
+from loopwire.router.core.follow_ups import STEERED_GENERATION
 from loopwire.shared.contract.envelopes import GenerationResult
 from tests.router_driver import PRICES, Driver, call
 

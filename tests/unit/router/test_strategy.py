@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from loopwire.router import inputs as i
-from loopwire.router.finish import GUIDELINE
-from loopwire.router.strategy import StrategyConfig, index, load_file, resolve
+from loopwire.router.core import inputs as i
+from loopwire.router.core.finish import GUIDELINE
+from loopwire.router.core.strategy import StrategyConfig, index, resolve
+from loopwire.router.shell.strategy_store import load_file
 from loopwire.shared.contract.protocol import StartRun
 from tests.router_driver import Driver
 

@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from loopwire.router import inputs as i
-from loopwire.router import subagent
+from loopwire.router.core import inputs as i
+from loopwire.router.core import subagent
 from loopwire.shared.contract.protocol import StartRun
 from tests.router_driver import Driver
 

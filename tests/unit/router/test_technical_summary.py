@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router import inputs as i
-from loopwire.router import technical_summary
-from loopwire.router.config import CoreConfig
-from loopwire.router.finish import GUIDELINE
-from loopwire.router.state import RunConfig, RunState
+from loopwire.router.core import inputs as i
+from loopwire.router.core import technical_summary
+from loopwire.router.core.config import CoreConfig
+from loopwire.router.core.finish import GUIDELINE
+from loopwire.router.core.state import RunConfig, RunState
 from loopwire.shared.contract.protocol import StartRun
 from tests.router_driver import PRICES, Driver, call
 

@@ -1,4 +1,4 @@
-"""Tenant limits in the router's core (services/router/tenant_quotas.py, admission.py):
+"""Tenant limits in the router's core (services/router/core/tenant_quotas.py, admission.py):
 with LOOPWIRE_TENANT_LIMITS every new run waits for its tenant's answer (granted,
 queued, refused), a queued run can be steered, followed up and aborted, a run that ends
 in any way gives its slot back, usage is reported as running totals, a spent day refuses
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from loopwire.router.effects import CountTenantUsage, PublishWork, TenantSlot
-from loopwire.router.transition import Decision
+from loopwire.router.core.effects import CountTenantUsage, PublishWork, TenantSlot
+from loopwire.router.core.transition import Decision
 from loopwire.shared.contract.tenant_limits import TenantLimit, TenantLimits
 from tests.router_driver import CFG, Driver, call
 
@@ -113,7 +113,7 @@ def test_every_end_gives_the_slot_back_and_reports_the_runs_totals() -> None:
 
 
 def test_the_watchdog_and_undeliverable_work_release_as_an_end_does() -> None:
-    from loopwire.router import inputs as i
+    from loopwire.router.core import inputs as i
 
     d = driver()
     d.start()

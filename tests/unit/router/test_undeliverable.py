@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router import inputs as i
+from loopwire.router.core import inputs as i
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.unit

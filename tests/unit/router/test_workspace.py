@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from loopwire.router import inputs as i
-from loopwire.router import workspace
+from loopwire.router.core import inputs as i
+from loopwire.router.core import workspace
+from loopwire.router.shell import workspace_snapshot
 from loopwire.shared.contract.protocol import StartRun
 from tests.router_driver import Driver
 
@@ -33,9 +34,9 @@ def test_workspace_snapshot_inside_the_operator_roots(tmp_path: Path) -> None:
     (repo / "new.txt").write_text("untracked\n")
     (repo / "src" / "pkg" / "a.py").write_text("x = 2\n")
     roots = [str(tmp_path)]
-    path, refusal = workspace.resolve_workspace({"workspace": "repo"}, roots)  # relative to a root
+    path, refusal = workspace_snapshot.resolve_workspace({"workspace": "repo"}, roots)  # relative to a root
     assert refusal is None and path == repo.resolve()
-    snap = workspace.gather(path, roots)
+    snap = workspace_snapshot.gather(path, roots)
     assert snap["git"]["branch"] == "main"
     assert snap["git"]["status"] == [" M src/pkg/a.py", "?? new.txt"]
     assert snap["git"]["commits"][0].endswith("first commit")
@@ -43,7 +44,7 @@ def test_workspace_snapshot_inside_the_operator_roots(tmp_path: Path) -> None:
     assert snap["instructions"]["AGENTS.md"].startswith("Run make test")
     note = workspace.render(snap)
     assert "Git branch: main" in note and "--- AGENTS.md ---" in note
-    assert workspace.resolve_workspace({}, roots) == (None, None)
+    assert workspace_snapshot.resolve_workspace({}, roots) == (None, None)
 
 
 def test_a_workspace_outside_the_operator_roots_is_refused(tmp_path: Path) -> None:
@@ -53,19 +54,19 @@ def test_a_workspace_outside_the_operator_roots_is_refused(tmp_path: Path) -> No
     (root / "escape").symlink_to(tmp_path / "secret")
     roots = [str(root)]
     for named in ("..", str(tmp_path), "ok/../..", "escape", str(root / "escape"), "/etc", "missing", 7):
-        path, refusal = workspace.resolve_workspace({"workspace": named}, roots)
+        path, refusal = workspace_snapshot.resolve_workspace({"workspace": named}, roots)
         assert path is None and refusal, named
     # The client's own roots never widen the operator's; they may narrow them.
-    assert workspace.resolve_workspace({"workspace": "/etc", "allowed_roots": ["/"]}, roots)[0] is None
-    assert workspace.resolve_workspace({"workspace": "ok", "allowed_roots": [str(tmp_path / "secret")]},
+    assert workspace_snapshot.resolve_workspace({"workspace": "/etc", "allowed_roots": ["/"]}, roots)[0] is None
+    assert workspace_snapshot.resolve_workspace({"workspace": "ok", "allowed_roots": [str(tmp_path / "secret")]},
                                        roots)[0] is None
-    assert workspace.resolve_workspace({"workspace": "ok", "allowed_roots": [str(root)]}, roots)[0] == root / "ok"
+    assert workspace_snapshot.resolve_workspace({"workspace": "ok", "allowed_roots": [str(root)]}, roots)[0] == root / "ok"
     for unusable in ("ok\x00", "a" * 5000, "ok/" + "b" * 300):
-        path, refusal = workspace.resolve_workspace({"workspace": unusable}, roots)
+        path, refusal = workspace_snapshot.resolve_workspace({"workspace": unusable}, roots)
         assert path is None and refusal, unusable[:20]
-    assert workspace.resolve_workspace({"workspace": "ok", "allowed_roots": ["\x00"]}, roots)[0] is None
+    assert workspace_snapshot.resolve_workspace({"workspace": "ok", "allowed_roots": ["\x00"]}, roots)[0] is None
     # No operator roots: no workspace at all.
-    path, refusal = workspace.resolve_workspace({"workspace": str(root / "ok")}, [])
+    path, refusal = workspace_snapshot.resolve_workspace({"workspace": str(root / "ok")}, [])
     assert path is None and "LOOPWIRE_WORKSPACE_ROOTS" in (refusal or "")
 
 
@@ -74,7 +75,7 @@ def test_a_link_out_of_the_roots_is_not_read(tmp_path: Path) -> None:
     root.mkdir()
     (tmp_path / "private.txt").write_text("the operator's secret\n")
     (root / "AGENTS.md").symlink_to(tmp_path / "private.txt")
-    snap = workspace.gather(root, [str(root)])
+    snap = workspace_snapshot.gather(root, [str(root)])
     assert "AGENTS.md" not in snap["instructions"]
     assert "secret" not in workspace.render(snap)
 
@@ -104,9 +105,9 @@ def test_reading_a_malicious_repository_runs_nothing(tmp_path: Path) -> None:
                            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert marker.exists(), probe.stderr
     marker.unlink()
-    path, refusal = workspace.resolve_workspace({"workspace": "evil"}, [str(tmp_path)])
+    path, refusal = workspace_snapshot.resolve_workspace({"workspace": "evil"}, [str(tmp_path)])
     assert refusal is None and path is not None
-    snap = workspace.gather(path, [str(tmp_path)])
+    snap = workspace_snapshot.gather(path, [str(tmp_path)])
     assert " M a.txt" in snap["git"]["status"] and snap["git"]["commits"][0].endswith("init")
     assert not marker.exists()
 

@@ -8,8 +8,8 @@ from typing import Any
 import nats
 import pytest
 
-from loopwire.router.rebuild import rebuild_session
-from loopwire.router.state import RunConfig, SessionState
+from loopwire.router.core.state import RunConfig, SessionState
+from loopwire.router.shell.rebuild import rebuild_session
 from loopwire.shared.contract.events import user_message_fields
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.bus import Bus

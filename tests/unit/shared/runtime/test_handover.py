@@ -12,7 +12,7 @@ import pytest
 
 from loopwire.llm.service import LlmService
 from loopwire.memory.exact_count import LlmExactCount
-from loopwire.router.service import RouterService
+from loopwire.router.shell.service import RouterService
 from loopwire.shared.contract.envelopes import CountTokens, TokenCount, ToolResultItem, ToolsResult
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.chain import Delivery, run_handler

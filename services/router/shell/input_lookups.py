@@ -3,7 +3,7 @@ passed into the input as data.
 
 For a `start`: the strategy config chosen by actor and expectation (strategy.py), the
 workspace (`metadata.workspace` resolved under LOOPWIRE_WORKSPACE_ROOTS, and its snapshot
-for the profiles that show one: workspace.py), the tools of `tools` the catalog does not
+for the profiles that show one: workspace_snapshot.py), the tools of `tools` the catalog does not
 hold, and a child run's parent depth (subagent.py). For every input that may start a
 run (start, message, steer): the names the catalog holds, for the run's `tools_active`. For a generation that calls tools:
 their input schemas, from the tools catalog, for the plan gate (strategy_loop.py). A
@@ -20,12 +20,13 @@ from loopwire.shared.contract.protocol import RESERVED_TOOL_NAMES
 from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.tool_catalog import CatalogCache
 
-from . import subagent, workspace
-from .inputs import AdmissionInput, BaseInput, GenerationInput, MessageInput, StartInput, SteerInput
-from .profiles import get_profile
+from ..core import subagent
+from ..core.inputs import AdmissionInput, BaseInput, GenerationInput, MessageInput, StartInput, SteerInput
+from ..core.profiles import get_profile
+from ..core.state import SessionState
+from . import workspace_snapshot
 from .quota_keeper import QuotaKeeper
-from .state import SessionState
-from .strategy import StrategyStore
+from .strategy_store import StrategyStore
 
 log = logging.getLogger("loopwire.router")
 
@@ -62,14 +63,14 @@ class InputLookups:
             config = await self.strategies.resolve(body.strategy.actor, body.strategy.expectation)
             inp.strategy = config.model_dump(mode="json") if config is not None else None
             roots = self.ctx.settings.workspace_roots
-            path, refusal = await asyncio.to_thread(workspace.resolve_workspace, body.metadata, roots)
+            path, refusal = await asyncio.to_thread(workspace_snapshot.resolve_workspace, body.metadata, roots)
             inp.workspace_refusal = refusal
             inp.workspace_path = str(path) if path is not None else None
             if path is not None and get_profile(body.profile).snapshots_workspace:
                 try:
                     # Bounded: a huge work tree must not hold the session's ingress.
-                    inp.workspace = await asyncio.wait_for(asyncio.to_thread(workspace.gather, path, roots),
-                                                           workspace.GATHER_TIMEOUT_S)
+                    inp.workspace = await asyncio.wait_for(asyncio.to_thread(workspace_snapshot.gather, path, roots),
+                                                           workspace_snapshot.GATHER_TIMEOUT_S)
                 except Exception as exc:  # a snapshot is a help, never a reason to fail the start
                     log.warning("session %s: workspace snapshot failed: %s", sid, exc)
                     inp.workspace = {"error": f"the snapshot failed: {exc}"}

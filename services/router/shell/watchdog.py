@@ -34,9 +34,9 @@ from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.periodic import PeriodicSweep
 from loopwire.shared.runtime.settings import Settings
 
-from .executor_profiles import is_executor
-from .inputs import BaseInput, UndeliverableInput
-from .state import SessionState
+from ..core.executor_profiles import is_executor
+from ..core.inputs import BaseInput, UndeliverableInput
+from ..core.state import SessionState
 
 log = logging.getLogger("loopwire.router.watchdog")
 

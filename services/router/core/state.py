@@ -190,7 +190,7 @@ class RunState(BaseModel):
 
 
 class ForkedFrom(BaseModel):
-    """Where a fork's history comes from (services/router/fork.py)."""
+    """Where a fork's history comes from (services/router/shell/fork.py)."""
 
     session_id: str
     seq: int

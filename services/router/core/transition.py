@@ -1,7 +1,7 @@
 """One transition of a session: the working copy the core changes, and the `Decision` it
 ends with.
 
-`decide` (core.py) never changes the state it is given: the shell keeps committed states
+`decide` (decide.py) never changes the state it is given: the shell keeps committed states
 in an LRU and hands them in again. A `Transition` starts from a copy of it that shares
 everything the core only reads or replaces (strings, the run's config, the outbox, the
 checkpoint) and copies what it changes in place: the lists and dicts of the session and

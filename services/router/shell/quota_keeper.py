@@ -21,8 +21,8 @@ from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.tenant_quotas import Settled, TenantQuotaStore
 
-from .effects import CountTenantUsage, TenantSlot
-from .inputs import AdmissionInput
+from ..core.effects import CountTenantUsage, TenantSlot
+from ..core.inputs import AdmissionInput
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ allowed `tools`, `tool_permissions` and `limits`, and whether its runs are asked
 conclusion (`conclusion`, true unless set false). StartRun `strategy: {"actor",
 "expectation"}` selects one.
 
-Sources, both keyed by the pair each entry declares:
+Sources, both keyed by the pair each entry declares (read by the shell,
+shell/strategy_store.py; this module parses, indexes and resolves them):
 
 - a file, `LOOPWIRE_STRATEGY_FILE` (JSON or YAML): a list of configs, or `{"strategies":
   [...]}`. Two entries for one pair in the file is an error (the file is rejected);
@@ -36,11 +37,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loopwire.shared.contract import keys
@@ -106,14 +104,6 @@ def parse_entries(raw: Any, source: str) -> list[StrategyConfig]:
     return entries
 
 
-def load_file(path: str | os.PathLike[str]) -> list[StrategyConfig]:
-    """The configs of a JSON or YAML file (by extension; `.json` is JSON, anything else YAML,
-    which also reads JSON)."""
-    text = Path(path).read_text()
-    raw = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
-    return parse_entries(raw or [], str(path))
-
-
 def index(file_entries: list[StrategyConfig], redis_entries: dict[str, str | bytes]) -> dict[Pair, StrategyConfig]:
     """Every config by its pair: the file's, then Redis's for the pairs the file does not
     define (fields in sorted order)."""
@@ -142,36 +132,3 @@ def resolve(table: dict[Pair, StrategyConfig], actor: str | None, expectation: s
     if expectation is not None and (actor, expectation) in table:
         return table[(actor, expectation)]
     return table.get((actor, None))
-
-
-class StrategyStore:
-    """The shell's view of both sources: the file is read again when it changes, Redis at
-    every resolution (a start is rare next to model calls)."""
-
-    def __init__(self, path: str | None, redis: Any) -> None:
-        self.path = path
-        self.redis = redis
-        self._mtime: float | None = None
-        self._file: list[StrategyConfig] = []
-
-    def _file_entries(self) -> list[StrategyConfig]:
-        if not self.path:
-            return []
-        try:
-            mtime = os.stat(self.path).st_mtime
-        except OSError:
-            log.warning("LOOPWIRE_STRATEGY_FILE %s cannot be read", self.path)
-            return self._file
-        if mtime != self._mtime:
-            try:
-                self._file = load_file(self.path)
-            except (OSError, ValueError, ValidationError, yaml.YAMLError) as exc:
-                log.error("LOOPWIRE_STRATEGY_FILE %s rejected: %s", self.path, exc)
-            self._mtime = mtime
-        return self._file
-
-    async def resolve(self, actor: str | None, expectation: str | None) -> StrategyConfig | None:
-        if actor is None:
-            return None
-        redis_entries = await self.redis.hgetall(keys.STRATEGIES) if self.redis is not None else {}
-        return resolve(index(self._file_entries(), redis_entries), actor, expectation)

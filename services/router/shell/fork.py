@@ -42,9 +42,9 @@ from loopwire.shared.stores.fork_copy import copy_compaction, keep_blobs
 from loopwire.shared.stores.lineage import FORKED, ForkPoint, fork_point, lineage_events, through
 from loopwire.shared.stores.transcript import Archive, Replayed, read_transcript, replay, restore_log
 
-from .executor_profiles import is_executor
+from ..core.executor_profiles import is_executor
+from ..core.state import ForkedFrom, RunConfig, SessionState
 from .rebuild import idle_state
-from .state import ForkedFrom, RunConfig, SessionState
 
 log = logging.getLogger("loopwire.router.fork")
 

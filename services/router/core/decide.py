@@ -1,6 +1,6 @@
 """The router's core: `decide(state, input) -> Decision`, with no I/O.
 
-The shell (service.py) loads the session, calls `decide`, commits the new state and the
+The shell (shell/service.py) loads the session, calls `decide`, commits the new state and the
 history it appends in one compare-and-set, then performs the effects. Everything the run
 does is visible as data: which messages join the history, which events are emitted,
 which work is published, which notices are sent, and what the shell should count.

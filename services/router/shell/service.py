@@ -3,7 +3,7 @@
 Two durable consumers feed it: ingress (`<prefix>.in.>` in LOOPWIRE_INGRESS) and step
 results (`<prefix>.work.router.result` in LOOPWIRE_WORK); a third reads the dead letters.
 For each input the shell reads what the core needs from the outside world
-(input_lookups.py), loads the session, asks `core.decide`, commits the new state with the
+(input_lookups.py), loads the session, asks `decide` (core/decide.py), commits the new state with the
 history it appends in one compare-and-set (retrying on a conflict with another replica),
 performs the effects (effect_publishing.py), and only then acks. A crash anywhere before
 the ack redelivers the input; the core recognises it and the outbox is performed again,
@@ -47,16 +47,11 @@ from loopwire.shared.stores.capabilities import Capability
 from loopwire.shared.stores.event_archive import read_archive
 from loopwire.shared.stores.seq_floor import last_published_seq
 
-from . import subagent
-from .config import CoreConfig
-from .core import Decision, decide
-from .decision_telemetry import count_approvals, count_decision, record_ended_runs
-from .effect_publishing import EffectPublisher, leading_events
-from .fork import ForkQuery
-from .ingress import check_session_id, decode_ingress
-from .ingress_order import IngressReader
-from .input_lookups import InputLookups
-from .inputs import (
+from ..core import subagent
+from ..core.config import CoreConfig
+from ..core.decide import Decision, decide
+from ..core.ingress import check_session_id, decode_ingress
+from ..core.inputs import (
     BaseInput,
     GenerationInput,
     PermissionInput,
@@ -65,10 +60,15 @@ from .inputs import (
     ToolsInput,
     UndeliverableInput,
 )
+from ..core.state import SessionState
+from .decision_telemetry import count_approvals, count_decision, record_ended_runs
+from .effect_publishing import EffectPublisher, leading_events
+from .fork import ForkQuery
+from .ingress_order import IngressReader
+from .input_lookups import InputLookups
 from .quota_keeper import Admission, QuotaKeeper
 from .quota_sweep import QuotaSweep
 from .rebuild import rebuild_session
-from .state import SessionState
 from .watchdog import Watchdog, executor_stall_after, note_status, stall_after
 
 log = logging.getLogger("loopwire.router")

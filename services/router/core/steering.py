@@ -7,8 +7,8 @@
 | `priority_queue` | a `steer` applied to a running run (follow_ups.steer) |
 | `follow_up_queue` | queued `message`s taken at the outer boundary (follow_ups.take_at_outer_boundary) |
 | `loop_redirect` | the loop ladder's redirect rung (loop_detection.py) |
-| `model_switch` | the ladder's switch rung (the next model, or a raised temperature without one), and the error policy's `switch_model` for a model id the API does not know (core.py) |
-| `retry_reduced_context` | the error policy's answer to `context_too_long` (core.py) |
+| `model_switch` | the ladder's switch rung (the next model, or a raised temperature without one), and the error policy's `switch_model` for a model id the API does not know (decide.py) |
+| `retry_reduced_context` | the error policy's answer to `context_too_long` (decide.py) |
 
 Besides `source` the event carries the run's `turn` and, where the path has them,
 `reason` (the detection, the error code), `messages` (how many follow-ups were taken),

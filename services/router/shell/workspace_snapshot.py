@@ -1,4 +1,5 @@
-"""WorkspaceSnapshot: what an agentic_planned run knows of its workspace before it plans.
+"""WorkspaceSnapshot: what an agentic_planned run knows of its workspace before it plans,
+read by the shell.
 
 Where a workspace may be is the operator's decision: `LOOPWIRE_WORKSPACE_ROOTS`
 (`Settings.workspace_roots`). StartRun `metadata.workspace` (any profile) names a
@@ -22,7 +23,7 @@ run (`gather`, I/O, in a thread):
   to `MAX_FILE_CHARS`, read only when they resolve inside the roots.
 
 The snapshot is data (a dict) passed into the core with the start input; the core
-renders it (`render`, pure) into the plan phase's note.
+renders it (`render`, core/workspace.py) into the plan phase's note.
 """
 
 from __future__ import annotations
@@ -181,25 +182,3 @@ def gather(path: Path, operator_roots: list[str]) -> dict[str, Any]:
         files[name] = text[:MAX_FILE_CHARS] + ("\n[...]" if len(text) > MAX_FILE_CHARS else "")
     snapshot["instructions"] = files
     return snapshot
-
-
-def render(snapshot: dict[str, Any] | None) -> str:
-    """The snapshot as the plan phase's note (pure)."""
-    if not snapshot:
-        return ""
-    if "error" in snapshot:
-        return f"Workspace: not available ({snapshot['error']})."
-    parts = [f"Workspace: {snapshot.get('path', '?')}"]
-    git = snapshot.get("git")
-    if git:
-        parts.append(f"Git branch: {git.get('branch') or '?'}")
-        status = git.get("status") or []
-        parts.append("Git status:\n" + ("\n".join(status) if status else "(clean)")
-                     + ("\n[...]" if git.get("status_truncated") else ""))
-        if git.get("commits"):
-            parts.append("Recent commits:\n" + "\n".join(git["commits"]))
-    tree = snapshot.get("tree") or []
-    parts.append("Files:\n" + "\n".join(tree) + ("\n[... more files]" if snapshot.get("tree_truncated") else ""))
-    for name, text in (snapshot.get("instructions") or {}).items():
-        parts.append(f"--- {name} ---\n{text}")
-    return "\n\n".join(parts)

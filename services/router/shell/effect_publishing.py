@@ -17,7 +17,7 @@ from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.bus import event_items
 from loopwire.shared.runtime.service_context import ServiceContext
 
-from .effects import CountTenantUsage, Effect, EmitEvent, PublishNotice, PublishWork, TenantSlot
+from ..core.effects import CountTenantUsage, Effect, EmitEvent, PublishNotice, PublishWork, TenantSlot
 from .quota_keeper import Admission, QuotaKeeper
 
 EventItem = tuple[str | None, str, str | None, dict[str, Any]]

@@ -37,8 +37,8 @@ from loopwire.shared.stores.lineage import FORKED, lineage_events
 from loopwire.shared.stores.session_store import SessionStore
 from loopwire.shared.stores.transcript import Archive, Replayed, replay
 
-from .journal_resume import Prices, plan_of, resumed_run
-from .state import ForkedFrom, RunConfig, SessionState
+from ..core.journal_resume import Prices, plan_of, resumed_run
+from ..core.state import ForkedFrom, RunConfig, SessionState
 
 log = logging.getLogger("loopwire.router.rebuild")
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from loopwire.shared.observability import metrics
 from loopwire.shared.observability.tracing import record_run_span
 
-from .core import Decision
-from .effects import EmitEvent
-from .state import SessionState
+from ..core.decide import Decision
+from ..core.effects import EmitEvent
+from ..core.state import SessionState
 
 
 def count_decision(decision: Decision, profile: str | None) -> None:

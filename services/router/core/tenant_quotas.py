@@ -11,7 +11,7 @@ run's state is committed before its slot is asked for, so a slot record always n
 run its session committed; a slot is released by the transition that stops referring to
 its run (`quota_effects`: every way a run ends goes through `end_run`, a waiting run
 through `end_waiting`), and a crash between commit and release is repaired from the
-stored outbox or by the sweep (services/router/quota_sweep.py).
+stored outbox or by the sweep (services/router/shell/quota_sweep.py).
 
 Usage is counted by running totals: every transition that adds usage reports its run's
 totals (and the session's last ended run's, until they are counted) for the tenant's
