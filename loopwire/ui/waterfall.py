@@ -7,8 +7,13 @@ The events say when things ended, not all of when they began, so the spans are r
 
 | span | starts at | ends at |
 |---|---|---|
-| a generation (turn T) | its `generating` event when it was seen (live only: not kept in the transcript), else the run's event just before its `message` (the run's start, the input, the previous turn's last tool result, a compaction...) | its `message` |
+| a generation (turn T) | its first `generating` event since it was asked, when it was seen (live only: not kept in the transcript), else the run's latest event after which the router asks for a generation (`GENERATION_STARTS`: the run's start, an input, a tool's result, a decision, a steer, a retraction, an error retried...) | its `message` |
 | a tool call | its `tool.call`, or the `approval.decided` that let it run when one came between | its `tool.result` (none yet: open) |
+
+Events that report on a generation are not its start: the llm service's `model.fallback`
+comes during it (the turn's bar covers the attempts of the model that failed, the mark
+says where it switched), and a `warning` the router emits with the result shares the
+message's time.
 
 A turn's cost is its usage at its model's price (shared/runtime/pricing.py, with the
 operator's LOOPWIRE_PRICES), `None` when the model has no known price; the run's own
@@ -26,6 +31,9 @@ from loopwire.shared.contract.protocol import EPHEMERAL_KINDS
 from loopwire.shared.runtime.pricing import cost_usd
 
 MARK_KINDS = {"loop.detected": "loop", "model.fallback": "fallback", "compaction": "compaction"}
+GENERATION_STARTS = frozenset({"run.started", "phase.changed", "user.message", "tool.result", "approval.decided",
+                               "retracted", "steering", "error", "loop.detected", "plan.updated"})
+"""Kinds after which the router asks for the next generation (services/router/core.py)."""
 
 
 def ts_ms(ts: str) -> float:
@@ -56,7 +64,8 @@ class RunWaterfall:
         self.marks: list[dict[str, Any]] = []
         self.open_tools: dict[str, dict[str, Any]] = {}
         self.last_ms = 0.0
-        """When the run's latest stored event came: a generation asked after it starts there."""
+        """When the run's latest event of GENERATION_STARTS came: a generation asked after it starts there."""
+        self.latest_ms = 0.0
         self.generating: dict[int, float] = {}
 
     def at(self, event: Mapping[str, Any]) -> float:
@@ -64,8 +73,10 @@ class RunWaterfall:
 
     def add(self, event: Mapping[str, Any]) -> None:
         kind, at = event.get("kind"), self.at(event)
-        if kind == "generating":
-            self.generating[int(event.get("turn") or 0)] = at
+        if kind == "generating":  # the first of the turn's attempts since it was asked (a fallback asks again)
+            turn = int(event.get("turn") or 0)
+            if self.generating.get(turn, -1.0) < self.last_ms:
+                self.generating[turn] = at
         elif kind == "message":
             self._generation(event, at)
         elif kind == "tool.call":
@@ -86,13 +97,15 @@ class RunWaterfall:
                                "label": mark_label(event)})
         elif kind == "run.ended":
             self.status, self.end_ms = event.get("status"), at
-        if kind not in EPHEMERAL_KINDS:
+        if kind in GENERATION_STARTS:
             self.last_ms = max(self.last_ms, at)
+        if kind not in EPHEMERAL_KINDS:
+            self.latest_ms = max(self.latest_ms, at)
 
     def _generation(self, event: Mapping[str, Any], at: float) -> None:
         turn = int(event.get("turn") or 0)
         start = self.generating.pop(turn, None)
-        start = self.last_ms if start is None or start > at else start
+        start = self.last_ms if start is None or not self.last_ms <= start <= at else start
         usage = event.get("usage") or {}
         tokens = Usage(input_tokens=int(usage.get("input_tokens") or 0),
                        output_tokens=int(usage.get("output_tokens") or 0))
@@ -104,7 +117,7 @@ class RunWaterfall:
                            "executor": event.get("source") == "executor"})
 
     def to_dict(self) -> dict[str, Any]:
-        ends = [t["end_ms"] for t in self.turns] + [t["end_ms"] or t["start_ms"] for t in self.tools] + [self.last_ms]
+        ends = [t["end_ms"] for t in self.turns] + [t["end_ms"] or t["start_ms"] for t in self.tools] + [self.latest_ms]
         return {"run_id": self.run_id, "status": self.status,
                 "duration_ms": self.end_ms if self.end_ms is not None else max(ends),
                 "ended": self.end_ms is not None, "turns": self.turns, "tools": self.tools, "marks": self.marks}

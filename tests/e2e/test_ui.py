@@ -91,6 +91,8 @@ async def test_watch_a_run_stream_and_approve_its_checkpoint(inspector: str, chr
             approve = page.locator(".ev.approval button.approve")
             await expect(approve).to_be_visible(timeout=30_000)
             await expect(page.locator("#status")).to_have_text("awaiting_approval", timeout=10_000)
+            # the waterfall follows the run live: its first generation is a bar while it waits
+            await expect(page.locator(".run-waterfall rect.bar.generation")).to_have_count(1, timeout=10_000)
             await page.screenshot(path=str(tmp_path / "inspector.png"), full_page=True)
             await approve.click()
             ended = page.locator(".ev.ended")
@@ -121,12 +123,17 @@ async def test_a_tool_run_s_waterfall_replay_and_fork_from_the_timeline(
     await wait_for_tools(nc, {"slow_echo"})
     tool_provider.slow_delay_s = 0.4
     call = {"name": "slow_echo", "input": {"text": "wired"}}
-    fake.script("*", [{"tool_use": [call], "delay_s": 0.3}, {"text": "It echoed: wired.", "delay_s": 0.25},
-                      # the replay's turns: the same call (answered from the recording), another answer
-                      {"tool_use": [call]}, {"text": "Echo says wired."}])
+    # the primary model is overloaded: the run falls back to the other one (a mark on the waterfall)
+    # (names of this test's own, so the primary's breaker opens for no other test; priced by their prefixes)
+    primary, fallback = f"claude-opus-4-5-ui-{uuid.uuid4().hex[:6]}", f"claude-sonnet-4-5-ui-{uuid.uuid4().hex[:6]}"
+    fake.fail_next(529, n=None, model=primary)
+    fake.script(fallback, [{"tool_use": [call], "delay_s": 0.3}, {"text": "It echoed: wired.", "delay_s": 0.25}])
+    # the replay's turns on another model: the same call (answered from the recording), another answer
+    fake.script("*", [{"tool_use": [call]}, {"text": "Echo says wired."}])
     sid = f"ui-tools-{uuid.uuid4().hex[:8]}"
     async with await LoopwireClient.connect(system.get_nats_url()) as lw:
-        ended = await lw.run(sid, {"input": "Echo 'wired'.", "tools": ["slow_echo"]}, timeout=60)
+        ended = await lw.run(sid, {"input": "Echo 'wired'.", "tools": ["slow_echo"],
+                                   "model": {"primary": primary, "fallbacks": [fallback]}}, timeout=60)
     assert ended["status"] == "completed" and len(tool_provider.calls) == 1
 
     async with async_playwright() as pw:
@@ -141,6 +148,11 @@ async def test_a_tool_run_s_waterfall_replay_and_fork_from_the_timeline(
             await expect(chart.locator("rect.bar.tool")).to_have_attribute("data-name", "slow_echo")
             await expect(chart.locator("table.turns tbody tr")).to_have_count(2)
             await expect(chart.locator(".run-head")).to_contain_text("completed")
+            # each turn asked the primary first (its breaker is not open yet) and fell back
+            await expect(chart.locator("g.mark.fallback")).to_have_count(2)
+            await expect(chart.locator("ul.marks li.fallback").first).to_contain_text(f"fallback {primary} → {fallback}")
+            await expect(chart.locator("table.turns tbody")).to_contain_text(fallback)
+            await expect(chart.locator("table.turns tbody tr").first).to_contain_text("$0.00")  # at sonnet's price
             tool_title = await chart.locator("rect.bar.tool title").text_content()
             assert tool_title and tool_title.startswith("slow_echo: "), tool_title
             # each bar is as long as its span on the run's axis (the rendered width, after CSS)
@@ -155,7 +167,7 @@ async def test_a_tool_run_s_waterfall_replay_and_fork_from_the_timeline(
             assert abs(scale - 820 / run["duration_ms"]) < 0.01, "the axis spans the whole run (waterfall.js PLOT_W)"
             for turn, width in zip(run["turns"], widths["generations"], strict=True):
                 assert abs(width - max(2.0, turn["duration_ms"] * scale)) <= 2, (turn, width, scale)
-                assert turn["duration_ms"] >= 250, "the fake model's delay_s is in the generation's span"
+                assert turn["duration_ms"] >= 250, "the fake model's delay_s (and the primary's 529s) are in its span"
             await expect(page.locator(".ev.ended")).to_have_attribute("data-status", "completed", timeout=10_000)
 
             # a replay from the page, recorded tools: the comparison, run by run; no tool ran again
@@ -234,21 +246,18 @@ async def test_writes_take_json_only_and_bad_input_is_refused(inspector: str) ->
     assert status == 202 and reply["ack"]["stream"] == "LOOPWIRE_INGRESS"  # type: ignore[index]
 
 
+REFUSALS = [  # (verb, body, HTTP status, error code)
+    ("fork", b'{"new_session_id": "x1"}', 404, "unknown_session"),
+    ("fork", b'{"new_session_id": "not an id"}', 400, "invalid_session_id"),
+    ("fork", b'{"new_session_id": "x2", "at_seq": "3"}', 400, "invalid_seq"),
+    ("replay", b'{"tools": "sometimes"}', 400, "bad_request"),
+    ("replay", b"{}", 400, "replay_failed"),  # nothing to replay
+]
+
+
 async def test_fork_and_replay_refusals_come_back_as_errors(inspector: str) -> None:
     missing = f"nobody-{uuid.uuid4().hex[:8]}"
-    status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/{missing}/fork",
-                                            b'{"new_session_id": "x1"}', "application/json")
-    assert status == 404 and reply["error"]["code"] == "unknown_session"  # type: ignore[index]
-    status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/{missing}/fork",
-                                            b'{"new_session_id": "not an id"}', "application/json")
-    assert status == 400 and reply["error"]["code"] == "invalid_session_id"  # type: ignore[index]
-    status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/{missing}/fork",
-                                            b'{"new_session_id": "x2", "at_seq": "3"}', "application/json")
-    assert status == 400 and reply["error"]["code"] == "invalid_seq"  # type: ignore[index]
-    status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/{missing}/replay",
-                                            b'{"tools": "sometimes"}', "application/json")
-    assert status == 400 and reply["error"]["code"] == "bad_request"  # type: ignore[index]
-    status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/{missing}/replay", b"{}",
-                                            "application/json")
-    assert status == 400 and reply["error"]["code"] == "replay_failed", reply  # type: ignore[index]
-    assert "no run to replay" in reply["error"]["message"]  # type: ignore[index]
+    for verb, body, expected, code in REFUSALS:
+        status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/{missing}/{verb}", body,
+                                                "application/json")
+        assert (status, reply["error"]["code"]) == (expected, code), (verb, body, reply)  # type: ignore[index]

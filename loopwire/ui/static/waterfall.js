@@ -39,7 +39,7 @@ function rows(run) {
 }
 
 function chart(run) {
-  const total = Math.max(run.duration_ms || 0, 1);
+  const total = Math.max(run.duration_ms || 0, 10); // a run just started still gets a readable axis
   const x = (at) => LABEL_W + (PLOT_W * Math.max(0, Math.min(at, total))) / total;
   const lines = rows(run);
   const height = AXIS_H + ROW_H * Math.max(lines.length, 1) + 6;
@@ -57,11 +57,13 @@ function chart(run) {
       width: Math.max(2, x(end) - x(line.span.start_ms)),
       class: `bar ${line.kind}${line.span.is_error ? " error" : ""}${line.span.recorded ? " recorded" : ""}${line.span.end_ms === null ? " open" : ""}`,
       "data-turn": line.span.turn, "data-name": line.span.name ?? null }, svg("title", {}, line.title));
-    // the duration after the bar, or before it when the bar reaches the axis' end
-    const after = x(end) + 56 <= LABEL_W + PLOT_W;
-    root.append(svg("text", { x: 4, y: y + ROW_H - 6, class: `row-label ${line.kind}` }, line.label), bar,
-      svg("text", { x: after ? x(end) + 4 : x(line.span.start_ms) - 4, y: y + ROW_H - 6, class: "bar-label",
-        "text-anchor": after ? "start" : "end" }, ms(line.span.duration_ms)));
+    // the duration after the bar, else before it, else (a bar across the whole axis) inside it
+    const place = x(end) + 56 <= LABEL_W + PLOT_W ? "after" : x(line.span.start_ms) - 56 >= LABEL_W ? "before" : "inside";
+    const at = { after: x(end) + 4, before: x(line.span.start_ms) - 4, inside: x(line.span.start_ms) + 4 }[place];
+    const label = line.label.length > 28 ? `${line.label.slice(0, 27)}…` : line.label;
+    root.append(svg("text", { x: 4, y: y + ROW_H - 6, class: `row-label ${line.kind}` }, label, svg("title", {}, line.label)), bar,
+      svg("text", { x: at, y: y + ROW_H - 6, class: `bar-label ${place}`, "text-anchor": place === "before" ? "end" : "start" },
+        ms(line.span.duration_ms)));
   });
   for (const mark of run.marks) {
     root.append(svg("g", { class: `mark ${mark.kind}`, "data-kind": mark.kind },
@@ -73,6 +75,7 @@ function chart(run) {
 }
 
 function turnTable(run) {
+  if (!run.turns.length) return null;
   return el("table", { class: "turns" },
     el("thead", {}, el("tr", {}, ["turn", "model", "generation", "tool time", "tokens", "cost"].map((h) => el("th", {}, h)))),
     el("tbody", {}, run.turns.map((t) => {

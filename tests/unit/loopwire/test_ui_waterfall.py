@@ -47,9 +47,9 @@ def test_a_tool_using_run_has_a_bar_per_generation_and_per_tool_call() -> None:
     assert run["run_id"] == "r1" and run["status"] == "completed" and run["ended"]
     assert run["duration_ms"] == 2070
     first, second = run["turns"]
-    # turn 1 starts at the input, turn 2 after the compaction that followed the tool's result
+    # turn 1 starts at the input, turn 2 at the tool's result (the compaction is a mark in it)
     assert (first["turn"], first["start_ms"], first["end_ms"], first["duration_ms"]) == (1, 5, 1205, 1200)
-    assert (second["turn"], second["start_ms"], second["end_ms"], second["duration_ms"]) == (2, 1260, 2060, 800)
+    assert (second["turn"], second["start_ms"], second["end_ms"], second["duration_ms"]) == (2, 1256, 2060, 804)
     assert (first["input_tokens"], first["output_tokens"]) == (1000, 200)
     assert first["cost_usd"] == pytest.approx((1000 * 3.0 + 200 * 15.0) / 1_000_000)
     (call,) = run["tools"]
@@ -58,7 +58,7 @@ def test_a_tool_using_run_has_a_bar_per_generation_and_per_tool_call() -> None:
     assert run["marks"] == [{"kind": "compaction", "at_ms": 1260, "seq": 6, "label": "compaction 9000 → 2000 tokens"}]
 
 
-def test_a_live_generating_event_starts_its_generation_and_an_unpriced_model_costs_none() -> None:
+def test_a_live_generating_event_starts_its_generation_at_its_first_attempt_and_an_unpriced_model_costs_none() -> None:
     e = Events()
     e.add(0, "run.started", profile="agentic")
     e.add(10, "user.message", turn=0, source="input", message={"role": "user", "content": "hi"})
@@ -69,9 +69,37 @@ def test_a_live_generating_event_starts_its_generation_and_an_unpriced_model_cos
           usage={"input_tokens": 3, "output_tokens": 4}, message={"role": "assistant", "content": []})
     (run,) = waterfall(e.events, prices=PRICES)
     (turn,) = run["turns"]
-    assert (turn["start_ms"], turn["duration_ms"], turn["cost_usd"]) == (100, 300, None)
+    assert (turn["start_ms"], turn["duration_ms"], turn["cost_usd"]) == (40, 360, None), "from the first attempt"
     assert [m["kind"] for m in run["marks"]] == ["fallback"]
     assert run["status"] is None and not run["ended"] and run["duration_ms"] == 400, "a run still going"
+
+
+def test_a_fallback_during_a_generation_and_a_warning_with_its_result_do_not_start_it() -> None:
+    # the order of a real transcript: the llm service's model.fallback comes during the
+    # generation, the router's warning with the message (the same millisecond)
+    e = Events()
+    e.add(0, "run.started", profile="agentic")
+    e.add(1, "user.message", turn=0, source="input", message={"role": "user", "content": "hi"})
+    e.add(304, "model.fallback", from_model="p", to_model="f", reason="overloaded")
+    e.add(758, "warning", code="model_fallback", message="...")
+    e.add(758, "message", turn=1, model="f", stop_reason="end_turn", usage={"input_tokens": 1, "output_tokens": 1},
+          message={"role": "assistant", "content": []})
+    (run,) = waterfall(e.events, prices=PRICES)
+    (turn,) = run["turns"]
+    assert (turn["start_ms"], turn["end_ms"], turn["duration_ms"]) == (1, 758, 757)
+    assert [(m["kind"], m["at_ms"]) for m in run["marks"]] == [("fallback", 304)], "the switch, inside the bar"
+
+
+def test_a_retracted_turn_is_asked_again_from_its_retraction() -> None:
+    e = Events()
+    e.add(0, "run.started", profile="agentic")
+    e.add(10, "generating", turn=1, model="m")
+    e.add(200, "retracted", turn=1, reason="vacuous")
+    e.add(210, "generating", turn=1, model="m")
+    e.add(500, "message", turn=1, model="m", stop_reason="end_turn", usage={"input_tokens": 1, "output_tokens": 1},
+          message={"role": "assistant", "content": []})
+    (run,) = waterfall(e.events, prices=PRICES)
+    assert [(t["start_ms"], t["duration_ms"]) for t in run["turns"]] == [(210, 290)]
 
 
 def test_a_call_waiting_for_approval_starts_when_it_was_decided_and_an_unanswered_one_stays_open() -> None:
