@@ -33,7 +33,7 @@ from loopwire.shared.runtime.pricing import cost_usd
 MARK_KINDS = {"loop.detected": "loop", "model.fallback": "fallback", "compaction": "compaction"}
 GENERATION_STARTS = frozenset({"run.started", "phase.changed", "user.message", "tool.result", "approval.decided",
                                "retracted", "steering", "error", "loop.detected", "plan.updated"})
-"""Kinds after which the router asks for the next generation (services/router/core.py)."""
+"""Kinds after which the router asks for the next generation (`request_generation`, services/router/core/step_requests.py, and its callers)."""
 
 
 def ts_ms(ts: str) -> float:
