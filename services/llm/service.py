@@ -162,7 +162,8 @@ class LlmService:
         if result.error is not None and result.error.code == "cancelled":
             # Not recorded: the step is stale for the router, and nothing was decided.
             await ctx.steps.release(key, claim.token)
-            await ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id))
+            await ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
+                                     subject=ctx.subjects.router_result)
             count_step("cancelled")
             return result
         # Written under this worker's claim only: one that lost it (paused past AckWait
@@ -172,13 +173,15 @@ class LlmService:
         standing = await ctx.steps.record_claimed(key, claim.token, key, mine, release=True)
         if standing != mine:
             return await self._publish_recorded(env, standing)
-        await ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id))
+        await ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
+                                 subject=ctx.subjects.router_result)
         count_step("ok" if result.ok else "error")
         return result
 
     async def _publish_recorded(self, env: Generate, recorded: dict[str, Any]) -> GenerationResult:
         result = GenerationResult.model_validate(recorded)
-        await self.ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id))
+        await self.ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
+                                      subject=self.ctx.subjects.router_result)
         return result
 
     # -- the model call ----------------------------------------------------------------------

@@ -4,7 +4,7 @@ The memory service measures every request before it goes to the model
 (services/memory/tokens.py), and an exact count needs the model's client, which is the
 llm service's. So the memory service asks here: a core request/reply on
 `<prefix>.rpc.llm.count_tokens` (one queue group across replicas), or a call when both
-run in one process (`ServiceContext.here("llm")`). It keeps the answers (in process and
+run in one process (`ServiceContext.here("llm", GenerationService)`). It keeps the answers (in process and
 in Redis, keys.token_count) and estimates when none comes.
 
 Whether there is an endpoint to ask follows `LOOPWIRE_MEMORY_TOKEN_COUNTING`: `estimate`

@@ -15,7 +15,6 @@ observer look at the turns in the background.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from faststream.nats import NatsBroker
@@ -25,8 +24,9 @@ from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import AssembleContext, ToolSpec
 from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.chain import Delivery, decode
+from loopwire.shared.runtime.handover import GenerationService
 from loopwire.shared.runtime.lru import LruCache
-from loopwire.shared.runtime.redelivery import FAULT_DELAY_S, Undeliverable, is_outage
+from loopwire.shared.runtime.redelivery import Undeliverable
 from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.capabilities import Capability
 from loopwire.shared.stores.tool_catalog import CatalogCache
@@ -152,23 +152,13 @@ class MemoryService:
         notes = [outcome.note] if outcome.note else []
         request = build_generate(env, outcome.messages, tools, system_prompt(context.system, notes), extra)
         msg_id = keys.generate_msg_id(env.step_id)
-        llm = self.ctx.here("llm")
-        if llm is not None:
-            # The llm service runs in this process: generate here, while this step's message
-            # stays unacked (and kept alive by its handler runner); a crash redelivers
-            # it and the llm answers from its record if it got that far. A generation that
-            # fails here goes on as its own `llm.generate` message, with its own delivery
-            # budget, exactly as between separate processes (shared/runtime/chain.py).
-            try:
-                await llm.process(request)
-                return outcome
-            except Exception as exc:
-                log.warning("step %s: the generation failed in process (%s: %s); publishing it as its own "
-                            "work message", env.step_id, type(exc).__name__, exc)
-                await asyncio.sleep(self.ctx.policy.delay(1) if is_outage(exc) else FAULT_DELAY_S)
-                await self.ctx.bus.publish_work(self.ctx.subjects.llm_generate, request, msg_id=msg_id, attempts=1)
-                return outcome
-        await self.ctx.bus.publish_work(self.ctx.subjects.llm_generate, request, msg_id=msg_id)
+        # With the llm service in this process the generation runs here, while this step's
+        # message stays unacked (kept alive by its handler runner); a crash redelivers it and
+        # the llm answers from its record if it got that far. One that fails here goes on as
+        # its own `llm.generate` message, with its own delivery budget, exactly as between
+        # separate processes (shared/runtime/handover.py).
+        await self.ctx.hand_over("llm", GenerationService, lambda llm: llm.process(request),
+                                 subject=self.ctx.subjects.llm_generate, envelope=request, msg_id=msg_id)
         return outcome
 
     def _history_ranges(self, env: AssembleContext) -> list[tuple[int, int]]:

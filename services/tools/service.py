@@ -242,7 +242,8 @@ class ToolsService:
         results = await self.executor.execute(env, on_result=None if single else emit, cancel=cancel)
         result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
                              turn=env.turn, trace=env.trace, results=results, results_reported=not single)
-        await self.ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id))
+        await self.ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
+                                      subject=self.ctx.subjects.router_result)
 
     async def _bad_reply(self, env: ExecuteTools, call: ToolCall, problem: str) -> None:
         await self.ctx.bus.emit(env.session_id, env.run_id, "error", key=f"bad_tool_reply:{call.tool_use_id}",

@@ -59,8 +59,15 @@ import orjson
 from pydantic import BaseModel
 
 from loopwire.shared.runtime.chain_balance import ChainBalance
+from loopwire.shared.runtime.handover import to_jetstream
 from loopwire.shared.runtime.inflight import Heartbeat
-from loopwire.shared.runtime.redelivery import DeadLetter, RedeliveryPolicy, Undeliverable, is_outage
+from loopwire.shared.runtime.redelivery import (
+    FAULT_DELAY_S,
+    DeadLetter,
+    RedeliveryPolicy,
+    Undeliverable,
+    is_outage,
+)
 
 log = logging.getLogger("loopwire.chain")
 
@@ -182,8 +189,6 @@ class Chain:
 
 
 _RANK = {"ack": 0, "fault": 1, "nack": 2, "give_up": 3}
-FAULT_DELAY_S = 1.0
-"""Pause before the next delivery after a fault (it is given up after a few)."""
 
 
 def dead_letter_of(chain: Chain, delivery: Delivery, reason: str) -> DeadLetter:
@@ -314,15 +319,12 @@ async def run_handler(handler: WorkHandler, delivery: Delivery) -> None:
 
 async def _to_jetstream(delivery: Delivery, outcome: str, delay: float | None = None) -> str:
     """A hand-off that failed here goes on as its own JetStream message, after the pause
-    its second delivery would have had (`delay`, else the policy's): "ack" (for its
-    chain) once published, else `outcome` (NATS away: the root is nacked and the chain
-    recovered from it)."""
+    its second delivery would have had (`delay`, else shared/runtime/handover.py's): "ack"
+    (for its chain) once published, else `outcome` (NATS away: the root is nacked and the
+    chain recovered from it)."""
     assert delivery.fallback is not None
-    if delay is None:
-        delay = FAULT_DELAY_S if outcome == "fault" else delivery.chain.policy.delay(1)
-    await asyncio.sleep(delay)
     try:
-        await delivery.fallback()
+        await to_jetstream(delivery.fallback, outage=outcome != "fault", policy=delivery.chain.policy, delay=delay)
     except Exception as exc:
         log.warning("hop %s failed and could not be published on its own (%s); its chain's root will be "
                     "redelivered", delivery.subject, exc)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal, Protocol, overload
+from typing import Any, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 from faststream.nats import NatsBroker
@@ -28,7 +28,7 @@ from loopwire.shared.runtime.bus import Bus
 from loopwire.shared.runtime.chain import WorkHandler, current_delivery, hand_off, run_handler
 from loopwire.shared.runtime.chain_balance import ChainBalance
 from loopwire.shared.runtime.credentials import connect_configured_redis, wait_replicas
-from loopwire.shared.runtime.handover import GenerationService, ResultReceiver
+from loopwire.shared.runtime.handover import ResultReceiver, hand_over
 from loopwire.shared.runtime.redelivery import DeadLetter, RedeliveryPolicy
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import until_jetstream_answers
@@ -40,6 +40,9 @@ from loopwire.shared.stores.session_store import RedisSessionStore, SessionStore
 from loopwire.shared.stores.step_store import RedisStepStore, StepStore
 
 log = logging.getLogger("loopwire.runtime")
+
+P = TypeVar("P")
+T = TypeVar("T")
 
 
 @dataclass
@@ -102,42 +105,45 @@ class ServiceContext:
         self._bus = Bus(nc, self.subjects, self.events, jetstream_timeout_s=self.settings.jetstream_timeout_s)
         return self._bus
 
-    async def deliver_result(self, result: GenerationResult | ToolsResult | ExecutorPermission, msg_id: str) -> None:
-        """A step result to the router: a call when the router runs in this process
-        (`RouterService.accept_result`), else a `router.result` work message.
+    async def deliver_result(self, result: GenerationResult | ToolsResult | ExecutorPermission, *, msg_id: str,
+                             to: str, subject: str) -> None:
+        """A step result to the service `to` that applies results: a call when it runs in
+        this process (`ResultReceiver.accept_result`), else a work message on `subject`
+        (`hand_over`'s policy).
 
-        Called while the step's own delivery is unsettled, so a crash before the router
-        committed redelivers the step, which hands the recorded result over again. A result
+        Called while the step's own delivery is unsettled, so a crash before the result was
+        applied redelivers the step, which hands the recorded result over again. A result
         produced by a redelivered chain root is marked *recover* (shared/runtime/chain.py).
-        When the in-process hand-over fails, the result is published instead and the
-        router's consumer retries it (the router ignores a result it already applied)."""
+        When the call fails, the result is published after its pause and the consumer
+        retries it (a result already applied is ignored)."""
         delivery = current_delivery()
         recover = delivery is not None and delivery.redelivered
-        router = self.here("router")
-        if router is not None:
-            try:
-                await router.accept_result(result, recover=recover)
-                return
-            except Exception:
-                log.exception("in-process hand-over of step result %s failed; publishing it", msg_id)
-        await self.bus.publish_work(self.subjects.router_result, result, msg_id=msg_id, recover=recover)
+        await self.hand_over(to, ResultReceiver, lambda receiver: receiver.accept_result(result, recover=recover),
+                             subject=subject, envelope=result, msg_id=msg_id, recover=recover)
 
-    @overload
-    def here(self, name: Literal["router"]) -> ResultReceiver | None: ...
+    async def hand_over(self, to: str, offers: type[P], call: Callable[[P], Awaitable[T]], *, subject: str,
+                        envelope: BaseModel, msg_id: str, recover: bool = False) -> T | None:
+        """Work for the service `to`: `call(service)` when it runs here and offers `offers`,
+        else `envelope` as a work message on `subject` with `msg_id` (the one policy of
+        shared/runtime/handover.py: a call that fails is published after its pause, its
+        attempt counted). The call's answer, or None when the work was published."""
+        target = self.here(to, offers)
 
-    @overload
-    def here(self, name: Literal["llm"]) -> GenerationService | None: ...
+        async def publish(attempts: int) -> None:
+            await self.bus.publish_work(subject, envelope, msg_id=msg_id, recover=recover, attempts=attempts)
 
-    def here(self, name: str) -> ResultReceiver | GenerationService | None:
+        call_here = None if target is None else partial(call, target)
+        return await hand_over(call_here, publish, policy=self.policy, what=f"{subject} {msg_id}")
+
+    def here(self, name: str, offers: type[P]) -> P | None:
         """The service `name` when it runs in this process and work may be handed to it as
-        a call now (not during a graceful stop), else None; as the protocol of what may be
-        called on it (shared/runtime/handover.py)."""
+        a call now (not during a graceful stop), else None; as `offers`, the protocol of what
+        may be called on it (shared/runtime/handover.py). A service here that does not offer
+        it is a wiring error (TypeError)."""
         service = None if self.stopping else self.local.get(name)
         if service is None:
             return None
-        if name == "router" and isinstance(service, ResultReceiver):
-            return service
-        if name == "llm" and isinstance(service, GenerationService):
+        if isinstance(service, offers):
             return service
         raise TypeError(f"no in-process hand-over to the {name} service ({type(service).__name__})")
 

@@ -1,4 +1,4 @@
-"""ServiceContext.deliver_result: an in-process hand-over to the router when it runs in
+"""ServiceContext.deliver_result and hand_over: an in-process hand-over to the router when it runs in
 this process, a `router.result` work message otherwise, when stopping, and when the
 hand-over fails (so the router's consumer retries it). A result produced under a
 redelivered chain root is marked recover either way (shared/runtime/chain.py). The
@@ -25,10 +25,12 @@ from tests.unit.shared.runtime.test_chain import root
 class FakeBus:
     def __init__(self) -> None:
         self.published: list[tuple[str, Any, str, bool]] = []
+        self.attempts: list[int] = []
 
     async def publish_work(self, subject: str, envelope: Any, msg_id: str, recover: bool = False,
                            attempts: int = 0) -> None:
         self.published.append((subject, envelope, msg_id, recover))
+        self.attempts.append(attempts)
 
 
 class FakeRouter:
@@ -60,7 +62,7 @@ RESULT = ToolsResult(session_id="s1", run_id="r1", step_id="r1:t1", turn=1,
 async def test_the_router_in_this_process_gets_the_result_as_a_call() -> None:
     router = FakeRouter()
     ctx, bus = context(router)
-    await ctx.deliver_result(RESULT, msg_id="r1:t1:result")
+    await ctx.deliver_result(RESULT, msg_id="r1:t1:result", to="router", subject=ctx.subjects.router_result)
     assert router.accepted == [(RESULT, False)] and bus.published == []
 
 
@@ -69,7 +71,7 @@ async def test_otherwise_the_result_goes_out_as_a_work_message(case: str) -> Non
     router = None if case == "no router here" else FakeRouter(fail=case == "hand-over fails")
     ctx, bus = context(router)
     ctx.stopping = case == "stopping"
-    await ctx.deliver_result(RESULT, msg_id="r1:t1:result")
+    await ctx.deliver_result(RESULT, msg_id="r1:t1:result", to="router", subject=ctx.subjects.router_result)
     assert bus.published == [(ctx.subjects.router_result, RESULT, "r1:t1:result", False)]
     assert router is None or router.accepted == []
 
@@ -82,7 +84,7 @@ async def test_a_result_of_a_redelivered_root_is_marked_recover(router_here: boo
     delivery, _ = root(delivered)
 
     async def handler(delivery: Delivery) -> None:
-        await ctx.deliver_result(RESULT, msg_id="r1:t1:result")
+        await ctx.deliver_result(RESULT, msg_id="r1:t1:result", to="router", subject=ctx.subjects.router_result)
         await delivery.ack()
 
     await run_handler(handler, delivery)
@@ -116,6 +118,62 @@ def test_a_service_without_what_is_handed_to_it_is_refused() -> None:
     ctx, _ = context(None)
     ctx.local = {"router": object()}
     with pytest.raises(TypeError, match="no in-process hand-over to the router"):
-        ctx.here("router")
+        ctx.here("router", ResultReceiver)
     ctx.stopping = True
-    assert ctx.here("router") is None, "during a graceful stop nothing is handed over"
+    assert ctx.here("router", ResultReceiver) is None, "during a graceful stop nothing is handed over"
+
+
+class FailingRouter(FakeRouter):
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    async def accept_result(self, result: Any, recover: bool = False) -> None:
+        raise self.error
+
+
+class FailingLlm(FakeLlm):
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.asked = 0
+
+    async def process(self, env: Any, heartbeat: Any = None) -> Any:
+        self.asked += 1
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [ConnectionError("redis went away"), ValueError("a bug")], ids=["outage", "fault"])
+async def test_every_hand_over_that_fails_is_published_after_its_pause_with_its_attempt(
+        error: Exception, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One policy for the router's results and the llm's generations alike
+    (shared/runtime/handover.py): the call, then the pause its second delivery would have
+    had, then its own work message counting the attempt made here."""
+    pauses: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+
+    monkeypatch.setattr("loopwire.shared.runtime.handover.asyncio.sleep", sleep)
+    ctx, bus = context(None)
+    llm = FailingLlm(error)
+    ctx.local = {"router": FailingRouter(error), "llm": llm}
+    await ctx.deliver_result(RESULT, msg_id="r1:t1:result", to="router", subject=ctx.subjects.router_result)
+    answer = await ctx.hand_over("llm", GenerationService, lambda service: service.process(RESULT),
+                                 subject=ctx.subjects.llm_generate, envelope=RESULT, msg_id="r1:t1:generate")
+    assert answer is None and llm.asked == 1
+    assert bus.published == [(ctx.subjects.router_result, RESULT, "r1:t1:result", False),
+                             (ctx.subjects.llm_generate, RESULT, "r1:t1:generate", False)]
+    assert bus.attempts == [1, 1]
+    expected = ctx.policy.delay(1) if isinstance(error, ConnectionError) else 1.0
+    assert pauses == [expected, expected]
+
+
+async def test_a_target_not_here_gets_its_message_at_once_with_no_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def sleep(seconds: float) -> None:
+        raise AssertionError("no pause before a first publish")
+
+    monkeypatch.setattr("loopwire.shared.runtime.handover.asyncio.sleep", sleep)
+    ctx, bus = context(None)
+    await ctx.hand_over("llm", GenerationService, lambda service: service.process(RESULT),
+                        subject=ctx.subjects.llm_generate, envelope=RESULT, msg_id="r1:t1:generate")
+    assert bus.published == [(ctx.subjects.llm_generate, RESULT, "r1:t1:generate", False)] and bus.attempts == [0]
