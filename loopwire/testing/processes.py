@@ -21,11 +21,16 @@ from pathlib import Path
 from .servers import free_ports
 
 
+PORT_TAKEN = "cannot serve /metrics on port"
+"""What the launcher logs when its /metrics port is in use (loopwire/launcher.py)."""
+
+
 class LoopwireProcess:
     def __init__(self, command: str) -> None:
         self.command = command
         self.proc: subprocess.Popen[bytes] | None = None
         self.metrics_port = 0
+        self._env: dict[str, str] = {}
         self.log_path = Path(tempfile.mkstemp(prefix="loopwire-", suffix=".log")[1])
 
     @property
@@ -44,6 +49,7 @@ class LoopwireProcess:
 
     def launch(self, env: dict[str, str]) -> None:
         """Start the process (not waiting for it to be ready)."""
+        self._env = env
         self.metrics_port = self.metrics_port or free_ports(self.workers)
         env = {**env, "LOOPWIRE_METRICS_PORT": str(self.metrics_port)}
         args = [sys.executable, "-m", "loopwire.cli", *self.command.split()]
@@ -56,9 +62,17 @@ class LoopwireProcess:
         return [self.metrics_port + i for i in range(self.workers)]
 
     def wait_ready(self, deadline: float) -> None:
-        """Until every worker of this process answers /readyz with 200."""
+        """Until every worker of this process answers /readyz with 200. A free port taken by
+        another process between its pick and the bind (parallel test workers pick theirs
+        at the same time) is picked again, and the process started again on it."""
         for port in self.ready_ports():
             while True:
+                if PORT_TAKEN in self.logs():
+                    self.kill()
+                    self.log_path.write_bytes(b"")
+                    self.metrics_port = 0
+                    self.launch(self._env)
+                    return self.wait_ready(deadline)
                 if self.proc is not None and self.proc.poll() is not None:
                     raise RuntimeError(f"`loopwire {self.command}` exited with {self.proc.returncode}:\n"
                                        f"{self.logs()[-4000:]}")
