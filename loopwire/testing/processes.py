@@ -20,7 +20,6 @@ from pathlib import Path
 
 from .servers import free_ports
 
-
 PORT_TAKEN = "cannot serve /metrics on port"
 """What the launcher logs when its /metrics port is in use (loopwire/launcher.py)."""
 
