@@ -11,7 +11,7 @@ The points, from the events the router wrote when it applied each input:
 | the run's start (`start`, or a `message` on an idle session) | `run.started.config` and the run's opening `user.message`s | as a `start` with those settings, once the previous run ended |
 | a follow-up taken at the outer boundary after turn T | `user.message` `source: follow_up`, `turn: T` | while the run is in turn T (T-1 turns done) |
 | a steer applied after T turns | `user.message` `source: steer`, `turn: T` | once T turns are done |
-| a decision on the n-th checkpoint | `approval.decided` (addition) | to the run's n-th `approval.requested` |
+| a decision on the n-th checkpoint | `approval.decided` (loopwire's addition, docs/protocol.md) | to the run's n-th `approval.requested` |
 | an abort after T turns | `run.ended` `status: aborted`, `turns: T`, `reason` | once T turns are done |
 """
 

@@ -88,9 +88,9 @@ class Executor:
         self.nc = nc
         self.default_timeout_s = default_timeout_s
         self.attempt_timeout_s = attempt_timeout_s
+        """A provider request unanswered this long is sent again (invoke.call_provider)."""
         self.claim_ttl_s = claim_ttl_s
         """How long a batch's claim outlives a worker that stopped renewing it (AckWait)."""
-        """A provider request unanswered this long is sent again (invoke.call_provider)."""
         self.refresh = refresh
         """Runs one discovery round; used once per envelope when a tool is unknown, so a
         provider that started a moment ago is found before its call fails."""

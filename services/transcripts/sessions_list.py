@@ -1,4 +1,4 @@
-"""`<prefix>.api.sessions.list` (an addition to the contract): the sessions, most
+"""`<prefix>.api.sessions.list` (loopwire's addition, docs/protocol.md): the sessions, most
 recently updated first, a page at a time.
 
 The router's commit script (shared/stores/session_store.py) marks a session updated in a sorted

@@ -1,4 +1,4 @@
-"""`<prefix>.api.tenant.usage` (an addition to the contract): what a tenant runs, waits
+"""`<prefix>.api.tenant.usage` (loopwire's addition, docs/protocol.md): what a tenant runs, waits
 for and spent in the current UTC day, and its limits (LOOPWIRE_TENANT_LIMITS), read from
 the tenant's keys (shared/stores/tenant_quotas.py). With tenants, a tenant asks on its own
 subject `<prefix>.api.<tenant>.tenant.usage` and learns only its own; the tenant-less

@@ -260,7 +260,7 @@ class RunEnded(Event):
         "The finish tool's normalised input (docs/profiles.md): summary, confidence, classification, "
         "findings (raise/clear), outputs (output proposals); else, for a run that ends max_turns, "
         "budget_exhausted or loop_terminated, and for a text answer where a strategy asks for a conclusion, "
-        "the technical summary {summary, ...} with `executed` [{tool, calls, ok, error}] (addition)."))
+        "the technical summary {summary, ...} with `executed` [{tool, calls, ok, error}] (loopwire's addition, docs/protocol.md)."))
     turns: int
     usage: EventUsage
     cost_usd: float | None = Field(description=(

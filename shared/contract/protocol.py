@@ -194,7 +194,7 @@ class TranscriptGetRequest(IngressBody):
 
 
 class SessionsListRequest(IngressBody):
-    """`<prefix>.api.sessions.list` (an addition): sessions, most recently updated first."""
+    """`<prefix>.api.sessions.list` (loopwire's addition, docs/protocol.md): sessions, most recently updated first."""
 
     status: Literal["idle", "queued", "running", "awaiting_approval"] | None = None
     """Only sessions in this status."""

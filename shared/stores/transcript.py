@@ -10,12 +10,12 @@ Which events make the history, in `seq` order:
 
 | event | history |
 |---|---|
-| `user.message` (addition) | a message the model did not write: the run's input, follow-ups, steering, the router's own notes, tool results it made itself (cancelled, missing); a tool_result block without `content` stands for its `tool.result` event |
+| `user.message` (loopwire's addition, docs/protocol.md) | a message the model did not write: the run's input, follow-ups, steering, the router's own notes, tool results it made itself (cancelled, missing); a tool_result block without `content` stands for its `tool.result` event |
 | `message` | the assistant message (when it has content); its tool_use blocks wait for results |
 | `retracted` of that message's turn | the message was never stored (a vacuous answer retried, a looping turn the loop ladder redirected): it leaves the history, and its calls wait for nothing |
 | `tool.result` | the result of one waiting tool_use |
 | the next message, or `run.ended` | the waiting tool_uses' results, in the model's order, as one user message; a call without a result gets the error result the router gives it |
-| `session.forked` (addition) | nothing: a fork's history up to it is its source's (lineage.py reads it there); its `config` is the fork's run settings |
+| `session.forked` (loopwire's addition, docs/protocol.md) | nothing: a fork's history up to it is its source's (lineage.py reads it there); its `config` is the fork's run settings |
 
 Consecutive user messages are merged (steering rides in the tool results' message, as
 the router does it). A run without its `run.ended` is over (its late results are stale),
@@ -26,7 +26,7 @@ external agent's, whose agent is gone with its step) that nothing answered since
 last message still wait for their results: the history leaves them unanswered, as the
 router's own history does while a checkpoint is open, so that the decision can run
 exactly those calls (services/router/core/journal_resume.py).
-`run.started.config` (addition) is what the last run was started with (profile, models,
+`run.started.config` (loopwire's addition, docs/protocol.md) is what the last run was started with (profile, models,
 max_tokens and temperature, tools and their permissions, limits, system prompt,
 strategy, metadata); without it, the profile and the last model used.
 

@@ -170,8 +170,8 @@ async def serve_tools(nc: NatsClient) -> tuple[ToolProvider, Any]:
 
 
 async def wait_for_tools(nc: NatsClient, names: set[str], prefix: str = "loopwire", timeout: float = 15.0) -> None:
-    """Wait until the tools service lists `names` (`<prefix>.api.tools.list`, an addition
-    to the contract), so a run does not start before its tools are discovered."""
+    """Wait until the tools service lists `names` (`<prefix>.api.tools.list`, loopwire's
+    addition, docs/protocol.md), so a run does not start before its tools are discovered."""
     deadline = asyncio.get_running_loop().time() + timeout
     known: set[str] = set()
     while asyncio.get_running_loop().time() < deadline:

@@ -1,4 +1,4 @@
-"""Progress events through the contract (additions): `generating` when a generation
+"""Progress events through the contract (loopwire's additions, docs/protocol.md): `generating` when a generation
 starts, `tools.progress` as the calls of one turn finish, and the `source` of each
 `user.message` (a steer's says `steer`, a follow-up taken at the outer boundary says
 `follow_up`), so a UI needs no guessing."""

@@ -1,4 +1,4 @@
-"""`loopwire.api.sessions.list` (an addition) through the contract: sessions most recently
+"""`loopwire.api.sessions.list` (loopwire's addition, docs/protocol.md) through the contract: sessions most recently
 updated first, pages by cursor with nothing twice or missed, the status filter, and
 clear errors for a bad request."""
 

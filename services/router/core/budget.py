@@ -9,7 +9,7 @@ of `CoreConfig.prices` (shared/runtime/pricing.py's table, LOOPWIRE_PRICES on to
 Limits come from StartRun `limits`: `max_total_tokens`, `max_cost_usd` (and `max_turns`,
 iteration_limits.py). What this module decides:
 
-- a `budget.warning` event (an addition to the contract) once per limit, when the run has
+- a `budget.warning` event (loopwire's addition, docs/protocol.md) once per limit, when the run has
   used `budget_warning_pct` (80%) of it;
 - each call's `max_tokens` shrinks to what the token budget has left after the context the
   call will re-read (the previous call's input + output, a lower bound for the next);

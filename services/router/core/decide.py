@@ -129,11 +129,6 @@ def _stored(state: SessionState) -> bool:
 def _on_start(tx: Transition, inp: StartInput, cfg: CoreConfig) -> Decision:
     body = inp.body
     profile = get_profile(body.profile)
-    if not profile.implemented:
-        return reject(tx.st, inp, "unsupported_profile",
-                      f"profile '{body.profile}' is part of the contract but not available in this "
-                      "version (external executors come later); use 'agentic', 'agentic_planned', "
-                      "'turn_by_turn' or 'conversational'")
     if inp.workspace_refusal is not None:
         return reject(tx.st, inp, "workspace_not_allowed", inp.workspace_refusal)
     if tx.st.tool_recording is not None and profile.executor is not None:

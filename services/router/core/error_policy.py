@@ -13,7 +13,7 @@ left to decide is what the *run* does:
 | anything else: retryable errors that outlived every retry and fallback (`model_overloaded`, `rate_limited`, `server_error`, `timeout`, `connection`, `circuit_open`), `bad_request`, `auth`, `billing`, `internal` | `terminate`: an `error` event, then `run.ended` `failed` (or, for a run already converging, the status it converges to, with its best answer) |
 
 Each non-terminal action is still visible: the core emits an `error` event with the
-failure's `code` and `message` and the chosen `action` (an addition).
+failure's `code` and `message` and the chosen `action` (loopwire's addition, docs/protocol.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 An external coding agent makes each generation: one generation step is one turn of the
 agent (its own model calls and tools inside it), run by the llm service
-(services/llm/executors). The router keeps the loop around it, as in seed 000:
+(services/llm/executors). The router keeps the loop around it, stage by stage:
 
     ContextGuard → ProgressInjector → CLIExecutor → ModeRouter → TranscriptRecorder
                  → ToolExecutor → CommitmentGate          (claude_code, opencode, codex)

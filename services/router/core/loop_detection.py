@@ -20,7 +20,7 @@ The ladder, one rung per detection while the loop goes on:
                     API's maximum, and the model is redirected once more
     2 terminate     one last generation without tools, then `run.ended` `loop_terminated`
 
-`loop.detected` carries `occurrences` (an addition): how many times the pattern has
+`loop.detected` carries `occurrences` (loopwire's addition, docs/protocol.md): how many times the pattern has
 occurred in a row (turns with the same call or answer; repetitions of the cycle).
 
 A turn the ladder redirects or terminates is not persisted: its calls are not executed,

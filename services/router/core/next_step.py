@@ -80,7 +80,7 @@ class NextStepFinalOutput:
     error: tuple[str, str] | None = None
     """(code, message) to emit as an `error` event before the end."""
     reason: str | None = None
-    """`run.ended.reason` (an addition), e.g. which limit ended the run."""
+    """`run.ended.reason` (loopwire's addition, docs/protocol.md), e.g. which limit ended the run."""
     events: tuple[EventSpec, ...] = ()
     conclusion: dict[str, Any] | None = None
     """`run.ended.conclusion`: the finish tool's normalised input (finish.py)."""

@@ -20,7 +20,7 @@
   answers; that answer is recorded as the run's `verification` and ends the run
   `completed` (`verify -> done`).
 
-Every change of the plan is a `plan.updated` event (an addition: `steps`, `source`,
+Every change of the plan is a `plan.updated` event (loopwire's addition, docs/protocol.md: `steps`, `source`,
 `phase`, and `verification` once recorded) and is kept in the session state
 (`SessionState.plan`, shown by `session.get`).
 """

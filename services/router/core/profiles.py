@@ -26,7 +26,7 @@ The moves after `;` are the ones a run completes by outside the designed path: t
 tool called before the verification, or a reply cut by `max_tokens` (it ends the run with
 what it has): a completed run always reports `done`.
 
-The executor profiles' stages are the seed's lists (executor_profiles.py): an external agent
+The executor profiles' stages are listed in executor_profiles.py: an external agent
 makes each generation, the router routes its answer and nudges it.
 """
 
@@ -77,14 +77,14 @@ class Profile:
     reviews_every_turn: bool = False
     """Every proposal waits for a human decision (approval.py)."""
     snapshots_workspace: bool = False
-    """A run naming `metadata.workspace` gets its WorkspaceSnapshot (workspace.py, gathered
-    by the shell at the start) as a note: agentic_planned in its plan phase, turn_by_turn
-    until its first tool batch ran (after that the snapshot may be stale)."""
-    implemented: bool = True
+    """A run naming `metadata.workspace` gets its WorkspaceSnapshot (gathered by the shell at
+    the start, shell/workspace_snapshot.py; rendered by workspace.py) as a note:
+    agentic_planned in its plan phase, turn_by_turn until its first tool batch ran (after that
+    the snapshot may be stale)."""
     executor: str | None = None
     """`cli` or `acp`: an external agent makes the generations (executor_profiles.py)."""
     pipeline: tuple[str, ...] = ()
-    """The seed's stage list of an executor profile, as executor_profiles.py maps it."""
+    """The stages of an executor profile's loop, named as executor_profiles.py maps them."""
     model_tiers: dict[str, ModelTier] = field(default_factory=dict)
     """phase -> the model tier of its generations (model_tiers.py); `primary` when unnamed."""
     notes: str = field(default="", compare=False)

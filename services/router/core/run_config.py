@@ -64,7 +64,7 @@ def input_messages(body: StartRun) -> list[dict[str, Any]]:
 
 
 def lineage(config: RunConfig) -> dict[str, Any]:
-    """`run.started` of a child run names its parent (additions)."""
+    """`run.started` of a child run names its parent (loopwire's additions, docs/protocol.md)."""
     if config.subagent_depth == 0:
         return {}
     return {"parent_session_id": subagent.parent_of(config.metadata),

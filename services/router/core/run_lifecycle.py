@@ -101,7 +101,7 @@ def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
     st.runs += 1
     for n, m in enumerate(messages):
         tx.add_message(m, sources[n] if sources else source)
-    # `config` (an addition) lets a session be rebuilt from its transcript with its settings.
+    # `config` (loopwire's addition, docs/protocol.md) lets a session be rebuilt from its transcript with its settings.
     profile = get_profile(config.profile)
     run.profile_phase = profile.initial_phase
     if ignored_fields is None and isinstance(tx.inp, StartInput):

@@ -12,7 +12,7 @@ whose model answered in text instead completes with the same summary of its answ
 classification `task_complete` / `explanation`: the model explained instead of calling
 the finish tool. Its shape is the finish tool's conclusion (finish.py), with
 `classification.primary` `incomplete` (or `task_complete`), `classification.terminal`
-the run's status (or `explanation`), and one more field (an addition to the contract):
+the run's status (or `explanation`), and one more field (loopwire's addition, docs/protocol.md):
 
     "executed": [{"tool": "add", "calls": 2, "ok": 2, "error": 0}, ...]   # first-use order
 

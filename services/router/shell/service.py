@@ -99,9 +99,9 @@ class RouterService:
         self.forks = ForkQuery(ctx, archive=self._archive)
         """`<prefix>.api.session.fork` (fork.py): the router owns session state."""
         self._watchdog: Watchdog | None = None
+        """Ends runs whose step made no progress for too long (watchdog.py)."""
         self._sweep: QuotaSweep | None = None
         self._ingress_reader: IngressReader | None = None
-        """Ends runs whose step made no progress for too long (watchdog.py)."""
 
     async def _archive(self, sid: str) -> list[dict[str, Any]]:
         """The session's events from the LOOPWIRE_EVENTS stream (a rebuild after Redis lost
@@ -150,7 +150,7 @@ class RouterService:
         sid, verb = parsed
         seq = raw.metadata.sequence.stream
         inp = self._decode_ingress(sid, verb, seq, msg.body, raw.headers)
-        await self._apply_and_ack(sid, inp, msg)
+        await self._apply_input(sid, inp)
 
     def _decode_ingress(self, sid: str, verb: str, seq: int, data: bytes, headers: dict[str, str] | None,
                         backlog: bool = False) -> BaseInput:
@@ -173,7 +173,7 @@ class RouterService:
             result = STEP_RESULT_ADAPTER.validate_python(orjson.loads(msg.body))
         except (orjson.JSONDecodeError, ValidationError) as exc:
             raise Undeliverable(f"a malformed step result: {exc}") from None
-        await self._apply_and_ack(result.session_id, _result_input(result, msg.redelivered), msg)
+        await self._apply_input(result.session_id, _result_input(result, msg.redelivered))
 
     async def on_dead_letter(self, msg: Delivery) -> None:
         """Work given up (shared/runtime/dead_letters.py): its run ends `failed` with an `error`
@@ -232,11 +232,8 @@ class RouterService:
         await self._apply_input(result.session_id, _result_input(result, recover))
 
     # -- the shell --------------------------------------------------------------------------
-    async def _apply_and_ack(self, sid: str, inp: BaseInput, msg: Delivery) -> None:
-        """Applied, or raises: the handler runner settles the message (shared/runtime/chain.py)."""
-        await self._apply_input(sid, inp)
-
     async def _apply_input(self, sid: str, inp: BaseInput) -> None:
+        """Applied, or raises; the handler runner settles the message (shared/runtime/chain.py)."""
         await self._look_up(sid, inp)
         await self.apply(sid, inp)
 

@@ -58,7 +58,7 @@ def test_change_phase_moves_the_run_and_says_so() -> None:
 
 
 def test_profile_defaults_and_limits_overrides() -> None:
-    assert {n: (p.max_turns, p.compaction_at_pct, p.progress_injection) for n, p in PROFILES.items() if p.implemented} \
+    assert {n: (p.max_turns, p.compaction_at_pct, p.progress_injection) for n, p in PROFILES.items()} \
         == {"agentic": (50, 0.8, "system_reminder"), "agentic_planned": (100, 0.8, "system_reminder"),
             "turn_by_turn": (200, 0.8, "none"), "conversational": (100, 0.8, "none"),
             **{n: (50, 0.8, "system_reminder") for n in ("claude_code", "opencode", "codex", "acp")}}
