@@ -62,7 +62,7 @@ def idle_state(session_id: str, replayed: Replayed) -> SessionState:
     return SessionState(session_id=session_id, status="idle", last_config=config,
                         history_len=len(replayed.history), runs=replayed.runs, turns=replayed.turns,
                         usage=Usage(input_tokens=replayed.input_tokens, output_tokens=replayed.output_tokens),
-                        cost_usd=replayed.cost_usd, cost_unknown=replayed.cost_unknown, rebuilt=True)
+                        cost_usd=replayed.cost_usd, cost_unknown=replayed.cost_unknown)
 
 
 def reconstruct(session_id: str, events: list[dict[str, Any]], default_max_tokens: int = 4096,
@@ -75,6 +75,9 @@ def reconstruct(session_id: str, events: list[dict[str, Any]], default_max_token
     if replayed is None:
         return None
     state = idle_state(session_id, replayed)
+    # Not in idle_state: a fork is made with it too, and a fork's first inputs are a new
+    # session's, whose backlog is read from the ack floor (shell/ingress_order.py).
+    state.rebuilt = True
     state.plan = plan_of(events)
     run = resumed_run(replayed.pending_approval, replayed.open_run, replayed.last_seq, prices)
     if run is not None:

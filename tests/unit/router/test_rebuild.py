@@ -13,10 +13,11 @@ from loopwire.router.core import inputs as i
 from loopwire.router.core.decide import CoreConfig, decide
 from loopwire.router.core.effects import EmitEvent, PublishWork
 from loopwire.router.core.state import SessionState
-from loopwire.router.shell.rebuild import reconstruct
+from loopwire.router.shell.rebuild import idle_state, reconstruct
 from loopwire.shared.contract.envelopes import GenerationResult, ToolResultItem, ToolsResult, Usage
 from loopwire.shared.contract.events import user_message_fields
 from loopwire.shared.contract.protocol import FollowUp, StartRun, make_event
+from loopwire.shared.stores.transcript import replay
 
 SID = "s1"
 
@@ -95,6 +96,8 @@ def test_the_state_is_idle_and_loads_in_the_router() -> None:
     state = SessionState.load(rebuilt.state, SID)
     assert state.status == "idle" and state.run is None and state.history_len == 7
     assert (state.runs, state.turns) == (2, 3)
+    assert state.rebuilt and state.ingress_seq == 0, "its next input reads no backlog from the ack floor"
+    assert not idle_state(SID, replay(SID, transcript())).rebuilt, "a fork made from the same tally is a new session"
     assert state.usage.total_input() == 27 and state.usage.output_tokens == 13 and state.cost_usd == 0.75
     # r2 (a follow-up) ran with the settings of r1, the last run.started that carried them.
     config = state.last_config
