@@ -11,9 +11,10 @@ from loopwire.memory.assembly import normalise_messages
 from loopwire.router.core import inputs as i
 from loopwire.router.core.decide import CoreConfig, Decision, decide
 from loopwire.router.core.effects import EmitEvent, PublishNotice, PublishWork
-from loopwire.router.core.state import RunState, SessionState
 from loopwire.shared.contract.envelopes import GenerationResult, StepError, ToolResultItem, ToolsResult, Usage
 from loopwire.shared.contract.protocol import Abort, ApprovalDecision, FollowUp, StartRun, make_event
+from loopwire.shared.contract.run_state import RunState
+from loopwire.shared.contract.session_state import SessionState
 from loopwire.shared.runtime.pricing import price_table
 
 PRICES = price_table({"m1": {"input": 0, "output": 0}, "m2": {"input": 0, "output": 0}})

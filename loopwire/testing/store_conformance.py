@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from loopwire.shared.contract import codec, keys
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.protocol import make_event
 from loopwire.shared.stores.capabilities import Capability, Unsupported
 from loopwire.shared.stores.event_log import EventLogStore
@@ -48,7 +48,7 @@ class Backend:
     steps: StepStore
     events: EventLogStore
     redis: Any = None
-    """The Redis the stores use (redis.asyncio), for the REDIS_HISTORY check."""
+    """The Redis the stores use (redis.asyncio), for the PIPELINED_HISTORY check."""
 
 
 Check = Callable[[Backend], Awaitable[None]]
@@ -319,19 +319,24 @@ async def raise_seq_moves_the_counter_up_and_never_down(b: Backend) -> None:
     assert second["seq"] == 43, "a floor below the counter changes nothing"
 
 
-async def the_history_is_a_redis_list_at_its_key(b: Backend) -> None:
-    """Capability REDIS_HISTORY: the history another Redis store reads in its own round
-    trip is the committed history, at the key the session store names."""
+async def the_history_reads_in_another_stores_pipeline(b: Backend) -> None:
+    """Capability PIPELINED_HISTORY: the history another Redis store reads in its own round
+    trip, through the session store's reader, is the committed history of that session."""
     sessions = b.sessions
-    if not sessions.supports(Capability.REDIS_HISTORY):
+    if not sessions.supports(Capability.PIPELINED_HISTORY):
         with pytest.raises(Unsupported):
-            sessions.history_key("s")
+            sessions.pipelined_history("s")
         return
-    assert b.redis is not None, "a backend with REDIS_HISTORY names its Redis"
+    assert b.redis is not None, "a backend with PIPELINED_HISTORY names its Redis"
     await sessions.commit("s", 0, {}, 0, [msg("a"), msg("b", "assistant")])
-    raw = await b.redis.lrange(sessions.history_key("s"), 0, -1)
-    assert [codec.loads(m) for m in raw] == await sessions.history("s")
-    assert sessions.history_key("s") != sessions.history_key("t")
+    await sessions.commit("t", 0, {}, 0, [msg("c")])
+    pipe = b.redis.pipeline(transaction=False)
+    for sid, start, stop in (("s", 0, -1), ("s", 1, 1), ("t", 0, -1)):
+        sessions.pipelined_history(sid).queue(pipe, start, stop)
+    whole, part, other = (sessions.pipelined_history("s").messages(r) for r in await pipe.execute())
+    assert whole == await sessions.history("s")
+    assert part == await sessions.history("s", 1, 1)
+    assert other == await sessions.history("t") != whole
 
 
 async def forks_are_listed_once_in_the_order_they_came(b: Backend) -> None:
@@ -364,6 +369,6 @@ CHECKS: tuple[Check, ...] = (
     a_step_claim_fences_its_side_effect,
     commit_with_events_writes_state_history_and_events_together,
     raise_seq_moves_the_counter_up_and_never_down,
-    the_history_is_a_redis_list_at_its_key,
+    the_history_reads_in_another_stores_pipeline,
 )
 """Every check, in order: the base ones, then those of the capabilities."""

@@ -109,7 +109,7 @@ class MemoryService:
         # are claimed for this step in the same round trip as the reads.
         snap = await self.store.snapshot(env.session_id, env.actor, s.memory_observations_in_context,
                                          s.memory_reflections_in_context, ranges, claim_for=env.step_id,
-                                         history_key=self.ctx.sessions.history_key(env.session_id) if ranges else None)
+                                         history_reader=self.ctx.sessions.pipelined_history(env.session_id) if ranges else None)
         context = await self._context(env, snap, ranges)
         if read is not None:
             read.append((context.start, list(context.rest)))
@@ -165,7 +165,7 @@ class MemoryService:
         """The history ranges the assembly will likely read, to read them with the memory:
         the head and the part after the boundary of the session's last compaction, else all."""
         n = env.history_len
-        if n <= 0 or not self.ctx.sessions.supports(Capability.REDIS_HISTORY):
+        if n <= 0 or not self.ctx.sessions.supports(Capability.PIPELINED_HISTORY):
             return []
         covers = self._covers.get(env.session_id)
         if covers and 2 <= covers < n:

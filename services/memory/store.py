@@ -27,6 +27,7 @@ from redis.exceptions import NoScriptError
 
 from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.stores.session_store import PipelinedHistory
 
 from .compaction import CompactionRecord
 
@@ -96,13 +97,13 @@ class MemoryStore:
     # -- reading --------------------------------------------------------------------------------
     async def snapshot(self, sid: str, actor: str | None, observations: int, reflections: int,
                        history: list[tuple[int, int]] | None = None, claim_for: str | None = None,
-                       history_key: str | None = None) -> Snapshot:
-        """The session's memory, and the history ranges [start, stop] in `history` (of the
-        router's history list `history_key`, on this Redis: a session store with the
-        REDIS_HISTORY capability, read like its `history`) in the same trip; with
-        `claim_for` (a step id) also `claim_usage` for that step."""
-        if history and history_key is None:
-            raise ValueError("history ranges to read need the history's key")
+                       history_reader: PipelinedHistory | None = None) -> Snapshot:
+        """The session's memory, and the history ranges [start, stop] in `history` (read
+        by `history_reader`, the router's session store's reader of the history on this
+        Redis: capability PIPELINED_HISTORY) in the same trip; with `claim_for` (a step id)
+        also `claim_usage` for that step."""
+        if history and history_reader is None:
+            raise ValueError("history ranges to read need the history's reader")
 
         def lists(key: str, count: int) -> Any:
             """The last `count` items of a list (an empty one, not read, for 0)."""
@@ -114,8 +115,9 @@ class MemoryStore:
         if actor:
             reads += [lists(keys.actor_memory(actor, "obs"), observations),
                       lists(keys.actor_memory(actor, "refl"), reflections)]
-        reads += [(lambda pipe, start=start, stop=stop: pipe.lrange(history_key or "", start, stop))
-                  for start, stop in history or []]
+        if history_reader is not None:
+            reads += [(lambda pipe, start=start, stop=stop: history_reader.queue(pipe, start, stop))
+                      for start, stop in history or []]
 
         def pipeline() -> Any:
             pipe = self._r.pipeline(transaction=False)
@@ -145,7 +147,7 @@ class MemoryStore:
             snap.actor_observations = [o for o in _items(raw[3]) if o.get("session_id") != sid]
             snap.actor_reflections = [r for r in _items(raw[4]) if r.get("session_id") != sid]
         first = 5 if actor else 3
-        snap.history = [[codec.loads(m) for m in part] for part in raw[first:first + len(history or [])]]
+        snap.history = [PipelinedHistory.messages(part) for part in raw[first:first + len(history or [])]]
         if claim_for is not None:
             snap.claimed = _usage_from(replies[-1])
         return snap

@@ -6,6 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionGetRequest, TranscriptGetRequest
+from loopwire.shared.contract.session_state import (
+    SessionState,
+    config_in_effect,
+    current_run_id,
+    forked_from_session,
+    open_checkpoint_id,
+    reported_cost,
+    reported_usage,
+    stored_state,
+)
 from loopwire.shared.stores.event_log import EventLogStore
 from loopwire.shared.stores.lineage import FORKED, lineage_events
 from loopwire.shared.stores.session_store import SessionStore
@@ -30,40 +40,37 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
     if raw is None:
         return {"v": PROTOCOL_VERSION, "session_id": req.session_id, "status": "unknown", "profile": None,
                 "turns": 0, "usage": {"input_tokens": 0, "output_tokens": 0}, "cost_usd": 0.0, "messages": []}
-    usage = raw.get("usage") or {}
-    run = raw.get("run") or {}
-    config = run.get("config") or raw.get("last_config") or {}
-    input_tokens = (usage.get("input_tokens", 0) + usage.get("cache_read_input_tokens", 0)
-                    + usage.get("cache_creation_input_tokens", 0))
+    st = stored_state(raw)
+    config = config_in_effect(st)
     messages = await sessions.history(req.session_id)
     return {
         "v": PROTOCOL_VERSION,
         "session_id": req.session_id,
-        "status": raw.get("status", "idle"),
-        "profile": config.get("profile"),
-        "turns": raw.get("turns", 0),
-        "usage": {"input_tokens": input_tokens, "output_tokens": usage.get("output_tokens", 0)},
-        # null when some generation's model had no known price (services/router/core/decide.py)
-        "cost_usd": None if raw.get("cost_unknown") else round(float(raw.get("cost_usd", 0.0)), 8),
+        "status": st.status,
+        "profile": st.profile,
+        "turns": st.turns,
+        "usage": reported_usage(st),
+        "cost_usd": reported_cost(st),
         "messages": messages,
-        "run_id": run.get("run_id") or (raw.get("waiting") or {}).get("run_id"),
-        "runs": raw.get("runs", 0),
-        "plan": raw.get("plan"),
-        "checkpoint_id": (run.get("checkpoint") or {}).get("id"),
+        "run_id": current_run_id(st),
+        "runs": st.runs,
+        "plan": st.plan,
+        "checkpoint_id": open_checkpoint_id(st),
         # additions (2026-12-02): the context fields, and the tools the run may use now
-        "user_id": config.get("user_id"),
-        "workspace_id": config.get("workspace_id"),
-        "tools_active": run.get("tools_active") if run else None,
-        **await lineage(req.session_id, raw, sessions),
+        "user_id": config.user_id if config is not None else None,
+        "workspace_id": config.workspace_id if config is not None else None,
+        "tools_active": st.run.tools_active if st.run is not None else None,
+        **await lineage(req.session_id, st, sessions),
     }
 
 
-async def lineage(sid: str, source: dict[str, Any] | list[dict[str, Any]], sessions: SessionStore) -> dict[str, Any]:
+async def lineage(sid: str, source: SessionState | list[dict[str, Any]], sessions: SessionStore) -> dict[str, Any]:
     """`forked_from` (`{"session_id", "seq", "cut_seq"}` or null) and `forks` (the sessions
     forked from this one that exist, oldest first): additions to `session.get`. `source`:
     the state, or the lineage events of a session whose state is gone."""
-    if isinstance(source, dict):
-        forked_from = source.get("forked_from")
+    forked_from: dict[str, Any] | None
+    if isinstance(source, SessionState):
+        forked_from = source.forked_from.model_dump() if source.forked_from is not None else None
     else:
         first = next((e for e in source if e.get("session_id") == sid), None)
         forked_from = {"session_id": first.get("from_session_id"), "seq": first.get("from_seq"),
@@ -72,7 +79,7 @@ async def lineage(sid: str, source: dict[str, Any] | list[dict[str, Any]], sessi
     # A fork is listed before it is made: keep those that exist (services/router/shell/fork.py).
     states = await sessions.load_many(listed) if listed else []
     forks = [f for f, state in zip(listed, states, strict=True)
-             if state is not None and (state.get("forked_from") or {}).get("session_id") == sid]
+             if state is not None and forked_from_session(stored_state(state)) == sid]
     return {"forked_from": forked_from, "forks": forks}
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionsListRequest, error_reply
+from loopwire.shared.contract.session_state import SessionState, reported_cost, reported_usage, stored_state
 from loopwire.shared.stores.session_store import SessionStore
 
 SCAN_CAP = 2000
@@ -36,17 +37,11 @@ def rfc3339_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def summary(sid: str, state: dict[str, Any], ms: int) -> dict[str, Any]:
-    run = state.get("run") or {}
-    config = run.get("config") or state.get("last_config") or {}
-    usage = state.get("usage") or {}
-    input_tokens = (usage.get("input_tokens", 0) + usage.get("cache_read_input_tokens", 0)
-                    + usage.get("cache_creation_input_tokens", 0))
-    return {"session_id": sid, "status": state.get("status", "idle"), "profile": config.get("profile"),
-            "turns": state.get("turns", 0), "updated_at": rfc3339_ms(ms),
+def summary(sid: str, st: SessionState, ms: int) -> dict[str, Any]:
+    return {"session_id": sid, "status": st.status, "profile": st.profile,
+            "turns": st.turns, "updated_at": rfc3339_ms(ms),
             # additions: what session.get says of the same state, for a list that shows them
-            "usage": {"input_tokens": input_tokens, "output_tokens": usage.get("output_tokens", 0)},
-            "cost_usd": None if state.get("cost_unknown") else round(float(state.get("cost_usd", 0.0)), 8)}
+            "usage": reported_usage(st), "cost_usd": reported_cost(st)}
 
 
 async def sessions_list(req: SessionsListRequest, sessions: SessionStore, tenant: str | None = None) -> dict[str, Any]:
@@ -70,9 +65,10 @@ async def sessions_list(req: SessionsListRequest, sessions: SessionStore, tenant
             scanned += 1
             if state is None:  # expired or deleted since: not a session any more
                 continue
-            if req.status is not None and state.get("status", "idle") != req.status:
+            st = stored_state(state)
+            if req.status is not None and st.status != req.status:
                 continue
-            listed.append(summary(sid, state, ms))
+            listed.append(summary(sid, st, ms))
             if len(listed) == req.limit:
                 break
     cursor = None if exhausted or after is None else f"{after[0]}:{after[1]}"

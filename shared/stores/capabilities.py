@@ -24,10 +24,11 @@ class Capability(StrEnum):
     """EventLogStore.raise_seq: the session's seq counter moved up to a floor. A backend
     that may lose its data while the events stream keeps the events declares it (the
     router continues a lost session's seqs after the stream's last one)."""
-    REDIS_HISTORY = "redis_history"
-    """SessionStore.history_key: the history is a Redis list on the context's Redis, at
-    that key, so another Redis store reads it in its own round trip (the memory service
-    reads it with its snapshot)."""
+    PIPELINED_HISTORY = "pipelined_history"
+    """SessionStore.pipelined_history: the history is on the context's Redis, so another
+    Redis store reads parts of it in its own round trip, through the reader the session
+    store hands out (session_store.PipelinedHistory: the memory service reads the history
+    with its snapshot)."""
 
 
 class Unsupported(NotImplementedError):

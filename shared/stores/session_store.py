@@ -70,8 +70,9 @@ class SessionStore(Store, Protocol):
         (nothing written)."""
         ...
 
-    def history_key(self, sid: str) -> str:
-        """Capability REDIS_HISTORY: the key of the session's history list (Redis)."""
+    def pipelined_history(self, sid: str) -> PipelinedHistory:
+        """Capability PIPELINED_HISTORY: the reader of the session's history that another
+        Redis store queues in its own pipeline."""
         ...
 
     async def add_fork(self, sid: str, fork: str) -> None:
@@ -83,6 +84,24 @@ class SessionStore(Store, Protocol):
         is listed before it is made (services/router/shell/fork.py): one never made stays
         listed, so a reader keeps those that exist."""
         ...
+
+
+@dataclass(frozen=True)
+class PipelinedHistory:
+    """Reads of one session's history queued in another store's Redis pipeline (capability
+    PIPELINED_HISTORY), and their replies decoded: what the history is stored as stays this
+    module's."""
+
+    key: str
+
+    def queue(self, pipe: Any, start: int, stop: int) -> None:
+        """Messages [start, stop] (inclusive, like `SessionStore.history`), read by `pipe`."""
+        pipe.lrange(self.key, start, stop)
+
+    @staticmethod
+    def messages(reply: list[bytes]) -> list[dict[str, Any]]:
+        """The messages of one queued read's reply."""
+        return [codec.loads(m) for m in reply]
 
 
 def comes_after(entry: tuple[int, str], after: tuple[int, str] | None) -> bool:
@@ -140,7 +159,7 @@ class InMemorySessionStore(Declares):
                                  events: list[Append]) -> list[tuple[dict[str, Any], bool]] | None:
         raise Unsupported("the in-memory session store commits no events: commit, then append_many")
 
-    def history_key(self, sid: str) -> str:
+    def pipelined_history(self, sid: str) -> PipelinedHistory:
         raise Unsupported("the in-memory session store keeps its histories in this process")
 
     async def add_fork(self, sid: str, fork: str) -> None:
@@ -228,7 +247,7 @@ class RedisSessionStore(Declares):
     keys.sessions_index sorted set of session ids by update time (the sessions list query);
     keys.session_forks sorted set of the sessions forked from it, by the order they were listed."""
 
-    capabilities = frozenset({Capability.COMMIT_WITH_EVENTS, Capability.REDIS_HISTORY})
+    capabilities = frozenset({Capability.COMMIT_WITH_EVENTS, Capability.PIPELINED_HISTORY})
 
     def __init__(self, redis: aioredis.Redis, ttl_s: int = 0, replication: Replication | None = None) -> None:
         """`replication`: commits wait for the master's replicas (replication.py)."""
@@ -275,8 +294,8 @@ class RedisSessionStore(Declares):
             return None
         return appended_events(stripped, flat)
 
-    def history_key(self, sid: str) -> str:
-        return keys.session_history(sid)
+    def pipelined_history(self, sid: str) -> PipelinedHistory:
+        return PipelinedHistory(keys.session_history(sid))
 
     async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
         raw = await self._r.lrange(keys.session_history(sid), start, stop)

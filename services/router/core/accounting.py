@@ -12,11 +12,11 @@ The limits on what was spent are budget.py's.
 from __future__ import annotations
 
 from loopwire.shared.contract.envelopes import GenerationResult, Usage
+from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.runtime.pricing import cost_at, is_offline_model, price_for
 
 from . import tenant_quotas
 from .config import CoreConfig
-from .state import RunState
 from .transition import Transition
 
 

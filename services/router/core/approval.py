@@ -42,11 +42,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from loopwire.shared.contract.run_state import Checkpoint, RunState
+from loopwire.shared.contract.session_state import SessionState
+
 from .next_step import NextStep, NextStepExecuteTools, NextStepFinalOutput, NextStepReview, NextStepRunAgain
 from .phases import change_phase
 from .routing import route
 from .stages import Turn, user_message
-from .state import Checkpoint, RunState, SessionState
 
 DENIED_BY_USER = "denied by the user: {note}"
 PROPOSAL_DENIED = "The user did not accept this answer: {note}. Revise it and propose again."

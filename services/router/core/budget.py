@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .state import RunState
+from loopwire.shared.contract.run_state import RunState
 
 MIN_GENERATION_TOKENS = 64
 """Fewer tokens left than this for an answer: the budget is exhausted."""

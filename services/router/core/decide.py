@@ -37,6 +37,8 @@ from typing import Any
 
 from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult, tool_result_fields
 from loopwire.shared.contract.protocol import text_to_content
+from loopwire.shared.contract.run_state import RunState
+from loopwire.shared.contract.session_state import SessionState
 
 from . import answers, approval, budget, follow_ups, subagent, tenant_quotas
 from .accounting import account, account_extra
@@ -64,7 +66,7 @@ from .profiles import get_profile
 from .run_config import input_messages, run_config
 from .run_lifecycle import end_run, new_run
 from .stages import Turn
-from .state import RECENT_INPUTS, RunState, SessionState
+from .state import RECENT_INPUTS
 from .steering import steering_fields
 from .step_requests import move_phase, request_generation
 from .strategy import StrategyConfig

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from loopwire.shared.contract.envelopes import StepError
+from loopwire.shared.contract.run_state import RunState
 
 from .config import CoreConfig
-from .state import RunState
 
 Action = Literal["continue", "retry_reduced_context", "switch_model", "terminate"]
 

@@ -35,13 +35,14 @@ from typing import Any
 
 from loopwire.shared.contract.envelopes import ExecutorPermission, ExecutorSpec
 from loopwire.shared.contract.protocol import ApprovalDecision
+from loopwire.shared.contract.run_state import Checkpoint, RunState
+from loopwire.shared.contract.session_state import SessionState
 
 from .budget import tokens_used
 from .commitment_gate import CommitmentGateStage
 from .effects import Effect, EmitEvent, PublishNotice
 from .next_step import NextStep, NextStepFinalOutput
 from .stages import RoutingStage, Stage, Turn
-from .state import Checkpoint, RunState, SessionState
 
 CLI_PIPELINE = ("ContextGuard", "ProgressInjector", "CLIExecutor", "ModeRouter", "TranscriptRecorder",
                 "ToolExecutor", "CommitmentGate")

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopwire.shared.contract.run_state import RunState
+from loopwire.shared.contract.session_state import SessionState
+
 from . import approval, loop_detection
 from .effects import PublishNotice
 from .history_repair import batch_results
 from .progress_injection import truncate
 from .stages import user_text
-from .state import RunState, SessionState
 from .steering import steering_fields
 from .transition import Transition
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopwire.shared.contract.run_state import RunState
+
 from .finish import FINISH_TOOL, FINISHED_RESULT
 from .stages import not_executed
-from .state import RunState
 from .transition import Transition
 
 

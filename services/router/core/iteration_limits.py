@@ -19,9 +19,10 @@ and the capped run ends with the answer it gave.
 
 from __future__ import annotations
 
+from loopwire.shared.contract.run_state import RunState
+
 from .config import CoreConfig
 from .profiles import get_profile
-from .state import RunState
 
 
 def max_inner(run: RunState, cfg: CoreConfig) -> int:

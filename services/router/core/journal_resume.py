@@ -37,6 +37,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.run_state import Checkpoint, RunConfig, RunState
 from loopwire.shared.runtime.pricing import cost_at, price_for
 
 from . import answers, strategy_loop
@@ -44,7 +45,6 @@ from .follow_ups import PROMPT_CHARS
 from .profiles import get_profile
 from .progress_injection import truncate
 from .stages import user_text
-from .state import Checkpoint, RunConfig, RunState
 
 Prices = Mapping[str, Mapping[str, float]]
 

@@ -50,9 +50,10 @@ from typing import Any
 
 import orjson
 
+from loopwire.shared.contract.run_state import RunState
+
 from .next_step import EventSpec, NextStep, NextStepConverge, NextStepFinalOutput, NextStepRunAgain
 from .stages import Turn
-from .state import RunState
 from .steering import steering_spec
 from .vacuous import vacuous_problem
 

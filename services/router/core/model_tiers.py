@@ -22,9 +22,9 @@ lightweight model. Every `message` event's `model` names the model that answered
 from __future__ import annotations
 
 from loopwire.shared.contract.protocol import ModelSpec
+from loopwire.shared.contract.run_state import RunState
 
 from .profiles import ModelTier, get_profile
-from .state import RunState
 
 __all__ = ["MEMORY_TIER", "ModelTier", "generation_models", "generation_tier", "lightweight_of", "memory_model"]
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from loopwire.shared.contract.run_state import RunState
+
 from .next_step import EventSpec
-from .state import RunState
 
 Transitions = Mapping[str, frozenset[str]]
 """A profile's transition table: phase -> the phases it may move to (`Profile.transitions`)."""

@@ -33,11 +33,12 @@ from typing import Any
 
 from loopwire.shared.contract.envelopes import ToolSpec
 from loopwire.shared.contract.protocol import UPDATE_PLAN_TOOL
+from loopwire.shared.contract.run_state import RunState
+from loopwire.shared.contract.session_state import SessionState
 
 from .next_step import EventSpec, NextStep, NextStepFinalOutput, NextStepRunAgain
 from .phases import Transitions, change_phase
 from .stages import Turn, user_message
-from .state import RunState, SessionState
 
 UPDATE_PLAN = UPDATE_PLAN_TOOL
 STATUSES = ("pending", "in_progress", "completed")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .state import RunState
+from loopwire.shared.contract.run_state import RunState
 
 TASK_CHARS = 300
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from loopwire.shared.contract.protocol import Limits, StartRun, header_value, text_to_content
+from loopwire.shared.contract.run_state import RunConfig
 
 from . import model_tiers, subagent
 from .config import CoreConfig
 from .finish import GUIDELINE
 from .profiles import get_profile
-from .state import RunConfig
 from .strategy import StrategyConfig
 from .tool_policy import merge_permissions, narrow_tools
 

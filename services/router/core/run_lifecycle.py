@@ -15,6 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from loopwire.shared.contract.protocol import StartRun
+from loopwire.shared.contract.run_state import RunConfig, RunState
+from loopwire.shared.contract.session_state import WaitingRun
 
 from . import answers, budget, planning, strategy_loop, technical_summary, tenant_quotas
 from .config import CoreConfig
@@ -25,7 +27,6 @@ from .profiles import DONE, get_profile
 from .progress_injection import truncate
 from .run_config import lineage, run_config
 from .stages import user_text
-from .state import RunConfig, RunState, WaitingRun
 from .step_requests import move_phase, request_generation
 from .tool_policy import merge_permissions
 from .transition import Decision, Transition

@@ -17,10 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from loopwire.shared.contract.run_state import RunState
+from loopwire.shared.contract.session_state import SessionState
+
 from .config import CoreConfig
 from .next_step import NextStep, NextStepExecuteTools, NextStepFinalOutput, NextStepRunAgain
 from .routing import route
-from .state import RunState, SessionState
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from loopwire.shared.contract.run_state import RunState
+
 from .next_step import EventSpec
-from .state import RunState
 
 Source = Literal["priority_queue", "follow_up_queue", "loop_redirect", "model_switch", "retry_reduced_context"]
 

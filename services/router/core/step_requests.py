@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import AssembleContext
+from loopwire.shared.contract.run_state import RunState
 
 from . import budget, planning, strategy_loop
 from .effects import PublishWork
@@ -19,7 +20,6 @@ from .finish import OUT_OF_BUDGET_NOTE
 from .model_tiers import generation_models
 from .phases import change_phase
 from .profiles import get_profile
-from .state import RunState
 from .tenant_quotas import TENANT_QUOTA
 from .transition import Transition
 

@@ -23,12 +23,12 @@ from typing import Any
 import orjson
 
 from loopwire.shared.contract.envelopes import ToolSpec
+from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.runtime.lru import LruCache
 
 from .finish import FINISH_SPEC
 from .planning import UPDATE_PLAN_SPEC
 from .profiles import get_profile
-from .state import RunState
 
 SCHEMA_PROBLEM_CHARS = 300
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopwire.shared.contract.run_state import RunState
+
 from .finish import normalise_conclusion
-from .state import RunState
 
 STOPPED = {
     "budget_exhausted": "Out of budget.",

@@ -23,13 +23,14 @@ they are in, and their converging answers go past the allowance by that much.
 
 from __future__ import annotations
 
+from loopwire.shared.contract.run_state import RunState
+from loopwire.shared.contract.session_state import RunTotals, SessionState
 from loopwire.shared.contract.tenant_limits import TenantLimit, utc_day
 
 from . import budget
 from .config import CoreConfig
 from .effects import CountTenantUsage, Effect, TenantSlot
 from .inputs import BaseInput
-from .state import RunState, RunTotals, SessionState
 from .transition import Decision, Transition, reject
 
 TENANT_QUOTA = "tenant_quota"

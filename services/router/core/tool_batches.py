@@ -17,6 +17,7 @@ from typing import Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
+from loopwire.shared.contract.run_state import RunState
 
 from . import approval, planning, strategy_loop, technical_summary
 from .config import CoreConfig
@@ -26,7 +27,6 @@ from .iteration_limits import inner_limit
 from .profiles import get_profile
 from .progress_injection import note_tool_batch, progress_notes
 from .run_lifecycle import end_run
-from .state import RunState
 from .step_requests import request_generation, to_review
 from .transition import Transition
 

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from loopwire.shared.contract.events import user_message_fields
+from loopwire.shared.contract.run_state import RunState
+from loopwire.shared.contract.session_state import SessionState
 
 from .effects import Effect, EmitEvent, PublishWork, effect_from_dict
 from .inputs import (
@@ -30,7 +32,7 @@ from .inputs import (
     ToolsInput,
 )
 from .next_step import EventSpec
-from .state import RECENT_INPUTS, RunState, SessionState
+from .state import RECENT_INPUTS
 
 __all__ = ["Count", "Decision", "Transition", "reject", "replay", "working_copy"]
 

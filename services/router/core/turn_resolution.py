@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopwire.shared.contract.run_state import RunState
+
 from . import approval, strategy_loop
 from .config import CoreConfig
 from .finish import finish_call, out_of_budget_conclusion
@@ -30,7 +32,6 @@ from .next_step import (
 from .profiles import get_profile
 from .run_lifecycle import end_run
 from .stages import Turn
-from .state import RunState
 from .step_requests import request_generation, to_review
 from .tool_batches import dispatch
 from .transition import Transition

@@ -11,12 +11,12 @@ the decision's `counts`.
 
 from __future__ import annotations
 
+from loopwire.shared.contract.session_state import SessionState
 from loopwire.shared.observability import metrics
 from loopwire.shared.observability.tracing import record_run_span
 
 from ..core.decide import Decision
 from ..core.effects import EmitEvent
-from ..core.state import SessionState
 
 
 def count_decision(decision: Decision, profile: str | None) -> None:

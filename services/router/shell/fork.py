@@ -34,6 +34,8 @@ from pydantic import ValidationError
 
 from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionForkRequest, error_reply
 from loopwire.shared.contract.query_parsing import parse_query
+from loopwire.shared.contract.run_state import RunConfig
+from loopwire.shared.contract.session_state import ForkedFrom, SessionState
 from loopwire.shared.contract.subjects import tenant_of
 from loopwire.shared.runtime.bus import event_items
 from loopwire.shared.runtime.service_context import ServiceContext
@@ -43,7 +45,6 @@ from loopwire.shared.stores.lineage import FORKED, ForkPoint, fork_point, lineag
 from loopwire.shared.stores.transcript import Archive, Replayed, read_transcript, replay, restore_log
 
 from ..core.executor_profiles import is_executor
-from ..core.state import ForkedFrom, RunConfig, SessionState
 from .rebuild import idle_state
 
 log = logging.getLogger("loopwire.router.fork")
@@ -175,7 +176,7 @@ class ForkQuery:
         raise ForkRefused("session_exists", f"session {new!r} exists (it has state or events)")
 
     async def _share_memory(self, source: str, new: str, history: list[dict[str, Any]]) -> None:
-        if not self.ctx.sessions.supports(Capability.REDIS_HISTORY):
+        if not self.ctx.sessions.supports(Capability.PIPELINED_HISTORY):
             return  # in-memory stores: no memory records or blobs in Redis to share
         settings = self.ctx.settings
         await copy_compaction(self.ctx.redis, source, new, len(history), settings.session_ttl_s)

@@ -17,13 +17,13 @@ import logging
 from typing import Any
 
 from loopwire.shared.contract.protocol import RESERVED_TOOL_NAMES
+from loopwire.shared.contract.session_state import SessionState
 from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.tool_catalog import CatalogCache
 
 from ..core import subagent
 from ..core.inputs import AdmissionInput, BaseInput, GenerationInput, MessageInput, StartInput, SteerInput
 from ..core.profiles import get_profile
-from ..core.state import SessionState
 from . import workspace_snapshot
 from .quota_keeper import QuotaKeeper
 from .strategy_store import StrategyStore

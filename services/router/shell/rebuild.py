@@ -32,13 +32,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.run_state import RunConfig
+from loopwire.shared.contract.session_state import ForkedFrom, SessionState
 from loopwire.shared.stores.event_log import EventLogStore
 from loopwire.shared.stores.lineage import FORKED, lineage_events
 from loopwire.shared.stores.session_store import SessionStore
 from loopwire.shared.stores.transcript import Archive, Replayed, replay
 
 from ..core.journal_resume import Prices, plan_of, resumed_run
-from ..core.state import ForkedFrom, RunConfig, SessionState
 
 log = logging.getLogger("loopwire.router.rebuild")
 

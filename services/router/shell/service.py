@@ -28,6 +28,7 @@ from loopwire.shared.contract.envelopes import (
     TenantAdmission,
     ToolsResult,
 )
+from loopwire.shared.contract.session_state import SessionState
 from loopwire.shared.contract.subjects import (
     DEAD_LETTER_STREAM,
     MAX_DELIVERIES_ADVISORY,
@@ -60,7 +61,6 @@ from ..core.inputs import (
     ToolsInput,
     UndeliverableInput,
 )
-from ..core.state import SessionState
 from .decision_telemetry import count_approvals, count_decision, record_ended_runs
 from .effect_publishing import EffectPublisher, leading_events
 from .fork import ForkQuery

@@ -30,13 +30,13 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from loopwire.shared.contract import keys
+from loopwire.shared.contract.session_state import SessionState
 from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.periodic import PeriodicSweep
 from loopwire.shared.runtime.settings import Settings
 
 from ..core.executor_profiles import is_executor
 from ..core.inputs import BaseInput, UndeliverableInput
-from ..core.state import SessionState
 
 log = logging.getLogger("loopwire.router.watchdog")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router.core.state import SessionState
+from loopwire.shared.contract.session_state import SessionState
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.unit

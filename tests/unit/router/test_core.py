@@ -9,9 +9,9 @@ import pytest
 from loopwire.router.core import inputs as i
 from loopwire.router.core.decide import CoreConfig, Decision, decide
 from loopwire.router.core.effects import EmitEvent, PublishWork
-from loopwire.router.core.state import SessionState
 from loopwire.shared.contract.envelopes import GenerationResult, StepError, ToolResultItem, ToolsResult, Usage
 from loopwire.shared.contract.protocol import Abort, ApprovalDecision, FollowUp, StartRun
+from loopwire.shared.contract.session_state import SessionState
 
 pytestmark = pytest.mark.unit
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from loopwire.router.core.decide import Decision
-from loopwire.router.core.state import SessionState
 from loopwire.router.shell.decision_telemetry import count_approvals
+from loopwire.shared.contract.session_state import SessionState
 from loopwire.shared.observability import metrics
 
 pytestmark = pytest.mark.unit

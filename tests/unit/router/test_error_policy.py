@@ -6,8 +6,8 @@ import pytest
 
 from loopwire.router.core.config import CoreConfig
 from loopwire.router.core.error_policy import classify_generation_failure
-from loopwire.router.core.state import RunConfig, RunState
 from loopwire.shared.contract.envelopes import StepError
+from loopwire.shared.contract.run_state import RunConfig, RunState
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.unit

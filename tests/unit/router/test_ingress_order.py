@@ -11,8 +11,8 @@ import pytest
 from loopwire.router.core import inputs as i
 from loopwire.router.core.decide import CoreConfig, decide
 from loopwire.router.core.effects import PublishWork, effect_from_dict
-from loopwire.router.core.state import SessionState
 from loopwire.shared.contract.protocol import Abort, FollowUp, StartRun
+from loopwire.shared.contract.session_state import SessionState
 from tests.router_driver import PRICES
 
 pytestmark = pytest.mark.unit

@@ -12,10 +12,10 @@ from loopwire.memory.assembly import normalise_messages
 from loopwire.router.core import inputs as i
 from loopwire.router.core.decide import CoreConfig, decide
 from loopwire.router.core.effects import EmitEvent, PublishWork
-from loopwire.router.core.state import SessionState
 from loopwire.router.shell.rebuild import reconstruct
 from loopwire.shared.contract.envelopes import ToolResultItem, ToolsResult
 from loopwire.shared.contract.protocol import ApprovalDecision
+from loopwire.shared.contract.session_state import SessionState
 from loopwire.shared.runtime.pricing import price_table
 
 from .test_rebuild import SID, Driver, t

@@ -8,8 +8,8 @@ import pytest
 from loopwire.router.core import inputs as i
 from loopwire.router.core.phases import IllegalTransition, change_phase, check_transition
 from loopwire.router.core.profiles import PROFILES, get_profile
-from loopwire.router.core.state import RunConfig, RunState
 from loopwire.shared.contract.protocol import StartRun
+from loopwire.shared.contract.run_state import RunConfig, RunState
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.unit

@@ -12,11 +12,11 @@ from loopwire.memory.assembly import normalise_messages
 from loopwire.router.core import inputs as i
 from loopwire.router.core.decide import CoreConfig, decide
 from loopwire.router.core.effects import EmitEvent, PublishWork
-from loopwire.router.core.state import SessionState
 from loopwire.router.shell.rebuild import idle_state, reconstruct
 from loopwire.shared.contract.envelopes import GenerationResult, ToolResultItem, ToolsResult, Usage
 from loopwire.shared.contract.events import user_message_fields
 from loopwire.shared.contract.protocol import FollowUp, StartRun, make_event
+from loopwire.shared.contract.session_state import SessionState
 from loopwire.shared.stores.transcript import replay
 
 SID = "s1"

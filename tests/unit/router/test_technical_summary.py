@@ -10,8 +10,8 @@ from loopwire.router.core import inputs as i
 from loopwire.router.core import technical_summary
 from loopwire.router.core.config import CoreConfig
 from loopwire.router.core.finish import GUIDELINE
-from loopwire.router.core.state import RunConfig, RunState
 from loopwire.shared.contract.protocol import StartRun
+from loopwire.shared.contract.run_state import RunConfig, RunState
 from tests.router_driver import PRICES, Driver, call
 
 pytestmark = pytest.mark.unit

@@ -8,9 +8,10 @@ from typing import Any
 import nats
 import pytest
 
-from loopwire.router.core.state import RunConfig, SessionState
 from loopwire.router.shell.rebuild import rebuild_session
 from loopwire.shared.contract.events import user_message_fields
+from loopwire.shared.contract.run_state import RunConfig
+from loopwire.shared.contract.session_state import SessionState
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.bus import Bus
 from loopwire.shared.runtime.settings import Settings

@@ -1,0 +1,185 @@
+"""The state of one run of a session: what it was started with (RunConfig), where it
+is and what it spent (RunState), and the human checkpoint it may be paused on.
+
+The router writes it (services/router/core/) inside the session's state
+(session_state.py); the other services and the tools read it through the readers there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from loopwire.shared.contract.envelopes import Usage
+
+
+class RunConfig(BaseModel):
+    """What a run was started with (kept so a follow-up `message` on an idle session
+    starts its new run with the same settings)."""
+
+    profile: str = "agentic"
+    system: str | None = None
+    models: list[str]
+    max_tokens: int
+    temperature: float | None = None
+    memory_model: str | None = None
+    """StartRun `model.memory`, else the lightweight model (`auto`), else
+    LOOPWIRE_MEMORY_MODEL: the memory's own calls (model_tiers.py)."""
+    lightweight_model: str | None = None
+    """StartRun `model.lightweight` when `model.selection` is `auto`: the lightweight
+    tier's model (model_tiers.py); None: every generation uses `models`."""
+    tools: list[str] | None = None
+    tool_permissions: dict[str, str] = Field(default_factory=dict)
+    max_turns: int = 50
+    max_total_tokens: int | None = None
+    max_cost_usd: float | None = None
+    context_window: int = 200_000
+    compaction_at_pct: float = 0.8
+    actor: str | None = None
+    """StartRun `strategy.actor`: memory keeps observations per actor."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    # -- profiles issue (schema 1, additive) --
+    expectation: str | None = None
+    """StartRun `strategy.expectation`."""
+    strategy: str | None = None
+    """Which strategy config the run resolved (strategy.py): `actor/expectation`, `actor`, or None."""
+    subagent_depth: int = 0
+    """0 for a run a user started; a child run started by a tool is its parent's + 1."""
+    # -- external executors (schema 1, additive) --
+    executor_agent: str | None = None
+    """StartRun `executor.agent` (profile `acp`)."""
+    workspace_path: str | None = None
+    """`metadata.workspace` resolved under LOOPWIRE_WORKSPACE_ROOTS: the agent's directory."""
+    # -- issue 26 (schema 1, additive) --
+    conclusion: bool = False
+    """The run's strategy config asks for a conclusion and the run offers the finish tool:
+    its system prompt carries the tool's guideline, and an answer in text concludes with
+    the technical summary (technical_summary.py, terminal `explanation`)."""
+    # -- context fields (schema 1, additive) --
+    user_id: str | None = None
+    """StartRun `user_id`: tool providers get it as `Loopwire-User-Id`."""
+    workspace_id: str | None = None
+    """StartRun `metadata.workspace_id`: tool providers get it as `Loopwire-Workspace-Id`."""
+
+
+class Checkpoint(BaseModel):
+    """A durable human checkpoint (approval.py): everything needed to go on after the
+    decision, so no process holds the paused run in memory."""
+
+    id: str
+    kind: Literal["tool_calls", "proposal", "executor"]
+    """`executor`: an external agent's permission request, its step still running
+    (executor_profiles.py)."""
+    calls: list[dict[str, Any]] = Field(default_factory=list)
+    """The whole batch: the assistant message's tool_use blocks, in the model's order."""
+    ask: list[str] = Field(default_factory=list)
+    """tool_use ids the decision is about (the others run or are answered regardless)."""
+    rejected: dict[str, str] = Field(default_factory=dict)
+    """tool_use id -> the plan gate's reason: never run, whatever the decision."""
+    text: str = ""
+    """The assistant's text (a `proposal` checkpoint's answer)."""
+
+
+class RunState(BaseModel):
+    model_config = {"populate_by_name": True}
+
+    run_id: str
+    config: RunConfig
+    trace: dict[str, str] = Field(default_factory=dict)
+    """traceparent of the run's root span: every step's spans are its children, and the
+    replica that ends the run records the span itself with these ids."""
+    started_ns: int = 0
+    """When the run started (ns since the epoch), for the root span."""
+    awaiting: str = Field(default="generate", alias="phase")
+    """What the run waits for: `generate` (a model call is in flight), `tools` (tool calls
+    are in flight), `approval` (a human decision), `done` (nothing: the run ended). Stored
+    as `phase`, its name in documents written before the rename."""
+    turn: int = 0
+    """Generations completed in this run."""
+    pending_step: str | None = None
+    """The step id whose result the run waits for; any other result is stale."""
+    pending_calls: list[dict[str, Any]] = Field(default_factory=list)
+    """tool_use blocks of the last assistant message while their results are awaited."""
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = 0.0
+    """The cost of the generations whose model has a price (shared/runtime/pricing.py)."""
+    unpriced: list[str] = Field(default_factory=list)
+    """Models of this run with no known price: its `cost_usd` is null (unknown), and a
+    `warning` event named each one once."""
+    last_text: str = ""
+    """Text of the latest assistant message: the best answer so far."""
+    answers: list[str] = Field(default_factory=list)
+    """The texts of the run's answers, in order (answers.py): `run.ended.final_text`."""
+
+    # -- loop control bookkeeping (schema 1, additive: older documents load with defaults) --
+    gen_seq: int = 0
+    """Generations requested in this run; the step id of the n-th is `<run_id>:g<n>`, so a
+    retried or abandoned generation never shares an id (nor a Nats-Msg-Id) with the next."""
+    outer: int = 1
+    """Outer iterations: 1 + follow-ups taken at the outer boundary."""
+    inner: int = 0
+    """Generations completed in the current outer iteration."""
+    task: str = ""
+    """The run's first user request (truncated): the task the progress reminder repeats."""
+    last_prompt: str = ""
+    """The latest user request (truncated): what a bare-number answer is judged against."""
+    last_context_tokens: int = 0
+    """Input + output tokens of the latest generation: what the next call re-reads at least."""
+    budget_warned: list[str] = Field(default_factory=list)
+    """Limits (`max_total_tokens`, `max_cost_usd`) whose warning was emitted."""
+    budget_capped: bool = False
+    """The pending generation's `max_tokens` was shrunk by the token budget (budget.py):
+    cut short at it, the run ends `budget_exhausted`."""
+    converging: str | None = None
+    """Set while the last, tool-less generation runs: the `run.ended` status it ends with."""
+    converge_reason: str | None = None
+    model_offset: int = 0
+    """The loop ladder switched models: the run uses `config.models[model_offset:]`."""
+    temperature: float | None = None
+    """The loop ladder raised the temperature: overrides `config.temperature`."""
+    loop_window: list[list[str]] = Field(default_factory=list)
+    """Signatures of the latest turns (loop_detection.py), newest last."""
+    loop_level: int = 0
+    """Rungs of the escalation ladder climbed so far (0: none; a good turn resets it)."""
+    vacuous_retries: int = 0
+    nudges: int = 0
+    context_retries: int = 0
+    step_retries: int = 0
+    """Generations requested again after a `cancelled` result (bounded)."""
+    tool_calls_made: int = 0
+    tools_used: list[str] = Field(default_factory=list)
+    """Distinct tool names called in this run, in first-use order (progress reminder)."""
+    executed: list[dict[str, Any]] = Field(default_factory=list)
+    """`[{"tool", "calls", "ok", "error"}]` in first-use order: what the run executed, for
+    the conclusion of a run the router stops (technical_summary.py)."""
+
+    # -- profiles issue bookkeeping (schema 1, additive) --
+    profile_phase: str = ""
+    """The profile's phase (profiles.py transition table): `plan`/`execute`/`verify`,
+    `review`/`execute`/`done`, ...; `awaiting` above is the step in flight."""
+    phase_changes: int = 0
+    """`phase.changed` events emitted in this run (their dedup keys count them)."""
+    checkpoint: Checkpoint | None = None
+    """The open approval checkpoint: the run is durably paused until a `decision`."""
+    answered: list[dict[str, Any]] = Field(default_factory=list)
+    """Results the core made itself for calls of the pending batch (reserved tools)."""
+    plan: list[dict[str, Any]] = Field(default_factory=list)
+    """agentic_planned: `[{"step": str, "status": "pending"|"in_progress"|"completed"}]`."""
+    plan_nudges: int = 0
+    verification: str | None = None
+    """agentic_planned: the verify phase's answer, recorded."""
+    workspace: str = ""
+    """agentic_planned: the rendered WorkspaceSnapshot, a note of every plan-phase generation."""
+    tools_known: list[str] | None = None
+    """The run's tools the catalog held when it started (all of them for a run that names
+    none); None: not looked up (the catalog was unreadable)."""
+    tools_active: list[str] = Field(default_factory=list)
+    """The tools the run's latest generation may use: offered, known, not denied, and the
+    reserved tools of its phase (strategy_loop.active_tools; `session.get`)."""
+    quota_spent: bool = False
+    """The tenant's daily allowance was spent when this run's usage was last counted: its
+    next generation is its converging one (`budget_exhausted`, reason `tenant_quota`)."""
+    permission_answers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """External executors: checkpoint id -> `{"decision", "note"}` of the agent's
+    permission requests decided in this run (asked again, they get the same answer)."""
