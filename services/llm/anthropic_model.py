@@ -1,12 +1,12 @@
 """The Anthropic Messages API as a `Model`, on the official SDK's streaming API.
 
-Text deltas go to `on_text` as they arrive; tool_use blocks are assembled by the SDK
+Text deltas are yielded (`TextDelta`) as they arrive; tool_use blocks are assembled by the SDK
 from their `input_json` deltas and read from its final message, as is the usage: the
 usage of a stream is cumulative (message_start, then totals in message_delta), so it is
 taken once from the final message and never summed per event.
 
-The SDK's own retries are off (`max_retries=0`): the fallback chain owns retrying, so
-one policy decides between "try again" and "switch model".
+The SDK's own retries are off (`max_retries=0`): retrying.py owns retrying and
+fallback.py switching model, each by its rule over these errors.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.runtime.settings import Settings
 
 from .errors import classify
-from .model import Model, ModelRequest, ModelResponse, TextCallback
+from .model import Model
+from .model_call import ModelRequest, ModelResponse
+from .model_events import Finished, ModelStream, TextDelta
 
 PLACEHOLDER_API_KEY = "loopwire-local-no-key"
 """Sent when only ANTHROPIC_BASE_URL is set: a local or proxy server needs no real key,
@@ -100,33 +102,25 @@ class AnthropicModel(Model):
     def base_url(self) -> str:
         return str(self._client.base_url)
 
-    async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
-        # A failure of the caller's callback (e.g. publishing a delta) is not a model
-        # error: it leaves unchanged, after the stream is closed.
-        callback_error: Exception | None = None
+    async def stream(self, request: ModelRequest) -> ModelStream:
+        # A failure of the caller (publishing a delta, say) happens in the caller's frame, not
+        # here: only the call's own failures are classified. A caller that stops reading
+        # closes this stream, and the SDK's stream with it.
         try:
             async with self._client.messages.stream(**request_params(request)) as stream:
                 async for event in stream:
-                    if (on_text is not None and event.type == "content_block_delta"
-                            and event.delta.type == "text_delta" and event.delta.text):
-                        try:
-                            await on_text(event.delta.text)
-                        except Exception as exc:
-                            callback_error = exc
-                            break
-                if callback_error is None:
-                    final = await stream.get_final_message()
+                    if event.type == "content_block_delta" and event.delta.type == "text_delta" and event.delta.text:
+                        yield TextDelta(event.delta.text)
+                final = await stream.get_final_message()
         except Exception as exc:  # every failure of the call leaves as a ModelCallError
             raise classify(exc, request.model) from exc
-        if callback_error is not None:
-            raise callback_error
-        return ModelResponse(
+        yield Finished(ModelResponse(
             message={"role": "assistant", "content": [_block_to_dict(b) for b in final.content]},
             stop_reason=final.stop_reason,
             model=final.model or request.model,
             usage=_usage(final.usage),
             response_id=final.id,
-        )
+        ))
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -16,7 +16,9 @@ import orjson
 
 from loopwire.shared.contract.envelopes import Usage
 
-from .model import Model, ModelRequest, ModelResponse, TextCallback
+from .model import Model
+from .model_call import ModelRequest, ModelResponse
+from .model_events import Finished, ModelStream
 from .offline_reply import stream_text, text_of
 
 BENCH_TOOL = "noop"
@@ -59,7 +61,7 @@ class BenchModel(Model):
     name = "bench"
     model_id = "loopwire-bench"
 
-    async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
+    async def stream(self, request: ModelRequest) -> ModelStream:
         target = bench_target(request) or 0
         done = count_tool_results(request.messages)
         last = request.messages[-1] if request.messages else {}
@@ -70,9 +72,10 @@ class BenchModel(Model):
                                              "name": BENCH_TOOL, "input": {"n": done + 1}}]
             stop = "tool_use"
         else:
-            await stream_text("done", on_text)
+            async for delta in stream_text("done"):
+                yield delta
             blocks = [{"type": "text", "text": "done"}]
             stop = "end_turn"
-        return ModelResponse(message={"role": "assistant", "content": blocks}, stop_reason=stop,
-                             model=self.model_id, usage=Usage(input_tokens=10, output_tokens=5),
-                             response_id=f"msg_bench_{done}")
+        yield Finished(ModelResponse(message={"role": "assistant", "content": blocks}, stop_reason=stop,
+                                     model=self.model_id, usage=Usage(input_tokens=10, output_tokens=5),
+                                     response_id=f"msg_bench_{done}"))

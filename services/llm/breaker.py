@@ -18,7 +18,7 @@ tasks at once (other replicas see a failure while this request still retries); a
 used (its primary answered before a fallback's turn came). `CircuitBreakerModel` is a
 `WrapperModel` (wrapper.py) that asks the gate: the fallback chain (fallback.py) skips a
 model whose breaker is open (`Model.unavailable`, a `circuit_open` error) and the
-wrapper records each call's outcome.
+wrapper records each call's outcome (each retry's, inside RetryingModel: step_chain.py).
 
 A healthy model costs no Redis call per request: a clean `closed` verdict (no failure
 counted) is reused in process for `CLOSED_REUSE_S`, and a success is written only when the
@@ -34,7 +34,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -51,7 +51,9 @@ from .breaker_store import (
     RedisBreakerStore,
 )
 from .errors import ModelCallError
-from .model import Model, ModelRequest, ModelResponse, TextCallback
+from .model import Model
+from .model_call import ModelRequest
+from .model_events import Finished, ModelStream
 from .wrapper import WrapperModel
 
 log = logging.getLogger("loopwire.llm.breaker")
@@ -206,16 +208,18 @@ class CircuitBreakerModel(WrapperModel):
                                   True, None, self.model_id)
         return self.wrapped.unavailable()
 
-    async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
+    async def stream(self, request: ModelRequest) -> ModelStream:
         try:
-            response = await self.wrapped.generate(request, on_text)
+            async with aclosing(self.wrapped.stream(request)) as events:
+                async for event in events:
+                    if isinstance(event, Finished):
+                        self.gate.record_success(self.model_id)
+                    yield event
         except ModelCallError as err:
             if err.retryable:
                 # A 400 says nothing about the model's health; a 529 does.
                 self.gate.record_failure(self.model_id)
             raise
-        self.gate.record_success(self.model_id)
-        return response
 
 
 def breaker_from_settings(settings: Any, redis: Any, clock: Clock = time.time) -> CircuitBreaker:

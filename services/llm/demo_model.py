@@ -13,7 +13,9 @@ import re
 from typing import Any
 
 from .bench_model import BenchModel, bench_target
-from .model import Model, ModelRequest, ModelResponse, TextCallback
+from .model import Model
+from .model_call import ModelRequest, ModelResponse
+from .model_events import Finished, ModelStream
 from .offline_reply import estimate_usage, reply_content, stable_id, stream_text, text_of
 
 _EXPR_RUN = re.compile(r"[0-9.+\-*/()^%\s]+")
@@ -37,9 +39,11 @@ class DemoModel(Model):
     name = "demo"
     model_id = "loopwire-demo"
 
-    async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
+    async def stream(self, request: ModelRequest) -> ModelStream:
         if bench_target(request) is not None:  # `make bench` (bench_model.py)
-            return await _BENCH.generate(request, on_text)
+            async for event in _BENCH.stream(request):
+                yield event
+            return
         last = request.messages[-1] if request.messages else {"role": "user", "content": ""}
         content = last.get("content", "")
         results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"] \
@@ -58,12 +62,13 @@ class DemoModel(Model):
                 quoted = prompt if len(prompt) <= 200 else prompt[:197] + "..."
                 text = (f'You said: "{quoted}". I am loopwire\'s offline demo model; '
                         "set ANTHROPIC_API_KEY to talk to Claude.")
-        await stream_text(text, on_text)
+        async for delta in stream_text(text):
+            yield delta
         blocks = reply_content(request, text, tool_uses)
-        return ModelResponse(message={"role": "assistant", "content": blocks},
-                             stop_reason="tool_use" if tool_uses else "end_turn", model=self.model_id,
-                             usage=estimate_usage(request, blocks),
-                             response_id=stable_id(request, "msg").replace("toolu_", "msg_demo_"))
+        yield Finished(ModelResponse(message={"role": "assistant", "content": blocks},
+                                     stop_reason="tool_use" if tool_uses else "end_turn", model=self.model_id,
+                                     usage=estimate_usage(request, blocks),
+                                     response_id=stable_id(request, "msg").replace("toolu_", "msg_demo_")))
 
     @staticmethod
     def _answer_results(results: list[dict[str, Any]]) -> str:

@@ -10,8 +10,8 @@ One exception, many codes::
                      long")  auth (401, 403)  billing (402)  not_found (404)
                      internal (anything unexpected: a bug is not fixed by retrying)
 
-The fallback chain retries the retryable ones and moves to the next model; it stops at
-once on the others (a 400 or a bad key fails on every model alike).
+The retries (retrying.py) ask again on the retryable ones and the fallback chain
+(fallback.py) then moves to the next model; both stop at once on the others (a 400 or a bad key fails on every model alike).
 """
 
 from __future__ import annotations

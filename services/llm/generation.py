@@ -1,7 +1,7 @@
 """Pure translation between the llm service's envelopes and the provider interface.
 
-`Generate` (from memory) -> `ModelRequest`; a `FallbackResult` or a `ModelCallError`
--> `GenerationResult` (to the router). The result copies the request's identity
+`Generate` (from memory) -> `ModelRequest`; the chain's `Finished` (model_events.py) or a
+`ModelCallError` -> `GenerationResult` (to the router). The result copies the request's identity
 (session, run, step, turn, trace) so the router can match it without a lookup.
 """
 
@@ -13,8 +13,8 @@ from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import Generate, GenerationResult
 
 from .errors import ModelCallError
-from .fallback import FallbackResult
-from .model import ModelRequest
+from .model_call import ModelRequest
+from .model_events import Finished
 
 
 def record_key(env: Generate) -> str:
@@ -45,7 +45,7 @@ def _identity(env: Generate) -> dict[str, Any]:
             "extra_model": env.extra_model}
 
 
-def result_ok(env: Generate, outcome: FallbackResult) -> GenerationResult:
+def result_ok(env: Generate, outcome: Finished) -> GenerationResult:
     resp = outcome.response
     return GenerationResult(**_identity(env), ok=True, message=resp.message, stop_reason=resp.stop_reason,
                             model=resp.model, usage=resp.usage, fallbacks=list(outcome.fallbacks))

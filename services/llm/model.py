@@ -1,85 +1,44 @@
-"""The provider interface of the llm service: one request, one response, one ABC.
+"""The provider interface of the llm service: one request, a stream of events, one ABC.
 
-Every backend (the Anthropic API, the scripted test model, the offline demo and bench
-models) is a `Model`, and so is everything that adds behaviour to a model by wrapping it
-(wrapper.py): the traces and latency metrics (instrumented_model.py), the fleet-wide
-circuit breaker (breaker.py) and the fallback chain over several models (fallback.py).
-Messages and content blocks stay in the Anthropic Messages format end to end, as plain
-dicts: that is the format of the session history, so no conversion happens on the hot
-path.
+A call is `Model.stream(request)`: the typed events of model_events.py (text pieces as
+they arrive, then the response), or `generate(request)` for the response alone. Every
+backend (the Anthropic API, the scripted test model, the offline demo and bench models) is
+a `Model`, and so is everything that adds behaviour to a model by wrapping it (wrapper.py):
+the traces and latency metrics (instrumented_model.py), the fleet-wide circuit breaker
+(breaker.py), the retries (retrying.py) and the fallback chain over several models
+(fallback.py). The request and the response are model_call.py's.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from loopwire.shared.contract.envelopes import ToolSpec, Usage
+from .model_call import ModelRequest, ModelResponse
+from .model_events import ModelStream, finished
 
 if TYPE_CHECKING:
     from .errors import ModelCallError
 
-TextCallback = Callable[[str], Awaitable[None]]
-"""Called with each piece of assistant text as it arrives (in order)."""
-
-
-@dataclass
-class ModelRequest:
-    """One model call, independent of the provider."""
-
-    model: str
-    """Model id, e.g. `claude-sonnet-4-5`."""
-    messages: list[dict[str, Any]]
-    """The conversation in the Anthropic Messages format (alternating user/assistant)."""
-    max_tokens: int
-    system: str | None = None
-    tools: list[ToolSpec] = field(default_factory=list)
-    """Tools offered to the model; empty means none (the provider omits the field)."""
-    temperature: float | None = None
-    """None leaves the provider's default."""
-
-    def for_model(self, model: str) -> ModelRequest:
-        """The same request aimed at another model (used by the fallback chain)."""
-        return dataclasses.replace(self, model=model)
-
-    def tool_names(self) -> list[str]:
-        return [t.name for t in self.tools]
-
-
-@dataclass
-class ModelResponse:
-    """The assistant message a model produced, with what it cost."""
-
-    message: dict[str, Any]
-    """`{"role": "assistant", "content": [blocks]}`."""
-    stop_reason: str | None
-    model: str
-    """The model that answered (as reported by the provider)."""
-    usage: Usage = field(default_factory=Usage)
-    response_id: str | None = None
-
-    def text(self) -> str:
-        return "".join(b.get("text", "") for b in self.message.get("content", []) if b.get("type") == "text")
-
-    def tool_uses(self) -> list[dict[str, Any]]:
-        return [b for b in self.message.get("content", []) if b.get("type") == "tool_use"]
-
 
 class Model(ABC):
-    """A backend that turns a `ModelRequest` into a `ModelResponse`.
+    """A backend that turns a `ModelRequest` into a stream of events ending in a `ModelResponse`.
 
-    Implementations raise `ModelCallError` (errors.py) for every failure a caller may
-    act on, with `retryable` telling whether the same call may succeed later.
+    Implementations raise `ModelCallError` (errors.py) from the stream for every failure a
+    caller may act on, with `retryable` telling whether the same call may succeed later.
+    A caller that stops reading early closes the stream (`contextlib.aclosing`), which
+    closes the provider's connection.
     """
 
     name: str = "model"
 
     @abstractmethod
-    async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
-        """Run one call; stream text pieces to `on_text` while it runs."""
+    def stream(self, request: ModelRequest) -> ModelStream:
+        """Run one call: its events (model_events.py) as they happen, the last a `Finished`."""
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Run one call for its response alone."""
+        return (await finished(self.stream(request))).response
 
     def unavailable(self) -> ModelCallError | None:
         """Why this model must not be asked now, as the error its call would end with (an

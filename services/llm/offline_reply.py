@@ -2,8 +2,8 @@
 
 The scripted model (scripted_model.py), the offline demo model (demo_model.py) and the
 bench model (bench_model.py) are real `Model`s, so tests and the offline demo run the very
-same service code as the Anthropic provider. Text is streamed through `on_text` in a few
-chunks, and usage is a rough word count, so streaming and token budgets behave as with a
+same service code as the Anthropic provider. Text is streamed as `TextDelta` events in a
+few chunks, and usage is a rough word count, so streaming and token budgets behave as with a
 real model; ids are derived from the request, so replicas and redeliveries agree.
 """
 
@@ -18,7 +18,8 @@ import orjson
 
 from loopwire.shared.contract.envelopes import Usage
 
-from .model import ModelRequest, TextCallback
+from .model_call import ModelRequest
+from .model_events import ModelStream, TextDelta
 
 
 def split_chunks(text: str, parts: int = 4) -> list[str]:
@@ -56,13 +57,12 @@ def stable_id(request: ModelRequest, salt: str) -> str:
     return f"toolu_{digest.hexdigest()[:20]}"
 
 
-async def stream_text(text: str, on_text: TextCallback | None, delay_s: float = 0.0) -> None:
-    """`text` to `on_text` in a few chunks, as a model streams it."""
+async def stream_text(text: str, delay_s: float = 0.0) -> ModelStream:
+    """`text` in a few `TextDelta`s, as a model streams it."""
     for piece in split_chunks(text):
         if delay_s:
             await asyncio.sleep(delay_s)
-        if on_text is not None:
-            await on_text(piece)
+        yield TextDelta(piece)
 
 
 def reply_content(request: ModelRequest, text: str | None, tool_uses: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -18,7 +18,9 @@ from typing import Any
 from loopwire.shared.contract.envelopes import Usage
 
 from .errors import ModelCallError
-from .model import Model, ModelRequest, ModelResponse, TextCallback
+from .model import Model
+from .model_call import ModelRequest, ModelResponse
+from .model_events import Finished, ModelStream
 from .offline_reply import estimate_usage, reply_content, stream_text
 
 
@@ -90,7 +92,7 @@ class ScriptedModel(Model):
         if self.remaining:
             raise AssertionError(f"{self.remaining} scripted response(s) were never requested")
 
-    async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
+    async def stream(self, request: ModelRequest) -> ModelStream:
         self.requests.append(request)
         if self._next >= len(self._script):
             raise ScriptExhausted(
@@ -106,10 +108,11 @@ class ScriptedModel(Model):
             resp.error.model = resp.error.model or request.model
             raise resp.error
         if resp.text:
-            await stream_text(resp.text, on_text, resp.delay_s)
+            async for delta in stream_text(resp.text, resp.delay_s):
+                yield delta
         content = reply_content(request, resp.text, resp.tool_uses)
         stop = resp.stop_reason or ("tool_use" if resp.tool_uses else "end_turn")
-        return ModelResponse(message={"role": "assistant", "content": content}, stop_reason=stop,
-                             model=self.model_id or request.model,
-                             usage=resp.usage or estimate_usage(request, content),
-                             response_id=f"msg_scripted_{len(self.requests)}")
+        yield Finished(ModelResponse(message={"role": "assistant", "content": content}, stop_reason=stop,
+                                     model=self.model_id or request.model,
+                                     usage=resp.usage or estimate_usage(request, content),
+                                     response_id=f"msg_scripted_{len(self.requests)}"))

@@ -6,8 +6,9 @@ The handler is a thin shell::
               record, ack (no model call); claimed by another live worker? retried later
            -> claimed before (its fencing token > 1)? emit `retracted` (a partial answer
               an earlier attempt streamed is void)
-           -> run the fallback chain, streaming `text.delta` events, `model.fallback`
-              on switches, heartbeats (in_progress) while it runs
+           -> run the fallback chain (step_chain.py), turning its events (model_events.py)
+              into `text.delta`, `generating`, `model.fallback` and `retracted` events,
+              heartbeats (in_progress) while it runs
            -> record `gen:<step_id>` under the claim (lost it: publish nothing) -> to the router (a work message, or a call when
               it runs in this process: ServiceContext.deliver_result) -> return
               (the handler runner acks; an exception is judged by the one redelivery
@@ -50,15 +51,16 @@ from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.blobs import resolve_messages
 from loopwire.shared.stores.step_store import renewed
 
-from .breaker import CircuitBreaker, CircuitBreakerModel, breaker_from_settings
+from .breaker import CircuitBreaker, breaker_from_settings
 from .errors import ModelCallError
 from .executors.runner import ExecutorSteps
-from .fallback import FallbackModel, RetryPolicy, Sleep
 from .generation import model_chain, model_request, record_key, result_failed, result_ok
-from .instrumented_model import InstrumentedModel
 from .model import Model
 from .providers import build_model_factory
-from .step_metrics import count_fallback, count_step
+from .retrying import RetryPolicy, Sleep
+from .step_chain import step_model
+from .step_events import StepEvents
+from .step_metrics import count_step
 from .summarize import SummarizeResponder
 from .token_count import AnthropicTokenCount, TokenCountResponder, token_count_from_settings
 
@@ -194,42 +196,17 @@ class LlmService:
                 return await self.executors.generate(env, attempt, cancel)
         default_model = self.ctx.settings.default_model
         chain = model_chain(env, default_model)
-        switches = 0
-        discards = 0
-        streamed = False
-
-        async def on_text(piece: str) -> None:
-            nonlocal streamed
-            streamed = True
-            await bus.emit(sid, run_id, "text.delta", turn=env.turn, text=piece)
-
-        async def on_switch(switch: dict[str, str]) -> None:
-            nonlocal switches
-            await bus.emit(sid, run_id, "model.fallback", key=keys.fallback_key(env.step_id, switches), **switch)
-            switches += 1
-            count_fallback(switch)
-
-        async def on_start(model: str) -> None:
-            await bus.emit(sid, run_id, "generating", turn=env.turn, model=model)
-
-        async def on_discard(model: str, reason: str) -> None:
-            nonlocal discards
-            discards += 1
-            await bus.emit(sid, run_id, "retracted", key=keys.retract_key(env.step_id, f"{attempt}.{discards}"),
-                           turn=env.turn, reason=f"{model} failed mid-answer ({reason}): the partial answer is void")
-
+        shown = StepEvents(bus, env, attempt)
         # A cancel notice (steer, abort) stops the model's stream: no more tokens are generated.
         async with self.breaker.guarding(chain) as gate:
-            # Each model of the chain traced and behind the fleet-wide breaker (wrapper.py).
-            runner = FallbackModel(chain, lambda model_id: CircuitBreakerModel(
-                InstrumentedModel(self.model_factory(model_id), env), model_id, gate), self.policy, self._sleep)
+            # Each model of the chain traced, retried and behind the fleet-wide breaker (step_chain.py).
+            runner = step_model(env, chain, self.model_factory, gate=gate, policy=self.policy, sleep=self._sleep)
             with self._inflight.track(sid, run_id) as cancel:
                 try:
                     outcome = await unless_cancelled(
-                        runner.run(model_request(env, default_model), on_text, on_switch, on_discard, on_start),
-                        cancel)
+                        shown.follow(runner.stream(model_request(env, default_model))), cancel)
                 except StepCancelled:
-                    if streamed:
+                    if shown.streamed:
                         await bus.emit(sid, run_id, "retracted", key=keys.retract_key(env.step_id, "cancel"),
                                        turn=env.turn, reason=CANCELLED_REASON)
                     log.info("llm step %s cancelled", env.step_id)

@@ -23,13 +23,14 @@ from loopwire.shared.contract import codec
 from loopwire.shared.contract.envelopes import Generate, GenerationResult
 from loopwire.shared.runtime.service_context import ServiceContext
 
-from .breaker import CircuitBreaker, CircuitBreakerModel
+from .breaker import CircuitBreaker
 from .errors import ModelCallError
-from .fallback import FallbackModel, RetryPolicy, Sleep
 from .generation import model_chain, model_request, record_key, result_failed, result_ok
-from .instrumented_model import InstrumentedModel
 from .model import Model
+from .model_events import finished
 from .responder import CoreResponder
+from .retrying import RetryPolicy, Sleep
+from .step_chain import step_model
 from .step_metrics import count_step
 
 log = logging.getLogger("loopwire.llm.summarize")
@@ -70,10 +71,9 @@ class SummarizeResponder(CoreResponder):
         # The same fleet-wide breaker as the run's generations: a model that is failing
         # is not asked for summaries either.
         async with self.breaker.guarding(chain) as gate:
-            runner = FallbackModel(chain, lambda model_id: CircuitBreakerModel(
-                InstrumentedModel(self.model_factory(model_id), env), model_id, gate), self.policy, self._sleep)
+            runner = step_model(env, chain, self.model_factory, gate=gate, policy=self.policy, sleep=self._sleep)
             try:
-                outcome = await runner.run(model_request(env, default_model))
+                outcome = await finished(runner.stream(model_request(env, default_model)))
             except ModelCallError as err:
                 log.warning("summarize %s failed: %r %s", env.step_id, err, err.message)
                 count_step("error")

@@ -2,9 +2,9 @@
 
 A `WrapperModel` is a `Model` that hands every call to `wrapped`; a subclass overrides
 what it changes and nothing else. The llm service builds, per step and model id,
-`CircuitBreakerModel(InstrumentedModel(<the provider's model>))` (breaker.py,
-instrumented_model.py) and runs the fallback chain (fallback.py) over those, so each
-concern sits in one class and the provider models know none of them.
+`RetryingModel(CircuitBreakerModel(InstrumentedModel(<the provider's model>)))` (retrying.py,
+breaker.py, instrumented_model.py) and runs the fallback chain (fallback.py) over those
+(step_chain.py), so each concern sits in one class and the provider models know none of them.
 
 A wrapper holds nothing of its own: closing the wrapped model (its connections) is the
 business of whoever made it (providers.ModelFactory), not of the wrappers built per step.
@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .model import Model, ModelRequest, ModelResponse, TextCallback
+from .model import Model
+from .model_call import ModelRequest
 
 if TYPE_CHECKING:
     from .errors import ModelCallError
+    from .model_events import ModelStream
 
 
 class WrapperModel(Model):
@@ -27,8 +29,8 @@ class WrapperModel(Model):
         self.wrapped = wrapped
         self.name = wrapped.name
 
-    async def generate(self, request: ModelRequest, on_text: TextCallback | None = None) -> ModelResponse:
-        return await self.wrapped.generate(request, on_text)
+    def stream(self, request: ModelRequest) -> ModelStream:
+        return self.wrapped.stream(request)
 
     def unavailable(self) -> ModelCallError | None:
         return self.wrapped.unavailable()

@@ -15,11 +15,13 @@ import pytest
 
 from loopwire.llm.anthropic_model import PLACEHOLDER_API_KEY, AnthropicModel, build_client
 from loopwire.llm.errors import ModelCallError
-from loopwire.llm.fallback import FallbackModel, RetryPolicy
-from loopwire.llm.model import ModelRequest
+from loopwire.llm.fallback import FallbackModel
+from loopwire.llm.model_call import ModelRequest
+from loopwire.llm.retrying import RetryingModel, RetryPolicy
 from loopwire.shared.contract.envelopes import ToolSpec, Usage
 from loopwire.shared.runtime.settings import Settings
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server  # noqa: F401 - fixture
+from tests.model_streams import Streamed
 from tests.paths import REPO
 
 pytestmark = pytest.mark.integration
@@ -41,16 +43,6 @@ def req(text: str = "hello", model: str = "claude-test", **kw: object) -> ModelR
     return ModelRequest(model=model, messages=[{"role": "user", "content": text}], max_tokens=256, **kw)  # type: ignore[arg-type]
 
 
-class Collect:
-    def __init__(self) -> None:
-        self.pieces: list[str] = []
-        self.times: list[float] = []
-
-    async def __call__(self, piece: str) -> None:
-        self.pieces.append(piece)
-        self.times.append(asyncio.get_running_loop().time())
-
-
 class Sleeps:
     def __init__(self) -> None:
         self.delays: list[float] = []
@@ -60,7 +52,9 @@ class Sleeps:
 
 
 def runner(model: AnthropicModel, models: list[str], sleeps: Sleeps) -> FallbackModel:
-    return FallbackModel(models, lambda _id: model, RetryPolicy(max_retries=2, base_delay_s=0.05), sleep=sleeps)
+    """The one client asked for each of `models`, retried (as step_chain.py builds the chain)."""
+    return FallbackModel({m: RetryingModel(model, RetryPolicy(max_retries=2, base_delay_s=0.05), sleep=sleeps)
+                          for m in models})
 
 
 async def test_text_streams_in_order_and_matches_the_final_text(
@@ -68,8 +62,8 @@ async def test_text_streams_in_order_and_matches_the_final_text(
     text = "Streaming works: one piece after another, in order, until the very last word."
     delay = 0.3
     anthropic_server.script("*", [{"text": text, "chunk_delay_s": delay}])
-    sink = Collect()
-    response = await model.generate(req(system="be brief"), sink)
+    sink = Streamed()
+    response = await sink.run(model, req(system="be brief"))
     assert len(sink.pieces) >= 4
     assert "".join(sink.pieces) == text == response.text()
     # pieces arrived while the stream ran, not all at once at its end: the fake sleeps `delay`
@@ -94,8 +88,8 @@ async def test_tool_use_is_assembled_from_several_json_deltas(
     assert len([p for p in partials if p["delta"]["partial_json"]]) >= 3
 
     anthropic_server.script("*", [spec])
-    sink = Collect()
-    response = await model.generate(req("What is 15 * 26 + 5?", tools=[CALC], temperature=0.0), sink)
+    sink = Streamed()
+    response = await sink.run(model, req("What is 15 * 26 + 5?", tools=[CALC], temperature=0.0))
     assert "".join(sink.pieces) == "Let me compute that."
     assert response.stop_reason == "tool_use"
     assert response.message["content"] == [
@@ -129,8 +123,9 @@ async def test_overloaded_twice_then_success_retries(
     anthropic_server.fail_next(529, n=2)
     anthropic_server.script("*", [{"text": "third time lucky"}])
     sleeps = Sleeps()
-    result = await runner(model, ["claude-a", "claude-b"], sleeps).run(req())
-    assert result.response.text() == "third time lucky" and result.response.model == "claude-a"
+    result = Streamed()
+    response = await result.run(runner(model, ["claude-a", "claude-b"], sleeps), req())
+    assert response.text() == "third time lucky" and response.model == "claude-a"
     assert result.fallbacks == [] and result.attempts == 3 and len(sleeps.delays) == 2
     assert [r["model"] for r in anthropic_server.message_requests] == ["claude-a"] * 3
 
@@ -139,8 +134,9 @@ async def test_always_overloaded_primary_switches_to_the_fallback(
         model: AnthropicModel, anthropic_server: FakeAnthropic) -> None:  # noqa: F811
     anthropic_server.fail_next(529, n=None, model="claude-a")
     anthropic_server.script("claude-b", [{"text": "the fallback answers"}])
-    result = await runner(model, ["claude-a", "claude-b"], Sleeps()).run(req())
-    assert result.response.text() == "the fallback answers" and result.response.model == "claude-b"
+    result = Streamed()
+    response = await result.run(runner(model, ["claude-a", "claude-b"], Sleeps()), req())
+    assert response.text() == "the fallback answers" and response.model == "claude-b"
     assert result.fallbacks == [{"from_model": "claude-a", "to_model": "claude-b",
                                  "reason": "model_overloaded: Overloaded"}]
     assert [r["model"] for r in anthropic_server.message_requests] == ["claude-a"] * 3 + ["claude-b"]
@@ -150,7 +146,7 @@ async def test_always_overloaded_without_fallback_fails_retryable(
         model: AnthropicModel, anthropic_server: FakeAnthropic) -> None:  # noqa: F811
     anthropic_server.fail_next(529, n=None)
     with pytest.raises(ModelCallError) as info:
-        await runner(model, ["claude-a"], Sleeps()).run(req())
+        await runner(model, ["claude-a"], Sleeps()).generate(req())
     err = info.value
     assert (err.code, err.retryable, err.status, err.model) == ("model_overloaded", True, 529, "claude-a")
     assert err.fallbacks == [] and len(anthropic_server.message_requests) == 3
@@ -161,7 +157,7 @@ async def test_bad_request_is_not_retried_nor_sent_to_fallbacks(
     anthropic_server.fail_next(400, message="messages.0.content: Input should be a valid list")
     sleeps = Sleeps()
     with pytest.raises(ModelCallError) as info:
-        await runner(model, ["claude-a", "claude-b"], sleeps).run(req())
+        await runner(model, ["claude-a", "claude-b"], sleeps).generate(req())
     assert info.value.code == "bad_request" and not info.value.retryable and info.value.status == 400
     assert "valid list" in info.value.message
     assert len(anthropic_server.message_requests) == 1 and sleeps.delays == []
@@ -175,7 +171,7 @@ async def test_prompt_too_long_and_auth_are_terminal(
     assert info.value.code == "context_too_long" and not info.value.retryable
     anthropic_server.fail_next(401)
     with pytest.raises(ModelCallError) as info:
-        await runner(model, ["claude-a", "claude-b"], Sleeps()).run(req())
+        await runner(model, ["claude-a", "claude-b"], Sleeps()).generate(req())
     assert info.value.code == "auth"
     assert len(anthropic_server.message_requests) == 2
 
@@ -185,23 +181,18 @@ async def test_rate_limit_retry_after_sets_the_backoff(
     anthropic_server.fail_next(429, n=1, retry_after=1.5)
     anthropic_server.script("*", [{"text": "ok"}])
     sleeps = Sleeps()
-    result = await runner(model, ["claude-a"], sleeps).run(req())
-    assert result.response.text() == "ok" and sleeps.delays == [1.5]
+    response = await runner(model, ["claude-a"], sleeps).generate(req())
+    assert response.text() == "ok" and sleeps.delays == [1.5]
 
 
 async def test_overload_mid_stream_voids_the_partial_text_and_retries(
         model: AnthropicModel, anthropic_server: FakeAnthropic) -> None:  # noqa: F811
     anthropic_server.fail_next(529, mid_stream=True)
     anthropic_server.script("*", [{"text": "the broken first attempt"}, {"text": "the clean second attempt"}])
-    sink = Collect()
-    discarded: list[tuple[str, str]] = []
-
-    async def on_discard(model_id: str, reason: str) -> None:
-        discarded.append((model_id, reason))
-
-    result = await runner(model, ["claude-a"], Sleeps()).run(req(), sink, on_discard=on_discard)
-    assert result.response.text() == "the clean second attempt"
-    assert discarded == [("claude-a", "model_overloaded: Overloaded")]
+    sink = Streamed()
+    response = await sink.run(runner(model, ["claude-a"], Sleeps()), req())
+    assert response.text() == "the clean second attempt"
+    assert sink.retracted == [("claude-a", "model_overloaded: Overloaded")]
     assert sink.pieces[0] == "the broken first "  # streamed before the error event
     assert "".join(sink.pieces).endswith("the clean second attempt")
 
@@ -252,8 +243,10 @@ async def test_standalone_process_with_a_script_file(tmp_path: Path) -> None:
         assert line.startswith("FAKE_ANTHROPIC_URL=")
         url = line.strip().split("=", 1)[1]
         model = AnthropicModel(build_client(Settings(), {"ANTHROPIC_BASE_URL": url}))
-        result = await FallbackModel(["m"], lambda _id: model, RetryPolicy(2, 0.01), sleep=Sleeps()).run(req())
-        assert result.response.text() == "from the script file" and result.attempts == 2
+        result = Streamed()
+        response = await result.run(FallbackModel({"m": RetryingModel(model, RetryPolicy(2, 0.01), sleep=Sleeps())}),
+                                    req())
+        assert response.text() == "from the script file" and result.attempts == 2
         # steer the running process over HTTP
         client = anthropic.AsyncAnthropic(api_key="x", base_url=url, max_retries=0)
         await client.post("/_fake/script", body={"responses": [{"text": "steered"}]}, cast_to=object)

@@ -6,7 +6,6 @@ with reason `circuit_open`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,12 +13,15 @@ import pytest
 from loopwire.llm.breaker import BreakerGate, CircuitBreaker, CircuitBreakerModel, breaker_from_settings
 from loopwire.llm.breaker_store import BreakerPolicy, MemoryBreakerStore, RedisBreakerStore
 from loopwire.llm.errors import ModelCallError
-from loopwire.llm.fallback import FallbackModel, RetryPolicy
-from loopwire.llm.model import Model, ModelRequest
+from loopwire.llm.fallback import FallbackModel
+from loopwire.llm.model import Model
+from loopwire.llm.model_call import ModelRequest
+from loopwire.llm.retrying import RetryingModel, RetryPolicy
 from loopwire.llm.scripted_model import ScriptedModel
 from loopwire.shared.contract import keys
 from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.settings import Settings
+from tests.model_streams import Streamed
 
 pytestmark = pytest.mark.integration
 
@@ -43,9 +45,11 @@ def breaker(store: Any, clock: Clock) -> CircuitBreaker:
     return CircuitBreaker(store, POLICY, clock)
 
 
-def behind(gate: BreakerGate, models: dict[str, Model]) -> Callable[[str], Model]:
-    """The fallback chain's factory: each model behind the request's gate, as the service builds it."""
-    return lambda model_id: CircuitBreakerModel(models[model_id], model_id, gate)
+def behind(gate: BreakerGate, models: dict[str, Model], policy: RetryPolicy) -> FallbackModel:
+    """The fallback chain: each model retried and behind the request's gate, as the service
+    builds it (step_chain.py)."""
+    return FallbackModel({model_id: RetryingModel(CircuitBreakerModel(model, model_id, gate), policy, sleep=_no_sleep)
+                          for model_id, model in models.items()})
 
 
 async def fail(b: CircuitBreaker, model: str, n: int = 1) -> None:
@@ -140,11 +144,12 @@ async def test_an_open_primary_is_skipped_with_a_circuit_open_fallback(store: An
     await fail(b, "p", 3)
     gate = await b.gate(["p", "f"])
     primary, fallback = ScriptedModel(), ScriptedModel([{"text": "from f"}])
-    runner = FallbackModel(["p", "f"], behind(gate, {"p": primary, "f": fallback}), RetryPolicy(base_delay_s=0),
-                           sleep=_no_sleep)
-    result = await runner.run(ModelRequest(model="p", messages=[{"role": "user", "content": "hi"}], max_tokens=10))
+    runner = behind(gate, {"p": primary, "f": fallback}, RetryPolicy(base_delay_s=0))
+    result = Streamed()
+    response = await result.run(runner, ModelRequest(model="p", messages=[{"role": "user", "content": "hi"}],
+                                                     max_tokens=10))
     await gate.close()
-    assert primary.requests == [] and result.response.text() == "from f"
+    assert primary.requests == [] and response.text() == "from f"
     assert result.fallbacks[0]["reason"].startswith("circuit_open")
     assert await b.state("f") == "closed"
 
@@ -154,17 +159,16 @@ async def test_retryable_failures_in_the_chain_open_the_breaker_for_the_next_req
     b = breaker(store, clock)
     overloaded = ModelCallError("model_overloaded", "Overloaded", True, 529)
     gate = await b.gate(["p", "f"])
-    runner = FallbackModel(["p", "f"], behind(gate, {"p": ScriptedModel([overloaded] * 3),
-                                                     "f": ScriptedModel([{"text": "ok"}])}),
-                           RetryPolicy(max_retries=2, base_delay_s=0), sleep=_no_sleep)
-    await runner.run(ModelRequest(model="p", messages=[{"role": "user", "content": "hi"}], max_tokens=10))
+    runner = behind(gate, {"p": ScriptedModel([overloaded] * 3), "f": ScriptedModel([{"text": "ok"}])},
+                    RetryPolicy(max_retries=2, base_delay_s=0))
+    await runner.generate(ModelRequest(model="p", messages=[{"role": "user", "content": "hi"}], max_tokens=10))
     await gate.close()
     assert await b.state("p") == "open"
     bad = ModelCallError("bad_request", "max_tokens too large", False, 400)
     gate = await b.gate(["q"])
     with pytest.raises(ModelCallError):
-        await FallbackModel(["q"], behind(gate, {"q": ScriptedModel([bad])}), RetryPolicy(),
-                            sleep=_no_sleep).run(ModelRequest(model="q", messages=[], max_tokens=1))
+        await behind(gate, {"q": ScriptedModel([bad])}, RetryPolicy()).generate(
+            ModelRequest(model="q", messages=[], max_tokens=1))
     await gate.close()
     assert await b.state("q") == "closed", "a 400 says nothing about the model's health"
 

@@ -17,8 +17,8 @@ import pytest
 from faststream.nats import NatsBroker
 from nats.aio.client import Client as NatsClient
 
-from loopwire.llm.fallback import RetryPolicy
 from loopwire.llm.providers import build_model_factory
+from loopwire.llm.retrying import RetryPolicy
 from loopwire.llm.summarize import SummarizeResponder
 from loopwire.llm.token_count import AnthropicTokenCount, TokenCountResponder
 from loopwire.memory.compaction import SUMMARY_SYSTEM, CompactionRecord

@@ -1,10 +1,10 @@
-"""What the llm unit tests hand a model and collect from it: a request, a tool, a collector of
-streamed text, a recorder of the sleeps between retries, an overloaded error."""
+"""What the llm unit tests hand a model: a request, a tool, a recorder of the sleeps between
+retries, an overloaded error (tests/model_streams.py collects what a model streams)."""
 
 from __future__ import annotations
 
 from loopwire.llm.errors import ModelCallError
-from loopwire.llm.model import ModelRequest
+from loopwire.llm.model_call import ModelRequest
 from loopwire.shared.contract.envelopes import ToolSpec
 
 CALC = ToolSpec(name="calculator", description="Evaluate arithmetic.",
@@ -14,14 +14,6 @@ CALC = ToolSpec(name="calculator", description="Evaluate arithmetic.",
 def req(text: str = "hello", tools: list[ToolSpec] | None = None, model: str = "m1") -> ModelRequest:
     return ModelRequest(model=model, messages=[{"role": "user", "content": text}], max_tokens=100,
                         tools=tools or [])
-
-
-class Collect:
-    def __init__(self) -> None:
-        self.pieces: list[str] = []
-
-    async def __call__(self, piece: str) -> None:
-        self.pieces.append(piece)
 
 
 class Sleeps:

@@ -10,10 +10,11 @@ import pytest
 
 from loopwire.llm.bench_model import BenchModel, bench_target, count_tool_results
 from loopwire.llm.demo_model import DemoModel
-from loopwire.llm.model import ModelRequest
+from loopwire.llm.model_call import ModelRequest
 from loopwire.llm.providers import build_model_factory
 from loopwire.shared.contract.envelopes import ToolSpec
 from loopwire.shared.runtime.settings import Settings
+from tests.model_streams import Streamed
 
 pytestmark = pytest.mark.unit
 
@@ -56,15 +57,11 @@ async def test_the_scripted_provider_builds_a_model_that_benches() -> None:
 
 
 async def test_bench_zero_answers_at_once_and_streams_done() -> None:
-    pieces: list[str] = []
-
-    async def on_text(piece: str) -> None:
-        pieces.append(piece)
-
+    sink = Streamed()
     msgs = [{"role": "user", "content": "bench:0"}]
-    resp = await BenchModel().generate(request(msgs, [NOOP]), on_text)
+    resp = await sink.run(BenchModel(), request(msgs, [NOOP]))
     assert resp.stop_reason == "end_turn"
-    assert pieces == ["done"]
+    assert sink.pieces == ["done"]
 
 
 async def test_tool_use_ids_are_deterministic() -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from loopwire.llm.demo_model import DemoModel, find_expression
-from loopwire.llm.model import ModelRequest
-from tests.unit.llm.model_calls import CALC, Collect, req
+from loopwire.llm.model_call import ModelRequest
+from tests.model_streams import Streamed
+from tests.unit.llm.model_calls import CALC, req
 
 pytestmark = pytest.mark.unit
 
@@ -24,8 +25,8 @@ def test_find_expression(text: str, expected: str | None) -> None:
 
 async def test_demo_brain_calls_calculator_then_reads_the_result() -> None:
     demo = DemoModel()
-    sink = Collect()
-    first = await demo.generate(req("What is 15 * 26 + 5? Use the calculator.", [CALC]), sink)
+    sink = Streamed()
+    first = await sink.run(demo, req("What is 15 * 26 + 5? Use the calculator.", [CALC]))
     assert first.stop_reason == "tool_use"
     (call,) = first.tool_uses()
     assert call["name"] == "calculator" and call["input"] == {"expression": "15 * 26 + 5"}
@@ -38,7 +39,7 @@ async def test_demo_brain_calls_calculator_then_reads_the_result() -> None:
         first.message,
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "395"}]},
     ]
-    final = await demo.generate(ModelRequest(model="m1", messages=history, max_tokens=50, tools=[CALC]), sink)
+    final = await sink.run(demo, ModelRequest(model="m1", messages=history, max_tokens=50, tools=[CALC]))
     assert final.text() == "The result is 395." and final.stop_reason == "end_turn"
 
     history[-1] = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"],

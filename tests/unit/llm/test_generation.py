@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from loopwire.llm.errors import ModelCallError
-from loopwire.llm.fallback import FallbackResult
 from loopwire.llm.generation import model_chain, model_request, record_key, result_failed, result_ok
-from loopwire.llm.model import ModelResponse
+from loopwire.llm.model_call import ModelResponse
+from loopwire.llm.model_events import Finished
 from loopwire.shared.contract.envelopes import Generate, Usage
 from tests.unit.llm.model_calls import CALC
 
@@ -29,7 +29,7 @@ def test_generation_envelopes() -> None:
     response = ModelResponse(message={"role": "assistant", "content": [{"type": "text", "text": "hi"}]},
                              stop_reason="end_turn", model="b", usage=Usage(input_tokens=5, output_tokens=1))
     switch = {"from_model": "a", "to_model": "b", "reason": "model_overloaded: Overloaded"}
-    ok = result_ok(env, FallbackResult(response, [switch], 4))
+    ok = result_ok(env, Finished(response, [switch]))
     assert ok.ok and ok.message == response.message and ok.model == "b" and ok.stop_reason == "end_turn"
     assert ok.usage.input_tokens == 5 and ok.fallbacks == [switch] and ok.step_id == "r1:3:g0"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from loopwire.llm.fallback import FallbackModel, RetryPolicy
+from loopwire.llm.fallback import FallbackModel
 from loopwire.llm.generation import model_request
 from loopwire.llm.instrumented_model import InstrumentedModel
 from loopwire.llm.scripted_model import (
@@ -13,7 +13,8 @@ from loopwire.llm.scripted_model import (
 )
 from loopwire.shared.contract.envelopes import Generate
 from loopwire.shared.observability import metrics
-from tests.unit.llm.model_calls import Collect, Sleeps, overloaded
+from tests.model_streams import Streamed
+from tests.unit.llm.model_calls import overloaded
 
 pytestmark = pytest.mark.unit
 
@@ -29,10 +30,9 @@ async def test_each_attempt_gets_a_chat_span_in_the_runs_trace(spans: InMemorySp
     models = {"p": primary, "f": fallback}
     duration = 'loopwire_llm_request_duration_seconds_count'
     before = metrics.REGISTRY.get_sample_value(duration, {"model": "f"}) or 0.0
-    runner = FallbackModel(["p", "f"], lambda m: InstrumentedModel(models[m], env), RetryPolicy(max_retries=0),
-                           sleep=Sleeps())
-    result = await runner.run(model_request(env, "p"), Collect())
-    assert result.response.model == "f"
+    runner = FallbackModel({m: InstrumentedModel(model, env) for m, model in models.items()})
+    response = await Streamed().run(runner, model_request(env, "p"))
+    assert response.model == "f"
 
     failed, ok = spans.get_finished_spans()
     assert (failed.name, ok.name) == ("chat p", "chat f")

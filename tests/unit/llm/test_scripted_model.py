@@ -9,7 +9,8 @@ from loopwire.llm.errors import ModelCallError
 from loopwire.llm.offline_reply import split_chunks
 from loopwire.llm.scripted_model import ScriptedModel, ScriptedResponse, ScriptExhausted
 from loopwire.shared.contract.envelopes import Usage
-from tests.unit.llm.model_calls import Collect, req
+from tests.model_streams import Streamed
+from tests.unit.llm.model_calls import req
 
 pytestmark = pytest.mark.unit
 
@@ -29,8 +30,8 @@ async def test_scripted_model_plays_in_order_and_fails_on_extra_call() -> None:
         {"text": "first answer with a few words"},
         ScriptedResponse(text="calling", tool_uses=[{"name": "calculator", "input": {"expression": "1+1"}}]),
     ])
-    sink = Collect()
-    first = await model.generate(req("a"), sink)
+    sink = Streamed()
+    first = await sink.run(model, req("a"))
     assert first.text() == "first answer with a few words"
     assert "".join(sink.pieces) == first.text() and len(sink.pieces) > 1
     assert first.stop_reason == "end_turn"

@@ -1,0 +1,57 @@
+"""What one model call sends and gets back, whatever the provider: a `ModelRequest`, and the
+`ModelResponse` that ends its stream (model.py, model_events.py).
+
+Messages and content blocks stay in the Anthropic Messages format end to end, as plain
+dicts: that is the format of the session history, so no conversion happens on the hot
+path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from loopwire.shared.contract.envelopes import ToolSpec, Usage
+
+
+@dataclass
+class ModelRequest:
+    """One model call, independent of the provider."""
+
+    model: str
+    """Model id, e.g. `claude-sonnet-4-5`."""
+    messages: list[dict[str, Any]]
+    """The conversation in the Anthropic Messages format (alternating user/assistant)."""
+    max_tokens: int
+    system: str | None = None
+    tools: list[ToolSpec] = field(default_factory=list)
+    """Tools offered to the model; empty means none (the provider omits the field)."""
+    temperature: float | None = None
+    """None leaves the provider's default."""
+
+    def for_model(self, model: str) -> ModelRequest:
+        """The same request aimed at another model (used by the fallback chain)."""
+        return dataclasses.replace(self, model=model)
+
+    def tool_names(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+
+@dataclass
+class ModelResponse:
+    """The assistant message a model produced, with what it cost."""
+
+    message: dict[str, Any]
+    """`{"role": "assistant", "content": [blocks]}`."""
+    stop_reason: str | None
+    model: str
+    """The model that answered (as reported by the provider)."""
+    usage: Usage = field(default_factory=Usage)
+    response_id: str | None = None
+
+    def text(self) -> str:
+        return "".join(b.get("text", "") for b in self.message.get("content", []) if b.get("type") == "text")
+
+    def tool_uses(self) -> list[dict[str, Any]]:
+        return [b for b in self.message.get("content", []) if b.get("type") == "tool_use"]

@@ -1,0 +1,33 @@
+"""The model a step runs: its fallback chain, each model of it wrapped in the behaviours
+every call gets.
+
+    FallbackModel({model id: RetryingModel(CircuitBreakerModel(InstrumentedModel(<provider>)))})
+
+Innermost first: each call (each retry of each model) gets its span and latency metrics
+(instrumented_model.py) and its outcome counted by the fleet-wide breaker (breaker.py);
+the retries ask the same model again (retrying.py); the chain moves to the next model
+(fallback.py), skipping one whose breaker is open. The run's generations (service.py) and
+the memory service's summaries (summarize.py) run the same chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from loopwire.shared.contract.envelopes import Generate
+
+from .breaker import BreakerGate, CircuitBreakerModel
+from .fallback import FallbackModel
+from .instrumented_model import InstrumentedModel
+from .model import Model
+from .retrying import RetryingModel, RetryPolicy, Sleep
+
+
+def step_model(env: Generate, model_ids: list[str], provider: Callable[[str], Model], *, gate: BreakerGate,
+               policy: RetryPolicy, sleep: Sleep) -> FallbackModel:
+    """The chain over `model_ids` for the step `env`, each model `provider(model id)`
+    behind the request's breaker `gate`."""
+    return FallbackModel({
+        model_id: RetryingModel(CircuitBreakerModel(InstrumentedModel(provider(model_id), env), model_id, gate),
+                                policy, sleep=sleep)
+        for model_id in model_ids})
