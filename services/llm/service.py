@@ -165,7 +165,7 @@ class LlmService:
             # Not recorded: the step is stale for the router, and nothing was decided.
             await ctx.steps.release(key, claim.token)
             await ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
-                                     subject=ctx.subjects.router_result)
+                                     subject=ctx.subjects.router_result, replica=env.result_to)
             count_step("cancelled")
             return result
         # Written under this worker's claim only: one that lost it (paused past AckWait
@@ -176,14 +176,14 @@ class LlmService:
         if standing != mine:
             return await self._publish_recorded(env, standing)
         await ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
-                                 subject=ctx.subjects.router_result)
+                                 subject=ctx.subjects.router_result, replica=env.result_to)
         count_step("ok" if result.ok else "error")
         return result
 
     async def _publish_recorded(self, env: Generate, recorded: dict[str, Any]) -> GenerationResult:
         result = GenerationResult.model_validate(recorded)
         await self.ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
-                                      subject=self.ctx.subjects.router_result)
+                                      subject=self.ctx.subjects.router_result, replica=env.result_to)
         return result
 
     # -- the model call ----------------------------------------------------------------------

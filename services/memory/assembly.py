@@ -70,4 +70,5 @@ def build_generate(env: AssembleContext, messages: list[dict[str, Any]], tools: 
         models=env.models, system=system, messages=messages, tools=tools, max_tokens=env.max_tokens,
         temperature=env.temperature, extra_usage=extra_usage,
         extra_model=env.memory_model if extra_usage is not None else None, executor=env.executor,
+        result_to=env.result_to,
     )

@@ -243,7 +243,7 @@ class ToolsService:
         result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
                              turn=env.turn, trace=env.trace, results=results, results_reported=not single)
         await self.ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
-                                      subject=self.ctx.subjects.router_result)
+                                      subject=self.ctx.subjects.router_result, replica=env.result_to)
 
     async def _bad_reply(self, env: ExecuteTools, call: ToolCall, problem: str) -> None:
         await self.ctx.bus.emit(env.session_id, env.run_id, "error", key=f"bad_tool_reply:{call.tool_use_id}",

@@ -156,6 +156,10 @@ class AssembleContext(_Envelope):
     LOOPWIRE_MEMORY_MODEL); None: the run's `models`."""
     executor: ExecutorSpec | None = None
     """Set in the external executors' profiles: an agent answers this step, not a model."""
+    result_to: str | None = None
+    """The router replica that sent this step's work (passed on in `Generate`): its
+    result goes to that replica directly (`Subjects.direct`), JetStream when it does not
+    answer. None: JetStream."""
 
 
 # -- memory -> llm ------------------------------------------------------------------------
@@ -174,6 +178,8 @@ class Generate(_Envelope):
     """The model `extra_usage` was spent on, for its price (None: this step's model)."""
     executor: ExecutorSpec | None = None
     """`AssembleContext.executor`, passed through: an agent answers this step."""
+    result_to: str | None = None
+    """`AssembleContext.result_to`, passed through: where the result goes first."""
 
 
 # -- llm -> router ------------------------------------------------------------------------
@@ -228,6 +234,9 @@ class ExecuteTools(_Envelope):
     recording: str | None = None
     """A fork with recorded tools (a replay): the session whose recorded results answer
     these calls, matched by tool name and input; no tool provider is called."""
+    result_to: str | None = None
+    """The router replica that sent this step's work: its result goes to that replica
+    directly (`Subjects.direct`), JetStream when it does not answer. None: JetStream."""
 
 
 # -- tools -> router ----------------------------------------------------------------------

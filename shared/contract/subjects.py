@@ -197,6 +197,11 @@ class Subjects:
         "consumer name already in use"). Outside `_INBOX.>`, which clients may read."""
         return f"{self.prefix}.deliver.{durable}"
 
+    def direct(self, service: str, replica: str) -> str:
+        """Where one replica of `service` takes step results as core NATS requests, answered
+        once applied (shared/runtime/direct_results.py). Captured by no stream."""
+        return f"{self.prefix}.direct.{service}.{replica}"
+
 
 def stream_name(prefix: str, base: str) -> str:
     """Stream names carry the prefix when it is not the default, so two deployments

@@ -167,6 +167,14 @@ WORK_HOPS = Counter(
     "process) or jetstream (a message).",
     ["target", "via"],
 )
+HANDOVERS = Counter(
+    "loopwire_handovers",
+    "Work handed to another service by the service that produced it (a step result to the "
+    "router, a generation to the llm), by how: process (a call in this process), direct (a "
+    "request to the router replica that sent the step, shared/runtime/direct_results.py) or "
+    "jetstream (a message).",
+    ["to", "via"],
+)
 DEAD_LETTERS = Counter(
     "loopwire_dead_letters",
     "Work given up, whose run was ended failed (error code undeliverable), by target (the work "
@@ -201,6 +209,7 @@ WORK_CHAINS = Gauge("loopwire_work_chains", "Work chains this process holds now 
 # counted by the runtime's chain balance through its hooks (runtime/hooks.py)
 HOOKS.chain_opened = WORK_CHAINS.inc
 HOOKS.chain_closed = WORK_CHAINS.dec
+HOOKS.handed_over = lambda to, via: child(HANDOVERS, to=to, via=via).inc()
 
 ALL_METRICS: tuple[Any, ...] = (
     RUNS_STARTED, RUNS_ENDED, TURNS, STEERS, ABORTS, COMPACTIONS, APPROVALS_PENDING,
@@ -209,7 +218,7 @@ ALL_METRICS: tuple[Any, ...] = (
     MODEL_FALLBACKS, CIRCUIT_BREAKER_STATE, LLM_TTFT, LLM_REQUEST_DURATION,
     TOOL_CALLS, TOOL_CALL_DURATION, TOOL_CONFLICTS,
     JETSTREAM_CONSUMER_PENDING, JETSTREAM_CONSUMER_ACK_PENDING, JETSTREAM_REDELIVERIES,
-    STEPS, ERRORS, WORK_HOPS, INGRESS_IN_BACKLOG, WORK_CHAINS, DEAD_LETTERS,
+    STEPS, ERRORS, WORK_HOPS, HANDOVERS, INGRESS_IN_BACKLOG, WORK_CHAINS, DEAD_LETTERS,
     TENANT_RUNNING, TENANT_QUEUED, TENANT_TOKENS, TENANT_COST_USD, TENANT_USAGE_TODAY, TENANT_ALLOWANCE,
 )
 """Every metric above, for tests and docs."""

@@ -54,18 +54,7 @@ class Bus:
 
         The headers name the session and run (for the consumer's log lines) and carry the
         envelope's trace context, so the consumer's spans join the run's trace."""
-        get = envelope.get if isinstance(envelope, dict) else lambda k, d=None: getattr(envelope, k, d)
-        headers = {"Nats-Msg-Id": msg_id}
-        sid, run_id, trace = get("session_id"), get("run_id"), get("trace") or {}
-        if sid:
-            headers[SESSION_HEADER] = sid
-        if run_id:
-            headers[RUN_HEADER] = run_id
-        if attempts:
-            headers[ATTEMPTS_HEADER] = str(attempts)
-        if recover:
-            headers[RECOVER_HEADER] = "1"
-        headers.update(trace or HOOKS.trace_headers())
+        headers = work_headers(envelope, msg_id, recover=recover, attempts=attempts)
         data = codec.dumps(envelope)
         # Sent again while the stream elects a leader (shared/stores/stream_leader.py).
         await ask_leader(lambda: self.js.publish(subject, data, headers=headers), total_s=self.timeout_s)
@@ -138,6 +127,24 @@ def _cancel(acks: list[tuple[Published, asyncio.Future[Any]]]) -> None:
     for _, ack in acks:
         if not ack.done():
             ack.cancel()  # frees its slot in nats-py's pending publishes
+
+
+def work_headers(envelope: BaseModel | dict[str, Any], msg_id: str, *, recover: bool = False,
+                 attempts: int = 0) -> dict[str, str]:
+    """The headers of a work message (or of a direct result, shared/runtime/direct_results.py)."""
+    get = envelope.get if isinstance(envelope, dict) else lambda k, d=None: getattr(envelope, k, d)
+    headers = {"Nats-Msg-Id": msg_id}
+    sid, run_id, trace = get("session_id"), get("run_id"), get("trace") or {}
+    if sid:
+        headers[SESSION_HEADER] = sid
+    if run_id:
+        headers[RUN_HEADER] = run_id
+    if attempts:
+        headers[ATTEMPTS_HEADER] = str(attempts)
+    if recover:
+        headers[RECOVER_HEADER] = "1"
+    headers.update(trace or HOOKS.trace_headers())
+    return headers
 
 
 def event_items(session_id: str,

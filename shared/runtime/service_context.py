@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -24,11 +25,13 @@ from pydantic import BaseModel
 from loopwire.shared.contract.codec import dumps
 from loopwire.shared.contract.envelopes import ExecutorPermission, GenerationResult, ToolsResult
 from loopwire.shared.contract.subjects import INGRESS_STREAM, WORK_STREAM, Subjects, stream_name
-from loopwire.shared.runtime.bus import Bus
+from loopwire.shared.runtime.bus import Bus, work_headers
 from loopwire.shared.runtime.chain import WorkHandler, current_delivery, hand_off, run_handler
 from loopwire.shared.runtime.chain_balance import ChainBalance
 from loopwire.shared.runtime.credentials import connect_configured_redis, wait_replicas
+from loopwire.shared.runtime.direct_results import Apply, DirectReceiver, request_applied
 from loopwire.shared.runtime.handover import ResultReceiver, hand_over
+from loopwire.shared.runtime.hooks import HOOKS
 from loopwire.shared.runtime.redelivery import DeadLetter, RedeliveryPolicy
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import until_jetstream_answers
@@ -75,6 +78,11 @@ class ServiceContext:
     arrives while the consumers drain waits in the stream for the next process."""
     policy: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
     """The one redelivery policy of every work handler (shared/runtime/redelivery.py)."""
+    replica_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    """This process's name among the replicas: where the step results of the work its
+    router sends come back to (shared/runtime/direct_results.py)."""
+    direct_receivers: list[DirectReceiver] = field(default_factory=list)
+    """This process's direct subjects, started by `consume()`, stopped first by `stop_consuming()`."""
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -106,10 +114,11 @@ class ServiceContext:
         return self._bus
 
     async def deliver_result(self, result: GenerationResult | ToolsResult | ExecutorPermission, *, msg_id: str,
-                             to: str, subject: str) -> None:
+                             to: str, subject: str, replica: str | None = None) -> None:
         """A step result to the service `to` that applies results: a call when it runs in
-        this process (`ResultReceiver.accept_result`), else a work message on `subject`
-        (`hand_over`'s policy).
+        this process (`ResultReceiver.accept_result`), else a request to its `replica` that
+        sent the step's work (shared/runtime/direct_results.py), else a work message on
+        `subject` (`hand_over`'s policy).
 
         Called while the step's own delivery is unsettled, so a crash before the result was
         applied redelivers the step, which hands the recorded result over again. A result
@@ -119,20 +128,42 @@ class ServiceContext:
         delivery = current_delivery()
         recover = delivery is not None and delivery.redelivered
         await self.hand_over(to, ResultReceiver, lambda receiver: receiver.accept_result(result, recover=recover),
-                             subject=subject, envelope=result, msg_id=msg_id, recover=recover)
+                             subject=subject, envelope=result, msg_id=msg_id, recover=recover, replica=replica)
 
     async def hand_over(self, to: str, offers: type[P], call: Callable[[P], Awaitable[T]], *, subject: str,
-                        envelope: BaseModel, msg_id: str, recover: bool = False) -> T | None:
+                        envelope: BaseModel, msg_id: str, recover: bool = False,
+                        replica: str | None = None) -> T | None:
         """Work for the service `to`: `call(service)` when it runs here and offers `offers`,
-        else `envelope` as a work message on `subject` with `msg_id` (the one policy of
-        shared/runtime/handover.py: a call that fails is published after its pause, its
-        attempt counted). The call's answer, or None when the work was published."""
+        else a request to its `replica` when one is named and answers, else `envelope` as a
+        work message on `subject` with `msg_id` (the one policy of shared/runtime/handover.py:
+        a call or request that fails is published after its pause, its attempt counted).
+        The call's answer, or None when the work went by request or message."""
         target = self.here(to, offers)
 
         async def publish(attempts: int) -> None:
             await self.bus.publish_work(subject, envelope, msg_id=msg_id, recover=recover, attempts=attempts)
+            HOOKS.handed_over(to, "jetstream")
 
-        call_here = None if target is None else partial(call, target)
+        call_here: Callable[[], Awaitable[T | None]] | None
+        if target is not None:
+            bound = partial(call, target)
+
+            async def call_here() -> T | None:
+                answer = await bound()
+                HOOKS.handed_over(to, "process")
+                return answer
+        elif replica and self.settings.direct_results and not self.stopping:
+            direct, data = self.subjects.direct(to, replica), dumps(envelope)
+            headers = work_headers(envelope, msg_id, recover=recover)
+
+            async def call_here() -> T | None:
+                if await request_applied(self.bus.nc, direct, data, headers, self.settings.direct_result_timeout_s):
+                    HOOKS.handed_over(to, "direct")
+                else:  # that replica is gone or stopping
+                    await publish(0)
+                return None
+        else:
+            call_here = None
         return await hand_over(call_here, publish, policy=self.policy, what=f"{subject} {msg_id}")
 
     def here(self, name: str, offers: type[P]) -> P | None:
@@ -222,19 +253,29 @@ class ServiceContext:
 
         return decorate
 
+    def direct_receiver(self, service: str, apply: Apply) -> None:
+        """This replica of `service` takes step results on its direct subject
+        (`Subjects.direct`, shared/runtime/direct_results.py) once `consume()` is called."""
+        self.direct_receivers.append(DirectReceiver(self.subjects.direct(service, self.replica_id), apply))
+
     async def consume(self) -> None:
         """Start the work consumers registered so far (the connection is up, the bus
-        attached, the streams created). Binding one (creating it first if no replica has)
-        is retried while JetStream does not answer, as the streams were (streams.py)."""
+        attached, the streams created), and the direct subjects. Binding a consumer
+        (creating it first if no replica has) is retried while JetStream does not answer,
+        as the streams were (streams.py)."""
         deadline = time.monotonic() + self.settings.jetstream_ready_timeout_s
         for consumer in self.work_consumers:
             await until_jetstream_answers(f"consumer {consumer.durable}", partial(consumer.start, self.bus.js),
                                           deadline)
+        for receiver in self.direct_receivers:
+            await receiver.start(self.bus.nc)
 
     async def stop_consuming(self, timeout: float) -> None:
-        """A graceful stop of the work consumers: none takes a new message, and the
-        handlers in flight get up to `timeout` seconds (together) to finish."""
-        await asyncio.gather(*(consumer.stop(timeout) for consumer in self.work_consumers))
+        """A graceful stop of the work consumers and the direct subjects: none takes new
+        work (a direct result finds no responder and goes to JetStream), and the handlers
+        in flight get up to `timeout` seconds (together) to finish."""
+        await asyncio.gather(*(consumer.stop(timeout) for consumer in self.work_consumers),
+                             *(receiver.stop(timeout) for receiver in self.direct_receivers))
 
 
 def build_context(settings: Settings, broker: NatsBroker) -> ServiceContext:

@@ -133,7 +133,17 @@ class Settings(BaseSettings):
     """When the receiving service runs in the same process (`loopwire up`), a run's hops
     are calls and tasks instead of JetStream messages, held by the run's first work
     message, which stays unacked until they are done, so a crash still redelivers it
-    (shared/runtime/chain.py). `loopwire serve` always uses JetStream."""
+    (shared/runtime/chain.py). Between `loopwire serve` processes the hops are JetStream
+    messages (a step's result first goes to its router replica: LOOPWIRE_DIRECT_RESULTS)."""
+    direct_results: bool = True
+    """A step's result goes to the router replica that asked for it, as a core NATS
+    request answered once the result is applied, instead of a JetStream message any router
+    may take; JetStream when that replica does not answer (gone, stopping) or could not
+    apply it (shared/runtime/direct_results.py). The result is recorded before either, and
+    the work that produced it stays unacked until it is handed over."""
+    direct_result_timeout_s: float = 5.0
+    """How long a direct result waits for its replica's answer before it goes to JetStream
+    (a replica that died with the request in hand)."""
     chain_max_hops: int = 40
     """Hops handed off under one work message before the next goes to JetStream again
     (and starts a new chain, in whichever replica takes it): spreads long runs over the

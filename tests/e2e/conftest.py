@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ import nats
 import pytest
 from nats import micro
 from nats.aio.client import Client as NatsClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from loopwire.testing import LAYOUTS, LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -184,3 +186,17 @@ async def wait_for_tools(nc: NatsClient, names: set[str], prefix: str = "loopwir
             pass
         await asyncio.sleep(0.1)
     raise TimeoutError(f"tools {names} not listed after {timeout}s (known: {known})")
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample a process serves on /metrics: (name, sorted labels) -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def across(system: LoopwireContainer, service: str, name: str, **labels: str) -> list[float]:
+    """One sample's value in each process of `service` (0 where it has none yet)."""
+    key = (name, tuple(sorted(labels.items())))
+    return [scrape(p.metrics_port).get(key, 0.0) for p in system.of_service(service)]

@@ -1,8 +1,10 @@
 """`loopwire up` keeps a run's hops in-process (LOOPWIRE_LOCAL_HANDOVER): step results go
 to the router and assembled requests to the llm service as calls, and the router's next
 hops are tasks of a work chain held by the run's first work message (shared/runtime/chain.py).
-With it off, every hop is a JetStream work message, as between `loopwire serve`
-processes. Both give the same run and transcript."""
+With it off, the hops are JetStream work messages, as between `loopwire serve`
+processes, where step results go to the router replica that sent the work as requests
+(LOOPWIRE_DIRECT_RESULTS); with that off too, every hop is a work message. All give the
+same run and transcript."""
 
 from __future__ import annotations
 
@@ -27,6 +29,13 @@ EXPECTED = ["run.started", "phase.changed", "user.message", "message", "tool.cal
 
 @pytest.fixture
 async def no_handover_nc(fake_anthropic: FakeAnthropic) -> AsyncIterator[NatsClient]:
+    with started_system(fake_anthropic, LOOPWIRE_LOCAL_HANDOVER="false", LOOPWIRE_DIRECT_RESULTS="false") as lw:
+        async with connected(lw) as client:
+            yield client
+
+
+@pytest.fixture
+async def direct_results_nc(fake_anthropic: FakeAnthropic) -> AsyncIterator[NatsClient]:
     with started_system(fake_anthropic, LOOPWIRE_LOCAL_HANDOVER="false") as lw:
         async with connected(lw) as client:
             yield client
@@ -45,7 +54,11 @@ async def run_one_tool_turn(nc: NatsClient, fake: FakeAnthropic) -> tuple[Counte
     async def seen(msg: Msg) -> None:
         work[msg.subject.removeprefix("loopwire.work.")] += 1
 
+    async def direct(msg: Msg) -> None:  # a request to a router replica, which answers it
+        work["direct." + msg.subject.removeprefix("loopwire.direct.").split(".")[0]] += 1
+
     sub = await nc.subscribe("loopwire.work.>", cb=seen)
+    direct_sub = await nc.subscribe("loopwire.direct.>", cb=direct)
     sid = f"handover-{uuid.uuid4().hex[:8]}"
     try:
         async with SessionEvents(nc, sid) as ev:
@@ -54,6 +67,7 @@ async def run_one_tool_turn(nc: NatsClient, fake: FakeAnthropic) -> tuple[Counte
         transcript = (await query(nc, "transcript.get", {"session_id": sid}))["events"]
     finally:
         await sub.unsubscribe()
+        await direct_sub.unsubscribe()
         await svc.stop()
     assert [c[0] for c in provider.calls] == ["add"]
     return work, transcript, ended
@@ -76,4 +90,13 @@ async def test_without_hand_overs_every_hop_is_a_work_message(
     assert ended["status"] == "completed" and ended["final_text"] == "It is 3."
     assert [e["kind"] for e in transcript] == EXPECTED
     assert work == Counter({"memory.assemble": 2, "llm.generate": 2, "router.result": 3, "tools.execute": 1})
+    assert len(fake.message_requests) == 2
+
+
+async def test_without_local_hand_overs_the_results_go_to_the_router_that_sent_the_work(
+        direct_results_nc: NatsClient, fake: FakeAnthropic) -> None:
+    work, transcript, ended = await run_one_tool_turn(direct_results_nc, fake)
+    assert ended["status"] == "completed" and ended["final_text"] == "It is 3."
+    assert [e["kind"] for e in transcript] == EXPECTED
+    assert work == Counter({"memory.assemble": 2, "llm.generate": 2, "direct.router": 3, "tools.execute": 1})
     assert len(fake.message_requests) == 2

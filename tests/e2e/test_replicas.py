@@ -20,7 +20,7 @@ from nats.aio.client import Client as NatsClient
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import connected, serve_tools, wait_for_tools
+from .conftest import across, connected, serve_tools, wait_for_tools
 from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
@@ -132,4 +132,55 @@ async def test_kill_9_of_one_service_mid_tool(split_system: LoopwireContainer, f
         assert Counter(e["kind"] for e in transcript) == Counter(
             {"run.started": 1, "phase.changed": 2, "user.message": 2, "message": 2, "tool.call": 1, "tool.result": 1, "run.ended": 1})
         assert [e["seq"] for e in transcript] == sorted({e["seq"] for e in transcript})
+        await svc.stop()
+
+
+def handed_to_router(system: LoopwireContainer, via: str) -> float:
+    """Step results the llm and tools processes handed to a router `via` direct or jetstream."""
+    return sum(sum(across(system, service, "loopwire_handovers_total", to="router", via=via))
+               for service in ("llm", "tools"))
+
+
+@pytest.mark.timeout(120)
+async def test_step_results_go_straight_to_the_router_that_sent_the_work(
+        split_system: LoopwireContainer, fake: FakeAnthropic) -> None:
+    """Two routers: each step's result is a request to the replica that sent its work
+    (shared/runtime/direct_results.py), none a JetStream message; and if that replica is
+    gone (both killed while the tool runs) the result is published and the run completes."""
+    async with connected(split_system) as nc:
+        provider, svc = await serve_tools(nc)
+        await wait_for_tools(nc, {"slow_echo"})
+        fake.script("*", [
+            {"text": "Echoing.", "tool_use": [{"name": "slow_echo", "input": {"text": "a"}}]},
+            {"text": "done a"},
+            {"text": "Echoing.", "tool_use": [{"name": "slow_echo", "input": {"text": "b"}}]},
+            {"text": "done b"},
+        ])
+        direct, published = handed_to_router(split_system, "direct"), handed_to_router(split_system, "jetstream")
+        sid = f"direct-{uuid.uuid4().hex[:6]}"
+        async with SessionEvents(nc, sid) as ev:
+            await ev.publish("start", {"input": "echo a", "tools": ["slow_echo"]})
+            assert (await ev.wait_for("run.ended", timeout=30))["final_text"] == "done a"
+        # three results (a generation asking for the tool, the tool's, the answer), the last
+        # counted once the router's answer is back, a moment after its run.ended
+        for _ in range(50):
+            if handed_to_router(split_system, "direct") - direct >= 3:
+                break
+            await asyncio.sleep(0.1)
+        assert handed_to_router(split_system, "direct") - direct == 3
+        assert handed_to_router(split_system, "jetstream") - published == 0
+
+        published = handed_to_router(split_system, "jetstream")
+        provider.slow_delay_s = 3.0
+        provider.slow_started.clear()
+        async with SessionEvents(nc, sid) as ev:
+            await ev.publish("message", {"content": "echo b"})
+            await asyncio.wait_for(provider.slow_started.wait(), 20)
+            split_system.kill_service("router")
+            await asyncio.to_thread(split_system.start_loopwire)
+            ended = await ev.wait_for("run.ended", timeout=60)
+        assert ended["status"] == "completed" and ended["final_text"] == "done b"
+        assert sum(across(split_system, "tools", "loopwire_handovers_total", to="router", via="jetstream")) \
+            >= 1, "the tool's result found no router that sent it and went to JetStream"
+        assert handed_to_router(split_system, "jetstream") - published >= 1
         await svc.stop()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -29,13 +28,12 @@ from typing import Any
 import pytest
 from nats import micro
 from nats.aio.client import Client as NatsClient
-from prometheus_client.parser import text_string_to_metric_families
 
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .cli_driver import cli_env
-from .conftest import connected, started_system, wait_for_tools
+from .conftest import across, connected, started_system, wait_for_tools
 from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
@@ -283,16 +281,8 @@ async def test_a_spent_token_allowance_refuses_the_next_start_and_converges_a_ru
         assert ended["final_text"].startswith("done") and len(ev.of("message")) == 2
 
 
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
 def across_routers(system: LoopwireContainer, name: str, **labels: str) -> list[float]:
-    key = (name, tuple(sorted(labels.items())))
-    return [scrape(p.metrics_port).get(key, 0.0) for p in system.of_service("router")]
+    return across(system, "router", name, **labels)
 
 
 @pytest.mark.timeout(180)

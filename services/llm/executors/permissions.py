@@ -72,7 +72,8 @@ class PermissionGate:
                                          attempt=attempt)
                 try:
                     await self.ctx.deliver_result(ask, msg_id=keys.permission_ask_msg_id(env.step_id, cid, attempt),
-                                                  to="router", subject=self.ctx.subjects.router_result)
+                                                  to="router", subject=self.ctx.subjects.router_result,
+                                                  replica=env.result_to)
                 except Exception as exc:  # NATS away: ask again at the next round
                     log.warning("session %s: permission request %s not sent: %s", env.session_id, cid, exc)
                 with contextlib.suppress(TimeoutError):

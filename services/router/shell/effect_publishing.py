@@ -79,7 +79,10 @@ class EffectPublisher:
                 if self.ctx.hand_off(subject, effect.model or effect.envelope, effect.msg_id):
                     metrics.child(metrics.WORK_HOPS, target=effect.target, via="chain").inc()
                 else:
-                    await bus.publish_work(subject, effect.envelope, msg_id=effect.msg_id)
+                    # Its result comes back to this replica first (shared/runtime/direct_results.py).
+                    envelope = {**effect.envelope, "result_to": self.ctx.replica_id} \
+                        if self.ctx.settings.direct_results else effect.envelope
+                    await bus.publish_work(subject, envelope, msg_id=effect.msg_id)
                     metrics.child(metrics.WORK_HOPS, target=effect.target, via="jetstream").inc()
             # TenantSlot, CountTenantUsage: settled above (or the limits were switched off
             # since the outbox was stored)

@@ -37,7 +37,7 @@ from loopwire.shared.contract.subjects import (
 )
 from loopwire.shared.observability import metrics
 from loopwire.shared.observability.tracing import new_run_trace
-from loopwire.shared.runtime.bus import event_items
+from loopwire.shared.runtime.bus import RECOVER_HEADER, event_items
 from loopwire.shared.runtime.chain import Delivery
 from loopwire.shared.runtime.dead_letters import discard_original, original_body, read_dead_letter, work_label
 from loopwire.shared.runtime.keyed_lock import KeyedLock
@@ -115,6 +115,10 @@ class RouterService:
         self.ctx.work_subscriber(subjects.ingress_all, "router_ingress",
                                  stream=self.ctx.ingress_stream(), holds=False)(self.on_ingress)
         self.ctx.work_subscriber(subjects.router_result, "router_results")(self.on_result)
+        if self.ctx.settings.direct_results:
+            # The results of the work this replica sends come back to it first
+            # (shared/runtime/direct_results.py): its cached state of the session is current.
+            self.ctx.direct_receiver("router", self.on_direct_result)
         # Work given up anywhere (shared/runtime/dead_letters.py): its handler never gives up in
         # turn (an outage waits as long as it lasts) and reports nothing itself.
         dead = stream_name(self.ctx.settings.subject_prefix, DEAD_LETTER_STREAM)
@@ -174,6 +178,12 @@ class RouterService:
         except (orjson.JSONDecodeError, ValidationError) as exc:
             raise Undeliverable(f"a malformed step result: {exc}") from None
         await self._apply_input(result.session_id, _result_input(result, msg.redelivered))
+
+    async def on_direct_result(self, body: bytes, headers: dict[str, str]) -> None:
+        """A step result sent to this replica (shared/runtime/direct_results.py): applied as
+        from the router.result consumer; raises when it is not, and its sender publishes it."""
+        result = STEP_RESULT_ADAPTER.validate_python(orjson.loads(body))
+        await self._apply_input(result.session_id, _result_input(result, bool(headers.get(RECOVER_HEADER))))
 
     async def on_dead_letter(self, msg: Delivery) -> None:
         """Work given up (shared/runtime/dead_letters.py): its run ends `failed` with an `error`
