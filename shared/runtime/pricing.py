@@ -56,15 +56,20 @@ def price_for(model: str, table: Mapping[str, Mapping[str, float]] | None = None
     return table[best] if best else None
 
 
-def cost_usd(model: str, usage: Usage, table: Mapping[str, Mapping[str, float]] | None = None) -> float | None:
-    """The cost of `usage` at `model`'s price, or None when the model has no known price."""
+def price_of(model: str, usage: Usage, table: Mapping[str, Mapping[str, float]]) -> float | None:
+    """The cost of `usage` at `model`'s price in `table`, or None when the model has none."""
     price = price_for(model, table)
-    if price is None:
-        if model not in _warned and not is_offline_model(model):
-            _warned.add(model)
-            log.warning("no price for model %s: its cost is unknown (cost_usd null)", model)
-        return None
-    return cost_at(price, usage)
+    return None if price is None else cost_at(price, usage)
+
+
+def cost_usd(model: str, usage: Usage, table: Mapping[str, Mapping[str, float]] | None = None) -> float | None:
+    """The cost of `usage` at `model`'s price, or None when the model has no known price
+    (logged once per model)."""
+    cost = price_of(model, usage, table if table is not None else price_table())
+    if cost is None and model not in _warned and not is_offline_model(model):
+        _warned.add(model)
+        log.warning("no price for model %s: its cost is unknown (cost_usd null)", model)
+    return cost
 
 
 def cost_at(price: Mapping[str, float], usage: Usage) -> float:

@@ -11,51 +11,65 @@ The limits on what was spent are budget.py's.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from loopwire.shared.contract.envelopes import GenerationResult, Usage
 from loopwire.shared.contract.run_state import RunState
-from loopwire.shared.runtime.pricing import cost_at, is_offline_model, price_for
+from loopwire.shared.runtime.pricing import is_offline_model, price_of
 
 from . import tenant_quotas
+from .budget import warnings_due
 from .config import CoreConfig
 from .transition import Transition
 
 
-def account(tx: Transition, run: RunState, result: GenerationResult, cfg: CoreConfig) -> None:
-    """A completed generation: one more turn, and its usage in the ledger."""
+@dataclass(frozen=True)
+class Ledgered:
+    """What the turn's events need of what the ledger just added."""
+
+    input_tokens: int
+    output_tokens: int
+    budget_warnings: list[dict[str, Any]] = field(default_factory=list)
+    """`budget.warning` fields for each limit the run crossed now (budget.warnings_due)."""
+
+
+def account(tx: Transition, run: RunState, result: GenerationResult, cfg: CoreConfig) -> Ledgered | None:
+    """A generation's result in the ledger: the tokens memory spent on the step besides
+    the model call (its summaries), whether the call succeeded or not; and for a completed
+    generation one more turn and its usage. None for a failed generation."""
+    if result.extra_usage is not None:
+        extra = result.extra_usage
+        _add_usage(tx, run, extra, extra.total_input(), "extra_usage", cfg, model=result.extra_model or result.model)
+    if not result.ok or result.message is None:
+        return None
     # An external agent's step holds all its own model calls (result.turns).
     run.turn += max(1, result.turns)
     tx.st.turns += max(1, result.turns)
-    run.last_context_tokens = result.usage.total_input() + result.usage.output_tokens
-    add_usage(tx, run, result, result.usage, "turn", cfg, reported_cost=result.cost_usd)
+    usage = result.usage
+    input_tokens = usage.total_input()
+    run.last_context_tokens = input_tokens + usage.output_tokens
+    _add_usage(tx, run, usage, input_tokens, "turn", cfg, model=result.model, reported_cost=result.cost_usd)
+    return Ledgered(input_tokens=input_tokens, output_tokens=usage.output_tokens,
+                    budget_warnings=warnings_due(run, cfg.budget_warning_pct))
 
 
-def account_extra(tx: Transition, run: RunState, result: GenerationResult, cfg: CoreConfig) -> None:
-    """Tokens memory spent on this step besides the model call (its summaries), reported
-    once with the step's result, whether the call succeeded or not."""
-    if result.extra_usage is not None:
-        add_usage(tx, run, result, result.extra_usage, "extra_usage", cfg, model=result.extra_model)
-
-
-def add_usage(tx: Transition, run: RunState, result: GenerationResult, usage: Usage, count: str,
-              cfg: CoreConfig, model: str | None = None, reported_cost: float | None = None) -> None:
+def _add_usage(tx: Transition, run: RunState, usage: Usage, input_tokens: int, count: str, cfg: CoreConfig,
+               *, model: str | None, reported_cost: float | None = None) -> None:
     """Add `usage` to the run's and the session's ledger (with its cost, at `model`'s price,
-    by default the generation's, or as an external agent reported it) and count it."""
+    by default the run's current model's, or as an external agent reported it) and count it."""
     run.usage = run.usage + usage
     tx.st.usage = tx.st.usage + usage
-    model = model or result.model or run.config.models[run.model_offset]
-    if reported_cost is not None:
-        cost: float | None = reported_cost
-    else:
-        price = price_for(model, cfg.prices)
-        cost = None if price is None else cost_at(price, usage)
+    model = model or run.config.models[run.model_offset]
+    cost = reported_cost if reported_cost is not None else price_of(model, usage, cfg.prices)
     if cost is None:
         _unpriced(tx, run, model, cfg)
     else:
         run.cost_usd += cost
         tx.st.cost_usd += cost
-    tenant_quotas.note_usage(tx, run, usage.total_input() + usage.output_tokens, cost, cfg)
+    tenant_quotas.note_usage(tx, run, input_tokens + usage.output_tokens, cost, cfg)
     tx.count(count, {"profile": run.config.profile, "model": model},
-             input_tokens=usage.total_input(), output_tokens=usage.output_tokens, cost_usd=cost or 0.0)
+             input_tokens=input_tokens, output_tokens=usage.output_tokens, cost_usd=cost or 0.0)
 
 
 def _unpriced(tx: Transition, run: RunState, model: str, cfg: CoreConfig) -> None:

@@ -62,9 +62,9 @@ def checkpoint_id(run: RunState) -> str:
     return f"{run.run_id}-c{run.turn}"
 
 
-def open_checkpoint(session: SessionState, run: RunState, kind: Literal["tool_calls", "proposal"],
-                    calls: list[dict[str, Any]],
-                    ask: list[str], rejected: dict[str, str], text: str) -> dict[str, Any]:
+def open_checkpoint(session: SessionState, run: RunState, *, kind: Literal["tool_calls", "proposal"],
+                    calls: list[dict[str, Any]], ask: list[str], rejected: dict[str, str],
+                    text: str) -> dict[str, Any]:
     """Pause the run on a new checkpoint; the `approval.requested` fields to emit."""
     cp = Checkpoint(id=checkpoint_id(run), kind=kind, calls=calls, ask=ask, rejected=rejected, text=text)
     run.checkpoint = cp

@@ -32,7 +32,6 @@ subagent depth (subagent.py) and the operator's tool policy (tool_policy.py).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult, tool_result_fields
@@ -40,8 +39,8 @@ from loopwire.shared.contract.protocol import text_to_content
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import SessionState
 
-from . import answers, approval, budget, follow_ups, subagent, tenant_quotas
-from .accounting import account, account_extra
+from . import answers, approval, follow_ups, subagent, tenant_quotas
+from .accounting import account
 from .admission import admit, dequeue, steer_waiting
 from .config import CoreConfig
 from .effects import Effect, EmitEvent, PublishNotice
@@ -61,8 +60,8 @@ from .inputs import (
     ToolsInput,
     UndeliverableInput,
 )
-from .next_step import NextStepConverge, NextStepFinalOutput, NextStepRunAgain
-from .profiles import get_profile
+from .next_step import NextStepConverge, NextStepRunAgain
+from .profiles import Profile, get_profile
 from .run_config import input_messages, run_config
 from .run_lifecycle import end_run, new_run
 from .stages import Turn
@@ -72,7 +71,7 @@ from .step_requests import move_phase, request_generation
 from .strategy import StrategyConfig
 from .tool_batches import after_batch, execute
 from .transition import Count, Decision, Transition, reject, replay
-from .turn_resolution import apply_step, next_step, within_limits
+from .turn_resolution import apply_step, resolve
 
 __all__ = ["CoreConfig", "Count", "Decision", "decide"]
 
@@ -177,7 +176,7 @@ def _on_steer(tx: Transition, inp: SteerInput, cfg: CoreConfig) -> Decision:
     if tx.st.status == "idle" or run is None:
         return new_run(tx, inp, cfg, [{"role": "user", "content": content}], "steer")
     follow_ups.steer(tx, run, content)
-    request_generation(tx, run)
+    request_generation(tx, run, get_profile(run.config.profile))
     return tx.finish()
 
 
@@ -208,21 +207,22 @@ def _on_decision(tx: Transition, inp: DecisionInput, cfg: CoreConfig) -> Decisio
         return tx.finish()
     approval.close(tx.st, run)
     approved = body.decision == "approve"
+    profile = get_profile(run.config.profile)
     if cp.kind == "proposal":
         if approved:  # the approved answer is carried out: it is the run's answer
-            move_phase(tx, run, "execute")
+            move_phase(tx, run, "execute", profile)
             end_run(tx, "completed", None, cfg, closing=cp.text)  # the approved answer; execute -> done
         else:
-            move_phase(tx, run, "review")  # another round of review
+            move_phase(tx, run, "review", profile)  # another round of review
             tx.add_message(approval.proposal_denied_message(body.note))
-            request_generation(tx, run)
+            request_generation(tx, run, profile)
         return tx.finish()
     denied = dict(cp.rejected)
     if not approved:
         denied.update(approval.user_denials(cp, body.note))
     if run.profile_phase == "review":
-        move_phase(tx, run, "execute" if approved else "review")
-    execute(tx, run, cp.calls, denied, cfg)
+        move_phase(tx, run, "execute" if approved else "review", profile)
+    execute(tx, run, cp.calls, profile=profile, denied=denied, cfg=cfg)
     return tx.finish()
 
 
@@ -263,32 +263,27 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
         return None  # stale: the run ended or moved on (abort, steer) while this was in flight
     run.pending_step = None
     settle_permission(tx.st, run)
-    account_extra(tx, run, result, cfg)
-    if not result.ok or result.message is None:
-        _on_failed_generation(tx, run, result, cfg)
+    profile = get_profile(run.config.profile)  # resolved once: the stages and every rule below read it
+    ledgered = account(tx, run, result, cfg)
+    if ledgered is None or result.message is None:
+        _on_failed_generation(tx, run, result, profile, cfg)
         return tx.finish()
 
-    account(tx, run, result, cfg)
     message = result.message
     text = _text_of(message)
     tool_calls = [b for b in message.get("content", []) if b.get("type") == "tool_use"]
     tx.emit("message", f"message:{result.step_id}", run.run_id, turn=run.turn, message=message,
             model=result.model, stop_reason=result.stop_reason,
-            usage={"input_tokens": result.usage.total_input(), "output_tokens": result.usage.output_tokens})
-    for warning in budget.warnings_due(run, cfg.budget_warning_pct):
+            usage={"input_tokens": ledgered.input_tokens, "output_tokens": ledgered.output_tokens})
+    for warning in ledgered.budget_warnings:
         run.budget_warned.append(warning["limit"])
         tx.emit("budget.warning", f"budget.warning:{run.run_id}:{warning['limit']}", run.run_id, **warning)
 
-    profile = get_profile(run.config.profile)
     turn = Turn(session=tx.st, run=run, message=message, stop_reason=result.stop_reason, text=text,
-                tool_calls=tool_calls, mode=_mode(run), config=cfg, step_id=result.step_id,
+                tool_calls=tool_calls, mode=_mode(run, profile), config=cfg, step_id=result.step_id,
                 transitions=profile.transitions)
     phase = run.profile_phase  # the phase the turn was made in (a stage may move it)
-    step = within_limits(run, next_step(turn), text, cfg)
-    if isinstance(step, NextStepFinalOutput) and step.status == "completed":
-        cause = budget.end_cause(run, result.stop_reason)
-        if cause is not None:  # the budget stopped this run, whatever the model meant
-            step = replace(step, status="budget_exhausted", reason=cause)
+    step = resolve(turn, profile)
 
     voids = step if isinstance(step, NextStepRunAgain | NextStepConverge) else None
     if voids is None or not voids.drop_turn:
@@ -302,11 +297,12 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
         tx.emit(spec.kind, f"{spec.kind}:{result.step_id}:{n}", run.run_id, **spec.fields)
     if voids is not None and voids.retract:
         tx.emit("retracted", f"retracted:{result.step_id}", run.run_id, turn=run.turn, reason=voids.retract)
-    apply_step(tx, run, step, cfg, schemas=inp.tool_schemas)
+    apply_step(tx, run, step, profile=profile, cfg=cfg, schemas=inp.tool_schemas)
     return tx.finish()
 
 
-def _on_failed_generation(tx: Transition, run: RunState, result: GenerationResult, cfg: CoreConfig) -> None:
+def _on_failed_generation(tx: Transition, run: RunState, result: GenerationResult, profile: Profile,
+                          cfg: CoreConfig) -> None:
     """A failed generation, by the error policy's verdict: the run ends, or the
     generation is asked for again (as it was, with a reduced context, or of the next
     model)."""
@@ -332,7 +328,7 @@ def _on_failed_generation(tx: Transition, run: RunState, result: GenerationResul
         tx.emit("steering", f"steering:{result.step_id}", run.run_id,
                 **steering_fields(run, "model_switch", reason=verdict.code,
                                              to_model=models[run.model_offset]))
-    request_generation(tx, run)
+    request_generation(tx, run, profile)
 
 
 def _on_tools(tx: Transition, inp: ToolsInput, cfg: CoreConfig) -> Decision | None:
@@ -354,7 +350,7 @@ def _on_tools(tx: Transition, inp: ToolsInput, cfg: CoreConfig) -> Decision | No
                            "content": "no result was returned for this call"})
         else:
             blocks.append(item.as_block())  # an error result is a result: the model adapts
-    after_batch(tx, run, blocks, cfg)
+    after_batch(tx, run, blocks, profile=get_profile(run.config.profile), cfg=cfg)
     return tx.finish()
 
 
@@ -374,8 +370,8 @@ def _result_events(inp: BaseInput) -> list[Effect]:
     return out
 
 
-def _mode(run: RunState) -> str:
-    return "tools" if get_profile(run.config.profile).offers_tools and run.config.tools != [] else "chat"
+def _mode(run: RunState, profile: Profile) -> str:
+    return "tools" if profile.offers_tools and run.config.tools != [] else "chat"
 
 
 def _text_of(message: dict[str, Any]) -> str:

@@ -19,30 +19,26 @@ and the capped run ends with the answer it gave.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from loopwire.shared.contract.run_state import RunState
 
 from .config import CoreConfig
-from .profiles import get_profile
+
+if TYPE_CHECKING:
+    from .profiles import Profile
 
 
-def max_inner(run: RunState, cfg: CoreConfig) -> int:
-    return cfg.max_inner_iterations or get_profile(run.config.profile).max_inner_iterations
-
-
-def max_outer(run: RunState, cfg: CoreConfig) -> int:
-    return cfg.max_outer_iterations or get_profile(run.config.profile).max_outer_iterations
-
-
-def inner_limit(run: RunState, cfg: CoreConfig) -> str | None:
+def inner_limit(run: RunState, profile: Profile, cfg: CoreConfig) -> str | None:
     """The limit that forbids another generation (or, after a batch, another round) in
     this outer iteration, or None."""
     if run.turn >= run.config.max_turns:
         return "max_turns"
-    if run.inner >= max_inner(run, cfg):
+    if run.inner >= (cfg.max_inner_iterations or profile.max_inner_iterations):
         return "max_inner_iterations"
     return None
 
 
-def outer_limit(run: RunState, cfg: CoreConfig) -> str | None:
+def outer_limit(run: RunState, profile: Profile, cfg: CoreConfig) -> str | None:
     """`max_outer_iterations` when the run may not take follow-ups once more, or None."""
-    return "max_outer_iterations" if run.outer >= max_outer(run, cfg) else None
+    return "max_outer_iterations" if run.outer >= (cfg.max_outer_iterations or profile.max_outer_iterations) else None

@@ -116,16 +116,16 @@ def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
         tx.emit("warning", f"warning:{run_id}:unknown_tools", run_id, code="unknown_tools",
                 message=f"no tool named {', '.join(unknown)} is known; the run goes on without "
                         f"{'it' if len(unknown) == 1 else 'them'}", tools=unknown)
-    move_phase(tx, run, profile.working_phase)
+    move_phase(tx, run, profile.working_phase, profile)
     if profile.snapshots_workspace:
         run.workspace = render_workspace(workspace)
     if profile.planned:
         steps = planning.parse_plan(plan) if plan is not None else []
         if steps:  # a pre-built plan skips the plan phase
             run.plan = steps
-            move_phase(tx, run, "execute")
+            move_phase(tx, run, "execute", profile)
             tx.emit_spec(run, planning.record(st, run, "start"), f"plan.updated:{run_id}:start")
-    request_generation(tx, run)
+    request_generation(tx, run, profile)
 
 
 def end_run(tx: Transition, status: str, text: str | None, cfg: CoreConfig,
@@ -145,10 +145,11 @@ def end_run(tx: Transition, status: str, text: str | None, cfg: CoreConfig,
     if spent is not None:  # never `completed` over budget, however the run got here
         status, reason = "budget_exhausted", spent
     close_dangling_tool_uses(tx, run, status)
-    if status == "completed" and get_profile(run.config.profile).can_complete_from(run.profile_phase):
+    profile = get_profile(run.config.profile)
+    if status == "completed" and profile.can_complete_from(run.profile_phase):
         # A completed run reports `done` (profiles.py); one stored in a phase older
         # routers had (`act`, `chat`) has no move to it and ends where it is.
-        move_phase(tx, run, DONE)
+        move_phase(tx, run, DONE, profile)
     final_text = answers.final_text(run.answers, closing, text if text is not None and text.strip() else run.last_text)
     if conclusion is None:
         conclusion = technical_summary.stopped_conclusion(run, status, final_text, reason)

@@ -19,12 +19,12 @@ from .executor_profiles import spec_for
 from .finish import OUT_OF_BUDGET_NOTE
 from .model_tiers import generation_models
 from .phases import change_phase
-from .profiles import get_profile
+from .profiles import Profile
 from .tenant_quotas import TENANT_QUOTA
 from .transition import Transition
 
 
-def request_generation(tx: Transition, run: RunState, notes: list[str] | None = None) -> None:
+def request_generation(tx: Transition, run: RunState, profile: Profile, notes: list[str] | None = None) -> None:
     """Ask memory for the next generation. When a budget is exhausted, this generation is
     the converging one: no tools, a note asking for the best answer now."""
     notes = list(notes or [])
@@ -33,8 +33,7 @@ def request_generation(tx: Transition, run: RunState, notes: list[str] | None = 
         exhausted = budget.exhausted(run) or (TENANT_QUOTA if run.quota_spent else None)
         if exhausted is not None:
             run.converging, run.converge_reason = "budget_exhausted", exhausted
-            notes.append(OUT_OF_BUDGET_NOTE if strategy_loop.finish_offered(run) else budget.FINAL_ANSWER_NOTE)
-    profile = get_profile(run.config.profile)
+            notes.append(OUT_OF_BUDGET_NOTE if strategy_loop.finish_offered(run, profile) else budget.FINAL_ANSWER_NOTE)
     if profile.planned and run.converging is None:
         if run.profile_phase == "plan":
             notes.append(planning.plan_note(run, run.config.tools))
@@ -42,7 +41,7 @@ def request_generation(tx: Transition, run: RunState, notes: list[str] | None = 
             notes.append(planning.status_note(run))
     elif profile.snapshots_workspace and run.workspace and run.tool_calls_made == 0 and run.converging is None:
         notes.append(run.workspace)  # the WorkspaceSnapshot, while nothing has run that could change it
-    offer = strategy_loop.offer(run)
+    offer = strategy_loop.offer(run, profile)
     run.tools_active = strategy_loop.active_tools(run, offer)
     run.awaiting = "generate"
     run.gen_seq += 1
@@ -66,14 +65,14 @@ def request_generation(tx: Transition, run: RunState, notes: list[str] | None = 
                                   msg_id=keys.assemble_msg_id(step_id)))
 
 
-def move_phase(tx: Transition, run: RunState, to: str) -> None:
+def move_phase(tx: Transition, run: RunState, to: str, profile: Profile) -> None:
     """Move the run to profile phase `to` (checked against the profile's table) and emit
     `phase.changed`."""
-    tx.emit_spec(run, change_phase(run, to, get_profile(run.config.profile).transitions), "")
+    tx.emit_spec(run, change_phase(run, to, profile.transitions), "")
 
 
-def to_review(tx: Transition, run: RunState) -> None:
+def to_review(tx: Transition, run: RunState, profile: Profile) -> None:
     """turn_by_turn: a proposal made after executing goes back to review (execute→review);
     one made in review stays there."""
-    if run.profile_phase == "execute" and get_profile(run.config.profile).reviews_every_turn:
-        move_phase(tx, run, "review")
+    if run.profile_phase == "execute" and profile.reviews_every_turn:
+        move_phase(tx, run, "review", profile)

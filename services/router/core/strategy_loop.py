@@ -18,7 +18,7 @@ waits for another service or a human):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -28,7 +28,9 @@ from loopwire.shared.runtime.lru import LruCache
 
 from .finish import FINISH_SPEC
 from .planning import UPDATE_PLAN_SPEC
-from .profiles import get_profile
+
+if TYPE_CHECKING:
+    from .profiles import Profile
 
 SCHEMA_PROBLEM_CHARS = 300
 
@@ -48,9 +50,8 @@ class Offer:
         return {t.name for t in self.extra}
 
 
-def offer(run: RunState) -> Offer:
+def offer(run: RunState, profile: Profile) -> Offer:
     """The tools of the run's next generation, by profile, phase and convergence."""
-    profile = get_profile(run.config.profile)
     tools = run.config.tools
     if not profile.offers_tools or tools == []:
         return Offer(tools=tools, offer=False)
@@ -89,9 +90,8 @@ def active_tools(run: RunState, now: Offer) -> list[str]:
     return list(dict.fromkeys([n for n in names if n not in denied] + [t.name for t in now.extra]))
 
 
-def finish_offered(run: RunState) -> bool:
+def finish_offered(run: RunState, profile: Profile) -> bool:
     """Whether the run's generations offer the finish tool (also its converging one)."""
-    profile = get_profile(run.config.profile)
     return profile.offers_finish and profile.offers_tools and run.config.tools != []
 
 
@@ -121,11 +121,33 @@ def schema_problem(schema: dict[str, Any], value: Any) -> str | None:
     return (f"{where}: {error.message}" if where else error.message)[:SCHEMA_PROBLEM_CHARS]
 
 
-def validate(run: RunState, calls: list[dict[str, Any]], schemas: dict[str, dict[str, Any]] | None
-             ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+@dataclass(frozen=True)
+class Gate:
+    """The plan gate's verdict on a batch, and its preview."""
+
+    rejected: dict[str, str]
+    """tool_use id -> why the call must not run."""
+    reserved: list[dict[str, Any]]
+    """The calls the core answers itself (reserved tools offered now)."""
+    ask: list[str]
+    """The ids of the calls that wait for a human decision (empty: the batch runs)."""
+
+
+def gate(run: RunState, profile: Profile, calls: list[dict[str, Any]],
+         schemas: dict[str, dict[str, Any]] | None) -> Gate:
+    """validate, then preview: the batch's verdict in one step."""
+    rejected, reserved = validate(run, profile, calls, schemas)
+    skip = set(rejected) | {c["id"] for c in reserved}
+    ask = [c["id"] for c in calls if c["id"] not in skip
+           and (profile.reviews_every_turn or run.config.tool_permissions.get(c.get("name", ""), "auto") == "approve")]
+    return Gate(rejected=rejected, reserved=reserved, ask=ask)
+
+
+def validate(run: RunState, profile: Profile, calls: list[dict[str, Any]],
+             schemas: dict[str, dict[str, Any]] | None) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """The plan gate: `(rejected, reserved)`: tool_use id -> why it must not run, and the
     calls the core answers itself (reserved tools offered now)."""
-    now = offer(run)
+    now = offer(run, profile)
     reserved_names = now.reserved
     allowed = now.tools
     rejected: dict[str, str] = {}
@@ -145,12 +167,3 @@ def validate(run: RunState, calls: list[dict[str, Any]], schemas: dict[str, dict
             if problem is not None:
                 rejected[c["id"]] = f"invalid input for tool {name}: {problem}"
     return rejected, reserved
-
-
-def preview(run: RunState, calls: list[dict[str, Any]], rejected: dict[str, str],
-            reserved: list[dict[str, Any]]) -> list[str]:
-    """The ids of the calls that wait for a human decision."""
-    review_all = get_profile(run.config.profile).reviews_every_turn
-    skip = set(rejected) | {c["id"] for c in reserved}
-    return [c["id"] for c in calls if c["id"] not in skip
-            and (review_all or run.config.tool_permissions.get(c.get("name", ""), "auto") == "approve")]

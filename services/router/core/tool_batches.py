@@ -24,14 +24,14 @@ from .config import CoreConfig
 from .effects import PublishWork
 from .follow_ups import drain_steering
 from .iteration_limits import inner_limit
-from .profiles import get_profile
+from .profiles import Profile
 from .progress_injection import note_tool_batch, progress_notes
 from .run_lifecycle import end_run
 from .step_requests import request_generation, to_review
 from .transition import Transition
 
 
-def dispatch(tx: Transition, run: RunState, calls: list[dict[str, Any]],
+def dispatch(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, profile: Profile,
              schemas: dict[str, dict[str, Any]] | None, cfg: CoreConfig) -> None:
     """The strategy loop after interpret (strategy_loop.py): validate (the plan gate),
     reserved tools answered by the core, preview (an approval checkpoint when a call
@@ -39,26 +39,26 @@ def dispatch(tx: Transition, run: RunState, calls: list[dict[str, Any]],
     for c in calls:
         tx.emit("tool.call", f"tool.call:{c['id']}", run.run_id, turn=run.turn, tool_use_id=c["id"],
                 name=c["name"], input=c.get("input", {}))
-    rejected, reserved = strategy_loop.validate(run, calls, schemas)
+    verdict = strategy_loop.gate(run, profile, calls, schemas)
     run.answered = []
-    for n, c in enumerate(reserved):
-        block, specs = planning.apply_update(tx.st, run, c, get_profile(run.config.profile).transitions)
+    for n, c in enumerate(verdict.reserved):
+        block, specs = planning.apply_update(tx.st, run, c, profile.transitions)
         run.answered.append(block)
         tx.emit("tool.result", f"tool.result:{c['id']}", run.run_id, turn=run.turn, tool_use_id=c["id"],
                 name=c["name"], is_error=bool(block.get("is_error")), content=block["content"])
         for m, spec in enumerate(specs):
             tx.emit_spec(run, spec, f"{spec.kind}:{run.run_id}:t{run.turn}:{n}:{m}")
-    ask = strategy_loop.preview(run, calls, rejected, reserved)
-    if ask:
-        to_review(tx, run)
-        fields = approval.open_checkpoint(tx.st, run, "tool_calls", calls, ask, rejected, run.last_text)
+    if verdict.ask:
+        to_review(tx, run, profile)
+        fields = approval.open_checkpoint(tx.st, run, kind="tool_calls", calls=calls, ask=verdict.ask,
+                                          rejected=verdict.rejected, text=run.last_text)
         tx.emit("approval.requested", f"approval.requested:{fields['checkpoint_id']}", run.run_id, **fields)
         return
-    execute(tx, run, calls, rejected, cfg)
+    execute(tx, run, calls, profile=profile, denied=verdict.rejected, cfg=cfg)
 
 
-def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], denied: dict[str, str],
-            cfg: CoreConfig) -> None:
+def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, profile: Profile,
+            denied: dict[str, str], cfg: CoreConfig) -> None:
     """execute: the batch as one ExecuteTools step; calls in `denied` never reach a
     provider (the tools service answers them with the reason); calls the core answered
     (`run.answered`) are not sent at all."""
@@ -69,7 +69,7 @@ def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], denied: 
     to_run = [c for c in calls if c["id"] not in answered]
     if not to_run:  # only reserved tools: nothing to wait for
         run.pending_step = None
-        after_batch(tx, run, [answered[c["id"]] for c in calls], cfg)
+        after_batch(tx, run, [answered[c["id"]] for c in calls], profile=profile, cfg=cfg)
         return
     run.pending_step = step_id
     env = ExecuteTools(
@@ -83,7 +83,8 @@ def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], denied: 
                                   msg_id=keys.execute_msg_id(step_id)))
 
 
-def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]], cfg: CoreConfig) -> None:
+def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]], *, profile: Profile,
+                cfg: CoreConfig) -> None:
     """summarize: the batch's results go back in one user message, in the model's order,
     and the next generation is reminded of the task and the progress; or, the round at a
     limit done, the run ends `max_turns` with its best answer and its summary."""
@@ -95,10 +96,9 @@ def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]], cfg
     content: list[dict[str, Any]] = blocks + drain_steering(tx.st)
     tx.add_message({"role": "user", "content": content})
     run.inner += 1
-    limit = inner_limit(run, cfg)
+    limit = inner_limit(run, profile, cfg)
     if limit is not None:
         end_run(tx, "max_turns", None, cfg, reason=limit)
         return
-    profile = get_profile(run.config.profile)
     notes = progress_notes(profile.progress_injection, run, blocks, names)
-    request_generation(tx, run, notes=notes)
+    request_generation(tx, run, profile, notes=notes)

@@ -12,11 +12,12 @@ the end of the run.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from loopwire.shared.contract.run_state import RunState
 
-from . import approval, strategy_loop
+from . import approval, budget, strategy_loop
 from .config import CoreConfig
 from .finish import finish_call, out_of_budget_conclusion
 from .follow_ups import take_at_outer_boundary
@@ -29,7 +30,7 @@ from .next_step import (
     NextStepReview,
     NextStepRunAgain,
 )
-from .profiles import get_profile
+from .profiles import Profile
 from .run_lifecycle import end_run
 from .stages import Turn
 from .step_requests import request_generation, to_review
@@ -37,13 +38,26 @@ from .tool_batches import dispatch
 from .transition import Transition
 
 
-def next_step(turn: Turn) -> NextStep:
+def resolve(turn: Turn, profile: Profile) -> NextStep:
+    """The turn's next step: the stages' (`next_step`), within the limits
+    (`within_limits`); a run its budget stopped ends `budget_exhausted`, whatever the
+    model meant."""
+    run = turn.run
+    step = within_limits(run, profile, next_step(turn, profile), turn.text, turn.config)
+    if isinstance(step, NextStepFinalOutput) and step.status == "completed":
+        cause = budget.end_cause(run, turn.stop_reason)
+        if cause is not None:
+            step = replace(step, status="budget_exhausted", reason=cause)
+    return step
+
+
+def next_step(turn: Turn, profile: Profile) -> NextStep:
     """The converging answer ends the run; otherwise the profile's stages decide."""
     run = turn.run
     if run.converging is not None:
         conclusion, text, closing = None, turn.text, None
         call = finish_call(turn.tool_calls) if run.converging == "budget_exhausted" else None
-        if call is not None and strategy_loop.finish_offered(run):
+        if call is not None and strategy_loop.finish_offered(run, profile):
             conclusion = out_of_budget_conclusion(call, turn.text, run.last_text)
             conclusion["executed"] = [dict(e) for e in run.executed]
             text = closing = conclusion["summary"]
@@ -51,7 +65,7 @@ def next_step(turn: Turn) -> NextStep:
         return NextStepFinalOutput(status=run.converging, text=text, reason=run.converge_reason,
                                    conclusion=conclusion, closing=closing)
     step: NextStep | None = None
-    for stage in get_profile(run.config.profile).stages:
+    for stage in profile.stages:
         step = stage.after_generation(turn)
         if step is not None:
             break
@@ -63,14 +77,14 @@ def next_step(turn: Turn) -> NextStep:
     return step or NextStepFinalOutput(status="completed", text=turn.text)
 
 
-def within_limits(run: RunState, step: NextStep, text: str, cfg: CoreConfig) -> NextStep:
+def within_limits(run: RunState, profile: Profile, step: NextStep, text: str, cfg: CoreConfig) -> NextStep:
     """A step that would generate again past a limit ends the run instead, keeping the
     turn (a vacuous answer that would have been retried is passed through). A tool batch
     runs whatever the limit: its round is the last one, and the run ends after its
     results (tool_batches.after_batch)."""
     if isinstance(step, NextStepFinalOutput | NextStepReview | NextStepExecuteTools):
         return step  # a review needs no further generation: approved, it is the answer
-    limit = inner_limit(run, cfg)
+    limit = inner_limit(run, profile, cfg)
     if limit is None:
         return step
     # The step's events stay (its stage already moved the run: a phase change, a loop
@@ -81,34 +95,36 @@ def within_limits(run: RunState, step: NextStep, text: str, cfg: CoreConfig) -> 
     return NextStepFinalOutput(status="max_turns", text=text, reason=limit, events=events)
 
 
-def apply_step(tx: Transition, run: RunState, step: NextStep, cfg: CoreConfig,
+def apply_step(tx: Transition, run: RunState, step: NextStep, *, profile: Profile, cfg: CoreConfig,
                schemas: dict[str, dict[str, Any]] | None = None) -> None:
+    """Carry out the turn's next step (`resolve`'s)."""
     if isinstance(step, NextStepExecuteTools):
-        dispatch(tx, run, step.calls, schemas, cfg)
+        dispatch(tx, run, step.calls, profile=profile, schemas=schemas, cfg=cfg)
     elif isinstance(step, NextStepReview):
-        to_review(tx, run)
-        fields = approval.open_checkpoint(tx.st, run, "proposal", [], [], {}, step.text)
+        to_review(tx, run, profile)
+        fields = approval.open_checkpoint(tx.st, run, kind="proposal", calls=[], ask=[], rejected={},
+                                          text=step.text)
         tx.emit("approval.requested", f"approval.requested:{fields['checkpoint_id']}", run.run_id, **fields)
     elif isinstance(step, NextStepRunAgain):
         for m in step.append:
             tx.add_message(m)
         if step.reason in ("vacuous_retry", "commitment_nudge"):
             tx.count(step.reason)
-        request_generation(tx, run, notes=step.notes)
+        request_generation(tx, run, profile, notes=step.notes)
     elif isinstance(step, NextStepConverge):
         for m in step.append:
             tx.add_message(m)
         run.converging, run.converge_reason = step.status, step.reason
-        request_generation(tx, run, notes=step.notes)
-    elif step.status == "completed" and not get_profile(run.config.profile).single_generation \
+        request_generation(tx, run, profile, notes=step.notes)
+    elif step.status == "completed" and not profile.single_generation \
             and step.conclusion is None and run.profile_phase != "done" and (tx.st.steering or tx.st.queued):
-        limit = outer_limit(run, cfg) or ("max_turns" if run.turn >= run.config.max_turns else None)
+        limit = outer_limit(run, profile, cfg) or ("max_turns" if run.turn >= run.config.max_turns else None)
         if limit is not None:
             # Follow-ups past the limit start the next run (end_run), as on an idle session.
             end_run(tx, "max_turns", step.text, cfg, reason=limit)
         else:
             take_at_outer_boundary(tx, run)
-            request_generation(tx, run)
+            request_generation(tx, run, profile)
     else:
         end_run(tx, step.status, step.text, cfg, error=step.error, reason=step.reason,
                 conclusion=step.conclusion, closing=step.closing)
