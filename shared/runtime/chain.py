@@ -53,6 +53,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from enum import IntEnum
 from typing import Any, TypeVar
 
 import orjson
@@ -78,6 +79,20 @@ Fallback = Callable[[], Awaitable[None]]
 
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class Outcome(IntEnum):
+    """How a delivery settled, from the mildest to the gravest: a chain settles its root by
+    the gravest outcome among its deliveries (a give-up outweighs a nack, which outweighs a
+    fault, whose redelivery is sooner)."""
+
+    ACK = 0
+    FAULT = 1
+    """A handler's bug: redelivered soon (FAULT_DELAY_S), given up after a few."""
+    NACK = 2
+    """An outage, or a handler's own nack: redelivered after the policy's delay."""
+    GIVE_UP = 3
+    """Undeliverable, rejected, or too many faults: a dead letter, then terminated."""
 
 
 def decode(delivery: Delivery, model: type[M]) -> M:
@@ -114,7 +129,7 @@ class Chain:
         """Publishes a dead letter (shared/runtime/dead_letters.py); None: a message given up is
         only logged (the dead-letter consumer's own messages)."""
         self._open = 1  # the root's own handler
-        self._outcome = "ack"
+        self._outcome = Outcome.ACK
         self._delay: float | None = None
         self._failed: tuple[Delivery, str] | None = None
         self._heartbeat: Heartbeat | None = None
@@ -138,14 +153,13 @@ class Chain:
             # From now on the chain may outlive the root's handler and its heartbeat.
             self._heartbeat = Heartbeat(self.root.in_progress, self.ack_wait_s).__enter__()
 
-    async def release(self, delivery: Delivery, outcome: str, delay: float | None = None,
+    async def release(self, delivery: Delivery, outcome: Outcome, delay: float | None = None,
                       reason: str = "") -> None:
-        """`outcome`: ack, nack (an outage, or a handler's own nack), fault, or give_up."""
-        if _RANK[outcome] > _RANK[self._outcome]:
-            self._outcome = outcome
-        if outcome == "nack" and delay is not None:
+        """One delivery of the chain settled with `outcome` (`delay`: a nack's own)."""
+        self._outcome = max(self._outcome, outcome)
+        if outcome is Outcome.NACK and delay is not None:
             self._delay = delay
-        if outcome in ("fault", "give_up") and self._failed is None:
+        if outcome in (Outcome.FAULT, Outcome.GIVE_UP) and self._failed is None:
             self._failed = (delivery, reason)
         self._open -= 1
         if self._open > 0:
@@ -158,18 +172,18 @@ class Chain:
 
     async def _settle_root(self) -> None:
         outcome, policy = self._outcome, self.policy
-        if outcome == "fault" and policy.gives_up(self.delivered, fault=True):
-            outcome = "give_up"
-        if outcome == "give_up":
+        if outcome is Outcome.FAULT and policy.gives_up(self.delivered, fault=True):
+            outcome = Outcome.GIVE_UP
+        if outcome is Outcome.GIVE_UP:
             assert self._failed is not None
             delivery, reason = self._failed
             if await self._give_up(delivery, reason):
                 await self.root.reject()
                 return
-            outcome = "nack"  # the dead letter could not be published (NATS away): later
-        if outcome == "nack":
+            outcome = Outcome.NACK  # the dead letter could not be published (NATS away): later
+        if outcome is Outcome.NACK:
             await self.root.nack(delay=self._delay if self._delay is not None else policy.delay(self.delivered))
-        elif outcome == "fault":
+        elif outcome is Outcome.FAULT:
             await self.root.nack(delay=FAULT_DELAY_S)
         else:
             await self.root.ack()
@@ -186,9 +200,6 @@ class Chain:
             log.warning("the dead letter for %s could not be published (%s); redelivering it", letter.subject, exc)
             return False
         return True
-
-
-_RANK = {"ack": 0, "fault": 1, "nack": 2, "give_up": 3}
 
 
 def dead_letter_of(chain: Chain, delivery: Delivery, reason: str) -> DeadLetter:
@@ -256,21 +267,21 @@ class Delivery:
         return self._settled
 
     async def ack(self) -> None:
-        await self._settle("ack")
+        await self._settle(Outcome.ACK)
 
     async def nack(self, delay: float | None = None) -> None:
         if self.fallback is not None and not self._settled:  # a hop: onto JetStream on its own
-            await self._settle(await _to_jetstream(self, "nack", delay), delay)
+            await self._settle(await _to_jetstream(self, Outcome.NACK, delay), delay)
             return
-        await self._settle("nack", delay)
+        await self._settle(Outcome.NACK, delay)
 
     async def reject(self) -> None:
-        await self._settle("give_up", reason="rejected by its handler")
+        await self._settle(Outcome.GIVE_UP, reason="rejected by its handler")
 
     async def in_progress(self) -> None:
         await self._chain.root.in_progress()
 
-    async def _settle(self, outcome: str, delay: float | None = None, reason: str = "") -> None:
+    async def _settle(self, outcome: Outcome, delay: float | None = None, reason: str = "") -> None:
         if self._settled:
             return
         self._settled = True
@@ -292,45 +303,45 @@ async def run_handler(handler: WorkHandler, delivery: Delivery) -> None:
     delay), `Undeliverable` (give up), anything else (a fault: retried a few times, then
     given up). A delivery the handler settled itself keeps that outcome."""
     token = _current.set(delivery)
-    outcome, reason = "ack", ""
+    outcome, reason = Outcome.ACK, ""
     try:
         # A hop of a chain that is already kept alive needs no beat of its own.
         beat = None if delivery.chain.kept_alive else delivery.in_progress
         with Heartbeat(beat, delivery.chain.ack_wait_s):
             await handler(delivery)
     except Undeliverable as exc:
-        outcome, reason = "give_up", f"malformed: {exc}"
+        outcome, reason = Outcome.GIVE_UP, f"malformed: {exc}"
         log.error("work handler %s cannot handle its message: %s", _name(handler), exc)
     except Exception as exc:
         if is_outage(exc):
-            outcome = "nack"
+            outcome = Outcome.NACK
             log.warning("work handler %s met an outage (%s: %s); it will be redelivered later",
                         _name(handler), type(exc).__name__, exc)
         else:
-            outcome, reason = "fault", f"fault: {type(exc).__name__}: {exc}"
+            outcome, reason = Outcome.FAULT, f"fault: {type(exc).__name__}: {exc}"
             log.exception("work handler %s failed; it will be redelivered or given up", _name(handler))
     finally:
         _current.reset(token)
-    if not delivery.settled and outcome in ("nack", "fault") and delivery.fallback is not None:
+    if not delivery.settled and outcome in (Outcome.NACK, Outcome.FAULT) and delivery.fallback is not None:
         outcome = await _to_jetstream(delivery, outcome)
     if not delivery.settled:
         await delivery._settle(outcome, reason=reason)
 
 
-async def _to_jetstream(delivery: Delivery, outcome: str, delay: float | None = None) -> str:
+async def _to_jetstream(delivery: Delivery, outcome: Outcome, delay: float | None = None) -> Outcome:
     """A hand-off that failed here goes on as its own JetStream message, after the pause
-    its second delivery would have had (`delay`, else shared/runtime/handover.py's): "ack"
+    its second delivery would have had (`delay`, else shared/runtime/handover.py's): ACK
     (for its chain) once published, else `outcome` (NATS away: the root is nacked and the
     chain recovered from it)."""
     assert delivery.fallback is not None
     try:
-        await to_jetstream(delivery.fallback, outage=outcome != "fault", policy=delivery.chain.policy, delay=delay)
+        await to_jetstream(delivery.fallback, outage=outcome is not Outcome.FAULT, policy=delivery.chain.policy, delay=delay)
     except Exception as exc:
         log.warning("hop %s failed and could not be published on its own (%s); its chain's root will be "
                     "redelivered", delivery.subject, exc)
         return outcome
     log.info("hop %s failed in process; published as its own work message", delivery.subject)
-    return "ack"
+    return Outcome.ACK
 
 
 def _name(handler: WorkHandler) -> str:
