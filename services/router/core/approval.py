@@ -47,8 +47,7 @@ from loopwire.shared.contract.session_state import SessionState
 
 from .next_step import NextStep, NextStepExecuteTools, NextStepFinalOutput, NextStepReview, NextStepRunAgain
 from .phases import change_phase
-from .routing import route
-from .stages import Turn, user_message
+from .stages import Turn, route, user_message
 
 DENIED_BY_USER = "denied by the user: {note}"
 PROPOSAL_DENIED = "The user did not accept this answer: {note}. Revise it and propose again."

@@ -23,7 +23,7 @@ input. What the handlers do is in the modules beside it:
 - history_repair.py: every tool_use block gets its result.
 
 The rules they apply have modules of their own: budget.py, iteration_limits.py,
-loop_detection.py, vacuous.py, commitment_gate.py, progress_injection.py,
+loop_detection.py, stages.py (vacuous answers, the commitment gate, routing), progress_injection.py,
 error_policy.py; the profiles (profiles.py, phases.py, docs/profiles.md), the plan gate
 and preview (strategy_loop.py), approval checkpoints (approval.py), the finish tool
 (finish.py), agentic_planned's phases (planning.py), strategy configs (strategy.py),

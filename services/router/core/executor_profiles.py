@@ -39,10 +39,9 @@ from loopwire.shared.contract.run_state import Checkpoint, RunState
 from loopwire.shared.contract.session_state import SessionState
 
 from .budget import tokens_used
-from .commitment_gate import CommitmentGateStage
 from .effects import Effect, EmitEvent, PublishNotice
 from .next_step import NextStep, NextStepFinalOutput
-from .stages import RoutingStage, Stage, Turn
+from .stages import CommitmentGateStage, RoutingStage, Stage, Turn
 
 CLI_PIPELINE = ("ContextGuard", "ProgressInjector", "CLIExecutor", "ModeRouter", "TranscriptRecorder",
                 "ToolExecutor", "CommitmentGate")

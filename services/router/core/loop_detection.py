@@ -53,9 +53,8 @@ import orjson
 from loopwire.shared.contract.run_state import RunState
 
 from .next_step import EventSpec, NextStep, NextStepConverge, NextStepFinalOutput, NextStepRunAgain
-from .stages import Turn
+from .stages import Turn, vacuous_problem
 from .steering import steering_spec
-from .vacuous import vacuous_problem
 
 WINDOW = 8
 """Turns remembered for detection."""

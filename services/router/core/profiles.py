@@ -36,13 +36,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .approval import ReviewStage
-from .commitment_gate import CommitmentGateStage
 from .executor_profiles import ACP_PIPELINE, CLI_PIPELINE, EXECUTOR_STAGES
 from .finish import FinishStage
 from .loop_detection import LoopDetectionStage
 from .planning import PlanStage
-from .stages import RoutingStage, Stage
-from .vacuous import VacuousAnswerStage
+from .stages import CommitmentGateStage, RoutingStage, Stage, VacuousAnswerStage
 
 ModelTier = Literal["primary", "lightweight", "any"]
 """Which of the run's models does a piece of work (model_tiers.py)."""

@@ -6,7 +6,8 @@ batch gets a short ephemeral note (AssembleContext.ephemeral_notes, rendered by 
 service as a `<system-reminder>` on the system prompt of that one request): the first user
 request (truncated) and what has been done so far. It is never stored in the history, so
 it costs no context in later turns and the history stays what the user and model said.
-`none` turns it off.
+`none` turns it off. What has been done is the run's record of its batches
+(technical_summary.record_batch).
 """
 
 from __future__ import annotations
@@ -21,15 +22,6 @@ TASK_CHARS = 300
 def truncate(text: str, limit: int = TASK_CHARS) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def note_tool_batch(run: RunState, results: list[dict[str, Any]], names: dict[str, str]) -> None:
-    """Count a finished tool batch into the run's progress bookkeeping."""
-    run.tool_calls_made += len(results)
-    for block in results:
-        name = names.get(block.get("tool_use_id", ""), "")
-        if name and name not in run.tools_used:
-            run.tools_used.append(name)
 
 
 def progress_note(run: RunState, results: list[dict[str, Any]], names: dict[str, str]) -> str:

@@ -42,7 +42,7 @@ def request_generation(tx: Transition, run: RunState, profile: Profile, notes: l
     elif profile.snapshots_workspace and run.workspace and run.tool_calls_made == 0 and run.converging is None:
         notes.append(run.workspace)  # the WorkspaceSnapshot, while nothing has run that could change it
     offer = strategy_loop.offer(run, profile)
-    run.tools_active = strategy_loop.active_tools(run, offer)
+    run.tools_active = offer.active
     run.awaiting = "generate"
     run.gen_seq += 1
     step_id = keys.generation_step_id(run.run_id, run.gen_seq)

@@ -17,7 +17,7 @@ waits for another service or a human):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -44,6 +44,8 @@ class Offer:
     offer: bool
     extra: list[ToolSpec] = field(default_factory=list)
     """The reserved tools the core answers itself (finish, update_plan)."""
+    active: list[str] = field(default_factory=list)
+    """The tools the generation may use (`active_tools`; RunState.tools_active)."""
 
     @property
     def reserved(self) -> set[str]:
@@ -51,7 +53,13 @@ class Offer:
 
 
 def offer(run: RunState, profile: Profile) -> Offer:
-    """The tools of the run's next generation, by profile, phase and convergence."""
+    """The tools of the run's next generation, by profile, phase and convergence, with
+    the ones it may use."""
+    now = _offered(run, profile)
+    return replace(now, active=active_tools(run, now))
+
+
+def _offered(run: RunState, profile: Profile) -> Offer:
     tools = run.config.tools
     if not profile.offers_tools or tools == []:
         return Offer(tools=tools, offer=False)

@@ -16,8 +16,9 @@ the run's status (or `explanation`), and one more field (loopwire's addition, do
 
     "executed": [{"tool": "add", "calls": 2, "ok": 2, "error": 0}, ...]   # first-use order
 
-The bookkeeping is `RunState.executed`, updated with every finished batch
-(`record_batch`, called where the batch's results join the history).
+The bookkeeping is `RunState.executed` (and the counts the progress reminder reads,
+`tool_calls_made` and `tools_used`), updated with every finished batch (`record_batch`,
+called where the batch's results join the history).
 """
 
 from __future__ import annotations
@@ -44,12 +45,17 @@ EXPLANATION = "explanation"
 
 
 def record_batch(run: RunState, results: list[dict[str, Any]], names: dict[str, str]) -> None:
-    """Count each result of a finished batch under its tool, ok or error."""
+    """Count a finished batch into the run's record: its calls and the tools used (what
+    progress_injection.py's reminder reads) and each result under its tool, ok or error
+    (this summary's `executed`)."""
+    run.tool_calls_made += len(results)
     by_tool = {e["tool"]: e for e in run.executed}
     for block in results:
         name = names.get(block.get("tool_use_id", ""), "")
         if not name:
             continue
+        if name not in run.tools_used:
+            run.tools_used.append(name)
         entry = by_tool.get(name)
         if entry is None:
             entry = by_tool[name] = {"tool": name, "calls": 0, "ok": 0, "error": 0}

@@ -25,7 +25,7 @@ from .effects import PublishWork
 from .follow_ups import drain_steering
 from .iteration_limits import inner_limit
 from .profiles import Profile
-from .progress_injection import note_tool_batch, progress_notes
+from .progress_injection import progress_notes
 from .run_lifecycle import end_run
 from .step_requests import request_generation, to_review
 from .transition import Transition
@@ -91,7 +91,6 @@ def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]], *, 
     names = {c["id"]: c["name"] for c in run.pending_calls}
     run.pending_calls = []
     run.answered = []
-    note_tool_batch(run, blocks, names)
     technical_summary.record_batch(run, blocks, names)
     content: list[dict[str, Any]] = blocks + drain_steering(tx.st)
     tx.add_message({"role": "user", "content": content})

@@ -32,7 +32,7 @@ from .next_step import (
 )
 from .profiles import Profile
 from .run_lifecycle import end_run
-from .stages import Turn
+from .stages import Turn, first_step
 from .step_requests import request_generation, to_review
 from .tool_batches import dispatch
 from .transition import Transition
@@ -64,14 +64,10 @@ def next_step(turn: Turn, profile: Profile) -> NextStep:
         # Without a finish call, end_run gives the run its technical summary.
         return NextStepFinalOutput(status=run.converging, text=text, reason=run.converge_reason,
                                    conclusion=conclusion, closing=closing)
-    step: NextStep | None = None
-    for stage in profile.stages:
-        step = stage.after_generation(turn)
-        if step is not None:
-            break
+    step = first_step(turn, profile.stages)
     if not turn.flags:
         # An accepted turn restores the remedies: the loop ladder and the vacuous-retry
-        # allowance are shared, so a long run keeps them after using them (vacuous.py).
+        # allowance are shared, so a long run keeps them after using them (stages.py, vacuous answers).
         run.loop_level = 0
         run.vacuous_retries = 0
     return step or NextStepFinalOutput(status="completed", text=turn.text)

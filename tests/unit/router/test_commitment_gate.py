@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router.core.commitment_gate import announced_action
+from loopwire.router.core.stages import announced_action
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.unit

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loopwire.router.core.config import CoreConfig
-from loopwire.router.core.vacuous import asks_for_a_number, vacuous_problem
+from loopwire.router.core.stages import asks_for_a_number, vacuous_problem
 from tests.router_driver import PRICES, Driver, call, text
 
 pytestmark = pytest.mark.unit
