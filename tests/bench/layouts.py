@@ -92,6 +92,9 @@ def service_env() -> dict[str, str]:
         # 100 generations per outer iteration.
         "LOOPWIRE_MAX_INNER_ITERATIONS": "1000",
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+        # A setting given to the bench goes to every process it starts, so two runs can
+        # compare one switch (e.g. LOOPWIRE_DIRECT_RESULTS=false).
+        **{k: v for k, v in os.environ.items() if k.startswith("LOOPWIRE_") and not k.startswith("LOOPWIRE_BENCH")},
     }
 
 
