@@ -12,14 +12,7 @@ import orjson
 from rich.console import Console
 from rich.text import Text
 
-
-def blocks_text(content: Any) -> str:
-    """The text of a message's content (a string or content blocks)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
-    return ""
+from loopwire.shared.contract.messages import message_text
 
 
 def cost_text(cost: Any) -> str:
@@ -58,11 +51,11 @@ class EventRenderer:
             return
         self._end_text()
         if self.replay and kind == "message":
-            text = blocks_text((event.get("message") or {}).get("content"))
+            text = message_text(event.get("message"))
             if text:
                 c.print(Text.assemble(("assistant ▸ ", "bold cyan"), text))
         elif self.replay and kind == "user.message":
-            text = blocks_text((event.get("message") or {}).get("content"))
+            text = message_text(event.get("message"))
             if text:
                 c.print(Text.assemble((f"{event.get('source', 'user')} ▸ ", "bold"), text))
         elif kind == "run.queued":

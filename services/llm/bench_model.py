@@ -15,11 +15,12 @@ from typing import Any
 import orjson
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import text_of
 
 from .model import Model
 from .model_call import ModelRequest, ModelResponse
 from .model_events import Finished, ModelStream
-from .offline_reply import stream_text, text_of
+from .offline_reply import stream_text
 
 BENCH_TOOL = "noop"
 _BENCH_PROMPT = re.compile(r"\bbench:(\d+)\b")

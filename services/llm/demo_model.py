@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from loopwire.shared.contract.messages import text_of
+
 from .bench_model import BenchModel, bench_target
 from .model import Model
 from .model_call import ModelRequest, ModelResponse
 from .model_events import Finished, ModelStream
-from .offline_reply import estimate_usage, reply_content, stable_id, stream_text, text_of
+from .offline_reply import estimate_usage, reply_content, stable_id, stream_text
 
 _EXPR_RUN = re.compile(r"[0-9.+\-*/()^%\s]+")
 _HAS_OPERATION = re.compile(r"\d\s*[-+*/^%]\s*[\d(]")

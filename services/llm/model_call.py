@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopwire.shared.contract.envelopes import ToolSpec, Usage
+from loopwire.shared.contract.messages import message_text
 
 
 @dataclass
@@ -51,7 +52,7 @@ class ModelResponse:
     response_id: str | None = None
 
     def text(self) -> str:
-        return "".join(b.get("text", "") for b in self.message.get("content", []) if b.get("type") == "text")
+        return message_text(self.message)
 
     def tool_uses(self) -> list[dict[str, Any]]:
         return [b for b in self.message.get("content", []) if b.get("type") == "tool_use"]

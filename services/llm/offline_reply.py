@@ -75,11 +75,3 @@ def reply_content(request: ModelRequest, text: str | None, tool_uses: list[dict[
                         "name": tu["name"], "input": dict(tu.get("input") or {})})
     return content
 
-
-def text_of(content: Any) -> str:
-    """The text blocks of a message's content (a string is its own text)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
-    return ""

@@ -25,6 +25,7 @@ import orjson
 from pydantic import BaseModel, Field
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import is_tool_result
 
 from .assembly import normalise_messages
 
@@ -71,8 +72,7 @@ def tool_use_ids(message: dict[str, Any]) -> list[str]:
 
 
 def tool_result_ids(message: dict[str, Any]) -> list[str]:
-    return [b["tool_use_id"] for b in _blocks(message)
-            if isinstance(b, dict) and b.get("type") == "tool_result" and "tool_use_id" in b]
+    return [b["tool_use_id"] for b in _blocks(message) if is_tool_result(b)]
 
 
 def unsafe_boundaries(messages: list[dict[str, Any]]) -> set[int]:

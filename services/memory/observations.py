@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.codec import now_rfc3339
 from loopwire.shared.contract.envelopes import AssembleContext, Usage
 from loopwire.shared.runtime.lru import LruCache
@@ -230,7 +231,7 @@ class Observer:
         sid = env.session_id
         messages = await self.sessions.history(sid, start, end - 1)
         earlier = await self.store.observations(sid, -5, -1)
-        text, usage = await self.complete(env, f"{sid}:observe:{end}", OBSERVATION_SYSTEM,
+        text, usage = await self.complete(env, keys.memory_step_id(sid, "observe", end), OBSERVATION_SYSTEM,
                                           observation_request(messages, earlier), OBSERVATION_MAX_TOKENS)
         text = text.strip()
         if not text:  # nothing worth keeping: these turns are done all the same
@@ -239,13 +240,13 @@ class Observer:
         item = {"text": text, "session_id": sid, "run_id": env.run_id, "from_message": start,
                 "to_message": end, "turns": model_turns(messages), "actor": env.actor, "at": now_rfc3339()}
         await self.store.add_observation(sid, item, env.actor, usage, observed_to=end)
-        await self.emit(sid, env.run_id, "memory.observation", key=f"memory.observation:{end}",
+        await self.emit(sid, env.run_id, "memory.observation", key=keys.event_key("memory.observation", end),
                         observation=text, from_message=start, to_message=end, actor=env.actor)
 
     async def _reflect(self, env: AssembleContext, start: int, end: int) -> None:
         sid = env.session_id
         observations = await self.store.observations(sid, start, end - 1)
-        text, usage = await self.complete(env, f"{sid}:reflect:{end}", REFLECTION_SYSTEM,
+        text, usage = await self.complete(env, keys.memory_step_id(sid, "reflect", end), REFLECTION_SYSTEM,
                                           reflection_request(observations), REFLECTION_MAX_TOKENS)
         text = text.strip()
         if not text:
@@ -254,5 +255,5 @@ class Observer:
         item = {"text": text, "session_id": sid, "run_id": env.run_id, "observations": end - start,
                 "actor": env.actor, "at": now_rfc3339()}
         await self.store.add_reflection(sid, item, env.actor, usage, reflected=end)
-        await self.emit(sid, env.run_id, "memory.reflection", key=f"memory.reflection:{end}",
+        await self.emit(sid, env.run_id, "memory.reflection", key=keys.event_key("memory.reflection", end),
                         reflection=text, observations=end - start, actor=env.actor)

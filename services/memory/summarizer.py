@@ -19,8 +19,9 @@ import nats.errors
 from nats.aio.client import Client as NatsClient
 from pydantic import ValidationError
 
-from loopwire.shared.contract import codec
+from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.envelopes import AssembleContext, Generate, GenerationResult, Usage
+from loopwire.shared.contract.messages import message_text
 
 from .context_guard import Summarize, SummaryFailed
 
@@ -55,7 +56,7 @@ class LlmSummarizer:
         if not result.ok or result.message is None:
             err = result.error
             raise SummaryFailed(f"{err.code}: {err.message}" if err else "the model call failed", result.usage)
-        text = "".join(b.get("text", "") for b in result.message.get("content", []) if b.get("type") == "text")
+        text = message_text(result.message)
         return text, result.usage
 
     def for_step(self, env: AssembleContext) -> Summarize:
@@ -63,6 +64,6 @@ class LlmSummarizer:
         `<step_id>:compact.<n>`, so a redelivered step replays its summaries)."""
         async def summarize(suffix: str, system: str, messages: list[dict[str, Any]],
                             max_tokens: int) -> tuple[str, Usage]:
-            return await self.complete(env, f"{env.step_id}:{suffix}", system, messages, max_tokens)
+            return await self.complete(env, keys.memory_step_id(env.step_id, suffix), system, messages, max_tokens)
 
         return summarize

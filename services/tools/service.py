@@ -224,7 +224,7 @@ class ToolsService:
             async with in_order:
                 completed += 1
                 await self.ctx.bus.emit_many(env.session_id, [
-                    (env.run_id, "tool.result", f"tool.result:{item.tool_use_id}", tool_result_fields(env.turn, item)),
+                    (env.run_id, "tool.result", keys.tool_result_key(item.tool_use_id), tool_result_fields(env.turn, item)),
                     (env.run_id, "tools.progress", None,
                      {"turn": env.turn, "total": len(env.calls), "completed": completed})])
 
@@ -246,7 +246,7 @@ class ToolsService:
                                       subject=self.ctx.subjects.router_result, replica=env.result_to)
 
     async def _bad_reply(self, env: ExecuteTools, call: ToolCall, problem: str) -> None:
-        await self.ctx.bus.emit(env.session_id, env.run_id, "error", key=f"bad_tool_reply:{call.tool_use_id}",
+        await self.ctx.bus.emit(env.session_id, env.run_id, "error", key=keys.event_key("bad_tool_reply", call.tool_use_id),
                                 code="bad_tool_reply", message=f"tool {call.name}: {problem}")
 
     # -- one call outside any run (loopwire mcp) ------------------------------------------------

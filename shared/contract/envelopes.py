@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from loopwire.shared.contract.messages import tool_result_block
+
 ENVELOPE_VERSION = 1
 
 
@@ -58,11 +60,7 @@ class ToolResultItem(BaseModel):
     """Answered from a recording (a fork with recorded tools): no tool ran."""
 
     def as_block(self) -> dict[str, Any]:
-        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": self.tool_use_id,
-                                 "content": self.content}
-        if self.is_error:
-            block["is_error"] = True
-        return block
+        return tool_result_block(self.tool_use_id, self.content, is_error=self.is_error)
 
 
 class Usage(BaseModel):

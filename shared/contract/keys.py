@@ -211,6 +211,23 @@ def tools_step_id(run_id: str, turn: int) -> str:
     return f"{run_id}:t{turn}"
 
 
+def next_run_id(run_id: str) -> str:
+    """The run a follow-up queued at the end of run `run_id` starts."""
+    return f"{run_id}.next"
+
+
+def direct_step_id(tool_use_id: str) -> str:
+    """The step of a tool called directly (over the tools service's MCP endpoint), outside a run."""
+    return f"direct:{tool_use_id}"
+
+
+def memory_step_id(owner: str, what: str, *parts: int | str) -> str:
+    """A memory-service model call (a summary, an observation, a reflection) of `owner` (a
+    step id or a session id): `<owner>:<what>[:<part>...]`, the same on a repeat, so the
+    llm service answers it from its record."""
+    return ":".join([owner, what, *map(str, parts)])
+
+
 def result_msg_id(step_id: str) -> str:
     """A step's result to the router: a re-publish after a crash is deduplicated."""
     return f"{step_id}:result"
@@ -233,9 +250,32 @@ def permission_ask_msg_id(step_id: str, call_id: str, attempt: int) -> str:
     return f"{step_id}:{call_id}:ask:{attempt}"
 
 
+def dead_letter_msg_id(*, stream: str, stream_seq: int, subject: str, step_id: str | None, deliveries: int) -> str:
+    """A dead letter (shared/runtime/dead_letters.py): one per message given up, by its place
+    in its stream, else by its subject, step and delivery count."""
+    return f"dead:{stream}:{stream_seq}" if stream_seq else f"dead:{subject}:{step_id}:{deliveries}"
+
+
 def event_msg_id(sid: str, seq: int) -> str:
     """An event in LOOPWIRE_EVENTS: one message per (session, seq)."""
     return f"{sid}:{seq}"
+
+
+def event_key(kind: str, *parts: int | str) -> str:
+    """Dedup key of a session event: `<kind>:<part>[:<part>...]` (`tool.result:<tool_use_id>`,
+    `run.ended:<run_id>`...), the same whenever the same event is emitted again (a
+    redelivery, a decision made again), so the session stores it once."""
+    return ":".join([kind, *map(str, parts)])
+
+
+def tool_call_key(tool_use_id: str) -> str:
+    """Dedup key of the `tool.call` event of a call, whoever emits it."""
+    return event_key("tool.call", tool_use_id)
+
+
+def tool_result_key(tool_use_id: str) -> str:
+    """Dedup key of the `tool.result` event of a call, whoever emits it."""
+    return event_key("tool.result", tool_use_id)
 
 
 def step_event_key(step_id: str, what: str, *parts: int | str) -> str:

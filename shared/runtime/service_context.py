@@ -22,6 +22,7 @@ from faststream.nats import NatsBroker
 from nats.js.api import ConsumerConfig
 from pydantic import BaseModel
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.codec import dumps
 from loopwire.shared.contract.envelopes import ExecutorPermission, GenerationResult, ToolsResult
 from loopwire.shared.contract.subjects import INGRESS_STREAM, WORK_STREAM, Subjects, stream_name
@@ -92,8 +93,8 @@ class ServiceContext:
     async def report_dead_letter(self, letter: DeadLetter) -> None:
         """Work given up by a handler, to the router's dead-letter consumer (JetStream,
         LOOPWIRE_DEADLETTERS): its run ends `failed` with an `error` `undeliverable`."""
-        msg_id = f"dead:{letter.stream}:{letter.stream_seq}" if letter.stream_seq else \
-            f"dead:{letter.subject}:{letter.step_id}:{letter.deliveries}"
+        msg_id = keys.dead_letter_msg_id(stream=letter.stream, stream_seq=letter.stream_seq, subject=letter.subject,
+                                         step_id=letter.step_id, deliveries=letter.deliveries)
         await self.bus.js.publish(self.subjects.dead_letter, letter.model_dump_json().encode(),
                                   headers={"Nats-Msg-Id": msg_id})
 

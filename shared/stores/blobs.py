@@ -21,6 +21,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from loopwire.shared.contract import codec, keys
+from loopwire.shared.contract.messages import text_of
 
 REF_KEY = "loopwire_ref"
 PREVIEW_CHARS = 2000
@@ -59,8 +60,7 @@ async def externalize(content: str | list[dict[str, Any]], blobs: BlobStore,
     if size <= threshold:
         return content
     digest = await blobs.put(codec.dumps(content))
-    text = content if isinstance(content, str) else "".join(
-        b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    text = text_of(content)
     preview = text[:PREVIEW_CHARS]
     note = f"\n… [{size} bytes in all; the model receives the full content]"
     return [{"type": "text", "text": preview + note, REF_KEY: {"sha256": digest, "bytes": size}}]

@@ -27,6 +27,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from loopwire.shared.contract.messages import is_tool_result
 from loopwire.shared.stores.event_log import EventLogStore
 from loopwire.shared.stores.transcript import Archive, read_transcript, restore_log
 
@@ -56,9 +57,7 @@ def _tool_uses(message: dict[str, Any]) -> set[str]:
 
 def _tool_results(message: dict[str, Any]) -> set[str]:
     content = message.get("content")
-    return {b["tool_use_id"] for b in content
-            if isinstance(b, dict) and b.get("type") == "tool_result" and "tool_use_id" in b} \
-        if isinstance(content, list) else set()
+    return {b["tool_use_id"] for b in content if is_tool_result(b)} if isinstance(content, list) else set()
 
 
 def fork_point(events: list[dict[str, Any]], at_seq: int) -> ForkPoint:

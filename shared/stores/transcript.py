@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from loopwire.shared.contract.messages import is_tool_result, tool_result_block
 from loopwire.shared.stores.event_log import EventLogStore
 
 log = logging.getLogger("loopwire.transcript")
@@ -119,8 +120,7 @@ class _Builder:
             return
         blocks = []
         for tid in self.waiting:
-            block = self.results.get(tid) or {"type": "tool_result", "tool_use_id": tid, "is_error": True,
-                                              "content": reason}
+            block = self.results.get(tid) or tool_result_block(tid, reason, is_error=True)
             blocks.append(block)
         self.waiting, self.results = [], {}
         self.append({"role": "user", "content": blocks})
@@ -133,8 +133,7 @@ class _Builder:
             self.settle(NO_RESULT)
             self.append({"role": message.get("role", "user"), "content": content})
             return
-        given = {b["tool_use_id"]: b for b in content
-                 if isinstance(b, dict) and b.get("type") == "tool_result" and "tool_use_id" in b}
+        given = {b["tool_use_id"]: b for b in content if is_tool_result(b)}
         others = [b for b in content if not (isinstance(b, dict) and b.get("type") == "tool_result")]
         blocks = []
         for tid in self.waiting:  # in the model's order, as the router sends them
@@ -142,8 +141,7 @@ class _Builder:
             if block is not None and "content" in block:
                 blocks.append(block)
             else:
-                blocks.append(self.results.get(tid) or {"type": "tool_result", "tool_use_id": tid, "is_error": True,
-                                                        "content": NO_RESULT})
+                blocks.append(self.results.get(tid) or tool_result_block(tid, NO_RESULT, is_error=True))
         # Results for tool_uses that are not waiting would be orphans the API rejects.
         self.waiting, self.results = [], {}
         self.append({"role": "user", "content": blocks + others})
@@ -193,10 +191,7 @@ class _Builder:
         elif kind == "tool.result":
             tid = event.get("tool_use_id")
             if tid in self.waiting:
-                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tid, "content": event.get("content", "")}
-                if event.get("is_error"):
-                    block["is_error"] = True
-                self.results[tid] = block
+                self.results[tid] = tool_result_block(tid, event.get("content", ""), is_error=bool(event.get("is_error")))
         elif kind == "run.ended":
             self.settle(RUN_ENDED.format(status=event.get("status", "ended")))
             usage = event.get("usage") or {}

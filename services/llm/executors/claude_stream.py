@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import text_of
 
 from .base import (
     AssistantMessage,
@@ -225,7 +226,7 @@ class ClaudeStream:
             return []
         self._last_usage = call.usage
         self._calls_seen += 1
-        self._text = [str(b.get("text") or "") for b in call.blocks if b.get("type") == "text"]
+        self._text = [text_of(call.blocks)]
         stop = call.stop_reason or ("tool_use" if any(b.get("type") == "tool_use" for b in call.blocks) else "end_turn")
         out: list[ExecutorEvent] = [AssistantMessage(message={"role": "assistant", "content": call.blocks},
                                                      model=call.model, usage=call.usage, stop_reason=stop)]

@@ -35,6 +35,7 @@ import uuid
 from typing import Any
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import is_text, text_of
 
 from .base import (
     AssistantMessage,
@@ -68,8 +69,8 @@ def _mcp_text(result: Any) -> str | list[dict[str, Any]]:
     content = (result or {}).get("content") if isinstance(result, dict) else None
     if not isinstance(content, list):
         return ""
-    if all(isinstance(b, dict) and b.get("type") == "text" for b in content):
-        return "".join(str(b.get("text", "")) for b in content)
+    if all(is_text(b) for b in content):
+        return text_of(content)
     return [b for b in content if isinstance(b, dict)]
 
 

@@ -26,6 +26,7 @@ import re
 from typing import Any
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import text_of
 
 from .base import AssistantMessage, ExecutorEvent, Finished, SessionStarted, TextDelta, ToolCall, ToolResult
 
@@ -118,7 +119,7 @@ class OpencodeStream:
         self.turns += 1
         self.context_tokens = usage.total_input() + usage.output_tokens
         content, self._content = self._content, []
-        text = "".join(b["text"] for b in content if b["type"] == "text")
+        text = text_of(content)
         if text.strip():
             self.last_text = text
         calls = part.get("reason") == "tool-calls" or any(b["type"] == "tool_use" for b in content)

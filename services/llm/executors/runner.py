@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecutorSpec, Generate, GenerationResult, StepError, Usage
+from loopwire.shared.contract.messages import message_text
 from loopwire.shared.runtime.inflight import CancelSignal, StepCancelled, unless_cancelled
 from loopwire.shared.runtime.pricing import cost_usd
 from loopwire.shared.runtime.service_context import ServiceContext
@@ -255,7 +256,7 @@ class StepEvents:
                 self.usage = self.usage + event.usage
                 price = cost_usd(event.model or env.models[0], event.usage) if env.models else None
                 self.cost = None if price is None or self.cost is None else self.cost + price
-            text = "".join(b.get("text", "") for b in event.message.get("content", []) if b.get("type") == "text")
+            text = message_text(event.message)
             if text.strip():
                 self.last_text = text
         elif isinstance(event, ToolCall | ToolResult):
@@ -266,11 +267,11 @@ class StepEvents:
                 return  # a loopwire tool: the tools service reports the call (mcp_bridge.py)
             if isinstance(event, ToolCall):
                 turn = self._turn_of[event.tool_use_id] = self.current_turn()
-                await self._emit("tool.call", f"tool.call:{event.tool_use_id}", turn=turn,
+                await self._emit("tool.call", keys.tool_call_key(event.tool_use_id), turn=turn,
                                  tool_use_id=event.tool_use_id, name=event.name, input=event.input, source="executor")
             else:
                 turn = self._turn_of.get(event.tool_use_id, self.current_turn())
-                await self._emit("tool.result", f"tool.result:{event.tool_use_id}", turn=turn,
+                await self._emit("tool.result", keys.tool_result_key(event.tool_use_id), turn=turn,
                                  tool_use_id=event.tool_use_id, name=event.name, is_error=event.is_error,
                                  content=event.content, source="executor")
         elif isinstance(event, PlanUpdated):

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopwire.shared.contract.messages import text_of
+
 from .profiles import get_profile
 from .stages import Turn
 
@@ -57,7 +59,7 @@ def from_events(profile: str, events: list[dict[str, Any]], retracted: set[Any])
             phase = str(e.get("to"))
         elif e.get("kind") == "message":
             blocks = [b for b in (e.get("message") or {}).get("content") or [] if isinstance(b, dict)]
-            text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+            text = text_of(blocks)
             calls = any(b.get("type") == "tool_use" for b in blocks)
             if answers_in(profile, phase, text=text, stop_reason=e.get("stop_reason"), calls=calls,
                           kept=e.get("turn") not in retracted):

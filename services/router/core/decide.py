@@ -34,7 +34,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult, tool_result_fields
+from loopwire.shared.contract.messages import message_text, tool_result_block
 from loopwire.shared.contract.protocol import text_to_content
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import SessionState
@@ -200,7 +202,7 @@ def _on_decision(tx: Transition, inp: DecisionInput, cfg: CoreConfig) -> Decisio
     if cp is None or run is None:
         return reject(tx.st, inp, "unknown_checkpoint",
                       f"checkpoint {body.checkpoint_id} is unknown or already answered")
-    tx.emit("approval.decided", f"approval.decided:{cp.id}", run.run_id, checkpoint_id=cp.id,
+    tx.emit("approval.decided", keys.event_key("approval.decided", cp.id), run.run_id, checkpoint_id=cp.id,
             decision=body.decision, **({"note": body.note} if body.note else {}))
     if cp.kind == "executor":  # the agent waits for it in its step (executor_profiles.py)
         tx.effects.extend(decide_permission(tx.st, run, cp, body))
@@ -270,14 +272,14 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
         return tx.finish()
 
     message = result.message
-    text = _text_of(message)
+    text = message_text(message)
     tool_calls = [b for b in message.get("content", []) if b.get("type") == "tool_use"]
-    tx.emit("message", f"message:{result.step_id}", run.run_id, turn=run.turn, message=message,
+    tx.emit("message", keys.event_key("message", result.step_id), run.run_id, turn=run.turn, message=message,
             model=result.model, stop_reason=result.stop_reason,
             usage={"input_tokens": ledgered.input_tokens, "output_tokens": ledgered.output_tokens})
     for warning in ledgered.budget_warnings:
         run.budget_warned.append(warning["limit"])
-        tx.emit("budget.warning", f"budget.warning:{run.run_id}:{warning['limit']}", run.run_id, **warning)
+        tx.emit("budget.warning", keys.event_key("budget.warning", run.run_id, warning["limit"]), run.run_id, **warning)
 
     turn = Turn(session=tx.st, run=run, message=message, stop_reason=result.stop_reason, text=text,
                 tool_calls=tool_calls, mode=_mode(run, profile), config=cfg, step_id=result.step_id,
@@ -294,9 +296,9 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
         if answers.is_answer(turn, phase, kept=not (isinstance(step, NextStepRunAgain) and step.retract)):
             run.answers.append(text)
     for n, spec in enumerate(step.events):
-        tx.emit(spec.kind, f"{spec.kind}:{result.step_id}:{n}", run.run_id, **spec.fields)
+        tx.emit(spec.kind, keys.event_key(spec.kind, result.step_id, n), run.run_id, **spec.fields)
     if voids is not None and voids.retract:
-        tx.emit("retracted", f"retracted:{result.step_id}", run.run_id, turn=run.turn, reason=voids.retract)
+        tx.emit("retracted", keys.event_key("retracted", result.step_id), run.run_id, turn=run.turn, reason=voids.retract)
     apply_step(tx, run, step, profile=profile, cfg=cfg, schemas=inp.tool_schemas)
     return tx.finish()
 
@@ -312,20 +314,20 @@ def _on_failed_generation(tx: Transition, run: RunState, result: GenerationResul
         end_run(tx, status, None, cfg, error=(verdict.code, verdict.message),
                 reason=run.converge_reason if run.converging else verdict.code)
         return
-    tx.emit("error", f"error:{result.step_id}", run.run_id, code=verdict.code, message=verdict.message,
+    tx.emit("error", keys.event_key("error", result.step_id), run.run_id, code=verdict.code, message=verdict.message,
             action=verdict.action)
     if verdict.action == "continue":
         run.step_retries += 1
     elif verdict.action == "retry_reduced_context":
         run.context_retries += 1
-        tx.emit("steering", f"steering:{result.step_id}", run.run_id,
+        tx.emit("steering", keys.event_key("steering", result.step_id), run.run_id,
                 **steering_fields(run, "retry_reduced_context", reason=verdict.code))
     else:  # switch_model
         models = run.config.models
         tx.emit("model.fallback", f"model.fallback:{result.step_id}", run.run_id,
                 from_model=models[run.model_offset], to_model=models[run.model_offset + 1], reason=verdict.code)
         run.model_offset += 1
-        tx.emit("steering", f"steering:{result.step_id}", run.run_id,
+        tx.emit("steering", keys.event_key("steering", result.step_id), run.run_id,
                 **steering_fields(run, "model_switch", reason=verdict.code,
                                              to_model=models[run.model_offset]))
     request_generation(tx, run, profile)
@@ -346,8 +348,7 @@ def _on_tools(tx: Transition, inp: ToolsInput, cfg: CoreConfig) -> Decision | No
         if call["id"] in answered:
             blocks.append(answered[call["id"]])  # a reserved tool, answered by the core
         elif item is None:
-            blocks.append({"type": "tool_result", "tool_use_id": call["id"], "is_error": True,
-                           "content": "no result was returned for this call"})
+            blocks.append(tool_result_block(call["id"], "no result was returned for this call", is_error=True))
         else:
             blocks.append(item.as_block())  # an error result is a result: the model adapts
     after_batch(tx, run, blocks, profile=get_profile(run.config.profile), cfg=cfg)
@@ -363,19 +364,15 @@ def _result_events(inp: BaseInput) -> list[Effect]:
     r = inp.result
     out: list[Effect] = []
     for n, item in enumerate(r.results, 1):
-        out.append(EmitEvent(kind="tool.result", key=f"tool.result:{item.tool_use_id}", run_id=r.run_id,
+        out.append(EmitEvent(kind="tool.result", key=keys.tool_result_key(item.tool_use_id), run_id=r.run_id,
                              fields=tool_result_fields(r.turn, item)))
-        out.append(EmitEvent(kind="tools.progress", key=f"tools.progress:{item.tool_use_id}", run_id=r.run_id,
+        out.append(EmitEvent(kind="tools.progress", key=keys.event_key("tools.progress", item.tool_use_id), run_id=r.run_id,
                              fields={"turn": r.turn, "total": len(r.results), "completed": n}))
     return out
 
 
 def _mode(run: RunState, profile: Profile) -> str:
     return "tools" if profile.offers_tools and run.config.tools != [] else "chat"
-
-
-def _text_of(message: dict[str, Any]) -> str:
-    return "".join(b.get("text", "") for b in message.get("content", []) if b.get("type") == "text")
 
 
 _HANDLERS: dict[type, Any] = {

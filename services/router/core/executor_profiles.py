@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecutorPermission, ExecutorSpec
 from loopwire.shared.contract.protocol import ApprovalDecision
 from loopwire.shared.contract.run_state import Checkpoint, RunState
@@ -119,7 +120,7 @@ def open_permission(session: SessionState, run: RunState, ask: ExecutorPermissio
     fields: dict[str, Any] = {"checkpoint_id": ask.checkpoint_id, "turn": ask.turn, "source": "executor",
                               "tool_calls": [{"tool_use_id": ask.tool_use_id, "name": ask.name,
                                               "input": ask.input}]}
-    return True, [EmitEvent(kind="approval.requested", key=f"approval.requested:{ask.checkpoint_id}",
+    return True, [EmitEvent(kind="approval.requested", key=keys.event_key("approval.requested", ask.checkpoint_id),
                             run_id=run.run_id, fields=fields)]
 
 

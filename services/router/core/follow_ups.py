@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import SessionState
 
@@ -59,11 +60,11 @@ def steer(tx: Transition, run: RunState, content: list[dict[str, Any]]) -> None:
         run.pending_calls = []
         run.answered = []
     elif run.awaiting == "generate" and run.pending_step is not None:
-        tx.emit("retracted", f"retracted:{run.pending_step}:steer", run.run_id, turn=run.turn + 1,
+        tx.emit("retracted", keys.event_key("retracted", run.pending_step, "steer"), run.run_id, turn=run.turn + 1,
                 reason=STEERED_GENERATION)
     if run.checkpoint is not None:  # a steer withdraws the open checkpoint
         approval.close(tx.st, run)  # turn_by_turn stays in review: the next reply is reviewed
-    tx.emit("steering", f"steering:{tx.inp.input_id}", run.run_id, **steering_fields(run, "priority_queue"))
+    tx.emit("steering", keys.event_key("steering", tx.inp.input_id), run.run_id, **steering_fields(run, "priority_queue"))
     tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))
     tx.add_message({"role": "user", "content": message})
     run.last_prompt = truncate(user_text(content), PROMPT_CHARS)
@@ -79,7 +80,7 @@ def take_at_outer_boundary(tx: Transition, run: RunState) -> None:
     content = drain_steering(tx.st) + drain_queued(tx.st)
     tx.add_message({"role": "user", "content": content}, source="follow_up")
     run.outer += 1
-    tx.emit("steering", f"steering:{run.run_id}:o{run.outer}", run.run_id,
+    tx.emit("steering", keys.event_key("steering", run.run_id, f"o{run.outer}"), run.run_id,
             **steering_fields(run, "follow_up_queue", messages=messages))
     run.inner = 0
     run.last_prompt = truncate(user_text(content), PROMPT_CHARS)

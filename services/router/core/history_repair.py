@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopwire.shared.contract.messages import tool_result_block
 from loopwire.shared.contract.run_state import RunState
 
 from .finish import FINISH_TOOL, FINISHED_RESULT
@@ -43,7 +44,7 @@ def batch_results(run: RunState, calls: list[dict[str, Any]], why: str) -> list[
         if c["id"] in answered:
             blocks.append(answered[c["id"]])
         elif c["name"] == FINISH_TOOL:
-            blocks.append({"type": "tool_result", "tool_use_id": c["id"], "content": FINISHED_RESULT})
+            blocks.append(tool_result_block(c["id"], FINISHED_RESULT))
         else:
             blocks.extend(not_executed([c], why))
     return blocks

@@ -37,6 +37,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import message_text, tool_result_block
 from loopwire.shared.contract.run_state import Checkpoint, RunConfig, RunState
 from loopwire.shared.runtime.pricing import cost_at, price_for
 
@@ -119,8 +120,7 @@ def _course(run: RunState, events: list[dict[str, Any]], kept: list[dict[str, An
     prompts = [p for p in prompts if p]
     run.task = truncate(prompts[0] if prompts else "", PROMPT_CHARS)
     run.last_prompt = truncate(prompts[-1] if prompts else "", PROMPT_CHARS)
-    texts = ["".join(b.get("text", "") for b in (m.get("message") or {}).get("content") or []
-                     if isinstance(b, dict) and b.get("type") == "text") for m in kept]
+    texts = [message_text(m.get("message")) for m in kept]
     run.last_text = next((t for t in reversed(texts) if t.strip()), "")
     steering = [e for e in events if e.get("kind") == "steering"]
     run.outer = 1 + sum(1 for e in steering if e.get("source") == "follow_up_queue")
@@ -169,11 +169,7 @@ def _checkpoint(run: RunState, asked: dict[str, Any], kept: list[dict[str, Any]]
 
 
 def _block(event: dict[str, Any]) -> dict[str, Any]:
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": event["tool_use_id"],
-                             "content": event.get("content", "")}
-    if event.get("is_error"):
-        block["is_error"] = True
-    return block
+    return tool_result_block(event["tool_use_id"], event.get("content", ""), is_error=bool(event.get("is_error")))
 
 
 def _executed(run: RunState, events: list[dict[str, Any]], batch: set[str]) -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopwire.shared.contract.envelopes import ToolSpec
+from loopwire.shared.contract.messages import tool_result_block
 from loopwire.shared.contract.protocol import UPDATE_PLAN_TOOL
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import SessionState
@@ -154,8 +155,8 @@ def apply_update(session: SessionState, run: RunState, call: dict[str, Any],
     was recorded or completed)."""
     steps = parse_plan((call.get("input") or {}).get("plan"))
     if not steps:
-        return ({"type": "tool_result", "tool_use_id": call["id"], "is_error": True,
-                 "content": "update_plan needs a non-empty `plan`: a list of {step, status}."}, [])
+        return (tool_result_block(call["id"], "update_plan needs a non-empty `plan`: a list of {step, status}.",
+                                  is_error=True), [])
     run.plan = steps
     events: list[EventSpec] = []
     if run.profile_phase == "plan":
@@ -168,7 +169,7 @@ def apply_update(session: SessionState, run: RunState, call: dict[str, Any],
         events.append(change_phase(run, "verify", transitions))
         answer = f"{answer} {VERIFY_REQUEST}"
     events.append(record(session, run, "model"))
-    return {"type": "tool_result", "tool_use_id": call["id"], "content": answer}, events
+    return tool_result_block(call["id"], answer), events
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.protocol import StartRun
 from loopwire.shared.contract.run_state import RunConfig, RunState
 from loopwire.shared.contract.session_state import WaitingRun
@@ -69,7 +70,7 @@ def end_waiting(tx: Transition, status: str, *, reason: str | None = None, text:
     st = tx.st
     w = st.waiting
     assert w is not None
-    tx.emit("run.ended", f"run.ended:{w.run_id}", w.run_id, status=status, final_text=text, conclusion=None,
+    tx.emit("run.ended", keys.event_key("run.ended", w.run_id), w.run_id, status=status, final_text=text, conclusion=None,
             turns=0, usage={"input_tokens": 0, "output_tokens": 0}, cost_usd=0.0,
             **({"reason": reason} if reason else {}))
     st.waiting = None
@@ -108,7 +109,7 @@ def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
     if ignored_fields is None and isinstance(tx.inp, StartInput):
         ignored_fields = tx.inp.ignored_fields
     ignored = {"ignored_fields": ignored_fields} if ignored_fields else {}
-    tx.emit("run.started", f"run.started:{run_id}", run_id, profile=config.profile,
+    tx.emit("run.started", keys.event_key("run.started", run_id), run_id, profile=config.profile,
             config=config.model_dump(mode="json"), **lineage(config), **ignored)
     unknown = unknown_tools if unknown_tools is not None else \
         tx.inp.unknown_tools if isinstance(tx.inp, StartInput) else []
@@ -124,7 +125,7 @@ def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
         if steps:  # a pre-built plan skips the plan phase
             run.plan = steps
             move_phase(tx, run, "execute", profile)
-            tx.emit_spec(run, planning.record(st, run, "start"), f"plan.updated:{run_id}:start")
+            tx.emit_spec(run, planning.record(st, run, "start"), keys.event_key("plan.updated", run_id, "start"))
     request_generation(tx, run, profile)
 
 
@@ -139,7 +140,7 @@ def end_run(tx: Transition, status: str, text: str | None, cfg: CoreConfig,
     run = st.run
     assert run is not None
     if error is not None:
-        tx.emit("error", f"error:{run.run_id}:{status}", run.run_id, code=error[0], message=error[1],
+        tx.emit("error", keys.event_key("error", run.run_id, status), run.run_id, code=error[0], message=error[1],
                 action="terminate")
     spent = budget.used_up(run) if status == "completed" else None
     if spent is not None:  # never `completed` over budget, however the run got here
@@ -155,7 +156,7 @@ def end_run(tx: Transition, status: str, text: str | None, cfg: CoreConfig,
         conclusion = technical_summary.stopped_conclusion(run, status, final_text, reason)
     if not final_text.strip() and conclusion is not None:
         final_text = conclusion["summary"]  # never silently: the summary is the best answer left
-    tx.emit("run.ended", f"run.ended:{run.run_id}", run.run_id, status=status, final_text=final_text,
+    tx.emit("run.ended", keys.event_key("run.ended", run.run_id), run.run_id, status=status, final_text=final_text,
             conclusion=conclusion, turns=run.turn, message_count=st.history_len,
             usage={"input_tokens": run.usage.total_input(), "output_tokens": run.usage.output_tokens},
             cost_usd=None if run.unpriced else round(run.cost_usd, 8), **({"reason": reason} if reason else {}))
@@ -171,10 +172,10 @@ def end_run(tx: Transition, status: str, text: str | None, cfg: CoreConfig,
         content = drain_steering(st) + drain_queued(st)
         refused = tenant_quotas.refusal(tx, cfg)
         if refused is not None:
-            tx.emit("error", f"error:{run.run_id}.next", None, code=refused[0], message=refused[1],
+            tx.emit("error", keys.event_key("error", keys.next_run_id(run.run_id)), None, code=refused[0], message=refused[1],
                     limit=refused[2])
         else:
-            begin_run(tx, st.last_config, [{"role": "user", "content": content}], run_id=f"{run.run_id}.next",
+            begin_run(tx, st.last_config, [{"role": "user", "content": content}], run_id=keys.next_run_id(run.run_id),
                       cfg=cfg, source="follow_up", tools_known=run.tools_known)
     elif not start_queued:
         st.queued.clear()

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from loopwire.shared.contract.messages import text_of, tool_result_block
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import SessionState
 
@@ -70,7 +71,7 @@ def user_text(content: str | list[dict[str, Any]]) -> str:
     """The plain text of a user message's content (tool results and images left out)."""
     if isinstance(content, str):
         return content
-    return " ".join(b.get("text", "") for b in content if b.get("type") == "text").strip()
+    return text_of(content, " ").strip()
 
 
 def user_message(text: str) -> dict[str, Any]:
@@ -81,7 +82,7 @@ def user_message(text: str) -> dict[str, Any]:
 def not_executed(calls: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
     """Error results for tool_use blocks that will not run: the Messages API needs an
     answer to every tool_use in the next user message."""
-    return [{"type": "tool_result", "tool_use_id": c["id"], "is_error": True, "content": why} for c in calls]
+    return [tool_result_block(c["id"], why, is_error=True) for c in calls]
 
 
 # -- vacuous answers -----------------------------------------------------------------------

@@ -37,22 +37,22 @@ def dispatch(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, prof
     reserved tools answered by the core, preview (an approval checkpoint when a call
     needs one: the whole batch waits), else execute."""
     for c in calls:
-        tx.emit("tool.call", f"tool.call:{c['id']}", run.run_id, turn=run.turn, tool_use_id=c["id"],
+        tx.emit("tool.call", keys.tool_call_key(c["id"]), run.run_id, turn=run.turn, tool_use_id=c["id"],
                 name=c["name"], input=c.get("input", {}))
     verdict = strategy_loop.gate(run, profile, calls, schemas)
     run.answered = []
     for n, c in enumerate(verdict.reserved):
         block, specs = planning.apply_update(tx.st, run, c, profile.transitions)
         run.answered.append(block)
-        tx.emit("tool.result", f"tool.result:{c['id']}", run.run_id, turn=run.turn, tool_use_id=c["id"],
+        tx.emit("tool.result", keys.tool_result_key(c["id"]), run.run_id, turn=run.turn, tool_use_id=c["id"],
                 name=c["name"], is_error=bool(block.get("is_error")), content=block["content"])
         for m, spec in enumerate(specs):
-            tx.emit_spec(run, spec, f"{spec.kind}:{run.run_id}:t{run.turn}:{n}:{m}")
+            tx.emit_spec(run, spec, keys.event_key(spec.kind, keys.tools_step_id(run.run_id, run.turn), n, m))
     if verdict.ask:
         to_review(tx, run, profile)
         fields = approval.open_checkpoint(tx.st, run, kind="tool_calls", calls=calls, ask=verdict.ask,
                                           rejected=verdict.rejected, text=run.last_text)
-        tx.emit("approval.requested", f"approval.requested:{fields['checkpoint_id']}", run.run_id, **fields)
+        tx.emit("approval.requested", keys.event_key("approval.requested", fields["checkpoint_id"]), run.run_id, **fields)
         return
     execute(tx, run, calls, profile=profile, denied=verdict.rejected, cfg=cfg)
 

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.events import user_message_fields
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import SessionState
@@ -113,7 +114,7 @@ class Transition:
     def emit_spec(self, run: RunState, spec: EventSpec, key: str) -> None:
         """Emit an event a rule described (a `phase.changed` is keyed by the run's count of them)."""
         if spec.kind == "phase.changed":
-            key = f"phase.changed:{run.run_id}:{run.phase_changes}"
+            key = keys.event_key("phase.changed", run.run_id, run.phase_changes)
         self.emit(spec.kind, key, run.run_id, **spec.fields)
 
     def count(self, name: str, labels: dict[str, str] | None = None, **values: float) -> None:
@@ -159,7 +160,7 @@ class Transition:
         source = _USER_SOURCES.get(type(self.inp), "router")
         reported = {r.tool_use_id for r in self.inp.result.results} if isinstance(self.inp, ToolsInput) else set()
         turn = self.st.run.turn if self.st.run else 0
-        events = [EmitEvent(kind="user.message", key=f"user.message:{self.inp.input_id}:{n}",
+        events = [EmitEvent(kind="user.message", key=keys.event_key("user.message", self.inp.input_id, n),
                             run_id=self.st.run.run_id if self.st.run else None,
                             fields=user_message_fields(m, turn, self.sources.get(n, source), reported))
                   for n, m in enumerate(self.append) if not self._model_wrote(m)]
@@ -178,5 +179,5 @@ def replay(state: SessionState) -> Decision:
 def reject(state: SessionState, inp: BaseInput, code: str, message: str, **fields: Any) -> Decision:
     """An `error` event on the session and nothing else: no state is created or changed."""
     run_id = state.run.run_id if state.run else None
-    return Decision(state=None, effects=[EmitEvent(kind="error", key=f"error:{inp.input_id}", run_id=run_id,
+    return Decision(state=None, effects=[EmitEvent(kind="error", key=keys.event_key("error", inp.input_id), run_id=run_id,
                                                    fields={"code": code, "message": message, **fields})])

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.run_state import RunState
 
 from . import approval, budget, strategy_loop
@@ -100,7 +101,7 @@ def apply_step(tx: Transition, run: RunState, step: NextStep, *, profile: Profil
         to_review(tx, run, profile)
         fields = approval.open_checkpoint(tx.st, run, kind="proposal", calls=[], ask=[], rejected={},
                                           text=step.text)
-        tx.emit("approval.requested", f"approval.requested:{fields['checkpoint_id']}", run.run_id, **fields)
+        tx.emit("approval.requested", keys.event_key("approval.requested", fields["checkpoint_id"]), run.run_id, **fields)
     elif isinstance(step, NextStepRunAgain):
         for m in step.append:
             tx.add_message(m)
