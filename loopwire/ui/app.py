@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from starlette.staticfiles import StaticFiles
 from loopwire.client import LoopwireClient
 from loopwire.replay import ReplayError, replay_session
 from loopwire.shared.contract.subjects import valid_session_id
+from loopwire.shared.runtime.pricing import price_table
 
 from .waterfall import waterfall
 
@@ -58,8 +59,9 @@ def error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
-def create_app(client: LoopwireClient) -> Starlette:
-    """The inspector's app over a connected client (the caller owns the connection)."""
+def create_app(client: LoopwireClient, prices: Mapping[str, Mapping[str, float]] | None = None) -> Starlette:
+    """The inspector's app over a connected client (the caller owns the connection);
+    `prices`: the table its waterfall prices at (default: the built-in prices)."""
 
     async def ask(coro: Any) -> Response:
         try:
@@ -200,7 +202,7 @@ def create_app(client: LoopwireClient) -> Starlette:
             return error(503, "no_services", "no loopwire service answers this query")
         except nats.errors.TimeoutError:
             return error(504, "timeout", "no reply in time")
-        return JSONResponse({"session_id": sid, "runs": waterfall(events)})
+        return JSONResponse({"session_id": sid, "runs": waterfall(events, prices)})
 
     def page(name: str) -> Any:
         async def serve(request: Request) -> Response:
@@ -232,7 +234,8 @@ async def serve(settings: Any, port: int | None = None, host: str | None = None)
 
     nc = await connect_nats(settings)
     client = LoopwireClient(nc, settings.subject_prefix, own_connection=True, tenant=settings.tenant)
-    config = uvicorn.Config(create_app(client), host=host or settings.ui_host, port=port or settings.ui_port,
+    app = create_app(client, price_table(settings.prices))
+    config = uvicorn.Config(app, host=host or settings.ui_host, port=port or settings.ui_port,
                             log_level="warning", lifespan="off")
     try:
         await uvicorn.Server(config).serve()

@@ -126,7 +126,7 @@ class RunWaterfall:
 def waterfall(events: Iterable[Mapping[str, Any]],
               prices: Mapping[str, Mapping[str, float]] | None = None) -> list[dict[str, Any]]:
     """Each run of the session, in order, as `RunWaterfall.to_dict()` (module docstring).
-    `prices`: a price table (default: the operator's)."""
+    `prices`: a price table (default: the built-in prices; the inspector passes the operator's)."""
     runs: dict[str, RunWaterfall] = {}
     for event in sorted(events, key=lambda e: int(e.get("seq") or 0)):
         run_id = event.get("run_id")

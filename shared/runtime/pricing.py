@@ -1,7 +1,9 @@
 """Price table per model (USD per million tokens), configurable with LOOPWIRE_PRICES.
 
-`LOOPWIRE_PRICES='{"my-model": {"input": 1.0, "output": 5.0}}'` adds or overrides entries;
-a model id matches the longest known prefix (so dated ids such as
+`LOOPWIRE_PRICES='{"my-model": {"input": 1.0, "output": 5.0}}'` adds or overrides entries:
+a service reads it with its settings and passes `price_table(settings.prices)` in (the
+router's core gets it as `CoreConfig.prices`); nothing here reads the environment, and a
+function given no table prices at the built-in one. A model id matches the longest known prefix (so dated ids such as
 `claude-sonnet-4-5-20250929` find `claude-sonnet-4-5`). A model with no price has no
 cost: `cost_usd` returns None (a run's `cost_usd` is then null, with a `warning` event),
 never a made-up 0, and a missing price never stops a run. loopwire's own offline models
@@ -17,7 +19,6 @@ import logging
 from collections.abc import Mapping
 
 from loopwire.shared.contract.envelopes import Usage
-from loopwire.shared.runtime.settings import get_settings
 
 log = logging.getLogger("loopwire.pricing")
 
@@ -40,15 +41,16 @@ def is_offline_model(model: str) -> bool:
     return model.startswith(OFFLINE_MODEL_PREFIX)
 
 
-def price_table(overrides: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Mapping[str, float]]:
-    """The built-in prices with `overrides` on top, by default LOOPWIRE_PRICES (a malformed
-    value stops the process at start-up, when its settings are read, not at a run's first
-    cost)."""
-    return {**DEFAULT_PRICES, **(overrides if overrides is not None else get_settings().prices)}
+def price_table(overrides: Mapping[str, Mapping[str, float]]) -> dict[str, Mapping[str, float]]:
+    """The built-in prices with `overrides` on top: a deployment's LOOPWIRE_PRICES, as its
+    settings read it (a malformed value stops the process at start-up, when the settings
+    are read, not at a run's first cost)."""
+    return {**DEFAULT_PRICES, **overrides}
 
 
 def price_for(model: str, table: Mapping[str, Mapping[str, float]] | None = None) -> Mapping[str, float] | None:
-    table = table if table is not None else price_table()
+    """`model`'s entry in `table` (by default the built-in prices), by longest prefix."""
+    table = table if table is not None else DEFAULT_PRICES
     best = None
     for prefix in table:
         if model.startswith(prefix) and (best is None or len(prefix) > len(best)):
@@ -56,7 +58,7 @@ def price_for(model: str, table: Mapping[str, Mapping[str, float]] | None = None
     return table[best] if best else None
 
 
-def price_of(model: str, usage: Usage, table: Mapping[str, Mapping[str, float]]) -> float | None:
+def price_of(model: str, usage: Usage, table: Mapping[str, Mapping[str, float]] | None) -> float | None:
     """The cost of `usage` at `model`'s price in `table`, or None when the model has none."""
     price = price_for(model, table)
     return None if price is None else cost_at(price, usage)
@@ -65,7 +67,7 @@ def price_of(model: str, usage: Usage, table: Mapping[str, Mapping[str, float]])
 def cost_usd(model: str, usage: Usage, table: Mapping[str, Mapping[str, float]] | None = None) -> float | None:
     """The cost of `usage` at `model`'s price, or None when the model has no known price
     (logged once per model)."""
-    cost = price_of(model, usage, table if table is not None else price_table())
+    cost = price_of(model, usage, table)
     if cost is None and model not in _warned and not is_offline_model(model):
         _warned.add(model)
         log.warning("no price for model %s: its cost is unknown (cost_usd null)", model)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from loopwire.shared.contract.envelopes import Usage
-from loopwire.shared.runtime.pricing import cost_usd
+from loopwire.shared.runtime.pricing import cost_usd, price_table
 from loopwire.shared.runtime.settings import Settings
 
 from .agent_process import AgentProcess
@@ -215,7 +215,7 @@ class CodexRun(OneShotRun):
             total = usage_of(info.get("total_token_usage"))
         usage = Usage(**{k: max(0, getattr(total, k) - getattr(self.baseline, k)) for k in Usage.model_fields})
         last = usage_of(info.get("last_token_usage"))
-        return dataclasses.replace(finished, usage=usage, cost_usd=cost_usd(self.task.model, usage),
+        return dataclasses.replace(finished, usage=usage, cost_usd=cost_usd(self.task.model, usage, price_table(self.executor.settings.prices)),
                                    context_tokens=last.total_input() + last.output_tokens)
 
 

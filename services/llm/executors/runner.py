@@ -32,7 +32,7 @@ from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecutorSpec, Generate, GenerationResult, StepError, Usage
 from loopwire.shared.contract.messages import message_text
 from loopwire.shared.runtime.inflight import CancelSignal, StepCancelled, unless_cancelled
-from loopwire.shared.runtime.pricing import cost_usd
+from loopwire.shared.runtime.pricing import cost_usd, price_table
 from loopwire.shared.runtime.service_context import ServiceContext
 
 from .agent_sessions import AgentSession, AgentSessions
@@ -254,7 +254,8 @@ class StepEvents:
             self._held = event
             if event.usage is not None:
                 self.usage = self.usage + event.usage
-                price = cost_usd(event.model or env.models[0], event.usage) if env.models else None
+                price = cost_usd(event.model or env.models[0], event.usage,
+                                 price_table(self.ctx.settings.prices)) if env.models else None
                 self.cost = None if price is None or self.cost is None else self.cost + price
             text = message_text(event.message)
             if text.strip():

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopwire.shared.contract.tenant_limits import TenantLimits
+from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.runtime.pricing import DEFAULT_PRICES, price_table
 from loopwire.shared.runtime.settings import Settings
 
@@ -47,10 +48,17 @@ class CoreConfig:
 
     tenant_limits: TenantLimits | None = None
     """LOOPWIRE_TENANT_LIMITS (tenant_quotas.py); None: no tenant is limited or counted."""
+    schema_validators: LruCache[bytes, Any] = field(default_factory=lambda: LruCache[bytes, Any](256),
+                                                   compare=False, repr=False)
+    """The plan gate's compiled JSON Schema validators by schema (strategy_loop.schema_problem):
+    building one costs more than a check. A cache, not a setting: each CoreConfig the shell
+    builds owns one and hands it in with every decision, so the core keeps no state of its
+    own between decisions."""
 
     @classmethod
     def from_settings(cls, settings: Any) -> CoreConfig:
-        names = [f for f in cls.__dataclass_fields__ if hasattr(settings, f) and f not in ("prices", "tenant_limits")]
+        names = [f for f in cls.__dataclass_fields__
+                 if hasattr(settings, f) and f not in ("prices", "tenant_limits", "schema_validators")]
         # Settings' `prices` holds LOOPWIRE_PRICES alone: the core's table is the whole one.
         return cls(**{n: getattr(settings, n) for n in names},
                    prices=price_table(getattr(settings, "prices", {})),

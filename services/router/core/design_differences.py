@@ -1,18 +1,17 @@
 """The rows of docs/profiles.md's table "Where loopwire follows the designs and where it
 differs", and where in the repository each one is carried out.
 
-The designs are the seed documents of the loop: the stage/profile pipeline, the agent
-loop (outer and inner loop, steering, loop detection) and the strategy loop (interpret →
-… → summarize). Every point where a reading of them found loopwire partial or different
-has a row there: what the design says, what loopwire does, and why. The table's row ids
-are exactly these keys, in this order (tests/unit/docs/test_design_differences.py), so a
-point is never added to the code's list without its reasons, nor left out of the table.
+The designs are the loop's three templates: the stage/profile pipeline, the agent loop
+(outer and inner loop, steering, loop detection) and the strategy loop (interpret → … →
+summarize). Each point where loopwire is partial or differs from them has a row there:
+what the design says, what loopwire does, and why. The table's row ids are exactly these
+keys, in this order (tests/unit/docs/test_design_differences.py), so a point is never in
+the code's list without its reasons, nor left out of the table.
 """
 
 from __future__ import annotations
 
 DESIGN_DIFFERENCES: dict[str, str] = {
-    # issue 26, one row per item
     "phases-from-init": "services/router/core/profiles.py",
     "accumulated-answers": "services/router/core/answers.py",
     "turn-by-turn-routing": "services/router/core/approval.py",
@@ -28,7 +27,6 @@ DESIGN_DIFFERENCES: dict[str, str] = {
     "strategy-precedence": "services/router/core/strategy.py",
     "cleared-finding": "services/router/core/finish.py",
     "journal-resume": "services/router/core/journal_resume.py",
-    # earlier deliberate differences
     "inner-caps-per-profile": "services/router/core/profiles.py",
     "breaker-threshold": "services/llm/breaker.py",
     "compaction-threshold": "services/memory/context_guard.py",

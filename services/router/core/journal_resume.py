@@ -159,7 +159,7 @@ def _checkpoint(run: RunState, asked: dict[str, Any], kept: list[dict[str, Any]]
     if not calls or not set(ask) <= {c["id"] for c in calls}:
         return False
     batch = {c["id"] for c in calls}
-    rejected, _reserved = strategy_loop.validate(run, get_profile(run.config.profile), calls, None)
+    rejected, _reserved = strategy_loop.validate(run, get_profile(run.config.profile), calls, schemas=None)
     run.answered = [_block(e) for e in events if e.get("kind") == "tool.result" and e.get("tool_use_id") in batch]
     run.checkpoint = Checkpoint(id=asked["checkpoint_id"], kind="tool_calls", calls=calls, ask=ask,
                                 rejected={i: why for i, why in rejected.items() if i not in ask}, text=run.last_text)

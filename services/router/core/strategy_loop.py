@@ -103,23 +103,23 @@ def finish_offered(run: RunState, profile: Profile) -> bool:
     return profile.offers_finish and profile.offers_tools and run.config.tools != []
 
 
-_VALIDATORS = LruCache[bytes, Any](256)
-"""Validators by schema (its canonical JSON): building one costs more than a check."""
-
-
-def schema_problem(schema: dict[str, Any], value: Any) -> str | None:
+def schema_problem(schema: dict[str, Any], value: Any,
+                   validators: LruCache[bytes, Any] | None = None) -> str | None:
     """The most relevant JSON Schema violation of `value`, or None (also for a schema that
-    cannot be used: the tools service checks again before the call)."""
+    cannot be used: the tools service checks again before the call). `validators`: the
+    compiled validators by schema (its canonical JSON), `CoreConfig.schema_validators`;
+    None builds one for this check alone."""
     # jsonschema loads with the first call checked, not with the router (idle memory).
-    from jsonschema import validators
     from jsonschema.exceptions import best_match
+    from jsonschema.validators import validator_for
 
     try:
         key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
-        validator = _VALIDATORS.get(key)
+        validator = validators.get(key) if validators is not None else None
         if validator is None:
-            validator = validators.validator_for(schema)(schema)
-            _VALIDATORS.put(key, validator)
+            validator = validator_for(schema)(schema)
+            if validators is not None:
+                validators.put(key, validator)
         error = best_match(validator.iter_errors(value))
     except Exception:
         return None
@@ -141,18 +141,19 @@ class Gate:
     """The ids of the calls that wait for a human decision (empty: the batch runs)."""
 
 
-def gate(run: RunState, profile: Profile, calls: list[dict[str, Any]],
-         schemas: dict[str, dict[str, Any]] | None) -> Gate:
+def gate(run: RunState, profile: Profile, calls: list[dict[str, Any]], *,
+         schemas: dict[str, dict[str, Any]] | None, validators: LruCache[bytes, Any] | None) -> Gate:
     """validate, then preview: the batch's verdict in one step."""
-    rejected, reserved = validate(run, profile, calls, schemas)
+    rejected, reserved = validate(run, profile, calls, schemas=schemas, validators=validators)
     skip = set(rejected) | {c["id"] for c in reserved}
     ask = [c["id"] for c in calls if c["id"] not in skip
            and (profile.reviews_every_turn or run.config.tool_permissions.get(c.get("name", ""), "auto") == "approve")]
     return Gate(rejected=rejected, reserved=reserved, ask=ask)
 
 
-def validate(run: RunState, profile: Profile, calls: list[dict[str, Any]],
-             schemas: dict[str, dict[str, Any]] | None) -> tuple[dict[str, str], list[dict[str, Any]]]:
+def validate(run: RunState, profile: Profile, calls: list[dict[str, Any]], *,
+             schemas: dict[str, dict[str, Any]] | None, validators: LruCache[bytes, Any] | None = None
+             ) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """The plan gate: `(rejected, reserved)`: tool_use id -> why it must not run, and the
     calls the core answers itself (reserved tools offered now)."""
     now = offer(run, profile)
@@ -171,7 +172,7 @@ def validate(run: RunState, profile: Profile, calls: list[dict[str, Any]],
         elif permission == "deny":
             rejected[c["id"]] = f"tool '{name}' is denied by the run's tool_permissions"
         elif schemas is not None and name in schemas:
-            problem = schema_problem(schemas[name], c.get("input") or {})
+            problem = schema_problem(schemas[name], c.get("input") or {}, validators)
             if problem is not None:
                 rejected[c["id"]] = f"invalid input for tool {name}: {problem}"
     return rejected, reserved

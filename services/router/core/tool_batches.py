@@ -39,7 +39,7 @@ def dispatch(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, prof
     for c in calls:
         tx.emit("tool.call", keys.tool_call_key(c["id"]), run.run_id, turn=run.turn, tool_use_id=c["id"],
                 name=c["name"], input=c.get("input", {}))
-    verdict = strategy_loop.gate(run, profile, calls, schemas)
+    verdict = strategy_loop.gate(run, profile, calls, schemas=schemas, validators=cfg.schema_validators)
     run.answered = []
     for n, c in enumerate(verdict.reserved):
         block, specs = planning.apply_update(tx.st, run, c, profile.transitions)

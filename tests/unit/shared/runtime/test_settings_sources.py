@@ -30,7 +30,7 @@ def fresh_settings() -> Iterator[None]:
 def test_prices_come_from_the_settings(monkeypatch: pytest.MonkeyPatch, fresh_settings: None) -> None:
     monkeypatch.setenv("LOOPWIRE_PRICES", '{"my-model": {"input": 2.0, "output": 10.0}}')
     usage = Usage(input_tokens=1_000_000, output_tokens=100_000)
-    assert pricing.cost_usd("my-model-2026", usage) == pytest.approx(2.0 + 1.0)
+    assert pricing.cost_usd("my-model-2026", usage, pricing.price_table(get_settings().prices)) == pytest.approx(2.0 + 1.0)
     assert pricing.price_for("claude-sonnet-4-5") == pricing.DEFAULT_PRICES["claude-sonnet-4"]
 
 
