@@ -27,6 +27,7 @@ from redis.exceptions import NoScriptError
 
 from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.stores.script_channel import ScriptChannel
 from loopwire.shared.stores.session_store import PipelinedHistory
 
 from .compaction import CompactionRecord
@@ -93,6 +94,13 @@ class MemoryStore:
         self._ttl = ttl_s
         self._claim_ttl = claim_ttl_s
         self._claim = redis.register_script(_CLAIM_LUA)
+        # The reads of every generation (snapshot, observation_state) go out together on a
+        # pipelined connection of this store's own where Redis is one server over TCP
+        # (shared/stores/script_channel.py), else as a redis-py pipeline.
+        self._channel = ScriptChannel.of(redis)
+
+    def _reads(self) -> Any:
+        return self._channel.batch() if self._channel is not None else self._r.pipeline(transaction=False)
 
     # -- reading --------------------------------------------------------------------------------
     async def snapshot(self, sid: str, actor: str | None, observations: int, reflections: int,
@@ -120,7 +128,7 @@ class MemoryStore:
                       for start, stop in history or []]
 
         def pipeline() -> Any:
-            pipe = self._r.pipeline(transaction=False)
+            pipe = self._reads()
             for read in reads:
                 if read is not None:
                     read(pipe)
@@ -163,7 +171,7 @@ class MemoryStore:
             return None
 
     async def observation_state(self, sid: str) -> ObservationState:
-        pipe = self._r.pipeline(transaction=False)
+        pipe = self._reads()
         pipe.hmget(keys.memory(sid, "meta"), ["observed_to", "reflected"])
         pipe.llen(keys.memory(sid, "obs"))
         (observed_to, reflected), count = await pipe.execute()

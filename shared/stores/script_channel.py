@@ -163,6 +163,26 @@ class ScriptChannel:
         data = pack("EVALSHA", sha, len(keys), *keys, *args)
         return await self.retry.call_with_retry(lambda: self._call(data), self._dropped)
 
+    def batch(self) -> CommandBatch:
+        """Commands to send together (a pipeline's reads on this channel)."""
+        return CommandBatch(self)
+
+    async def send_all(self, commands: list[bytes]) -> list[Any]:
+        """Every command's reply, in order, the commands written in one go; as redis-py's
+        pipeline, the first error reply raised once all have answered (retried as a whole
+        when the connection drops: the batches sent here are reads, expiries and an
+        idempotent claim)."""
+        return await self.retry.call_with_retry(lambda: self._call_all(commands), self._dropped)
+
+    async def _call_all(self, commands: list[bytes]) -> list[Any]:
+        link = await self._current()
+        replies = await asyncio.gather(*(link.call(c) for c in commands), return_exceptions=True)
+        failed = [r for r in replies if isinstance(r, BaseException)]
+        if failed:
+            dropped = [r for r in failed if not isinstance(r, ResponseError)]
+            raise dropped[0] if dropped else failed[0]
+        return replies
+
     async def _call(self, data: bytes) -> Any:
         link = await self._current()
         return await link.call(data)
@@ -208,3 +228,37 @@ class ScriptChannel:
         link, self._link = self._link, None
         if link is not None and link.transport is not None:
             link.transport.close()
+
+
+class CommandBatch:
+    """The commands of a redis-py pipeline that the hot reads use, sent together on a
+    channel (`ScriptChannel.batch`). Replies are as hiredis reads them: bytes, lists of
+    bytes, integers, which is what redis-py returns for these commands on a connection that
+    does not decode (EXPIRE's 1/0 where redis-py says True/False)."""
+
+    def __init__(self, channel: ScriptChannel) -> None:
+        self._channel = channel
+        self._commands: list[bytes] = []
+
+    def execute_command(self, *args: Any) -> CommandBatch:
+        self._commands.append(pack(*args))
+        return self
+
+    def get(self, key: str) -> CommandBatch:
+        return self.execute_command("GET", key)
+
+    def lrange(self, key: str, start: int, stop: int) -> CommandBatch:
+        return self.execute_command("LRANGE", key, start, stop)
+
+    def llen(self, key: str) -> CommandBatch:
+        return self.execute_command("LLEN", key)
+
+    def hmget(self, key: str, fields: list[str]) -> CommandBatch:
+        return self.execute_command("HMGET", key, *fields)
+
+    def expire(self, key: str, seconds: int) -> CommandBatch:
+        return self.execute_command("EXPIRE", key, seconds)
+
+    async def execute(self) -> list[Any]:
+        commands, self._commands = self._commands, []
+        return await self._channel.send_all(commands) if commands else []

@@ -264,16 +264,20 @@ class RedisStepStore(Declares):
         return value if standing is None else codec.loads(standing)
 
     async def claim(self, claim_key: str, record_keys: list[str], ttl_s: float) -> Claim:
-        reply = await self._claim(
-            keys=[keys.step_claim(claim_key), keys.step_fence(claim_key), *map(keys.step_record, record_keys)],
-            args=[new_owner(), max(1, int(ttl_s * 1000)), self._ttl])
+        # Claims, renewals and releases wait for no replica (a claim lost in a failover is
+        # taken again, fenced by its counter), so they go out as plain scripts: on the
+        # process's script channel where it has one (replication.py, script_channel.py).
+        reply = await self._rep.run(ScriptCall(
+            self._claim, [keys.step_claim(claim_key), keys.step_fence(claim_key), *map(keys.step_record, record_keys)],
+            [new_owner(), max(1, int(ttl_s * 1000)), self._ttl]), durable=False)
         if reply[0] == 2:
             raise StepHeld(f"step {claim_key} is claimed by {_text(reply[1])}")
         records = [None if raw is None else codec.loads(raw) for raw in reply[1]]
         return Claim(records, _text(reply[2]) if reply[0] == 1 else None)
 
     async def renew(self, claim_key: str, token: str, ttl_s: float) -> bool:
-        return bool(await self._renew(keys=[keys.step_claim(claim_key)], args=[token, max(1, int(ttl_s * 1000))]))
+        return bool(await self._rep.run(ScriptCall(self._renew, [keys.step_claim(claim_key)],
+                                                   [token, max(1, int(ttl_s * 1000))]), durable=False))
 
     async def record_claimed(self, claim_key: str, token: str, key: str, value: dict[str, Any],
                              release: bool = False) -> dict[str, Any]:
@@ -284,7 +288,7 @@ class RedisStepStore(Declares):
         return codec.loads(reply[1]) if reply[0] == 0 else value
 
     async def release(self, claim_key: str, token: str) -> None:
-        await self._release(keys=[keys.step_claim(claim_key)], args=[token])
+        await self._rep.run(ScriptCall(self._release, [keys.step_claim(claim_key)], [token]), durable=False)
 
     async def _written(self, call: ScriptCall) -> Any:
         """A record's script, on the master's replicas, retried through an outage of up to

@@ -60,6 +60,43 @@ async def test_a_script_answers_on_the_channel_as_through_redis_py(server: Serve
         await client.aclose()
 
 
+async def test_a_batch_of_reads_answers_as_a_redis_py_pipeline(server: ServerHandle) -> None:
+    client = connect_redis(server.url)
+    channel = ScriptChannel.of(client)
+    assert channel is not None
+    await client.set("batch:s", b"text")
+    await client.rpush("batch:l", b"a", b"b", b"c")
+    await client.hset("batch:h", mapping={"x": b"1"})
+    await client.script_load(ECHO)
+    script = client.register_script(ECHO)
+
+    def queue(pipe: object) -> None:
+        pipe.get("batch:s")  # type: ignore[attr-defined]
+        pipe.get("batch:missing")  # type: ignore[attr-defined]
+        pipe.lrange("batch:l", -2, -1)  # type: ignore[attr-defined]
+        pipe.hmget("batch:h", ["x", "y"])  # type: ignore[attr-defined]
+        pipe.llen("batch:l")  # type: ignore[attr-defined]
+        pipe.execute_command("EVALSHA", script.sha, 1, "batch:e", b"v", 3)  # type: ignore[attr-defined]
+
+    try:
+        pipe = client.pipeline(transaction=False)
+        queue(pipe)
+        batch = channel.batch()
+        queue(batch)
+        expected = [b"text", None, [b"b", b"c"], [b"1", None], 3, [b"v", 3, None]]
+        assert await pipe.execute() == expected
+        assert await batch.execute() == expected
+        assert await batch.execute() == [], "a batch sent is empty again"
+
+        failing = channel.batch().get("batch:s").execute_command("LRANGE", "batch:s", 0, -1).get("batch:s")
+        with pytest.raises(ResponseError, match="WRONGTYPE"):  # the first error reply, as redis-py raises it
+            await failing.execute()
+        assert await channel.batch().get("batch:s").execute() == [b"text"], "the connection is still in step"
+    finally:
+        channel.close()
+        await client.aclose()
+
+
 async def test_a_dropped_connection_is_replaced(server: ServerHandle) -> None:
     client = connect_redis(server.url)
     channel = ScriptChannel.of(client)
