@@ -34,13 +34,14 @@ class Ledgered:
     """`budget.warning` fields for each limit the run crossed now (budget.warnings_due)."""
 
 
-def account(tx: Transition, run: RunState, result: GenerationResult, cfg: CoreConfig) -> Ledgered | None:
+def account(tx: Transition, run: RunState, result: GenerationResult, *, cfg: CoreConfig) -> Ledgered | None:
     """A generation's result in the ledger: the tokens memory spent on the step besides
     the model call (its summaries), whether the call succeeded or not; and for a completed
     generation one more turn and its usage. None for a failed generation."""
     if result.extra_usage is not None:
         extra = result.extra_usage
-        _add_usage(tx, run, extra, extra.total_input(), "extra_usage", cfg, model=result.extra_model or result.model)
+        _add_usage(tx, run, extra, input_tokens=extra.total_input(), count="extra_usage", cfg=cfg,
+                   model=result.extra_model or result.model)
     if not result.ok or result.message is None:
         return None
     # An external agent's step holds all its own model calls (result.turns).
@@ -49,13 +50,14 @@ def account(tx: Transition, run: RunState, result: GenerationResult, cfg: CoreCo
     usage = result.usage
     input_tokens = usage.total_input()
     run.last_context_tokens = input_tokens + usage.output_tokens
-    _add_usage(tx, run, usage, input_tokens, "turn", cfg, model=result.model, reported_cost=result.cost_usd)
+    _add_usage(tx, run, usage, input_tokens=input_tokens, count="turn", cfg=cfg, model=result.model,
+               reported_cost=result.cost_usd)
     return Ledgered(input_tokens=input_tokens, output_tokens=usage.output_tokens,
                     budget_warnings=warnings_due(run, cfg.budget_warning_pct))
 
 
-def _add_usage(tx: Transition, run: RunState, usage: Usage, input_tokens: int, count: str, cfg: CoreConfig,
-               *, model: str | None, reported_cost: float | None = None) -> None:
+def _add_usage(tx: Transition, run: RunState, usage: Usage, *, input_tokens: int, count: str, cfg: CoreConfig,
+               model: str | None, reported_cost: float | None = None) -> None:
     """Add `usage` to the run's and the session's ledger (with its cost, at `model`'s price,
     by default the run's current model's, or as an external agent reported it) and count it."""
     run.usage = run.usage + usage
@@ -63,16 +65,16 @@ def _add_usage(tx: Transition, run: RunState, usage: Usage, input_tokens: int, c
     model = model or run.config.models[run.model_offset]
     cost = reported_cost if reported_cost is not None else price_of(model, usage, cfg.prices)
     if cost is None:
-        _unpriced(tx, run, model, cfg)
+        _unpriced(tx, run, model, cfg=cfg)
     else:
         run.cost_usd += cost
         tx.st.cost_usd += cost
-    tenant_quotas.note_usage(tx, run, input_tokens + usage.output_tokens, cost, cfg)
+    tenant_quotas.note_usage(tx, run, tokens=input_tokens + usage.output_tokens, cost=cost, cfg=cfg)
     tx.count(count, {"profile": run.config.profile, "model": model},
              input_tokens=input_tokens, output_tokens=usage.output_tokens, cost_usd=cost or 0.0)
 
 
-def _unpriced(tx: Transition, run: RunState, model: str, cfg: CoreConfig) -> None:
+def _unpriced(tx: Transition, run: RunState, model: str, *, cfg: CoreConfig) -> None:
     """A model with no known price makes the run's cost unknown (null, not a made-up 0);
     the first time per run and model a `warning` says so (loopwire's own offline models
     have no price by design and need no warning)."""
@@ -84,4 +86,4 @@ def _unpriced(tx: Transition, run: RunState, model: str, cfg: CoreConfig) -> Non
         tx.emit("warning", f"warning:{run.run_id}:unknown_price:{model}", run.run_id, code="unknown_price",
                 message=f"no price is known for model {model}: the run's cost_usd is null "
                         "(LOOPWIRE_PRICES can give it one)")
-        tenant_quotas.warn_unpriced(tx, run, model, cfg)
+        tenant_quotas.warn_unpriced(tx, run, model, cfg=cfg)

@@ -94,14 +94,14 @@ def decide(state: SessionState, inp: BaseInput, cfg: CoreConfig = CoreConfig()) 
     if inp.input_id in state.recent_inputs:
         return replay(state) if inp.recover else Decision(state=None)
     if isinstance(inp, RejectedInput):
-        return _settled(state, inp, reject(state, inp, inp.code, inp.message))
+        return _settled(state, inp, reject(state, inp, inp.code, message=inp.message))
     handled = _HANDLERS[type(inp)](Transition(state, inp), inp, cfg)
     if handled is None:
         late = _result_events(inp)  # owed even by a result the run moved past
         decision = replay(state) if inp.recover else Decision(state=None)
         decision.effects[:0] = late
         return decision
-    tenant_quotas.add_quota_effects(state, handled, inp.now_ns, cfg)
+    tenant_quotas.add_quota_effects(state, handled, now_ns=inp.now_ns, cfg=cfg)
     return _settled(state, inp, handled)
 
 
@@ -133,29 +133,29 @@ def _on_start(tx: Transition, inp: StartInput, cfg: CoreConfig) -> Decision:
     body = inp.body
     profile = get_profile(body.profile)
     if inp.workspace_refusal is not None:
-        return reject(tx.st, inp, "workspace_not_allowed", inp.workspace_refusal)
+        return reject(tx.st, inp, "workspace_not_allowed", message=inp.workspace_refusal)
     if tx.st.tool_recording is not None and profile.executor is not None:
         return reject(tx.st, inp, "replay_unsupported",
-                      f"session {tx.st.session_id} answers tool calls from the recording of "
+                      message=f"session {tx.st.session_id} answers tool calls from the recording of "
                       f"{tx.st.tool_recording}; an external agent's own tools cannot be: profile '{body.profile}' "
                       "cannot run here")
     if tx.st.status != "idle":
         return reject(tx.st, inp, "session_busy",
-                      f"session {tx.st.session_id} already has an active run; publish `message` to "
+                      message=f"session {tx.st.session_id} already has an active run; publish `message` to "
                       "follow up or `abort` it first")
     parent = inp.parent_session_id or subagent.parent_of(body.metadata)
     recorded = tx.st.last_config.subagent_depth if tx.st.last_config else 0
-    depth = subagent.child_depth(body.metadata, parent, inp.parent_depth, recorded)
+    depth = subagent.child_depth(body.metadata, parent, parent_depth=inp.parent_depth, recorded_depth=recorded)
     if depth > cfg.max_subagent_depth:
         return reject(tx.st, inp, "subagent_depth_exceeded",
-                      f"a child run at subagent depth {depth} is deeper than the limit "
+                      message=f"a child run at subagent depth {depth} is deeper than the limit "
                       f"({cfg.max_subagent_depth}, LOOPWIRE_MAX_SUBAGENT_DEPTH)")
     strategy = StrategyConfig.model_validate(inp.strategy) if inp.strategy else None
-    config = run_config(body, cfg, strategy, depth)
+    config = run_config(body, cfg, strategy=strategy, depth=depth)
     if parent is not None and subagent.parent_of(config.metadata) != parent:
         config.metadata = {**config.metadata, subagent.PARENT_SESSION: parent}
     config.workspace_path = inp.workspace_path
-    return new_run(tx, inp, cfg, input_messages(body), "input", config=config, plan=body.plan,
+    return new_run(tx, inp, cfg, messages=input_messages(body), source="input", config=config, plan=body.plan,
                    workspace=inp.workspace)
 
 
@@ -163,7 +163,7 @@ def _on_message(tx: Transition, inp: MessageInput, cfg: CoreConfig) -> Decision:
     """A follow-up: starts a run on an idle session, else waits for the outer boundary."""
     user = {"role": "user", "content": text_to_content(inp.body.content)}
     if tx.st.status == "idle":
-        return new_run(tx, inp, cfg, [user], "follow_up")
+        return new_run(tx, inp, cfg, messages=[user], source="follow_up")
     tx.st.queued.append(user)
     return tx.finish()
 
@@ -176,7 +176,7 @@ def _on_steer(tx: Transition, inp: SteerInput, cfg: CoreConfig) -> Decision:
     if tx.st.waiting is not None:
         return steer_waiting(tx, content)
     if tx.st.status == "idle" or run is None:
-        return new_run(tx, inp, cfg, [{"role": "user", "content": content}], "steer")
+        return new_run(tx, inp, cfg, messages=[{"role": "user", "content": content}], source="steer")
     follow_ups.steer(tx, run, content)
     request_generation(tx, run, get_profile(run.config.profile))
     return tx.finish()
@@ -187,9 +187,9 @@ def _on_abort(tx: Transition, inp: AbortInput, cfg: CoreConfig) -> Decision:
     if tx.st.waiting is not None:
         return dequeue(tx, inp.body.reason)
     if run is None:
-        return reject(tx.st, inp, "no_active_run", f"session {tx.st.session_id} has no active run to abort")
+        return reject(tx.st, inp, "no_active_run", message=f"session {tx.st.session_id} has no active run to abort")
     tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))
-    end_run(tx, "aborted", None, cfg, start_queued=False, reason=inp.body.reason)
+    end_run(tx, "aborted", None, cfg=cfg, start_queued=False, reason=inp.body.reason)
     return tx.finish()
 
 
@@ -201,21 +201,21 @@ def _on_decision(tx: Transition, inp: DecisionInput, cfg: CoreConfig) -> Decisio
     run = tx.st.run
     if cp is None or run is None:
         return reject(tx.st, inp, "unknown_checkpoint",
-                      f"checkpoint {body.checkpoint_id} is unknown or already answered")
+                      message=f"checkpoint {body.checkpoint_id} is unknown or already answered")
     tx.emit("approval.decided", keys.event_key("approval.decided", cp.id), run.run_id, checkpoint_id=cp.id,
             decision=body.decision, **({"note": body.note} if body.note else {}))
     if cp.kind == "executor":  # the agent waits for it in its step (executor_profiles.py)
-        tx.effects.extend(decide_permission(tx.st, run, cp, body))
+        tx.effects.extend(decide_permission(tx.st, run, cp, body=body))
         return tx.finish()
     approval.close(tx.st, run)
     approved = body.decision == "approve"
     profile = get_profile(run.config.profile)
     if cp.kind == "proposal":
         if approved:  # the approved answer is carried out: it is the run's answer
-            move_phase(tx, run, "execute", profile)
-            end_run(tx, "completed", None, cfg, closing=cp.text)  # the approved answer; execute -> done
+            move_phase(tx, run, "execute", profile=profile)
+            end_run(tx, "completed", None, cfg=cfg, closing=cp.text)  # the approved answer; execute -> done
         else:
-            move_phase(tx, run, "review", profile)  # another round of review
+            move_phase(tx, run, "review", profile=profile)  # another round of review
             tx.add_message(approval.proposal_denied_message(body.note))
             request_generation(tx, run, profile)
         return tx.finish()
@@ -223,7 +223,7 @@ def _on_decision(tx: Transition, inp: DecisionInput, cfg: CoreConfig) -> Decisio
     if not approved:
         denied.update(approval.user_denials(cp, body.note))
     if run.profile_phase == "review":
-        move_phase(tx, run, "execute" if approved else "review", profile)
+        move_phase(tx, run, "execute" if approved else "review", profile=profile)
     execute(tx, run, cp.calls, profile=profile, denied=denied, cfg=cfg)
     return tx.finish()
 
@@ -248,12 +248,12 @@ def _on_undeliverable(tx: Transition, inp: UndeliverableInput, cfg: CoreConfig) 
     message = f"{inp.what or 'work'} could not be delivered: {inp.reason or 'gave up'}"
     if run is None or inp.run_id is None or run.run_id != inp.run_id:
         if inp.run_id is None:  # ingress: the client's input was not applied
-            return reject(tx.st, inp, UNDELIVERABLE, message)
+            return reject(tx.st, inp, UNDELIVERABLE, message=message)
         return None
     if inp.step_id is not None and run.pending_step != inp.step_id:
         return None  # the watchdog's step was answered since it looked
     tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))  # whatever still runs
-    end_run(tx, "failed", None, cfg, error=(UNDELIVERABLE, message), reason=UNDELIVERABLE)
+    end_run(tx, "failed", None, cfg=cfg, error=(UNDELIVERABLE, message), reason=UNDELIVERABLE)
     return tx.finish()
 
 
@@ -266,9 +266,9 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
     run.pending_step = None
     settle_permission(tx.st, run)
     profile = get_profile(run.config.profile)  # resolved once: the stages and every rule below read it
-    ledgered = account(tx, run, result, cfg)
+    ledgered = account(tx, run, result, cfg=cfg)
     if ledgered is None or result.message is None:
-        _on_failed_generation(tx, run, result, profile, cfg)
+        _on_failed_generation(tx, run, result, profile=profile, cfg=cfg)
         return tx.finish()
 
     message = result.message
@@ -303,7 +303,7 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
     return tx.finish()
 
 
-def _on_failed_generation(tx: Transition, run: RunState, result: GenerationResult, profile: Profile,
+def _on_failed_generation(tx: Transition, run: RunState, result: GenerationResult, *, profile: Profile,
                           cfg: CoreConfig) -> None:
     """A failed generation, by the error policy's verdict: the run ends, or the
     generation is asked for again (as it was, with a reduced context, or of the next
@@ -311,7 +311,7 @@ def _on_failed_generation(tx: Transition, run: RunState, result: GenerationResul
     verdict = classify_generation_failure(result.error, run, cfg)
     if verdict.action == "terminate":
         status = run.converging or "failed"
-        end_run(tx, status, None, cfg, error=(verdict.code, verdict.message),
+        end_run(tx, status, None, cfg=cfg, error=(verdict.code, verdict.message),
                 reason=run.converge_reason if run.converging else verdict.code)
         return
     tx.emit("error", keys.event_key("error", result.step_id), run.run_id, code=verdict.code, message=verdict.message,

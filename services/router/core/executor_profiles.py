@@ -124,7 +124,7 @@ def open_permission(session: SessionState, run: RunState, ask: ExecutorPermissio
                             run_id=run.run_id, fields=fields)]
 
 
-def decide_permission(session: SessionState, run: RunState, cp: Checkpoint, body: ApprovalDecision) -> list[Effect]:
+def decide_permission(session: SessionState, run: RunState, cp: Checkpoint, *, body: ApprovalDecision) -> list[Effect]:
     """The `decision` on an agent's request: recorded in the run, sent to the waiting agent."""
     run.checkpoint = None
     session.status = "running"

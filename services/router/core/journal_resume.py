@@ -70,11 +70,11 @@ def resumed_run(asked: dict[str, Any] | None, events: list[dict[str, Any]], last
     run = RunState(run_id=asked["run_id"], config=config, started_ns=_ns(started.get("ts")), turn=len(messages),
                    gen_seq=last_seq, phase="approval")
     _ledger(run, messages, prices)
-    _course(run, events, kept, asked.get("turn"))
+    _course(run, events, kept, waiting_turn=asked.get("turn"))
     run.answers = answers.from_events(config.profile, events, retracted)
     run.profile_phase = next((e["to"] for e in reversed(events) if e.get("kind") == "phase.changed"),
                              get_profile(config.profile).initial_phase)
-    if not _checkpoint(run, asked, kept, events):
+    if not _checkpoint(run, asked, kept, events=events):
         return None
     return run
 
@@ -112,7 +112,7 @@ def _ledger(run: RunState, messages: list[dict[str, Any]], prices: Prices | None
             run.cost_usd += cost_at(price, usage)
 
 
-def _course(run: RunState, events: list[dict[str, Any]], kept: list[dict[str, Any]], waiting_turn: Any) -> None:
+def _course(run: RunState, events: list[dict[str, Any]], kept: list[dict[str, Any]], *, waiting_turn: Any) -> None:
     """What the run's events say of its course: its task and prompts, its outer and inner
     iterations, model switches, plan, tools called and what they gave."""
     prompts = [user_text((e.get("message") or {}).get("content") or "") for e in events
@@ -144,7 +144,7 @@ def _course(run: RunState, events: list[dict[str, Any]], kept: list[dict[str, An
     run.inner = len(rounds - {waiting_turn})
 
 
-def _checkpoint(run: RunState, asked: dict[str, Any], kept: list[dict[str, Any]],
+def _checkpoint(run: RunState, asked: dict[str, Any], kept: list[dict[str, Any]], *,
                 events: list[dict[str, Any]]) -> bool:
     """Pause `run` on the checkpoint `asked` opened, with its batch; False when the
     transcript does not show that batch."""

@@ -36,7 +36,7 @@ def change_phase(run: RunState, to: str, transitions: Transitions) -> EventSpec:
     """Move `run` to phase `to` along its profile's `transitions`; the `phase.changed`
     event (`from`, `to`) to emit."""
     frm = run.profile_phase
-    check_transition(run.config.profile, transitions, frm, to)
+    check_transition(run.config.profile, transitions, frm=frm, to=to)
     run.profile_phase = to
     run.phase_changes += 1
     return EventSpec("phase.changed", {"from": frm, "to": to})

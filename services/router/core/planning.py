@@ -148,7 +148,7 @@ def record(session: SessionState, run: RunState, source: str) -> EventSpec:
     return EventSpec("plan.updated", fields)
 
 
-def apply_update(session: SessionState, run: RunState, call: dict[str, Any],
+def apply_update(session: SessionState, run: RunState, call: dict[str, Any], *,
                  transitions: Transitions) -> tuple[dict[str, Any], list[EventSpec]]:
     """An `update_plan` call, answered by the core: its tool_result block and the events
     (plan.updated, and phase.changed, along the profile's `transitions`, when the plan

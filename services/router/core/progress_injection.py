@@ -35,7 +35,7 @@ def progress_note(run: RunState, results: list[dict[str, Any]], names: dict[str,
             "Continue with the task. When it is done, reply with the final answer.")
 
 
-def progress_notes(mode: str, run: RunState, results: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
+def progress_notes(run: RunState, results: list[dict[str, Any]], names: dict[str, str], *, mode: str) -> list[str]:
     """The notes for the profile's `progress_injection` mode (`system_reminder` or `none`)."""
     if mode != "system_reminder":
         return []

@@ -53,7 +53,7 @@ def begin_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
     tx.st.status = "queued"
 
 
-def new_run(tx: Transition, inp: BaseInput, cfg: CoreConfig, messages: list[dict[str, Any]], source: str, *,
+def new_run(tx: Transition, inp: BaseInput, cfg: CoreConfig, *, messages: list[dict[str, Any]], source: str,
             config: RunConfig | None = None, plan: Any = None, workspace: dict[str, Any] | None = None) -> Decision:
     """The run an input begins (`config`: else the session's last settings, for a follow-up
     or a steer on an idle session), or its refusal when the tenant's day is spent."""
@@ -117,19 +117,19 @@ def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
         tx.emit("warning", f"warning:{run_id}:unknown_tools", run_id, code="unknown_tools",
                 message=f"no tool named {', '.join(unknown)} is known; the run goes on without "
                         f"{'it' if len(unknown) == 1 else 'them'}", tools=unknown)
-    move_phase(tx, run, profile.working_phase, profile)
+    move_phase(tx, run, profile.working_phase, profile=profile)
     if profile.snapshots_workspace:
         run.workspace = render_workspace(workspace)
     if profile.planned:
         steps = planning.parse_plan(plan) if plan is not None else []
         if steps:  # a pre-built plan skips the plan phase
             run.plan = steps
-            move_phase(tx, run, "execute", profile)
+            move_phase(tx, run, "execute", profile=profile)
             tx.emit_spec(run, planning.record(st, run, "start"), keys.event_key("plan.updated", run_id, "start"))
     request_generation(tx, run, profile)
 
 
-def end_run(tx: Transition, status: str, text: str | None, cfg: CoreConfig,
+def end_run(tx: Transition, status: str, text: str | None, *, cfg: CoreConfig,
             error: tuple[str, str] | None = None, start_queued: bool = True,
             reason: str | None = None, conclusion: dict[str, Any] | None = None,
             closing: str | None = None) -> None:
@@ -150,10 +150,10 @@ def end_run(tx: Transition, status: str, text: str | None, cfg: CoreConfig,
     if status == "completed" and profile.can_complete_from(run.profile_phase):
         # A completed run reports `done` (profiles.py); one stored in a phase older
         # routers had (`act`, `chat`) has no move to it and ends where it is.
-        move_phase(tx, run, DONE, profile)
+        move_phase(tx, run, DONE, profile=profile)
     final_text = answers.final_text(run.answers, closing, text if text is not None and text.strip() else run.last_text)
     if conclusion is None:
-        conclusion = technical_summary.stopped_conclusion(run, status, final_text, reason)
+        conclusion = technical_summary.stopped_conclusion(run, status, final_text, reason=reason)
     if not final_text.strip() and conclusion is not None:
         final_text = conclusion["summary"]  # never silently: the summary is the best answer left
     tx.emit("run.ended", keys.event_key("run.ended", run.run_id), run.run_id, status=status, final_text=final_text,

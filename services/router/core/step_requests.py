@@ -65,7 +65,7 @@ def request_generation(tx: Transition, run: RunState, profile: Profile, notes: l
                                   msg_id=keys.assemble_msg_id(step_id)))
 
 
-def move_phase(tx: Transition, run: RunState, to: str, profile: Profile) -> None:
+def move_phase(tx: Transition, run: RunState, to: str, *, profile: Profile) -> None:
     """Move the run to profile phase `to` (checked against the profile's table) and emit
     `phase.changed`."""
     tx.emit_spec(run, change_phase(run, to, profile.transitions), "")
@@ -75,4 +75,4 @@ def to_review(tx: Transition, run: RunState, profile: Profile) -> None:
     """turn_by_turn: a proposal made after executing goes back to review (execute→review);
     one made in review stays there."""
     if run.profile_phase == "execute" and profile.reviews_every_turn:
-        move_phase(tx, run, "review", profile)
+        move_phase(tx, run, "review", profile=profile)

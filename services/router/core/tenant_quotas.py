@@ -75,7 +75,7 @@ def refusal(tx: Transition, cfg: CoreConfig) -> tuple[str, str, str] | None:
 def refused_start(tx: Transition, inp: BaseInput, cfg: CoreConfig) -> Decision | None:
     """The refusal of an input that would start a run while its tenant's allowance is spent."""
     refused = refusal(tx, cfg)
-    return None if refused is None else reject(tx.st, inp, refused[0], refused[1], limit=refused[2])
+    return None if refused is None else reject(tx.st, inp, refused[0], message=refused[1], limit=refused[2])
 
 
 def spent_message(sid: str, allowance: str, cfg: CoreConfig) -> str:
@@ -84,7 +84,7 @@ def spent_message(sid: str, allowance: str, cfg: CoreConfig) -> str:
             "no run starts until the next day")
 
 
-def note_usage(tx: Transition, run: RunState, tokens: int, cost: float | None, cfg: CoreConfig) -> None:
+def note_usage(tx: Transition, run: RunState, *, tokens: int, cost: float | None, cfg: CoreConfig) -> None:
     """Usage the run's ledger just added, counted against the tenant's allowance."""
     limit = limit_of(tx.st.session_id, cfg)
     if limit is None:
@@ -94,7 +94,7 @@ def note_usage(tx: Transition, run: RunState, tokens: int, cost: float | None, c
         run.quota_spent = True
 
 
-def warn_unpriced(tx: Transition, run: RunState, model: str, cfg: CoreConfig) -> None:
+def warn_unpriced(tx: Transition, run: RunState, model: str, *, cfg: CoreConfig) -> None:
     """A model without a price, the first time in the run: its tokens count against the
     tenant's allowance, its cost cannot."""
     limit = limit_of(tx.st.session_id, cfg)
@@ -104,17 +104,17 @@ def warn_unpriced(tx: Transition, run: RunState, model: str, cfg: CoreConfig) ->
                         "allowance counts none of its cost, only its tokens (tokens_per_day)")
 
 
-def add_quota_effects(before: SessionState, decision: Decision, now_ns: int, cfg: CoreConfig) -> None:
+def add_quota_effects(before: SessionState, decision: Decision, *, now_ns: int, cfg: CoreConfig) -> None:
     """The decision's tenant effects, among its effects and in its outbox: settled on the
     tenant's keys after the commit, and again from the outbox after a crash."""
     if cfg.tenant_limits is None or decision.state is None:
         return
-    settle = quota_effects(before, decision.state, now_ns, cfg)
+    settle = quota_effects(before, decision.state, now_ns=now_ns, cfg=cfg)
     decision.effects.extend(settle)
     decision.state.outbox.extend(e.model_dump(mode="json") for e in settle)
 
 
-def quota_effects(before: SessionState, after: SessionState, now_ns: int, cfg: CoreConfig) -> list[Effect]:
+def quota_effects(before: SessionState, after: SessionState, *, now_ns: int, cfg: CoreConfig) -> list[Effect]:
     """What a committed transition settles on its tenant's keys: the slots of the runs it
     stopped referring to, a slot for the run that waits unannounced (asked again on every
     transition until it is answered), and the usage it added."""

@@ -42,7 +42,7 @@ def dispatch(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, prof
     verdict = strategy_loop.gate(run, profile, calls, schemas=schemas, validators=cfg.schema_validators)
     run.answered = []
     for n, c in enumerate(verdict.reserved):
-        block, specs = planning.apply_update(tx.st, run, c, profile.transitions)
+        block, specs = planning.apply_update(tx.st, run, c, transitions=profile.transitions)
         run.answered.append(block)
         tx.emit("tool.result", keys.tool_result_key(c["id"]), run.run_id, turn=run.turn, tool_use_id=c["id"],
                 name=c["name"], is_error=bool(block.get("is_error")), content=block["content"])
@@ -97,7 +97,7 @@ def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]], *, 
     run.inner += 1
     limit = inner_limit(run, profile, cfg)
     if limit is not None:
-        end_run(tx, "max_turns", None, cfg, reason=limit)
+        end_run(tx, "max_turns", None, cfg=cfg, reason=limit)
         return
-    notes = progress_notes(profile.progress_injection, run, blocks, names)
+    notes = progress_notes(run, blocks, names, mode=profile.progress_injection)
     request_generation(tx, run, profile, notes=notes)

@@ -162,7 +162,7 @@ class Transition:
         turn = self.st.run.turn if self.st.run else 0
         events = [EmitEvent(kind="user.message", key=keys.event_key("user.message", self.inp.input_id, n),
                             run_id=self.st.run.run_id if self.st.run else None,
-                            fields=user_message_fields(m, turn, self.sources.get(n, source), reported))
+                            fields=user_message_fields(m, turn, source=self.sources.get(n, source), reported=reported))
                   for n, m in enumerate(self.append) if not self._model_wrote(m)]
         if not events:
             return
@@ -176,7 +176,7 @@ def replay(state: SessionState) -> Decision:
     return Decision(state=None, effects=[effect_from_dict(e) for e in state.outbox], replay=True)
 
 
-def reject(state: SessionState, inp: BaseInput, code: str, message: str, **fields: Any) -> Decision:
+def reject(state: SessionState, inp: BaseInput, code: str, *, message: str, **fields: Any) -> Decision:
     """An `error` event on the session and nothing else: no state is created or changed."""
     run_id = state.run.run_id if state.run else None
     return Decision(state=None, effects=[EmitEvent(kind="error", key=keys.event_key("error", inp.input_id), run_id=run_id,

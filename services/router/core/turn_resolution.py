@@ -44,7 +44,7 @@ def resolve(turn: Turn, profile: Profile) -> NextStep:
     (`within_limits`); a run its budget stopped ends `budget_exhausted`, whatever the
     model meant."""
     run = turn.run
-    step = within_limits(run, profile, next_step(turn, profile), turn.text, turn.config)
+    step = within_limits(run, next_step(turn, profile), profile=profile, text=turn.text, cfg=turn.config)
     if isinstance(step, NextStepFinalOutput) and step.status == "completed":
         cause = budget.end_cause(run, turn.stop_reason)
         if cause is not None:
@@ -74,7 +74,7 @@ def next_step(turn: Turn, profile: Profile) -> NextStep:
     return step or NextStepFinalOutput(status="completed", text=turn.text)
 
 
-def within_limits(run: RunState, profile: Profile, step: NextStep, text: str, cfg: CoreConfig) -> NextStep:
+def within_limits(run: RunState, step: NextStep, *, profile: Profile, text: str, cfg: CoreConfig) -> NextStep:
     """A step that would generate again past a limit ends the run instead, keeping the
     turn (a vacuous answer that would have been retried is passed through). A tool batch
     runs whatever the limit: its round is the last one, and the run ends after its
@@ -118,10 +118,10 @@ def apply_step(tx: Transition, run: RunState, step: NextStep, *, profile: Profil
         limit = outer_limit(run, profile, cfg) or ("max_turns" if run.turn >= run.config.max_turns else None)
         if limit is not None:
             # Follow-ups past the limit start the next run (end_run), as on an idle session.
-            end_run(tx, "max_turns", step.text, cfg, reason=limit)
+            end_run(tx, "max_turns", step.text, cfg=cfg, reason=limit)
         else:
             take_at_outer_boundary(tx, run)
             request_generation(tx, run, profile)
     else:
-        end_run(tx, step.status, step.text, cfg, error=step.error, reason=step.reason,
+        end_run(tx, step.status, step.text, cfg=cfg, error=step.error, reason=step.reason,
                 conclusion=step.conclusion, closing=step.closing)
