@@ -41,7 +41,6 @@ from loopwire.shared.contract.envelopes import (
     ToolCall,
     ToolResultItem,
     ToolsResult,
-    tool_result_fields,
 )
 from loopwire.shared.contract.protocol import error_reply
 from loopwire.shared.contract.redaction import register_secret
@@ -224,7 +223,7 @@ class ToolsService:
             async with in_order:
                 completed += 1
                 await self.ctx.bus.emit_many(env.session_id, [
-                    (env.run_id, "tool.result", keys.tool_result_key(item.tool_use_id), tool_result_fields(env.turn, item)),
+                    (env.run_id, "tool.result", keys.tool_result_key(item.tool_use_id), item.event_fields(env.turn)),
                     (env.run_id, "tools.progress", None,
                      {"turn": env.turn, "total": len(env.calls), "completed": completed})])
 

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from loopwire.shared.contract.messages import tool_result_block
+from loopwire.shared.contract.messages import tool_result_block, tool_result_event
 
 ENVELOPE_VERSION = 1
 
@@ -61,6 +61,11 @@ class ToolResultItem(BaseModel):
 
     def as_block(self) -> dict[str, Any]:
         return tool_result_block(self.tool_use_id, self.content, is_error=self.is_error)
+
+    def event_fields(self, turn: int) -> dict[str, Any]:
+        """The fields of this result's `tool.result` event (messages.tool_result_event)."""
+        return tool_result_event(turn=turn, tool_use_id=self.tool_use_id, name=self.name, is_error=self.is_error,
+                                 content=self.content, recorded=self.recorded)
 
 
 class Usage(BaseModel):
@@ -238,16 +243,6 @@ class ExecuteTools(_Envelope):
 
 
 # -- tools -> router ----------------------------------------------------------------------
-def tool_result_fields(turn: int, item: ToolResultItem) -> dict[str, Any]:
-    """The fields of the `tool.result` event of one result (the tools service's, or the
-    router's for a single call)."""
-    fields: dict[str, Any] = {"turn": turn, "tool_use_id": item.tool_use_id, "name": item.name,
-                              "is_error": item.is_error, "content": item.content}
-    if item.recorded:
-        fields["recorded"] = True
-    return fields
-
-
 class ToolsResult(_Envelope):
     kind: Literal["tools.result"] = "tools.result"
     results: list[ToolResultItem]

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecutorSpec, Generate, GenerationResult, StepError, Usage
-from loopwire.shared.contract.messages import message_text
+from loopwire.shared.contract.messages import message_text, tool_result_event
 from loopwire.shared.runtime.inflight import CancelSignal, StepCancelled, unless_cancelled
 from loopwire.shared.runtime.pricing import cost_usd, price_table
 from loopwire.shared.runtime.service_context import ServiceContext
@@ -272,9 +272,9 @@ class StepEvents:
                                  tool_use_id=event.tool_use_id, name=event.name, input=event.input, source="executor")
             else:
                 turn = self._turn_of.get(event.tool_use_id, self.current_turn())
-                await self._emit("tool.result", keys.tool_result_key(event.tool_use_id), turn=turn,
-                                 tool_use_id=event.tool_use_id, name=event.name, is_error=event.is_error,
-                                 content=event.content, source="executor")
+                await self._emit("tool.result", keys.tool_result_key(event.tool_use_id),
+                                 **tool_result_event(turn=turn, tool_use_id=event.tool_use_id, name=event.name,
+                                                     is_error=event.is_error, content=event.content, source="executor"))
         elif isinstance(event, PlanUpdated):
             await self._emit("plan.updated", keys.step_event_key(step, "plan", self.calls, len(event.entries)),
                              steps=[{"step": str(e.get("content", "")), "status": _plan_status(e.get("status"))}

@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from loopwire.shared.contract import keys
-from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult, tool_result_fields
+from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult
 from loopwire.shared.contract.messages import message_text, tool_result_block
 from loopwire.shared.contract.protocol import text_to_content
 from loopwire.shared.contract.run_state import RunState
@@ -365,7 +365,7 @@ def _result_events(inp: BaseInput) -> list[Effect]:
     out: list[Effect] = []
     for n, item in enumerate(r.results, 1):
         out.append(EmitEvent(kind="tool.result", key=keys.tool_result_key(item.tool_use_id), run_id=r.run_id,
-                             fields=tool_result_fields(r.turn, item)))
+                             fields=item.event_fields(r.turn)))
         out.append(EmitEvent(kind="tools.progress", key=keys.event_key("tools.progress", item.tool_use_id), run_id=r.run_id,
                              fields={"turn": r.turn, "total": len(r.results), "completed": n}))
     return out

@@ -17,6 +17,7 @@ from typing import Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
+from loopwire.shared.contract.messages import tool_result_event
 from loopwire.shared.contract.run_state import RunState
 
 from . import approval, planning, strategy_loop, technical_summary
@@ -44,8 +45,9 @@ def dispatch(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, prof
     for n, c in enumerate(verdict.reserved):
         block, specs = planning.apply_update(tx.st, run, c, transitions=profile.transitions)
         run.answered.append(block)
-        tx.emit("tool.result", keys.tool_result_key(c["id"]), run.run_id, turn=run.turn, tool_use_id=c["id"],
-                name=c["name"], is_error=bool(block.get("is_error")), content=block["content"])
+        tx.emit("tool.result", keys.tool_result_key(c["id"]), run.run_id,
+                **tool_result_event(turn=run.turn, tool_use_id=c["id"], name=c["name"],
+                                    is_error=bool(block.get("is_error")), content=block["content"]))
         for m, spec in enumerate(specs):
             tx.emit_spec(run, spec, keys.event_key(spec.kind, keys.tools_step_id(run.run_id, run.turn), n, m))
     if verdict.ask:
