@@ -8,6 +8,7 @@ same run and transcript."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -27,18 +28,23 @@ EXPECTED = ["run.started", "phase.changed", "user.message", "message", "tool.cal
             "message", "phase.changed", "run.ended"]
 
 
-@pytest.fixture
-async def no_handover_nc(fake_anthropic: FakeAnthropic) -> AsyncIterator[NatsClient]:
-    with started_system(fake_anthropic, LOOPWIRE_LOCAL_HANDOVER="false", LOOPWIRE_DIRECT_RESULTS="false") as lw:
+@contextlib.asynccontextmanager
+async def system_nc(fake: FakeAnthropic, **env: str) -> AsyncIterator[NatsClient]:
+    with started_system(fake, **env) as lw:
         async with connected(lw) as client:
             yield client
+
+
+@pytest.fixture
+async def no_handover_nc(fake_anthropic: FakeAnthropic) -> AsyncIterator[NatsClient]:
+    async with system_nc(fake_anthropic, LOOPWIRE_LOCAL_HANDOVER="false", LOOPWIRE_DIRECT_RESULTS="false") as client:
+        yield client
 
 
 @pytest.fixture
 async def direct_results_nc(fake_anthropic: FakeAnthropic) -> AsyncIterator[NatsClient]:
-    with started_system(fake_anthropic, LOOPWIRE_LOCAL_HANDOVER="false") as lw:
-        async with connected(lw) as client:
-            yield client
+    async with system_nc(fake_anthropic, LOOPWIRE_LOCAL_HANDOVER="false") as client:
+        yield client
 
 
 async def run_one_tool_turn(nc: NatsClient, fake: FakeAnthropic) -> tuple[Counter[str], list[dict], dict]:

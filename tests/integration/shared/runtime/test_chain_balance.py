@@ -3,20 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import nats
-import pytest
 
 from loopwire.shared.runtime.chain_balance import ChainBalance
-from loopwire.testing.servers import ServerHandle
-
-
-@pytest.fixture
-async def nc(nats_server: ServerHandle) -> AsyncIterator[nats.NATS]:
-    client = await nats.connect(nats_server.url)
-    yield client
-    await client.drain()
 
 
 async def test_processes_hear_each_other_over_nats(nc: nats.NATS, prefix: str) -> None:

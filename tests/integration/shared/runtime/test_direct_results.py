@@ -5,7 +5,6 @@ and a stop that lets the request in flight finish while new ones find no respond
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import nats
 import pytest
@@ -14,14 +13,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from loopwire.shared.runtime.direct_results import DirectDeliveryFailed, DirectReceiver, request_applied
 from loopwire.shared.runtime.redelivery import is_outage
-from loopwire.testing.servers import ServerHandle
-
-
-@pytest.fixture
-async def nc(nats_server: ServerHandle) -> AsyncIterator[nats.NATS]:
-    client = await nats.connect(nats_server.url)
-    yield client
-    await client.drain()
 
 
 async def test_a_result_is_answered_once_applied(nc: nats.NATS, prefix: str) -> None:
