@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import nats
@@ -33,6 +33,29 @@ class RunFailedToStart(RuntimeError):
     def __init__(self, event: dict[str, Any]) -> None:
         super().__init__(f"{event.get('code')}: {event.get('message')}")
         self.event = event
+
+
+async def events_of_the_run(events: AsyncIterable[dict[str, Any]],
+                            on_event: EventCallback | None = None) -> AsyncIterator[dict[str, Any]]:
+    """The events of the run that the next `run.started` begins, each given to `on_event`
+    first; the other runs' are skipped. RunFailedToStart when an `error` of no run comes
+    before it (the start was refused)."""
+    run_id: str | None = None
+    async for event in events:
+        if run_id is None:
+            if event["kind"] == "run.started":
+                run_id = event["run_id"]
+            elif event["kind"] == "error" and event.get("run_id") is None:
+                raise RunFailedToStart(event)
+            else:
+                continue
+        if event.get("run_id") != run_id:
+            continue
+        if on_event is not None:
+            maybe = on_event(event)
+            if asyncio.iscoroutine(maybe):
+                await maybe
+        yield event
 
 
 class LoopwireClient:
@@ -171,22 +194,8 @@ class LoopwireClient:
         which is returned."""
         async with await self.follow(sid, new_only=True) as events:
             await self.publish(sid, "start", {"v": 1, **start}, msg_id=uuid.uuid4().hex)
-            run_id: str | None = None
             async with asyncio.timeout(timeout):
-                async for event in events:
-                    if run_id is None:
-                        if event["kind"] == "run.started":
-                            run_id = event["run_id"]
-                        elif event["kind"] == "error" and event.get("run_id") is None:
-                            raise RunFailedToStart(event)
-                        else:
-                            continue
-                    if event.get("run_id") != run_id:
-                        continue
-                    if on_event is not None:
-                        maybe = on_event(event)
-                        if asyncio.iscoroutine(maybe):
-                            await maybe
+                async for event in events_of_the_run(events, on_event):
                     if event["kind"] == "run.ended":
                         return event
         raise RuntimeError("the event subscription ended before run.ended")

@@ -23,15 +23,19 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from loopwire.client import LoopwireClient, SessionFollower
+from loopwire.client import (
+    EventCallback,
+    LoopwireClient,
+    RunFailedToStart,
+    SessionFollower,
+    events_of_the_run,
+)
 
 from .comparison import ReplayReport, compare
 from .recording import RunRecord, recorded_runs
 
-EventCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
 NO_DECISION_NOTE = "denied by the replay: the recorded session has no decision for this checkpoint"
 
 
@@ -78,32 +82,21 @@ async def _drive_run(lw: LoopwireClient, sid: str, events: SessionFollower, run:
     Returns the inputs it never reached."""
     pending = list(run.inputs)
     decisions = list(run.decisions)
-    run_id: str | None = None
     done = 0
-    async for event in events:
-        if run_id is None:
-            if event["kind"] == "run.started":
-                run_id = event["run_id"]
-            elif event["kind"] == "error" and event.get("run_id") is None:
-                raise ReplayError(f"the replay's run did not start: {event.get('code')}: {event.get('message')}")
-            else:
-                continue
-        if event.get("run_id") != run_id:
-            continue
-        if on_event is not None:
-            maybe = on_event(event)
-            if asyncio.iscoroutine(maybe):
-                await maybe
-        kind = event["kind"]
-        if kind == "run.ended":
-            return pending
-        if kind == "message":
-            done = max(done, int(event.get("turn") or 0))
-        elif kind == "approval.requested":
-            answer = decisions.pop(0) if decisions else {"decision": "deny", "note": NO_DECISION_NOTE}
-            await lw.publish(sid, "decision", {"v": 1, "checkpoint_id": event["checkpoint_id"], **answer},
-                             msg_id=uuid.uuid4().hex)
-        while pending and pending[0].after_turns <= done and kind in ("run.started", "message"):
-            item = pending.pop(0)
-            await lw.publish(sid, item.verb, {"v": 1, **item.body}, msg_id=uuid.uuid4().hex)
+    try:
+        async for event in events_of_the_run(events, on_event):
+            kind = event["kind"]
+            if kind == "run.ended":
+                return pending
+            if kind == "message":
+                done = max(done, int(event.get("turn") or 0))
+            elif kind == "approval.requested":
+                answer = decisions.pop(0) if decisions else {"decision": "deny", "note": NO_DECISION_NOTE}
+                await lw.publish(sid, "decision", {"v": 1, "checkpoint_id": event["checkpoint_id"], **answer},
+                                 msg_id=uuid.uuid4().hex)
+            while pending and pending[0].after_turns <= done and kind in ("run.started", "message"):
+                item = pending.pop(0)
+                await lw.publish(sid, item.verb, {"v": 1, **item.body}, msg_id=uuid.uuid4().hex)
+    except RunFailedToStart as exc:
+        raise ReplayError(f"the replay's run did not start: {exc}") from None
     raise ReplayError("the event subscription ended before the replay's run ended")
