@@ -17,7 +17,8 @@ input. What the handlers do is in the modules beside it:
 - run_lifecycle.py: a run's start (`run.started`) and its end (`run.ended`);
 - step_requests.py: the next generation;
 - tool_batches.py: the tool batches through the strategy loop, and what their results lead to;
-- turn_resolution.py: a finished turn through the profile's stages to its next step;
+- turn_resolution.py: a finished turn through the profile's stages to its next step, and
+  that step carried out;
 - accounting.py: the ledger of usage and cost;
 - follow_ups.py: steering now, follow-ups at the outer boundary;
 - history_repair.py: every tool_use block gets its result.
@@ -41,7 +42,7 @@ from loopwire.shared.contract.protocol import text_to_content
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import SessionState
 
-from . import answers, approval, follow_ups, subagent, tenant_quotas
+from . import approval, follow_ups, subagent, tenant_quotas
 from .accounting import account
 from .admission import admit, dequeue, steer_waiting
 from .config import CoreConfig
@@ -62,7 +63,6 @@ from .inputs import (
     ToolsInput,
     UndeliverableInput,
 )
-from .next_step import NextStepConverge, NextStepRunAgain
 from .profiles import Profile, get_profile
 from .run_config import input_messages, run_config
 from .run_lifecycle import end_run, new_run
@@ -73,7 +73,7 @@ from .step_requests import move_phase, request_generation
 from .strategy import StrategyConfig
 from .tool_batches import after_batch, execute
 from .transition import Count, Decision, Transition, reject, replay
-from .turn_resolution import apply_step, resolve
+from .turn_resolution import take_turn
 
 __all__ = ["CoreConfig", "Count", "Decision", "decide"]
 
@@ -284,22 +284,7 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
     turn = Turn(session=tx.st, run=run, message=message, stop_reason=result.stop_reason, text=text,
                 tool_calls=tool_calls, mode=_mode(run, profile), config=cfg, step_id=result.step_id,
                 transitions=profile.transitions)
-    phase = run.profile_phase  # the phase the turn was made in (a stage may move it)
-    step = resolve(turn, profile)
-
-    voids = step if isinstance(step, NextStepRunAgain | NextStepConverge) else None
-    if voids is None or not voids.drop_turn:
-        if message.get("content"):
-            tx.add_message(message)
-        if text.strip():
-            run.last_text = text
-        if answers.is_answer(turn, phase, kept=not (isinstance(step, NextStepRunAgain) and step.retract)):
-            run.answers.append(text)
-    for n, spec in enumerate(step.events):
-        tx.emit(spec.kind, keys.event_key(spec.kind, result.step_id, n), run.run_id, **spec.fields)
-    if voids is not None and voids.retract:
-        tx.emit("retracted", keys.event_key("retracted", result.step_id), run.run_id, turn=run.turn, reason=voids.retract)
-    apply_step(tx, run, step, profile=profile, cfg=cfg, schemas=inp.tool_schemas)
+    take_turn(tx, turn, profile=profile, schemas=inp.tool_schemas)
     return tx.finish()
 
 

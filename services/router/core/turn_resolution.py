@@ -1,5 +1,5 @@
 """What a finished turn leads to: the profile's stages choose the next step, as data,
-and the core carries it out.
+and the core carries it out (`take_turn`: resolved in `resolve`, applied in `apply_step`).
 
 After a generation the profile's stages run in order (profiles.py) and the first to
 answer gives the next step (next_step.py); the converging answer (the last, tool-less
@@ -18,7 +18,7 @@ from typing import Any
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.run_state import RunState
 
-from . import approval, budget, strategy_loop
+from . import answers, approval, budget, strategy_loop
 from .config import CoreConfig
 from .finish import finish_call, out_of_budget_conclusion
 from .follow_ups import take_at_outer_boundary
@@ -37,6 +37,28 @@ from .stages import Turn, first_step
 from .step_requests import request_generation, to_review
 from .tool_batches import dispatch
 from .transition import Transition
+
+
+def take_turn(tx: Transition, turn: Turn, *, profile: Profile, schemas: dict[str, dict[str, Any]] | None) -> None:
+    """A finished generation's turn: its next step (`resolve`); the turn kept in the
+    history (unless the step drops it) and counted among the run's answers (answers.py);
+    the step's events; then the step carried out (`apply_step`)."""
+    run, text = turn.run, turn.text
+    phase = run.profile_phase  # the phase the turn was made in (a stage may move it)
+    step = resolve(turn, profile)
+    voids = step if isinstance(step, NextStepRunAgain | NextStepConverge) else None
+    if voids is None or not voids.drop_turn:
+        if turn.message.get("content"):
+            tx.add_message(turn.message)
+        if text.strip():
+            run.last_text = text
+        if answers.is_answer(turn, phase, kept=not (isinstance(step, NextStepRunAgain) and step.retract)):
+            run.answers.append(text)
+    for n, spec in enumerate(step.events):
+        tx.emit(spec.kind, keys.event_key(spec.kind, turn.step_id, n), run.run_id, **spec.fields)
+    if voids is not None and voids.retract:
+        tx.emit("retracted", keys.event_key("retracted", turn.step_id), run.run_id, turn=run.turn, reason=voids.retract)
+    apply_step(tx, run, step, profile=profile, cfg=turn.config, schemas=schemas)
 
 
 def resolve(turn: Turn, profile: Profile) -> NextStep:
