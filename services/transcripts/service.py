@@ -22,8 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
-from faststream.nats import NatsBroker, NatsMessage
+from faststream.nats import NatsBroker
 
 from loopwire.shared.contract.protocol import (
     SessionGetRequest,
@@ -32,7 +31,7 @@ from loopwire.shared.contract.protocol import (
     TranscriptGetRequest,
     error_reply,
 )
-from loopwire.shared.contract.query_parsing import parse_query
+from loopwire.shared.runtime.query_handler import QueryHandler, query_handler
 from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.event_archive import read_archive
 from loopwire.shared.stores.tenant_quotas import TenantQuotaStore
@@ -92,23 +91,12 @@ class TranscriptsService:
     async def stop(self) -> None:
         return None
 
-    def _handler(self, name: str, model: type[Any], answer: Answer,
-                 tenant_scoped: bool) -> Callable[[NatsMessage], Awaitable[bytes]]:
-        settings = self.ctx.settings
+    def _handler(self, name: str, model: type[Any], answer: Answer, tenant_scoped: bool) -> QueryHandler:
+        def unavailable(exc: Exception) -> dict[str, Any] | None:
+            if not isinstance(exc, StoreUnavailable):
+                return None
+            log.warning("%s: %s", name, exc)
+            return error_reply("unavailable", f"{exc}; ask again")
 
-        async def handle(msg: NatsMessage) -> bytes:
-            tenant = self.ctx.subjects.tenant_of_query(msg.raw_message.subject) if tenant_scoped else None
-            req = parse_query(msg.body, model, settings.max_body_depth, settings.tenants, tenant)
-            if isinstance(req, dict):
-                return orjson.dumps(req)
-            try:
-                return orjson.dumps(await answer(req, tenant))
-            except StoreUnavailable as exc:
-                log.warning("%s: %s", name, exc)
-                return orjson.dumps(error_reply("unavailable", f"{exc}; ask again"))
-            except Exception as exc:
-                log.exception("%s failed", name)
-                return orjson.dumps(error_reply("internal", f"{name} failed: {exc}"))
-
-        handle.__name__ = f"on_{name.replace('.', '_')}{'_of_tenant' if tenant_scoped else ''}"
-        return handle
+        return query_handler(name, model, answer, subjects=self.ctx.subjects, settings=self.ctx.settings,
+                             tenant_scoped=tenant_scoped, refusal=unavailable)

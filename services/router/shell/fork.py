@@ -25,19 +25,17 @@ happened on it. The source is only read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
-from faststream.nats import NatsBroker, NatsMessage
+from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
 from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionForkRequest, error_reply
-from loopwire.shared.contract.query_parsing import parse_query
 from loopwire.shared.contract.run_state import RunConfig
 from loopwire.shared.contract.session_state import ForkedFrom, SessionState
 from loopwire.shared.contract.subjects import tenant_of
 from loopwire.shared.runtime.bus import event_items
+from loopwire.shared.runtime.query_handler import QueryHandler, query_handler
 from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.capabilities import Capability
 from loopwire.shared.stores.fork_copy import copy_compaction, keep_blobs
@@ -98,24 +96,13 @@ class ForkQuery:
             broker.subscriber(subjects.query("session.fork", tenant="*"), queue=queue,
                               max_workers=FORKS_AT_ONCE)(self._handler(True))
 
-    def _handler(self, tenant_scoped: bool) -> Callable[[NatsMessage], Awaitable[bytes]]:
-        settings = self.ctx.settings
+    def _handler(self, tenant_scoped: bool) -> QueryHandler:
+        def refused(exc: Exception) -> dict[str, Any] | None:
+            return error_reply(exc.code, str(exc)) if isinstance(exc, ForkRefused) else None
 
-        async def handle(msg: NatsMessage) -> bytes:
-            tenant = self.ctx.subjects.tenant_of_query(msg.raw_message.subject) if tenant_scoped else None
-            req = parse_query(msg.body, SessionForkRequest, settings.max_body_depth, settings.tenants, tenant)
-            if isinstance(req, dict):
-                return orjson.dumps(req)
-            try:
-                return orjson.dumps(await self.fork(req))
-            except ForkRefused as exc:
-                return orjson.dumps(error_reply(exc.code, str(exc)))
-            except Exception as exc:
-                log.exception("session.fork of %s failed", req.session_id)
-                return orjson.dumps(error_reply("internal", f"session.fork failed: {exc}"))
-
-        handle.__name__ = "on_session_fork_of_tenant" if tenant_scoped else "on_session_fork"
-        return handle
+        return query_handler("session.fork", SessionForkRequest, lambda req, tenant: self.fork(req),
+                             subjects=self.ctx.subjects, settings=self.ctx.settings, tenant_scoped=tenant_scoped,
+                             refusal=refused)
 
     async def fork(self, req: SessionForkRequest) -> dict[str, Any]:
         """Fork `req.session_id` into `req.new_session_id`, or raise ForkRefused."""
