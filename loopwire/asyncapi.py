@@ -40,23 +40,23 @@ def build_spec_broker() -> NatsBroker:
     ]
     for verb, model, description in ingress:
         _document_subscriber(broker, f"{PREFIX}.in.{{sid}}.{verb}", model,
-                             f"{description} Captured by the JetStream stream LOOPWIRE_INGRESS; "
+                             description=f"{description} Captured by the JetStream stream LOOPWIRE_INGRESS; "
                              "set Nats-Msg-Id to deduplicate.")
     _document_subscriber(broker, f"{PREFIX}.api.session.get", SessionGetRequest,
-                         "Query a session's status, usage and messages (core request/reply).")
+                         description="Query a session's status, usage and messages (core request/reply).")
     _document_subscriber(broker, f"{PREFIX}.api.transcript.get", TranscriptGetRequest,
-                         "Query a session's stored events in seq order, paginated (core request/reply).")
+                         description="Query a session's stored events in seq order, paginated (core request/reply).")
     _document_subscriber(broker, f"{PREFIX}.api.sessions.list", SessionsListRequest,
-                         "Addition: the sessions, most recently updated first, a page at a time "
+                         description="Addition: the sessions, most recently updated first, a page at a time "
                          "(core request/reply; reply {sessions: [{session_id, status, profile, turns, "
                          "updated_at}], cursor}).")
     _document_subscriber(broker, f"{PREFIX}.api.session.fork", SessionForkRequest,
-                         "A new idle session whose history is the source's as it stood at at_seq (inside a "
+                         description="A new idle session whose history is the source's as it stood at at_seq (inside a "
                          "run: its last complete turn); its transcript starts with session.forked (core "
                          "request/reply; reply {session_id, forked_from: {session_id, seq}}; errors "
                          "unknown_session, session_exists, invalid_seq).")
     _document_subscriber(broker, f"{PREFIX}.api.tenant.usage", TenantUsageRequest,
-                         "Addition: a tenant's runs, queued starts and usage of the UTC day with its limits "
+                         description="Addition: a tenant's runs, queued starts and usage of the UTC day with its limits "
                          "(LOOPWIRE_TENANT_LIMITS; core request/reply; reply {running, queued, tokens_today, "
                          "usd_today, limits}); a tenant asks on loopwire.api.<tenant>.tenant.usage.")
     for kind, model in EVENT_MODELS.items():
@@ -65,7 +65,7 @@ def build_spec_broker() -> NatsBroker:
     return broker
 
 
-def _document_subscriber(broker: NatsBroker, subject: str, model: type[Any], description: str) -> None:
+def _document_subscriber(broker: NatsBroker, subject: str, model: type[Any], *, description: str) -> None:
     async def handler(body: Any) -> None:
         return None
 

@@ -77,7 +77,7 @@ def up(
         console.print(f"[red]{source} must be at least 1, got {count}[/red]")
         raise typer.Exit(2)
     if worker_index:
-        _serve_worker(settings, count, worker_index, parent_pid)
+        _serve_worker(settings, count, worker_index, parent_pid=parent_pid)
         return
     log_level = "WARNING" if demo else settings.log_level
     _setup(settings, log_level)
@@ -126,7 +126,7 @@ def up(
             servers.stop()
 
 
-def _serve_worker(settings: Settings, count: int, index: int, parent_pid: int) -> None:
+def _serve_worker(settings: Settings, count: int, index: int, *, parent_pid: int) -> None:
     """Worker `index` (>= 1) of `loopwire up --workers count`, started by worker 0."""
     from loopwire.launcher import SERVICE_NAMES, serve_until_signal
     from loopwire.workers import die_with_parent, metrics_port
@@ -177,7 +177,7 @@ def mcp(
                 await serve_stdio(settings, lw.nc)
             else:
                 err_console.print(f"loopwire mcp: http://{host}:{http}/mcp", highlight=False)
-                await serve_http(settings, lw.nc, host, http)
+                await serve_http(settings, lw.nc, host, port=http)
 
     run_command(main())
 

@@ -163,7 +163,7 @@ async def serve_stdio(settings: Settings, nc: NatsClient) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
-async def serve_http(settings: Settings, nc: NatsClient, host: str, port: int) -> None:
+async def serve_http(settings: Settings, nc: NatsClient, host: str, *, port: int) -> None:
     """Until SIGINT or SIGTERM (uvicorn's own handling)."""
     import uvicorn
 

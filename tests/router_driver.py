@@ -169,7 +169,7 @@ class Recorder(Driver):
         return d
 
     def emit(self, kind: str, run_id: str | None, **fields: Any) -> None:
-        self.transcript.append(make_event(kind, self.state.session_id, run_id, len(self.transcript) + 1, **fields))
+        self.transcript.append(make_event(kind, self.state.session_id, run_id, seq=len(self.transcript) + 1, **fields))
 
     def tools(self, content: str = "3", is_error: bool = False) -> Any:
         for c in self.run.pending_calls:  # the tools service emits a batch's results itself

@@ -17,7 +17,7 @@ from loopwire.shared.runtime.settings import Settings
 from .connection import cli_settings, client, err_console, fail, request, run_command, stdout_line
 
 
-async def fork_session(settings: Settings, sid: str, at: int | None, new: str | None, tools: str,
+async def fork_session(settings: Settings, sid: str, at: int | None, *, new: str | None, tools: str,
                        as_json: bool) -> None:
     new_sid = new or f"{sid.rpartition('.')[2][:100]}-fork-{uuid.uuid4().hex[:8]}"
     body: dict[str, Any] = {"session_id": sid, "new_session_id": new_sid, "tools": tools}
@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
         if tools not in ("live", "recorded"):
             err_console.print("[red]error:[/red] --tools is live or recorded")
             raise typer.Exit(2)
-        run_command(fork_session(cli_settings(), sid, at, new, tools, as_json))
+        run_command(fork_session(cli_settings(), sid, at, new=new, tools=tools, as_json=as_json))
 
     @app.command(name="replay")
     def replay_command(

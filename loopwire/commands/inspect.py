@@ -19,7 +19,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="JSON lines: one object pe
 
 
 
-async def list_sessions(settings: Settings, status: str | None, limit: int, as_json: bool) -> None:
+async def list_sessions(settings: Settings, status: str | None, limit: int, *, as_json: bool) -> None:
     async with client(settings) as lw:
         body: dict[str, Any] = {"limit": limit}
         if status:
@@ -60,7 +60,7 @@ async def list_tools(settings: Settings, as_json: bool) -> None:
     Console().print(table)
 
 
-async def print_transcript(settings: Settings, sid: str, after_seq: int, as_json: bool) -> None:
+async def print_transcript(settings: Settings, sid: str, after_seq: int, *, as_json: bool) -> None:
     renderer = EventRenderer(Console(), show_json=as_json, replay=True)
     shown = 0
     async with client(settings) as lw:
@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
                  limit: Annotated[int, typer.Option(help="At most this many.")] = 100,
                  as_json: JsonOpt = False) -> None:
         """List sessions, most recently updated first."""
-        run_command(list_sessions(cli_settings(), status, limit, as_json))
+        run_command(list_sessions(cli_settings(), status, limit, as_json=as_json))
 
     @app.command()
     def tools(as_json: JsonOpt = False) -> None:
@@ -99,4 +99,4 @@ def register(app: typer.Typer) -> None:
                    after_seq: Annotated[int, typer.Option(help="Only events after this seq.")] = 0,
                    as_json: JsonOpt = False) -> None:
         """Print a session's transcript (every stored event, in seq order)."""
-        run_command(print_transcript(cli_settings(), sid, after_seq, as_json))
+        run_command(print_transcript(cli_settings(), sid, after_seq, as_json=as_json))

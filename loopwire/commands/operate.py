@@ -39,7 +39,7 @@ async def decide(settings: Settings, sid: str, checkpoint: str | None, decision:
                       highlight=False)
 
 
-async def send_input(settings: Settings, sid: str, verb: str, body: dict[str, Any], what: str) -> None:
+async def send_input(settings: Settings, sid: str, verb: str, *, body: dict[str, Any], what: str) -> None:
     async with client(settings) as lw:
         ack = await publish(lw, settings, sid, verb, body)
     err_console.print(f"{what} sent to {sid} (ingress seq {ack.get('seq')})", highlight=False)
@@ -65,15 +65,15 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def send(sid: SidArg, content: Annotated[str, typer.Argument(help="The message.")]) -> None:
         """Send a follow-up message: taken at the run's next boundary, or starts a new run."""
-        run_command(send_input(cli_settings(), sid, "message", {"content": content}, "message"))
+        run_command(send_input(cli_settings(), sid, "message", body={"content": content}, what="message"))
 
     @app.command()
     def steer(sid: SidArg, content: Annotated[str, typer.Argument(help="The steering message.")]) -> None:
         """Steer the running run: applied at once, even mid-generation or mid-tool."""
-        run_command(send_input(cli_settings(), sid, "steer", {"content": content}, "steer"))
+        run_command(send_input(cli_settings(), sid, "steer", body={"content": content}, what="steer"))
 
     @app.command()
     def abort(sid: SidArg,
               reason: Annotated[str, typer.Option(help="Why (run.ended.reason).")] = "aborted from the CLI") -> None:
         """Abort the session's current run (it ends with status `aborted`)."""
-        run_command(send_input(cli_settings(), sid, "abort", {"reason": reason}, "abort"))
+        run_command(send_input(cli_settings(), sid, "abort", body={"reason": reason}, what="abort"))

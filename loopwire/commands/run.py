@@ -49,7 +49,7 @@ class Approver:
     """Answers `approval.requested` as it arrives: yes to all (`--approve-all`), or asks
     on the terminal. With no answer possible (stdin closed) it says how to answer later."""
 
-    def __init__(self, lw: LoopwireClient, settings: Settings, sid: str, approve_all: bool) -> None:
+    def __init__(self, lw: LoopwireClient, settings: Settings, sid: str, *, approve_all: bool) -> None:
         self.lw, self.settings, self.sid, self.approve_all = lw, settings, sid, approve_all
         self.stdin_open = True
 
@@ -90,13 +90,13 @@ class Approver:
         await publish(self.lw, self.settings, self.sid, "decision", body)
 
 
-async def follow_run(settings: Settings, sid: str, start: dict[str, Any], json_events: bool, timeout: float,
+async def follow_run(settings: Settings, sid: str, start: dict[str, Any], *, json_events: bool, timeout: float,
                      approve_all: bool = False, console: Console | None = None) -> dict[str, Any]:
     """Start a run on `sid` and render it until its `run.ended`, which is returned."""
     renderer = EventRenderer(console or Console(), show_json=json_events)
     async with client(settings) as lw:
         await request(lw, settings, lw.subjects.query("session.get", lw.tenant), {"session_id": sid}, timeout=3.0)
-        approver = Approver(lw, settings, sid, approve_all)
+        approver = Approver(lw, settings, sid, approve_all=approve_all)
 
         async def on_event(event: dict[str, Any]) -> None:
             renderer(event)
@@ -136,5 +136,5 @@ def register(app: typer.Typer) -> None:
         """Start a run and render its events live; approvals are asked for inline."""
         sid = session or f"cli-{uuid.uuid4().hex[:12]}"
         ended = run_command(follow_run(cli_settings(), sid, start_body(prompt, profile, model, tools, max_turns, permission),
-                                       json_events, timeout, approve_all))
+                                       json_events=json_events, timeout=timeout, approve_all=approve_all))
         raise typer.Exit(0 if ended.get("status") == "completed" else 1)

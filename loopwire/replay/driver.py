@@ -69,14 +69,14 @@ async def replay_session(lw: LoopwireClient, sid: str, *, model: str | None = No
             start = run.start_body(model=model, system=system)
             await lw.publish(fork_sid, "start", {"v": 1, **start}, msg_id=uuid.uuid4().hex)
             async with asyncio.timeout(run_timeout):
-                skipped = await _drive_run(lw, fork_sid, events, run, on_event)
+                skipped = await _drive_run(lw, fork_sid, events, run=run, on_event=on_event)
             not_sent.extend({"run": n, "verb": i.verb, "after_turns": i.after_turns} for i in skipped)
     replayed = recorded_runs([e for e in await lw.transcript(fork_sid) if e.get("session_id") == fork_sid])
     return compare(runs, replayed, source_session=lw.scoped(sid), replay_session=fork_sid, tools=tools,
                    model=model, system_changed=system is not None, not_sent=not_sent)
 
 
-async def _drive_run(lw: LoopwireClient, sid: str, events: SessionFollower, run: RunRecord,
+async def _drive_run(lw: LoopwireClient, sid: str, events: SessionFollower, *, run: RunRecord,
                      on_event: EventCallback | None) -> list[Any]:
     """Follow one run of the replay to its end, sending the recorded inputs at their points.
     Returns the inputs it never reached."""

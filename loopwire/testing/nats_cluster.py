@@ -258,7 +258,7 @@ class NatsCluster:
         self.stop()
 
 
-def _config(node: NatsNode, peers: list[NatsNode], cluster_name: str, sync_always: bool) -> str:
+def _config(node: NatsNode, peers: list[NatsNode], cluster_name: str, *, sync_always: bool) -> str:
     routes = ", ".join(f'"nats-route://127.0.0.1:{peer.cluster_port}"' for peer in peers)
     sync = ", sync_interval: always" if sync_always else ""
     return (
@@ -290,6 +290,6 @@ def start_nats_cluster(n: int = 3, *, sync_always: bool = False, cluster_name: s
                               workdir=node_dir))
     for node in nodes:
         conf = node.workdir / "nats.conf"
-        conf.write_text(_config(node, [p for p in nodes if p is not node], cluster_name, sync_always))
+        conf.write_text(_config(node, [p for p in nodes if p is not node], cluster_name, sync_always=sync_always))
         node.argv = [nats_server_binary(), "-c", str(conf)]
     return NatsCluster(nodes, workdir, cluster_name).start(timeout)

@@ -66,9 +66,9 @@ async def new_session_loads_as_none_version_zero(b: Backend) -> None:
 
 async def commit_bumps_version_and_appends_history(b: Backend) -> None:
     sessions = b.sessions
-    assert await sessions.commit("s", 0, {"n": 1}, 0, [msg("a")])
+    assert await sessions.commit("s", 0, {"n": 1}, history_len_before=0, append=[msg("a")])
     assert await sessions.load("s") == ({"n": 1}, 1)
-    assert await sessions.commit("s", 1, {"n": 2}, 1, [msg("b", "assistant"), msg("c")])
+    assert await sessions.commit("s", 1, {"n": 2}, history_len_before=1, append=[msg("b", "assistant"), msg("c")])
     assert await sessions.load("s") == ({"n": 2}, 2)
     assert [m["content"][0]["text"] for m in await sessions.history("s")] == ["a", "b", "c"]
     assert [m["content"][0]["text"] for m in await sessions.history("s", 1, 1)] == ["b"]
@@ -76,16 +76,16 @@ async def commit_bumps_version_and_appends_history(b: Backend) -> None:
 
 async def commit_with_stale_version_changes_nothing(b: Backend) -> None:
     sessions = b.sessions
-    assert await sessions.commit("s", 0, {"n": 1}, 0, [msg("a")])
-    assert not await sessions.commit("s", 0, {"n": 99}, 0, [msg("zzz")])
+    assert await sessions.commit("s", 0, {"n": 1}, history_len_before=0, append=[msg("a")])
+    assert not await sessions.commit("s", 0, {"n": 99}, history_len_before=0, append=[msg("zzz")])
     assert await sessions.load("s") == ({"n": 1}, 1)
     assert len(await sessions.history("s")) == 1
 
 
 async def concurrent_commits_on_one_version_exactly_one_wins(b: Backend) -> None:
     sessions = b.sessions
-    await sessions.commit("s", 0, {"n": 0}, 0, [])
-    results = await asyncio.gather(*(sessions.commit("s", 1, {"n": k}, 0, [msg(str(k))]) for k in range(10)))
+    await sessions.commit("s", 0, {"n": 0}, history_len_before=0, append=[])
+    results = await asyncio.gather(*(sessions.commit("s", 1, {"n": k}, history_len_before=0, append=[msg(str(k))]) for k in range(10)))
     assert sum(results) == 1
     state, version = await sessions.load("s")
     assert version == 2
@@ -95,14 +95,14 @@ async def concurrent_commits_on_one_version_exactly_one_wins(b: Backend) -> None
 async def commit_truncates_history_beyond_the_counted_length(b: Backend) -> None:
     """The state counts the history; a commit never lets orphan messages survive."""
     sessions = b.sessions
-    await sessions.commit("s", 0, {}, 0, [msg("a"), msg("b", "assistant")])
-    await sessions.commit("s", 1, {}, 1, [msg("c", "assistant")])
+    await sessions.commit("s", 0, {}, history_len_before=0, append=[msg("a"), msg("b", "assistant")])
+    await sessions.commit("s", 1, {}, history_len_before=1, append=[msg("c", "assistant")])
     assert [m["content"][0]["text"] for m in await sessions.history("s")] == ["a", "c"]
 
 
 async def delete_removes_state_and_history(b: Backend) -> None:
     sessions = b.sessions
-    await sessions.commit("s", 0, {"x": 1}, 0, [msg("a")])
+    await sessions.commit("s", 0, {"x": 1}, history_len_before=0, append=[msg("a")])
     await sessions.delete("s")
     assert await sessions.load("s") == (None, 0)
     assert await sessions.history("s") == []
@@ -217,9 +217,9 @@ async def sessions_index_most_recent_first_with_a_cursor(b: Backend) -> None:
     no entry twice or missed, ties within one millisecond included; tenants apart."""
     sessions = b.sessions
     for sid in ("a", "b", "c", "acme.x", "acme.y"):
-        assert await sessions.commit(sid, 0, {"status": "idle"}, 0, [])
+        assert await sessions.commit(sid, 0, {"status": "idle"}, history_len_before=0, append=[])
         await asyncio.sleep(0.003)
-    assert await sessions.commit("a", 1, {"status": "running"}, 0, [])  # a moves to the top
+    assert await sessions.commit("a", 1, {"status": "running"}, history_len_before=0, append=[])  # a moves to the top
     index = keys.sessions_index("a")
     listed = await sessions.recently_updated(index, None, 10)
     assert [sid for sid, _ in listed] == ["a", "c", "b"]
@@ -251,19 +251,19 @@ async def a_step_claim_fences_its_side_effect(b: Backend) -> None:
     assert not await steps.renew(BATCH, first.token, 5)
     # The paused worker resumes: its write is refused, the owner's stands.
     with pytest.raises(StepHeld):
-        await steps.record_claimed(BATCH, first.token, CALL_A, {"by": "first"})
-    assert await steps.record_claimed(BATCH, second.token, CALL_A, {"by": "second"}) == {"by": "second"}
-    assert await steps.record_claimed(BATCH, second.token, CALL_B, {"by": "second"}, release=True) == {
+        await steps.record_claimed(BATCH, first.token, CALL_A, value={"by": "first"})
+    assert await steps.record_claimed(BATCH, second.token, CALL_A, value={"by": "second"}) == {"by": "second"}
+    assert await steps.record_claimed(BATCH, second.token, CALL_B, value={"by": "second"}, release=True) == {
         "by": "second"}
     # Everything recorded: a late delivery gets the records and claims nothing.
     late = await steps.claim(BATCH, [CALL_A, CALL_B], ttl_s=5)
     assert late.token is None and late.records == [{"by": "second"}, {"by": "second"}]
     # A record that stands is returned to a writer whose claim expired unchallenged.
-    assert await steps.record_claimed(BATCH, first.token, CALL_A, {"by": "first"}) == {"by": "second"}
+    assert await steps.record_claimed(BATCH, first.token, CALL_A, value={"by": "first"}) == {"by": "second"}
 
 
 def _events(sid: str, *specs: tuple[str, str | None]) -> list[tuple[dict[str, Any], str | None, bool]]:
-    return [(make_event(kind, sid, "r1", 0, turn=1), key, kind != "text.delta") for kind, key in specs]
+    return [(make_event(kind, sid, "r1", seq=0, turn=1), key, kind != "text.delta") for kind, key in specs]
 
 
 async def commit_with_events_writes_state_history_and_events_together(b: Backend) -> None:
@@ -272,12 +272,12 @@ async def commit_with_events_writes_state_history_and_events_together(b: Backend
     sessions, log = b.sessions, b.events
     if not sessions.supports(Capability.COMMIT_WITH_EVENTS):
         with pytest.raises(Unsupported):
-            await sessions.commit_with_events("s", 0, {}, 0, [], [])
+            await sessions.commit_with_events("s", 0, {}, history_len_before=0, append=[], events=[])
         return
     assert log.supports(Capability.COMMIT_WITH_EVENTS), "the backend's event log takes the commit's events"
     sid = "cwe"
-    stored = await sessions.commit_with_events(sid, 0, {"n": 1}, 0, [{"role": "user", "content": "hi"}],
-                                               _events(sid, ("run.started", "a"), ("text.delta", None)))
+    stored = await sessions.commit_with_events(sid, 0, {"n": 1}, history_len_before=0, append=[{"role": "user", "content": "hi"}],
+                                               events=_events(sid, ("run.started", "a"), ("text.delta", None)))
     assert stored is not None
     assert [(e["seq"], e["kind"], new) for e, new in stored] == [(1, "run.started", True), (2, "text.delta", True)]
     assert await sessions.load(sid) == ({"n": 1}, 1)
@@ -285,14 +285,14 @@ async def commit_with_events_writes_state_history_and_events_together(b: Backend
     assert [e["seq"] for e in await log.read(sid)] == [1]  # text.delta takes a seq, is not stored
 
     # A replica that decided on version 0 too: nothing of its transition is written.
-    assert await sessions.commit_with_events(sid, 0, {"n": 99}, 0, [{"role": "user", "content": "x"}],
-                                             _events(sid, ("message", "b"))) is None
+    assert await sessions.commit_with_events(sid, 0, {"n": 99}, history_len_before=0, append=[{"role": "user", "content": "x"}],
+                                             events=_events(sid, ("message", "b"))) is None
     assert await sessions.load(sid) == ({"n": 1}, 1)
     assert await sessions.history(sid) == [{"role": "user", "content": "hi"}]
     assert await log.last_seq(sid) == 2 and [e["seq"] for e in await log.read(sid)] == [1]
 
     # A known dedup key returns the original event; a new one continues the seqs.
-    again = await sessions.commit_with_events(sid, 1, {"n": 2}, 1, [], _events(sid, ("run.started", "a"),
+    again = await sessions.commit_with_events(sid, 1, {"n": 2}, history_len_before=1, append=[], events=_events(sid, ("run.started", "a"),
                                                                             ("message", "c")))
     assert again is not None
     assert [(e["seq"], new) for e, new in again] == [(1, False), (3, True)]
@@ -328,8 +328,8 @@ async def the_history_reads_in_another_stores_pipeline(b: Backend) -> None:
             sessions.pipelined_history("s")
         return
     assert b.redis is not None, "a backend with PIPELINED_HISTORY names its Redis"
-    await sessions.commit("s", 0, {}, 0, [msg("a"), msg("b", "assistant")])
-    await sessions.commit("t", 0, {}, 0, [msg("c")])
+    await sessions.commit("s", 0, {}, history_len_before=0, append=[msg("a"), msg("b", "assistant")])
+    await sessions.commit("t", 0, {}, history_len_before=0, append=[msg("c")])
     pipe = b.redis.pipeline(transaction=False)
     for sid, start, stop in (("s", 0, -1), ("s", 1, 1), ("t", 0, -1)):
         sessions.pipelined_history(sid).queue(pipe, start, stop)

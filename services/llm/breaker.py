@@ -103,7 +103,7 @@ class CircuitBreaker:
                 gate.verdicts[model] = CLOSED  # healthy a moment ago: no need to ask again
                 continue
             try:
-                verdict = await self.store.acquire(model, now, gate.token, self.policy)
+                verdict = await self.store.acquire(model, now, gate.token, policy=self.policy)
             except Exception as exc:  # Redis away: fail open, a breaker must not stop traffic
                 log.warning("breaker state of %s unavailable (%s): allowing it", model, exc)
                 verdict = FAILING  # unknown: a success is written, as before
@@ -205,7 +205,7 @@ class CircuitBreakerModel(WrapperModel):
     def unavailable(self) -> ModelCallError | None:
         if not self.gate.allow(self.model_id):
             return ModelCallError("circuit_open", f"{self.model_id} is failing; skipped for now",
-                                  True, None, self.model_id)
+                                  True, model=self.model_id)
         return self.wrapped.unavailable()
 
     async def stream(self, request: ModelRequest) -> ModelStream:

@@ -37,7 +37,7 @@ class BreakerPolicy:
 class BreakerStore(Protocol):
     """Where breaker state lives; every operation is atomic per model."""
 
-    async def acquire(self, model: str, now: float, token: str, policy: BreakerPolicy) -> str:
+    async def acquire(self, model: str, now: float, token: str, *, policy: BreakerPolicy) -> str:
         """`closed` (no failure counted), `failing` (closed, failures counted), `open`
         (skip), or `probe` (half-open, and `token` now holds the probe)."""
         ...
@@ -72,7 +72,7 @@ class MemoryBreakerStore:
     def __init__(self) -> None:
         self.entries: dict[str, BreakerEntry] = {}
 
-    async def acquire(self, model: str, now: float, token: str, policy: BreakerPolicy) -> str:
+    async def acquire(self, model: str, now: float, token: str, *, policy: BreakerPolicy) -> str:
         e = self.entries.setdefault(model, BreakerEntry())
         if e.open_until == 0:
             return FAILING if e.failures else CLOSED
@@ -161,7 +161,7 @@ class RedisBreakerStore:
     def key(self, model: str) -> str:
         return keys.breaker(model)
 
-    async def acquire(self, model: str, now: float, token: str, policy: BreakerPolicy) -> str:
+    async def acquire(self, model: str, now: float, token: str, *, policy: BreakerPolicy) -> str:
         out = await self._acquire(keys=[self.key(model)], args=[repr(now), token, repr(policy.probe_ttl_s), KEY_TTL_S])
         return _text(out)
 

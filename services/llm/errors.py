@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 class ModelCallError(Exception):
     """A failed model call; `retryable` says whether the same call may succeed later."""
 
-    def __init__(self, code: str, message: str, retryable: bool = False, status: int | None = None,
+    def __init__(self, code: str, message: str, retryable: bool = False, *, status: int | None = None,
                  model: str | None = None, retry_after_s: float | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
@@ -140,11 +140,11 @@ def classify(exc: BaseException, model: str | None = None) -> ModelCallError:
     transport = (httpx.TransportError, ConnectionError) if httpx is not None else (ConnectionError,)
     if isinstance(exc, timeouts):
         return ModelCallError("timeout", f"the model API did not answer in time ({type(exc).__name__})",
-                              True, None, model)
+                              True, model=model)
     if isinstance(exc, transport):
         return ModelCallError("connection", f"the model stream broke: {type(exc).__name__}: {exc}",
-                              True, None, model)
-    return ModelCallError("internal", f"{type(exc).__name__}: {exc}", False, None, model)
+                              True, model=model)
+    return ModelCallError("internal", f"{type(exc).__name__}: {exc}", False, model=model)
 
 
 def _classify_sdk(anthropic: Any, exc: BaseException, model: str | None) -> ModelCallError | None:
@@ -154,9 +154,9 @@ def _classify_sdk(anthropic: Any, exc: BaseException, model: str | None) -> Mode
         if status < 400:  # an error event inside a streamed 200 response
             status = _TYPE_STATUS.get(_error_type(exc) or "", 500)
         code, retryable = _classify_status(status, message)
-        return ModelCallError(code, message, retryable, status, model, _retry_after(exc))
+        return ModelCallError(code, message, retryable, status=status, model=model, retry_after_s=_retry_after(exc))
     if isinstance(exc, anthropic.APITimeoutError):
-        return ModelCallError("timeout", "the model API did not answer in time", True, None, model)
+        return ModelCallError("timeout", "the model API did not answer in time", True, model=model)
     if isinstance(exc, anthropic.APIConnectionError):
-        return ModelCallError("connection", f"cannot reach the model API: {exc.message}", True, None, model)
+        return ModelCallError("connection", f"cannot reach the model API: {exc.message}", True, model=model)
     return None

@@ -44,7 +44,7 @@ class FallbackModel(Model):
 
     async def stream(self, request: ModelRequest) -> ModelStream:
         if not self.models:
-            raise ModelCallError("bad_request", "no model to call", False, None, request.model)
+            raise ModelCallError("bad_request", "no model to call", False, model=request.model)
         switches: list[dict[str, str]] = []
         last_error: ModelCallError | None = None
         previous = ""

@@ -54,7 +54,7 @@ class ScriptedResponse:
         error = None
         if isinstance(err, dict):
             error = ModelCallError(err.get("code", "server_error"), err.get("message", "scripted failure"),
-                                   bool(err.get("retryable", False)), err.get("status"))
+                                   bool(err.get("retryable", False)), status=err.get("status"))
         elif isinstance(err, ModelCallError):
             error = err
         usage = spec.get("usage")

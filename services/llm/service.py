@@ -87,7 +87,7 @@ class LlmService:
         self._inflight = InflightSteps(ctx.subjects)
         """session id -> (run id, cancel event) of each generation running here."""
         self._cancel_sub: Any = None
-        self.summarizer = SummarizeResponder(ctx, self.model_factory, self.policy, self.breaker, sleep)
+        self.summarizer = SummarizeResponder(ctx, self.model_factory, self.policy, breaker=self.breaker, sleep=sleep)
         """Answers the memory service's summaries on `<prefix>.rpc.llm.summarize` (summarize.py)."""
         self._owns_token_count = token_count is None
         self.token_count = token_count or token_count_from_settings(ctx.settings)
@@ -159,7 +159,7 @@ class LlmService:
         # The delivery's runner keeps it alive meanwhile (shared/runtime/chain.py); `heartbeat` is
         # for a caller outside a delivery.
         with Heartbeat(None if current_delivery() is not None else heartbeat, ctx.settings.ack_wait_s):
-            async with renewed(ctx.steps, key, claim.token, ttl_s):
+            async with renewed(ctx.steps, key, claim.token, ttl_s=ttl_s):
                 result = await self._generate(env, attempt)
         if result.error is not None and result.error.code == "cancelled":
             # Not recorded: the step is stale for the router, and nothing was decided.
@@ -172,7 +172,7 @@ class LlmService:
         # while another replica took the step) raises StepHeld and publishes nothing. A
         # delivery that finished first stays the one on record.
         mine = result.model_dump(mode="json")
-        standing = await ctx.steps.record_claimed(key, claim.token, key, mine, release=True)
+        standing = await ctx.steps.record_claimed(key, claim.token, key, value=mine, release=True)
         if standing != mine:
             return await self._publish_recorded(env, standing)
         await ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",

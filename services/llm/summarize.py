@@ -38,7 +38,7 @@ log = logging.getLogger("loopwire.llm.summarize")
 
 class SummarizeResponder(CoreResponder):
     def __init__(self, ctx: ServiceContext, model_factory: Callable[[str], Model], policy: RetryPolicy,
-                 breaker: CircuitBreaker | None, sleep: Sleep) -> None:
+                 *, breaker: CircuitBreaker | None, sleep: Sleep) -> None:
         super().__init__(ctx.subjects.llm_summarize, f"{ctx.settings.subject_prefix.replace('.', '_')}_llm_summarize")
         self.ctx = ctx
         self.model_factory = model_factory
@@ -56,7 +56,7 @@ class SummarizeResponder(CoreResponder):
             result = await self.answer(env)
         except Exception as exc:  # Redis down, say: the caller falls back
             log.exception("summarize %s failed", env.step_id)
-            result = result_failed(env, ModelCallError("internal", f"summarize failed: {exc}", False, None, None))
+            result = result_failed(env, ModelCallError("internal", f"summarize failed: {exc}", False, model=None))
         if msg.reply:
             with contextlib.suppress(Exception):
                 await msg.respond(codec.dumps(result))

@@ -62,7 +62,7 @@ def system_prompt(system: str | None, notes: list[str]) -> str | None:
 
 
 def build_generate(env: AssembleContext, messages: list[dict[str, Any]], tools: list[ToolSpec],
-                   system: str | None, extra_usage: Usage | None = None) -> Generate:
+                   *, system: str | None, extra_usage: Usage | None = None) -> Generate:
     """The llm service's request. `messages` are already normalised (and compacted);
     `system` already carries the memory sections and every note."""
     return Generate(

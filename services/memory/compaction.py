@@ -114,7 +114,7 @@ def boundary_candidates(rest: list[dict[str, Any]], keep_turns: int) -> list[int
     return [j for j in assistants if 1 <= j <= keep_from and j not in unsafe and j > last_orphan]
 
 
-def choose_boundary(rest: list[dict[str, Any]], tokens: list[int], budget: int, keep_turns: int) -> int | None:
+def choose_boundary(rest: list[dict[str, Any]], tokens: list[int], budget: int, *, keep_turns: int) -> int | None:
     """The earliest candidate whose tail fits `budget` tokens (the most history kept
     verbatim), else the latest candidate (as much summarised as allowed); None when no
     message may be summarised."""

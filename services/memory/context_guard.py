@@ -150,7 +150,7 @@ class ContextGuard:
         fixed = max(0, measured.tokens - sum(tokens) - old_summary)
         tail_budget = max(0, cfg.target - fixed - cfg.summary_budget)
         keep = 1 if cfg.reduce else cfg.keep_turns
-        j = choose_boundary(ctx.rest, tokens, tail_budget, keep)
+        j = choose_boundary(ctx.rest, tokens, tail_budget, keep_turns=keep)
         if j is None:
             log.info("step %s: %d tokens (threshold %d) but nothing may be summarised", step_id,
                      measured.tokens, cfg.threshold)
@@ -161,7 +161,7 @@ class ContextGuard:
         usage = Usage()
         new_record: CompactionRecord | None = None
         try:
-            summary, usage = await self._summarise(record.summary if record else None, span, tokens[:j], cfg)
+            summary, usage = await self._summarise(record.summary if record else None, span, tokens[:j], cfg=cfg)
         except SummaryFailed as exc:
             log.warning("step %s: summarising failed (%s); dropping %d old messages from this request",
                         step_id, exc, j)
@@ -183,7 +183,7 @@ class ContextGuard:
         if after.tokens >= limit:
             kept_from = covers if method == "summary" else ctx.start
             compacted, after, dropped = await self._drop_until_fits(
-                ctx, summary_text, kept_from, tail, limit / scale, already=0 if method == "summary" else j)
+                ctx, summary_text, kept_from, tail=tail, limit=limit / scale, already=0 if method == "summary" else j)
         if new_record is not None:
             new_record.tokens_after = after.tokens
         event = {"tokens_before": measured.tokens, "tokens_after": after.tokens, "method": method,
@@ -203,7 +203,7 @@ class ContextGuard:
         return math.ceil(self.counter.estimator.text_tokens(text) * scale)
 
     async def _summarise(self, previous: str | None, span: list[dict[str, Any]], tokens: list[int],
-                         cfg: GuardConfig) -> tuple[str, Usage]:
+                         *, cfg: GuardConfig) -> tuple[str, Usage]:
         """Fold the span into the previous summary, chunk by chunk when it is larger than
         one summariser request may be."""
         # One request holds the instructions, the previous summary, the chunk and the answer.
@@ -223,7 +223,7 @@ class ContextGuard:
         assert summary is not None
         return summary, usage
 
-    async def _drop_until_fits(self, ctx: Context, summary: str | None, covers: int, tail: list[dict[str, Any]],
+    async def _drop_until_fits(self, ctx: Context, summary: str | None, covers: int, *, tail: list[dict[str, Any]],
                                limit: float, already: int) -> tuple[list[dict[str, Any]], Count, int]:
         """Preflight compression: drop the oldest turns of the tail (tool-pair-safe, the
         latest turn always kept) until the request fits `limit` (in estimated tokens)."""

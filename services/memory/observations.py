@@ -113,7 +113,7 @@ def memory_section(snap: Snapshot, max_chars: int) -> str | None:
 
 # -- the background worker ------------------------------------------------------------------------
 class Observer:
-    def __init__(self, store: MemoryStore, sessions: SessionStore, complete: Complete, emit: Emit,
+    def __init__(self, store: MemoryStore, sessions: SessionStore, complete: Complete, *, emit: Emit,
                  every_turns: int, reflect_every: int) -> None:
         self.store = store
         self.sessions = sessions
@@ -192,13 +192,13 @@ class Observer:
         if turns + (end - scanned) < self.every_turns:
             return  # even if every unread message were a model turn: too few, read them later
         if scanned < end:
-            turns += model_turns(await self._unread(sid, scanned, end, read))
+            turns += model_turns(await self._unread(sid, scanned, end, read=read))
             scanned = end
         self._seen.put(sid, (observed_to, scanned, turns))
         if turns < self.every_turns:
             return
         owner = uuid.uuid4().hex
-        if not await self.store.lock(sid, "observe", owner, LOCK_TTL_S):
+        if not await self.store.lock(sid, "observe", owner, ttl_s=LOCK_TTL_S):
             return  # another replica is on it
         try:
             state = await self.store.observation_state(sid)  # may have moved while we read
@@ -214,7 +214,7 @@ class Observer:
             with contextlib.suppress(Exception):
                 await self.store.unlock(sid, "observe", owner)
 
-    async def _unread(self, sid: str, start: int, end: int, read: Read | None) -> list[dict[str, Any]]:
+    async def _unread(self, sid: str, start: int, end: int, *, read: Read | None) -> list[dict[str, Any]]:
         """History messages [start, end): from what the assembly read when it covers them
         (committed messages never change), else from the store."""
         if read is not None and read[0] <= start and read[0] + len(read[1]) >= end:
@@ -239,7 +239,7 @@ class Observer:
             return
         item = {"text": text, "session_id": sid, "run_id": env.run_id, "from_message": start,
                 "to_message": end, "turns": model_turns(messages), "actor": env.actor, "at": now_rfc3339()}
-        await self.store.add_observation(sid, item, env.actor, usage, observed_to=end)
+        await self.store.add_observation(sid, item, env.actor, usage=usage, observed_to=end)
         await self.emit(sid, env.run_id, "memory.observation", key=keys.event_key("memory.observation", end),
                         observation=text, from_message=start, to_message=end, actor=env.actor)
 
@@ -254,6 +254,6 @@ class Observer:
             return
         item = {"text": text, "session_id": sid, "run_id": env.run_id, "observations": end - start,
                 "actor": env.actor, "at": now_rfc3339()}
-        await self.store.add_reflection(sid, item, env.actor, usage, reflected=end)
+        await self.store.add_reflection(sid, item, env.actor, usage=usage, reflected=end)
         await self.emit(sid, env.run_id, "memory.reflection", key=keys.event_key("memory.reflection", end),
                         reflection=text, observations=end - start, actor=env.actor)

@@ -72,7 +72,7 @@ class MemoryService:
         s = self.ctx.settings
         self._summarizer = LlmSummarizer(self.ctx.bus.nc, self.ctx.subjects.llm_summarize,
                                          s.memory_summary_timeout_s)
-        self._observer = Observer(self.store, self.ctx.sessions, self._summarizer.complete, self.ctx.bus.emit,
+        self._observer = Observer(self.store, self.ctx.sessions, self._summarizer.complete, emit=self.ctx.bus.emit,
                                   every_turns=s.memory_observe_every_turns,
                                   reflect_every=s.memory_reflect_every_observations)
 
@@ -150,7 +150,7 @@ class MemoryService:
             if compacting is not None:
                 extra = compacting if extra is None else extra + compacting
         notes = [outcome.note] if outcome.note else []
-        request = build_generate(env, outcome.messages, tools, system_prompt(context.system, notes), extra)
+        request = build_generate(env, outcome.messages, tools, system=system_prompt(context.system, notes), extra_usage=extra)
         msg_id = keys.generate_msg_id(env.step_id)
         # With the llm service in this process the generation runs here, while this step's
         # message stays unacked (kept alive by its handler runner); a crash redelivers it and

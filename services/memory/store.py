@@ -192,15 +192,15 @@ class MemoryStore:
         self._add_usage(pipe, sid, record.usage)
         await pipe.execute()
 
-    async def add_observation(self, sid: str, item: dict[str, Any], actor: str | None, usage: Usage,
+    async def add_observation(self, sid: str, item: dict[str, Any], actor: str | None, *, usage: Usage,
                               observed_to: int) -> None:
-        await self._add_note(sid, "obs", item, actor, usage, "observed_to", observed_to)
+        await self._add_note(sid, "obs", item, actor=actor, usage=usage, progress_field="observed_to", progress=observed_to)
 
-    async def add_reflection(self, sid: str, item: dict[str, Any], actor: str | None, usage: Usage,
+    async def add_reflection(self, sid: str, item: dict[str, Any], actor: str | None, *, usage: Usage,
                              reflected: int) -> None:
-        await self._add_note(sid, "refl", item, actor, usage, "reflected", reflected)
+        await self._add_note(sid, "refl", item, actor=actor, usage=usage, progress_field="reflected", progress=reflected)
 
-    async def _add_note(self, sid: str, kind: str, item: dict[str, Any], actor: str | None, usage: Usage,
+    async def _add_note(self, sid: str, kind: str, item: dict[str, Any], *, actor: str | None, usage: Usage,
                         progress_field: str, progress: int) -> None:
         """One observation or reflection, the progress mark it moves and the tokens it
         cost, in one transaction of the session's slot; then its copy in the strategy
@@ -225,7 +225,7 @@ class MemoryStore:
     async def mark_reflected(self, sid: str, reflected: int) -> None:
         await self._r.hset(keys.memory(sid, "meta"), "reflected", reflected)
 
-    async def lock(self, sid: str, what: str, owner: str, ttl_s: int) -> bool:
+    async def lock(self, sid: str, what: str, owner: str, *, ttl_s: int) -> bool:
         return bool(await self._r.set(keys.memory_lock(sid, what), owner, nx=True, ex=ttl_s))
 
     async def unlock(self, sid: str, what: str, owner: str) -> None:

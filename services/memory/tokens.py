@@ -241,7 +241,7 @@ def strip_refs(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], in
     return out, hidden
 
 
-def content_hash(model: str, system: str | None, messages: list[dict[str, Any]], tools: list[ToolSpec]) -> str:
+def content_hash(model: str, system: str | None, messages: list[dict[str, Any]], *, tools: list[ToolSpec]) -> str:
     payload = [model, system, messages, [t.model_dump() for t in tools]]
     return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
@@ -281,7 +281,7 @@ class TokenCounter:
             return Count(counted.tokens + hidden, exact=False)
         if not self.reachable:
             return Count(self.estimate(system, messages, tools), exact=False)
-        key = content_hash(model, system, messages, tools)
+        key = content_hash(model, system, messages, tools=tools)
         cached = self._lru.get(key)
         if cached is None and self.redis is not None and self.cache_ttl_s:
             try:
@@ -292,7 +292,7 @@ class TokenCounter:
         if cached is not None:
             self._lru.put(key, cached)
             return Count(cached, exact=True)
-        exact = await self._ask(model, system, messages, tools)
+        exact = await self._ask(model, system, messages, tools=tools)
         if exact is None:
             return Count(self.estimate(system, messages, tools), exact=False)
         self.estimator.calibrate(self.estimator.tally(system, messages, tools), exact)
@@ -305,7 +305,7 @@ class TokenCounter:
         return Count(exact, exact=True)
 
     async def _ask(self, model: str, system: str | None, messages: list[dict[str, Any]],
-                   tools: list[ToolSpec]) -> int | None:
+                   *, tools: list[ToolSpec]) -> int | None:
         assert self.exact is not None  # reachable
         self.calls += 1
         try:

@@ -61,7 +61,7 @@ def operator_permission(settings: Settings, name: str) -> str:
 
 
 class DirectCalls:
-    def __init__(self, catalog: Catalog, executor: Executor, bus: Bus, settings: Settings,
+    def __init__(self, catalog: Catalog, executor: Executor, bus: Bus, *, settings: Settings,
                  refresh: Callable[[], Awaitable[Any]] | None = None) -> None:
         self.catalog = catalog
         self.executor = executor

@@ -114,8 +114,8 @@ class Executor:
             return items
         batch = _BatchClaim(claim_key, claim.token, unrecorded=sum(r is None for r in recorded))
         try:
-            async with renewed(self.steps, claim_key, claim.token, self.claim_ttl_s):
-                return await self._execute(env, recorded, batch, on_result, cancel)
+            async with renewed(self.steps, claim_key, claim.token, ttl_s=self.claim_ttl_s):
+                return await self._execute(env, recorded, batch, on_result=on_result, cancel=cancel)
         finally:
             # A redelivery finds the records, or (a cancelled call is not recorded, a
             # failure here) may run what is missing at once. The batch's last record
@@ -125,7 +125,7 @@ class Executor:
                     await self.steps.release(claim_key, claim.token)
 
     async def _execute(self, env: ExecuteTools, recorded: list[dict[str, Any] | None], claim: _BatchClaim,
-                       on_result: ResultCallback | None, cancel: CancelSignal | None) -> list[ToolResultItem]:
+                       *, on_result: ResultCallback | None, cancel: CancelSignal | None) -> list[ToolResultItem]:
         calls = env.calls
         tools = [self.catalog.resolve(c.name) for c in calls]
         if self.refresh is not None and env.recording is None and any(
@@ -149,8 +149,8 @@ class Executor:
                     for j in () if i in plan.refused else plan.after[i]:  # a refused call waits on nothing
                         await finished[j].wait()
                     started = time.monotonic()
-                    item, keep = await self._run_one(env, calls[i], tools[i], cancel,
-                                                     refused=plan.refused.get(i) or _failed_need(calls, plan, outcomes, i))
+                    item, keep = await self._run_one(env, calls[i], tools[i], cancel=cancel,
+                                                     refused=plan.refused.get(i) or _failed_need(calls, plan, outcomes, i=i))
                     metrics.observe_tool_call(calls[i].name, _outcome(item, keep, tools[i] is not None),
                                               time.monotonic() - started)
                     if self.blobs is not None:
@@ -161,7 +161,7 @@ class Executor:
                         last = claim.unrecorded == 1  # the batch's last record: it drops the claim
                         stands = await self.steps.record_claimed(
                             claim.key, claim.token, keys.tool_call_step(env.session_id, item.tool_use_id),
-                            item.model_dump(mode="json"), release=last)
+                            value=item.model_dump(mode="json"), release=last)
                         claim.unrecorded -= 1
                         claim.released = last
                         item = ToolResultItem.model_validate(stands)
@@ -183,7 +183,7 @@ class Executor:
         return [t.result() for t in tasks]
 
     async def _run_one(self, env: ExecuteTools, call: ToolCall, tool: ResolvedTool | None,
-                       cancel: CancelSignal | None, refused: str | None = None) -> tuple[ToolResultItem, bool]:
+                       *, cancel: CancelSignal | None, refused: str | None = None) -> tuple[ToolResultItem, bool]:
         """One call's result, and whether to record it (a cancelled call is not: the same
         tool_use_id may be asked for again and must then really run). `refused`: the
         staging's reason not to run it."""
@@ -215,7 +215,7 @@ class Executor:
                                          conversation_id=env.session_id, parent=env.trace) as span:
             try:
                 async with deadline:
-                    outcome = await unless_cancelled(self._invoke(env, call, tool, timeout), cancel)
+                    outcome = await unless_cancelled(self._invoke(env, call, tool, timeout=timeout), cancel)
             except StepCancelled:
                 return error(f"tool {call.name} was cancelled")[0], False
             except TimeoutError:
@@ -238,15 +238,15 @@ class Executor:
                               is_error=outcome.is_error), True
 
     async def _invoke(self, env: ExecuteTools, call: ToolCall, tool: ResolvedTool,
-                      timeout: float) -> Outcome:
+                      *, timeout: float) -> Outcome:
         retry = getattr(tool, "retry", None)
         if retry is None or retry.retries == 0:
-            return await self._invoke_once(env, call, tool, timeout)
-        return await with_retries(lambda: self._invoke_once(env, call, tool, timeout), retry,
+            return await self._invoke_once(env, call, tool, timeout=timeout)
+        return await with_retries(lambda: self._invoke_once(env, call, tool, timeout=timeout), retry,
                                   (ProviderUnavailable, TransientToolError))
 
     async def _invoke_once(self, env: ExecuteTools, call: ToolCall, tool: ResolvedTool,
-                           timeout: float) -> Outcome:
+                           *, timeout: float) -> Outcome:
         if isinstance(tool, PythonTool):
             return await call_python(tool, call.input, session_id=env.session_id, tool_use_id=call.tool_use_id,
                                      user_id=env.user_id, workspace_id=env.workspace_id)
@@ -281,7 +281,7 @@ def validation_problem(tool: ResolvedTool, arguments: dict[str, Any], limit: int
 
 
 def _failed_need(calls: list[ToolCall], plan: Staging, outcomes: dict[int, ToolResultItem],
-                 i: int) -> str | None:
+                 *, i: int) -> str | None:
     """Why call `i` is not run when a call it depends on failed, else None."""
     failed = [calls[j] for j in sorted(plan.needs[i]) if j in outcomes and outcomes[j].is_error]
     if not failed:

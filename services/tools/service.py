@@ -129,7 +129,7 @@ class ToolsService:
                                  blobs=self.ctx.blobs, large_content_bytes=settings.large_content_bytes,
                                  on_protocol_error=self._bad_reply, claim_ttl_s=settings.ack_wait_s,
                                  recordings=Recordings(self.ctx.events))
-        self.direct = DirectCalls(self.catalog, self.executor, self.ctx.bus, settings, refresh=self._refresh_soon)
+        self.direct = DirectCalls(self.catalog, self.executor, self.ctx.bus, settings=settings, refresh=self._refresh_soon)
         if self.mcp is not None:
             await self.mcp.wait_connected(MCP_START_WAIT_S)
         self._cancel_sub = await nc.subscribe(self.ctx.subjects.cancel_all, cb=self._inflight.on_notice)

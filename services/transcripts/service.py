@@ -69,14 +69,14 @@ class TranscriptsService:
             "transcript.get": (TranscriptGetRequest, lambda req, _: transcript_get(req, self.ctx.events, self._archive)),
             "sessions.list": (SessionsListRequest, lambda req, tenant: sessions_list(req, self.ctx.sessions, tenant)),
             "tenant.usage": (TenantUsageRequest, lambda req, tenant: tenant_usage(
-                req, self._quotas, self._limits, tenant)),
+                req, self._quotas, self._limits, subject_tenant=tenant)),
         }
         for name, (model, answer) in queries.items():
             broker.subscriber(subjects.query(name), queue=queue, max_workers=QUERIES_AT_ONCE)(
-                self._handler(name, model, answer, False))
+                self._handler(name, model, answer, tenant_scoped=False))
             if self.ctx.settings.tenants:
                 broker.subscriber(subjects.query(name, tenant="*"), queue=queue, max_workers=QUERIES_AT_ONCE)(
-                    self._handler(name, model, answer, True))
+                    self._handler(name, model, answer, tenant_scoped=True))
 
     async def _archive(self, sid: str) -> list[dict[str, Any]]:
         """The session's events from the LOOPWIRE_EVENTS stream (Redis lost its log)."""
@@ -91,7 +91,7 @@ class TranscriptsService:
     async def stop(self) -> None:
         return None
 
-    def _handler(self, name: str, model: type[Any], answer: Answer, tenant_scoped: bool) -> QueryHandler:
+    def _handler(self, name: str, model: type[Any], answer: Answer, *, tenant_scoped: bool) -> QueryHandler:
         def unavailable(exc: Exception) -> dict[str, Any] | None:
             if not isinstance(exc, StoreUnavailable):
                 return None

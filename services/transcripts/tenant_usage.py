@@ -33,7 +33,7 @@ def tenant_named(req: TenantUsageRequest, limits: TenantLimits, subject_tenant: 
 
 
 async def tenant_usage(req: TenantUsageRequest, store: TenantQuotaStore, limits: TenantLimits | None,
-                       subject_tenant: str | None, now_ns: int | None = None) -> dict[str, Any]:
+                       *, subject_tenant: str | None, now_ns: int | None = None) -> dict[str, Any]:
     if limits is None:
         return error_reply("no_tenant_limits", "LOOPWIRE_TENANT_LIMITS is not set: no tenant is limited or counted")
     tenant = tenant_named(req, limits, subject_tenant)

@@ -310,7 +310,7 @@ def validate_event(body: dict[str, Any]) -> Event:
 
 
 def user_message_fields(message: dict[str, Any], turn: int, source: str,
-                        reported: Iterable[str] = ()) -> dict[str, Any]:
+                        *, reported: Iterable[str] = ()) -> dict[str, Any]:
     """The fields of the `user.message` event the router emits for a message it appends
     (`source`: `input`, `follow_up`, `steer`, `router`). A tool_result block whose result
     is in a `tool.result` event already (`reported` tool_use ids) goes without its content:

@@ -235,7 +235,7 @@ def describe_validation_error(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def make_event(kind: str, session_id: str, run_id: str | None, seq: int, ts: str | None = None,
+def make_event(kind: str, session_id: str, run_id: str | None, *, seq: int, ts: str | None = None,
                **fields: Any) -> dict[str, Any]:
     """An egress event body: the common fields first, then the kind's own. An `error`'s
     message often quotes an exception: secrets in it (a URL's password, an API key) are

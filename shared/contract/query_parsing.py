@@ -35,7 +35,7 @@ SESSION_ID_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {
 """The fields of each query that name a session."""
 
 
-def parse_query(data: bytes, model: type[Q], max_depth: int = 32, tenants: bool = False,
+def parse_query(data: bytes, model: type[Q], max_depth: int = 32, *, tenants: bool = False,
                 tenant: str | None = None) -> Q | dict[str, Any]:
     """A request model, or the error reply to send back. `tenant`: the query came on that
     tenant's subject: the sessions it names are that tenant's (`<sid>` or

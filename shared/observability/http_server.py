@@ -67,7 +67,7 @@ async def start_http_server(host: str, port: int, ready: ReadyCallback | None = 
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await _serve_one(reader, writer, ready, ready_timeout_s)
+            await _serve_one(reader, writer, ready, ready_timeout_s=ready_timeout_s)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the client went away or was too slow: nothing to answer
         except Exception:
@@ -87,24 +87,24 @@ async def start_http_server(host: str, port: int, ready: ReadyCallback | None = 
 
 
 async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     ready: ReadyCallback | None, ready_timeout_s: float) -> None:
+                     ready: ReadyCallback | None, *, ready_timeout_s: float) -> None:
     try:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT_S)
     except asyncio.LimitOverrunError:
-        await _respond(writer, HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, b"", "text/plain")
+        await _respond(writer, HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, b"", content_type="text/plain")
         return
     request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
     parts = request_line.split(" ")
     if len(parts) != 3:
-        await _respond(writer, HTTPStatus.BAD_REQUEST, b"bad request\n", "text/plain")
+        await _respond(writer, HTTPStatus.BAD_REQUEST, b"bad request\n", content_type="text/plain")
         return
     method, target, _version = parts
     path = target.split("?", 1)[0]
     if path not in ("/metrics", "/healthz", "/readyz"):
-        await _respond(writer, HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
+        await _respond(writer, HTTPStatus.NOT_FOUND, b"not found\n", content_type="text/plain")
         return
     if method not in ("GET", "HEAD"):
-        await _respond(writer, HTTPStatus.METHOD_NOT_ALLOWED, b"method not allowed\n", "text/plain",
+        await _respond(writer, HTTPStatus.METHOD_NOT_ALLOWED, b"method not allowed\n", content_type="text/plain",
                        extra={"Allow": "GET, HEAD"})
         return
     head_only = method == "HEAD"
@@ -112,12 +112,12 @@ async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     if path == "/metrics":
         # Generating the exposition is synchronous and takes well under a millisecond for
         # our few hundred series; not worth a thread hop.
-        await _respond(writer, HTTPStatus.OK, metrics.metrics_text(), metrics.CONTENT_TYPE, head_only)
+        await _respond(writer, HTTPStatus.OK, metrics.metrics_text(), content_type=metrics.CONTENT_TYPE, head_only=head_only)
     elif path == "/healthz":
-        await _respond(writer, HTTPStatus.OK, b'{"status":"ok"}', "application/json", head_only)
+        await _respond(writer, HTTPStatus.OK, b'{"status":"ok"}', content_type="application/json", head_only=head_only)
     else:
         status, body = await _readiness(ready, ready_timeout_s)
-        await _respond(writer, status, orjson.dumps(body), "application/json", head_only)
+        await _respond(writer, status, orjson.dumps(body), content_type="application/json", head_only=head_only)
 
 
 async def _readiness(ready: ReadyCallback | None, timeout_s: float) -> tuple[HTTPStatus, dict[str, str]]:
@@ -135,7 +135,7 @@ async def _readiness(ready: ReadyCallback | None, timeout_s: float) -> tuple[HTT
     return status, body
 
 
-async def _respond(writer: asyncio.StreamWriter, status: HTTPStatus, body: bytes, content_type: str,
+async def _respond(writer: asyncio.StreamWriter, status: HTTPStatus, body: bytes, *, content_type: str,
                    head_only: bool = False, extra: dict[str, str] | None = None) -> None:
     headers = {
         "Content-Type": content_type,

@@ -294,7 +294,7 @@ def child(metric: Any, **labels: str) -> Any:
     return found
 
 
-def observe_usage(model: str, input_tokens: int, output_tokens: int, cost_usd: float = 0.0) -> None:
+def observe_usage(model: str, input_tokens: int, output_tokens: int, *, cost_usd: float = 0.0) -> None:
     """Count one model response's tokens and cost. `input_tokens` already includes the
     cache read and cache creation tokens (Anthropic's usage reports them apart)."""
     m = model_label(model)

@@ -151,5 +151,5 @@ def event_items(session_id: str,
                 events: list[tuple[str | None, str, str | None, dict[str, Any]]]) -> list[Append]:
     """(run_id, kind, key, fields) -> what the event log appends: (body, key, store);
     ephemeral kinds (`text.delta`, progress) take a seq but are not stored."""
-    return [(make_event(kind, session_id, run_id, 0, **fields), key, kind not in EPHEMERAL_KINDS)
+    return [(make_event(kind, session_id, run_id, seq=0, **fields), key, kind not in EPHEMERAL_KINDS)
             for run_id, kind, key, fields in events]

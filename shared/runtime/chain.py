@@ -114,7 +114,7 @@ class Chain:
     """The root message of a chain, the count of its deliveries not yet settled, and the
     worst outcome among those that were."""
 
-    def __init__(self, root: Any, delivered: int, ack_wait_s: float, holds: bool,
+    def __init__(self, root: Any, delivered: int, ack_wait_s: float, *, holds: bool,
                  policy: RedeliveryPolicy | None = None, report: ReportDeadLetter | None = None) -> None:
         self.root = root
         """The JetStream message (work_consumer.JetStreamRoot) the chain settles at its end."""

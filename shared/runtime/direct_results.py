@@ -58,7 +58,7 @@ class ReplicaOutage(DirectDeliveryFailed, ConnectionError):
     (redelivery.is_outage)."""
 
 
-async def request_applied(nc: NatsClient, subject: str, data: bytes, headers: dict[str, str],
+async def request_applied(nc: NatsClient, subject: str, data: bytes, *, headers: dict[str, str],
                           timeout_s: float) -> bool:
     """True once the replica on `subject` applied the result; False when none listens
     there. Raises when it answered that it could not apply it (DirectDeliveryFailed), or

@@ -36,7 +36,7 @@ def query_handler(name: str, model: type[Q], answer: Callable[[Q, str | None], A
 
     async def handle(msg: NatsMessage) -> bytes:
         tenant = subjects.tenant_of_query(msg.raw_message.subject) if tenant_scoped else None
-        req = parse_query(msg.body, model, settings.max_body_depth, settings.tenants, tenant)
+        req = parse_query(msg.body, model, settings.max_body_depth, tenants=settings.tenants, tenant=tenant)
         if isinstance(req, dict):
             return orjson.dumps(req)
         try:

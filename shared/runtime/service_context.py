@@ -158,7 +158,7 @@ class ServiceContext:
             headers = work_headers(envelope, msg_id, recover=recover)
 
             async def call_here() -> T | None:
-                if await request_applied(self.bus.nc, direct, data, headers, self.settings.direct_result_timeout_s):
+                if await request_applied(self.bus.nc, direct, data, headers=headers, timeout_s=self.settings.direct_result_timeout_s):
                     HOOKS.handed_over(to, "direct")
                 else:  # that replica is gone or stopping
                     await publish(0)
@@ -246,7 +246,7 @@ class ServiceContext:
                 self.handlers[subject] = handler
 
             async def consume(root: JetStreamRoot) -> None:
-                await run_handler(handler, root_delivery(root, ack_wait_s, holds, policy, report))
+                await run_handler(handler, root_delivery(root, ack_wait_s, holds, policy=policy, report=report))
 
             self.work_consumers.append(WorkConsumer(subject, stream=stream, durable=name, config=config,
                                                     handle=consume, max_workers=max_workers))

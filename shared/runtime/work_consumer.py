@@ -83,7 +83,7 @@ class JetStreamRoot:
             await self.raw_message.in_progress()
 
 
-def root_delivery(msg: Any, ack_wait_s: float, holds: bool, policy: RedeliveryPolicy | None = None,
+def root_delivery(msg: Any, ack_wait_s: float, holds: bool, *, policy: RedeliveryPolicy | None = None,
                   report: Any = None) -> Delivery:
     """A JetStream message (a `JetStreamRoot`) as the root `Delivery` of a work chain. Its
     delivery count adds the attempts a hop had in process before it was published
@@ -92,7 +92,7 @@ def root_delivery(msg: Any, ack_wait_s: float, holds: bool, policy: RedeliveryPo
     headers = raw.headers or {}
     delivered = delivery_count(msg) + _attempts(headers.get(ATTEMPTS_HEADER))
     redelivered = delivered > 1 or bool(headers.get(RECOVER_HEADER))
-    return Delivery(msg.body, Chain(msg, delivered, ack_wait_s, holds, policy, report), redelivered=redelivered,
+    return Delivery(msg.body, Chain(msg, delivered, ack_wait_s, holds=holds, policy=policy, report=report), redelivered=redelivered,
                     raw_message=raw)
 
 

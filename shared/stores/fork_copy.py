@@ -39,7 +39,7 @@ def covers_of(raw: bytes | str | None) -> int | None:
     return covers if isinstance(covers, int) else None
 
 
-async def copy_compaction(redis: aioredis.Redis, source: str, fork: str, history_len: int, ttl_s: int = 0) -> bool:
+async def copy_compaction(redis: aioredis.Redis, source: str, fork: str, *, history_len: int, ttl_s: int = 0) -> bool:
     """Copy the source's compaction record to the fork when it covers only messages the
     fork has (and leaves at least one after them: the memory uses a record only then)."""
     raw = await redis.get(keys.memory(source, "compaction"))

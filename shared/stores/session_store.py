@@ -40,7 +40,7 @@ class SessionStore(Store, Protocol):
         ...
 
     async def commit(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
-                     history_len_before: int, append: list[dict[str, Any]]) -> bool:
+                     *, history_len_before: int, append: list[dict[str, Any]]) -> bool:
         """Write `state` as version expected_version+1 and append `append` to the history,
         truncated first to `history_len_before` messages; False when the version moved."""
         ...
@@ -63,7 +63,7 @@ class SessionStore(Store, Protocol):
         ...
 
     async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
-                                 history_len_before: int, append: list[dict[str, Any]],
+                                 *, history_len_before: int, append: list[dict[str, Any]],
                                  events: list[Append]) -> list[tuple[dict[str, Any], bool]] | None:
         """Capability COMMIT_WITH_EVENTS: `commit`, and `append_many(sid, events)` of the
         backend's event log, at once. The events as appended; None when the version moved
@@ -124,7 +124,7 @@ class InMemorySessionStore(Declares):
         return codec.loads(raw), version
 
     async def commit(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
-                     history_len_before: int, append: list[dict[str, Any]]) -> bool:
+                     *, history_len_before: int, append: list[dict[str, Any]]) -> bool:
         current = self.states.get(sid, (0, b""))[0]
         if current != expected_version:
             return False
@@ -155,7 +155,7 @@ class InMemorySessionStore(Declares):
         return [(await self.load(sid))[0] for sid in sids]
 
     async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
-                                 history_len_before: int, append: list[dict[str, Any]],
+                                 *, history_len_before: int, append: list[dict[str, Any]],
                                  events: list[Append]) -> list[tuple[dict[str, Any], bool]] | None:
         raise Unsupported("the in-memory session store commits no events: commit, then append_many")
 
@@ -266,11 +266,11 @@ class RedisSessionStore(Declares):
         return codec.loads(raw), int(ver)
 
     async def commit(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
-                     history_len_before: int, append: list[dict[str, Any]]) -> bool:
-        return await self.commit_with_events(sid, expected_version, state, history_len_before, append, []) is not None
+                     *, history_len_before: int, append: list[dict[str, Any]]) -> bool:
+        return await self.commit_with_events(sid, expected_version, state, history_len_before=history_len_before, append=append, events=[]) is not None
 
     async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
-                                 history_len_before: int, append: list[dict[str, Any]],
+                                 *, history_len_before: int, append: list[dict[str, Any]],
                                  events: list[Append]) -> list[tuple[dict[str, Any], bool]] | None:
         """`commit`, and `RedisEventLog.append_many(sid, events)` in the same script: the
         events of a transition are stored (their seqs assigned) exactly when its state is,

@@ -86,7 +86,7 @@ class StepStore(Store, Protocol):
         """Extend the claim while it is `token`'s; False when it is not any more."""
         ...
 
-    async def record_claimed(self, claim_key: str, token: str, key: str, value: dict[str, Any],
+    async def record_claimed(self, claim_key: str, token: str, key: str, *, value: dict[str, Any],
                              release: bool = False) -> dict[str, Any]:
         """Record `value` under `key` unless recorded already (returns the record that
         stands), and with `release` drop the claim (the step's last record). Raises
@@ -139,7 +139,7 @@ class InMemoryStepStore(Declares):
         self.claims[claim_key] = (token, time.monotonic() + ttl_s)
         return True
 
-    async def record_claimed(self, claim_key: str, token: str, key: str, value: dict[str, Any],
+    async def record_claimed(self, claim_key: str, token: str, key: str, *, value: dict[str, Any],
                              release: bool = False) -> dict[str, Any]:
         if key in self.records:
             return codec.loads(self.records[key])
@@ -279,7 +279,7 @@ class RedisStepStore(Declares):
         return bool(await self._rep.run(ScriptCall(self._renew, [keys.step_claim(claim_key)],
                                                    [token, max(1, int(ttl_s * 1000))]), durable=False))
 
-    async def record_claimed(self, claim_key: str, token: str, key: str, value: dict[str, Any],
+    async def record_claimed(self, claim_key: str, token: str, key: str, *, value: dict[str, Any],
                              release: bool = False) -> dict[str, Any]:
         reply = await self._written(ScriptCall(self._record, [keys.step_claim(claim_key), keys.step_record(key)],
                                                [token, codec.dumps(value), self._ttl, "1" if release else "0"]))
@@ -310,7 +310,7 @@ def _text(raw: bytes | str) -> str:
 
 
 @asynccontextmanager
-async def renewed(store: StepStore, claim_key: str, token: str, ttl_s: float) -> AsyncIterator[None]:
+async def renewed(store: StepStore, claim_key: str, token: str, *, ttl_s: float) -> AsyncIterator[None]:
     """Keep the claim alive while the call it fences runs (renewed every third of its
     TTL). A worker that stops (SIGSTOP, a long GC pause) stops renewing, and its claim
     expires after one TTL, like its message's AckWait. The renewal is told to stop, never

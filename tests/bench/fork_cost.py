@@ -48,7 +48,7 @@ async def seed(redis_url: str, d: Recorder) -> None:
     redis = connect_redis(redis_url)
     try:
         sid = d.state.session_id
-        assert await RedisSessionStore(redis).commit(sid, 0, d.state.dump(), 0, d.history)
+        assert await RedisSessionStore(redis).commit(sid, 0, d.state.dump(), history_len_before=0, append=d.history)
         log = RedisEventLog(redis)
         for start in range(0, len(d.transcript), 200):
             await log.append_many(sid, [(e, None, True) for e in d.transcript[start:start + 200]])

@@ -116,7 +116,7 @@ class ExecutorSteps:
             return failed(env, "cancelled", "the agent's turn was cancelled (steer or abort)")
         except ExecutorFailed as err:
             log.warning("executor step %s failed: %s %s", env.step_id, err.code, err.message)
-            return failed(env, err.code, err.message, err.retryable)
+            return failed(env, err.code, err.message, retryable=err.retryable)
 
     async def _run(self, env: Generate, spec: ExecutorSpec, delivered: int, events: StepEvents) -> GenerationResult:
         settings = self.ctx.settings
@@ -166,7 +166,7 @@ class ExecutorSteps:
             async with asyncio.timeout(settings.executor_timeout_s):
                 run = await executor.start(task)
                 self._active[env.session_id] = (env.step_id, run)
-                finished = await self._follow(env, spec, run, events, mine, step_tools)
+                finished = await self._follow(env, spec, run, events=events, record=mine, step_tools=step_tools)
         except TimeoutError:
             raise ExecutorFailed("timeout", f"the agent's turn took longer than {settings.executor_timeout_s:g} s "
                                  "(LOOPWIRE_EXECUTOR_TIMEOUT_S)") from None
@@ -184,7 +184,7 @@ class ExecutorSteps:
             raise ExecutorFailed("executor_failed", f"the agent's turn failed: {finished.error}")
         return await events.result(finished)
 
-    async def _follow(self, env: Generate, spec: ExecutorSpec, run: ExecutorRun, events: StepEvents,
+    async def _follow(self, env: Generate, spec: ExecutorSpec, run: ExecutorRun, *, events: StepEvents,
                       record: AgentSession, step_tools: StepTools) -> Finished:
         async for event in run.events():
             if isinstance(event, SessionStarted):
@@ -332,7 +332,7 @@ def _plan_status(raw: Any) -> str:
     return raw if raw in ("pending", "in_progress", "completed") else "pending"
 
 
-def failed(env: Generate, code: str, message: str, retryable: bool = False) -> GenerationResult:
+def failed(env: Generate, code: str, message: str, *, retryable: bool = False) -> GenerationResult:
     return GenerationResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id, turn=env.turn,
                             trace=dict(env.trace), extra_usage=env.extra_usage, extra_model=env.extra_model, ok=False,
                             model=env.models[0] if env.models else None,

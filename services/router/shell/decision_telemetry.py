@@ -32,7 +32,7 @@ def count_decision(decision: Decision, profile: str | None) -> None:
             if count.name == "turn":
                 metrics.child(metrics.TURNS, profile=count.labels.get("profile", "unknown")).inc()
             metrics.observe_usage(model, int(count.values.get("input_tokens", 0)),
-                                  int(count.values.get("output_tokens", 0)), count.values.get("cost_usd", 0.0))
+                                  int(count.values.get("output_tokens", 0)), cost_usd=count.values.get("cost_usd", 0.0))
         elif count.name == "vacuous_retry":
             metrics.VACUOUS_RETRIES.inc()
         elif count.name == "commitment_nudge":

@@ -166,7 +166,7 @@ class ForkQuery:
         if not self.ctx.sessions.supports(Capability.PIPELINED_HISTORY):
             return  # in-memory stores: no memory records or blobs in Redis to share
         settings = self.ctx.settings
-        await copy_compaction(self.ctx.redis, source, new, len(history), settings.session_ttl_s)
+        await copy_compaction(self.ctx.redis, source, new, history_len=len(history), ttl_s=settings.session_ttl_s)
         await keep_blobs(self.ctx.redis, history, settings.step_result_ttl_s)
 
     async def _create(self, new: str, state: SessionState, history: list[dict[str, Any]],
@@ -176,7 +176,7 @@ class ForkQuery:
         sessions, events = self.ctx.sessions, self.ctx.events
         items = event_items(new, [(None, FORKED, FORKED, fields)])
         if sessions.supports(Capability.COMMIT_WITH_EVENTS) and events.supports(Capability.COMMIT_WITH_EVENTS):
-            return await sessions.commit_with_events(new, 0, state.dump_json(), 0, history, items)
-        if not await sessions.commit(new, 0, state.dump_json(), 0, history):
+            return await sessions.commit_with_events(new, 0, state.dump_json(), history_len_before=0, append=history, events=items)
+        if not await sessions.commit(new, 0, state.dump_json(), history_len_before=0, append=history):
             return None
         return await events.append_many(new, items)

@@ -113,7 +113,7 @@ async def rebuild_session(sid: str, events_store: EventLogStore, sessions_store:
     rebuilt = reconstruct(sid, events, default_max_tokens, prices, in_order=True)
     if rebuilt is None:
         return None
-    if not await sessions_store.commit(sid, 0, rebuilt.state, 0, rebuilt.history):
+    if not await sessions_store.commit(sid, 0, rebuilt.state, history_len_before=0, append=rebuilt.history):
         return None  # created meanwhile (another replica rebuilt it, or a new input won)
     log.info("session %s rebuilt from its transcript: %d messages, %d runs (up to seq %d), %s", sid,
              len(rebuilt.history), rebuilt.state["runs"], rebuilt.last_seq, rebuilt.state["status"])

@@ -384,10 +384,10 @@ class RouterService:
         lead = leading_events(decision.effects)
         if lead and sessions.supports(Capability.COMMIT_WITH_EVENTS) \
                 and self.ctx.events.supports(Capability.COMMIT_WITH_EVENTS):
-            stored = await sessions.commit_with_events(sid, version, dumped, decision.history_len_before,
-                                                       decision.append, event_items(sid, lead))
+            stored = await sessions.commit_with_events(sid, version, dumped, history_len_before=decision.history_len_before,
+                                                       append=decision.append, events=event_items(sid, lead))
             return stored is not None, stored or []
-        committed = await sessions.commit(sid, version, dumped, decision.history_len_before, decision.append)
+        committed = await sessions.commit(sid, version, dumped, history_len_before=decision.history_len_before, append=decision.append)
         return committed, []
 
     async def _load(self, sid: str, rebuild: bool = True) -> tuple[dict[str, Any] | None, int]:

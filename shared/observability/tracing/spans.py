@@ -52,7 +52,7 @@ def capture_content() -> bool:
 
 @contextmanager
 def _span(name: str, kind: SpanKind, parent: Context | Mapping[str, str] | None,
-          attributes: dict[str, Any]) -> Iterator[Span]:
+          *, attributes: dict[str, Any]) -> Iterator[Span]:
     if not recording():
         # What the API's no-op tracer does (the parent's span, non-recording, made current,
         # so log lines and `inject_context` keep the run's trace), without its machinery.
@@ -88,7 +88,7 @@ def invoke_agent_span(profile: str, conversation_id: str, *, run_id: str | None 
                       provider: str = PROVIDER_ANTHROPIC,
                       parent: Context | Mapping[str, str] | None = None) -> Iterator[Span]:
     """``invoke_agent {profile}``: one agent run (or the router's handling of it)."""
-    with _span(f"invoke_agent {profile}", SpanKind.INTERNAL, parent, {
+    with _span(f"invoke_agent {profile}", SpanKind.INTERNAL, parent, attributes={
         GA.GEN_AI_OPERATION_NAME: GA.GenAiOperationNameValues.INVOKE_AGENT.value,
         GA.GEN_AI_PROVIDER_NAME: provider,
         GA.GEN_AI_AGENT_NAME: profile,
@@ -116,7 +116,7 @@ def chat_span(model: str, *, conversation_id: str | None = None, max_tokens: int
     if capture_content():
         attrs[GA.GEN_AI_SYSTEM_INSTRUCTIONS] = _content(system)
         attrs[GA.GEN_AI_INPUT_MESSAGES] = _content(messages)
-    with _span(f"chat {model}", SpanKind.CLIENT, parent, attrs) as span:
+    with _span(f"chat {model}", SpanKind.CLIENT, parent, attributes=attrs) as span:
         yield span
 
 
@@ -160,7 +160,7 @@ def execute_tool_span(tool_name: str, tool_call_id: str, *, arguments: Any = Non
     }
     if capture_content():
         attrs[GA.GEN_AI_TOOL_CALL_ARGUMENTS] = _content(arguments)
-    with _span(f"execute_tool {tool_name}", SpanKind.INTERNAL, parent, attrs) as span:
+    with _span(f"execute_tool {tool_name}", SpanKind.INTERNAL, parent, attributes=attrs) as span:
         yield span
 
 

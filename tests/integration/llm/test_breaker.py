@@ -157,14 +157,14 @@ async def test_an_open_primary_is_skipped_with_a_circuit_open_fallback(store: An
 async def test_retryable_failures_in_the_chain_open_the_breaker_for_the_next_request(store: Any) -> None:
     clock = Clock()
     b = breaker(store, clock)
-    overloaded = ModelCallError("model_overloaded", "Overloaded", True, 529)
+    overloaded = ModelCallError("model_overloaded", "Overloaded", True, status=529)
     gate = await b.gate(["p", "f"])
     runner = behind(gate, {"p": ScriptedModel([overloaded] * 3), "f": ScriptedModel([{"text": "ok"}])},
                     RetryPolicy(max_retries=2, base_delay_s=0))
     await runner.generate(ModelRequest(model="p", messages=[{"role": "user", "content": "hi"}], max_tokens=10))
     await gate.close()
     assert await b.state("p") == "open"
-    bad = ModelCallError("bad_request", "max_tokens too large", False, 400)
+    bad = ModelCallError("bad_request", "max_tokens too large", False, status=400)
     gate = await b.gate(["q"])
     with pytest.raises(ModelCallError):
         await behind(gate, {"q": ScriptedModel([bad])}, RetryPolicy()).generate(

@@ -77,8 +77,8 @@ class Stack:
         stored = await self.ctx.sessions.history(self.sid)
         assert history[:len(stored)] == stored
         raw, version = await self.ctx.sessions.load(self.sid)
-        assert await self.ctx.sessions.commit(self.sid, version, {"n": len(history)}, len(stored),
-                                              history[len(stored):])
+        assert await self.ctx.sessions.commit(self.sid, version, {"n": len(history)}, history_len_before=len(stored),
+                                              append=history[len(stored):])
 
     async def send(self, env: AssembleContext) -> None:
         await self.ctx.bus.publish_work(self.ctx.subjects.memory_assemble, env, msg_id=uuid.uuid4().hex)
@@ -136,7 +136,7 @@ async def stack(nats_server: ServerHandle, redis_server: ServerHandle, redis_cli
     await memory.start()
     await counts.start(ctx.bus.nc)
     factory = build_model_factory(settings, {"ANTHROPIC_BASE_URL": anthropic_server.url})
-    responder = SummarizeResponder(ctx, factory, RetryPolicy(max_retries=0), None, asyncio.sleep)
+    responder = SummarizeResponder(ctx, factory, RetryPolicy(max_retries=0), breaker=None, sleep=asyncio.sleep)
     if overrides.get("summaries", True):
         await responder.start(ctx.bus.nc)
 

@@ -67,7 +67,7 @@ async def ctx(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
 async def recorded(ctx: Any, d: Recorder | None = None) -> Recorder:
     """The source session as the router leaves it: its state, history and transcript."""
     d = d or two_runs()
-    assert await ctx.sessions.commit("src", 0, d.state.dump(), 0, d.history)
+    assert await ctx.sessions.commit("src", 0, d.state.dump(), history_len_before=0, append=d.history)
     for event in d.transcript:
         await ctx.events.append("src", event, key=None)
     return d

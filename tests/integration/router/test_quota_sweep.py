@@ -28,7 +28,7 @@ QCFG = replace(CFG, tenant_limits=LIMITS)
 
 async def committed(store: RedisSessionStore, d: Driver) -> None:
     raw, version = await store.load(d.state.session_id)
-    assert await store.commit(d.state.session_id, version, d.state.dump_json(), 0, [])
+    assert await store.commit(d.state.session_id, version, d.state.dump_json(), history_len_before=0, append=[])
 
 
 async def test_the_sweep_repairs_what_a_crash_left_and_leaves_the_rest(redis_client: Any) -> None:

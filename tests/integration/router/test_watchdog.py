@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 
 async def store_state(store: RedisSessionStore, driver: Driver, version: int) -> int:
-    assert await store.commit(driver.state.session_id, version, driver.state.dump_json(), 0, [])
+    assert await store.commit(driver.state.session_id, version, driver.state.dump_json(), history_len_before=0, append=[])
     return version + 1
 
 

@@ -35,7 +35,7 @@ async def transcripts(nats_server: ServerHandle, redis_server: ServerHandle,
     running = await start_services(["transcripts"], settings)
     for n in range(SESSIONS):
         state = {"schema": 1, "session_id": f"{prefix}-s{n}", "status": "idle", "run": None, "turns": 1}
-        assert await running.ctx.sessions.commit(f"{prefix}-s{n}", 0, state, 0, [{"role": "user", "content": "hi"}])
+        assert await running.ctx.sessions.commit(f"{prefix}-s{n}", 0, state, history_len_before=0, append=[{"role": "user", "content": "hi"}])
     nc = await nats.connect(nats_server.url)
     try:
         yield running, nc

@@ -25,4 +25,4 @@ class Sleeps:
 
 
 def overloaded() -> ModelCallError:
-    return ModelCallError("model_overloaded", "Overloaded", True, 529)
+    return ModelCallError("model_overloaded", "Overloaded", True, status=529)

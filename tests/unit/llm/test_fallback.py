@@ -73,7 +73,7 @@ async def test_fallback_switches_after_retries_are_exhausted() -> None:
 
 
 async def test_non_retryable_error_stops_at_once() -> None:
-    primary = ScriptedModel([ModelCallError("bad_request", "messages: required", False, 400)])
+    primary = ScriptedModel([ModelCallError("bad_request", "messages: required", False, status=400)])
     fallback = ScriptedModel()  # any call would raise ScriptExhausted
     runner, sleeps = chain({"p": primary, "f": fallback})
     with pytest.raises(ModelCallError) as info:
@@ -84,7 +84,7 @@ async def test_non_retryable_error_stops_at_once() -> None:
 
 async def test_all_models_failing_raise_the_last_error_with_the_switches() -> None:
     runner, _ = chain({"p": ScriptedModel([overloaded()] * 3),
-                       "f": ScriptedModel([ModelCallError("rate_limited", "slow", True, 429)] * 3)})
+                       "f": ScriptedModel([ModelCallError("rate_limited", "slow", True, status=429)] * 3)})
     with pytest.raises(ModelCallError) as info:
         await runner.generate(req())
     assert info.value.code == "rate_limited" and info.value.model == "f"

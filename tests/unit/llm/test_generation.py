@@ -33,7 +33,7 @@ def test_generation_envelopes() -> None:
     assert ok.ok and ok.message == response.message and ok.model == "b" and ok.stop_reason == "end_turn"
     assert ok.usage.input_tokens == 5 and ok.fallbacks == [switch] and ok.step_id == "r1:3:g0"
 
-    err = ModelCallError("model_overloaded", "Overloaded", True, 529, "b")
+    err = ModelCallError("model_overloaded", "Overloaded", True, status=529, model="b")
     err.fallbacks = [{"from_model": "a", "to_model": "b", "reason": "x"}]
     failed = result_failed(env, err)
     assert not failed.ok and failed.error is not None and failed.error.code == "model_overloaded"

@@ -47,7 +47,7 @@ async def test_scripted_model_plays_in_order_and_fails_on_extra_call() -> None:
 
 
 async def test_scripted_model_errors_callables_and_unused_steps() -> None:
-    overloaded = ModelCallError("model_overloaded", "Overloaded", True, 529)
+    overloaded = ModelCallError("model_overloaded", "Overloaded", True, status=529)
     model = ScriptedModel([overloaded, lambda r: {"text": f"echo {r.messages[-1]['content']}"}, {"text": "x"}])
     with pytest.raises(ModelCallError) as info:
         await model.generate(req())

@@ -23,7 +23,7 @@ SID = "s1"
 
 
 def ev(kind: str, seq: int, run_id: str = "r1", **fields: Any) -> dict[str, Any]:
-    return make_event(kind, SID, run_id, seq, **fields)
+    return make_event(kind, SID, run_id, seq=seq, **fields)
 
 
 def user(content: list[dict[str, Any]] | str, source: str = "input") -> dict[str, Any]:
@@ -170,7 +170,7 @@ class Driver:
                 self.pending = effect.envelope["step_id"]
 
     def emit(self, kind: str, run_id: str | None, **fields: Any) -> None:
-        self.events.append(make_event(kind, SID, run_id, len(self.events) + 1, **fields))
+        self.events.append(make_event(kind, SID, run_id, seq=len(self.events) + 1, **fields))
 
     def ingress(self, verb: str, body: dict[str, Any]) -> None:
         self.inputs += 1

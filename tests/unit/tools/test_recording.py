@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit
 
 
 def ev(sid: str, seq: int, kind: str, **fields: Any) -> dict[str, Any]:
-    return make_event(kind, sid, "r1", seq, **fields)
+    return make_event(kind, sid, "r1", seq=seq, **fields)
 
 
 def source_events() -> list[dict[str, Any]]:

@@ -203,12 +203,12 @@ def test_error_events_and_replies_mask_secrets() -> None:
     from loopwire.shared.contract.protocol import error_reply, make_event
 
     register_configured_secrets(Settings(redis_password="pw-in-an-error-77"))
-    event = make_event("error", "s1", "r1", 3, code="step_failed",
+    event = make_event("error", "s1", "r1", seq=3, code="step_failed",
                        message="cannot reach redis://:hunter2222@db:6379/0 (pw-in-an-error-77)")
     assert event["message"] == "cannot reach redis://:***@db:6379/0 (***)"
     reply = error_reply("bad_request", "token=abcdef123456 refused")
     assert "abcdef123456" not in reply["error"]["message"]
-    text = make_event("message", "s1", "r1", 4, message={"role": "assistant", "content": "my password is a"})
+    text = make_event("message", "s1", "r1", seq=4, message={"role": "assistant", "content": "my password is a"})
     assert text["message"]["content"] == "my password is a", "only error messages are rewritten"
 
 

@@ -29,7 +29,7 @@ CONFIG = {"profile": "conversational", "system": "be brief", "models": ["m-own"]
 
 async def emit_run(bus: Bus, sid: str) -> None:
     await bus.emit(sid, "r1", "user.message", "u1", **user_message_fields(
-        {"role": "user", "content": [{"type": "text", "text": "My code is ALPHA-7."}]}, 0, "input", set()))
+        {"role": "user", "content": [{"type": "text", "text": "My code is ALPHA-7."}]}, 0, "input", reported=set()))
     await bus.emit(sid, "r1", "run.started", "s1", profile="conversational", config=CONFIG)
     await bus.emit(sid, "r1", "text.delta", None, turn=1, text="Noted")
     await bus.emit(sid, "r1", "message", "m1", turn=1, message={"role": "assistant", "content": [

@@ -107,7 +107,7 @@ async def test_behind_sentinels_what_was_written_before_a_failover_is_read_after
         events = RedisEventLog(client, replication=replication)
         try:
             for n in range(10):
-                assert await sessions.commit(f"sen-{n}", 0, {"n": n}, 0, [{"role": "user", "content": str(n)}])
+                assert await sessions.commit(f"sen-{n}", 0, {"n": n}, history_len_before=0, append=[{"role": "user", "content": str(n)}])
                 await events.append(f"sen-{n}", {"kind": "a", "run_id": None}, "k1")
             old = sentinel.kill_master()
             await asyncio.to_thread(sentinel.wait_failover, old)

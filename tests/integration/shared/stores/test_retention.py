@@ -26,13 +26,13 @@ async def test_every_session_key_expires_with_the_session(redis_client: Any) -> 
     events = RedisEventLog(redis_client, ttl)
     steps = RedisStepStore(redis_client, 3 * ttl)
     memory = MemoryStore(redis_client, ttl_s=ttl, claim_ttl_s=3 * ttl)
-    assert await sessions.commit("s1", 0, {"x": 1}, 0, [{"role": "user", "content": "hi"}])
+    assert await sessions.commit("s1", 0, {"x": 1}, history_len_before=0, append=[{"role": "user", "content": "hi"}])
     await events.append("s1", {"kind": "run.started"}, key="k1")
     await steps.put(keys.generation_step("s1", "r:g1"), {"ok": True})
     record = CompactionRecord(covers=3, summary="s", fingerprint="f", step_id="r:g1", usage=Usage(input_tokens=5))
     await memory.save_compaction("s1", record)
-    await memory.add_observation("s1", {"text": "o"}, "actor-1", Usage(output_tokens=2), observed_to=4)
-    await memory.add_reflection("s1", {"text": "r"}, "actor-1", Usage(), reflected=1)
+    await memory.add_observation("s1", {"text": "o"}, "actor-1", usage=Usage(output_tokens=2), observed_to=4)
+    await memory.add_reflection("s1", {"text": "r"}, "actor-1", usage=Usage(), reflected=1)
     assert await memory.claim_usage("s1", "r:g1") == Usage(input_tokens=5, output_tokens=2)
 
     left = {k.decode(): await redis_client.ttl(k) async for k in redis_client.scan_iter("*")}

@@ -38,7 +38,7 @@ class RootMessage:
 
 def root(delivered: int = 1, holds: bool = True, ack_wait_s: float = 30.0) -> tuple[Delivery, RootMessage]:
     message = RootMessage()
-    chain = Chain(message, delivered, ack_wait_s, holds)
+    chain = Chain(message, delivered, ack_wait_s, holds=holds)
     return Delivery(b"root", chain, redelivered=delivered > 1), message
 
 

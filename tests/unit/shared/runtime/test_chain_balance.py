@@ -69,7 +69,7 @@ async def test_hand_off_counts_held_chains_and_publishes_when_told_to_shed() -> 
 
     root = Root()
     gauge = metrics.WORK_CHAINS._value.get()
-    await run_handler(handler, Delivery(b"r", Chain(root, 1, 30.0, True)))
+    await run_handler(handler, Delivery(b"r", Chain(root, 1, 30.0, holds=True)))
     assert answers == [True, False] and balance.held == 1 and balance.shed == 1
     assert metrics.WORK_CHAINS._value.get() == gauge + 1  # loopwire_work_chains
     go.set()

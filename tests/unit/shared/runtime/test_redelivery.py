@@ -51,7 +51,7 @@ def root(delivered: int, policy: RedeliveryPolicy, letters: list[DeadLetter] | N
             raise nats_errors.ConnectionClosedError()
         letters.append(letter)
 
-    chain = Chain(message, delivered, 30.0, True, policy, report)
+    chain = Chain(message, delivered, 30.0, holds=True, policy=policy, report=report)
     return Delivery(body, chain, redelivered=delivered > 1), message
 
 

@@ -112,9 +112,9 @@ def test_a_vacuous_answer_the_router_dropped_is_not_in_the_replayed_history() ->
 
 
 def forked(sid: str, source: str, at: int, cut: int, seqs_after: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    first = make_event(FORKED, sid, None, 1, from_session_id=source, from_seq=at, cut_seq=cut,
+    first = make_event(FORKED, sid, None, seq=1, from_session_id=source, from_seq=at, cut_seq=cut,
                        config={"profile": "agentic", "models": ["m1"], "max_tokens": 100, "system": "forked"})
-    return [first, *(make_event(e["kind"], sid, e.get("run_id"), n + 2, **{
+    return [first, *(make_event(e["kind"], sid, e.get("run_id"), seq=n + 2, **{
         k: v for k, v in e.items() if k not in ("v", "session_id", "run_id", "seq", "kind", "ts")})
         for n, e in enumerate(seqs_after))]
 
