@@ -48,10 +48,12 @@ def fake_anthropic() -> Iterator[FakeAnthropic]:
 
 @contextlib.contextmanager
 def started_system(fake_anthropic: FakeAnthropic, layout: str | tuple[str, ...] = "up",
-                   **env: str) -> Iterator[LoopwireContainer]:
-    """loopwire in `layout` on its own NATS and Redis, talking to the fake Messages API;
-    `env` adds to (or overrides) E2E_ENV."""
-    with LoopwireContainer(env={**E2E_ENV, "ANTHROPIC_BASE_URL": fake_anthropic.url, **env}, layout=layout) as lw:
+                   servers: dict[str, Any] | None = None, **env: str) -> Iterator[LoopwireContainer]:
+    """loopwire in `layout` on its own NATS and Redis (or on the clustered servers in
+    `servers`: LoopwireContainer's `redis_cluster`, `redis_sentinel`), talking to the fake
+    Messages API; `env` adds to (or overrides) E2E_ENV."""
+    with LoopwireContainer(env={**E2E_ENV, "ANTHROPIC_BASE_URL": fake_anthropic.url, **env}, layout=layout,
+                           **(servers or {})) as lw:
         yield lw
 
 

@@ -20,7 +20,7 @@ from loopwire.testing import LoopwireContainer
 from loopwire.testing.redis_cluster import RedisClusterHandle, start_redis_cluster
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import E2E_ENV, connected, serve_tools, wait_for_tools
+from .conftest import connected, serve_tools, started_system, wait_for_tools
 from .failover import echo_each_session, failover_mid_tool, run_sessions, transcripts_hold
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -36,8 +36,7 @@ def redis_cluster() -> Iterator[RedisClusterHandle]:
 
 @pytest.fixture(scope="module")
 def cluster_system(fake_anthropic: FakeAnthropic, redis_cluster: RedisClusterHandle) -> Iterator[LoopwireContainer]:
-    env = {**E2E_ENV, "ANTHROPIC_BASE_URL": fake_anthropic.url}
-    with LoopwireContainer(env=env, layout="split", redis_cluster=redis_cluster) as system:
+    with started_system(fake_anthropic, layout="split", servers={"redis_cluster": redis_cluster}) as system:
         yield system
 
 

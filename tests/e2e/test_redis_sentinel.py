@@ -15,7 +15,7 @@ from loopwire.testing import LoopwireContainer
 from loopwire.testing.redis_cluster import RedisSentinelHandle, start_redis_sentinel
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import E2E_ENV
+from .conftest import started_system
 from .failover import failover_mid_tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -31,8 +31,7 @@ def redis_sentinel() -> Iterator[RedisSentinelHandle]:
 
 @pytest.fixture(scope="module")
 def sentinel_system(fake_anthropic: FakeAnthropic, redis_sentinel: RedisSentinelHandle) -> Iterator[LoopwireContainer]:
-    env = {**E2E_ENV, "ANTHROPIC_BASE_URL": fake_anthropic.url}
-    with LoopwireContainer(env=env, layout="split", redis_sentinel=redis_sentinel) as system:
+    with started_system(fake_anthropic, layout="split", servers={"redis_sentinel": redis_sentinel}) as system:
         yield system
 
 
