@@ -89,7 +89,7 @@ class Driver:
         return self.apply(i.ToolsInput(input_id=self.pending, result=ToolsResult(
             session_id=self.state.session_id, run_id=run.run_id, step_id=self.pending,
             results=[ToolResultItem(tool_use_id=c["id"], name=c["name"], content=content, is_error=is_error)
-                     for c in run.pending_calls])))
+                     for c in run.tools.pending_calls])))
 
     def message(self, content: str) -> Decision:
         return self.apply(i.MessageInput(input_id=self._in(), new_id="follow", body=FollowUp(content=content)))
@@ -172,7 +172,7 @@ class Recorder(Driver):
         self.transcript.append(make_event(kind, self.state.session_id, run_id, seq=len(self.transcript) + 1, **fields))
 
     def tools(self, content: str = "3", is_error: bool = False) -> Any:
-        for c in self.run.pending_calls:  # the tools service emits a batch's results itself
+        for c in self.run.tools.pending_calls:  # the tools service emits a batch's results itself
             self.emit("tool.result", self.run.run_id, turn=self.run.turn, tool_use_id=c["id"], name=c["name"],
                       is_error=is_error, content=content)
         return super().tools(content, is_error)

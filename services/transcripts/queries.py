@@ -59,7 +59,7 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
         # additions (2026-12-02): the context fields, and the tools the run may use now
         "user_id": config.user_id if config is not None else None,
         "workspace_id": config.workspace_id if config is not None else None,
-        "tools_active": st.run.tools_active if st.run is not None else None,
+        "tools_active": st.run.tools.active if st.run is not None else None,
         **await lineage(req.session_id, st, sessions),
     }
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.contract.run_state import RunConfig, RunState
 
-STATE_SCHEMA = 1
+STATE_SCHEMA = 2
 
 
 class ForkedFrom(BaseModel):
@@ -41,7 +41,7 @@ class WaitingRun(BaseModel):
     plan: Any = None
     workspace: dict[str, Any] | None = None
     tools_known: list[str] | None = None
-    """The run's tools the catalog held when it began (RunState.tools_known)."""
+    """The run's tools the catalog held when it began (RunState.tools.known)."""
     ignored_fields: list[str] = Field(default_factory=list)
     unknown_tools: list[str] = Field(default_factory=list)
     position: int | None = None
@@ -107,6 +107,13 @@ class SessionState(BaseModel):
 
     model_config = {"populate_by_name": True}
 
+    @model_validator(mode="after")
+    def _upgraded(self) -> SessionState:
+        """An older document is upgraded as it loads (RunState moves schema 1's flat run
+        fields into their parts): it is stored again as this schema."""
+        self.schema_version = STATE_SCHEMA
+        return self
+
     @classmethod
     def load(cls, raw: dict[str, Any] | None, session_id: str) -> SessionState:
         if raw is None:
@@ -159,7 +166,7 @@ def current_run_id(st: SessionState) -> str | None:
 
 def open_checkpoint_id(st: SessionState) -> str | None:
     """The id of the approval checkpoint the session's run is paused on."""
-    return st.run.checkpoint.id if st.run is not None and st.run.checkpoint is not None else None
+    return st.run.approvals.checkpoint.id if st.run is not None and st.run.approvals.checkpoint is not None else None
 
 
 def forked_from_session(st: SessionState) -> str | None:

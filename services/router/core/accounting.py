@@ -49,7 +49,7 @@ def account(tx: Transition, run: RunState, result: GenerationResult, *, cfg: Cor
     tx.st.turns += max(1, result.turns)
     usage = result.usage
     input_tokens = usage.total_input()
-    run.last_context_tokens = input_tokens + usage.output_tokens
+    run.budget.last_context_tokens = input_tokens + usage.output_tokens
     _add_usage(tx, run, usage, input_tokens=input_tokens, count="turn", cfg=cfg, model=result.model,
                reported_cost=result.cost_usd)
     return Ledgered(input_tokens=input_tokens, output_tokens=usage.output_tokens,
@@ -60,14 +60,14 @@ def _add_usage(tx: Transition, run: RunState, usage: Usage, *, input_tokens: int
                model: str | None, reported_cost: float | None = None) -> None:
     """Add `usage` to the run's and the session's ledger (with its cost, at `model`'s price,
     by default the run's current model's, or as an external agent reported it) and count it."""
-    run.usage = run.usage + usage
+    run.budget.usage = run.budget.usage + usage
     tx.st.usage = tx.st.usage + usage
-    model = model or run.config.models[run.model_offset]
+    model = model or run.config.models[run.limits.model_offset]
     cost = reported_cost if reported_cost is not None else price_of(model, usage, cfg.prices)
     if cost is None:
         _unpriced(tx, run, model, cfg=cfg)
     else:
-        run.cost_usd += cost
+        run.budget.cost_usd += cost
         tx.st.cost_usd += cost
     tenant_quotas.note_usage(tx, run, tokens=input_tokens + usage.output_tokens, cost=cost, cfg=cfg)
     tx.count(count, {"profile": run.config.profile, "model": model},
@@ -79,9 +79,9 @@ def _unpriced(tx: Transition, run: RunState, model: str, *, cfg: CoreConfig) -> 
     the first time per run and model a `warning` says so (loopwire's own offline models
     have no price by design and need no warning)."""
     tx.st.cost_unknown = True
-    if model in run.unpriced:
+    if model in run.budget.unpriced:
         return
-    run.unpriced.append(model)
+    run.budget.unpriced.append(model)
     if not is_offline_model(model):
         tx.emit("warning", f"warning:{run.run_id}:unknown_price:{model}", run.run_id, code="unknown_price",
                 message=f"no price is known for model {model}: the run's cost_usd is null "

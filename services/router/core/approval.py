@@ -8,7 +8,7 @@ A checkpoint pauses the run until a `decision` input answers it:
 - **a proposal** (turn_by_turn, a reply without tool calls): `approval.requested`
   carries `checkpoint_id` and `proposal` (the reply's text).
 
-The pause is durable: the checkpoint (`RunState.checkpoint`: id, the whole batch of
+The pause is durable: the checkpoint (`RunState.approvals.checkpoint`: id, the whole batch of
 tool_use blocks in the model's order, the ids asked about, the plan gate's rejections, the
 text) is part of the session state in Redis, and the session's status is
 `awaiting_approval` (what `session.get` reports). No process holds anything in memory:
@@ -66,10 +66,10 @@ def open_checkpoint(session: SessionState, run: RunState, *, kind: Literal["tool
                     text: str) -> dict[str, Any]:
     """Pause the run on a new checkpoint; the `approval.requested` fields to emit."""
     cp = Checkpoint(id=checkpoint_id(run), kind=kind, calls=calls, ask=ask, rejected=rejected, text=text)
-    run.checkpoint = cp
+    run.approvals.checkpoint = cp
     run.awaiting = "approval"
     run.pending_step = None
-    run.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
+    run.tools.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
     session.status = "awaiting_approval"
     fields: dict[str, Any] = {"checkpoint_id": cp.id, "turn": run.turn}
     if kind == "proposal":
@@ -83,16 +83,16 @@ def open_checkpoint(session: SessionState, run: RunState, *, kind: Literal["tool
 def open_for(session: SessionState, checkpoint: str) -> Checkpoint | None:
     """The session's open checkpoint if `checkpoint` names it, else None."""
     run = session.run
-    if run is None or run.checkpoint is None or run.checkpoint.id != checkpoint:
+    if run is None or run.approvals.checkpoint is None or run.approvals.checkpoint.id != checkpoint:
         return None
-    return run.checkpoint
+    return run.approvals.checkpoint
 
 
 def close(session: SessionState, run: RunState) -> Checkpoint:
     """The decision arrived (or a steer withdrew it): the run goes on."""
-    cp = run.checkpoint
+    cp = run.approvals.checkpoint
     assert cp is not None
-    run.checkpoint = None
+    run.approvals.checkpoint = None
     session.status = "running"
     return cp
 

@@ -40,7 +40,7 @@ FINAL_ANSWER_NOTE = ("The run's budget is exhausted: this is your last reply and
 
 
 def tokens_used(run: RunState) -> int:
-    return run.usage.total_input() + run.usage.output_tokens
+    return run.budget.usage.total_input() + run.budget.usage.output_tokens
 
 
 def token_headroom(run: RunState) -> int | None:
@@ -48,7 +48,7 @@ def token_headroom(run: RunState) -> int | None:
     limit = run.config.max_total_tokens
     if limit is None:
         return None
-    return limit - tokens_used(run) - run.last_context_tokens
+    return limit - tokens_used(run) - run.budget.last_context_tokens
 
 
 def exhausted(run: RunState) -> str | None:
@@ -58,14 +58,14 @@ def exhausted(run: RunState) -> str | None:
         headroom = token_headroom(run)
         if tokens_used(run) >= cfg.max_total_tokens or (headroom is not None and headroom < MIN_GENERATION_TOKENS):
             return "max_total_tokens"
-    if cfg.max_cost_usd is not None and run.cost_usd >= cfg.max_cost_usd:
+    if cfg.max_cost_usd is not None and run.budget.cost_usd >= cfg.max_cost_usd:
         return "max_cost_usd"
     return None
 
 
 def max_tokens_for(run: RunState, requested: int) -> int:
     """`max_tokens` of the next call: the run's setting, shrunk to the token headroom."""
-    if run.converging is not None:
+    if run.limits.converging is not None:
         return max(1, min(requested, FINAL_ANSWER_MAX_TOKENS))
     headroom = token_headroom(run)
     if headroom is None:
@@ -80,7 +80,7 @@ def used_up(run: RunState) -> str | None:
     cfg = run.config
     if cfg.max_total_tokens is not None and tokens_used(run) >= cfg.max_total_tokens:
         return "max_total_tokens"
-    if cfg.max_cost_usd is not None and run.cost_usd >= cfg.max_cost_usd:
+    if cfg.max_cost_usd is not None and run.budget.cost_usd >= cfg.max_cost_usd:
         return "max_cost_usd"
     return None
 
@@ -92,7 +92,7 @@ def end_cause(run: RunState, stop_reason: str | None) -> str | None:
     spent = used_up(run)
     if spent is not None:
         return spent
-    if stop_reason == "max_tokens" and run.budget_capped:
+    if stop_reason == "max_tokens" and run.budget.capped:
         return "max_total_tokens"
     return None
 
@@ -102,8 +102,8 @@ def warnings_due(run: RunState, pct: float) -> list[dict[str, Any]]:
     cfg = run.config
     due = []
     for limit, used, maximum in (("max_total_tokens", tokens_used(run), cfg.max_total_tokens),
-                                 ("max_cost_usd", round(run.cost_usd, 8), cfg.max_cost_usd)):
-        if maximum is None or limit in run.budget_warned or used < pct * maximum:
+                                 ("max_cost_usd", round(run.budget.cost_usd, 8), cfg.max_cost_usd)):
+        if maximum is None or limit in run.budget.warned or used < pct * maximum:
             continue
         due.append({"limit": limit, "used": used, "max": maximum, "pct": round(used / maximum, 4)})
     return due

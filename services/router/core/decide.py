@@ -278,7 +278,7 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
             model=result.model, stop_reason=result.stop_reason,
             usage={"input_tokens": ledgered.input_tokens, "output_tokens": ledgered.output_tokens})
     for warning in ledgered.budget_warnings:
-        run.budget_warned.append(warning["limit"])
+        run.budget.warned.append(warning["limit"])
         tx.emit("budget.warning", keys.event_key("budget.warning", run.run_id, warning["limit"]), run.run_id, **warning)
 
     turn = Turn(session=tx.st, run=run, message=message, stop_reason=result.stop_reason, text=text,
@@ -295,26 +295,27 @@ def _on_failed_generation(tx: Transition, run: RunState, result: GenerationResul
     model)."""
     verdict = classify_generation_failure(result.error, run, cfg)
     if verdict.action == "terminate":
-        status = run.converging or "failed"
+        status = run.limits.converging or "failed"
         end_run(tx, status, None, cfg=cfg, error=(verdict.code, verdict.message),
-                reason=run.converge_reason if run.converging else verdict.code)
+                reason=run.limits.converge_reason if run.limits.converging else verdict.code)
         return
     tx.emit("error", keys.event_key("error", result.step_id), run.run_id, code=verdict.code, message=verdict.message,
             action=verdict.action)
     if verdict.action == "continue":
-        run.step_retries += 1
+        run.limits.step_retries += 1
     elif verdict.action == "retry_reduced_context":
-        run.context_retries += 1
+        run.limits.context_retries += 1
         tx.emit("steering", keys.event_key("steering", result.step_id), run.run_id,
                 **steering_fields(run, "retry_reduced_context", reason=verdict.code))
     else:  # switch_model
         models = run.config.models
         tx.emit("model.fallback", f"model.fallback:{result.step_id}", run.run_id,
-                from_model=models[run.model_offset], to_model=models[run.model_offset + 1], reason=verdict.code)
-        run.model_offset += 1
+                from_model=models[run.limits.model_offset], to_model=models[run.limits.model_offset + 1],
+                reason=verdict.code)
+        run.limits.model_offset += 1
         tx.emit("steering", keys.event_key("steering", result.step_id), run.run_id,
                 **steering_fields(run, "model_switch", reason=verdict.code,
-                                             to_model=models[run.model_offset]))
+                                             to_model=models[run.limits.model_offset]))
     request_generation(tx, run, profile)
 
 
@@ -326,9 +327,9 @@ def _on_tools(tx: Transition, inp: ToolsInput, cfg: CoreConfig) -> Decision | No
     tx.effects.extend(_result_events(inp))
     run.pending_step = None
     by_id = {r.tool_use_id: r for r in result.results}
-    answered = {b["tool_use_id"]: b for b in run.answered}
+    answered = {b["tool_use_id"]: b for b in run.tools.answered}
     blocks = []
-    for call in run.pending_calls:
+    for call in run.tools.pending_calls:
         item = by_id.get(call["id"])
         if call["id"] in answered:
             blocks.append(answered[call["id"]])  # a reserved tool, answered by the core

@@ -41,15 +41,15 @@ class Verdict:
 def classify_generation_failure(error: StepError | None, run: RunState, cfg: CoreConfig) -> Verdict:
     code = error.code if error else "model_error"
     message = error.message if error else "the model call failed without an error"
-    if run.converging is not None:
+    if run.limits.converging is not None:
         return Verdict("terminate", code, message)  # the last answer failed: end with what we have
     if code == "cancelled":
-        action: Action = "continue" if run.step_retries < MAX_STEP_RETRIES else "terminate"
+        action: Action = "continue" if run.limits.step_retries < MAX_STEP_RETRIES else "terminate"
         return Verdict(action, code, message)
     if code == "context_too_long":
-        action = "retry_reduced_context" if run.context_retries < cfg.context_retries else "terminate"
+        action = "retry_reduced_context" if run.limits.context_retries < cfg.context_retries else "terminate"
         return Verdict(action, code, message)
-    if code == "not_found" and run.model_offset + 1 < len(run.config.models):
+    if code == "not_found" and run.limits.model_offset + 1 < len(run.config.models):
         return Verdict("switch_model", code, message)
     return Verdict("terminate", code, message)
 

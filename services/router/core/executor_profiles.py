@@ -95,10 +95,10 @@ def spec_for(run: RunState) -> ExecutorSpec | None:
         profile=cfg.profile, agent=cfg.executor_agent, workspace=cfg.workspace_path,
         permissions=dict(cfg.tool_permissions),
         # The last, converging generation: one answer, no further turns.
-        max_turns=1 if run.converging is not None else turns_left,
+        max_turns=1 if run.limits.converging is not None else turns_left,
         max_total_tokens=None if cfg.max_total_tokens is None else max(0, cfg.max_total_tokens - tokens_used(run)),
-        max_cost_usd=None if cfg.max_cost_usd is None else max(0.0, cfg.max_cost_usd - run.cost_usd),
-        context_tokens=run.last_context_tokens, compaction_at_pct=cfg.compaction_at_pct,
+        max_cost_usd=None if cfg.max_cost_usd is None else max(0.0, cfg.max_cost_usd - run.budget.cost_usd),
+        context_tokens=run.budget.last_context_tokens, compaction_at_pct=cfg.compaction_at_pct,
         context_window=cfg.context_window, user_id=cfg.user_id, workspace_id=cfg.workspace_id)
 
 
@@ -109,13 +109,13 @@ def open_permission(session: SessionState, run: RunState, ask: ExecutorPermissio
     A request decided before is answered again (the llm service asks again until it hears
     back); one already open is waiting; a new one opens the checkpoint. One at a time: a
     second request waits until the first is decided (the llm service asks again)."""
-    answer = run.permission_answers.get(ask.checkpoint_id)
+    answer = run.executor.permission_answers.get(ask.checkpoint_id)
     if answer is not None:
         return False, [permission_notice(run, ask.checkpoint_id, answer)]
-    if run.checkpoint is not None:
+    if run.approvals.checkpoint is not None:
         return False, []
     call = {"id": ask.tool_use_id, "name": ask.name, "input": ask.input}
-    run.checkpoint = Checkpoint(id=ask.checkpoint_id, kind="executor", calls=[call], ask=[ask.tool_use_id])
+    run.approvals.checkpoint = Checkpoint(id=ask.checkpoint_id, kind="executor", calls=[call], ask=[ask.tool_use_id])
     session.status = "awaiting_approval"
     fields: dict[str, Any] = {"checkpoint_id": ask.checkpoint_id, "turn": ask.turn, "source": "executor",
                               "tool_calls": [{"tool_use_id": ask.tool_use_id, "name": ask.name,
@@ -126,18 +126,18 @@ def open_permission(session: SessionState, run: RunState, ask: ExecutorPermissio
 
 def decide_permission(session: SessionState, run: RunState, cp: Checkpoint, *, body: ApprovalDecision) -> list[Effect]:
     """The `decision` on an agent's request: recorded in the run, sent to the waiting agent."""
-    run.checkpoint = None
+    run.approvals.checkpoint = None
     session.status = "running"
     answer = {"decision": body.decision, "note": body.note}
-    run.permission_answers[cp.id] = answer
+    run.executor.permission_answers[cp.id] = answer
     return [permission_notice(run, cp.id, answer)]
 
 
 def settle_permission(session: SessionState, run: RunState) -> None:
     """The agent's step ended (answered, failed) with its request still open: nobody
     waits for that decision any more."""
-    if run.checkpoint is not None and run.checkpoint.kind == "executor":
-        run.checkpoint = None
+    if run.approvals.checkpoint is not None and run.approvals.checkpoint.kind == "executor":
+        run.approvals.checkpoint = None
         session.status = "running"
 
 

@@ -55,14 +55,14 @@ def steer(tx: Transition, run: RunState, content: list[dict[str, Any]]) -> None:
     starts afresh (the caller asks for the next generation). The abandoned step's late
     result no longer matches `pending_step` and is ignored."""
     message = list(content)
-    if run.awaiting in ("tools", "approval") and run.pending_calls:
-        message = batch_results(run, run.pending_calls, STEERED_TOOL) + message
-        run.pending_calls = []
-        run.answered = []
+    if run.awaiting in ("tools", "approval") and run.tools.pending_calls:
+        message = batch_results(run, run.tools.pending_calls, STEERED_TOOL) + message
+        run.tools.pending_calls = []
+        run.tools.answered = []
     elif run.awaiting == "generate" and run.pending_step is not None:
         tx.emit("retracted", keys.event_key("retracted", run.pending_step, "steer"), run.run_id, turn=run.turn + 1,
                 reason=STEERED_GENERATION)
-    if run.checkpoint is not None:  # a steer withdraws the open checkpoint
+    if run.approvals.checkpoint is not None:  # a steer withdraws the open checkpoint
         approval.close(tx.st, run)  # turn_by_turn stays in review: the next reply is reviewed
     tx.emit("steering", keys.event_key("steering", tx.inp.input_id), run.run_id, **steering_fields(run, "priority_queue"))
     tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))
@@ -79,9 +79,9 @@ def take_at_outer_boundary(tx: Transition, run: RunState) -> None:
     messages = len(tx.st.steering) + len(tx.st.queued)
     content = drain_steering(tx.st) + drain_queued(tx.st)
     tx.add_message({"role": "user", "content": content}, source="follow_up")
-    run.outer += 1
-    tx.emit("steering", keys.event_key("steering", run.run_id, f"o{run.outer}"), run.run_id,
+    run.limits.outer += 1
+    tx.emit("steering", keys.event_key("steering", run.run_id, f"o{run.limits.outer}"), run.run_id,
             **steering_fields(run, "follow_up_queue", messages=messages))
-    run.inner = 0
+    run.limits.inner = 0
     run.last_prompt = truncate(user_text(content), PROMPT_CHARS)
     loop_detection.clear(run)

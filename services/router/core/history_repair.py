@@ -22,8 +22,8 @@ from .transition import Transition
 def close_dangling_tool_uses(tx: Transition, run: RunState, status: str) -> None:
     """A run that ends after the model asked for tools leaves tool_use blocks without
     results; the Messages API rejects such a history, so each gets an error result."""
-    if run.awaiting in ("tools", "approval") and run.pending_calls:
-        calls = run.pending_calls
+    if run.awaiting in ("tools", "approval") and run.tools.pending_calls:
+        calls = run.tools.pending_calls
     else:
         calls = []
         if tx.append and tx.append[-1].get("role") == "assistant":
@@ -31,14 +31,14 @@ def close_dangling_tool_uses(tx: Transition, run: RunState, status: str) -> None
                      if b.get("type") == "tool_use"]
     if calls:
         tx.add_message({"role": "user", "content": batch_results(run, calls, f"not executed: the run ended ({status})")})
-    run.pending_calls = []
-    run.answered = []
+    run.tools.pending_calls = []
+    run.tools.answered = []
 
 
 def batch_results(run: RunState, calls: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
     """Results for a batch that will not run: the core's own answers where it has them
     (reserved tools; the finish call that ended the run), else an error result `why`."""
-    answered = {b["tool_use_id"]: b for b in run.answered}
+    answered = {b["tool_use_id"]: b for b in run.tools.answered}
     blocks = []
     for c in calls:
         if c["id"] in answered:

@@ -34,11 +34,12 @@ def inner_limit(run: RunState, profile: Profile, cfg: CoreConfig) -> str | None:
     this outer iteration, or None."""
     if run.turn >= run.config.max_turns:
         return "max_turns"
-    if run.inner >= (cfg.max_inner_iterations or profile.max_inner_iterations):
+    if run.limits.inner >= (cfg.max_inner_iterations or profile.max_inner_iterations):
         return "max_inner_iterations"
     return None
 
 
 def outer_limit(run: RunState, profile: Profile, cfg: CoreConfig) -> str | None:
     """`max_outer_iterations` when the run may not take follow-ups once more, or None."""
-    return "max_outer_iterations" if run.outer >= (cfg.max_outer_iterations or profile.max_outer_iterations) else None
+    return ("max_outer_iterations" if run.limits.outer >= (cfg.max_outer_iterations or profile.max_outer_iterations)
+            else None)

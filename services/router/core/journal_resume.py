@@ -101,15 +101,15 @@ def _ledger(run: RunState, messages: list[dict[str, Any]], prices: Prices | None
         raw = m.get("usage") or {}
         usage = Usage(input_tokens=int(raw.get("input_tokens", 0) or 0),
                       output_tokens=int(raw.get("output_tokens", 0) or 0))
-        run.usage = run.usage + usage
-        run.last_context_tokens = usage.total_input() + usage.output_tokens
+        run.budget.usage = run.budget.usage + usage
+        run.budget.last_context_tokens = usage.total_input() + usage.output_tokens
         model = m.get("model") or run.config.models[0]
         price = price_for(model, prices)
         if price is None:
-            if model not in run.unpriced:
-                run.unpriced.append(model)
+            if model not in run.budget.unpriced:
+                run.budget.unpriced.append(model)
         else:
-            run.cost_usd += cost_at(price, usage)
+            run.budget.cost_usd += cost_at(price, usage)
 
 
 def _course(run: RunState, events: list[dict[str, Any]], kept: list[dict[str, Any]], *, waiting_turn: Any) -> None:
@@ -123,25 +123,26 @@ def _course(run: RunState, events: list[dict[str, Any]], kept: list[dict[str, An
     texts = [message_text(m.get("message")) for m in kept]
     run.last_text = next((t for t in reversed(texts) if t.strip()), "")
     steering = [e for e in events if e.get("kind") == "steering"]
-    run.outer = 1 + sum(1 for e in steering if e.get("source") == "follow_up_queue")
+    run.limits.outer = 1 + sum(1 for e in steering if e.get("source") == "follow_up_queue")
     switches = [e for e in steering if e.get("source") == "model_switch"]
-    run.model_offset = min(sum(1 for e in switches if e.get("to_model")), len(run.config.models) - 1)
-    run.temperature = next((e["temperature"] for e in reversed(switches) if e.get("temperature") is not None), None)
-    run.context_retries = sum(1 for e in steering if e.get("source") == "retry_reduced_context")
-    run.budget_warned = [e["limit"] for e in events if e.get("kind") == "budget.warning" and e.get("limit")]
+    run.limits.model_offset = min(sum(1 for e in switches if e.get("to_model")), len(run.config.models) - 1)
+    run.limits.temperature = next((e["temperature"] for e in reversed(switches) if e.get("temperature") is not None),
+                                  None)
+    run.limits.context_retries = sum(1 for e in steering if e.get("source") == "retry_reduced_context")
+    run.budget.warned = [e["limit"] for e in events if e.get("kind") == "budget.warning" and e.get("limit")]
     run.phase_changes = sum(1 for e in events if e.get("kind") == "phase.changed")
     plan = next((e for e in reversed(events) if e.get("kind") == "plan.updated"), None)
     if plan is not None:
-        run.plan = [dict(s) for s in plan.get("steps") or []]
-        run.verification = plan.get("verification")
+        run.plan.steps = [dict(s) for s in plan.get("steps") or []]
+        run.plan.verification = plan.get("verification")
     calls = [e for e in events if e.get("kind") == "tool.call"]
-    run.tool_calls_made = len(calls)
-    run.tools_used = list(dict.fromkeys(e.get("name", "") for e in calls))
+    run.tools.calls_made = len(calls)
+    run.tools.used = list(dict.fromkeys(e.get("name", "") for e in calls))
     last_boundary = max((n for n, e in enumerate(events) if e.get("kind") == "steering"
                          and e.get("source") == "follow_up_queue"), default=-1)
     # A tool round is a turn whose results came back; the waiting batch's is not done.
     rounds = {e.get("turn") for e in events[last_boundary + 1:] if e.get("kind") == "tool.result"}
-    run.inner = len(rounds - {waiting_turn})
+    run.limits.inner = len(rounds - {waiting_turn})
 
 
 def _checkpoint(run: RunState, asked: dict[str, Any], kept: list[dict[str, Any]], *,
@@ -149,7 +150,8 @@ def _checkpoint(run: RunState, asked: dict[str, Any], kept: list[dict[str, Any]]
     """Pause `run` on the checkpoint `asked` opened, with its batch; False when the
     transcript does not show that batch."""
     if asked.get("tool_calls") is None:  # a proposal (turn_by_turn): its text is the answer
-        run.checkpoint = Checkpoint(id=asked["checkpoint_id"], kind="proposal", text=str(asked.get("proposal") or ""))
+        run.approvals.checkpoint = Checkpoint(id=asked["checkpoint_id"], kind="proposal",
+                                              text=str(asked.get("proposal") or ""))
         _executed(run, events, batch=set())
         return True
     asking = next((m for m in reversed(kept) if m.get("turn") == asked.get("turn")), None)
@@ -160,10 +162,11 @@ def _checkpoint(run: RunState, asked: dict[str, Any], kept: list[dict[str, Any]]
         return False
     batch = {c["id"] for c in calls}
     rejected, _reserved = strategy_loop.validate(run, get_profile(run.config.profile), calls, schemas=None)
-    run.answered = [_block(e) for e in events if e.get("kind") == "tool.result" and e.get("tool_use_id") in batch]
-    run.checkpoint = Checkpoint(id=asked["checkpoint_id"], kind="tool_calls", calls=calls, ask=ask,
-                                rejected={i: why for i, why in rejected.items() if i not in ask}, text=run.last_text)
-    run.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
+    run.tools.answered = [_block(e) for e in events if e.get("kind") == "tool.result" and e.get("tool_use_id") in batch]
+    run.approvals.checkpoint = Checkpoint(id=asked["checkpoint_id"], kind="tool_calls", calls=calls, ask=ask,
+                                          rejected={i: why for i, why in rejected.items() if i not in ask},
+                                          text=run.last_text)
+    run.tools.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
     _executed(run, events, batch)
     return True
 
@@ -173,7 +176,7 @@ def _block(event: dict[str, Any]) -> dict[str, Any]:
 
 
 def _executed(run: RunState, events: list[dict[str, Any]], batch: set[str]) -> None:
-    """`RunState.executed` of the batches that finished (the waiting one's are counted
+    """`RunState.tools.executed` of the batches that finished (the waiting one's are counted
     when it does)."""
     by_tool: dict[str, dict[str, Any]] = {}
     for e in events:
@@ -182,4 +185,4 @@ def _executed(run: RunState, events: list[dict[str, Any]], batch: set[str]) -> N
         entry = by_tool.setdefault(e["name"], {"tool": e["name"], "calls": 0, "ok": 0, "error": 0})
         entry["calls"] += 1
         entry["error" if e.get("is_error") else "ok"] += 1
-    run.executed = list(by_tool.values())
+    run.tools.executed = list(by_tool.values())

@@ -1,6 +1,6 @@
 """Loop detection and its escalation ladder.
 
-Every turn leaves a signature in the run's window (`RunState.loop_window`, the latest
+Every turn leaves a signature in the run's window (`RunState.limits.loop_window`, the latest
 `WINDOW` turns): the sorted signatures of its tool calls (name + a hash of the canonical
 input), or, for a turn without calls, its normalised text. Three detectors read it:
 
@@ -159,13 +159,13 @@ def describe(detection: str) -> str:
 
 def next_model(run: RunState) -> str | None:
     models = run.config.models
-    return models[run.model_offset + 1] if run.model_offset + 1 < len(models) else None
+    return models[run.limits.model_offset + 1] if run.limits.model_offset + 1 < len(models) else None
 
 
 def raised_temperature(run: RunState) -> float:
     """The run's temperature raised by a step: from the one the ladder or the run set,
     else from the model's default; never past the API's maximum."""
-    current = run.temperature if run.temperature is not None else run.config.temperature
+    current = run.limits.temperature if run.limits.temperature is not None else run.config.temperature
     base = MODEL_DEFAULT_TEMPERATURE if current is None else current
     return round(min(MAX_TEMPERATURE, base + RAISED_TEMPERATURE_STEP), 3)
 
@@ -178,7 +178,7 @@ def escalation(level: int) -> str:
 def clear(run: RunState) -> None:
     """New user input: earlier turns answered something else, so they cannot form a loop
     with the next ones. The ladder's rung stays: only a good turn resets it."""
-    run.loop_window = []
+    run.limits.loop_window = []
 
 
 @dataclass(frozen=True)
@@ -187,8 +187,8 @@ class LoopDetectionStage:
 
     def after_generation(self, turn: Turn) -> NextStep | None:
         run, cfg = turn.run, turn.config
-        run.loop_window = (run.loop_window + [turn_signature(turn.tool_calls, turn.text)])[-WINDOW:]
-        found = detect_occurrences(run.loop_window, cfg.loop_repeat_threshold, cfg.loop_text_repeats)
+        run.limits.loop_window = (run.limits.loop_window + [turn_signature(turn.tool_calls, turn.text)])[-WINDOW:]
+        found = detect_occurrences(run.limits.loop_window, cfg.loop_repeat_threshold, cfg.loop_text_repeats)
         if found is None:
             return None
         detection, occurrences = found
@@ -203,8 +203,8 @@ class LoopDetectionStage:
         # The ladder has its switch rung whether or not there is a fallback model, so a run
         # with one model gets a changed attempt before it is terminated: without a
         # fallback the sampling changes instead (raised_temperature).
-        rung = escalation(run.loop_level)
-        run.loop_level += 1
+        rung = escalation(run.limits.loop_level)
+        run.limits.loop_level += 1
         what = describe(detection)
         event: dict[str, Any] = {"detection": detection, "escalation": rung, "occurrences": occurrences}
         dropped = f"loop detected ({detection}): {rung}"
@@ -218,12 +218,12 @@ class LoopDetectionStage:
                                     retract=dropped, drop_turn=True)
         switch: list[EventSpec] = []
         if new_model is not None:
-            switch.append(EventSpec("model.fallback", {"from_model": run.config.models[run.model_offset],
+            switch.append(EventSpec("model.fallback", {"from_model": run.config.models[run.limits.model_offset],
                                                        "to_model": new_model, "reason": "loop_detected"}))
-            run.model_offset += 1
+            run.limits.model_offset += 1
             event["to_model"] = new_model
         else:
-            run.temperature = event["temperature"] = raised_temperature(run)
+            run.limits.temperature = event["temperature"] = raised_temperature(run)
         switch.append(steering_spec(run, "model_switch", reason="loop_detected", to_model=event.get("to_model"),
                                     temperature=event.get("temperature")))
         return NextStepRunAgain(append=[_user(REDIRECT.format(what=what))], reason="loop_switch_model",

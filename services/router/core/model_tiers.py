@@ -45,14 +45,14 @@ def memory_model(spec: ModelSpec, operator_default: str | None) -> str | None:
 
 def generation_tier(run: RunState) -> ModelTier:
     """The tier of the run's next generation, as its profile declares it for the phase."""
-    if run.converging is not None:
+    if run.limits.converging is not None:
         return "primary"  # the last answer of a run out of budget or in a loop
     return get_profile(run.config.profile).model_tiers.get(run.profile_phase, "primary")
 
 
 def generation_models(run: RunState) -> list[str]:
     """The models of the run's next generation, in the order they are tried."""
-    models = run.config.models[run.model_offset:]
+    models = run.config.models[run.limits.model_offset:]
     light = run.config.lightweight_model
     if light is None or generation_tier(run) != "lightweight":
         return models

@@ -127,24 +127,24 @@ def plan_note(run: RunState, tool_names: list[str] | None) -> str:
     parts = [PLAN_NOTE]
     if tool_names:
         parts.append("Tools you will have in the execute phase: " + ", ".join(tool_names) + ".")
-    if run.workspace:
-        parts.append(run.workspace)
+    if run.plan.workspace:
+        parts.append(run.plan.workspace)
     return "\n\n".join(parts)
 
 
 def status_note(run: RunState) -> str:
     """The execute-phase reminder of the plan and where it stands."""
-    lines = [f"{n}. [{s['status']}] {s['step']}" for n, s in enumerate(run.plan, 1)]
+    lines = [f"{n}. [{s['status']}] {s['step']}" for n, s in enumerate(run.plan.steps, 1)]
     return "Phase: execute. The plan:\n" + "\n".join(lines)
 
 
 def record(session: SessionState, run: RunState, source: str) -> EventSpec:
     """Keep the plan in the session (session.get) and say so: a `plan.updated` event."""
-    fields: dict[str, Any] = {"steps": [dict(s) for s in run.plan], "source": source, "phase": run.profile_phase}
-    if run.verification is not None:
-        fields["verification"] = run.verification
+    fields: dict[str, Any] = {"steps": [dict(s) for s in run.plan.steps], "source": source, "phase": run.profile_phase}
+    if run.plan.verification is not None:
+        fields["verification"] = run.plan.verification
     session.plan = {"run_id": run.run_id, "steps": fields["steps"], "phase": run.profile_phase,
-                    "verification": run.verification}
+                    "verification": run.plan.verification}
     return EventSpec("plan.updated", fields)
 
 
@@ -157,10 +157,10 @@ def apply_update(session: SessionState, run: RunState, call: dict[str, Any], *,
     if not steps:
         return (tool_result_block(call["id"], "update_plan needs a non-empty `plan`: a list of {step, status}.",
                                   is_error=True), [])
-    run.plan = steps
+    run.plan.steps = steps
     events: list[EventSpec] = []
     if run.profile_phase == "plan":
-        run.plan_nudges = 0
+        run.plan.nudges = 0
         events.append(change_phase(run, "execute", transitions))
         answer = PLAN_RECORDED.format(n=len(steps))
     else:
@@ -186,15 +186,15 @@ class PlanStage:
         if run.profile_phase == "plan":
             return self._plan_from_text(turn)
         if run.profile_phase == "execute":
-            remaining = open_steps(run.plan)
-            if remaining and run.plan_nudges < PLAN_NUDGES:
-                run.plan_nudges += 1  # sent back to carry out the open steps: execute -> execute
+            remaining = open_steps(run.plan.steps)
+            if remaining and run.plan.nudges < PLAN_NUDGES:
+                run.plan.nudges += 1  # sent back to carry out the open steps: execute -> execute
                 return NextStepRunAgain(append=[user_message(OPEN_STEPS_NUDGE.format(open="; ".join(remaining)[:1000]))],
                                         reason="plan_nudge", events=(change_phase(run, "execute", turn.transitions),))
             return NextStepRunAgain(append=[user_message(VERIFY_REQUEST)], reason="verify",
                                     events=(change_phase(run, "verify", turn.transitions),))
         if run.profile_phase == "verify":
-            run.verification = turn.text
+            run.plan.verification = turn.text
             phase = change_phase(run, "done", turn.transitions)
             return NextStepFinalOutput(status="completed", text=turn.text,
                                        events=(phase, record(turn.session, run, "verification")))
@@ -203,14 +203,14 @@ class PlanStage:
     def _plan_from_text(self, turn: Turn) -> NextStep:
         run = turn.run
         steps = parse_plan_text(turn.text)
-        if not steps and run.plan_nudges < PLAN_NUDGES:
-            run.plan_nudges += 1
+        if not steps and run.plan.nudges < PLAN_NUDGES:
+            run.plan.nudges += 1
             return NextStepRunAgain(append=[user_message(PLAN_NUDGE)], reason="plan_nudge")
         source = "text"
         if not steps:
             steps, source = [{"step": run.task or "Do the task.", "status": "pending"}], "fallback"
-        run.plan = steps
-        run.plan_nudges = 0
+        run.plan.steps = steps
+        run.plan.nudges = 0
         phase = change_phase(run, "execute", turn.transitions)
         return NextStepRunAgain(append=[user_message(PLAN_RECORDED.format(n=len(steps)))], reason="plan_recorded",
                                 events=(phase, record(turn.session, run, source)))

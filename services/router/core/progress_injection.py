@@ -28,9 +28,9 @@ def progress_note(run: RunState, results: list[dict[str, Any]], names: dict[str,
     """The reminder for the generation after a tool batch."""
     last = ", ".join(f"{names.get(b.get('tool_use_id', ''), '?')} ({'error' if b.get('is_error') else 'ok'})"
                      for b in results)
-    used = ", ".join(run.tools_used[:12]) or "none"
+    used = ", ".join(run.tools.used[:12]) or "none"
     return (f"Task: {truncate(run.task) or '(see the first user message)'}\n"
-            f"Progress: {run.tool_calls_made} tool call(s) over {run.turn} turn(s); tools used: {used}; "
+            f"Progress: {run.tools.calls_made} tool call(s) over {run.turn} turn(s); tools used: {used}; "
             f"latest results: {last or 'none'}.\n"
             "Continue with the task. When it is done, reply with the final answer.")
 

@@ -95,7 +95,7 @@ def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
     prompts = [user_text(m["content"]) for m in messages if m["role"] == "user"]
     run.task = truncate(prompts[-1] if prompts else "", PROMPT_CHARS)
     known = strategy_loop.known_tools(config.tools, tx.inp.catalog_tools)
-    run.tools_known = known if known is not None else tools_known
+    run.tools.known = known if known is not None else tools_known
     run.last_prompt = run.task
     st.run = run
     st.status = "running"
@@ -119,11 +119,11 @@ def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
                         f"{'it' if len(unknown) == 1 else 'them'}", tools=unknown)
     move_phase(tx, run, profile.working_phase, profile=profile)
     if profile.snapshots_workspace:
-        run.workspace = render_workspace(workspace)
+        run.plan.workspace = render_workspace(workspace)
     if profile.planned:
         steps = planning.parse_plan(plan) if plan is not None else []
         if steps:  # a pre-built plan skips the plan phase
-            run.plan = steps
+            run.plan.steps = steps
             move_phase(tx, run, "execute", profile=profile)
             tx.emit_spec(run, planning.record(st, run, "start"), keys.event_key("plan.updated", run_id, "start"))
     request_generation(tx, run, profile)
@@ -158,11 +158,12 @@ def end_run(tx: Transition, status: str, text: str | None, *, cfg: CoreConfig,
         final_text = conclusion["summary"]  # never silently: the summary is the best answer left
     tx.emit("run.ended", keys.event_key("run.ended", run.run_id), run.run_id, status=status, final_text=final_text,
             conclusion=conclusion, turns=run.turn, message_count=st.history_len,
-            usage={"input_tokens": run.usage.total_input(), "output_tokens": run.usage.output_tokens},
-            cost_usd=None if run.unpriced else round(run.cost_usd, 8), **({"reason": reason} if reason else {}))
+            usage={"input_tokens": run.budget.usage.total_input(), "output_tokens": run.budget.usage.output_tokens},
+            cost_usd=None if run.budget.unpriced else round(run.budget.cost_usd, 8),
+            **({"reason": reason} if reason else {}))
     run.awaiting = "done"
     run.pending_step = None
-    run.checkpoint = None
+    run.approvals.checkpoint = None
     st.run = None
     st.status = "idle"
     if cfg.tenant_limits is not None:
@@ -176,7 +177,7 @@ def end_run(tx: Transition, status: str, text: str | None, *, cfg: CoreConfig,
                     limit=refused[2])
         else:
             begin_run(tx, st.last_config, [{"role": "user", "content": content}], run_id=keys.next_run_id(run.run_id),
-                      cfg=cfg, source="follow_up", tools_known=run.tools_known)
+                      cfg=cfg, source="follow_up", tools_known=run.tools.known)
     elif not start_queued:
         st.queued.clear()
         st.steering.clear()

@@ -156,9 +156,9 @@ class VacuousAnswerStage:
         if problem is None:
             return None
         turn.flags.add("vacuous")
-        if turn.run.vacuous_retries >= turn.config.vacuous_max_retries:
+        if turn.run.limits.vacuous_retries >= turn.config.vacuous_max_retries:
             return None  # out of retries: the weak answer passes through (routing ends the run)
-        turn.run.vacuous_retries += 1
+        turn.run.limits.vacuous_retries += 1
         return NextStepRunAgain(notes=[retry_note(problem, turn.text)], reason="vacuous_retry",
                                 retract=f"vacuous answer ({problem}): retried", drop_turn=True)
 
@@ -219,9 +219,9 @@ class CommitmentGateStage:
         if said is None:
             return None
         turn.flags.add("announced")
-        if turn.run.nudges >= turn.config.commitment_max_nudges:
+        if turn.run.limits.nudges >= turn.config.commitment_max_nudges:
             return None
-        turn.run.nudges += 1
+        turn.run.limits.nudges += 1
         return NextStepRunAgain(append=[{"role": "user", "content": [
             {"type": "text", "text": NUDGE.format(said=said[:200])}]}], reason="commitment_nudge")
 

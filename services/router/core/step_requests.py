@@ -28,21 +28,22 @@ def request_generation(tx: Transition, run: RunState, profile: Profile, notes: l
     """Ask memory for the next generation. When a budget is exhausted, this generation is
     the converging one: no tools, a note asking for the best answer now."""
     notes = list(notes or [])
-    if run.converging is None:
+    if run.limits.converging is None:
         # The tenant's day spent (tenant_quotas.py) converges the run as its own budget would.
-        exhausted = budget.exhausted(run) or (TENANT_QUOTA if run.quota_spent else None)
+        exhausted = budget.exhausted(run) or (TENANT_QUOTA if run.budget.quota_spent else None)
         if exhausted is not None:
-            run.converging, run.converge_reason = "budget_exhausted", exhausted
+            run.limits.converging, run.limits.converge_reason = "budget_exhausted", exhausted
             notes.append(OUT_OF_BUDGET_NOTE if strategy_loop.finish_offered(run, profile) else budget.FINAL_ANSWER_NOTE)
-    if profile.planned and run.converging is None:
+    if profile.planned and run.limits.converging is None:
         if run.profile_phase == "plan":
             notes.append(planning.plan_note(run, run.config.tools))
-        elif run.profile_phase == "execute" and run.plan:
+        elif run.profile_phase == "execute" and run.plan.steps:
             notes.append(planning.status_note(run))
-    elif profile.snapshots_workspace and run.workspace and run.tool_calls_made == 0 and run.converging is None:
-        notes.append(run.workspace)  # the WorkspaceSnapshot, while nothing has run that could change it
+    elif (profile.snapshots_workspace and run.plan.workspace and run.tools.calls_made == 0
+          and run.limits.converging is None):
+        notes.append(run.plan.workspace)  # the WorkspaceSnapshot, while nothing has run that could change it
     offer = strategy_loop.offer(run, profile)
-    run.tools_active = offer.active
+    run.tools.active = offer.active
     run.awaiting = "generate"
     run.gen_seq += 1
     step_id = keys.generation_step_id(run.run_id, run.gen_seq)
@@ -50,14 +51,14 @@ def request_generation(tx: Transition, run: RunState, profile: Profile, notes: l
     cfg = run.config
     max_tokens = budget.max_tokens_for(run, cfg.max_tokens)
     # Cut short at a max_tokens the budget shrank, the run ends budget_exhausted (budget.end_cause).
-    run.budget_capped = run.converging is None and max_tokens < cfg.max_tokens
+    run.budget.capped = run.limits.converging is None and max_tokens < cfg.max_tokens
     env = AssembleContext(
         session_id=tx.st.session_id, run_id=run.run_id, step_id=step_id, turn=run.turn + 1,
         history_len=tx.st.history_len, system=cfg.system, ephemeral_notes=notes,
         tools=offer.tools, offer_tools=offer.offer, extra_tools=offer.extra,
         models=generation_models(run), max_tokens=max_tokens,
-        temperature=run.temperature if run.temperature is not None else cfg.temperature,
-        reduce_context=run.context_retries > 0, context_window=cfg.context_window,
+        temperature=run.limits.temperature if run.limits.temperature is not None else cfg.temperature,
+        reduce_context=run.limits.context_retries > 0, context_window=cfg.context_window,
         compaction_at_pct=cfg.compaction_at_pct, actor=cfg.actor, memory_model=cfg.memory_model, trace=run.trace,
         executor=spec_for(run),
     )

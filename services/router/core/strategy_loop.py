@@ -64,8 +64,8 @@ def _offered(run: RunState, profile: Profile) -> Offer:
     if not profile.offers_tools or tools == []:
         return Offer(tools=tools, offer=False)
     finish = [FINISH_SPEC] if profile.offers_finish else []
-    if run.converging is not None:
-        if run.converging == "budget_exhausted" and finish:
+    if run.limits.converging is not None:
+        if run.limits.converging == "budget_exhausted" and finish:
             return Offer(tools=[], offer=True, extra=finish)  # only the finish tool: conclude now
         return Offer(tools=tools, offer=False)
     if profile.planned:
@@ -91,9 +91,9 @@ def active_tools(run: RunState, now: Offer) -> list[str]:
     if not now.offer:
         names: list[str] = []
     elif now.tools is None:
-        names = list(run.tools_known or [])
+        names = list(run.tools.known or [])
     else:
-        names = [n for n in now.tools if run.tools_known is None or n in run.tools_known]
+        names = [n for n in now.tools if run.tools.known is None or n in run.tools.known]
     denied = {n for n, p in run.config.tool_permissions.items() if p == "deny"}
     return list(dict.fromkeys([n for n in names if n not in denied] + [t.name for t in now.extra]))
 

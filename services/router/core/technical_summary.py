@@ -16,7 +16,7 @@ the run's status (or `explanation`), and one more field (loopwire's addition, do
 
     "executed": [{"tool": "add", "calls": 2, "ok": 2, "error": 0}, ...]   # first-use order
 
-The bookkeeping is `RunState.executed` (and the counts the progress reminder reads,
+The bookkeeping is `RunState.tools.executed` (and the counts the progress reminder reads,
 `tool_calls_made` and `tools_used`), updated with every finished batch (`record_batch`,
 called where the batch's results join the history).
 """
@@ -48,29 +48,29 @@ def record_batch(run: RunState, results: list[dict[str, Any]], names: dict[str, 
     """Count a finished batch into the run's record: its calls and the tools used (what
     progress_injection.py's reminder reads) and each result under its tool, ok or error
     (this summary's `executed`)."""
-    run.tool_calls_made += len(results)
-    by_tool = {e["tool"]: e for e in run.executed}
+    run.tools.calls_made += len(results)
+    by_tool = {e["tool"]: e for e in run.tools.executed}
     for block in results:
         name = names.get(block.get("tool_use_id", ""), "")
         if not name:
             continue
-        if name not in run.tools_used:
-            run.tools_used.append(name)
+        if name not in run.tools.used:
+            run.tools.used.append(name)
         entry = by_tool.get(name)
         if entry is None:
             entry = by_tool[name] = {"tool": name, "calls": 0, "ok": 0, "error": 0}
-            run.executed.append(entry)
+            run.tools.executed.append(entry)
         entry["calls"] += 1
         entry["error" if block.get("is_error") else "ok"] += 1
 
 
 def describe(run: RunState) -> str:
     """One sentence: the calls made, per tool, with their outcomes ("" when none)."""
-    if not run.executed:
+    if not run.tools.executed:
         return ""
-    total = sum(e["calls"] for e in run.executed)
+    total = sum(e["calls"] for e in run.tools.executed)
     parts = []
-    for e in run.executed:
+    for e in run.tools.executed:
         outcome = ", ".join(f"{e[k]} {k}" for k in ("ok", "error") if e[k])
         parts.append(f"{e['tool']} x{e['calls']} ({outcome})")
     return f"Executed {total} tool call(s) over {run.turn} turn(s): {'; '.join(parts)}."
@@ -91,5 +91,5 @@ def stopped_conclusion(run: RunState, status: str, text: str, reason: str | None
     answer = text.strip() or run.last_text.strip()
     summary = " ".join(p for p in (opener, answer, describe(run)) if p)
     conclusion = normalise_conclusion({"summary": summary}, terminal=terminal, complete=complete)
-    conclusion["executed"] = [dict(e) for e in run.executed]
+    conclusion["executed"] = [dict(e) for e in run.tools.executed]
     return conclusion

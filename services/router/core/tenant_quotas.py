@@ -90,8 +90,8 @@ def note_usage(tx: Transition, run: RunState, *, tokens: int, cost: float | None
     if limit is None:
         return
     tx.quota_added = (tx.quota_added[0] + tokens, tx.quota_added[1] + (cost or 0.0))
-    if limit.has_allowance and not run.quota_spent and spent(limit, today_now(tx)) is not None:
-        run.quota_spent = True
+    if limit.has_allowance and not run.budget.quota_spent and spent(limit, today_now(tx)) is not None:
+        run.budget.quota_spent = True
 
 
 def warn_unpriced(tx: Transition, run: RunState, model: str, *, cfg: CoreConfig) -> None:
@@ -132,7 +132,7 @@ def quota_effects(before: SessionState, after: SessionState, *, now_ns: int, cfg
 
 
 def totals_of(run: RunState) -> RunTotals:
-    return RunTotals(run_id=run.run_id, tokens=budget.tokens_used(run), usd=round(run.cost_usd, 10))
+    return RunTotals(run_id=run.run_id, tokens=budget.tokens_used(run), usd=round(run.budget.cost_usd, 10))
 
 
 def _slot_runs(st: SessionState) -> set[str]:

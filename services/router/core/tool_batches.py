@@ -41,10 +41,10 @@ def dispatch(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, prof
         tx.emit("tool.call", keys.tool_call_key(c["id"]), run.run_id, turn=run.turn, tool_use_id=c["id"],
                 name=c["name"], input=c.get("input", {}))
     verdict = strategy_loop.gate(run, profile, calls, schemas=schemas, validators=cfg.schema_validators)
-    run.answered = []
+    run.tools.answered = []
     for n, c in enumerate(verdict.reserved):
         block, specs = planning.apply_update(tx.st, run, c, transitions=profile.transitions)
-        run.answered.append(block)
+        run.tools.answered.append(block)
         tx.emit("tool.result", keys.tool_result_key(c["id"]), run.run_id,
                 **tool_result_event(turn=run.turn, tool_use_id=c["id"], name=c["name"],
                                     is_error=bool(block.get("is_error")), content=block["content"]))
@@ -63,11 +63,11 @@ def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, profi
             denied: dict[str, str], cfg: CoreConfig) -> None:
     """execute: the batch as one ExecuteTools step; calls in `denied` never reach a
     provider (the tools service answers them with the reason); calls the core answered
-    (`run.answered`) are not sent at all."""
+    (`run.tools.answered`) are not sent at all."""
     run.awaiting = "tools"
     step_id = keys.tools_step_id(run.run_id, run.turn)
-    run.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
-    answered = {b["tool_use_id"]: b for b in run.answered}
+    run.tools.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
+    answered = {b["tool_use_id"]: b for b in run.tools.answered}
     to_run = [c for c in calls if c["id"] not in answered]
     if not to_run:  # only reserved tools: nothing to wait for
         run.pending_step = None
@@ -90,13 +90,13 @@ def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]], *, 
     """summarize: the batch's results go back in one user message, in the model's order,
     and the next generation is reminded of the task and the progress; or, the round at a
     limit done, the run ends `max_turns` with its best answer and its summary."""
-    names = {c["id"]: c["name"] for c in run.pending_calls}
-    run.pending_calls = []
-    run.answered = []
+    names = {c["id"]: c["name"] for c in run.tools.pending_calls}
+    run.tools.pending_calls = []
+    run.tools.answered = []
     technical_summary.record_batch(run, blocks, names)
     content: list[dict[str, Any]] = blocks + drain_steering(tx.st)
     tx.add_message({"role": "user", "content": content})
-    run.inner += 1
+    run.limits.inner += 1
     limit = inner_limit(run, profile, cfg)
     if limit is not None:
         end_run(tx, "max_turns", None, cfg=cfg, reason=limit)

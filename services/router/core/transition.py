@@ -4,10 +4,10 @@ ends with.
 `decide` (decide.py) never changes the state it is given: the shell keeps committed states
 in an LRU and hands them in again. A `Transition` starts from a copy of it that shares
 everything the core only reads or replaces (strings, the run's config, the outbox, the
-checkpoint) and copies what it changes in place: the lists and dicts of the session and
-of its run, and the tool counts of `RunState.executed`, one level deeper (a copy on
-write of the containers, not a deep copy: the history is not in the state, and a deep
-copy costs as much as deciding).
+checkpoint) and copies what it changes in place: the lists and dicts of the session, of
+its run and of the run's parts, and the tool counts of `RunState.tools.executed`, one
+level deeper (a copy on write of the containers, not a deep copy: the history is not in
+the state, and a deep copy costs as much as deciding).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.events import user_message_fields
-from loopwire.shared.contract.run_state import RunState
+from loopwire.shared.contract.run_state import RUN_PARTS, RunState
 from loopwire.shared.contract.session_state import SessionState
 
 from .effects import Effect, EmitEvent, PublishWork, effect_from_dict
@@ -85,8 +85,10 @@ def working_copy(state: SessionState) -> SessionState:
     copy = _containers_copied(state)
     if state.run is not None:
         run: RunState = _containers_copied(state.run)
+        parts = vars(run)
+        parts.update({name: _containers_copied(parts[name]) for name in RUN_PARTS})
         # technical_summary.record_batch counts in these entries in place
-        vars(run)["executed"] = [dict(entry) for entry in run.executed]
+        vars(run.tools)["executed"] = [dict(entry) for entry in run.tools.executed]
         vars(copy)["run"] = run
     return copy
 

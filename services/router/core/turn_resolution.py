@@ -77,22 +77,22 @@ def resolve(turn: Turn, profile: Profile) -> NextStep:
 def next_step(turn: Turn, profile: Profile) -> NextStep:
     """The converging answer ends the run; otherwise the profile's stages decide."""
     run = turn.run
-    if run.converging is not None:
+    if run.limits.converging is not None:
         conclusion, text, closing = None, turn.text, None
-        call = finish_call(turn.tool_calls) if run.converging == "budget_exhausted" else None
+        call = finish_call(turn.tool_calls) if run.limits.converging == "budget_exhausted" else None
         if call is not None and strategy_loop.finish_offered(run, profile):
             conclusion = out_of_budget_conclusion(call, turn.text, run.last_text)
-            conclusion["executed"] = [dict(e) for e in run.executed]
+            conclusion["executed"] = [dict(e) for e in run.tools.executed]
             text = closing = conclusion["summary"]
         # Without a finish call, end_run gives the run its technical summary.
-        return NextStepFinalOutput(status=run.converging, text=text, reason=run.converge_reason,
+        return NextStepFinalOutput(status=run.limits.converging, text=text, reason=run.limits.converge_reason,
                                    conclusion=conclusion, closing=closing)
     step = first_step(turn, profile.stages)
     if not turn.flags:
         # An accepted turn restores the remedies: the loop ladder and the vacuous-retry
         # allowance are shared, so a long run keeps them after using them (stages.py, vacuous answers).
-        run.loop_level = 0
-        run.vacuous_retries = 0
+        run.limits.loop_level = 0
+        run.limits.vacuous_retries = 0
     return step or NextStepFinalOutput(status="completed", text=turn.text)
 
 
@@ -133,7 +133,7 @@ def apply_step(tx: Transition, run: RunState, step: NextStep, *, profile: Profil
     elif isinstance(step, NextStepConverge):
         for m in step.append:
             tx.add_message(m)
-        run.converging, run.converge_reason = step.status, step.reason
+        run.limits.converging, run.limits.converge_reason = step.status, step.reason
         request_generation(tx, run, profile, notes=step.notes)
     elif step.status == "completed" and not profile.single_generation \
             and step.conclusion is None and run.profile_phase != "done" and (tx.st.steering or tx.st.queued):

@@ -84,8 +84,8 @@ def reconstruct(session_id: str, events: list[dict[str, Any]], default_max_token
     if run is not None:
         state.run, state.status = run, "awaiting_approval"
         state.last_config = run.config
-        state.cost_usd += run.cost_usd
-        state.cost_unknown = state.cost_unknown or bool(run.unpriced)
+        state.cost_usd += run.budget.cost_usd
+        state.cost_unknown = state.cost_unknown or bool(run.budget.unpriced)
     forked = next((e for e in events if e.get("session_id") == session_id), None)
     if forked is not None and forked.get("kind") == FORKED:
         # A fork keeps where it comes from, and a replay's recorded tools.

@@ -64,11 +64,12 @@ async def test_a_run_waiting_on_a_checkpoint_is_rebuilt_and_reported_waiting(sto
     drv.generation(t("Removing."), use("tu1", "rm", path="/tmp/x"))
     for event in drv.events:
         await events.append(SID, event, key=None)
-    cid = drv.state.run.checkpoint.id
+    cid = drv.state.run.approvals.checkpoint.id
     reply = await session_get(SessionGetRequest(session_id=SID), sessions, events)
     assert (reply["status"], reply["checkpoint_id"], reply["run_id"]) == ("awaiting_approval", cid, "run1")
     state = await rebuild_session(SID, events, sessions)
-    assert state is not None and state["status"] == "awaiting_approval" and state["run"]["checkpoint"]["id"] == cid
+    assert state is not None and state["status"] == "awaiting_approval"
+    assert state["run"]["approvals"]["checkpoint"]["id"] == cid
     history = await sessions.history(SID)
     assert history[-1]["content"][-1]["id"] == "tu1", "the batch waits for its results"
     reply = await session_get(SessionGetRequest(session_id=SID), sessions, events)

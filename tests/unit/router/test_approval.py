@@ -23,7 +23,7 @@ def test_an_approve_tool_is_held_at_a_checkpoint_and_the_session_is_paused() -> 
     fields = approval_of(d)
     assert fields["tool_calls"] == [{"tool_use_id": "t1", "name": "rm", "input": {"path": "/tmp/x"}}]
     assert d.state.status == "awaiting_approval"
-    assert d.run.checkpoint is not None and d.run.checkpoint.id == fields["checkpoint_id"]
+    assert d.run.approvals.checkpoint is not None and d.run.approvals.checkpoint.id == fields["checkpoint_id"]
     assert d.run.pending_step is None, "nothing is in flight: no process holds the run"
     assert [e for e in out.effects if e.type == "work"] == [], "nothing is sent to the tools service"
     # The pause survives a reload from JSON (what Redis holds): nothing lives in memory.
@@ -130,7 +130,7 @@ def test_steer_while_awaiting_approval_withdraws_the_checkpoint() -> None:
     d.start(input="x", tool_permissions={"rm": "approve"})
     d.answer(call("t1", "rm"))
     d.steer("never mind")
-    assert d.state.status == "running" and d.run.checkpoint is None
+    assert d.state.status == "running" and d.run.approvals.checkpoint is None
     assert d.work()["kind"] == "memory.assemble"
     user = d.history[-1]["content"]
     assert user[0]["tool_use_id"] == "t1" and "steering" in user[0]["content"]

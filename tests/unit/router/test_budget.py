@@ -64,7 +64,7 @@ def test_exhaustion_converges_with_one_tool_less_generation_then_ends_with_its_a
     assert [t["name"] for t in last["extra_tools"]] == ["finish_agentic_task"]
     assert OUT_OF_BUDGET_NOTE in last["ephemeral_notes"]
     assert last["max_tokens"] <= budget.FINAL_ANSWER_MAX_TOKENS
-    assert d.run.converging == "budget_exhausted"
+    assert d.run.limits.converging == "budget_exhausted"
     d.answer("Best answer: 3.", usage=(520, 8))
     ended = d.ended()
     assert ended["status"] == "budget_exhausted" and ended["final_text"] == "Best answer: 3."
@@ -91,7 +91,7 @@ def test_exhaustion_without_the_finish_tool_converges_with_no_tools_at_all() -> 
 def test_a_converging_answer_that_still_calls_tools_ends_the_run_with_a_valid_history() -> None:
     d = Driver()
     d.start(input="add 1 and 2", limits={"max_total_tokens": 50})
-    assert d.run.converging == "budget_exhausted", "a budget below one answer converges at once"
+    assert d.run.limits.converging == "budget_exhausted", "a budget below one answer converges at once"
     d.answer("Partial: about 3.", call("t9"), usage=(90, 40))
     assert d.ended()["status"] == "budget_exhausted"
     assert d.ended()["final_text"] == "Partial: about 3."
@@ -103,7 +103,7 @@ def test_cost_limit_exhausts_too() -> None:
     d.start(input="add 1 and 2", model={"primary": "claude-sonnet-4-5"}, limits={"max_cost_usd": 0.01})
     d.answer(call("t1"), usage=(3_000, 100), model="claude-sonnet-4-5")  # 0.009 + 0.0015 = 0.0105
     d.tools()
-    assert d.run.converging == "budget_exhausted" and d.run.converge_reason == "max_cost_usd"
+    assert d.run.limits.converging == "budget_exhausted" and d.run.limits.converge_reason == "max_cost_usd"
     assert [w["limit"] for w in d.of("budget.warning")] == ["max_cost_usd"]
     d.answer("3", usage=(10, 1), model="claude-sonnet-4-5")
     assert d.ended()["status"] == "budget_exhausted" and d.ended()["reason"] == "max_cost_usd"
@@ -147,7 +147,7 @@ def test_an_answer_cut_at_a_max_tokens_the_budget_shrank_ends_budget_exhausted()
     d.start(input="add 1 and 2", limits={"max_total_tokens": 1_500})
     d.answer("Adding.", call("t1"), usage=(400, 50))
     d.tools()
-    assert d.work()["max_tokens"] == 600 and d.run.budget_capped
+    assert d.work()["max_tokens"] == 600 and d.run.budget.capped
     d.answer("The sum of 1 and 2 is, after careful", stop="max_tokens", usage=(480, 600))
     ended = d.ended()
     assert ended["status"] == "budget_exhausted" and ended["reason"] == "max_total_tokens"
@@ -169,7 +169,7 @@ def test_a_cut_answer_at_the_runs_own_max_tokens_is_not_the_budgets_doing() -> N
     d.start(input="add 1 and 2", limits={"max_total_tokens": 100_000})
     d.answer(call("t1"), usage=(400, 50))
     d.tools()
-    assert d.work()["max_tokens"] == 1000 and not d.run.budget_capped
+    assert d.work()["max_tokens"] == 1000 and not d.run.budget.capped
     d.answer("Partial", stop="max_tokens", usage=(450, 1000))
     assert d.ended()["status"] == "completed"
 

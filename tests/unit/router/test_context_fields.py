@@ -44,25 +44,25 @@ def test_tools_active_follows_discovery_policy_and_the_phase() -> None:
     d = Driver()
     start(d, ["add", "mul", "rm"], profile="agentic_planned", tools=["add", "rm", "gone"],
           tool_permissions={"rm": "deny"})
-    assert d.run.tools_active == ["update_plan"], "the plan phase offers only update_plan"
+    assert d.run.tools.active == ["update_plan"], "the plan phase offers only update_plan"
     d.answer(call("p1", "update_plan", {"plan": [{"step": "add", "status": "pending"}]}))
-    assert d.run.tools_active == ["add", "update_plan", "finish_agentic_task"], \
+    assert d.run.tools.active == ["add", "update_plan", "finish_agentic_task"], \
         "known to the catalog (not `gone`), not denied (not `rm`), with the phase's reserved tools"
 
 
 def test_a_run_naming_no_tools_has_the_catalogs_and_none_without_tools() -> None:
     d = Driver()
     start(d, ["add", "mul"])
-    assert d.run.tools_active == ["add", "mul", "finish_agentic_task"]
+    assert d.run.tools.active == ["add", "mul", "finish_agentic_task"]
     d.answer("Hello.")
     d.apply(i.MessageInput(input_id="in:9", new_id="follow", body=FollowUp(content="again"), catalog_tools=["add"]))
-    assert d.run.tools_active == ["add", "finish_agentic_task"], "a follow-up's run: the catalog as it is then"
+    assert d.run.tools.active == ["add", "finish_agentic_task"], "a follow-up's run: the catalog as it is then"
     chat = Driver()
     start(chat, ["add"], profile="conversational")
-    assert chat.run.tools_active == []
+    assert chat.run.tools.active == []
     unread = Driver()
     start(unread, None, tools=["add"])
-    assert unread.run.tools_active == ["add", "finish_agentic_task"], "catalog unread: the run's own list"
+    assert unread.run.tools.active == ["add", "finish_agentic_task"], "catalog unread: the run's own list"
 
 
 def test_an_external_agents_step_carries_the_context_fields() -> None:

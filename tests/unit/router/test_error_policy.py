@@ -19,17 +19,17 @@ def run(models: list[str] | None = None, **state: object) -> RunState:
 
 @pytest.mark.parametrize(("code", "models", "state", "action"), [
     ("context_too_long", None, {}, "retry_reduced_context"),
-    ("context_too_long", None, {"context_retries": 1}, "terminate"),
+    ("context_too_long", None, {"limits": {"context_retries": 1}}, "terminate"),
     ("not_found", ["m1", "m2"], {}, "switch_model"),
     ("not_found", ["m1"], {}, "terminate"),
-    ("not_found", ["m1", "m2"], {"model_offset": 1}, "terminate"),
+    ("not_found", ["m1", "m2"], {"limits": {"model_offset": 1}}, "terminate"),
     ("cancelled", None, {}, "continue"),
-    ("cancelled", None, {"step_retries": 2}, "terminate"),
+    ("cancelled", None, {"limits": {"step_retries": 2}}, "terminate"),
     ("model_overloaded", ["m1", "m2"], {}, "terminate"),
     ("circuit_open", ["m1", "m2"], {}, "terminate"),
     ("bad_request", None, {}, "terminate"),
     ("auth", None, {}, "terminate"),
-    ("context_too_long", None, {"converging": "budget_exhausted"}, "terminate"),
+    ("context_too_long", None, {"limits": {"converging": "budget_exhausted"}}, "terminate"),
 ])
 def test_classification(code: str, models: list[str] | None, state: dict[str, object], action: str) -> None:
     verdict = classify_generation_failure(StepError(code=code, message="m"), run(models, **state), CoreConfig())

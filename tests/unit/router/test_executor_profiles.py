@@ -109,7 +109,7 @@ def test_a_request_of_an_abandoned_step_is_ignored_and_an_ended_step_closes_its_
     d.start(profile="claude_code", tool_permissions={"Bash": "approve"})
     ask(d)
     d.steer("do something else")  # withdraws the checkpoint, abandons the step
-    assert d.state.status == "running" and d.run.checkpoint is None
+    assert d.state.status == "running" and d.run.approvals.checkpoint is None
     stale = ExecutorPermission(session_id="s1", run_id="run1", step_id="run1:g1", checkpoint_id="run1-toolu_9",
                                tool_use_id="toolu_9", name="Bash")
     assert d.apply(i.PermissionInput(input_id="permission:x:0", request=stale)).effects == []

@@ -47,7 +47,7 @@ class Journal(Driver):
 
     def tools(self, *results: tuple[str, str]) -> None:
         assert self.state.run is not None and self.pending is not None
-        run, names = self.state.run, {c["id"]: c["name"] for c in self.state.run.pending_calls}
+        run, names = self.state.run, {c["id"]: c["name"] for c in self.state.run.tools.pending_calls}
         items = [ToolResultItem(tool_use_id=tid, name=names[tid], content=c) for tid, c in results]
         for item in items:
             self.emit("tool.result", run.run_id, turn=run.turn, tool_use_id=item.tool_use_id, name=item.name,
@@ -57,9 +57,9 @@ class Journal(Driver):
 
     def decision(self, decision: str = "approve", note: str | None = None) -> i.DecisionInput:
         self.inputs += 1
-        assert self.state.run is not None and self.state.run.checkpoint is not None
+        assert self.state.run is not None and self.state.run.approvals.checkpoint is not None
         return i.DecisionInput(input_id=f"in:{self.inputs}", body=ApprovalDecision(
-            checkpoint_id=self.state.run.checkpoint.id, decision=decision, note=note))
+            checkpoint_id=self.state.run.approvals.checkpoint.id, decision=decision, note=note))
 
     def rebuilt(self) -> tuple[SessionState, list[dict[str, Any]]]:
         rebuilt = reconstruct(SID, self.events, prices=PRICES)
@@ -86,14 +86,15 @@ def test_an_approval_of_a_mixed_batch_runs_exactly_the_stored_calls_after_the_st
     lost = drv.state
     assert lost.status == "awaiting_approval"
     state, history = drv.rebuilt()
-    assert state.status == "awaiting_approval" and state.run is not None and state.run.checkpoint is not None
-    assert state.run.checkpoint.model_dump() == lost.run.checkpoint.model_dump(), "the same checkpoint"
+    assert state.status == "awaiting_approval" and state.run is not None and state.run.approvals.checkpoint is not None
+    assert state.run.approvals.checkpoint.model_dump() == lost.run.approvals.checkpoint.model_dump(), \
+        "the same checkpoint"
     assert normalise_messages(history) == normalise_messages(drv.history), "the batch still waits for results"
     assert history[-1]["content"][1:] == [use("tu2", a=5, b=5), use("tu3", "rm", path="/tmp/x"), use("tu4", "mul")]
     run = state.run
-    assert (run.turn, run.inner, run.task, run.last_text) == (2, 1, "Add, then clean up.", "Cleaning.")
-    assert run.executed == [{"tool": "add", "calls": 1, "ok": 1, "error": 0}]
-    assert run.usage.input_tokens == 20 and run.cost_usd == lost.run.cost_usd > 0
+    assert (run.turn, run.limits.inner, run.task, run.last_text) == (2, 1, "Add, then clean up.", "Cleaning.")
+    assert run.tools.executed == [{"tool": "add", "calls": 1, "ok": 1, "error": 0}]
+    assert run.budget.usage.input_tokens == 20 and run.budget.cost_usd == lost.run.budget.cost_usd > 0
     approve = drv.decision("approve")
     (sent,) = work(state, approve)
     (original,) = work(lost, approve)
@@ -118,7 +119,8 @@ def test_a_turn_by_turn_proposal_is_resumed_and_its_approval_completes_the_run()
     drv.ingress("start", {"input": "What is 40 + 2?", "profile": "turn_by_turn", "tools": ["add"]})
     drv.generation(t("It is 42."))
     state, _ = drv.rebuilt()
-    assert state.run is not None and state.run.checkpoint is not None and state.run.checkpoint.kind == "proposal"
+    assert state.run is not None and state.run.approvals.checkpoint is not None
+    assert state.run.approvals.checkpoint.kind == "proposal"
     approve = drv.decision("approve")
     assert kinds(state, approve) == kinds(drv.state, approve)
     ended = [e for e in decide(state, approve, CFG).effects if isinstance(e, EmitEvent) and e.kind == "run.ended"]
@@ -135,9 +137,11 @@ def test_a_planned_run_comes_back_with_its_plan_and_the_reserved_result_of_its_b
     lost = drv.state
     state, _ = drv.rebuilt()
     assert state.run is not None
-    assert state.run.plan == lost.run.plan and state.run.profile_phase == lost.run.profile_phase == "execute"
+    assert state.run.plan.steps == lost.run.plan.steps
+    assert state.run.profile_phase == lost.run.profile_phase == "execute"
     assert state.plan == lost.plan, "session.get's plan"
-    assert state.run.answered == lost.run.answered, "update_plan was answered by the core before the checkpoint"
+    assert state.run.tools.answered == lost.run.tools.answered, \
+        "update_plan was answered by the core before the checkpoint"
     approve = drv.decision("approve")
     (sent,) = work(state, approve)
     assert sent.envelope == work(lost, approve)[0].envelope

@@ -127,7 +127,7 @@ def test_a_repeated_call_is_redirected_then_the_model_switched_then_the_run_term
         "no looping turn was kept"
     assert len(d.of("steering")) == 2, "terminating is no change of course"
     last = d.work()
-    assert last["offer_tools"] is False and d.run.converging == "loop_terminated"
+    assert last["offer_tools"] is False and d.run.limits.converging == "loop_terminated"
     d.answer("I could not get further than 3.", model="m2")
     ended = d.ended()
     assert ended["status"] == "loop_terminated" and ended["reason"] == "repeated_tool_call"
@@ -157,7 +157,7 @@ def test_without_fallback_or_temperature_the_temperature_rises_from_the_models_d
                                     "temperature": 1.0}
     assert d.history[-1]["content"][-1]["text"].startswith("Loop detected. Please try a different approach")
     loop_once(d, "t5")
-    assert d.of("loop.detected")[-1]["escalation"] == "terminate" and d.run.converging == "loop_terminated"
+    assert d.of("loop.detected")[-1]["escalation"] == "terminate" and d.run.limits.converging == "loop_terminated"
 
 
 def test_a_raised_temperature_rises_again_from_where_the_ladder_left_it() -> None:
@@ -165,7 +165,7 @@ def test_a_raised_temperature_rises_again_from_where_the_ladder_left_it() -> Non
     d.start(input="add 1 and 2", model={"temperature": 0.1})
     loop_to_redirect(d)
     loop_once(d, "t4")
-    assert d.run.temperature == 0.4
+    assert d.run.limits.temperature == 0.4
     d.answer("Trying something else.", call("t5", "mul"))  # a good turn: the ladder starts again
     d.tools()
     for n in (6, 7):
@@ -181,9 +181,9 @@ def test_a_good_turn_resets_the_ladder() -> None:
     d = Driver()
     d.start(input="add 1 and 2", model={"fallbacks": ["m2"]})
     loop_to_redirect(d)
-    assert d.run.loop_level == 1
+    assert d.run.limits.loop_level == 1
     d.answer("Trying something else.", call("t4", "mul"))
-    assert d.run.loop_level == 0, "a different call is a good turn"
+    assert d.run.limits.loop_level == 0, "a different call is a good turn"
     d.tools()
     for n in (5, 6):
         loop_once(d, f"t{n}")
@@ -196,13 +196,13 @@ def test_a_vacuous_answer_passed_through_does_not_reset_the_ladder() -> None:
     d = Driver(cfg=CoreConfig(prices=PRICES, default_model="m1", vacuous_max_retries=0))
     d.start(input="add 1 and 2", model={"fallbacks": ["m2"]})
     loop_to_redirect(d)
-    assert d.run.loop_level == 1
+    assert d.run.limits.loop_level == 1
     d.message("and then?")  # a follow-up keeps the run going past the weak answer
     d.answer("...")
     assert d.of("run.ended") == [] and d.history[-2]["content"] == [{"type": "text", "text": "..."}]
-    assert d.run.loop_level == 1, "giving up on a bad answer is not a good turn"
+    assert d.run.limits.loop_level == 1, "giving up on a bad answer is not a good turn"
     d.answer("Let me multiply instead.", call("t4", "mul"))
-    assert d.run.loop_level == 0, "a good turn does"
+    assert d.run.limits.loop_level == 0, "a good turn does"
 
 
 def test_repeated_text_after_a_nudge_is_redirected_with_a_user_message() -> None:
@@ -232,7 +232,7 @@ def test_new_user_input_clears_the_window() -> None:
     d.start(input="say ok")
     d.message("again please")
     d.answer("OK.")
-    assert d.run.loop_window == [], "the follow-up was taken: earlier turns answered something else"
+    assert d.run.limits.loop_window == [], "the follow-up was taken: earlier turns answered something else"
     d.answer("OK.")
     assert d.of("loop.detected") == []
 

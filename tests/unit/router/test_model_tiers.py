@@ -48,7 +48,7 @@ def test_a_converging_plan_phase_generation_is_the_primarys() -> None:
     d = Driver()
     d.start(profile="agentic_planned", input="go", model=AUTO, limits={"max_total_tokens": 100})
     d.answer("Sure thing.", usage=(90, 20), model="m-light")
-    assert d.run.converging == "budget_exhausted" and d.run.profile_phase == "plan"
+    assert d.run.limits.converging == "budget_exhausted" and d.run.profile_phase == "plan"
     assert d.work()["models"] == ["m-main", "m-back"]
 
 

@@ -60,7 +60,7 @@ def test_planned_prebuilt_plan_skips_to_execute() -> None:
     assert d.kinds(out)[:4] == ["run.started", "phase.changed", "phase.changed", "plan.updated"]
     assert phases(d) == [("init", "plan"), ("plan", "execute")]
     assert d.run.profile_phase == "execute"
-    assert d.run.plan == [{"step": "read", "status": "pending"}, {"step": "write", "status": "completed"}]
+    assert d.run.plan.steps == [{"step": "read", "status": "pending"}, {"step": "write", "status": "completed"}]
     assert d.of("plan.updated")[0]["source"] == "start"
 
 
@@ -68,7 +68,7 @@ def test_planned_text_plan_is_parsed_and_a_missing_plan_is_asked_for_once() -> N
     d = Driver()
     d.start(profile="agentic_planned", input="do it")
     d.answer("My plan:\n1. look\n2. fix")
-    assert d.run.plan == [{"step": "look", "status": "pending"}, {"step": "fix", "status": "pending"}]
+    assert d.run.plan.steps == [{"step": "look", "status": "pending"}, {"step": "fix", "status": "pending"}]
     assert d.run.profile_phase == "execute"
 
     d2 = Driver()
@@ -76,7 +76,7 @@ def test_planned_text_plan_is_parsed_and_a_missing_plan_is_asked_for_once() -> N
     d2.answer("Sure thing.")
     assert "update_plan" in d2.history[-1]["content"][0]["text"] and d2.run.profile_phase == "plan"
     d2.answer("Okay then.")
-    assert d2.run.plan == [{"step": "do it", "status": "pending"}]
+    assert d2.run.plan.steps == [{"step": "do it", "status": "pending"}]
     assert d2.of("plan.updated")[0]["source"] == "fallback"
 
 

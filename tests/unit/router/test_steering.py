@@ -75,7 +75,7 @@ def test_follow_ups_are_taken_at_the_outer_boundary_up_to_the_outer_limit() -> N
     d.start(input="hi")
     d.message("second question")
     d.answer("Answer one.")
-    assert d.run.outer == 2 and d.run.inner == 0 and d.of("run.ended") == []
+    assert d.run.limits.outer == 2 and d.run.limits.inner == 0 and d.of("run.ended") == []
     d.message("third question")
     d.answer("Answer two.")
     ended = d.ended()
@@ -95,7 +95,7 @@ def test_the_inner_cap_counts_tool_rounds_and_the_last_round_still_runs() -> Non
     d.answer("Hmm.", stop="pause_turn")  # a generation without a tool round does not count
     d.answer(call("t1", inp={"a": 1, "b": 1}))
     d.tools()
-    assert d.run.inner == 1
+    assert d.run.limits.inner == 1
     d.answer("More.", call("t2", inp={"a": 2, "b": 2}))
     assert d.work()["kind"] == "tools.execute" and d.of("run.ended") == [], "the round at the cap runs"
     d.tools("4")

@@ -23,7 +23,7 @@ def test_record_and_describe_count_calls_per_tool_with_their_outcomes() -> None:
                                          {"tool_use_id": "b", "content": "x", "is_error": True}],
                                    {"a": "add", "b": "search"})
     technical_summary.record_batch(run, [{"tool_use_id": "c", "content": "2"}], {"c": "add"})
-    assert run.executed == [{"tool": "add", "calls": 2, "ok": 2, "error": 0},
+    assert run.tools.executed == [{"tool": "add", "calls": 2, "ok": 2, "error": 0},
                             {"tool": "search", "calls": 1, "ok": 0, "error": 1}]
     assert technical_summary.describe(run) == ("Executed 3 tool call(s) over 3 turn(s): add x2 (2 ok); "
                                                "search x1 (1 error).")
@@ -41,7 +41,7 @@ def test_a_loop_terminated_run_after_tools_concludes_with_what_it_executed() -> 
         d.tools(content="2")
     loop_once(d, "t3")  # redirect
     loop_once(d, "t4")  # no fallback, temperature unset: raised from the default, or terminate
-    while d.run.converging is None:
+    while d.run.limits.converging is None:
         loop_once(d, f"t{len(d.of('loop.detected')) + 4}")
     d.answer("")  # the converging generation says nothing
     ended = d.ended()
@@ -61,7 +61,7 @@ def test_budget_exhausted_without_the_finish_tool_still_summarises_the_tools() -
     (asked,) = d.of("approval.requested")
     d.decision(asked["checkpoint_id"], "approve")
     d.tools(content="boom", is_error=True)
-    assert d.run.converging == "budget_exhausted"
+    assert d.run.limits.converging == "budget_exhausted"
     d.answer("Could not add.", usage=(500, 5))
     conclusion = d.ended()["conclusion"]
     assert conclusion["executed"] == [{"tool": "add", "calls": 1, "ok": 0, "error": 1}]

@@ -143,7 +143,7 @@ def test_a_run_that_spends_the_day_converges_with_reason_tenant_quota() -> None:
     d.start()
     d.admit("granted")
     d.answer("Adding.", call("t1"), usage=(25, 10))  # 70 + 35 >= 100: the tool still runs
-    assert d.run.quota_spent and d.state.run is not None
+    assert d.run.budget.quota_spent and d.state.run is not None
     d.tools("3")
     work = d.work()
     assert work["offer_tools"] is False or work["tools"] == [], "the converging generation offers no tools"

@@ -124,9 +124,9 @@ def test_an_accepted_turn_restores_the_vacuous_allowance() -> None:
     d.start(input="hello")
     d.answer(".")
     d.answer("7")  # another vacuous answer (a repeat of the first would be a loop)
-    assert d.run.vacuous_retries == 2, "the allowance is used up"
+    assert d.run.limits.vacuous_retries == 2, "the allowance is used up"
     d.answer(call("t1"))  # a good turn: the model acts
-    assert d.run.vacuous_retries == 0
+    assert d.run.limits.vacuous_retries == 0
     d.tools()
     d.answer(".")
     assert len(d.of("retracted")) == 3, "retried again after the good turn"
