@@ -50,7 +50,7 @@ from .stages import user_text
 Prices = Mapping[str, Mapping[str, float]]
 
 
-def resumed_run(asked: dict[str, Any] | None, events: list[dict[str, Any]], last_seq: int,
+def resumed_run(asked: dict[str, Any] | None, events: list[dict[str, Any]], last_seq: int, *,
                 prices: Prices | None = None) -> RunState | None:
     """The run whose `events` (from its `run.started`) end waiting on `asked` (its
     `approval.requested`), paused on that checkpoint; None when there is none, or when

@@ -59,8 +59,8 @@ class ForkRefused(Exception):
         self.code = code
 
 
-def forked_state(new_sid: str, replayed: Replayed | None, point: ForkPoint, source: str,
-                 *, recorded_tools: bool) -> SessionState:
+def forked_state(new_sid: str, replayed: Replayed | None, point: ForkPoint, *, source: str,
+                 recorded_tools: bool) -> SessionState:
     """The fork's idle state: what the replayed events tally, the run settings of the run
     the fork point belongs to, and where it comes from."""
     state = idle_state(new_sid, replayed) if replayed is not None else SessionState(session_id=new_sid)
@@ -74,7 +74,7 @@ def forked_state(new_sid: str, replayed: Replayed | None, point: ForkPoint, sour
     return state
 
 
-def fork_reply(new_sid: str, forked_from: ForkedFrom, messages: int, tools: str) -> dict[str, Any]:
+def fork_reply(new_sid: str, forked_from: ForkedFrom, *, messages: int, tools: str) -> dict[str, Any]:
     return {"v": PROTOCOL_VERSION, "session_id": new_sid,
             "forked_from": {"session_id": forked_from.session_id, "seq": forked_from.seq},
             # additions
@@ -125,7 +125,7 @@ class ForkQuery:
         kept = through(await lineage_events(source, events, self.archive, own=own), source, point.cut_seq)
         replayed = replay(new, kept, self.ctx.settings.default_max_tokens, in_order=True) if kept else None
         recorded = req.tools == "recorded"
-        state = forked_state(new, replayed, point, source, recorded_tools=recorded)
+        state = forked_state(new, replayed, point, source=source, recorded_tools=recorded)
         if recorded and state.last_config is not None and is_executor(state.last_config.profile):
             raise ForkRefused("replay_unsupported", f"profile {state.last_config.profile}: an external agent runs "
                                                     "its own tools, which no recording can answer; fork with "
@@ -134,19 +134,19 @@ class ForkQuery:
         assert state.forked_from is not None
         again = await self._done_before(new, state)
         if again is not None:
-            return fork_reply(new, state.forked_from, again, req.tools)
+            return fork_reply(new, state.forked_from, messages=again, tools=req.tools)
         await sessions.add_fork(source, new)
         await self._share_memory(source, new, history)
         fields = {"from_session_id": source, "from_seq": at, "cut_seq": point.cut_seq, "messages": len(history),
                   "config": state.last_config.model_dump(mode="json") if state.last_config else None,
                   "tools": req.tools}
-        stored = await self._create(new, state, history, fields)
+        stored = await self._create(new, state, history, fields=fields)
         if stored is None:
             raise ForkRefused("session_exists", f"session {new!r} exists")
         await self.ctx.bus.publish_stored(new, stored)
         log.info("session %s forked from %s at seq %d (cut at %d): %d messages%s", new, source, at, point.cut_seq,
                  len(history), ", recorded tools" if recorded else "")
-        return fork_reply(new, state.forked_from, len(history), req.tools)
+        return fork_reply(new, state.forked_from, messages=len(history), tools=req.tools)
 
     async def _done_before(self, new: str, state: SessionState) -> int | None:
         """The new id is taken: by this same fork, made before and untouched since (its
@@ -169,7 +169,7 @@ class ForkQuery:
         await copy_compaction(self.ctx.redis, source, new, history_len=len(history), ttl_s=settings.session_ttl_s)
         await keep_blobs(self.ctx.redis, history, settings.step_result_ttl_s)
 
-    async def _create(self, new: str, state: SessionState, history: list[dict[str, Any]],
+    async def _create(self, new: str, state: SessionState, history: list[dict[str, Any]], *,
                       fields: dict[str, Any]) -> list[tuple[dict[str, Any], bool]] | None:
         """State, history and `session.forked` at version 0, at once where the stores can;
         None when the session exists."""

@@ -54,7 +54,7 @@ class IngressMessage:
 class IngressReader:
     """Reads a session's ingress messages from LOOPWIRE_INGRESS by stream sequence."""
 
-    def __init__(self, js: JetStreamContext, stream: str, consumer: str, ingress_prefix: str) -> None:
+    def __init__(self, js: JetStreamContext, *, stream: str, consumer: str, ingress_prefix: str) -> None:
         self._js = js
         self._stream = stream
         self._consumer = consumer

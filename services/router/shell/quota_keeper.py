@@ -76,7 +76,7 @@ class QuotaKeeper:
         self._gauge(tenant, settled)
         out = [Admission(s, run, "granted") for run, s in settled.promoted]
         if effect.acquire and settled.verdict:
-            out.insert(0, Admission(sid, effect.acquire, settled.verdict, settled.position))
+            out.insert(0, Admission(sid, effect.acquire, settled.verdict, position=settled.position))
         return out
 
     async def count(self, sid: str, effect: CountTenantUsage) -> None:

@@ -44,7 +44,7 @@ class QuotaSweep(PeriodicSweep):
     log = log
 
     def __init__(self, keeper: QuotaKeeper, sessions: SessionStore,
-                 admit: Callable[[list[Admission]], Awaitable[None]], interval_s: float) -> None:
+                 admit: Callable[[list[Admission]], Awaitable[None]], *, interval_s: float) -> None:
         self.keeper = keeper
         self.sessions = sessions
         self.admit = admit
@@ -67,7 +67,7 @@ class QuotaSweep(PeriodicSweep):
                 made, snap = await self._reconcile(tenant, snap)
                 admitted += made
             tokens, usd = await store.today(tenant, day)
-            gauges.add(tenant, len(snap.slots), len(snap.queue), tokens, usd, self.keeper)
+            gauges.add(tenant, running=len(snap.slots), queued=len(snap.queue), tokens=tokens, usd=usd, keeper=self.keeper)
         gauges.publish()
         if admitted:
             await self.admit(admitted)
@@ -93,7 +93,7 @@ class QuotaSweep(PeriodicSweep):
                 admitted.append(Admission(sid, run, "granted"))
         for n, (run, sid) in enumerate(snap.queue, 1):  # waiting, never told its place
             if run in runs and runs[run][1] == run and not runs[run][2]:
-                admitted.append(Admission(sid, run, "queued", n))
+                admitted.append(Admission(sid, run, "queued", position=n))
         if admitted:
             log.warning("tenant %s: answering %d waiting run(s) whose answer was not applied: %s", tenant,
                         len(admitted), ", ".join(f"{a.run_id} ({a.verdict})" for a in admitted))
@@ -117,7 +117,7 @@ class _Gauges:
         self.values: dict[str, list[float]] = {}
         self.allowances: dict[str, tuple[int | None, float | None]] = {}
 
-    def add(self, tenant: str, running: int, queued: int, tokens: int, usd: float, keeper: QuotaKeeper) -> None:
+    def add(self, tenant: str, *, running: int, queued: int, tokens: int, usd: float, keeper: QuotaKeeper) -> None:
         label = metrics.tenant_label(tenant)
         row = self.values.setdefault(label, [0, 0, 0, 0.0])
         for i, value in enumerate((running, queued, tokens, usd)):

@@ -66,7 +66,7 @@ def idle_state(session_id: str, replayed: Replayed) -> SessionState:
                         cost_usd=replayed.cost_usd, cost_unknown=replayed.cost_unknown)
 
 
-def reconstruct(session_id: str, events: list[dict[str, Any]], default_max_tokens: int = 4096,
+def reconstruct(session_id: str, events: list[dict[str, Any]], *, default_max_tokens: int = 4096,
                 prices: Prices | None = None, in_order: bool = False) -> Rebuilt | None:
     """The history and state the events describe (idle, or paused on the checkpoint its
     run waits on); None when no run ever started (a session that only ever had rejected
@@ -80,7 +80,7 @@ def reconstruct(session_id: str, events: list[dict[str, Any]], default_max_token
     # session's, whose backlog is read from the ack floor (shell/ingress_order.py).
     state.rebuilt = True
     state.plan = plan_of(events)
-    run = resumed_run(replayed.pending_approval, replayed.open_run, replayed.last_seq, prices)
+    run = resumed_run(replayed.pending_approval, replayed.open_run, replayed.last_seq, prices=prices)
     if run is not None:
         state.run, state.status = run, "awaiting_approval"
         state.last_config = run.config
@@ -96,7 +96,7 @@ def reconstruct(session_id: str, events: list[dict[str, Any]], default_max_token
     return Rebuilt(history=replayed.history, state=state.dump(), last_seq=replayed.last_seq)
 
 
-async def rebuild_session(sid: str, events_store: EventLogStore, sessions_store: SessionStore,
+async def rebuild_session(sid: str, events_store: EventLogStore, sessions_store: SessionStore, *,
                           default_max_tokens: int = 4096, archive: Archive | None = None,
                           prices: Prices | None = None) -> dict[str, Any] | None:
     """Rebuild a session whose state is missing from its transcript and store it.
@@ -110,7 +110,7 @@ async def rebuild_session(sid: str, events_store: EventLogStore, sessions_store:
     if raw is not None:
         return None
     events = await lineage_events(sid, events_store, archive)
-    rebuilt = reconstruct(sid, events, default_max_tokens, prices, in_order=True)
+    rebuilt = reconstruct(sid, events, default_max_tokens=default_max_tokens, prices=prices, in_order=True)
     if rebuilt is None:
         return None
     if not await sessions_store.commit(sid, 0, rebuilt.state, history_len_before=0, append=rebuilt.history):

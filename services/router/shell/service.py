@@ -129,11 +129,12 @@ class RouterService:
         self.forks.register(broker)
 
     async def start(self) -> None:
-        self._watchdog = Watchdog(self.ctx.redis, self._apply_input, self._load, stall_after(self.ctx.settings),
+        self._watchdog = Watchdog(self.ctx.redis, self._apply_input, self._load,
+                                  stall_after_s=stall_after(self.ctx.settings),
                                   executor_stall_after_s=executor_stall_after(self.ctx.settings))
         self._watchdog.start()
         if self.quotas is not None:
-            self._sweep = QuotaSweep(self.quotas, self.ctx.sessions, self._admit_all, self.ctx.settings.tenant_sweep_s)
+            self._sweep = QuotaSweep(self.quotas, self.ctx.sessions, self._admit_all, interval_s=self.ctx.settings.tenant_sweep_s)
             self._sweep.start()
 
     async def stop(self) -> None:
@@ -153,10 +154,10 @@ class RouterService:
             return  # acked: no delivery can fix it, and there is no session to tell
         sid, verb = parsed
         seq = raw.metadata.sequence.stream
-        inp = self._decode_ingress(sid, verb, seq, msg.body, raw.headers)
+        inp = self._decode_ingress(sid, verb, seq, data=msg.body, headers=raw.headers)
         await self._apply_input(sid, inp)
 
-    def _decode_ingress(self, sid: str, verb: str, seq: int, data: bytes, headers: dict[str, str] | None,
+    def _decode_ingress(self, sid: str, verb: str, seq: int, *, data: bytes, headers: dict[str, str] | None,
                         backlog: bool = False) -> BaseInput:
         inp = decode_ingress(verb, data, input_id=f"in:{seq}", new_id=uuid.uuid4().hex[:16],
                              max_bytes=self.ctx.settings.max_body_bytes,
@@ -287,7 +288,8 @@ class RouterService:
         while (earlier := await self.ingress_reader.next_after(sid, after)) is not None and earlier.seq < seq:
             parsed = self.ctx.subjects.parse_ingress(earlier.subject)
             if parsed is not None:
-                inp = self._decode_ingress(sid, parsed[1], earlier.seq, earlier.data, earlier.headers, backlog=True)
+                inp = self._decode_ingress(sid, parsed[1], earlier.seq, data=earlier.data, headers=earlier.headers,
+                                           backlog=True)
                 await self._look_up(sid, inp)
                 await self._apply_locked(sid, inp)
                 metrics.INGRESS_IN_BACKLOG.inc()
@@ -316,8 +318,8 @@ class RouterService:
     def ingress_reader(self) -> IngressReader:
         if self._ingress_reader is None:
             self._ingress_reader = IngressReader(
-                self.ctx.bus.js, self.ctx.ingress_stream(), self.ctx.durable_name("router_ingress"),
-                self.ctx.subjects.ingress_all.removesuffix(".>"))
+                self.ctx.bus.js, stream=self.ctx.ingress_stream(), consumer=self.ctx.durable_name("router_ingress"),
+                ingress_prefix=self.ctx.subjects.ingress_all.removesuffix(".>"))
         return self._ingress_reader
 
     def _keep(self, sid: str, version: int, state: SessionState) -> None:
@@ -349,7 +351,7 @@ class RouterService:
             stored: list[tuple[dict[str, Any], bool]] = []
             if decision.state is not None:
                 dumped = decision.state.dump_json()
-                committed, stored = await self._commit(sid, version, dumped, decision)
+                committed, stored = await self._commit(sid, version, dumped, decision=decision)
                 if not committed:
                     # Another replica advanced the session: decide again on its state.
                     use_cache = False
@@ -375,7 +377,7 @@ class RouterService:
             return decision
         raise CommitContention(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
 
-    async def _commit(self, sid: str, version: int, dumped: bytes,
+    async def _commit(self, sid: str, version: int, dumped: bytes, *,
                       decision: Decision) -> tuple[bool, list[tuple[dict[str, Any], bool]]]:
         """Commit the new state and history; with Redis, the transition's leading events
         (those before its first other effect) are stored by the same script, so they get
@@ -393,7 +395,8 @@ class RouterService:
     async def _load(self, sid: str, rebuild: bool = True) -> tuple[dict[str, Any] | None, int]:
         raw, version = await self.ctx.sessions.load(sid)
         if raw is None and rebuild and await rebuild_session(sid, self.ctx.events, self.ctx.sessions,
-                                                 self.ctx.settings.default_max_tokens, archive=self._archive,
+                                                 default_max_tokens=self.ctx.settings.default_max_tokens,
+                                                 archive=self._archive,
                                                  prices=self.core.prices):
             # The state was lost (expired, flushed) but the transcript holds the
             # conversation: continue it instead of starting over.
@@ -419,7 +422,7 @@ def _why(letter: DeadLetter) -> str:
 def _result_input(result: GenerationResult | ToolsResult | ExecutorPermission | TenantAdmission,
                   recover: bool = False) -> BaseInput:
     if isinstance(result, TenantAdmission):
-        return Admission(result.session_id, result.run_id, result.verdict, result.position).as_input()
+        return Admission(result.session_id, result.run_id, result.verdict, position=result.position).as_input()
     if isinstance(result, ExecutorPermission):
         return PermissionInput(input_id=f"permission:{result.checkpoint_id}:{result.attempt}", request=result)
     if isinstance(result, GenerationResult):

@@ -68,7 +68,7 @@ class Watchdog(PeriodicSweep):
     log = log
 
     def __init__(self, redis: aioredis.Redis, apply: Callable[[str, BaseInput], Awaitable[Any]],
-                 load: Callable[[str], Awaitable[tuple[dict[str, Any] | None, int]]],
+                 load: Callable[[str], Awaitable[tuple[dict[str, Any] | None, int]]], *,
                  stall_after_s: float, interval_s: float | None = None,
                  executor_stall_after_s: float | None = None) -> None:
         self._redis = redis
