@@ -34,6 +34,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 
+from loopwire.shared.runtime.hooks import HOOKS
 from loopwire.shared.runtime.redelivery import is_outage
 
 log = logging.getLogger("loopwire.direct")
@@ -73,6 +74,27 @@ async def request_applied(nc: NatsClient, subject: str, data: bytes, *, headers:
     return True
 
 
+class _FirstDelivery:
+    """What the consume scope reads of a delivery's JetStream metadata: a request is
+    delivered once (its sender publishes it when it is not answered)."""
+
+    consumer = "direct"
+    num_delivered = 1
+
+
+class DirectDelivery:
+    """A direct request as the observability layer's consume scope sees a work message
+    (HOOKS.consume_scope): its log context, its trace context and a CONSUMER span
+    `<subject> process`, the message metrics."""
+
+    __slots__ = ("outcome", "raw_message")
+    metadata = _FirstDelivery()
+
+    def __init__(self, msg: Msg) -> None:
+        self.raw_message = msg
+        self.outcome: str | None = None
+
+
 class DirectReceiver:
     """This replica's subscription to its direct subject: every request applied in a task
     of its own (a session's lock orders them, as for work messages), and answered."""
@@ -95,13 +117,16 @@ class DirectReceiver:
 
     async def _answer(self, msg: Msg) -> None:
         headers: dict[str, str] = {}
-        try:
-            await self._apply(msg.data, msg.headers or {})
-        except Exception as exc:
-            outage = is_outage(exc)
-            log.warning("a direct result on %s was not applied (%s: %s); its sender publishes it",
-                        self.subject, type(exc).__name__, exc)
-            headers[FAILED_HEADER] = "outage" if outage else "fault"
+        delivery = DirectDelivery(msg)
+        with HOOKS.consume_scope(delivery):
+            try:
+                await self._apply(msg.data, msg.headers or {})
+            except Exception as exc:
+                outage = is_outage(exc)
+                log.warning("a direct result on %s was not applied (%s: %s); its sender publishes it",
+                            self.subject, type(exc).__name__, exc)
+                headers[FAILED_HEADER] = "outage" if outage else "fault"
+                delivery.outcome = "nacked"
         if msg.reply and self._nc is not None:
             try:
                 await self._nc.publish(msg.reply, b"", headers=headers or None)

@@ -103,7 +103,11 @@ async def test_each_run_is_one_exported_trace_with_genai_and_messaging_spans(
         subjects = {s["name"].removesuffix(" process") for s in hops}  # "<subject> process"
         assert any(subject.endswith(".work.memory.assemble") for subject in subjects), subjects
         if traced_system.layout_name == "split":  # type: ignore[attr-defined]
-            # Each service is its own process: every hop of the run crossed JetStream.
-            for hop in ("memory.assemble", "llm.generate", "router.result", "tools.execute"):
+            # Each service is its own process: every hop of the run crossed NATS, the work
+            # through JetStream, the step results as requests to the router replica that
+            # sent the work (docs/architecture.md, "Step results to the router that sent
+            # the work"), each hop a span of its own.
+            for hop in ("memory.assemble", "llm.generate", "tools.execute"):
                 assert any(subject.endswith(f".work.{hop}") for subject in subjects), (hop, subjects)
+            assert any(".direct.router." in subject for subject in subjects), ("router results", subjects)
     assert len(traces) == 2, "one trace per run"
