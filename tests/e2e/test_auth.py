@@ -177,7 +177,14 @@ async def test_the_public_contract_works_as_the_client_user(
                            ("decision", {"checkpoint_id": "none", "decision": "approve"})):
             assert (await ev.publish(verb, body))["stream"] == "LOOPWIRE_INGRESS"
         await ev.wait_for("error", timeout=60, code="unknown_checkpoint")
-    await asyncio.wait_for(ordered_ended.wait(), 60)
+        await asyncio.wait_for(ordered_ended.wait(), 60)
+        # Events of two processes (the llm's `generating` of the aborted run, the router's
+        # refusal) can reach the live subscription in either order: it stays open until it
+        # has seen what the stream gave, or 10 s (the assertions below then say what is missing).
+        for _ in range(100):
+            if set(stored_events(ordered)) <= set(stored_events(ev.events)):
+                break
+            await asyncio.sleep(0.1)
     await js_sub.unsubscribe()
     # The stream gave the same events as the live subscription (text.delta may be ephemeral).
     # Up to the second run.ended each event follows from the one before it: the same order
