@@ -183,35 +183,43 @@ async def test_runs_complete_and_every_stream_has_three_replicas(
 
 
 async def test_kill_9_of_the_work_streams_leader_mid_tool(
-        clustered: LoopwireContainer, cluster: NatsCluster, nc: NatsClient, tools: ToolProvider,
+        clustered: LoopwireContainer, cluster: NatsCluster, nc: NatsClient,
         fake_anthropic: FakeAnthropic) -> None:
-    tools.slow_delay_s = 1.5
-    sids = [f"kill-{n}-{uuid.uuid4().hex[:6]}" for n in range(6)]
-    for sid in sids:
-        script_tool_run(fake_anthropic, f"m-{sid}", "slow_echo", {"text": sid})
-        await start(nc, sid, f"m-{sid}", "slow_echo")
-    deadline = time.monotonic() + 30
-    while len({h["Loopwire-Session-Id"] for _, _, h in tools.calls if h.get("Loopwire-Session-Id") in sids}) < 3:
-        assert time.monotonic() < deadline, "the tool calls did not start"
-        await asyncio.sleep(0.05)
+    # The tool provider stays on the nodes that are not killed: a provider cut off from NATS
+    # is unavailable by design (a call to a tool without retries then fails), and this test
+    # is about the work stream's leader, not the provider's connection.
     leader = cluster.leader_of("LOOPWIRE_WORK")
-    killed_at, killed_wall = time.monotonic(), time.time()
-    cluster.kill(leader)
-    new_leader = await asyncio.to_thread(cluster.leader_of, "LOOPWIRE_WORK", 30)
-    elected_s = time.monotonic() - killed_at
-    await asyncio.sleep(max(0.0, 3.0 - elected_s))
-    await asyncio.to_thread(cluster.restart, leader)
-    ended = await wait_ended(nc, sids)
-    done_s = time.monotonic() - killed_at
+    provider_nc = await nats.connect(servers=[n.url for n in cluster.nodes if n.name != leader])
+    try:
+        async with serving_tools(provider_nc) as tools:
+            tools.slow_delay_s = 1.5
+            sids = [f"kill-{n}-{uuid.uuid4().hex[:6]}" for n in range(6)]
+            for sid in sids:
+                script_tool_run(fake_anthropic, f"m-{sid}", "slow_echo", {"text": sid})
+                await start(nc, sid, f"m-{sid}", "slow_echo")
+            deadline = time.monotonic() + 30
+            while len({h["Loopwire-Session-Id"] for _, _, h in tools.calls if h.get("Loopwire-Session-Id") in sids}) < 3:
+                assert time.monotonic() < deadline, "the tool calls did not start"
+                await asyncio.sleep(0.05)
+            killed_at, killed_wall = time.monotonic(), time.time()
+            cluster.kill(leader)
+            new_leader = await asyncio.to_thread(cluster.leader_of, "LOOPWIRE_WORK", 30)
+            elected_s = time.monotonic() - killed_at
+            await asyncio.sleep(max(0.0, 3.0 - elected_s))
+            await asyncio.to_thread(cluster.restart, leader)
+            ended = await wait_ended(nc, sids)
+            done_s = time.monotonic() - killed_at
 
-    for sid, events in ended.items():
-        check_one_run(sid, events)
-        assert [e["content"] for e in events if e["kind"] == "tool.result"] == [f"echo: {sid}"], sid
-    assert tool_use_ids(tools, "slow_echo") == Counter({sid: 1 for sid in sids}), "a tool called under a second id"
-    assert new_leader != leader
-    print(f"\n[nats node lost] work stream leader {leader} killed: {new_leader} leads after {elected_s:.1f} s; the "
-          f"runs' next events {resumed(ended, killed_wall)} after the kill (each tool answers within "
-          f"{tools.slow_delay_s} s of it); all {len(sids)} runs ended {done_s:.1f} s after it")
+            for sid, events in ended.items():
+                check_one_run(sid, events)
+                assert [e["content"] for e in events if e["kind"] == "tool.result"] == [f"echo: {sid}"], sid
+            assert tool_use_ids(tools, "slow_echo") == Counter({sid: 1 for sid in sids}), "a tool called under a second id"
+            assert new_leader != leader
+            print(f"\n[nats node lost] work stream leader {leader} killed: {new_leader} leads after {elected_s:.1f} s; the "
+                  f"runs' next events {resumed(ended, killed_wall)} after the kill (each tool answers within "
+                  f"{tools.slow_delay_s} s of it); all {len(sids)} runs ended {done_s:.1f} s after it")
+    finally:
+        await provider_nc.drain()
 
 
 async def test_a_wiped_node_rejoins_then_a_second_node_is_lost(
