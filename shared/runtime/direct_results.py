@@ -47,16 +47,19 @@ Apply = Callable[[bytes, dict[str, str]], Awaitable[None]]
 
 
 class DirectDeliveryFailed(Exception):
-    """The replica answered that it could not apply the result."""
+    """The replica answered that it could not apply the result (a fault)."""
 
-    def __init__(self, subject: str, outage: bool) -> None:
-        super().__init__(f"{subject}: the replica could not apply the result ({'outage' if outage else 'fault'})")
-        self.outage = outage
+    outage = False
+
+    def __init__(self, subject: str) -> None:
+        super().__init__(f"{subject}: the replica could not apply the result ({'outage' if self.outage else 'fault'})")
 
 
 class ReplicaOutage(DirectDeliveryFailed, ConnectionError):
     """The replica could not apply it because a server was away: waited out as an outage
     (redelivery.is_outage)."""
+
+    outage = True
 
 
 async def request_applied(nc: NatsClient, subject: str, data: bytes, *, headers: dict[str, str],
@@ -70,7 +73,7 @@ async def request_applied(nc: NatsClient, subject: str, data: bytes, *, headers:
         return False
     failed = (reply.headers or {}).get(FAILED_HEADER)
     if failed:
-        raise (ReplicaOutage if failed == "outage" else DirectDeliveryFailed)(subject, failed == "outage")
+        raise (ReplicaOutage if failed == "outage" else DirectDeliveryFailed)(subject)
     return True
 
 
