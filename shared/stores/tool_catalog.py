@@ -14,6 +14,7 @@ that age (a writer that died leaves nothing behind for long).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -100,7 +101,12 @@ class CatalogCache:
     the memory service's tool list): the catalog read is reused for
     min(`CACHE_TTL_S`, the discovery interval), since it cannot change faster than
     discovery publishes it. A caller that names a tool the copy lacks (a tool that just
-    appeared) reads again at once."""
+    appeared) reads again at once.
+
+    One read at a time: the callers that find the copy expired together (every session
+    of a busy process, the moment the TTL runs out) wait for the same read instead of
+    each sending its own HGETALL, which would also grow redis-py's pool by a connection
+    per waiting caller."""
 
     def __init__(self, redis: aioredis.Redis, settings: DiscoveryTiming,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -110,11 +116,22 @@ class CatalogCache:
         self._clock = clock
         self._specs: dict[str, ToolSpec] | None = None
         self._until = 0.0
+        self._reading: asyncio.Future[dict[str, ToolSpec]] | None = None
 
     async def get(self, names: Iterable[str] | None = None) -> dict[str, ToolSpec]:
         specs = self._specs
         if specs is not None and self._clock() < self._until and (names is None or all(n in specs for n in names)):
             return specs
-        specs = await read_catalog(self._redis, self._max_age)
-        self._specs, self._until = specs, self._clock() + self._ttl
-        return specs
+        reading = self._reading
+        if reading is None:
+            reading = self._reading = asyncio.ensure_future(self._read())
+        # shield: one caller cancelled (its run aborted) leaves the read to the others
+        return await asyncio.shield(reading)
+
+    async def _read(self) -> dict[str, ToolSpec]:
+        try:
+            specs = await read_catalog(self._redis, self._max_age)
+            self._specs, self._until = specs, self._clock() + self._ttl
+            return specs
+        finally:
+            self._reading = None
