@@ -222,7 +222,8 @@ class CircuitBreakerModel(WrapperModel):
             raise
 
 
-def breaker_from_settings(settings: Any, redis: Any, clock: Clock = time.time) -> CircuitBreaker:
+def breaker_from_settings(settings: Any, redis: Any, clock: Clock = time.time, *,
+                          replication: Any = None) -> CircuitBreaker:
     policy = BreakerPolicy(failure_threshold=settings.llm_breaker_failures, cooldown_s=settings.llm_breaker_cooldown_s,
                            probe_ttl_s=settings.llm_breaker_probe_ttl_s)
-    return CircuitBreaker(RedisBreakerStore(redis), policy, clock)
+    return CircuitBreaker(RedisBreakerStore(redis, replication), policy, clock)

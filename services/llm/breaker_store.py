@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from loopwire.shared.contract import keys
+from loopwire.shared.stores.replication import Replication, ScriptCall
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 FAILING = "failing"
@@ -150,29 +151,35 @@ return 0
 
 
 class RedisBreakerStore:
-    """Breakers shared by every replica: one hash per model, each change one Lua call."""
+    """Breakers shared by every replica: one hash per model, each change one Lua call, on
+    the process's script channel (`replication`, shared/stores/replication.py) since the
+    acquire runs before every model call. None waits for Redis replicas: a breaker's
+    count lost in a failover only counts again."""
 
-    def __init__(self, redis: Any) -> None:
+    def __init__(self, redis: Any, replication: Replication | None = None) -> None:
         self.redis = redis
+        self._rep = replication if replication is not None else Replication(redis)
         self._acquire = redis.register_script(_ACQUIRE)
         self._record = redis.register_script(_RECORD)
         self._release = redis.register_script(_RELEASE)
+
+    async def _run(self, script: Any, model: str, args: list[Any]) -> Any:
+        return await self._rep.run(ScriptCall(script, [self.key(model)], args), durable=False)
 
     def key(self, model: str) -> str:
         return keys.breaker(model)
 
     async def acquire(self, model: str, now: float, token: str, *, policy: BreakerPolicy) -> str:
-        out = await self._acquire(keys=[self.key(model)], args=[repr(now), token, repr(policy.probe_ttl_s), KEY_TTL_S])
+        out = await self._run(self._acquire, model, [repr(now), token, repr(policy.probe_ttl_s), KEY_TTL_S])
         return _text(out)
 
     async def record(self, model: str, ok: bool, now: float, token: str, policy: BreakerPolicy) -> str:
-        out = await self._record(keys=[self.key(model)], args=["1" if ok else "0", repr(now), token,
-                                                              policy.failure_threshold, repr(policy.cooldown_s),
-                                                              KEY_TTL_S])
+        out = await self._run(self._record, model, ["1" if ok else "0", repr(now), token,
+                                                   policy.failure_threshold, repr(policy.cooldown_s), KEY_TTL_S])
         return _text(out)
 
     async def release(self, model: str, token: str) -> None:
-        await self._release(keys=[self.key(model)], args=[token])
+        await self._run(self._release, model, [token])
 
     async def state(self, model: str, now: float) -> str:
         raw = await self.redis.hget(self.key(model), "open_until")

@@ -79,7 +79,8 @@ class LlmService:
         self.ctx = ctx
         self._owns_factory = model_factory is None
         self.model_factory: Callable[[str], Model] = model_factory or build_model_factory(ctx.settings)
-        self.breaker = breaker if breaker is not None else breaker_from_settings(ctx.settings, ctx.redis)
+        self.breaker = breaker if breaker is not None else breaker_from_settings(ctx.settings, ctx.redis,
+                                                                                      replication=ctx.replication)
         self._sleep = sleep
         s = ctx.settings
         self.policy = RetryPolicy(max_retries=s.llm_max_retries, base_delay_s=s.llm_retry_base_delay_s,

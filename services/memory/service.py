@@ -56,7 +56,8 @@ class MemoryService:
         self.ctx = ctx
         s = ctx.settings
         self.counter = counter or build_token_counter(s, LlmExactCount(ctx), redis=ctx.redis)
-        self.store = MemoryStore(ctx.redis, ttl_s=s.session_ttl_s, claim_ttl_s=s.step_result_ttl_s)
+        self.store = MemoryStore(ctx.redis, ttl_s=s.session_ttl_s, claim_ttl_s=s.step_result_ttl_s,
+                                 channel=ctx.replication.channel if ctx.replication is not None else None)
         self._summarizer: LlmSummarizer | None = None
         self._observer: Observer | None = None
         self._catalog_cache: CatalogCache | None = None

@@ -89,15 +89,16 @@ class ObservationState:
 
 
 class MemoryStore:
-    def __init__(self, redis: aioredis.Redis, ttl_s: int = 0, claim_ttl_s: int = 7 * 24 * 3600) -> None:
+    def __init__(self, redis: aioredis.Redis, ttl_s: int = 0, claim_ttl_s: int = 7 * 24 * 3600,
+                 channel: ScriptChannel | None = None) -> None:
         self._r = redis
         self._ttl = ttl_s
         self._claim_ttl = claim_ttl_s
         self._claim = redis.register_script(_CLAIM_LUA)
-        # The reads of every generation (snapshot, observation_state) go out together on a
-        # pipelined connection of this store's own where Redis is one server over TCP
-        # (shared/stores/script_channel.py), else as a redis-py pipeline.
-        self._channel = ScriptChannel.of(redis)
+        # The reads of every generation (snapshot, observation_state) go out together on the
+        # process's pipelined connection (`channel`, the step records' own) where Redis is
+        # one server over TCP (shared/stores/script_channel.py), else as a redis-py pipeline.
+        self._channel = channel if channel is not None else ScriptChannel.of(redis)
 
     def _reads(self) -> Any:
         return self._channel.batch() if self._channel is not None else self._r.pipeline(transaction=False)

@@ -59,6 +59,9 @@ class ServiceContext:
     events: EventLogStore
     broker: NatsBroker
     blobs: BlobStore
+    replication: Replication | None = None
+    """The scripts' path to Redis (shared/stores/replication.py), whose script channel the
+    stores of every service in this process share; None where a test builds the stores."""
     _bus: Bus | None = field(default=None, repr=False)
     consumers: dict[str, tuple[str, str]] = field(default_factory=dict)
     """label -> (stream, durable) of every work consumer registered in this process."""
@@ -293,6 +296,7 @@ def build_context(settings: Settings, broker: NatsBroker) -> ServiceContext:
         events=RedisEventLog(redis, settings.session_ttl_s, replication),
         broker=broker,
         blobs=BlobStore(redis, settings.step_result_ttl_s),
+        replication=replication,
     )
 
 

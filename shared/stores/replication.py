@@ -63,6 +63,12 @@ class Replication:
         """Master -> when to probe its replicas next: its writes do not wait meanwhile."""
         self._probes: set[asyncio.Task[None]] = set()
 
+    @property
+    def channel(self) -> ScriptChannel | None:
+        """The process's script channel (None on a Redis Cluster, Sentinel, TLS or a
+        socket), for the other hot calls to share its connection and its writes."""
+        return self._channel
+
     def unreplicated(self) -> set[str]:
         """The masters whose writes do not wait now (their replicas did not answer)."""
         return set(self._unreplicated)
