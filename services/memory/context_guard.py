@@ -197,7 +197,7 @@ class ContextGuard:
         calibrated = self.counter.estimator.samples >= CALIBRATION_SAMPLES
         if estimate < near and calibrated and not cfg.reduce:
             return Count(estimate, exact=False)
-        return await self.counter.count(ctx.model, ctx.system, messages, ctx.tools)
+        return await self.counter.count(ctx.model, ctx.system, messages, ctx.tools, estimate=estimate)
 
     def _text_cost(self, text: str, scale: float) -> int:
         return math.ceil(self.counter.estimator.text_tokens(text) * scale)

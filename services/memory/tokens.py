@@ -271,7 +271,9 @@ class TokenCounter:
         return self.estimator.estimate(system, messages, tools)
 
     async def count(self, model: str, system: str | None, messages: list[dict[str, Any]],
-                    tools: list[ToolSpec]) -> Count:
+                    tools: list[ToolSpec], *, estimate: int | None = None) -> Count:
+        """The exact count where the endpoint answers, else the estimate (`estimate`: one
+        the caller already made of these messages, not made again)."""
         if messages_have_refs(messages):
             # Content by reference (shared/stores/blobs.py) reaches the model whole, but the API
             # would reject the reference: count the rest exactly, estimate what it hides.
@@ -280,7 +282,7 @@ class TokenCounter:
             hidden = math.ceil(self.estimator.tokens(Tally(chars=hidden_chars)))
             return Count(counted.tokens + hidden, exact=False)
         if not self.reachable:
-            return Count(self.estimate(system, messages, tools), exact=False)
+            return Count(estimate if estimate is not None else self.estimate(system, messages, tools), exact=False)
         key = content_hash(model, system, messages, tools=tools)
         cached = self._lru.get(key)
         if cached is None and self.redis is not None and self.cache_ttl_s:

@@ -267,7 +267,7 @@ def validation_problem(tool: ResolvedTool, arguments: dict[str, Any], limit: int
     relevant errors first (a missing field and an unexpected one are both worth saying),
     each with its place."""
     validator = tool.validator
-    if validator is None:
+    if validator is None or validator.is_valid(arguments):  # valid: no sort of no errors
         return None
     errors = sorted(validator.iter_errors(arguments), key=relevance, reverse=True)
     if not errors:

@@ -109,17 +109,20 @@ def schema_problem(schema: dict[str, Any], value: Any,
     cannot be used: the tools service checks again before the call). `validators`: the
     compiled validators by schema (its canonical JSON), `CoreConfig.schema_validators`;
     None builds one for this check alone."""
-    # jsonschema loads with the first call checked, not with the router (idle memory).
-    from jsonschema.exceptions import best_match
-    from jsonschema.validators import validator_for
-
     try:
         key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
         validator = validators.get(key) if validators is not None else None
         if validator is None:
+            # jsonschema loads with the first call checked, not with the router (idle memory).
+            from jsonschema.validators import validator_for
+
             validator = validator_for(schema)(schema)
             if validators is not None:
                 validators.put(key, validator)
+        if validator.is_valid(value):  # the common case, without the search for the best error
+            return None
+        from jsonschema.exceptions import best_match
+
         error = best_match(validator.iter_errors(value))
     except Exception:
         return None
