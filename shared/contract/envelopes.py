@@ -85,6 +85,11 @@ class Usage(BaseModel):
             cache_creation_input_tokens=self.cache_creation_input_tokens + other.cache_creation_input_tokens,
         )
 
+    def add_to(self, *totals: Usage) -> tuple[Usage, ...]:
+        """Each of `totals` with this usage added: one call's usage counted in every ledger
+        it belongs to (the run's and the session's: services/router/core/accounting.py)."""
+        return tuple(total + self for total in totals)
+
 
 class ExecutorSpec(BaseModel):
     """An external executor's step (profiles claude_code, opencode, codex, acp): what the

@@ -17,6 +17,8 @@ per tenant, and never a script that touches a session's keys too.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 PREFIX = "lw"
 
 
@@ -209,6 +211,35 @@ def generation_step_id(run_id: str, gen_seq: int) -> str:
 
 def tools_step_id(run_id: str, turn: int) -> str:
     return f"{run_id}:t{turn}"
+
+
+class StepIds(NamedTuple):
+    """The ids a step of a run is published with: its own and its work message's."""
+
+    step_id: str
+    msg_id: str
+    """The Nats-Msg-Id of the step's work (`memory.assemble`, `tools.execute`)."""
+
+
+class ToolBatchIds(NamedTuple):
+    """The ids a tool batch uses: its step's, its `tools.execute` message's, and the
+    `tool.call` event key of each call, in the batch's order."""
+
+    step_id: str
+    msg_id: str
+    call_keys: list[str]
+
+
+def generation_step_ids(run_id: str, gen_seq: int) -> StepIds:
+    """The next generation's step id and its `memory.assemble` message id."""
+    step_id = generation_step_id(run_id, gen_seq)
+    return StepIds(step_id, assemble_msg_id(step_id))
+
+
+def tool_batch_ids(run_id: str, turn: int, call_ids: list[str]) -> ToolBatchIds:
+    """The ids of the tool batch of turn `turn`, whose calls are `call_ids`."""
+    step_id = tools_step_id(run_id, turn)
+    return ToolBatchIds(step_id, execute_msg_id(step_id), [tool_call_key(c) for c in call_ids])
 
 
 def next_run_id(run_id: str) -> str:

@@ -60,8 +60,7 @@ def _add_usage(tx: Transition, run: RunState, usage: Usage, *, input_tokens: int
                model: str | None, reported_cost: float | None = None) -> None:
     """Add `usage` to the run's and the session's ledger (with its cost, at `model`'s price,
     by default the run's current model's, or as an external agent reported it) and count it."""
-    run.budget.usage = run.budget.usage + usage
-    tx.st.usage = tx.st.usage + usage
+    run.budget.usage, tx.st.usage = usage.add_to(run.budget.usage, tx.st.usage)
     model = model or run.config.models[run.limits.model_offset]
     cost = reported_cost if reported_cost is not None else price_of(model, usage, cfg.prices)
     if cost is None:
@@ -69,7 +68,8 @@ def _add_usage(tx: Transition, run: RunState, usage: Usage, *, input_tokens: int
     else:
         run.budget.cost_usd += cost
         tx.st.cost_usd += cost
-    tenant_quotas.note_usage(tx, run, tokens=input_tokens + usage.output_tokens, cost=cost, cfg=cfg)
+    if cfg.tenant_limits is not None:
+        tenant_quotas.note_usage(tx, run, tokens=input_tokens + usage.output_tokens, cost=cost, cfg=cfg)
     tx.count(count, {"profile": run.config.profile, "model": model},
              input_tokens=input_tokens, output_tokens=usage.output_tokens, cost_usd=cost or 0.0)
 

@@ -27,6 +27,7 @@ iteration_limits.py). What this module decides:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from loopwire.shared.contract.run_state import RunState
@@ -71,6 +72,32 @@ def max_tokens_for(run: RunState, requested: int) -> int:
     if headroom is None:
         return requested
     return max(1, min(requested, max(headroom, MIN_GENERATION_TOKENS)))
+
+
+@dataclass(frozen=True)
+class GenerationBudget:
+    """What the budget makes of the run's next generation (`next_generation`)."""
+
+    converges_now: bool
+    """A limit was exhausted now: this generation is the run's converging one."""
+    max_tokens: int
+
+
+def next_generation(run: RunState, requested: int, *, spent_elsewhere: str | None = None) -> GenerationBudget:
+    """The budget of the run's next generation, in one step: a run whose limit is
+    exhausted (or `spent_elsewhere`: its tenant's day, tenant_quotas.py) converges now;
+    the call's `max_tokens` is `requested` within the token headroom, and
+    `run.budget.capped` says whether the budget shrank it (cut short at it, the run ends
+    `budget_exhausted`: `end_cause`)."""
+    converges_now = False
+    if run.limits.converging is None:
+        limit = exhausted(run) or spent_elsewhere
+        if limit is not None:
+            run.limits.converging, run.limits.converge_reason = "budget_exhausted", limit
+            converges_now = True
+    max_tokens = max_tokens_for(run, requested)
+    run.budget.capped = run.limits.converging is None and max_tokens < requested
+    return GenerationBudget(converges_now=converges_now, max_tokens=max_tokens)
 
 
 def used_up(run: RunState) -> str | None:

@@ -101,7 +101,8 @@ def decide(state: SessionState, inp: BaseInput, cfg: CoreConfig = CoreConfig()) 
         decision = replay(state) if inp.recover else Decision(state=None)
         decision.effects[:0] = late
         return decision
-    tenant_quotas.add_quota_effects(state, handled, now_ns=inp.now_ns, cfg=cfg)
+    if cfg.tenant_limits is not None:  # no tenant limits configured: no tenant's keys to settle
+        tenant_quotas.add_quota_effects(state, handled, now_ns=inp.now_ns, cfg=cfg)
     return _settled(state, inp, handled)
 
 

@@ -85,11 +85,10 @@ def is_executor(profile: str) -> bool:
     return profile in EXECUTOR_PROFILES
 
 
-def spec_for(run: RunState) -> ExecutorSpec | None:
-    """What the llm service needs for this run's next step, or None (not an executor)."""
+def spec_for(run: RunState) -> ExecutorSpec:
+    """What the llm service needs for the next step of a run of an executor profile
+    (one whose `Profile.executor` is set: the caller, step_requests.py, asks for no other)."""
     cfg = run.config
-    if not is_executor(cfg.profile):
-        return None
     turns_left = max(1, cfg.max_turns - run.turn)
     return ExecutorSpec(
         profile=cfg.profile, agent=cfg.executor_agent, workspace=cfg.workspace_path,

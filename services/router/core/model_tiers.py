@@ -24,7 +24,7 @@ from __future__ import annotations
 from loopwire.shared.contract.protocol import ModelSpec
 from loopwire.shared.contract.run_state import RunState
 
-from .profiles import ModelTier, get_profile
+from .profiles import ModelTier, Profile
 
 __all__ = ["MEMORY_TIER", "ModelTier", "generation_models", "generation_tier", "lightweight_of", "memory_model"]
 
@@ -43,17 +43,18 @@ def memory_model(spec: ModelSpec, operator_default: str | None) -> str | None:
     return spec.memory or lightweight_of(spec) or operator_default  # memory's work is MEMORY_TIER
 
 
-def generation_tier(run: RunState) -> ModelTier:
+def generation_tier(run: RunState, profile: Profile) -> ModelTier:
     """The tier of the run's next generation, as its profile declares it for the phase."""
     if run.limits.converging is not None:
         return "primary"  # the last answer of a run out of budget or in a loop
-    return get_profile(run.config.profile).model_tiers.get(run.profile_phase, "primary")
+    return profile.model_tiers.get(run.profile_phase, "primary")
 
 
-def generation_models(run: RunState) -> list[str]:
-    """The models of the run's next generation, in the order they are tried."""
+def generation_models(run: RunState, profile: Profile) -> list[str]:
+    """The models of the run's next generation (of profile `profile`, the run's), in the
+    order they are tried."""
     models = run.config.models[run.limits.model_offset:]
     light = run.config.lightweight_model
-    if light is None or generation_tier(run) != "lightweight":
+    if light is None or generation_tier(run, profile) != "lightweight":
         return models
     return [light, *(m for m in models if m != light)]

@@ -28,12 +28,12 @@ def request_generation(tx: Transition, run: RunState, profile: Profile, notes: l
     """Ask memory for the next generation. When a budget is exhausted, this generation is
     the converging one: no tools, a note asking for the best answer now."""
     notes = list(notes or [])
-    if run.limits.converging is None:
-        # The tenant's day spent (tenant_quotas.py) converges the run as its own budget would.
-        exhausted = budget.exhausted(run) or (TENANT_QUOTA if run.budget.quota_spent else None)
-        if exhausted is not None:
-            run.limits.converging, run.limits.converge_reason = "budget_exhausted", exhausted
-            notes.append(OUT_OF_BUDGET_NOTE if strategy_loop.finish_offered(run, profile) else budget.FINAL_ANSWER_NOTE)
+    cfg = run.config
+    # The tenant's day spent (tenant_quotas.py) converges the run as its own budget would.
+    allowed = budget.next_generation(run, cfg.max_tokens,
+                                     spent_elsewhere=TENANT_QUOTA if run.budget.quota_spent else None)
+    if allowed.converges_now:
+        notes.append(OUT_OF_BUDGET_NOTE if strategy_loop.finish_offered(run, profile) else budget.FINAL_ANSWER_NOTE)
     if profile.planned and run.limits.converging is None:
         if run.profile_phase == "plan":
             notes.append(planning.plan_note(run, run.config.tools))
@@ -46,24 +46,20 @@ def request_generation(tx: Transition, run: RunState, profile: Profile, notes: l
     run.tools.active = offer.active
     run.awaiting = "generate"
     run.gen_seq += 1
-    step_id = keys.generation_step_id(run.run_id, run.gen_seq)
-    run.pending_step = step_id
-    cfg = run.config
-    max_tokens = budget.max_tokens_for(run, cfg.max_tokens)
-    # Cut short at a max_tokens the budget shrank, the run ends budget_exhausted (budget.end_cause).
-    run.budget.capped = run.limits.converging is None and max_tokens < cfg.max_tokens
+    ids = keys.generation_step_ids(run.run_id, run.gen_seq)
+    run.pending_step = ids.step_id
     env = AssembleContext(
-        session_id=tx.st.session_id, run_id=run.run_id, step_id=step_id, turn=run.turn + 1,
+        session_id=tx.st.session_id, run_id=run.run_id, step_id=ids.step_id, turn=run.turn + 1,
         history_len=tx.st.history_len, system=cfg.system, ephemeral_notes=notes,
         tools=offer.tools, offer_tools=offer.offer, extra_tools=offer.extra,
-        models=generation_models(run), max_tokens=max_tokens,
+        models=generation_models(run, profile), max_tokens=allowed.max_tokens,
         temperature=run.limits.temperature if run.limits.temperature is not None else cfg.temperature,
         reduce_context=run.limits.context_retries > 0, context_window=cfg.context_window,
         compaction_at_pct=cfg.compaction_at_pct, actor=cfg.actor, memory_model=cfg.memory_model, trace=run.trace,
-        executor=spec_for(run),
+        executor=spec_for(run) if profile.executor is not None else None,
     )
     tx.effects.append(PublishWork(target="memory.assemble", envelope=env.model_dump(mode="json"), model=env,
-                                  msg_id=keys.assemble_msg_id(step_id)))
+                                  msg_id=ids.msg_id))
 
 
 def move_phase(tx: Transition, run: RunState, to: str, *, profile: Profile) -> None:

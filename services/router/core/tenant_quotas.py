@@ -85,7 +85,8 @@ def spent_message(sid: str, allowance: str, cfg: CoreConfig) -> str:
 
 
 def note_usage(tx: Transition, run: RunState, *, tokens: int, cost: float | None, cfg: CoreConfig) -> None:
-    """Usage the run's ledger just added, counted against the tenant's allowance."""
+    """Usage the run's ledger just added, counted against the tenant's allowance
+    (accounting.py counts it where tenant limits are configured)."""
     limit = limit_of(tx.st.session_id, cfg)
     if limit is None:
         return
@@ -106,8 +107,9 @@ def warn_unpriced(tx: Transition, run: RunState, model: str, *, cfg: CoreConfig)
 
 def add_quota_effects(before: SessionState, decision: Decision, *, now_ns: int, cfg: CoreConfig) -> None:
     """The decision's tenant effects, among its effects and in its outbox: settled on the
-    tenant's keys after the commit, and again from the outbox after a crash."""
-    if cfg.tenant_limits is None or decision.state is None:
+    tenant's keys after the commit, and again from the outbox after a crash (decide.py
+    asks where tenant limits are configured)."""
+    if decision.state is None:
         return
     settle = quota_effects(before, decision.state, now_ns=now_ns, cfg=cfg)
     decision.effects.extend(settle)

@@ -37,9 +37,10 @@ def dispatch(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, prof
     """The strategy loop after interpret (strategy_loop.py): validate (the plan gate),
     reserved tools answered by the core, preview (an approval checkpoint when a call
     needs one: the whole batch waits), else execute."""
-    for c in calls:
-        tx.emit("tool.call", keys.tool_call_key(c["id"]), run.run_id, turn=run.turn, tool_use_id=c["id"],
-                name=c["name"], input=c.get("input", {}))
+    ids = keys.tool_batch_ids(run.run_id, run.turn, [c["id"] for c in calls])
+    for c, key in zip(calls, ids.call_keys, strict=True):
+        tx.emit("tool.call", key, run.run_id, turn=run.turn, tool_use_id=c["id"], name=c["name"],
+                input=c.get("input", {}))
     verdict = strategy_loop.gate(run, profile, calls, schemas=schemas, validators=cfg.schema_validators)
     run.tools.answered = []
     for n, c in enumerate(verdict.reserved):
@@ -49,23 +50,26 @@ def dispatch(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, prof
                 **tool_result_event(turn=run.turn, tool_use_id=c["id"], name=c["name"],
                                     is_error=bool(block.get("is_error")), content=block["content"]))
         for m, spec in enumerate(specs):
-            tx.emit_spec(run, spec, keys.event_key(spec.kind, keys.tools_step_id(run.run_id, run.turn), n, m))
+            tx.emit_spec(run, spec, keys.event_key(spec.kind, ids.step_id, n, m))
     if verdict.ask:
         to_review(tx, run, profile)
         fields = approval.open_checkpoint(tx.st, run, kind="tool_calls", calls=calls, ask=verdict.ask,
                                           rejected=verdict.rejected, text=run.last_text)
         tx.emit("approval.requested", keys.event_key("approval.requested", fields["checkpoint_id"]), run.run_id, **fields)
         return
-    execute(tx, run, calls, profile=profile, denied=verdict.rejected, cfg=cfg)
+    execute(tx, run, calls, profile=profile, denied=verdict.rejected, cfg=cfg, ids=ids)
 
 
 def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, profile: Profile,
-            denied: dict[str, str], cfg: CoreConfig) -> None:
+            denied: dict[str, str], cfg: CoreConfig, ids: keys.ToolBatchIds | None = None) -> None:
     """execute: the batch as one ExecuteTools step; calls in `denied` never reach a
     provider (the tools service answers them with the reason); calls the core answered
-    (`run.tools.answered`) are not sent at all."""
+    (`run.tools.answered`) are not sent at all. `ids`: the batch's, as `dispatch` took
+    them (a batch an approval let through takes its own)."""
     run.awaiting = "tools"
-    step_id = keys.tools_step_id(run.run_id, run.turn)
+    if ids is None:
+        ids = keys.tool_batch_ids(run.run_id, run.turn, [c["id"] for c in calls])
+    step_id = ids.step_id
     run.tools.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
     answered = {b["tool_use_id"]: b for b in run.tools.answered}
     to_run = [c for c in calls if c["id"] not in answered]
@@ -82,7 +86,7 @@ def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, profi
         recording=tx.st.tool_recording,
     )
     tx.effects.append(PublishWork(target="tools.execute", envelope=env.model_dump(mode="json"), model=env,
-                                  msg_id=keys.execute_msg_id(step_id)))
+                                  msg_id=ids.msg_id))
 
 
 def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]], *, profile: Profile,
