@@ -192,12 +192,13 @@ class ContextGuard:
 
     # -- pieces ------------------------------------------------------------------------------
     async def _measure(self, ctx: Context, messages: list[dict[str, Any]], cfg: GuardConfig) -> Count:
-        estimate = self.counter.estimate(ctx.system, messages, ctx.tools)
+        tally = self.counter.estimator.tally(ctx.system, messages, ctx.tools)
+        estimate = self.counter.estimator.estimate_of(tally)
         near = min(cfg.threshold, int(cfg.window * cfg.pressure_pct)) * (1 - EXACT_MARGIN)
         calibrated = self.counter.estimator.samples >= CALIBRATION_SAMPLES
         if estimate < near and calibrated and not cfg.reduce:
             return Count(estimate, exact=False)
-        return await self.counter.count(ctx.model, ctx.system, messages, ctx.tools, estimate=estimate)
+        return await self.counter.count(ctx.model, ctx.system, messages, ctx.tools, tally=tally)
 
     def _text_cost(self, text: str, scale: float) -> int:
         return math.ceil(self.counter.estimator.text_tokens(text) * scale)

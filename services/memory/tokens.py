@@ -59,12 +59,16 @@ class Tally:
     messages: float = 0.0
     blocks: float = 0.0
     fixed: float = 0.0
+    refs: int = 0
+    """Blocks of content by reference (shared/stores/blobs.py) among them: the tally's pass
+    over the blocks answers `messages_have_refs` for the exact count as well."""
 
     def add(self, other: Tally) -> None:
         self.chars += other.chars
         self.messages += other.messages
         self.blocks += other.blocks
         self.fixed += other.fixed
+        self.refs += other.refs
 
 
 @dataclass
@@ -105,7 +109,7 @@ class Estimator:
             return Tally(chars=_chars(block), blocks=1)
         ref = block.get(REF_KEY)
         if isinstance(ref, dict):  # large content by reference: the model gets all of it
-            return Tally(chars=max(int(ref.get("bytes", 0)), len(block.get("text", ""))), blocks=1)
+            return Tally(chars=max(int(ref.get("bytes", 0)), len(block.get("text", ""))), blocks=1, refs=1)
         kind = block.get("type")
         if kind == "text":
             return Tally(chars=len(block.get("text", "")), blocks=1)
@@ -159,11 +163,11 @@ class Estimator:
         return sum(w * t for w, t in zip(self.weights, self.terms(tally), strict=True)) + tally.fixed
 
     # -- estimates ----------------------------------------------------------------------------
-    def raw(self, system: str | None, messages: list[dict[str, Any]], tools: list[ToolSpec]) -> float:
-        return self.tokens(self.tally(system, messages, tools))
-
     def estimate(self, system: str | None, messages: list[dict[str, Any]], tools: list[ToolSpec]) -> int:
-        return max(1, math.ceil(self.raw(system, messages, tools)))
+        return self.estimate_of(self.tally(system, messages, tools))
+
+    def estimate_of(self, tally: Tally) -> int:
+        return max(1, math.ceil(self.tokens(tally)))
 
     def message_tokens(self, message: dict[str, Any]) -> int:
         return max(1, math.ceil(self.tokens(self.message_tally(message))))
@@ -271,10 +275,11 @@ class TokenCounter:
         return self.estimator.estimate(system, messages, tools)
 
     async def count(self, model: str, system: str | None, messages: list[dict[str, Any]],
-                    tools: list[ToolSpec], *, estimate: int | None = None) -> Count:
-        """The exact count where the endpoint answers, else the estimate (`estimate`: one
-        the caller already made of these messages, not made again)."""
-        if messages_have_refs(messages):
+                    tools: list[ToolSpec], *, tally: Tally | None = None) -> Count:
+        """The exact count where the endpoint answers, else the estimate (`tally`: the
+        estimator's tally of these very messages, which the caller already made: neither
+        it nor the search for references is made again)."""
+        if tally.refs > 0 if tally is not None else messages_have_refs(messages):
             # Content by reference (shared/stores/blobs.py) reaches the model whole, but the API
             # would reject the reference: count the rest exactly, estimate what it hides.
             visible, hidden_chars = strip_refs(messages)
@@ -282,7 +287,8 @@ class TokenCounter:
             hidden = math.ceil(self.estimator.tokens(Tally(chars=hidden_chars)))
             return Count(counted.tokens + hidden, exact=False)
         if not self.reachable:
-            return Count(estimate if estimate is not None else self.estimate(system, messages, tools), exact=False)
+            return Count(self.estimator.estimate_of(tally) if tally is not None else self.estimate(system, messages, tools),
+                         exact=False)
         key = content_hash(model, system, messages, tools=tools)
         cached = self._lru.get(key)
         if cached is None and self.redis is not None and self.cache_ttl_s:

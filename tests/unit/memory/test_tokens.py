@@ -20,6 +20,7 @@ from loopwire.llm.token_count import token_count_from_settings
 from loopwire.memory.tokens import Count, Estimator, TokenCounter, build_token_counter
 from loopwire.shared.contract.envelopes import CountTokens, TokenCount, ToolSpec
 from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.stores.blobs import REF_KEY, messages_have_refs
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server, count_tokens  # noqa: F401 - fixture
 from tests.memory_helpers import agentic, conversation, text
 
@@ -135,3 +136,36 @@ async def test_an_answer_without_a_count_falls_back_to_the_estimate(answer: Toke
     assert counter.reachable is not paused
 
 
+
+
+def _ref(text: str, size: int) -> dict[str, Any]:
+    return {"type": "text", "text": text, REF_KEY: {"sha256": "ab" * 32, "bytes": size}}
+
+
+@pytest.mark.parametrize("messages", [
+    conversation(3),
+    conversation(2) + [{"role": "user", "content": [_ref("a preview", 90_000)]}],
+    conversation(2) + [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "seen"}, _ref("a preview", 70_000)]}]}],
+], ids=["no refs", "a ref block", "a ref inside a tool result"])
+async def test_the_tally_finds_the_references_the_exact_count_looks_for(messages: list[dict[str, Any]]) -> None:
+    """A caller's tally stands in for the count's own passes: the same references found,
+    the same count given, without an endpoint and with one."""
+    estimator = Estimator()
+    tally = estimator.tally(None, messages, [])
+    assert (tally.refs > 0) == messages_have_refs(messages)
+
+    offline = TokenCounter(exact=None)
+    assert await offline.count("m", None, messages, [], tally=tally) == await offline.count("m", None, messages, [])
+
+    asked: list[int] = []
+
+    async def exact(request: CountTokens) -> TokenCount:
+        asked.append(len(request.messages))
+        return TokenCount(input_tokens=1234)
+
+    online = TokenCounter(exact=exact)
+    with_tally = await online.count("m", None, messages, [], tally=tally)
+    online_again = TokenCounter(exact=exact)
+    assert with_tally == await online_again.count("m", None, messages, [])
+    assert asked[0] == asked[1]  # the same messages reached the endpoint
