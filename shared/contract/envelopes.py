@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from loopwire.shared.contract.messages import tool_result_block, tool_result_event
+from loopwire.shared.contract.messages import tool_result_event
 
 ENVELOPE_VERSION = 1
 
@@ -58,9 +58,6 @@ class ToolResultItem(BaseModel):
     is_error: bool = False
     recorded: bool = False
     """Answered from a recording (a fork with recorded tools): no tool ran."""
-
-    def as_block(self) -> dict[str, Any]:
-        return tool_result_block(self.tool_use_id, self.content, is_error=self.is_error)
 
     def event_fields(self, turn: int) -> dict[str, Any]:
         """The fields of this result's `tool.result` event (messages.tool_result_event)."""

@@ -128,9 +128,11 @@ def warnings_due(run: RunState, pct: float) -> list[dict[str, Any]]:
     """`budget.warning` fields for each limit that crossed `pct` and was not warned yet."""
     cfg = run.config
     due = []
-    for limit, used, maximum in (("max_total_tokens", tokens_used(run), cfg.max_total_tokens),
-                                 ("max_cost_usd", round(run.budget.cost_usd, 8), cfg.max_cost_usd)):
-        if maximum is None or limit in run.budget.warned or used < pct * maximum:
+    for limit, maximum in (("max_total_tokens", cfg.max_total_tokens), ("max_cost_usd", cfg.max_cost_usd)):
+        if maximum is None or limit in run.budget.warned:
+            continue  # a limit not set is not measured (as in `exhausted`)
+        used = tokens_used(run) if limit == "max_total_tokens" else round(run.budget.cost_usd, 8)
+        if used < pct * maximum:
             continue
         due.append({"limit": limit, "used": used, "max": maximum, "pct": round(used / maximum, 4)})
     return due

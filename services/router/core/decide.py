@@ -265,8 +265,9 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
     if run is None or run.pending_step != result.step_id:
         return None  # stale: the run ended or moved on (abort, steer) while this was in flight
     run.pending_step = None
-    settle_permission(tx.st, run)
     profile = get_profile(run.config.profile)  # resolved once: the stages and every rule below read it
+    if profile.executor is not None:  # only an external agent's step asks for permissions
+        settle_permission(tx.st, run)
     ledgered = account(tx, run, result, cfg=cfg)
     if ledgered is None or result.message is None:
         _on_failed_generation(tx, run, result, profile=profile, cfg=cfg)
@@ -275,17 +276,20 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
     message = result.message
     text = message_text(message)
     tool_calls = [b for b in message.get("content", []) if b.get("type") == "tool_use"]
-    tx.emit("message", keys.event_key("message", result.step_id), run.run_id, turn=run.turn, message=message,
-            model=result.model, stop_reason=result.stop_reason,
-            usage={"input_tokens": ledgered.input_tokens, "output_tokens": ledgered.output_tokens})
+    events = [EmitEvent(kind="message", key=keys.event_key("message", result.step_id), run_id=run.run_id,
+                        fields={"turn": run.turn, "message": message, "model": result.model,
+                                "stop_reason": result.stop_reason,
+                                "usage": {"input_tokens": ledgered.input_tokens,
+                                          "output_tokens": ledgered.output_tokens}})]
     for warning in ledgered.budget_warnings:
         run.budget.warned.append(warning["limit"])
-        tx.emit("budget.warning", keys.event_key("budget.warning", run.run_id, warning["limit"]), run.run_id, **warning)
+        events.append(EmitEvent(kind="budget.warning", key=keys.event_key("budget.warning", run.run_id, warning["limit"]),
+                                run_id=run.run_id, fields=warning))
 
     turn = Turn(session=tx.st, run=run, message=message, stop_reason=result.stop_reason, text=text,
                 tool_calls=tool_calls, mode=_mode(run, profile), config=cfg, step_id=result.step_id,
                 transitions=profile.transitions)
-    take_turn(tx, turn, profile=profile, schemas=inp.tool_schemas)
+    take_turn(tx, turn, profile=profile, schemas=inp.tool_schemas, events=events)
     return tx.finish()
 
 
@@ -337,7 +341,8 @@ def _on_tools(tx: Transition, inp: ToolsInput, cfg: CoreConfig) -> Decision | No
         elif item is None:
             blocks.append(tool_result_block(call["id"], "no result was returned for this call", is_error=True))
         else:
-            blocks.append(item.as_block())  # an error result is a result: the model adapts
+            # an error result is a result: the model adapts
+            blocks.append(tool_result_block(item.tool_use_id, item.content, is_error=item.is_error))
     after_batch(tx, run, blocks, profile=get_profile(run.config.profile), cfg=cfg)
     return tx.finish()
 

@@ -128,6 +128,13 @@ class Transition:
         self.append.append(message)
         self.st.history_len += 1
 
+    def add_turn(self, message: dict[str, Any] | None, events: list[EmitEvent]) -> None:
+        """A generation's turn in one step: its events, and its message in the history
+        (None: the turn is dropped, or empty)."""
+        self.effects.extend(events)
+        if message is not None:
+            self.add_message(message)
+
     def finish(self) -> Decision:
         st = self.st
         self._report_user_messages()

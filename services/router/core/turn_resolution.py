@@ -20,6 +20,7 @@ from loopwire.shared.contract.run_state import RunState
 
 from . import answers, approval, budget, strategy_loop
 from .config import CoreConfig
+from .effects import EmitEvent
 from .finish import finish_call, out_of_budget_conclusion
 from .follow_ups import take_at_outer_boundary
 from .iteration_limits import inner_limit, outer_limit
@@ -39,25 +40,30 @@ from .tool_batches import dispatch
 from .transition import Transition
 
 
-def take_turn(tx: Transition, turn: Turn, *, profile: Profile, schemas: dict[str, dict[str, Any]] | None) -> None:
+def take_turn(tx: Transition, turn: Turn, *, profile: Profile, schemas: dict[str, dict[str, Any]] | None,
+              events: list[EmitEvent]) -> None:
     """A finished generation's turn: its next step (`resolve`); the turn kept in the
     history (unless the step drops it) and counted among the run's answers (answers.py);
-    the step's events; then the step carried out (`apply_step`)."""
+    its events (`events`: its `message` and the budget warnings, then the step's), in one
+    step with the kept message; then the step carried out (`apply_step`)."""
     run, text = turn.run, turn.text
     phase = run.profile_phase  # the phase the turn was made in (a stage may move it)
     step = resolve(turn, profile)
     voids = step if isinstance(step, NextStepRunAgain | NextStepConverge) else None
+    kept = None
     if voids is None or not voids.drop_turn:
         if turn.message.get("content"):
-            tx.add_message(turn.message)
+            kept = turn.message
         if text.strip():
             run.last_text = text
         if answers.is_answer(turn, phase, kept=not (isinstance(step, NextStepRunAgain) and step.retract)):
             run.answers.append(text)
-    for n, spec in enumerate(step.events):
-        tx.emit(spec.kind, keys.event_key(spec.kind, turn.step_id, n), run.run_id, **spec.fields)
+    events = events + [EmitEvent(kind=spec.kind, key=keys.event_key(spec.kind, turn.step_id, n), run_id=run.run_id,
+                                 fields=dict(spec.fields)) for n, spec in enumerate(step.events)]
     if voids is not None and voids.retract:
-        tx.emit("retracted", keys.event_key("retracted", turn.step_id), run.run_id, turn=run.turn, reason=voids.retract)
+        events.append(EmitEvent(kind="retracted", key=keys.event_key("retracted", turn.step_id), run_id=run.run_id,
+                                fields={"turn": run.turn, "reason": voids.retract}))
+    tx.add_turn(kept, events)
     apply_step(tx, run, step, profile=profile, cfg=turn.config, schemas=schemas)
 
 
