@@ -93,7 +93,7 @@ class DurableResponder:
         env = orjson.loads(msg.data)
         sid, turn, turns = env["session_id"], env["turn"], env["turns"]
         await self.work.run(hop, sid, turn)
-        kinds = list(self.plan[hop].events)
+        kinds = self.plan[hop].events_at(turn)
         nxt: int | None = (hop + 1) % len(self.plan)
         if hop == ROUTER_OUT:
             kinds = ["message"] + [k for k in kinds if k != "message"]

@@ -21,6 +21,7 @@ import asyncio
 import signal
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,23 @@ class Hop:
     `hgetall`, `get_gen`, `set_gen`, `claim` (a step's claim, then its records under it),
     `lua` (another small script), `get` (anything else)."""
     events: tuple[str, ...] = ()
+    occasional: tuple[tuple[str, int], ...] = ()
+    """(kind, every N tool-turns): an event of fewer than one per tool-turn (memory's
+    observations), published at the turns that are multiples of N."""
+    per_run: tuple[str, ...] = ()
+    """Events once per run, at its first tool-turn (`run.started`, its `phase.changed`s...):
+    the run's own beyond its tool-turns and the final answer's `generating`, `message` and
+    `run.ended`, which the durable floor publishes for its final answer."""
+
+    def events_at(self, turn: int) -> list[str]:
+        """What this hop publishes at tool-turn `turn` (1-based) of a run."""
+        kinds = list(self.events) + [kind for kind, every in self.occasional if turn % every == 0]
+        return kinds + list(self.per_run) if turn == 1 else kinds
+
+
+FLOOR_END_EVENTS = ("generating", "message", "run.ended")
+"""What the durable floor publishes once per run for its final answer (durable_floor.py):
+the generation's, then the answer and the end."""
 
 
 DEFAULT_PLAN: tuple[Hop, ...] = (
@@ -70,11 +88,15 @@ EPHEMERAL_KINDS = frozenset({"text.delta", "generating", "tools.progress"})
 """Published without waiting for a PubAck, as loopwire publishes them (shared/contract/protocol.py)."""
 
 
-def plan_from_trace(redis_cmds: dict[str, float], events: dict[str, float]) -> tuple[Hop, ...]:
+def plan_from_trace(redis_cmds: dict[str, float], events: dict[str, float],
+                    run_events: dict[str, float] | None = None) -> tuple[Hop, ...]:
     """The per-hop plan for what the trace counted per tool-turn: Redis commands by key
     space (`hmget lw:s`...) and events by kind (`tool.result`...). Counts are averages
     (some work happens every few turns), so each hop gets its whole-number share, and
-    the fractions of a hop add up to plain round trips (`get`)."""
+    the fractions of a hop add up to plain round trips (`get`). An event's fraction is
+    published every so many turns, and `run_events` (per run, beyond its tool-turns) once
+    per run: the floor stores as many events as loopwire does, which is what bounds
+    both under an fsync per stored message."""
     ops: list[list[str]] = [[] for _ in DEFAULT_PLAN]
     spare = [0.0 for _ in DEFAULT_PLAN]
 
@@ -102,18 +124,28 @@ def plan_from_trace(redis_cmds: dict[str, float], events: dict[str, float]) -> t
     order = ["hmget", "mget", "get_gen", "get", "lua", "lrange", "hgetall", "commit", "claim", "set_tool", "set_gen",
              "event"]
     hop_events: list[list[str]] = [[] for _ in DEFAULT_PLAN]
+    occasional: list[list[tuple[str, int]]] = [[] for _ in DEFAULT_PLAN]
     for kind, count in sorted(events.items()):
-        hop_events[EVENT_HOP.get(kind, ROUTER_OUT)] += [kind] * round(count)
-    return tuple(Hop(h.service, tuple(sorted(ops[i], key=order.index)), tuple(hop_events[i]))
+        hop = EVENT_HOP.get(kind, ROUTER_OUT)
+        whole, part = int(count + 0.05), count - int(count + 0.05)
+        hop_events[hop] += [kind] * whole
+        if part >= 0.05:
+            occasional[hop].append((kind, round(1 / part)))
+    per_run = list((Counter({k: round(v) for k, v in (run_events or {}).items()}) - Counter(FLOOR_END_EVENTS)).elements())
+    return tuple(Hop(h.service, tuple(sorted(ops[i], key=order.index)), tuple(hop_events[i]), tuple(occasional[i]),
+                     tuple(sorted(per_run)) if i == ROUTER_OUT else ())
                  for i, h in enumerate(DEFAULT_PLAN))
 
 
 def plan_to_json(plan: tuple[Hop, ...]) -> str:
-    return orjson.dumps([{"service": h.service, "redis": h.redis, "events": h.events} for h in plan]).decode()
+    return orjson.dumps([{"service": h.service, "redis": h.redis, "events": h.events, "occasional": h.occasional,
+                          "per_run": h.per_run} for h in plan]).decode()
 
 
 def plan_from_json(text: str) -> tuple[Hop, ...]:
-    return tuple(Hop(h["service"], tuple(h["redis"]), tuple(h["events"])) for h in orjson.loads(text))
+    return tuple(Hop(h["service"], tuple(h["redis"]), tuple(h["events"]),
+                     tuple((kind, every) for kind, every in h.get("occasional", ())), tuple(h.get("per_run", ())))
+                 for h in orjson.loads(text))
 
 
 SUBJECT = "floor.hop"
@@ -247,7 +279,7 @@ class Responder:
         env = orjson.loads(msg.data)
         sid, turn = env["session_id"], env["turn"]
         await self.work.run(hop, sid, turn)
-        for kind in self.plan[hop].events:
+        for kind in self.plan[hop].events_at(turn):
             await self.nc.publish(f"{EVENTS}.{sid}.{kind}", orjson.dumps({"v": 1, "kind": kind, "turn": turn}))
         await msg.respond(orjson.dumps({"session_id": sid, "turn": turn, "messages": self.replies[hop]}))
 

@@ -41,7 +41,7 @@ def floor_plan(trace: TurnCost | None) -> tuple[Hop, ...]:
     if trace is None:
         return DEFAULT_PLAN
     events = {k.removeprefix("event "): v for k, v in trace.nats_msgs.items() if k.startswith("event ")}
-    return plan_from_trace(trace.redis_cmds, events)
+    return plan_from_trace(trace.redis_cmds, events, trace.run_events)
 
 
 def start_responders(module: str, count: int, servers: Servers, extra: list[str]) -> list[subprocess.Popen[str]]:

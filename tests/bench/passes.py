@@ -107,7 +107,7 @@ async def server_settings(servers: Servers) -> dict[str, str]:
 
 def trace_dict(trace: TurnCost) -> dict[str, Any]:
     return {"nats_msgs": trace.nats_msgs, "nats_bytes": trace.nats_bytes, "redis_cmds": trace.redis_cmds,
-            "lua_cmds": trace.lua_cmds, "timeline": trace.timeline}
+            "lua_cmds": trace.lua_cmds, "timeline": trace.timeline, "run_events": trace.run_events}
 
 
 class Pass:
@@ -182,7 +182,9 @@ class Pass:
         plan_key = next((k for k in ("split", "split1", "workers", "up") if k in traces), None)
         trace = traces.get(plan_key) if plan_key else None
         plan, sizes = floor_plan(trace), floor_sizes(trace)
-        self.res["floor_plan"] = [(h.service, list(h.redis), list(h.events)) for h in plan]
+        self.res["floor_plan"] = [(h.service, list(h.redis), list(h.events)
+                                   + [f"{kind} every {every} turns" for kind, every in h.occasional]
+                                   + [f"{kind} once per run" for kind in h.per_run]) for h in plan]
         self.res["floor_plan_from"] = specs[plan_key].name if plan_key else "the design (no trace)"
         self.res["floor_sizes"] = sizes
         log(f"floors: envelopes of {sizes} bytes, Redis per hop {[len(h.redis) for h in plan]}")

@@ -127,7 +127,9 @@ def markdown(res: Results) -> str:
             "client, during the load run.", "",
             *layout_table(res)]
     out += ["", "The floors: the same five hops per tool-turn, the same Redis calls (counted by the trace below) "
-            "and events, envelopes of the sizes the trace saw, raw nats-py + redis-py + orjson and no logic. "
+            "and events (as many stored per run: one of fewer than one per tool-turn, such as memory's "
+            "observations, every so many turns, and the run's own, such as `run.started`, once per run), "
+            "envelopes of the sizes the trace saw, raw nats-py + redis-py + orjson and no logic. "
             "**Durable**: each hop a JetStream work-queue message (publish awaiting its PubAck, a push "
             "consumer with a deliver group, an ack), the events published into a JetStream stream with their "
             "PubAcks awaited, on the same servers as loopwire (`tests/bench/durable_floor.py`). **Raw**: each "

@@ -49,6 +49,9 @@ class TurnCost:
     timeline: list[tuple[float, str]] = field(default_factory=list)
     """One tool-turn in the middle of the long session, from its `message` event to the
     next: (ms since the first, what happened on the wire)."""
+    run_events: dict[str, float] = field(default_factory=dict)
+    """Events per run beyond its tool-turns, by kind (`run.started`, the final `message`,
+    `run.ended`...): the short session's count less its tool-turn's."""
 
     @property
     def work_hops(self) -> float:
@@ -186,9 +189,12 @@ async def trace_turns(nats_url: str, redis_url: str, prefix: str = "loopwire",
         keys = sorted(set(x) | set(y))
         return {k: round((y[k] - x[k]) / n, 2) for k in keys if y[k] - x[k]}
 
-    return TurnCost(per_turn(a.nats_msgs, b.nats_msgs), per_turn(a.nats_bytes, b.nats_bytes),
+    msgs = per_turn(a.nats_msgs, b.nats_msgs)
+    run_events = {k.removeprefix("event "): round(a.nats_msgs[k] - short * msgs.get(k, 0.0), 2)
+                  for k in a.nats_msgs if k.startswith("event ")}
+    return TurnCost(msgs, per_turn(a.nats_bytes, b.nats_bytes),
                     per_turn(a.redis_cmds, b.redis_cmds), per_turn(a.lua_cmds, b.lua_cmds),
-                    timeline(b, redis_seen, long // 2))
+                    timeline(b, redis_seen, long // 2), {k: v for k, v in run_events.items() if v >= 0.5})
 
 
 def timeline(window: Window, redis_seen: list[tuple[float, str]], turn: int) -> list[tuple[float, str]]:

@@ -13,7 +13,7 @@ import pytest
 from loopwire.shared.contract import keys
 from tests.bench import report
 from tests.bench.console import console_table
-from tests.bench.floor import plan_from_trace
+from tests.bench.floor import plan_from_json, plan_from_trace, plan_to_json
 from tests.bench.targets import TARGETS
 from tests.bench.trace import key_space
 
@@ -173,6 +173,26 @@ def test_the_floor_plan_puts_each_call_and_event_at_the_service_that_makes_it() 
     assert memory.redis == ("get", "lrange")  # 1.6 LRANGE: one, and the 0.6 left a plain round trip
     assert llm.redis == ("claim", "claim", "event") and llm.events == ("generating",)
     assert router_out.redis == ("commit",) and router_out.events == ("message", "tool.call")
+
+
+def test_the_floor_stores_as_many_events_as_the_trace_counted() -> None:
+    """Fewer than one per tool-turn every so many turns, and a run's own events once per
+    run beyond the final answer's `generating`, `message` and `run.ended`, which the floor
+    always publishes."""
+    events = {"message": 1.0, "tool.call": 1.0, "memory.observation": 0.1, "user.message": 1.0}
+    run_events = {"run.started": 1.0, "phase.changed": 2.0, "user.message": 1.0, "generating": 1.0, "message": 1.0,
+                  "run.ended": 1.0}
+    plan = plan_from_trace({}, events, run_events)
+    memory, router_out = plan[2], plan[4]
+    assert memory.events == () and memory.occasional == (("memory.observation", 10),)
+    assert router_out.per_run == ("phase.changed", "phase.changed", "run.started", "user.message")
+    assert memory.events_at(10) == ["memory.observation"] and memory.events_at(11) == []
+    assert router_out.events_at(1) == ["message", "tool.call", "phase.changed", "phase.changed", "run.started",
+                                       "user.message"]
+    assert router_out.events_at(2) == ["message", "tool.call"]
+    stored = sum(len(hop.events_at(turn)) for turn in range(1, 21) for hop in plan)
+    assert stored == 20 * 3 + 2 + 4  # three a turn, the observations, the run's own
+    assert plan_from_json(plan_to_json(plan)) == plan
 
 
 def test_key_spaces_keep_the_kind_of_step_claimed() -> None:
