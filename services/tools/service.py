@@ -4,11 +4,12 @@
     (the result is a call instead when the router runs in this process: ServiceContext.deliver_result)
 
 The handler is a shell around :class:`~loopwire.tools.executor.Executor`: decode, run the
-calls, emit one `tool.result` event per call as it completes (each followed by
-`tools.progress`; a single call's are emitted by the router with the step's transition),
-publish the ToolsResult, return (the handler runner acks, and heartbeats JetStream
-meanwhile: shared/runtime/chain.py). Each result is recorded before anything is published, so a
-redelivered envelope re-runs only the calls that never finished.
+calls, hand each call of a batch of several to the router as it completes (a
+ToolCallFinished: the router emits its `tool.result` and `tools.progress`), hand over the
+ToolsResult (the router emits the events of the calls not reported yet: a single call's),
+return (the handler runner acks, and heartbeats JetStream meanwhile: shared/runtime/chain.py).
+The service emits no event of a result itself. Each result is recorded before anything is
+handed over, so a redelivered envelope re-runs only the calls that never finished.
 
 In the background it discovers NATS tool providers every `discovery_interval_s` and
 publishes the catalog (in-process + discovered tools) to Redis for the memory service;
@@ -39,6 +40,7 @@ from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import (
     ExecuteTools,
     ToolCall,
+    ToolCallFinished,
     ToolResultItem,
     ToolsResult,
 )
@@ -212,35 +214,33 @@ class ToolsService:
             await self._ready.wait()  # start() has not finished: modules, first discovery
         assert self.executor is not None
 
-        completed = 0
-        # One call's events at a time: `completed` then counts up in seq order (and in the
-        # order they are published), even when two calls finish at once.
+        # One call's report at a time, each applied before the next is sent: the router
+        # numbers `completed` in the order the calls finish, even when two finish at once.
         in_order = asyncio.Lock()
 
-        async def emit(item: ToolResultItem) -> None:
-            """The call's `tool.result`, then `tools.progress`, in one Redis call."""
-            nonlocal completed
+        async def report(item: ToolResultItem) -> None:
+            """The finished call, to the router that emits its events."""
+            finished = ToolCallFinished(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
+                                        turn=env.turn, trace=env.trace, result=item, total=len(env.calls))
             async with in_order:
-                completed += 1
-                await self.ctx.bus.emit_many(env.session_id, [
-                    (env.run_id, "tool.result", keys.tool_result_key(item.tool_use_id), item.event_fields(env.turn)),
-                    (env.run_id, "tools.progress", None,
-                     {"turn": env.turn, "total": len(env.calls), "completed": completed})])
+                await self.ctx.deliver_result(finished, msg_id=keys.call_finished_msg_id(env.step_id, item.tool_use_id),
+                                              to="router", subject=self.ctx.subjects.router_result,
+                                              replica=env.result_to)
 
         with self._inflight.track(env.session_id, env.run_id) as cancel:
-            await self._run(env, msg, emit, cancel)
+            await self._run(env, msg, report, cancel)
 
-    async def _run(self, env: ExecuteTools, msg: Delivery, emit: Callable[[ToolResultItem], Awaitable[None]],
+    async def _run(self, env: ExecuteTools, msg: Delivery, report: Callable[[ToolResultItem], Awaitable[None]],
                    cancel: CancelSignal) -> None:
         assert self.executor is not None
-        # Several calls: each result's event goes out as its call finishes. A single call's
-        # event is the router's to emit, with the step's transition in the same Redis write
-        # (ToolsResult.results_reported = false), whether the router runs in this process or
-        # not: the same events, in the same order, in every layout.
+        # Several calls: each is reported as it finishes, so the client sees the batch
+        # progress. A single call's events go out with the step's transition, in the same
+        # Redis write as the router's state: the same events, in the same order, in every layout.
         single = len(env.calls) == 1
-        results = await self.executor.execute(env, on_result=None if single else emit, cancel=cancel)
+        results = await self.executor.execute(env, on_result=None if single else report, cancel=cancel)
+        # results_reported=False: the router emits every event (envelopes.ToolsResult).
         result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
-                             turn=env.turn, trace=env.trace, results=results, results_reported=not single)
+                             turn=env.turn, trace=env.trace, results=results, results_reported=False)
         await self.ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
                                       subject=self.ctx.subjects.router_result, replica=env.result_to)
 

@@ -250,11 +250,23 @@ class ToolsResult(_Envelope):
     results: list[ToolResultItem]
     """One per call, in the model's order."""
     results_reported: bool = True
-    """Whether the tools service emitted each result's `tool.result` event. False for a
-    single call whose result it handed to a router in its process: the router emits the
-    event with the step's transition, in the same Redis write (also when the result comes
-    too late to be applied: an executed call always has its event)."""
+    """Whether the tools service emitted each result's `tool.result` event itself. Kept on
+    the wire for a rolling upgrade only: a tools service of this version sends false (the
+    router emits every result's events: those of the calls a `ToolCallFinished` reported
+    as they finished, then the rest with the step's transition, also when the result
+    comes too late to be applied), while true comes from an older one, which emitted the
+    events of a batch of several calls itself: the router does not emit them again."""
 
+
+class ToolCallFinished(_Envelope):
+    """tools -> router, as each call of a batch of several finishes, in finishing order
+    (before the batch's ToolsResult): the router emits the call's `tool.result` and
+    `tools.progress` while the other calls run, and remembers it reported them."""
+
+    kind: Literal["tools.call_finished"] = "tools.call_finished"
+    result: ToolResultItem
+    total: int
+    """How many calls the batch has (`tools.progress.total`)."""
 
 
 # -- router -> router ---------------------------------------------------------------------
@@ -292,12 +304,14 @@ class TokenCount(BaseModel):
 
 
 WorkEnvelope = Annotated[
-    AssembleContext | Generate | GenerationResult | ExecuteTools | ToolsResult | ExecutorPermission
-    | TenantAdmission,
+    AssembleContext | Generate | GenerationResult | ExecuteTools | ToolsResult | ToolCallFinished
+    | ExecutorPermission | TenantAdmission,
     Field(discriminator="kind"),
 ]
-StepResult = Annotated[GenerationResult | ToolsResult | ExecutorPermission | TenantAdmission,
+StepResult = Annotated[GenerationResult | ToolsResult | ToolCallFinished | ExecutorPermission | TenantAdmission,
                        Field(discriminator="kind")]
+HandedResult = GenerationResult | ToolsResult | ToolCallFinished | ExecutorPermission
+"""What a service hands to the router (ServiceContext.deliver_result)."""
 
 WORK_ADAPTER: TypeAdapter[Any] = TypeAdapter(WorkEnvelope)
 STEP_RESULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(StepResult)

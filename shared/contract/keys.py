@@ -264,6 +264,12 @@ def result_msg_id(step_id: str) -> str:
     return f"{step_id}:result"
 
 
+def call_finished_msg_id(step_id: str, tool_use_id: str) -> str:
+    """A finished call of a tool step, reported to the router before the step's result
+    (envelopes.ToolCallFinished): its input id too, so a report sent again is applied once."""
+    return f"{step_id}:{tool_use_id}:finished"
+
+
 def assemble_msg_id(step_id: str) -> str:
     return f"{step_id}:assemble"
 

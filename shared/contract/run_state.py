@@ -149,6 +149,11 @@ class RunTools(BaseModel):
     active: list[str] = Field(default_factory=list)
     """The tools the run's latest generation may use: offered, known, not denied, and the
     reserved tools of its phase (strategy_loop.active_tools; `session.get`)."""
+    # -- schema 2, additive --
+    reported: list[str] = Field(default_factory=list)
+    """tool_use ids of the batch in flight whose `tool.result` the router emitted as the
+    call finished (envelopes.ToolCallFinished), in that order; the batch's result emits
+    the others' (services/router/core/call_reports.py)."""
 
 
 class RunApprovals(BaseModel):

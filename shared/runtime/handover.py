@@ -24,11 +24,10 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from loopwire.shared.contract.envelopes import (
     CountTokens,
-    ExecutorPermission,
     Generate,
     GenerationResult,
+    HandedResult,
     TokenCount,
-    ToolsResult,
 )
 from loopwire.shared.runtime.redelivery import FAULT_DELAY_S, RedeliveryPolicy, is_outage
 
@@ -43,8 +42,7 @@ Publish = Callable[[int], Awaitable[None]]
 class ResultReceiver(Protocol):
     """A service that applies a step's result, as the services that produce results hand it over."""
 
-    async def accept_result(self, result: GenerationResult | ToolsResult | ExecutorPermission,
-                            recover: bool = False) -> Any: ...
+    async def accept_result(self, result: HandedResult, recover: bool = False) -> Any: ...
 
 
 @runtime_checkable

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.codec import dumps
-from loopwire.shared.contract.envelopes import ExecutorPermission, GenerationResult, ToolsResult
+from loopwire.shared.contract.envelopes import HandedResult
 from loopwire.shared.contract.subjects import INGRESS_STREAM, WORK_STREAM, Subjects, stream_name
 from loopwire.shared.runtime.bus import Bus, work_headers
 from loopwire.shared.runtime.chain import WorkHandler, current_delivery, hand_off, run_handler
@@ -117,8 +117,8 @@ class ServiceContext:
         self._bus = Bus(nc, self.subjects, self.events, jetstream_timeout_s=self.settings.jetstream_timeout_s)
         return self._bus
 
-    async def deliver_result(self, result: GenerationResult | ToolsResult | ExecutorPermission, *, msg_id: str,
-                             to: str, subject: str, replica: str | None = None) -> None:
+    async def deliver_result(self, result: HandedResult, *, msg_id: str, to: str, subject: str,
+                             replica: str | None = None) -> None:
         """A step result to the service `to` that applies results: a call when it runs in
         this process (`ResultReceiver.accept_result`), else a request to its `replica` that
         sent the step's work (shared/runtime/direct_results.py), else a work message on

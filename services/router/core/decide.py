@@ -17,6 +17,7 @@ input. What the handlers do is in the modules beside it:
 - run_lifecycle.py: a run's start (`run.started`) and its end (`run.ended`);
 - step_requests.py: the next generation;
 - tool_batches.py: the tool batches through the strategy loop, and what their results lead to;
+- call_reports.py: every call's `tool.result`, as it finishes or with its batch's result;
 - turn_resolution.py: a finished turn through the profile's stages to its next step, and
   that step carried out;
 - accounting.py: the ledger of usage and cost;
@@ -45,14 +46,16 @@ from loopwire.shared.contract.session_state import SessionState
 from . import approval, follow_ups, subagent, tenant_quotas
 from .accounting import account
 from .admission import admit, dequeue, steer_waiting
+from .call_reports import on_call_finished, unreported_events
 from .config import CoreConfig
-from .effects import Effect, EmitEvent, PublishNotice
+from .effects import EmitEvent, PublishNotice
 from .error_policy import classify_generation_failure
 from .executor_profiles import decide_permission, open_permission, settle_permission
 from .inputs import (
     AbortInput,
     AdmissionInput,
     BaseInput,
+    CallFinishedInput,
     DecisionInput,
     GenerationInput,
     MessageInput,
@@ -97,7 +100,7 @@ def decide(state: SessionState, inp: BaseInput, cfg: CoreConfig = CoreConfig()) 
         return _settled(state, inp, reject(state, inp, inp.code, message=inp.message))
     handled = _HANDLERS[type(inp)](Transition(state, inp), inp, cfg)
     if handled is None:
-        late = _result_events(inp)  # owed even by a result the run moved past
+        late = unreported_events(state, inp)  # owed even by a result the run moved past
         decision = replay(state) if inp.recover else Decision(state=None)
         decision.effects[:0] = late
         return decision
@@ -329,7 +332,8 @@ def _on_tools(tx: Transition, inp: ToolsInput, cfg: CoreConfig) -> Decision | No
     run = tx.st.run
     if run is None or run.pending_step != result.step_id:
         return None
-    tx.effects.extend(_result_events(inp))
+    tx.effects.extend(unreported_events(tx.st, inp))
+    run.tools.reported = []
     run.pending_step = None
     by_id = {r.tool_use_id: r for r in result.results}
     answered = {b["tool_use_id"]: b for b in run.tools.answered}
@@ -347,22 +351,6 @@ def _on_tools(tx: Transition, inp: ToolsInput, cfg: CoreConfig) -> Decision | No
     return tx.finish()
 
 
-def _result_events(inp: BaseInput) -> list[Effect]:
-    """The `tool.result` events (each followed by `tools.progress`, as the tools service
-    emits them) of a step whose tools service left them to the router
-    (`ToolsResult.results_reported`: a single call), first among the transition's effects."""
-    if not isinstance(inp, ToolsInput) or inp.result.results_reported:
-        return []
-    r = inp.result
-    out: list[Effect] = []
-    for n, item in enumerate(r.results, 1):
-        out.append(EmitEvent(kind="tool.result", key=keys.tool_result_key(item.tool_use_id), run_id=r.run_id,
-                             fields=item.event_fields(r.turn)))
-        out.append(EmitEvent(kind="tools.progress", key=keys.event_key("tools.progress", item.tool_use_id), run_id=r.run_id,
-                             fields={"turn": r.turn, "total": len(r.results), "completed": n}))
-    return out
-
-
 def _mode(run: RunState, profile: Profile) -> str:
     return "tools" if profile.offers_tools and run.config.tools != [] else "chat"
 
@@ -375,6 +363,7 @@ _HANDLERS: dict[type, Any] = {
     DecisionInput: _on_decision,
     GenerationInput: _on_generation,
     ToolsInput: _on_tools,
+    CallFinishedInput: on_call_finished,
     UndeliverableInput: _on_undeliverable,
     PermissionInput: _on_permission,
     AdmissionInput: admit,

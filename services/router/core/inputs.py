@@ -11,7 +11,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from loopwire.shared.contract.envelopes import ExecutorPermission, GenerationResult, ToolsResult
+from loopwire.shared.contract.envelopes import (
+    ExecutorPermission,
+    GenerationResult,
+    ToolCallFinished,
+    ToolsResult,
+)
 from loopwire.shared.contract.protocol import Abort, ApprovalDecision, FollowUp, StartRun
 
 
@@ -99,6 +104,13 @@ class ToolsInput(BaseInput):
     result: ToolsResult
 
 
+class CallFinishedInput(BaseInput):
+    """One call of a batch of several finished, before the batch's result (call_reports.py)."""
+
+    kind: Literal["call_finished"] = "call_finished"
+    report: ToolCallFinished
+
+
 class PermissionInput(BaseInput):
     """An external agent's permission request, from its running step (executor_profiles.py)."""
 
@@ -143,6 +155,6 @@ class AdmissionInput(BaseInput):
 
 RouterInput = Annotated[
     StartInput | MessageInput | SteerInput | AbortInput | DecisionInput | GenerationInput
-    | ToolsInput | RejectedInput | UndeliverableInput | PermissionInput | AdmissionInput,
+    | ToolsInput | CallFinishedInput | RejectedInput | UndeliverableInput | PermissionInput | AdmissionInput,
     Field(discriminator="kind"),
 ]

@@ -26,6 +26,7 @@ from .effects import Effect, EmitEvent, PublishWork, effect_from_dict
 from .inputs import (
     AdmissionInput,
     BaseInput,
+    CallFinishedInput,
     GenerationInput,
     MessageInput,
     StartInput,
@@ -153,7 +154,7 @@ class Transition:
     def finish(self) -> Decision:
         st = self.st
         self._report_user_messages()
-        if not isinstance(self.inp, GenerationInput | ToolsInput | AdmissionInput):
+        if not isinstance(self.inp, GenerationInput | ToolsInput | CallFinishedInput | AdmissionInput):
             st.recent_inputs = (st.recent_inputs + [self.inp.input_id])[-RECENT_INPUTS:]
         st.ingress_seq = max(st.ingress_seq, self.inp.ingress_seq)
         st.outbox = [e.model_dump(mode="json") for e in self.effects] + self._work_in_flight()

@@ -88,10 +88,12 @@ class EffectPublisher:
             # since the outbox was stored)
         return admissions
 
-    async def refused_in_backlog(self, sid: str, effects: list[Effect]) -> None:
-        """A refusal read from the stream (a session with no state refuses the same way
-        every time): its events are stored if they are not yet, but published only then,
-        since the replica it was delivered to publishes them too."""
+    async def new_events_only(self, sid: str, effects: list[Effect]) -> None:
+        """Events of a decision that commits nothing, stored if they are not yet, but
+        published only then: a refusal read from the stream (a session with no state
+        refuses the same way every time, and the replica it was delivered to publishes it
+        too), the events of a tool step's result the run moved past (those of the calls
+        reported as they finished went out then)."""
         events = [(e.run_id, e.kind, e.key, e.fields) for e in effects if isinstance(e, EmitEvent)]
         if events:
             stored = await self.ctx.events.append_many(sid, event_items(sid, events))

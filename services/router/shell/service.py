@@ -21,12 +21,14 @@ import orjson
 from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import (
     STEP_RESULT_ADAPTER,
     ExecutorPermission,
     GenerationResult,
+    HandedResult,
     TenantAdmission,
-    ToolsResult,
+    ToolCallFinished,
 )
 from loopwire.shared.contract.session_state import SessionState
 from loopwire.shared.contract.subjects import (
@@ -54,6 +56,7 @@ from ..core.decide import Decision, decide
 from ..core.ingress import check_session_id, decode_ingress
 from ..core.inputs import (
     BaseInput,
+    CallFinishedInput,
     GenerationInput,
     PermissionInput,
     RejectedInput,
@@ -234,8 +237,7 @@ class RouterService:
             input_id=f"dead:in:{letter.stream_seq}", what=f"your `{verb}` (ingress {letter.stream_seq})",
             reason=_why(letter)))
 
-    async def accept_result(self, result: GenerationResult | ToolsResult | ExecutorPermission,
-                            recover: bool = False) -> None:
+    async def accept_result(self, result: HandedResult, recover: bool = False) -> None:
         """A step result handed over in-process by a service running beside the router
         (ServiceContext.deliver_result): applied as if it had come from the router.result
         consumer. `recover`: it comes from a redelivered chain root (shared/runtime/chain.py).
@@ -364,8 +366,11 @@ class RouterService:
                 # The commit it replays may have died before its note: made again.
                 await note_status(self.ctx.redis, sid, state.status == "running")
             admissions: list[Admission] = []
-            if inp.backlog and decision.state is None and not decision.replay:
-                await self.publisher.refused_in_backlog(sid, decision.effects)
+            if decision.state is None and not decision.replay and (inp.backlog or isinstance(inp, ToolsInput)):
+                # A refusal read from the stream, or the events of a tool step's result the
+                # run moved past: those of its calls that were reported before are not
+                # published again (call_reports.py).
+                await self.publisher.new_events_only(sid, decision.effects)
             else:
                 admissions = await self.publisher.perform(sid, decision.effects, stored=stored)
             count_decision(decision, before.profile)
@@ -419,12 +424,14 @@ def _why(letter: DeadLetter) -> str:
     return f"given up after {letter.deliveries} deliveries: {letter.reason}"
 
 
-def _result_input(result: GenerationResult | ToolsResult | ExecutorPermission | TenantAdmission,
-                  recover: bool = False) -> BaseInput:
+def _result_input(result: HandedResult | TenantAdmission, recover: bool = False) -> BaseInput:
     if isinstance(result, TenantAdmission):
         return Admission(result.session_id, result.run_id, result.verdict, position=result.position).as_input()
     if isinstance(result, ExecutorPermission):
         return PermissionInput(input_id=f"permission:{result.checkpoint_id}:{result.attempt}", request=result)
     if isinstance(result, GenerationResult):
         return GenerationInput(input_id=result.step_id, result=result, recover=recover)
+    if isinstance(result, ToolCallFinished):
+        return CallFinishedInput(input_id=keys.call_finished_msg_id(result.step_id, result.result.tool_use_id),
+                                 report=result, recover=recover)
     return ToolsInput(input_id=result.step_id, result=result, recover=recover)

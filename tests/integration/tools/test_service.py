@@ -1,6 +1,7 @@
 """The tools service end to end on a real nats-server and redis-server: an ExecuteTools
-envelope in the work stream becomes tool.result events, recorded results and one
-ToolsResult; a redelivery does not call a provider again for recorded calls."""
+envelope in the work stream becomes a ToolCallFinished per call as it finishes (the router
+emits the events), recorded results and one ToolsResult; a redelivery does not call a
+provider again for recorded calls."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from nats.aio.msg import Msg
 from nats.micro.request import Request
 
 from loopwire.shared.contract import codec, keys
-from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolsResult
+from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolCallFinished, ToolsResult
 from loopwire.shared.runtime.service_context import ServiceContext, build_context
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import ensure_streams
@@ -130,17 +131,23 @@ async def publish(r: Running, env: ExecuteTools, msg_id: str) -> None:
     await r.nc.jetstream().publish(r.ctx.subjects.tools_execute, codec.dumps(env), headers=headers)
 
 
-async def next_result(queue: asyncio.Queue[Msg], timeout: float = 5.0) -> ToolsResult:
-    msg = await asyncio.wait_for(queue.get(), timeout)
-    return ToolsResult.model_validate_json(msg.data)
+async def next_result(queue: asyncio.Queue[Msg], timeout: float = 5.0,
+                      reports: list[tuple[str, ToolCallFinished]] | None = None) -> ToolsResult:
+    """The next ToolsResult; the calls' reports before it go to `reports` (Nats-Msg-Id, report)."""
+    while True:
+        msg = await asyncio.wait_for(queue.get(), timeout)
+        if orjson.loads(msg.data)["kind"] != ToolCallFinished.model_fields["kind"].default:
+            return ToolsResult.model_validate_json(msg.data)
+        if reports is not None:
+            reports.append(((msg.headers or {})["Nats-Msg-Id"], ToolCallFinished.model_validate_json(msg.data)))
 
 
-async def test_execute_emit_record_publish_and_redeliver(running: Running, prefix: str) -> None:
+async def test_execute_report_record_publish_and_redeliver(running: Running, prefix: str) -> None:
     r = running
     provider, _svc = await started_provider(r, prefix)
     sid = "sess_A"
     results = await collect(r.nc, r.ctx.subjects.router_result)
-    events = await collect(r.nc, r.ctx.subjects.event(sid, "tool.result"))
+    events = await collect(r.nc, r.ctx.subjects.event(sid, ">"))
     env = ExecuteTools(session_id=sid, run_id="run1", step_id="run1:1:t0", turn=1,
                        trace={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
                        calls=[ToolCall(tool_use_id="toolu_p", name=provider.tool_name, input={"a": 2, "b": 3}),
@@ -150,7 +157,8 @@ async def test_execute_emit_record_publish_and_redeliver(running: Running, prefi
                        denied={"toolu_d": "denied by tool_permissions"})
     await publish(r, env, "m1")
 
-    result = await next_result(results)
+    reports: list[tuple[str, ToolCallFinished]] = []
+    result = await next_result(results, reports=reports)
     assert (result.session_id, result.run_id, result.step_id, result.turn, result.trace) == (
         sid, "run1", "run1:1:t0", 1, env.trace)
     assert [i.tool_use_id for i in result.results] == ["toolu_p", "toolu_c", "toolu_d", "toolu_u"]
@@ -162,29 +170,31 @@ async def test_execute_emit_record_publish_and_redeliver(running: Running, prefi
     assert body == {"a": 2, "b": 3}
     assert headers["Loopwire-Session-Id"] == sid and headers["Loopwire-Tool-Use-Id"] == "toolu_p"
 
-    emitted = [orjson.loads((await asyncio.wait_for(events.get(), 5)).data) for _ in range(4)]
-    by_id = {e["tool_use_id"]: e for e in emitted}
+    # Each call reported as it finished, for the router to emit its events: the service
+    # emits none itself.
+    by_id = {report.result.tool_use_id: report for _, report in reports}
     assert set(by_id) == {"toolu_p", "toolu_c", "toolu_d", "toolu_u"}
-    assert by_id["toolu_p"]["kind"] == "tool.result" and by_id["toolu_p"]["content"] == "5"
-    assert {k: by_id["toolu_c"][k] for k in ("v", "session_id", "run_id", "turn", "name", "is_error")} == {
-        "v": 1, "session_id": sid, "run_id": "run1", "turn": 1, "name": "calculator", "is_error": False}
-    seqs = sorted(e["seq"] for e in emitted)
-    assert len(set(seqs)) == 4
+    assert [msg_id for msg_id, _ in reports] == [keys.call_finished_msg_id(env.step_id, report.result.tool_use_id)
+                                                 for _, report in reports]
+    assert {item.tool_use_id: item for item in result.results} == {t: report.result for t, report in by_id.items()}
+    assert {(report.session_id, report.run_id, report.step_id, report.turn, report.total)
+            for report in by_id.values()} == {(sid, "run1", "run1:1:t0", 1, 4)}
+    assert not result.results_reported
+    assert events.empty() and await r.ctx.events.read(sid) == []
 
     for item in result.results:
         recorded = await r.ctx.steps.get(keys.tool_call_step(sid, item.tool_use_id))
         assert recorded == item.model_dump(mode="json")
 
     # A re-publish (same envelope, new Nats-Msg-Id, as an outbox performed again): every
-    # call was recorded, so the provider is not called again, and the result and events
-    # are the same.
+    # call was recorded, so the provider is not called again, and the result and reports
+    # are the same (the reports' message ids too: the router applies each once).
     await publish(r, env, "m2")
-    again = await next_result(results)
+    again_reports: list[tuple[str, ToolCallFinished]] = []
+    again = await next_result(results, reports=again_reports)
     assert again.results == result.results
     assert len(provider.requests) == 1
-    replayed = [orjson.loads((await asyncio.wait_for(events.get(), 5)).data) for _ in range(4)]
-    assert sorted(e["seq"] for e in replayed) == seqs  # the original events, not new ones
-    assert [e["seq"] for e in await r.ctx.events.read(sid)] == seqs
+    assert sorted(again_reports, key=lambda x: x[0]) == sorted(reports, key=lambda x: x[0])
 
     # A crash lost one record: that call alone runs again, with the same tool_use_id.
     await r.ctx.redis.delete(keys.step_record(keys.tool_call_step(sid, "toolu_p")))
