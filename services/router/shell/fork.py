@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionForkRequest, error_reply
 from loopwire.shared.contract.run_state import RunConfig
-from loopwire.shared.contract.session_state import ForkedFrom, SessionState
+from loopwire.shared.contract.session_state import ForkedFrom, SessionState, stored_state
 from loopwire.shared.contract.subjects import tenant_of
 from loopwire.shared.runtime.bus import event_items
 from loopwire.shared.runtime.query_handler import QueryHandler, query_handler
@@ -154,12 +154,13 @@ class ForkQuery:
         raw, _version = await self.ctx.sessions.load(new)
         if raw is None and await self.ctx.events.last_seq(new) == 0:
             return None
-        if raw is not None and raw.get("forked_from") == (state.forked_from.model_dump() if state.forked_from else None) \
-                and raw.get("tool_recording") == state.tool_recording and await self.ctx.events.last_seq(new) == 1:
+        stored = stored_state(raw) if raw is not None else None
+        if stored is not None and stored.forked_from == state.forked_from \
+                and stored.tool_recording == state.tool_recording and await self.ctx.events.last_seq(new) == 1:
             first = await self.ctx.events.read(new, 0, 1)
             if first and first[0].get("kind") == FORKED:
                 await self.ctx.bus.publish_stored(new, [(first[0], False)])
-                return int(raw.get("history_len", 0))
+                return stored.history_len
         raise ForkRefused("session_exists", f"session {new!r} exists (it has state or events)")
 
     async def _share_memory(self, source: str, new: str, history: list[dict[str, Any]]) -> None:

@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from loopwire.shared.contract.session_state import stored_state
 from loopwire.shared.contract.tenant_limits import utc_day
 from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.periodic import PeriodicSweep
@@ -105,9 +106,10 @@ def _runs_of(state: dict[str, Any] | None) -> tuple[str | None, str | None, bool
     stored session state."""
     if state is None:
         return None, None, False
-    run = state.get("run") or {}
-    waiting = state.get("waiting") or {}
-    return run.get("run_id"), waiting.get("run_id"), waiting.get("position") is not None
+    st = stored_state(state)
+    waiting = st.waiting
+    return (st.run.run_id if st.run is not None else None, waiting.run_id if waiting is not None else None,
+            waiting is not None and waiting.position is not None)
 
 
 class _Gauges:
