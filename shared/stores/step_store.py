@@ -320,7 +320,8 @@ async def renewed(store: StepStore, claim_key: str, token: str, *, ttl_s: float)
     async def renew() -> None:
         while True:
             try:
-                await asyncio.wait_for(done.wait(), ttl_s / 3)
+                async with asyncio.timeout(ttl_s / 3):  # a timer, not a task of its own as wait_for's
+                    await done.wait()
                 return
             except TimeoutError:
                 pass

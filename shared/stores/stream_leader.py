@@ -49,7 +49,9 @@ async def ask_leader(request: Callable[[], Awaitable[T]], *, total_s: float,
     call = request
     while True:
         try:
-            return await asyncio.wait_for(call(), attempt_s)
+            # A timer on this task, where wait_for would run the request in a task of its own.
+            async with asyncio.timeout(attempt_s):
+                return await call()
         except (TimeoutError, *NO_LEADER) as exc:
             pause = 0.0 if isinstance(exc, TimeoutError) else NO_LEADER_PAUSE_S
             if time.monotonic() + pause + attempt_s > deadline:
