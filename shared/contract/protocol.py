@@ -74,7 +74,7 @@ class ModelSpec(IngressBody):
     else the run's models."""
     lightweight: str | None = None
     """The model of the lightweight work (plan building, memory's calls) when `selection`
-    is `auto` (services/router/core/model_tiers.py)."""
+    is `auto` (services/router/core/step_requests.py, its model tiers)."""
     selection: Literal["manual", "auto"] = "manual"
     """`manual`: every generation uses `primary` (then `fallbacks`); `auto`: the
     lightweight work uses `lightweight`."""

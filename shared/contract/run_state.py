@@ -25,10 +25,10 @@ class RunConfig(BaseModel):
     temperature: float | None = None
     memory_model: str | None = None
     """StartRun `model.memory`, else the lightweight model (`auto`), else
-    LOOPWIRE_MEMORY_MODEL: the memory's own calls (model_tiers.py)."""
+    LOOPWIRE_MEMORY_MODEL: the memory's own calls (step_requests.py, its model tiers)."""
     lightweight_model: str | None = None
     """StartRun `model.lightweight` when `model.selection` is `auto`: the lightweight
-    tier's model (model_tiers.py); None: every generation uses `models`."""
+    tier's model (step_requests.py, its model tiers); None: every generation uses `models`."""
     tools: list[str] | None = None
     tool_permissions: dict[str, str] = Field(default_factory=dict)
     max_turns: int = 50

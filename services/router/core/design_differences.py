@@ -15,7 +15,7 @@ DESIGN_DIFFERENCES: dict[str, str] = {
     "phases-from-init": "services/router/core/profiles.py",
     "accumulated-answers": "services/router/core/answers.py",
     "turn-by-turn-routing": "services/router/core/approval.py",
-    "model-tiers": "services/router/core/model_tiers.py",
+    "model-tiers": "services/router/core/step_requests.py",
     "context-fields": "services/tools/invoke.py",
     "inner-cap-tool-rounds": "services/router/core/tool_batches.py",
     "outer-cap-follow-ups": "services/router/core/iteration_limits.py",

@@ -43,7 +43,7 @@ from .planning import PlanStage
 from .stages import CommitmentGateStage, RoutingStage, Stage, VacuousAnswerStage
 
 ModelTier = Literal["primary", "lightweight", "any"]
-"""Which of the run's models does a piece of work (model_tiers.py)."""
+"""Which of the run's models does a piece of work (step_requests.py, its model tiers)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class Profile:
     pipeline: tuple[str, ...] = ()
     """The stages of an executor profile's loop, named as executor_profiles.py maps them."""
     model_tiers: dict[str, ModelTier] = field(default_factory=dict)
-    """phase -> the model tier of its generations (model_tiers.py); `primary` when unnamed."""
+    """phase -> the model tier of its generations (step_requests.py, its model tiers); `primary` when unnamed."""
     notes: str = field(default="", compare=False)
 
     @property

@@ -15,7 +15,7 @@ from typing import Any
 from loopwire.shared.contract.protocol import Limits, StartRun, header_value, text_to_content
 from loopwire.shared.contract.run_state import RunConfig
 
-from . import model_tiers, subagent
+from . import step_requests, subagent
 from .config import CoreConfig
 from .finish import GUIDELINE
 from .profiles import get_profile
@@ -40,8 +40,8 @@ def run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None 
     return RunConfig(
         profile=body.profile, models=models, max_tokens=body.model.max_tokens or cfg.default_max_tokens,
         system=strategy.system_prompt(body.system, (GUIDELINE,) if conclusion else ()) if strategy else body.system,
-        temperature=body.model.temperature, memory_model=model_tiers.memory_model(body.model, cfg.memory_model),
-        lightweight_model=model_tiers.lightweight_of(body.model),
+        temperature=body.model.temperature, memory_model=step_requests.memory_model(body.model, cfg.memory_model),
+        lightweight_model=step_requests.lightweight_of(body.model),
         tools=tools, conclusion=conclusion,
         tool_permissions=merge_permissions(cfg.tool_policy, strategy.tool_permissions if strategy else {},
                                            body.tool_permissions),

@@ -1,11 +1,11 @@
-"""Model tiers (model_tiers.py): with `model.selection: auto` the lightweight work runs on
+"""Model tiers (step_requests.py): with `model.selection: auto` the lightweight work runs on
 `model.lightweight`, through the router's pure core."""
 
 from __future__ import annotations
 
 import pytest
 
-from loopwire.router.core import model_tiers
+from loopwire.router.core import step_requests as model_tiers
 from loopwire.router.core.decide import CoreConfig
 from loopwire.router.core.profiles import PROFILES
 from loopwire.shared.contract.protocol import ModelSpec
