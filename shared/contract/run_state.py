@@ -55,7 +55,7 @@ class RunConfig(BaseModel):
     conclusion: bool = False
     """The run's strategy config asks for a conclusion and the run offers the finish tool:
     its system prompt carries the tool's guideline, and an answer in text concludes with
-    the technical summary (technical_summary.py, terminal `explanation`)."""
+    the technical summary (services/router/core/finish.py, terminal `explanation`)."""
     # -- context fields (schema 1, additive) --
     user_id: str | None = None
     """StartRun `user_id`: tool providers get it as `Loopwire-User-Id`."""
@@ -105,7 +105,7 @@ class RunBudget(BaseModel):
 
 class RunLimits(BaseModel):
     """Loop control: iterations, convergence, the loop ladder and the bounded retries
-    (iteration_limits.py, loop_detection.py, vacuous.py, error_policy.py)."""
+    (tool_batches.py, loop_detection.py, vacuous.py, error_policy.py)."""
 
     outer: int = 1
     """Outer iterations: 1 + follow-ups taken at the outer boundary."""
@@ -131,7 +131,7 @@ class RunLimits(BaseModel):
 
 class RunTools(BaseModel):
     """The run's tools: what it may use, the batch in flight, what it ran (tool_batches.py,
-    strategy_loop.py, technical_summary.py)."""
+    strategy_loop.py, finish.py)."""
 
     pending_calls: list[dict[str, Any]] = Field(default_factory=list)
     """tool_use blocks of the last assistant message while their results are awaited."""
@@ -142,7 +142,7 @@ class RunTools(BaseModel):
     """Distinct tool names called in this run, in first-use order (progress reminder)."""
     executed: list[dict[str, Any]] = Field(default_factory=list)
     """`[{"tool", "calls", "ok", "error"}]` in first-use order: what the run executed, for
-    the conclusion of a run the router stops (technical_summary.py)."""
+    the conclusion of a run the router stops (finish.py `stopped_conclusion`)."""
     known: list[str] | None = None
     """The run's tools the catalog held when it started (all of them for a run that names
     none); None: not looked up (the catalog was unreadable)."""

@@ -7,7 +7,7 @@ and writes included) plus output, summed over every call of the run; cost is at 
 of `CoreConfig.prices` (shared/runtime/pricing.py's table, LOOPWIRE_PRICES on top).
 
 Limits come from StartRun `limits`: `max_total_tokens`, `max_cost_usd` (and `max_turns`,
-iteration_limits.py). What this module decides:
+tool_batches.py's limits). What this module decides:
 
 - a `budget.warning` event (loopwire's addition, docs/protocol.md) once per limit, when the run has
   used `budget_warning_pct` (80%) of it;

@@ -24,8 +24,8 @@ input. What the handlers do is in the modules beside it:
 - follow_ups.py: steering now, follow-ups at the outer boundary;
 - history_repair.py: every tool_use block gets its result.
 
-The rules they apply have modules of their own: budget.py, iteration_limits.py,
-loop_detection.py, stages.py (vacuous answers, the commitment gate, routing), progress_injection.py,
+The rules they apply have modules of their own: budget.py, the limits and the progress note
+(tool_batches.py), loop_detection.py, stages.py (vacuous answers, the commitment gate, routing),
 error_policy.py; the profiles (profiles.py, phases.py, docs/profiles.md), the plan gate
 and preview (strategy_loop.py), approval checkpoints (approval.py), the finish tool
 (finish.py), agentic_planned's phases (planning.py), strategy configs (strategy.py),

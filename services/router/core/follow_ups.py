@@ -25,7 +25,6 @@ from loopwire.shared.contract.session_state import SessionState
 from . import approval, loop_detection
 from .effects import PublishNotice
 from .history_repair import batch_results
-from .progress_injection import truncate
 from .stages import user_text
 from .steering import steering_fields
 from .transition import Transition
@@ -34,6 +33,12 @@ STEERED_GENERATION = "steered: the answer in progress is void"
 STEERED_TOOL = "Cancelled by steering: the user sent a new instruction before this call finished."
 PROMPT_CHARS = 2000
 """How much of a user request the run keeps as its task and its last prompt."""
+
+
+def truncate(text: str, limit: int = PROMPT_CHARS) -> str:
+    """`text` with its white space folded, cut to `limit` characters (an ellipsis last)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def drain_steering(st: SessionState) -> list[dict[str, Any]]:

@@ -42,9 +42,8 @@ from loopwire.shared.contract.run_state import Checkpoint, RunConfig, RunState
 from loopwire.shared.runtime.pricing import cost_at, price_for
 
 from . import answers, strategy_loop
-from .follow_ups import PROMPT_CHARS
+from .follow_ups import PROMPT_CHARS, truncate
 from .profiles import get_profile
-from .progress_injection import truncate
 from .stages import user_text
 
 Prices = Mapping[str, Mapping[str, float]]

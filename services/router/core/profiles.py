@@ -59,7 +59,7 @@ class Profile:
     compaction_at_pct: float = 0.8
     progress_injection: str = "system_reminder"
     """`system_reminder`: after tool results the next generation is reminded of the task
-    and the progress (progress_injection.py); `none`: no reminder."""
+    and the progress (tool_batches.py, the progress note); `none`: no reminder."""
     max_inner_iterations: int = 100
     """Generations per outer iteration (LOOPWIRE_MAX_INNER_ITERATIONS overrides)."""
     max_outer_iterations: int = 10

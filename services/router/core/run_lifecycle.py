@@ -19,13 +19,13 @@ from loopwire.shared.contract.protocol import StartRun
 from loopwire.shared.contract.run_state import RunConfig, RunState
 from loopwire.shared.contract.session_state import WaitingRun
 
-from . import answers, budget, planning, strategy_loop, technical_summary, tenant_quotas
+from . import answers, budget, planning, strategy_loop, tenant_quotas
 from .config import CoreConfig
-from .follow_ups import PROMPT_CHARS, drain_queued, drain_steering
+from .finish import stopped_conclusion
+from .follow_ups import PROMPT_CHARS, drain_queued, drain_steering, truncate
 from .history_repair import close_dangling_tool_uses
 from .inputs import BaseInput, StartInput
 from .profiles import DONE, get_profile
-from .progress_injection import truncate
 from .run_config import lineage, run_config
 from .stages import user_text
 from .step_requests import move_phase, request_generation
@@ -153,7 +153,7 @@ def end_run(tx: Transition, status: str, text: str | None, *, cfg: CoreConfig,
         move_phase(tx, run, DONE, profile=profile)
     final_text = answers.final_text(run.answers, closing, text if text is not None and text.strip() else run.last_text)
     if conclusion is None:
-        conclusion = technical_summary.stopped_conclusion(run, status, final_text, reason=reason)
+        conclusion = stopped_conclusion(run, status, final_text, reason=reason)
     if not final_text.strip() and conclusion is not None:
         final_text = conclusion["summary"]  # never silently: the summary is the best answer left
     tx.emit("run.ended", keys.event_key("run.ended", run.run_id), run.run_id, status=status, final_text=final_text,

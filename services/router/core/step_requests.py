@@ -3,8 +3,8 @@ moves around it.
 
 A generation is asked of memory (`memory.assemble`, which assembles the context and
 hands it to llm): with the notes it needs (the converging note when a budget is spent,
-the plan or the workspace snapshot of a planned profile, the reminders of
-progress_injection.py), the tools the strategy loop offers, `max_tokens` within the
+the plan or the workspace snapshot of a planned profile, the progress note of
+tool_batches.py), the tools the strategy loop offers, `max_tokens` within the
 token budget, and the models of its tier. The tool batches are tool_batches.py's.
 
 Model tiers: which of the run's models does which work. StartRun `model.selection` is
@@ -17,7 +17,7 @@ Model tiers: which of the run's models does which work. StartRun `model.selectio
 | the run's generations | `primary` | memory.assemble → llm |
 | plan building (agentic_planned's `plan` phase) | `lightweight` | `Profile.model_tiers` |
 | compaction summaries, observations, reflections | `lightweight` | memory's own calls (`RunConfig.memory_model`) |
-| progress reminders | `lightweight` | progress_injection.py builds them from the run's bookkeeping: no model call |
+| progress reminders | `lightweight` | tool_batches.py builds them from the run's bookkeeping: no model call |
 
 A phase's generations have the tier its profile declares (`Profile.model_tiers`, phase →
 tier; `primary` when it declares none; `any` takes the run's models as they are). A

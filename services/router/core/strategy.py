@@ -64,7 +64,7 @@ class StrategyConfig(BaseModel):
     conclusion: bool = True
     """Its runs are asked for a conclusion: where the finish tool is offered, the prompt's
     guidelines end with the tool's guideline, and a run that answers in text instead
-    concludes with the technical summary of its answer (technical_summary.py)."""
+    concludes with the technical summary of its answer (finish.py `stopped_conclusion`)."""
 
     @property
     def pair(self) -> Pair:

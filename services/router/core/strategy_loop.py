@@ -11,7 +11,7 @@ waits for another service or a human):
 | validate | `validate` here (called by `gate`): the plan gate | every call of the batch is checked before anything runs: offered now (the run's `tools`, the phase's reserved tools), not denied by `tool_permissions`, and its input against the tool's JSON Schema (the catalog's, read by the shell and passed in with the result). A rejected call never runs: the model gets an error result with the reason |
 | preview | `gate` here (validate, then the preview), approval.py | calls whose permission is `approve` (every runnable call in turn_by_turn) wait for an approval checkpoint; a proposal without calls too (turn_by_turn) |
 | execute | the tools service | the batch as one ExecuteTools step (rejected and denied calls marked `denied`, reserved calls answered by the core itself) |
-| summarize | progress_injection.py, planning.py | the results go back in one user message; the next generation gets the progress reminder (and the plan's status) |
+| summarize | tool_batches.py (`after_batch`, the progress note), planning.py | the results go back in one user message; the next generation gets the progress reminder (and the plan's status) |
 | loop or done | routing / the finish tool / limits | generate again, or end the run |
 """
 

@@ -103,7 +103,7 @@ def working_copy(state: SessionState) -> SessionState:
         run: RunState = _containers_copied(state.run)
         parts = vars(run)
         parts.update({name: _containers_copied(parts[name]) for name in RUN_PARTS})
-        # technical_summary.record_batch counts in these entries in place
+        # tool_batches.record_batch counts in these entries in place
         vars(run.tools)["executed"] = [dict(entry) for entry in run.tools.executed]
         vars(copy)["run"] = run
     return copy

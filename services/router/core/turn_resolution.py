@@ -23,7 +23,6 @@ from .config import CoreConfig
 from .effects import EmitEvent
 from .finish import finish_call, out_of_budget_conclusion
 from .follow_ups import take_at_outer_boundary
-from .iteration_limits import inner_limit, outer_limit
 from .next_step import (
     NextStep,
     NextStepConverge,
@@ -36,7 +35,7 @@ from .profiles import Profile
 from .run_lifecycle import end_run
 from .stages import Turn, first_step
 from .step_requests import request_generation, to_review
-from .tool_batches import dispatch
+from .tool_batches import dispatch, inner_limit, outer_limit
 from .transition import Transition
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.router.core.progress_injection import truncate
+from loopwire.router.core.follow_ups import truncate
 from tests.router_driver import Driver, call
 
 pytestmark = pytest.mark.unit

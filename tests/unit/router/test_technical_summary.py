@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from loopwire.router.core import inputs as i
-from loopwire.router.core import technical_summary
 from loopwire.router.core.config import CoreConfig
-from loopwire.router.core.finish import GUIDELINE
+from loopwire.router.core.finish import GUIDELINE, describe
+from loopwire.router.core.tool_batches import record_batch
 from loopwire.shared.contract.protocol import StartRun
 from loopwire.shared.contract.run_state import RunConfig, RunState
 from tests.router_driver import PRICES, Driver, call
@@ -19,14 +19,14 @@ pytestmark = pytest.mark.unit
 
 def test_record_and_describe_count_calls_per_tool_with_their_outcomes() -> None:
     run = RunState(run_id="r", config=RunConfig(models=["m"], max_tokens=10), turn=3)
-    technical_summary.record_batch(run, [{"tool_use_id": "a", "content": "1"},
-                                         {"tool_use_id": "b", "content": "x", "is_error": True}],
-                                   {"a": "add", "b": "search"})
-    technical_summary.record_batch(run, [{"tool_use_id": "c", "content": "2"}], {"c": "add"})
+    record_batch(run, [{"tool_use_id": "a", "content": "1"},
+                       {"tool_use_id": "b", "content": "x", "is_error": True}],
+                 {"a": "add", "b": "search"})
+    record_batch(run, [{"tool_use_id": "c", "content": "2"}], {"c": "add"})
     assert run.tools.executed == [{"tool": "add", "calls": 2, "ok": 2, "error": 0},
                             {"tool": "search", "calls": 1, "ok": 0, "error": 1}]
-    assert technical_summary.describe(run) == ("Executed 3 tool call(s) over 3 turn(s): add x2 (2 ok); "
-                                               "search x1 (1 error).")
+    assert describe(run) == ("Executed 3 tool call(s) over 3 turn(s): add x2 (2 ok); "
+                             "search x1 (1 error).")
 
 
 def loop_once(d: Driver, tid: str) -> None:
