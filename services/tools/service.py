@@ -236,8 +236,9 @@ class ToolsService:
         # Several calls: each is reported as it finishes, so the client sees the batch
         # progress. A single call's events go out with the step's transition, in the same
         # Redis write as the router's state: the same events, in the same order, in every layout.
-        single = len(env.calls) == 1
-        results = await self.executor.execute(env, on_result=None if single else report, cancel=cancel)
+        # A router that did not ask for reports (an older one) emits them all with the result.
+        per_call = len(env.calls) > 1 and env.report_calls
+        results = await self.executor.execute(env, on_result=report if per_call else None, cancel=cancel)
         # results_reported=False: the router emits every event (envelopes.ToolsResult).
         result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
                              turn=env.turn, trace=env.trace, results=results, results_reported=False)

@@ -242,6 +242,11 @@ class ExecuteTools(_Envelope):
     result_to: str | None = None
     """The router replica that sent this step's work: its result goes to that replica
     directly (`Subjects.direct`), JetStream when it does not answer. None: JetStream."""
+    report_calls: bool = False
+    """The router takes a `ToolCallFinished` for each call of a batch of several as it
+    finishes (a router of this version sets it). A router that does not ask (an older one,
+    during a rolling upgrade) is sent none, which it could not decode: it emits every
+    call's events with the batch's `ToolsResult` (`results_reported` false), at the end."""
 
 
 # -- tools -> router ----------------------------------------------------------------------

@@ -113,7 +113,7 @@ def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, profi
         calls=[ToolCall(tool_use_id=c["id"], name=c["name"], input=c.get("input") or {}) for c in to_run],
         denied={c["id"]: denied[c["id"]] for c in to_run if c["id"] in denied}, trace=run.trace,
         user_id=run.config.user_id, workspace_id=run.config.workspace_id,
-        recording=tx.st.tool_recording,
+        recording=tx.st.tool_recording, report_calls=True,
     )
     tx.effects.append(PublishWork(target="tools.execute", envelope=env.model_dump(mode="json"), model=env,
                                   msg_id=ids.msg_id))

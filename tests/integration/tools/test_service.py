@@ -154,7 +154,7 @@ async def test_execute_report_record_publish_and_redeliver(running: Running, pre
                               ToolCall(tool_use_id="toolu_c", name="calculator", input={"expression": "6*7"}),
                               ToolCall(tool_use_id="toolu_d", name="calculator", input={"expression": "1"}),
                               ToolCall(tool_use_id="toolu_u", name="no_such_tool", input={})],
-                       denied={"toolu_d": "denied by tool_permissions"})
+                       denied={"toolu_d": "denied by tool_permissions"}, report_calls=True)
     await publish(r, env, "m1")
 
     reports: list[tuple[str, ToolCallFinished]] = []
@@ -202,6 +202,22 @@ async def test_execute_report_record_publish_and_redeliver(running: Running, pre
     third = await next_result(results)
     assert third.results == result.results
     assert [h["Loopwire-Tool-Use-Id"] for h, _ in provider.requests] == ["toolu_p", "toolu_p"]
+
+
+async def test_a_router_that_does_not_ask_for_reports_gets_none(running: Running, prefix: str) -> None:
+    """An older router (no `report_calls`) could not decode a ToolCallFinished: it gets the
+    batch's result alone, which leaves every call's events to it."""
+    r = running
+    results = await collect(r.nc, r.ctx.subjects.router_result)
+    env = ExecuteTools(session_id="s_old", run_id="r", step_id="r:1:t0", turn=1,
+                       calls=[ToolCall(tool_use_id="toolu_1", name="calculator", input={"expression": "1+1"}),
+                              ToolCall(tool_use_id="toolu_2", name="calculator", input={"expression": "2+2"})])
+    await publish(r, env, "old-1")
+    reports: list[tuple[str, ToolCallFinished]] = []
+    result = await next_result(results, reports=reports)
+    assert [(i.tool_use_id, i.content) for i in result.results] == [("toolu_1", "2"), ("toolu_2", "4")]
+    assert reports == [] and not result.results_reported
+    assert await r.ctx.events.read("s_old") == []
 
 
 async def test_heartbeats_keep_a_long_call_from_being_redelivered(running: Running, prefix: str) -> None:

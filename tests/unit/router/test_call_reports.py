@@ -196,3 +196,14 @@ def test_a_state_stored_before_reports_loads() -> None:
         {"run_id": "r", "config": {"models": ["m"], "max_tokens": 1}})).dump()
     del raw["run"]["tools"]["reported"]
     assert run_of(SessionState.load(raw, "s1")).tools.reported == []
+
+
+def test_the_router_asks_for_the_calls_reports() -> None:
+    """The batch's work says this router takes a ToolCallFinished per call (a tools
+    service sends none to a router that does not ask: an older one)."""
+    st = SessionState(session_id="s1")
+    st = decided(st, i.StartInput(input_id="in:1", new_id="run1", body=StartRun(input="add"))).state
+    assert st is not None
+    d = decided(st, gen_result("run1:g1", [tool_use(t) for t in CALLS], stop="tool_use"))
+    (w,) = [e for e in d.effects if isinstance(e, PublishWork)]
+    assert w.envelope["kind"] == "tools.execute" and w.envelope["report_calls"] is True
