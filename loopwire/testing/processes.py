@@ -9,6 +9,7 @@ system.py). Each process gets its own free /metrics port (N adjacent ones for `u
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import signal
 import subprocess
@@ -75,7 +76,10 @@ class LoopwireProcess:
                 if self.proc is not None and self.proc.poll() is not None:
                     raise RuntimeError(f"`loopwire {self.command}` exited with {self.proc.returncode}:\n"
                                        f"{self.logs()[-4000:]}")
-                with contextlib.suppress(OSError):
+                # HTTPException: a probe of a port nothing listens on yet can connect to
+                # itself (its ephemeral port chosen equal to the target) and read its own
+                # request back as the answer; it is asked again.
+                with contextlib.suppress(OSError, http.client.HTTPException):
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
                         if resp.status == 200:
                             break
