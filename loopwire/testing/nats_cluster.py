@@ -29,9 +29,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from .servers import free_port, nats_server_binary, stop_process, wait_port
 
@@ -136,21 +138,23 @@ class NatsCluster:
         return node
 
     # -- state ------------------------------------------------------------------------------
-    def wait_ready(self, timeout: float = 30.0) -> None:
+    def wait_ready(self, timeout: float = 30.0, checks: Sequence[str] = ("/healthz",)) -> None:
         """Until every running node says it is healthy with JetStream (`/healthz`: a meta
-        leader elected and the node's streams current)."""
+        leader elected and the node's streams current), or answers 200 to each of `checks`."""
         deadline = time.monotonic() + timeout
         for node in self.nodes:
             if not node.running:
                 continue
-            while True:
-                with contextlib.suppress(OSError, ValueError):
-                    status, _ = node.monitor("/healthz")
-                    if status == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"NATS node {node.name} not healthy after {timeout}s:\n{self.log_tail(node)}")
-                time.sleep(0.1)
+            for check in checks:
+                while True:
+                    with contextlib.suppress(OSError, ValueError):
+                        status, _ = node.monitor(check)
+                        if status == 200:
+                            break
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"NATS node {node.name} not healthy ({check}) after {timeout}s:\n"
+                                           f"{self.log_tail(node)}")
+                    time.sleep(0.1)
 
     def streams(self, account: str = "$G") -> dict[str, dict[str, Any]]:
         """Stream name -> nats-server's view of it (`config`, `state`, `cluster` with
@@ -193,19 +197,28 @@ class NatsCluster:
                 raise TimeoutError(f"stream {stream} has no leader after {timeout}s")
             time.sleep(0.1)
 
-    def wait_current(self, timeout: float = 60.0, account: str = "$G") -> None:
+    def wait_current(self, timeout: float = 60.0, account: str = "$G", streams: Collection[str] = ()) -> None:
         """Until every running node is healthy (`/healthz`: a node back from a restart or
         a wipe says so only once its streams have caught up) and every stream has a
         leader that counts each replica current. A replica on a node that is down is never
-        current, so call it with every node running."""
+        current, so call it with every node running.
+
+        With `streams`, only those: each node's JetStream up and each of them current on it
+        (`/healthz?js-server-only`, `/healthz?account=..&stream=..`). On a cluster that
+        other tests share, a wiped node catches up every stream and consumer they left, and
+        one of theirs still behind is not what a test of its own stream waits for."""
         deadline = time.monotonic() + timeout
-        self.wait_ready(timeout)
+        wanted = list(streams)
+        checks = ["/healthz?js-server-only=true",
+                  *(f"/healthz?account={quote(account)}&stream={quote(name)}" for name in wanted)]
+        self.wait_ready(timeout, checks if wanted else ("/healthz",))
         lagging: list[str] = []
         while True:
             seen, led = self._views(account)
-            lagging = [name for name in seen if name not in led
+            names = wanted or list(seen)
+            lagging = [name for name in names if name not in led
                        or not all(r.get("current") for r in led[name]["cluster"].get("replicas") or [])]
-            if seen and not lagging:
+            if names and not lagging:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"streams not current after {timeout}s: {lagging or 'none found'}")

@@ -135,7 +135,7 @@ async def test_the_handle_kills_restarts_and_wipes_nodes(cluster: NatsCluster, n
     await asyncio.to_thread(cluster.restart, leader)
     other = next(node.name for node in cluster.nodes if node.name != cluster.leader_of(name))
     await asyncio.to_thread(cluster.wipe, other)
-    await asyncio.to_thread(cluster.wait_current, 60)
+    await asyncio.to_thread(cluster.wait_current, 60, streams=[name])
     own = cluster.node(other).monitor("/jsz?acc=$G&streams=true")[1]
     held = {s["name"]: s["state"]["messages"] for acc in own["account_details"] for s in acc["stream_detail"]}
     assert held[name] == 20, "the wiped node caught up from the others"
