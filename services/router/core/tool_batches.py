@@ -23,8 +23,9 @@ How long a run may go on: turns, inner iterations, outer iterations.
 A turn that wants another generation past a limit ends the run instead, with its best
 answer and status `max_turns`. A turn that asks for tools at a limit still has them run:
 the batch is the last round, its results join the history and the run's summary, and
-then the run ends `max_turns` (`after_batch`). `run.ended.reason` (an addition) says
-which limit it was: `max_turns`, `max_inner_iterations` or `max_outer_iterations`.
+then the run ends `max_turns` (`after_batch`). `run.ended.reason` (loopwire's addition,
+docs/protocol.md) says which limit it was: `max_turns`, `max_inner_iterations` or
+`max_outer_iterations`.
 Follow-ups that arrive past the outer limit stay out of the capped run: they start the
 next run, as on an idle session (run_lifecycle.end_run), and the capped run ends with the
 answer it gave.
