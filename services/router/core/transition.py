@@ -22,7 +22,7 @@ from loopwire.shared.contract.events import user_message_fields
 from loopwire.shared.contract.run_state import RUN_PARTS, RunState
 from loopwire.shared.contract.session_state import SessionState
 
-from .effects import Effect, EmitEvent, PublishWork, effect_from_dict
+from .effects import Effect, EmitEvent, PublishWork, effect_from_dict, stored_effect
 from .inputs import (
     AdmissionInput,
     BaseInput,
@@ -157,7 +157,7 @@ class Transition:
         if not isinstance(self.inp, GenerationInput | ToolsInput | CallFinishedInput | AdmissionInput):
             st.recent_inputs = (st.recent_inputs + [self.inp.input_id])[-RECENT_INPUTS:]
         st.ingress_seq = max(st.ingress_seq, self.inp.ingress_seq)
-        st.outbox = [e.model_dump(mode="json") for e in self.effects] + self._work_in_flight()
+        st.outbox = [stored_effect(e) for e in self.effects] + self._work_in_flight()
         st.outbox_input = self.inp.input_id
         return Decision(state=st, effects=self.effects, append=self.append,
                         history_len_before=self.history_len_before, counts=self.counts)

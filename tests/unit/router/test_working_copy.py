@@ -42,3 +42,21 @@ def test_the_copy_equals_the_state_and_shares_no_container() -> None:
     copy.recent_inputs.append("x")
     copy.run.tools.executed[0]["count"] = 99
     assert st.dump_json() == before
+
+
+def test_an_outbox_entry_is_the_effect_dumped_as_json() -> None:
+    """effects.stored_effect keeps a work's envelope as it is instead of dumping it again:
+    the entry must be what `model_dump(mode="json")` gives, key order included (it is
+    stored), for the effects of a tool-turn's two decisions and of a stored outbox read back."""
+    from loopwire.router.core.effects import effect_from_dict, stored_effect
+
+    d = Driver()
+    d.start(input="add 1 and 2", tools=["add"])
+    decisions = [d.answer(call("toolu_1")), d.tools()]
+    effects = [e for decision in decisions for e in decision.effects]
+    effects += [effect_from_dict(entry) for entry in d.state.outbox]
+    assert {type(e).__name__ for e in effects} >= {"EmitEvent", "PublishWork"}
+    for effect in effects:
+        entry = stored_effect(effect)
+        assert entry == effect.model_dump(mode="json")
+        assert list(entry) == list(effect.model_dump(mode="json"))
