@@ -125,6 +125,9 @@ class CatalogCache:
         reading = self._reading
         if reading is None:
             reading = self._reading = asyncio.ensure_future(self._read())
+            # a failed read whose every waiter was cancelled is still looked at: no
+            # "exception was never retrieved" in the log for an error no caller is left for
+            reading.add_done_callback(_looked_at)
         # shield: one caller cancelled (its run aborted) leaves the read to the others
         return await asyncio.shield(reading)
 
@@ -135,3 +138,8 @@ class CatalogCache:
             return specs
         finally:
             self._reading = None
+
+
+def _looked_at(reading: asyncio.Future[dict[str, ToolSpec]]) -> None:
+    if not reading.cancelled():
+        reading.exception()

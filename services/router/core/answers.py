@@ -26,7 +26,7 @@ from typing import Any
 
 from loopwire.shared.contract.messages import text_of
 
-from .profiles import get_profile
+from .profiles import PROFILES
 from .stages import Turn
 
 SEPARATOR = "\n\n"
@@ -45,7 +45,7 @@ def answers_in(profile: str, phase: str, *, text: str, stop_reason: str | None, 
     """The rule itself, on what a turn is (also as its `message` event tells it)."""
     if not kept or calls or stop_reason in NOT_ANSWERS or not text.strip() or phase == "plan":
         return False
-    return not get_profile(profile).reviews_every_turn
+    return not PROFILES[profile].reviews_every_turn
 
 
 def from_events(profile: str, events: list[dict[str, Any]], retracted: set[Any]) -> list[str]:
@@ -53,7 +53,7 @@ def from_events(profile: str, events: list[dict[str, Any]], retracted: set[Any])
     journal_resume.py): its `message` events in order, each in the phase the
     `phase.changed` events before it left, less the turns in `retracted`."""
     out: list[str] = []
-    phase = get_profile(profile).initial_phase
+    phase = PROFILES[profile].initial_phase
     for e in events:
         if e.get("kind") == "phase.changed":
             phase = str(e.get("to"))

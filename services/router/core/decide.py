@@ -66,7 +66,7 @@ from .inputs import (
     ToolsInput,
     UndeliverableInput,
 )
-from .profiles import Profile, get_profile
+from .profiles import PROFILES, Profile
 from .run_config import input_messages, run_config
 from .run_lifecycle import end_run, new_run
 from .stages import Turn
@@ -135,7 +135,7 @@ def _stored(state: SessionState) -> bool:
 # -- ingress ------------------------------------------------------------------------------
 def _on_start(tx: Transition, inp: StartInput, cfg: CoreConfig) -> Decision:
     body = inp.body
-    profile = get_profile(body.profile)
+    profile = PROFILES[body.profile]
     if inp.workspace_refusal is not None:
         return reject(tx.st, inp, "workspace_not_allowed", message=inp.workspace_refusal)
     if tx.st.tool_recording is not None and profile.executor is not None:
@@ -182,7 +182,7 @@ def _on_steer(tx: Transition, inp: SteerInput, cfg: CoreConfig) -> Decision:
     if tx.st.status == "idle" or run is None:
         return new_run(tx, inp, cfg, messages=[{"role": "user", "content": content}], source="steer")
     follow_ups.steer(tx, run, content)
-    request_generation(tx, run, get_profile(run.config.profile))
+    request_generation(tx, run, PROFILES[run.config.profile])
     return tx.finish()
 
 
@@ -213,7 +213,7 @@ def _on_decision(tx: Transition, inp: DecisionInput, cfg: CoreConfig) -> Decisio
         return tx.finish()
     approval.close(tx.st, run)
     approved = body.decision == "approve"
-    profile = get_profile(run.config.profile)
+    profile = PROFILES[run.config.profile]
     if cp.kind == "proposal":
         if approved:  # the approved answer is carried out: it is the run's answer
             move_phase(tx, run, "execute", profile=profile)
@@ -268,7 +268,7 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
     if run is None or run.pending_step != result.step_id:
         return None  # stale: the run ended or moved on (abort, steer) while this was in flight
     run.pending_step = None
-    profile = get_profile(run.config.profile)  # resolved once: the stages and every rule below read it
+    profile = PROFILES[run.config.profile]  # resolved once: the stages and every rule below read it
     if profile.executor is not None:  # only an external agent's step asks for permissions
         settle_permission(tx.st, run)
     ledgered = account(tx, run, result, cfg=cfg)
@@ -347,7 +347,7 @@ def _on_tools(tx: Transition, inp: ToolsInput, cfg: CoreConfig) -> Decision | No
         else:
             # an error result is a result: the model adapts
             blocks.append(tool_result_block(item.tool_use_id, item.content, is_error=item.is_error))
-    after_batch(tx, run, blocks, profile=get_profile(run.config.profile), cfg=cfg)
+    after_batch(tx, run, blocks, profile=PROFILES[run.config.profile], cfg=cfg)
     return tx.finish()
 
 

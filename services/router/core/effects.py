@@ -71,17 +71,5 @@ _BY_TYPE: dict[str, type[BaseModel]] = {"work": PublishWork, "notice": PublishNo
                                         "usage": CountTenantUsage}
 
 
-def stored_effect(effect: Effect) -> dict[str, Any]:
-    """`effect.model_dump(mode="json")`, the entry of the outbox that keeps it. A work's
-    envelope is JSON already (made by the envelope's `model_dump(mode="json")`, or read
-    back from a stored outbox): it is kept as it is instead of walked again, which was
-    two thirds of the cost of dumping a generation's outbox. Nothing changes an effect's
-    dicts or an outbox's after the decision that made them, so sharing the envelope
-    with the effect is safe (consecutive states already share their outbox entries)."""
-    if type(effect) is PublishWork:
-        return {"type": effect.type, "target": effect.target, "envelope": effect.envelope, "msg_id": effect.msg_id}
-    return effect.model_dump(mode="json")
-
-
 def effect_from_dict(raw: dict[str, Any]) -> Effect:
     return _BY_TYPE.get(raw.get("type", ""), EmitEvent).model_validate(raw)  # type: ignore[return-value]

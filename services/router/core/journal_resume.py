@@ -43,7 +43,7 @@ from loopwire.shared.runtime.pricing import cost_at, price_for
 
 from . import answers, strategy_loop
 from .follow_ups import PROMPT_CHARS, truncate
-from .profiles import get_profile
+from .profiles import PROFILES
 from .stages import user_text
 
 Prices = Mapping[str, Mapping[str, float]]
@@ -61,7 +61,7 @@ def resumed_run(asked: dict[str, Any] | None, events: list[dict[str, Any]], last
         config = RunConfig.model_validate(started.get("config") or {})
     except ValidationError:
         return None  # an older router's run: no settings to go on with
-    if get_profile(config.profile).executor is not None or started.get("run_id") != asked.get("run_id"):
+    if PROFILES[config.profile].executor is not None or started.get("run_id") != asked.get("run_id"):
         return None
     retracted = {e.get("turn") for e in events if e.get("kind") == "retracted"}
     messages = [e for e in events if e.get("kind") == "message"]
@@ -72,7 +72,7 @@ def resumed_run(asked: dict[str, Any] | None, events: list[dict[str, Any]], last
     _course(run, events, kept, waiting_turn=asked.get("turn"))
     run.answers = answers.from_events(config.profile, events, retracted)
     run.profile_phase = next((e["to"] for e in reversed(events) if e.get("kind") == "phase.changed"),
-                             get_profile(config.profile).initial_phase)
+                             PROFILES[config.profile].initial_phase)
     if not _checkpoint(run, asked, kept, events=events):
         return None
     return run
@@ -160,7 +160,7 @@ def _checkpoint(run: RunState, asked: dict[str, Any], kept: list[dict[str, Any]]
     if not calls or not set(ask) <= {c["id"] for c in calls}:
         return False
     batch = {c["id"] for c in calls}
-    rejected, _reserved = strategy_loop.validate(run, get_profile(run.config.profile), calls, schemas=None)
+    rejected, _reserved = strategy_loop.validate(run, PROFILES[run.config.profile], calls, schemas=None)
     run.tools.answered = [_block(e) for e in events if e.get("kind") == "tool.result" and e.get("tool_use_id") in batch]
     run.approvals.checkpoint = Checkpoint(id=asked["checkpoint_id"], kind="tool_calls", calls=calls, ask=ask,
                                           rejected={i: why for i, why in rejected.items() if i not in ask},

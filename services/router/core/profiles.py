@@ -164,7 +164,5 @@ PROFILES: dict[str, Profile] = {
                      pipeline=ACP_PIPELINE if name == "acp" else CLI_PIPELINE)
        for name in ("claude_code", "opencode", "codex", "acp")},
 }
-
-
-def get_profile(name: str) -> Profile:
-    return PROFILES[name]
+"""Every profile by name. A run's is `PROFILES[run.config.profile]`: the name is one of the
+contract's `Profile` names (shared/contract/protocol.py), checked as the request is parsed."""

@@ -18,7 +18,7 @@ from loopwire.shared.contract.run_state import RunConfig
 from . import step_requests, subagent
 from .config import CoreConfig
 from .finish import GUIDELINE
-from .profiles import get_profile
+from .profiles import PROFILES
 from .strategy import StrategyConfig
 from .tool_policy import merge_permissions, narrow_tools
 
@@ -27,7 +27,7 @@ def run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None 
                depth: int = 0) -> RunConfig:
     """The run's settings: StartRun's, over the strategy config's (strategy.py), over the
     profile's defaults."""
-    profile = get_profile(body.profile)
+    profile = PROFILES[body.profile]
     models = [body.model.primary or cfg.default_model, *body.model.fallbacks]
     base = strategy.limits if strategy is not None else Limits()
     limits = {name: getattr(body.limits, name) if getattr(body.limits, name) is not None else getattr(base, name)

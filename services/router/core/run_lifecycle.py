@@ -25,7 +25,7 @@ from .finish import stopped_conclusion
 from .follow_ups import PROMPT_CHARS, drain_queued, drain_steering, truncate
 from .history_repair import close_dangling_tool_uses
 from .inputs import BaseInput, StartInput
-from .profiles import DONE, get_profile
+from .profiles import DONE, PROFILES
 from .run_config import lineage, run_config
 from .stages import user_text
 from .step_requests import move_phase, request_generation
@@ -104,7 +104,7 @@ def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
     for n, m in enumerate(messages):
         tx.add_message(m, sources[n] if sources else source)
     # `config` (loopwire's addition, docs/protocol.md) lets a session be rebuilt from its transcript with its settings.
-    profile = get_profile(config.profile)
+    profile = PROFILES[config.profile]
     run.profile_phase = profile.initial_phase
     if ignored_fields is None and isinstance(tx.inp, StartInput):
         ignored_fields = tx.inp.ignored_fields
@@ -146,7 +146,7 @@ def end_run(tx: Transition, status: str, text: str | None, *, cfg: CoreConfig,
     if spent is not None:  # never `completed` over budget, however the run got here
         status, reason = "budget_exhausted", spent
     close_dangling_tool_uses(tx, run, status)
-    profile = get_profile(run.config.profile)
+    profile = PROFILES[run.config.profile]
     if status == "completed" and profile.can_complete_from(run.profile_phase):
         # A completed run reports `done` (profiles.py); one stored in a phase older
         # routers had (`act`, `chat`) has no move to it and ends where it is.

@@ -23,8 +23,9 @@ How long a run may go on: turns, inner iterations, outer iterations.
 A turn that wants another generation past a limit ends the run instead, with its best
 answer and status `max_turns`. A turn that asks for tools at a limit still has them run:
 the batch is the last round, its results join the history and the run's summary, and
-then the run ends `max_turns` (`after_batch`). `run.ended.reason` (an addition) says
-which limit it was: `max_turns`, `max_inner_iterations` or `max_outer_iterations`.
+then the run ends `max_turns` (`after_batch`). `run.ended.reason` (loopwire's addition,
+docs/protocol.md) says which limit it was: `max_turns`, `max_inner_iterations` or
+`max_outer_iterations`.
 Follow-ups that arrive past the outer limit stay out of the capped run: they start the
 next run, as on an idle session (run_lifecycle.end_run), and the capped run ends with the
 answer it gave.
@@ -128,7 +129,8 @@ def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]], *, 
     run.tools.pending_calls = []
     run.tools.answered = []
     record_batch(run, blocks, names)
-    content: list[dict[str, Any]] = blocks + drain_steering(tx.st)
+    # steering kept by state written before steering applied at once (follow_ups.py), if any
+    content: list[dict[str, Any]] = [*blocks, *drain_steering(tx.st)] if tx.st.steering else list(blocks)
     tx.add_message({"role": "user", "content": content})
     run.limits.inner += 1
     limit = inner_limit(run, profile, cfg)
@@ -192,7 +194,9 @@ def progress_note(run: RunState, results: list[dict[str, Any]], names: dict[str,
     last = ", ".join(f"{names.get(b.get('tool_use_id', ''), '?')} ({'error' if b.get('is_error') else 'ok'})"
                      for b in results)
     used = ", ".join(run.tools.used[:12]) or "none"
-    return (f"Task: {truncate(run.task, TASK_CHARS) or '(see the first user message)'}\n"
+    # run.task is folded already (run_lifecycle.py, journal_resume.py): only a longer one is cut
+    task = run.task if len(run.task) <= TASK_CHARS else truncate(run.task, TASK_CHARS)
+    return (f"Task: {task or '(see the first user message)'}\n"
             f"Progress: {run.tools.calls_made} tool call(s) over {run.turn} turn(s); tools used: {used}; "
             f"latest results: {last or 'none'}.\n"
             "Continue with the task. When it is done, reply with the final answer.")

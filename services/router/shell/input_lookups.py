@@ -23,7 +23,7 @@ from loopwire.shared.stores.tool_catalog import CatalogCache
 
 from ..core import subagent
 from ..core.inputs import AdmissionInput, BaseInput, GenerationInput, MessageInput, StartInput, SteerInput
-from ..core.profiles import get_profile
+from ..core.profiles import PROFILES
 from . import workspace_snapshot
 from .quota_keeper import QuotaKeeper
 from .strategy_store import StrategyStore
@@ -66,7 +66,7 @@ class InputLookups:
             path, refusal = await asyncio.to_thread(workspace_snapshot.resolve_workspace, body.metadata, roots)
             inp.workspace_refusal = refusal
             inp.workspace_path = str(path) if path is not None else None
-            if path is not None and get_profile(body.profile).snapshots_workspace:
+            if path is not None and PROFILES[body.profile].snapshots_workspace:
                 try:
                     # Bounded: a huge work tree must not hold the session's ingress.
                     inp.workspace = await asyncio.wait_for(asyncio.to_thread(workspace_snapshot.gather, path, roots),

@@ -7,7 +7,7 @@ import pytest
 
 from loopwire.router.core import inputs as i
 from loopwire.router.core.phases import IllegalTransition, change_phase, check_transition
-from loopwire.router.core.profiles import PROFILES, get_profile
+from loopwire.router.core.profiles import PROFILES
 from loopwire.shared.contract.protocol import StartRun
 from loopwire.shared.contract.run_state import RunConfig, RunState
 from tests.router_driver import Driver, call
@@ -34,7 +34,7 @@ def phases(d: Driver) -> list[tuple[str, str]]:
 # -- the tables -------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(TABLES))
 def test_every_allowed_move_passes_and_every_other_move_raises(name: str) -> None:
-    profile = get_profile(name)
+    profile = PROFILES[name]
     assert {k: set(v) for k, v in profile.transitions.items()} == TABLES[name]
     assert profile.phases[0] == profile.initial_phase == "init" and profile.phases[-1] == "done"
     for frm in profile.phases:
@@ -49,7 +49,7 @@ def test_every_allowed_move_passes_and_every_other_move_raises(name: str) -> Non
 def test_change_phase_moves_the_run_and_says_so() -> None:
     run = RunState(run_id="r", config=RunConfig(profile="agentic_planned", models=["m"], max_tokens=10),
                    profile_phase="plan")
-    transitions = get_profile("agentic_planned").transitions
+    transitions = PROFILES["agentic_planned"].transitions
     spec = change_phase(run, "execute", transitions)
     assert (spec.kind, spec.fields) == ("phase.changed", {"from": "plan", "to": "execute"})
     assert run.profile_phase == "execute" and run.phase_changes == 1

@@ -45,10 +45,11 @@ def test_the_copy_equals_the_state_and_shares_no_container() -> None:
 
 
 def test_an_outbox_entry_is_the_effect_dumped_as_json() -> None:
-    """effects.stored_effect keeps a work's envelope as it is instead of dumping it again:
+    """transition._stored keeps a work's envelope as it is instead of dumping it again:
     the entry must be what `model_dump(mode="json")` gives, key order included (it is
     stored), for the effects of a tool-turn's two decisions and of a stored outbox read back."""
-    from loopwire.router.core.effects import effect_from_dict, stored_effect
+    from loopwire.router.core.effects import effect_from_dict
+    from loopwire.router.core.transition import _stored as stored_effect
 
     d = Driver()
     d.start(input="add 1 and 2", tools=["add"])
