@@ -75,18 +75,31 @@ class Bus:
                         events: list[tuple[str | None, str, str | None, dict[str, Any]]]) -> list[dict[str, Any]]:
         """`emit` of each (run_id, kind, key, fields) in order: their seqs assigned and
         stored in one Redis call, then published (publish_stored)."""
-        if len(events) <= 1:
-            return [await self.emit(session_id, run_id, kind, key=key, **fields)
-                    for run_id, kind, key, fields in events]
-        stored = await self.events.append_many(session_id, event_items(session_id, events))
-        await self.publish_stored(session_id, stored)
-        return [event for event, _ in stored]
+        in_flight = await self.send_many(session_id, events)
+        await in_flight.settle()
+        return in_flight.events
+
+    async def send_many(self, session_id: str,
+                        events: list[tuple[str | None, str, str | None, dict[str, Any]]]) -> InFlight:
+        """`emit_many` up to the PubAcks: the events stored (one Redis call) and written to
+        the connection, their PubAcks still to come (`InFlight.settle`)."""
+        if len(events) == 1:
+            ((body, key, store),) = event_items(session_id, events)
+            stored = [await self.events.append(session_id, body, key, store=store)]
+        else:
+            stored = await self.events.append_many(session_id, event_items(session_id, events)) if events else []
+        return await self.send_stored(session_id, stored)
 
     async def publish_stored(self, session_id: str, stored: list[tuple[dict[str, Any], bool]]) -> None:
         """Publish events that already have their seq (stored by `append_many`, or with a
         router commit), one after the other on this connection (which keeps their order),
         their PubAcks awaited together. A re-publish of a stored event is dropped by
         JetStream as a duplicate (Nats-Msg-Id `<sid>:<seq>`)."""
+        await (await self.send_stored(session_id, stored)).settle()
+
+    async def send_stored(self, session_id: str, stored: list[tuple[dict[str, Any], bool]]) -> InFlight:
+        """`publish_stored` up to the PubAcks: each event written to this connection in
+        order, the PubAcks still to come (`InFlight.settle`)."""
         acks: list[tuple[Published, asyncio.Future[Any]]] = []
         try:
             for event, _new in stored:
@@ -101,9 +114,7 @@ class Bus:
         except BaseException:
             _cancel(acks)
             raise
-        if acks:
-            await ask_leader(lambda: self._settle(acks), again=lambda: self._publish_all([item for item, _ in acks]),
-                             total_s=self.timeout_s)
+        return InFlight(self, [event for event, _ in stored], acks)
 
     async def _publish_all(self, items: list[Published]) -> None:
         """Publish each in order on this connection, their PubAcks awaited together."""
@@ -121,6 +132,31 @@ class Bus:
             await asyncio.gather(*(ack for _, ack in acks))
         finally:
             _cancel(acks)
+
+
+class InFlight:
+    """Events written to the connection whose PubAcks are still to come (`Bus.send_stored`)."""
+
+    def __init__(self, bus: Bus, events: list[dict[str, Any]],
+                 acks: list[tuple[Published, asyncio.Future[Any]]]) -> None:
+        self.bus = bus
+        self.events = events
+        """The events, each with its seq, in their order."""
+        self._acks = acks
+
+    async def settle(self) -> None:
+        """Await the PubAcks; while the stream elects a leader, every event is sent again in
+        order (a repeat of one it stored is dropped as a duplicate)."""
+        acks, self._acks = self._acks, []
+        if acks:
+            bus = self.bus
+            await ask_leader(lambda: bus._settle(acks), again=lambda: bus._publish_all([item for item, _ in acks]),
+                             total_s=bus.timeout_s)
+
+    def cancel(self) -> None:
+        """Give the PubAcks up (the caller is failing): their slots in nats-py are freed."""
+        _cancel(self._acks)
+        self._acks = []
 
 
 def _cancel(acks: list[tuple[Published, asyncio.Future[Any]]]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from loopwire.shared.contract import codec
 from loopwire.shared.observability import metrics
-from loopwire.shared.runtime.bus import event_items
+from loopwire.shared.runtime.bus import InFlight, event_items
 from loopwire.shared.runtime.service_context import ServiceContext
 
 from ..core.effects import CountTenantUsage, Effect, EmitEvent, PublishNotice, PublishWork, TenantSlot
@@ -57,36 +57,57 @@ class EffectPublisher:
                     admissions += await self.quotas.settle(sid, effect)
                 elif isinstance(effect, CountTenantUsage):
                     await self.quotas.count(sid, effect)
+        in_flight: InFlight | None = None
         if stored:
-            await bus.publish_stored(sid, stored)
+            in_flight = await bus.send_stored(sid, stored)
             effects = effects[len(stored):]
-        for n, effect in enumerate(effects):
-            if isinstance(effect, EmitEvent):
-                # Consecutive events go out together (one Redis call), before what follows them.
-                batch.append((effect.run_id, effect.kind, effect.key, effect.fields))
-                if n + 1 == len(effects) or not isinstance(effects[n + 1], EmitEvent):
-                    await bus.emit_many(sid, batch)
-                    batch = []
-            elif isinstance(effect, PublishNotice):
-                # Core NATS, best effort: a lost notice only means the abandoned work runs
-                # to its end and its (stale) result is ignored.
-                subject = subjects.permission(sid) if effect.notice == "permission" else subjects.cancel(sid)
-                await bus.nc.publish(subject, codec.dumps(effect.body))
-            elif isinstance(effect, PublishWork):
-                subject = subjects.memory_assemble if effect.target == "memory.assemble" else subjects.tools_execute
-                # A task of this chain when the service runs here (after the commit, outside
-                # the session's lock), else a JetStream message.
-                if self.ctx.hand_off(subject, effect.model or effect.envelope, effect.msg_id):
-                    metrics.child(metrics.WORK_HOPS, target=effect.target, via="chain").inc()
-                else:
-                    # Its result comes back to this replica first (shared/runtime/direct_results.py).
-                    envelope = {**effect.envelope, "result_to": self.ctx.replica_id} \
-                        if self.ctx.settings.direct_results else effect.envelope
-                    await bus.publish_work(subject, envelope, msg_id=effect.msg_id)
-                    metrics.child(metrics.WORK_HOPS, target=effect.target, via="jetstream").inc()
-            # TenantSlot, CountTenantUsage: settled above (or the limits were switched off
-            # since the outbox was stored)
+        try:
+            for n, effect in enumerate(effects):
+                if in_flight is not None and not isinstance(effect, PublishWork):
+                    await in_flight.settle()
+                    in_flight = None
+                if isinstance(effect, EmitEvent):
+                    # Consecutive events go out together (one Redis call), before what follows them.
+                    batch.append((effect.run_id, effect.kind, effect.key, effect.fields))
+                    if n + 1 == len(effects) or not isinstance(effects[n + 1], EmitEvent):
+                        in_flight = await bus.send_many(sid, batch)
+                        batch = []
+                elif isinstance(effect, PublishNotice):
+                    # Core NATS, best effort: a lost notice only means the abandoned work runs
+                    # to its end and its (stale) result is ignored.
+                    subject = subjects.permission(sid) if effect.notice == "permission" else subjects.cancel(sid)
+                    await bus.nc.publish(subject, codec.dumps(effect.body))
+                elif isinstance(effect, PublishWork):
+                    # Sent while the PubAcks of the events before it are in flight: one JetStream
+                    # round trip per hop instead of two (docs/architecture.md, "A hop's events and
+                    # its work").
+                    await self._publish_work(effect)
+                    if in_flight is not None:
+                        await in_flight.settle()
+                        in_flight = None
+                # TenantSlot, CountTenantUsage: settled above (or the limits were switched off
+                # since the outbox was stored)
+            if in_flight is not None:
+                await in_flight.settle()
+        except BaseException:
+            if in_flight is not None:
+                in_flight.cancel()
+            raise
         return admissions
+
+    async def _publish_work(self, effect: PublishWork) -> None:
+        subject = self.ctx.subjects.memory_assemble if effect.target == "memory.assemble" \
+            else self.ctx.subjects.tools_execute
+        # A task of this chain when the service runs here (after the commit, outside the
+        # session's lock), else a JetStream message.
+        if self.ctx.hand_off(subject, effect.model or effect.envelope, effect.msg_id):
+            metrics.child(metrics.WORK_HOPS, target=effect.target, via="chain").inc()
+            return
+        # Its result comes back to this replica first (shared/runtime/direct_results.py).
+        envelope = {**effect.envelope, "result_to": self.ctx.replica_id} \
+            if self.ctx.settings.direct_results else effect.envelope
+        await self.ctx.bus.publish_work(subject, envelope, msg_id=effect.msg_id)
+        metrics.child(metrics.WORK_HOPS, target=effect.target, via="jetstream").inc()
 
     async def new_events_only(self, sid: str, effects: list[Effect]) -> None:
         """Events of a decision that commits nothing, stored if they are not yet, but

@@ -1,0 +1,80 @@
+"""A hop's events and its work over a real nats-server (shared/runtime/bus.py): the work sent
+while the events' PubAcks are in flight still reaches the server behind them, and events
+whose stream did not answer are sent again, in their order, until it does."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import orjson
+from nats.aio.msg import Msg
+from nats.js.api import StreamConfig
+
+from loopwire.shared.contract.subjects import Subjects
+from loopwire.shared.runtime.bus import Bus
+from loopwire.shared.stores.event_log import InMemoryEventLog
+
+EVENTS = [("run1", "message", "m1", {"turn": 1}), ("run1", "tool.call", "c1", {"turn": 1, "name": "add"})]
+
+
+async def streams(nc: nats.NATS, prefix: str, *, events: bool = True) -> None:
+    js = nc.jetstream()
+    await js.add_stream(StreamConfig(name=f"LOOPWIRE_WORK_{prefix.upper()}", subjects=[f"{prefix}.work.>"]))
+    if events:
+        await js.add_stream(StreamConfig(name=f"LOOPWIRE_EVENTS_{prefix.upper()}", subjects=[f"{prefix}.out.>"]))
+
+
+async def stored_in_order(nc: nats.NATS, prefix: str) -> list[tuple[int, str]]:
+    """(seq, kind) of every message of the events stream, in the stream's own order."""
+    js = nc.jetstream()
+    stream = f"LOOPWIRE_EVENTS_{prefix.upper()}"
+    last = (await js.stream_info(stream)).state.last_seq
+    bodies = [orjson.loads((await js.get_msg(stream, n)).data) for n in range(1, last + 1)]
+    return [(body["seq"], body["kind"]) for body in bodies]
+
+
+async def test_the_work_reaches_the_server_behind_the_events_whose_pubacks_are_in_flight(
+        nc: nats.NATS, prefix: str) -> None:
+    await streams(nc, prefix)
+    subjects = Subjects(prefix)
+    seen: list[str] = []
+    spy = await nats.connect(nc.connected_url.geturl())  # type: ignore[union-attr]
+
+    async def on_msg(msg: Msg) -> None:
+        seen.append(msg.subject)
+
+    await spy.subscribe(f"{prefix}.>", cb=on_msg)
+    await spy.flush()
+    log = InMemoryEventLog()
+    bus = Bus(nc, subjects, log)
+    try:
+        in_flight = await bus.send_many("s1", EVENTS)
+        await bus.publish_work(subjects.tools_execute, {"session_id": "s1", "step_id": "st1"}, msg_id="s1:st1")
+        await in_flight.settle()
+        assert [e["seq"] for e in in_flight.events] == [1, 2]
+        for _ in range(50):
+            if len(seen) == 3:
+                break
+            await asyncio.sleep(0.05)
+        assert seen == [subjects.event("s1", "message"), subjects.event("s1", "tool.call"), subjects.tools_execute]
+        assert await stored_in_order(nc, prefix) == [(1, "message"), (2, "tool.call")]
+    finally:
+        await spy.close()
+
+
+async def test_events_the_stream_did_not_take_are_sent_again_in_order_once_it_answers(
+        nc: nats.NATS, prefix: str) -> None:
+    await streams(nc, prefix, events=False)  # nobody stores the events yet: "no responders"
+    subjects = Subjects(prefix)
+    bus = Bus(nc, subjects, InMemoryEventLog(), jetstream_timeout_s=5.0)
+    in_flight = await bus.send_many("s2", EVENTS)
+    await bus.publish_work(subjects.tools_execute, {"session_id": "s2", "step_id": "st1"}, msg_id="s2:st1")
+    settling = asyncio.create_task(in_flight.settle())
+    await asyncio.sleep(0.6)
+    assert not settling.done(), "the events wait for a stream to take them"
+    await nc.jetstream().add_stream(StreamConfig(name=f"LOOPWIRE_EVENTS_{prefix.upper()}", subjects=[f"{prefix}.out.>"]))
+    await asyncio.wait_for(settling, 5)
+    assert await stored_in_order(nc, prefix) == [(1, "message"), (2, "tool.call")], "each once, in order"
+    work = await nc.jetstream().get_last_msg(f"LOOPWIRE_WORK_{prefix.upper()}", subjects.tools_execute)
+    assert orjson.loads(work.data)["session_id"] == "s2"
