@@ -163,6 +163,8 @@ def _cancel(acks: list[tuple[Published, asyncio.Future[Any]]]) -> None:
     for _, ack in acks:
         if not ack.done():
             ack.cancel()  # frees its slot in nats-py's pending publishes
+        elif not ack.cancelled():
+            ack.exception()  # looked at: an error nobody is left to await is not logged as lost
 
 
 def work_headers(envelope: BaseModel | dict[str, Any], msg_id: str, *, recover: bool = False,
