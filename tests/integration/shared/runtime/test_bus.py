@@ -31,7 +31,7 @@ async def stored_in_order(nc: nats.NATS, prefix: str) -> list[tuple[int, str]]:
     js = nc.jetstream()
     stream = f"LOOPWIRE_EVENTS_{prefix.upper()}"
     last = (await js.stream_info(stream)).state.last_seq
-    bodies = [orjson.loads((await js.get_msg(stream, n)).data) for n in range(1, last + 1)]
+    bodies = [orjson.loads((await js.get_msg(stream, n)).data or b"{}") for n in range(1, last + 1)]
     return [(body["seq"], body["kind"]) for body in bodies]
 
 
@@ -78,7 +78,7 @@ async def test_events_the_stream_did_not_take_are_sent_again_in_order_once_it_an
     await asyncio.wait_for(settling, 5)
     assert await stored_in_order(nc, prefix) == [(1, "message"), (2, "tool.call")], "each once, in order"
     work = await nc.jetstream().get_last_msg(f"LOOPWIRE_WORK_{prefix.upper()}", subjects.tools_execute)
-    assert orjson.loads(work.data)["session_id"] == "s2"
+    assert orjson.loads(work.data or b"{}")["session_id"] == "s2"
 
 
 async def test_pubacks_given_up_leave_no_unretrieved_error(nc: nats.NATS, prefix: str) -> None:
