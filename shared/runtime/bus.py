@@ -66,15 +66,12 @@ class Bus:
         With `key` set the event is emitted at most once per key: a re-emission after a
         crash publishes the original again (JetStream drops it as a duplicate by
         Nats-Msg-Id) and the transcript keeps one copy."""
-        ((body, _, store),) = event_items(session_id, [(run_id, kind, key, fields)])
-        stored = await self.events.append(session_id, body, key, store=store)
-        await self.publish_stored(session_id, [stored])
-        return stored[0]
+        return (await self.emit_many(session_id, [(run_id, kind, key, fields)]))[0]
 
     async def emit_many(self, session_id: str,
                         events: list[tuple[str | None, str, str | None, dict[str, Any]]]) -> list[dict[str, Any]]:
-        """`emit` of each (run_id, kind, key, fields) in order: their seqs assigned and
-        stored in one Redis call, then published (publish_stored)."""
+        """Each (run_id, kind, key, fields), in order: their seqs assigned and stored in one
+        Redis call, then published (publish_stored)."""
         in_flight = await self.send_many(session_id, events)
         await in_flight.settle()
         return in_flight.events
@@ -83,11 +80,14 @@ class Bus:
                         events: list[tuple[str | None, str, str | None, dict[str, Any]]]) -> InFlight:
         """`emit_many` up to the PubAcks: the events stored (one Redis call) and written to
         the connection, their PubAcks still to come (`InFlight.settle`)."""
-        if len(events) == 1:
-            ((body, key, store),) = event_items(session_id, events)
+        items = event_items(session_id, events)
+        if len(items) == 1:  # one event: the store's `append`; several: one `append_many`
+            body, key, store = items[0]
             stored = [await self.events.append(session_id, body, key, store=store)]
+        elif items:
+            stored = await self.events.append_many(session_id, items)
         else:
-            stored = await self.events.append_many(session_id, event_items(session_id, events)) if events else []
+            stored = []
         return await self.send_stored(session_id, stored)
 
     async def publish_stored(self, session_id: str, stored: list[tuple[dict[str, Any], bool]]) -> None:

@@ -63,6 +63,9 @@ class EffectPublisher:
             effects = effects[len(stored):]
         try:
             for n, effect in enumerate(effects):
+                # Work goes out while the PubAcks of the events before it are in flight: one
+                # JetStream round trip per hop instead of two (docs/architecture.md, "A hop's
+                # events and its work"); anything else waits for them.
                 if in_flight is not None and not isinstance(effect, PublishWork):
                     await in_flight.settle()
                     in_flight = None
@@ -78,13 +81,7 @@ class EffectPublisher:
                     subject = subjects.permission(sid) if effect.notice == "permission" else subjects.cancel(sid)
                     await bus.nc.publish(subject, codec.dumps(effect.body))
                 elif isinstance(effect, PublishWork):
-                    # Sent while the PubAcks of the events before it are in flight: one JetStream
-                    # round trip per hop instead of two (docs/architecture.md, "A hop's events and
-                    # its work").
                     await self._publish_work(effect)
-                    if in_flight is not None:
-                        await in_flight.settle()
-                        in_flight = None
                 # TenantSlot, CountTenantUsage: settled above (or the limits were switched off
                 # since the outbox was stored)
             if in_flight is not None:
