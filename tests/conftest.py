@@ -6,6 +6,8 @@ the llm path is tested against tests/fakes/anthropic_server.py.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -18,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from loopwire.shared.observability import tracing
 from loopwire.shared.observability.tracing import spans as tracing_spans
 from loopwire.testing.servers import ServerHandle, start_nats, start_redis
+from tests.loop_errors import LostErrors
 from tests.paths import TESTS
 
 TIERS = ("unit", "integration", "e2e")
@@ -70,6 +73,26 @@ def redis_server() -> Iterator[ServerHandle]:
 def prefix() -> str:
     """A subject prefix of this test's own, so streams and subjects never collide."""
     return f"lwt{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def unretrieved_errors() -> AsyncIterator[LostErrors]:
+    """What the running loop reports as "Future exception was never retrieved", looked up
+    when the test asks: after a garbage collection, which is when asyncio reports it."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+
+    async def lost() -> list[dict[str, object]]:
+        gc.collect()
+        await asyncio.sleep(0)
+        return [c for c in reported if "never retrieved" in str(c.get("message"))]
+
+    try:
+        yield lost
+    finally:
+        loop.set_exception_handler(previous)
 
 
 @pytest.fixture
