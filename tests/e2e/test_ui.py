@@ -159,10 +159,16 @@ async def test_a_tool_run_s_waterfall_replay_and_fork_from_the_timeline(
             (run,) = (await page.evaluate(f"fetch('/api/sessions/{sid}/waterfall').then((r) => r.json())"))["runs"]
             (tool_span,) = run["tools"]
             assert tool_span["name"] == "slow_echo" and tool_span["duration_ms"] >= 400, tool_span
-            widths = await chart.evaluate("""(chart) => ({
-                tool: chart.querySelector("rect.bar.tool").getBoundingClientRect().width,
-                generations: [...chart.querySelectorAll("rect.bar.generation")].map((b) => b.getBoundingClientRect().width),
-            })""")
+            # measured in one evaluation that finds the chart itself: the page redraws the waterfall
+            # after the events it replays (session.js), and an element found by an earlier step may
+            # be detached by then, with a width of 0
+            widths = await page.evaluate("""(selector) => {
+                const chart = document.querySelector(selector);
+                return {
+                    tool: chart.querySelector("rect.bar.tool").getBoundingClientRect().width,
+                    generations: [...chart.querySelectorAll("rect.bar.generation")].map((b) => b.getBoundingClientRect().width),
+                };
+            }""", f".run-waterfall[data-run='{ended['run_id']}']")
             scale = widths["tool"] / tool_span["duration_ms"]  # px per ms of the run's axis
             assert abs(scale - 820 / run["duration_ms"]) < 0.01, "the axis spans the whole run (waterfall.js PLOT_W)"
             for turn, width in zip(run["turns"], widths["generations"], strict=True):
