@@ -87,6 +87,9 @@ class ServiceContext:
     router sends come back to (shared/runtime/direct_results.py)."""
     direct_receivers: list[DirectReceiver] = field(default_factory=list)
     """This process's direct subjects, started by `consume()`, stopped first by `stop_consuming()`."""
+    _offering: set[tuple[type, type]] = field(default_factory=set, repr=False)
+    """(service class, protocol) pairs `here` found to match: an isinstance against a
+    runtime protocol looks its members up each time, several times a hop otherwise."""
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -178,7 +181,10 @@ class ServiceContext:
         service = None if self.stopping else self.local.get(name)
         if service is None:
             return None
+        if (type(service), offers) in self._offering:
+            return service  # type: ignore[return-value]
         if isinstance(service, offers):
+            self._offering.add((type(service), offers))
             return service
         raise TypeError(f"no in-process hand-over to the {name} service ({type(service).__name__})")
 

