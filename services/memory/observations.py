@@ -142,6 +142,8 @@ class Observer:
         if sid in self._running:
             self._latest[sid] = (env, read)
             return
+        if self._too_few(sid, env.history_len):
+            return  # what `run` would find first, without a task for it (most generations)
         self._running[sid] = asyncio.create_task(self._guarded(env, read))
 
     async def idle(self) -> None:
@@ -182,15 +184,11 @@ class Observer:
         seen = self._seen.get(sid)
         if seen is None:
             observed_to = (await self.store.observation_state(sid)).observed_to
-            seen = (observed_to, observed_to, 0)
-        observed_to, scanned, turns = seen
-        if end < scanned:  # an older request than one already looked at: count afresh
-            scanned, turns = observed_to, 0
-        self._seen.put(sid, (observed_to, scanned, turns))
-        if end - observed_to < self.every_turns:
-            return  # cannot hold N model turns: no read needed
-        if turns + (end - scanned) < self.every_turns:
-            return  # even if every unread message were a model turn: too few, read them later
+            self._seen.put(sid, seen := (observed_to, observed_to, 0))
+        if self._too_few(sid, end):
+            return
+        # as _too_few left them (no await since: nothing else changed them)
+        observed_to, scanned, turns = self._seen.get(sid) or seen
         if scanned < end:
             turns += model_turns(await self._unread(sid, scanned, end, read=read))
             scanned = end
@@ -213,6 +211,21 @@ class Observer:
         finally:
             with contextlib.suppress(Exception):
                 await self.store.unlock(sid, "observe", owner)
+
+    def _too_few(self, sid: str, end: int) -> bool:
+        """Whether the counts kept for `sid` already say that the history up to `end` cannot
+        hold N unread model turns (False when none are kept: they are read first)."""
+        seen = self._seen.get(sid)
+        if seen is None:
+            return False
+        observed_to, scanned, turns = seen
+        if end < scanned:  # an older request than one already looked at: count afresh
+            scanned, turns = observed_to, 0
+            self._seen.put(sid, (observed_to, scanned, turns))
+        if end - observed_to < self.every_turns:
+            return True  # cannot hold N model turns: no read needed
+        # even if every unread message were a model turn: too few, read them later
+        return turns + (end - scanned) < self.every_turns
 
     async def _unread(self, sid: str, start: int, end: int, *, read: Read | None) -> list[dict[str, Any]]:
         """History messages [start, end): from what the assembly read when it covers them

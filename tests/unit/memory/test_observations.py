@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pytest
 
-from loopwire.memory.observations import memory_section, model_turns, observation_request, reflection_request
-from loopwire.memory.store import Snapshot
+from loopwire.memory.observations import (
+    Observer,
+    memory_section,
+    model_turns,
+    observation_request,
+    reflection_request,
+)
+from loopwire.memory.store import ObservationState, Snapshot
+from loopwire.shared.contract.envelopes import AssembleContext
 from tests.memory_helpers import conversation
 
 pytestmark = pytest.mark.unit
@@ -37,3 +46,44 @@ def test_the_memory_section_lists_what_is_remembered_within_its_share() -> None:
     small = memory_section(snap, 60)
     assert small is not None and "observation 4" in small and "observation 0" not in small, \
         "the oldest of the largest group give way first"
+
+
+class CountedState:
+    """The store's side of the observer's triggers: nothing observed yet, each read counted."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def observation_state(self, sid: str) -> ObservationState:
+        self.reads += 1
+        return ObservationState()
+
+
+def assemble(history_len: int) -> AssembleContext:
+    return AssembleContext(session_id="s1", run_id="r1", step_id=f"r1:g{history_len}", turn=1,
+                           history_len=history_len, models=["m"], max_tokens=16, tools=[], offer_tools=False)
+
+
+async def test_a_generation_with_too_few_turns_to_observe_starts_no_background_work() -> None:
+    store = CountedState()
+
+    async def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("nothing to observe yet")
+
+    observer = Observer(store, cast(Any, None), never, emit=never, every_turns=4, reflect_every=0)  # type: ignore[arg-type]
+    observer.poke(assemble(2))
+    assert observer._running, "the first look at a session reads what it observed so far"
+    await observer.idle()
+    assert store.reads == 1
+    for length in (2, 3):  # fewer than 4 messages since what it observed (nothing): too few turns
+        observer.poke(assemble(length))
+        assert not observer._running, f"history of {length}: no task"
+    assert store.reads == 1
+    # enough messages that they could hold 4 model turns: a task counts them (from what the
+    # assembly read: user messages only, so no model turn yet and nothing to observe)
+    observer.poke(assemble(8), (0, [{"role": "user", "content": "again"}] * 8))
+    assert observer._running
+    await observer.idle()
+    assert store.reads == 1
+    observer.poke(assemble(9))
+    assert not observer._running, "those 8 counted: one more message cannot hold 4 model turns"
