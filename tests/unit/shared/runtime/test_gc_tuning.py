@@ -40,4 +40,4 @@ def test_bad_thresholds_fail_at_start_up(text: str) -> None:
 
 def test_defaults_are_the_measured_ones() -> None:
     settings = Settings()
-    assert gc_tuning.parse_thresholds(settings.gc_thresholds) == (20000, 20, 20) and settings.gc_freeze
+    assert gc_tuning.parse_thresholds(settings.gc_thresholds) == (100000, 20, 20) and settings.gc_freeze
