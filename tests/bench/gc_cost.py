@@ -71,7 +71,7 @@ def serve(out: str) -> None:
     runpy.run_module("loopwire.cli", run_name="__main__")
 
 
-async def measure(thresholds: str, sessions: int, turns: int) -> dict[str, Any]:
+def measure(thresholds: str, sessions: int, turns: int) -> dict[str, Any]:
     servers = start_servers(sync_always=False)
     out = Path(tempfile.mkdtemp(prefix="lw-gc-")) / "counts.json"
     env = {**os.environ, **service_env(), "LOOPWIRE_NATS_URL": servers.nats_url,
@@ -79,27 +79,33 @@ async def measure(thresholds: str, sessions: int, turns: int) -> dict[str, Any]:
     proc = subprocess.Popen([sys.executable, "-m", "tests.bench.gc_cost", "--serve", str(out)], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL)
     try:
-        nc = await nats.connect(servers.nats_url)
-        await wait_for_tool(servers.redis_url, "noop", timeout=120)
-        driver = BenchDriver(nc)
-        await driver.start()
-        await driver.run_load("warm", 40, 5)
-        proc.send_signal(signal.SIGUSR2)
-        await asyncio.sleep(0.2)
-        load = await driver.run_load("load", sessions, turns)
-        proc.send_signal(signal.SIGUSR1)
-        for _ in range(100):
+        failures = asyncio.run(drive(proc, servers.nats_url, servers.redis_url, sessions, turns))
+        for _ in range(100):  # the child writes its counts on SIGUSR1
             if out.exists():
                 break
-            await asyncio.sleep(0.1)
-        await nc.close()
+            time.sleep(0.1)
         counts: dict[str, Any] = json.loads(out.read_text())
-        counts.update(turns=sessions * turns, failures=len(load.failures))
+        counts.update(turns=sessions * turns, failures=failures)
         return counts
     finally:
         proc.terminate()
         proc.wait(30)
         servers.stop()
+
+
+async def drive(proc: subprocess.Popen[bytes], nats_url: str, redis_url: str, sessions: int, turns: int) -> int:
+    """The warm-up, then the counted load; its failed sessions."""
+    nc = await nats.connect(nats_url)
+    await wait_for_tool(redis_url, "noop", timeout=120)
+    driver = BenchDriver(nc)
+    await driver.start()
+    await driver.run_load("warm", 40, 5)
+    proc.send_signal(signal.SIGUSR2)
+    await asyncio.sleep(0.2)
+    load = await driver.run_load("load", sessions, turns)
+    proc.send_signal(signal.SIGUSR1)
+    await nc.close()
+    return len(load.failures)
 
 
 def main() -> None:
@@ -113,7 +119,7 @@ def main() -> None:
         serve(args.serve)
         return
     for thresholds in args.thresholds:
-        c = asyncio.run(measure(thresholds, args.sessions, args.turns))
+        c = measure(thresholds, args.sessions, args.turns)
         gc_s = sum(c["cpu_s"])
         print(f"thresholds {thresholds:>14}: collections by generation {c['collections']}, "
               f"{gc_s:.2f} s of CPU ({100 * gc_s / c['process_cpu_s']:.1f}% of the process's {c['process_cpu_s']:.2f} s), "
