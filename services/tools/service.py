@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from faststream.nats import NatsBroker
+from nats import errors as nats_errors
 from faststream.nats.annotations import NatsMessage
 from pydantic import ValidationError
 
@@ -197,6 +198,8 @@ class ToolsService:
                 return
             try:
                 await self.refresh()
+            except (nats_errors.ConnectionDrainingError, nats_errors.ConnectionClosedError):
+                return  # the process is stopping: its connection drains before the services stop
             except Exception:  # NATS or Redis hiccup: the next round tries again
                 log.exception("tool discovery round failed")
 

@@ -62,7 +62,8 @@ def serve(out: str) -> None:
         counting = False
         counts["process_cpu_s"] = time.process_time() - counts["process_cpu_s"]
         counts["threshold"] = gc.get_threshold()
-        Path(out).write_text(json.dumps(counts))
+        Path(out + ".part").write_text(json.dumps(counts))
+        os.replace(out + ".part", out)  # whole when the parent sees it
 
     gc.callbacks.append(timed)
     signal.signal(signal.SIGUSR2, start)
