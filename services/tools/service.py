@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from faststream.nats import NatsBroker
-from nats import errors as nats_errors
 from faststream.nats.annotations import NatsMessage
+from nats import errors as nats_errors
 from pydantic import ValidationError
 
 from loopwire.shared.contract import keys
