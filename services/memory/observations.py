@@ -142,7 +142,8 @@ class Observer:
         if sid in self._running:
             self._latest[sid] = (env, read)
             return
-        if self._too_few(sid, env.history_len):
+        counts = self._counts(sid, env.history_len)
+        if counts is not None and self._too_few(counts, env.history_len):
             return  # what `run` would find first, without a task for it (most generations)
         self._running[sid] = asyncio.create_task(self._guarded(env, read))
 
@@ -181,14 +182,13 @@ class Observer:
     async def run(self, env: AssembleContext, read: Read | None = None) -> None:
         sid = env.session_id
         end = env.history_len
-        seen = self._seen.get(sid)
-        if seen is None:
+        counts = self._counts(sid, end)
+        if counts is None:
             observed_to = (await self.store.observation_state(sid)).observed_to
-            self._seen.put(sid, seen := (observed_to, observed_to, 0))
-        if self._too_few(sid, end):
+            self._seen.put(sid, counts := (observed_to, observed_to, 0))
+        if self._too_few(counts, end):
             return
-        # as _too_few left them (no await since: nothing else changed them)
-        observed_to, scanned, turns = self._seen.get(sid) or seen
+        observed_to, scanned, turns = counts
         if scanned < end:
             turns += model_turns(await self._unread(sid, scanned, end, read=read))
             scanned = end
@@ -212,16 +212,17 @@ class Observer:
             with contextlib.suppress(Exception):
                 await self.store.unlock(sid, "observe", owner)
 
-    def _too_few(self, sid: str, end: int) -> bool:
-        """Whether the counts kept for `sid` already say that the history up to `end` cannot
-        hold N unread model turns (False when none are kept: they are read first)."""
+    def _counts(self, sid: str, end: int) -> tuple[int, int, int] | None:
+        """The counts kept for `sid` (`_seen`), counted afresh from `observed_to` when `end`
+        is older than what was already looked at; None when none are kept."""
         seen = self._seen.get(sid)
-        if seen is None:
-            return False
-        observed_to, scanned, turns = seen
-        if end < scanned:  # an older request than one already looked at: count afresh
-            scanned, turns = observed_to, 0
-            self._seen.put(sid, (observed_to, scanned, turns))
+        if seen is not None and end < seen[1]:  # an older request than one already looked at
+            self._seen.put(sid, seen := (seen[0], seen[0], 0))
+        return seen
+
+    def _too_few(self, counts: tuple[int, int, int], end: int) -> bool:
+        """Whether the history up to `end` cannot hold N unread model turns by `counts`."""
+        observed_to, scanned, turns = counts
         if end - observed_to < self.every_turns:
             return True  # cannot hold N model turns: no read needed
         # even if every unread message were a model turn: too few, read them later
