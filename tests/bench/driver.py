@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import nats
 import orjson
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
@@ -145,6 +146,17 @@ class BenchDriver:
                 failures.append(f"{run.sid}: status {ended.get('status')}, {len(run.messages)} messages")
             latencies.extend(run.intervals())
         return LoadResult(sessions, turns, time.perf_counter() - t0, latencies, failures)
+
+
+async def warmed_up(nats_url: str, redis_url: str, *, cluster: bool = False,
+                    tool_timeout_s: float = 30.0) -> BenchDriver:
+    """A started driver on a connection of its own (`driver.nc`), once the layout offers
+    `noop` (`wait_for_tool`) and has run the warm-up load (40 sessions × 5 tool-turns)."""
+    await wait_for_tool(redis_url, "noop", timeout=tool_timeout_s, cluster=cluster)
+    driver = BenchDriver(await nats.connect(servers=nats_url.split(",")))
+    await driver.start()
+    await driver.run_load("warm", 40, 5)
+    return driver
 
 
 async def wait_for_tool(redis_url: str, name: str, timeout: float = 30.0, *, cluster: bool = False) -> None:

@@ -27,9 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import nats
-
-from .driver import BenchDriver, wait_for_tool
+from .driver import warmed_up
 from .layouts import ROOT, service_env, start_servers
 
 
@@ -96,16 +94,12 @@ def measure(thresholds: str, sessions: int, turns: int) -> dict[str, Any]:
 
 async def drive(proc: subprocess.Popen[bytes], nats_url: str, redis_url: str, sessions: int, turns: int) -> int:
     """The warm-up, then the counted load; its failed sessions."""
-    nc = await nats.connect(nats_url)
-    await wait_for_tool(redis_url, "noop", timeout=120)
-    driver = BenchDriver(nc)
-    await driver.start()
-    await driver.run_load("warm", 40, 5)
+    driver = await warmed_up(nats_url, redis_url, tool_timeout_s=120)
     proc.send_signal(signal.SIGUSR2)
     await asyncio.sleep(0.2)
     load = await driver.run_load("load", sessions, turns)
     proc.send_signal(signal.SIGUSR1)
-    await nc.close()
+    await driver.nc.close()
     return len(load.failures)
 
 

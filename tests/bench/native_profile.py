@@ -23,10 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import nats
-
-from .driver import BenchDriver, wait_for_tool
+from .driver import warmed_up
 from .layouts import System, bench_layouts, start_servers
+from .profile import keep_loading
 
 SAMPLES_PER_S = "997"
 
@@ -44,18 +43,11 @@ def shares(data: Path) -> list[tuple[float, str]]:
 
 
 async def record(pids: dict[str, int], nats_url: str, redis_url: str, seconds: int, out: Path) -> None:
-    nc = await nats.connect(nats_url)
-    await wait_for_tool(redis_url, "noop", timeout=120)
-    driver = BenchDriver(nc)
-    await driver.start()
-    await driver.run_load("warm", 40, 5)
+    warm = await warmed_up(nats_url, redis_url, tool_timeout_s=120)
+    await warm.stop()
+    await warm.nc.drain()
     stop = asyncio.Event()
-
-    async def loads() -> None:
-        while not stop.is_set():
-            await driver.run_load("load", 200, 20)
-
-    load = asyncio.create_task(loads())
+    load = asyncio.create_task(keep_loading(nats_url, 200, 20, stop))
     await asyncio.sleep(2)  # the load under way before the samples
     recorders = [await asyncio.create_subprocess_exec(
         "perf", "record", "-F", SAMPLES_PER_S, "-p", str(pid), "-o", str(out / f"{label}.data"), "--",
@@ -64,7 +56,6 @@ async def record(pids: dict[str, int], nats_url: str, redis_url: str, seconds: i
         await recorder.wait()
     stop.set()
     await load
-    await nc.close()
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import nats
 
-from .driver import BenchDriver, wait_for_tool
+from .driver import BenchDriver, warmed_up
 from .layouts import LAYOUT_ORDER, ROOT, System, bench_layouts, start_servers
 from .procstat import CpuWindow
 
@@ -127,14 +127,10 @@ async def profile(spy: str, layout_key: str, sessions: int, turns: int, seconds:
     OUT.mkdir(parents=True, exist_ok=True)
     try:
         system.start()
-        await wait_for_tool(servers.redis_url, "noop", cluster=bool(spec.redis_masters))
         stop = asyncio.Event()
-        nc = await nats.connect(servers=servers.nats_urls)
-        warm = BenchDriver(nc)
-        await warm.start()
-        await warm.run_load("warm", 40, 5)
+        warm = await warmed_up(servers.nats_url, servers.redis_url, cluster=bool(spec.redis_masters))
         await warm.stop()
-        await nc.drain()
+        await warm.nc.drain()
         loader = asyncio.create_task(keep_loading(servers.nats_url, sessions, turns, stop))
         await asyncio.sleep(3)  # the load under way
         pids = system.pids()

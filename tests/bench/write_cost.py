@@ -24,9 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import nats
-
-from .driver import BenchDriver, wait_for_tool
+from .driver import warmed_up
 from .layouts import System, bench_layouts, start_servers
 
 PROBE = Path(__file__).parent / "write_probe"
@@ -74,11 +72,7 @@ def main() -> None:
 
 async def load(pids: dict[str, int], nats_url: str, redis_url: str, sessions: int,
                turns: int) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
-    nc = await nats.connect(nats_url)
-    await wait_for_tool(redis_url, "noop", timeout=120)
-    driver = BenchDriver(nc)
-    await driver.start()
-    await driver.run_load("warm", 40, 5)
+    driver = await warmed_up(nats_url, redis_url, tool_timeout_s=120)
     for pid in pids.values():
         os.kill(pid, signal.SIGUSR2)
     await asyncio.sleep(0.2)
@@ -87,7 +81,7 @@ async def load(pids: dict[str, int], nats_url: str, redis_url: str, sessions: in
     after = {label: io_counts(pid) for label, pid in pids.items()}
     for pid in pids.values():
         os.kill(pid, signal.SIGUSR1)
-    await nc.close()
+    await driver.nc.close()
     return before, after
 
 
