@@ -7,25 +7,40 @@ messages under the window, and these put the request together.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopwire.shared.contract.envelopes import AssembleContext, Generate, ToolSpec, Usage
 
+if TYPE_CHECKING:
+    from .history_memo import HistoryMemo
 
-def normalise_messages(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+
+def normalised_one(message: dict[str, Any]) -> dict[str, Any] | None:
+    """`message` as the request carries it on its own: its content a list of blocks; None
+    when it has none (dropped)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if not content:
+        return None
+    return {"role": message["role"], "content": list(content)}
+
+
+def normalise_messages(history: list[dict[str, Any]], memo: HistoryMemo | None = None) -> list[dict[str, Any]]:
     """Merge consecutive messages of one role (e.g. synthetic tool results followed by a
-    follow-up) and drop empty ones, so the request keeps the API's alternation rule."""
+    follow-up) and drop empty ones, so the request keeps the API's alternation rule.
+    `memo`: the messages it handed out come with their normalised form made already (a
+    message that is not merged is that very form)."""
     out: list[dict[str, Any]] = []
     for message in history:
-        content = message.get("content")
-        if isinstance(content, str):
-            content = [{"type": "text", "text": content}]
-        if not content:
+        entry = memo.normal(message) if memo is not None else None
+        normal = entry.normal if entry is not None else normalised_one(message)
+        if normal is None:
             continue
-        if out and out[-1]["role"] == message["role"]:
-            out[-1] = {"role": message["role"], "content": [*out[-1]["content"], *content]}
+        if out and out[-1]["role"] == normal["role"]:
+            out[-1] = {"role": normal["role"], "content": [*out[-1]["content"], *normal["content"]]}
         else:
-            out.append({"role": message["role"], "content": list(content)})
+            out.append(normal)
     return out
 
 

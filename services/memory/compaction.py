@@ -19,7 +19,7 @@ The shape of a compacted context::
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from pydantic import BaseModel, Field
@@ -28,6 +28,9 @@ from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.contract.messages import is_tool_result
 
 from .assembly import normalise_messages
+
+if TYPE_CHECKING:
+    from .history_memo import HistoryMemo
 
 SUMMARY_SYSTEM = (
     "You condense the earlier part of a conversation between a user and an AI assistant so "
@@ -138,18 +141,19 @@ def summary_block(summary: str, covered: int) -> dict[str, Any]:
 
 
 def assemble(head: dict[str, Any] | None, summary: str | None, covers: int, tail: list[dict[str, Any]],
-             dropped: int = 0) -> list[dict[str, Any]]:
+             dropped: int = 0, memo: HistoryMemo | None = None) -> list[dict[str, Any]]:
     """The request's messages: the first request (with the summary of [1, covers) and a
-    note about dropped messages in the same user message), then the verbatim tail."""
+    note about dropped messages in the same user message), then the verbatim tail.
+    `memo`: where the messages were decoded (normalise_messages)."""
     if head is None:
-        return normalise_messages(tail)
+        return normalise_messages(tail, memo)
     content = head.get("content")
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
     if summary:
         blocks.append(summary_block(summary, covers - 1))
     if dropped:
         blocks.append({"type": "text", "text": DROPPED_NOTE.format(n=dropped)})
-    return normalise_messages([{"role": head.get("role", "user"), "content": blocks}, *tail])
+    return normalise_messages([{"role": head.get("role", "user"), "content": blocks}, *tail], memo)
 
 
 def fingerprint(first: dict[str, Any] | None, last_covered: dict[str, Any] | None, covers: int) -> str:

@@ -19,7 +19,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopwire.shared.contract.envelopes import AssembleContext, ToolSpec, Usage
 from loopwire.shared.runtime.settings import Settings
@@ -35,6 +35,9 @@ from .compaction import (
     summary_request,
 )
 from .tokens import Count, TokenCounter
+
+if TYPE_CHECKING:
+    from .history_memo import HistoryMemo
 
 log = logging.getLogger("loopwire.memory.guard")
 
@@ -112,6 +115,8 @@ class Context:
     start: int
     """1 without a compaction; the record's `covers` with one."""
     record: CompactionRecord | None = None
+    memo: HistoryMemo | None = None
+    """Where `head` and `rest` were decoded: their normalised forms and tallies are made."""
 
 
 @dataclass
@@ -136,7 +141,7 @@ class ContextGuard:
 
     async def fit(self, ctx: Context, cfg: GuardConfig, step_id: str) -> GuardOutcome:
         record = ctx.record
-        messages = assemble(ctx.head, record.summary if record else None, ctx.start, ctx.rest)
+        messages = assemble(ctx.head, record.summary if record else None, ctx.start, ctx.rest, memo=ctx.memo)
         measured = await self._measure(ctx, messages, cfg)
         if not cfg.reduce and measured.tokens < cfg.threshold:
             return self._done(GuardOutcome(messages, measured.tokens, measured.exact), cfg)
@@ -192,7 +197,8 @@ class ContextGuard:
 
     # -- pieces ------------------------------------------------------------------------------
     async def _measure(self, ctx: Context, messages: list[dict[str, Any]], cfg: GuardConfig) -> Count:
-        tally = self.counter.estimator.tally(ctx.system, messages, ctx.tools)
+        tally = self.counter.estimator.tally(ctx.system, messages, ctx.tools,
+                                             known=ctx.memo.terms if ctx.memo is not None else None)
         estimate = self.counter.estimator.estimate_of(tally)
         near = min(cfg.threshold, int(cfg.window * cfg.pressure_pct)) * (1 - EXACT_MARGIN)
         calibrated = self.counter.estimator.samples >= CALIBRATION_SAMPLES

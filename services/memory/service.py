@@ -35,6 +35,7 @@ from . import compaction
 from .assembly import build_generate, offered_tools, system_prompt, with_sections
 from .context_guard import Context, ContextGuard, GuardConfig, GuardOutcome
 from .exact_count import LlmExactCount
+from .history_memo import HistoryMemo
 from .observations import Observer, Read, memory_section
 from .store import MemoryStore, Snapshot
 from .summarizer import LlmSummarizer
@@ -65,6 +66,7 @@ class MemoryService:
         """Per session, the compaction boundary (`covers`, 0 for none) its last assembly
         used: the history ranges to read along with the memory. A wrong guess costs a
         second read, never a wrong context."""
+        self.history = HistoryMemo(self.counter.estimator, s.memory_history_memo_bytes)
 
     def register(self, broker: NatsBroker) -> None:
         self.ctx.work_subscriber(self.ctx.subjects.memory_assemble, "memory")(self.on_assemble)
@@ -110,7 +112,8 @@ class MemoryService:
         # are claimed for this step in the same round trip as the reads.
         snap = await self.store.snapshot(env.session_id, env.actor, s.memory_observations_in_context,
                                          s.memory_reflections_in_context, ranges, claim_for=env.step_id,
-                                         history_reader=self.ctx.sessions.pipelined_history(env.session_id) if ranges else None)
+                                         history_reader=self.ctx.sessions.pipelined_history(env.session_id) if ranges else None,
+                                         decode=self.history.decode)
         context = await self._context(env, snap, ranges)
         if read is not None:
             read.append((context.start, list(context.rest)))
@@ -122,7 +125,8 @@ class MemoryService:
         if env.executor is not None:
             # An external agent keeps and compacts its own context (the llm service asks it
             # to): the history goes as it is, unmeasured.
-            outcome = GuardOutcome(compaction.assemble(context.head, None, context.start, context.rest), 0, False)
+            outcome = GuardOutcome(compaction.assemble(context.head, None, context.start, context.rest,
+                                                       memo=self.history), 0, False)
         else:
             guard = ContextGuard(self.counter, self._summarizer.for_step(env))
             outcome = await guard.fit(context, cfg, env.step_id)
@@ -195,10 +199,11 @@ class MemoryService:
                 part = await sessions.history(sid, record.covers - 1, n - 1)
             if head and part and compaction.fingerprint(head[0], part[0], record.covers) == record.fingerprint:
                 return Context(model=model, system=None, tools=[], head=head[0], rest=part[1:],
-                               start=record.covers, record=record)
+                               start=record.covers, record=record, memo=self.history)
             log.info("session %s: stored compaction does not match the history; starting over", sid)
         full = read_full if read_full is not None else await sessions.history(sid, 0, n - 1)
-        return Context(model=model, system=None, tools=[], head=full[0] if full else None, rest=full[1:], start=1)
+        return Context(model=model, system=None, tools=[], head=full[0] if full else None, rest=full[1:], start=1,
+                       memo=self.history)
 
     async def _catalog(self, names: list[str] | None) -> dict[str, ToolSpec]:
         if self._catalog_cache is None:

@@ -18,6 +18,7 @@ Session keys expire with `session_ttl_s` (refreshed on each write), claims with
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,11 +107,13 @@ class MemoryStore:
     # -- reading --------------------------------------------------------------------------------
     async def snapshot(self, sid: str, actor: str | None, observations: int, reflections: int,
                        history: list[tuple[int, int]] | None = None, claim_for: str | None = None,
-                       history_reader: PipelinedHistory | None = None) -> Snapshot:
+                       history_reader: PipelinedHistory | None = None,
+                       decode: Callable[[list[bytes]], list[dict[str, Any]]] = PipelinedHistory.messages) -> Snapshot:
         """The session's memory, and the history ranges [start, stop] in `history` (read
         by `history_reader`, the router's session store's reader of the history on this
-        Redis: capability PIPELINED_HISTORY) in the same trip; with `claim_for` (a step id)
-        also `claim_usage` for that step."""
+        Redis: capability PIPELINED_HISTORY) in the same trip, their replies decoded by
+        `decode` (history_memo.py); with `claim_for` (a step id) also `claim_usage` for
+        that step."""
         if history and history_reader is None:
             raise ValueError("history ranges to read need the history's reader")
 
@@ -156,7 +159,7 @@ class MemoryStore:
             snap.actor_observations = [o for o in _items(raw[3]) if o.get("session_id") != sid]
             snap.actor_reflections = [r for r in _items(raw[4]) if r.get("session_id") != sid]
         first = 5 if actor else 3
-        snap.history = [PipelinedHistory.messages(part) for part in raw[first:first + len(history or [])]]
+        snap.history = [decode(part) for part in raw[first:first + len(history or [])]]
         if claim_for is not None:
             snap.claimed = _usage_from(replies[-1])
         return snap

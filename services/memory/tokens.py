@@ -41,6 +41,12 @@ estimate this long."""
 ExactCount = Callable[[CountTokens], Awaitable[TokenCount]]
 """Asks for the exact count of a request (exact_count.py: the llm service)."""
 
+Terms = tuple[int, int, float, int]
+"""(chars, blocks, fixed, refs) of some content blocks: a `Tally` without its messages."""
+
+KnownTerms = Callable[[dict[str, Any]], "Terms | None"]
+"""The terms of a message's content worked out before (history_memo.py), or None."""
+
 
 def _chars(value: Any) -> int:
     if value is None:
@@ -102,53 +108,103 @@ class Estimator:
     _xy: list[float] = field(default_factory=lambda: [0.0] * 3, repr=False)
 
     # -- tallies -----------------------------------------------------------------------------
-    def block_tally(self, block: Any) -> Tally:
+    def block_terms(self, block: Any) -> Terms:
+        """(chars, blocks, fixed, refs) of one content block. Tuples rather than a `Tally`
+        per block: the tally runs on every message of every generation, and a dataclass
+        made and added per block was most of its cost."""
         if isinstance(block, str):
-            return Tally(chars=len(block), blocks=1)
+            return len(block), 1, 0.0, 0
         if not isinstance(block, dict):
-            return Tally(chars=_chars(block), blocks=1)
+            return _chars(block), 1, 0.0, 0
         ref = block.get(REF_KEY)
         if isinstance(ref, dict):  # large content by reference: the model gets all of it
-            return Tally(chars=max(int(ref.get("bytes", 0)), len(block.get("text", ""))), blocks=1, refs=1)
+            return max(int(ref.get("bytes", 0)), len(block.get("text", ""))), 1, 0.0, 1
         kind = block.get("type")
         if kind == "text":
-            return Tally(chars=len(block.get("text", "")), blocks=1)
+            return len(block.get("text", "")), 1, 0.0, 0
         if kind == "tool_use":
-            return Tally(chars=len(block.get("id", "")) + len(block.get("name", "")) + _chars(block.get("input", {})),
-                         blocks=1)
+            return len(block.get("id", "")) + len(block.get("name", "")) + _chars(block.get("input", {})), 1, 0.0, 0
         if kind == "tool_result":
             content = block.get("content", "")
             ids = len(block.get("tool_use_id", ""))
             if isinstance(content, list):
-                tally = Tally(chars=ids, blocks=1)
+                chars, blocks, fixed, refs = ids, 1, 0.0, 0
                 for inner in content:
-                    tally.add(self.block_tally(inner))
-                return tally
-            return Tally(chars=ids + _chars(content), blocks=1)
+                    c, b, f, r = self.block_terms(inner)
+                    chars += c
+                    blocks += b
+                    fixed += f
+                    refs += r
+                return chars, blocks, fixed, refs
+            return ids + _chars(content), 1, 0.0, 0
         if kind == "image":
-            return Tally(blocks=1, fixed=self.image_tokens)
+            return 0, 1, self.image_tokens, 0
         if kind == "document":
             source = block.get("source") or {}
             if source.get("type") == "text":
-                return Tally(chars=len(source.get("data", "")), blocks=1)
-            return Tally(blocks=1, fixed=self.document_tokens)
+                return len(source.get("data", "")), 1, 0.0, 0
+            return 0, 1, self.document_tokens, 0
         if kind == "thinking":
-            return Tally(chars=len(block.get("thinking", "")), blocks=1)
-        return Tally(chars=_chars(block), blocks=1)
+            return len(block.get("thinking", "")), 1, 0.0, 0
+        return _chars(block), 1, 0.0, 0
+
+    def block_tally(self, block: Any) -> Tally:
+        chars, blocks, fixed, refs = self.block_terms(block)
+        return Tally(chars=chars, blocks=blocks, fixed=fixed, refs=refs)
 
     def message_tally(self, message: dict[str, Any]) -> Tally:
-        content = message.get("content")
-        if isinstance(content, str):
-            return Tally(chars=len(content), messages=1, blocks=1)
-        tally = Tally(messages=1)
-        for block in content or []:
-            tally.add(self.block_tally(block))
+        tally = Tally()
+        self._add_messages(tally, [message])
         return tally
 
-    def tally(self, system: str | None, messages: list[dict[str, Any]], tools: list[ToolSpec]) -> Tally:
-        total = Tally()
+    def content_terms(self, content: list[Any]) -> Terms:
+        chars = blocks = refs = 0
+        fixed = 0.0
+        terms = self.block_terms
+        for block in content:
+            c, b, f, r = terms(block)
+            chars += c
+            blocks += b
+            fixed += f
+            refs += r
+        return chars, blocks, fixed, refs
+
+    def _add_messages(self, tally: Tally, messages: list[dict[str, Any]], known: KnownTerms | None = None) -> None:
+        chars = blocks = fixed = 0.0
+        refs = 0
+        terms = self.block_terms
         for message in messages:
-            total.add(self.message_tally(message))
+            found = known(message) if known is not None else None
+            if found is not None:
+                c, b, f, r = found
+                chars += c
+                blocks += b
+                fixed += f
+                refs += r
+                continue
+            content = message.get("content")
+            if isinstance(content, str):
+                chars += len(content)
+                blocks += 1
+                continue
+            for block in content or ():
+                c, b, f, r = terms(block)
+                chars += c
+                blocks += b
+                fixed += f
+                refs += r
+        tally.chars += chars
+        tally.messages += len(messages)
+        tally.blocks += blocks
+        tally.fixed += fixed
+        tally.refs += refs
+
+    def tally(self, system: str | None, messages: list[dict[str, Any]], tools: list[ToolSpec],
+              known: KnownTerms | None = None) -> Tally:
+        """`known`: the terms of some of `messages` worked out before (the same as their
+        blocks' would add up to)."""
+        total = Tally()
+        self._add_messages(total, messages, known)
         if system:
             total.add(Tally(chars=len(system), blocks=1))
         for tool in tools:

@@ -21,6 +21,7 @@ from loopwire.llm.providers import build_model_factory
 from loopwire.llm.retrying import RetryPolicy
 from loopwire.llm.summarize import SummarizeResponder
 from loopwire.llm.token_count import AnthropicTokenCount, TokenCountResponder
+from loopwire.memory.assembly import normalise_messages
 from loopwire.memory.compaction import SUMMARY_SYSTEM, CompactionRecord
 from loopwire.memory.observations import OBSERVATION_SYSTEM, REFLECTION_SYSTEM
 from loopwire.memory.service import MemoryService
@@ -166,6 +167,30 @@ async def test_a_small_context_goes_through_unchanged(stack: Stack) -> None:
     assert request.messages == history and request.system == "You are helpful."
     assert request.extra_usage is None and request.tools == []
     assert stack.events.of("compaction") == [] and stack.summary_calls() == []
+
+
+async def test_each_assembly_sees_the_history_as_stored_now(stack: Stack) -> None:
+    """The messages decoded before are found by their stored bytes (history_memo.py): a
+    growing history is decoded once, and a history that a commit trimmed and wrote again
+    (another conversation at the same length) is read as it is now, not as remembered."""
+    history = conversation(turns=3)
+    await stack.seed(history)
+    assert (await stack.assemble(stack.env(len(history)))).messages == history
+    remembered = len(stack.memory.history)
+    assert remembered == len(history)
+    grown = history + conversation(turns=4)[len(history):]
+    await stack.seed(grown)
+    assert (await stack.assemble(stack.env(len(grown)))).messages == normalise_messages(grown)
+    assert len(stack.memory.history) == len(set(map(codec.dumps, grown)))  # only the new ones added
+
+    other = [history[0], {"role": "assistant", "content": [{"type": "text", "text": "another answer"}]},
+             *[{"role": m["role"], "content": [{"type": "text", "text": f"rewritten {i}"}]}
+               for i, m in enumerate(grown[2:])]]
+    assert len(other) == len(grown)
+    _, version = await stack.ctx.sessions.load(stack.sid)
+    assert await stack.ctx.sessions.commit(stack.sid, version, {"n": len(other)}, history_len_before=1,
+                                           append=other[1:])
+    assert (await stack.assemble(stack.env(len(other)))).messages == normalise_messages(other)
 
 
 async def test_compaction_goes_through_the_llm_service_and_is_reused(stack: Stack) -> None:

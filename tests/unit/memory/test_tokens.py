@@ -14,10 +14,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import orjson
 import pytest
 
 from loopwire.llm.token_count import token_count_from_settings
-from loopwire.memory.tokens import Count, Estimator, TokenCounter, build_token_counter
+from loopwire.memory.tokens import Count, Estimator, Tally, TokenCounter, build_token_counter
 from loopwire.shared.contract.envelopes import CountTokens, TokenCount, ToolSpec
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.stores.blobs import REF_KEY, messages_have_refs
@@ -169,3 +170,41 @@ async def test_the_tally_finds_the_references_the_exact_count_looks_for(messages
     online_again = TokenCounter(exact=exact)
     assert with_tally == await online_again.count("m", None, messages, [])
     assert asked[0] == asked[1]  # the same messages reached the endpoint
+
+
+def _summed(estimator: Estimator, system: str | None, messages: list[dict[str, Any]],
+            tools: list[ToolSpec]) -> tuple[float, float, float, float, int]:
+    """The tally as its definition reads: one tally per message, system prompt and tool, added up."""
+    parts = [estimator.message_tally(m) for m in messages]
+    parts += [Tally(chars=len(system), blocks=1)] if system else []
+    parts += [Tally(chars=len(t.name) + len(t.description) + len(orjson.dumps(t.input_schema)), blocks=1) for t in tools]
+    return (sum(p.chars for p in parts), sum(p.messages for p in parts), sum(p.blocks for p in parts),
+            sum(p.fixed for p in parts), sum(p.refs for p in parts))
+
+
+def test_the_tally_adds_up_every_kind_of_block() -> None:
+    estimator = Estimator()
+    blocks: list[Any] = [
+        "a bare string", 7, {"type": "text", "text": "hello"}, _ref("preview", 5000), _ref("a long preview" * 10, 3),
+        {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 1, "b": 2}},
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "3"},
+        {"type": "tool_result", "tool_use_id": "toolu_2", "content": [{"type": "text", "text": "x"}, _ref("p", 900)]},
+        {"type": "tool_result", "tool_use_id": "toolu_3", "content": {"odd": True}},
+        {"type": "image", "source": {"type": "base64", "data": "AAAA"}},
+        {"type": "document", "source": {"type": "text", "data": "some text"}},
+        {"type": "document", "source": {"type": "base64", "data": "JVBER"}},
+        {"type": "thinking", "thinking": "hmm", "signature": "s"}, {"type": "server_tool_use", "id": "s1"},
+    ]
+    # By hand, block by block: 13 + 1 (the JSON of 7) + 5 + 5000 (a reference's size, above its
+    # preview) + 140 (its preview, above its size) + 7+3+13 (id, name, input JSON) + 7+1 +
+    # 7+1+900 (ids, the inner text, the inner reference) + 7+12 + 0 (an image) + 9 + 0 (a PDF)
+    # + 3 + 36 (the JSON of an unknown block) characters; 14 blocks and the 2 inside a result;
+    # an image and a document at their fixed costs; 3 references.
+    assert estimator.message_tally({"role": "user", "content": blocks}) == Tally(
+        chars=6165, messages=1, blocks=16, fixed=3600.0, refs=3)
+    messages = [{"role": "user", "content": "a string message"}, {"role": "assistant", "content": []},
+                {"role": "user", "content": None}, {"role": "user", "content": blocks},
+                *agentic(6, 3, 120), {"role": "assistant", "content": blocks[::-1]}]
+    for case in [(None, messages, []), ("You are terse.", messages, [ADD]), (None, [], [ADD]), *corpus()]:
+        tally = estimator.tally(*case)
+        assert (tally.chars, tally.messages, tally.blocks, tally.fixed, tally.refs) == _summed(estimator, *case)
