@@ -48,6 +48,27 @@ def count_tool_results(messages: list[dict[str, Any]]) -> int:
     return count
 
 
+def calls_done(messages: list[dict[str, Any]]) -> int:
+    """`count_tool_results` of a bench conversation, read from its end: each `noop` call's
+    input `n` is one more than the results before it, so the results are the latest call's
+    `n` once a result follows it (`n` - 1 before). Its first turn, with no call yet, counts.
+    The walk of the whole history would grow with every turn of the run it measures."""
+    answered = False
+    for message in reversed(messages):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        if message.get("role") == "assistant":
+            for block in reversed(content):
+                if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("name") == BENCH_TOOL:
+                    n = (block.get("input") or {}).get("n")
+                    if type(n) is int:
+                        return n if answered else n - 1
+        elif any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+            answered = True
+    return count_tool_results(messages)
+
+
 class BenchModel(Model):
     """`make bench`'s model: calls `noop` until the conversation holds N tool results (N
     from `bench:N` in the first user message), then answers "done". Each call's input is
@@ -64,7 +85,7 @@ class BenchModel(Model):
 
     async def stream(self, request: ModelRequest) -> ModelStream:
         target = bench_target(request) or 0
-        done = count_tool_results(request.messages)
+        done = calls_done(request.messages)
         last = request.messages[-1] if request.messages else {}
         if done < target:
             digest = hashlib.sha1(orjson.dumps(last, option=orjson.OPT_SORT_KEYS)

@@ -189,8 +189,10 @@ class LlmService:
 
     # -- the model call ----------------------------------------------------------------------
     async def _generate(self, env: Generate, attempt: int) -> GenerationResult:
-        # Large tool results travel by reference; the model gets them whole.
-        env.messages = await resolve_messages(env.messages, self.ctx.blobs)
+        # Large tool results travel by reference; the model gets them whole. (The memory
+        # service says when its tally of these messages found none.)
+        if not env.no_refs:
+            env.messages = await resolve_messages(env.messages, self.ctx.blobs)
         bus, sid, run_id = self.ctx.bus, env.session_id, env.run_id
         if env.executor is not None:  # an external agent answers (executors/runner.py)
             with self._inflight.track(sid, run_id) as cancel:

@@ -132,6 +132,9 @@ class GuardOutcome:
     """Tokens spent on summaries for this generation."""
     note: str | None = None
     """The pressure note, when the context is above the pressure threshold."""
+    no_refs: bool = False
+    """`messages` hold no content by reference (shared/stores/blobs.py), as their tally
+    found: the llm service need not look for any (`Generate.no_refs`). False: not known."""
 
 
 class ContextGuard:
@@ -142,9 +145,9 @@ class ContextGuard:
     async def fit(self, ctx: Context, cfg: GuardConfig, step_id: str) -> GuardOutcome:
         record = ctx.record
         messages = assemble(ctx.head, record.summary if record else None, ctx.start, ctx.rest, memo=ctx.memo)
-        measured = await self._measure(ctx, messages, cfg)
+        measured, refs = await self._measure(ctx, messages, cfg)
         if not cfg.reduce and measured.tokens < cfg.threshold:
-            return self._done(GuardOutcome(messages, measured.tokens, measured.exact), cfg)
+            return self._done(GuardOutcome(messages, measured.tokens, measured.exact, no_refs=refs == 0), cfg)
 
         # Per-message costs, scaled so they add up to what was measured.
         raw = [self.counter.estimator.message_tokens(m) for m in ctx.rest]
@@ -196,15 +199,16 @@ class ContextGuard:
         return self._done(GuardOutcome(compacted, after.tokens, after.exact, new_record, event, usage), cfg)
 
     # -- pieces ------------------------------------------------------------------------------
-    async def _measure(self, ctx: Context, messages: list[dict[str, Any]], cfg: GuardConfig) -> Count:
+    async def _measure(self, ctx: Context, messages: list[dict[str, Any]], cfg: GuardConfig) -> tuple[Count, int]:
+        """The count of the request, and the blocks by reference its tally found."""
         tally = self.counter.estimator.tally(ctx.system, messages, ctx.tools,
                                              known=ctx.memo.terms if ctx.memo is not None else None)
         estimate = self.counter.estimator.estimate_of(tally)
         near = min(cfg.threshold, int(cfg.window * cfg.pressure_pct)) * (1 - EXACT_MARGIN)
         calibrated = self.counter.estimator.samples >= CALIBRATION_SAMPLES
         if estimate < near and calibrated and not cfg.reduce:
-            return Count(estimate, exact=False)
-        return await self.counter.count(ctx.model, ctx.system, messages, ctx.tools, tally=tally)
+            return Count(estimate, exact=False), tally.refs
+        return await self.counter.count(ctx.model, ctx.system, messages, ctx.tools, tally=tally), tally.refs
 
     def _text_cost(self, text: str, scale: float) -> int:
         return math.ceil(self.counter.estimator.text_tokens(text) * scale)

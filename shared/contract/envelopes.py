@@ -185,6 +185,9 @@ class Generate(_Envelope):
     """`AssembleContext.executor`, passed through: an agent answers this step."""
     result_to: str | None = None
     """`AssembleContext.result_to`, passed through: where the result goes first."""
+    no_refs: bool = False
+    """The memory service found no content by reference (shared/stores/blobs.py) in
+    `messages`: the llm service does not look for any. False: it looks (resolve_messages)."""
 
 
 # -- llm -> router ------------------------------------------------------------------------

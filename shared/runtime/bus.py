@@ -20,6 +20,7 @@ from loopwire.shared.contract.headers import RUN_HEADER, SESSION_HEADER
 from loopwire.shared.contract.protocol import EPHEMERAL_KINDS, make_event
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.hooks import HOOKS
+from loopwire.shared.runtime.pub_acks import PubAcks
 from loopwire.shared.stores.event_log import Append, EventLogStore
 from loopwire.shared.stores.stream_leader import ask_leader
 
@@ -41,6 +42,8 @@ class Bus:
                  jetstream_timeout_s: float = 5.0) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream(timeout=jetstream_timeout_s)
+        self.acks = PubAcks(nc)
+        """The events' publishes and their PubAcks (pub_acks.py)."""
         self.timeout_s = jetstream_timeout_s
         self.subjects = subjects
         self.events = events
@@ -109,8 +112,7 @@ class Bus:
                     await self.nc.publish(subject, data)
                 else:
                     headers = {"Nats-Msg-Id": keys.event_msg_id(session_id, event["seq"])}
-                    acks.append(((subject, data, headers),
-                                 await self.js.publish_async(subject, data, headers=headers)))
+                    acks.append(((subject, data, headers), await self.acks.publish(subject, data, headers)))
         except BaseException:
             _cancel(acks)
             raise
@@ -121,7 +123,7 @@ class Bus:
         acks: list[tuple[Published, asyncio.Future[Any]]] = []
         try:
             for subject, data, headers in items:
-                acks.append(((subject, data, headers), await self.js.publish_async(subject, data, headers=headers)))
+                acks.append(((subject, data, headers), await self.acks.publish(subject, data, headers)))
         except BaseException:
             _cancel(acks)
             raise
@@ -162,7 +164,7 @@ class InFlight:
 def _cancel(acks: list[tuple[Published, asyncio.Future[Any]]]) -> None:
     for _, ack in acks:
         if not ack.done():
-            ack.cancel()  # frees its slot in nats-py's pending publishes
+            ack.cancel()  # leaves the PubAcks awaited (pub_acks.py)
         elif not ack.cancelled():
             ack.exception()  # looked at: an error nobody is left to await is not logged as lost
 

@@ -166,6 +166,7 @@ async def test_a_small_context_goes_through_unchanged(stack: Stack) -> None:
     request = await stack.assemble(stack.env(len(history)))
     assert request.messages == history and request.system == "You are helpful."
     assert request.extra_usage is None and request.tools == []
+    assert request.no_refs  # the tally found no content by reference: the llm need not look
     assert stack.events.of("compaction") == [] and stack.summary_calls() == []
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from loopwire.llm.bench_model import BenchModel, bench_target, count_tool_results
+from loopwire.llm.bench_model import BenchModel, bench_target, calls_done, count_tool_results
 from loopwire.llm.demo_model import DemoModel
 from loopwire.llm.model_call import ModelRequest
 from loopwire.llm.providers import build_model_factory
@@ -86,3 +86,15 @@ def test_bench_target_needs_the_noop_tool_and_the_marker() -> None:
 async def test_without_noop_the_demo_brain_is_unchanged() -> None:
     resp = await DemoModel().generate(request([{"role": "user", "content": "bench:3 What is 2*3?"}], [CALC]))
     assert [(t["name"], t["input"]) for t in resp.tool_uses()] == [("calculator", {"expression": "2*3"})]
+
+
+async def test_the_calls_done_read_from_the_end_are_the_results_counted() -> None:
+    """What the bench model reads from the conversation's end is what a count of every
+    tool_result gives, at every turn of a run and of a second run in the same session."""
+    first = await play(BenchModel(), "bench:4", [NOOP])
+    second = await play(BenchModel(), "bench:6", [NOOP])
+    session = [*first, {"role": "user", "content": [{"type": "text", "text": "bench:4 again"}]}]
+    for messages in (first, second, session, second[:1]):
+        for upto in range(1, len(messages) + 1):
+            assert calls_done(messages[:upto]) == count_tool_results(messages[:upto])
+    assert calls_done(session) == 4

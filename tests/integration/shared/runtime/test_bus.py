@@ -90,3 +90,33 @@ async def test_pubacks_given_up_leave_no_unretrieved_error(nc: nats.NATS, prefix
     del in_flight
     lost = await unretrieved_errors()
     assert not lost, lost
+
+
+async def test_the_pubacks_come_back_as_the_stream_answers_and_leave_nothing_awaited(nc: nats.NATS, prefix: str) -> None:
+    """The bus's own PubAck inbox (shared/runtime/pub_acks.py): each publish's answer as the
+    stream gave it, a JetStream error as nats-py's error, and no entry left behind once
+    answered or given up."""
+    await streams(nc, prefix)
+    bus = Bus(nc, Subjects(prefix), InMemoryEventLog())
+    subject = f"{prefix}.out.s4.message"
+    acks = [await bus.acks.publish(subject, b'{"n": %d}' % n, {"Nats-Msg-Id": f"s4:{n}"}) for n in (1, 2, 1)]
+    answers = await asyncio.gather(*acks)
+    stream = f"LOOPWIRE_EVENTS_{prefix.upper()}"
+    assert [(a["stream"], a["seq"], a.get("duplicate", False)) for a in answers] == [
+        (stream, 1, False), (stream, 2, False), (stream, 1, True)]
+    wrong = await bus.acks.publish(subject, b"{}", {"Nats-Msg-Id": "s4:3", "Nats-Expected-Stream": "ANOTHER"})
+    try:
+        await wrong
+        raise AssertionError("a publish to the wrong stream was stored")
+    except nats.js.errors.APIError as exc:
+        assert exc.err_code == 10060, exc  # expected stream does not match
+    nowhere = await bus.acks.publish(f"{prefix}.nowhere", b"{}", {"Nats-Msg-Id": "x"})
+    try:
+        await nowhere
+        raise AssertionError("a publish nobody stores was answered")
+    except nats.js.errors.NoStreamResponseError:
+        pass
+    given_up = await bus.acks.publish(f"{prefix}.nowhere", b"{}", {"Nats-Msg-Id": "y"})
+    given_up.cancel()
+    await asyncio.sleep(0.2)  # its answer ("no responders") comes to nobody
+    assert len(bus.acks) == 0

@@ -1,0 +1,103 @@
+"""JetStream publishes of events, with their PubAcks on one inbox subscription of the bus's
+own: what nats-py's `JetStreamContext.publish_async` does, for about two thirds of its CPU.
+
+Every stored event of a tool-turn (four or five) is such a publish. `publish_async` draws
+two random bytes from the kernel for each reply subject, takes a semaphore through
+`wait_for`, builds the subject in bytearrays, and decodes each PubAck with the standard
+library's `json` into a `PubAck` dataclass; the bus only needs to know that the stream
+stored the message, or why not. Here a reply subject is the inbox prefix and a counter,
+the answer is decoded by orjson and left a dict, and the errors are nats-py's own
+(`NoStreamResponseError` for "no responders", the class `APIError.from_error` raises for
+a JetStream error), so the leader's election is handled as before
+(shared/stores/stream_leader.py). One difference: nats-py's reply handler lets the
+error that `from_error` raises escape, so a JetStream error never reached its future,
+which then timed out; here the future fails with it (ServiceUnavailableError, which a
+stream without quorum answers, is still an outage: shared/runtime/redelivery.py).
+Measured on loopback with nats-server, six publishes at a time: 32.5 µs of the client's
+CPU per message with `publish_async`, 20.4 µs here.
+
+A future given up before its answer (cancelled by `bus._cancel`) leaves the table when it
+is done; an answer that comes after that is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any
+
+import orjson
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js import errors as js_errors
+
+NO_RESPONDERS_STATUS = "503"
+
+__all__ = ["PubAcks"]
+
+
+class PubAcks:
+    def __init__(self, nc: NatsClient) -> None:
+        self._nc = nc
+        self._prefix: str | None = None
+        self._cut = 0
+        self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._sent = 0
+        self._subscribing: asyncio.Lock | None = None
+
+    def __len__(self) -> int:
+        """PubAcks still awaited."""
+        return len(self._waiting)
+
+    async def publish(self, subject: str, data: bytes, headers: dict[str, str]) -> asyncio.Future[dict[str, Any]]:
+        """Write one JetStream publish to the connection; the future of its PubAck (the
+        answer's JSON), or of nats-py's error for it."""
+        prefix = self._prefix if self._prefix is not None else await self._subscribe()
+        self._sent += 1
+        token = str(self._sent)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[token] = future
+        future.add_done_callback(functools.partial(self._forget, token))
+        try:
+            await self._nc.publish(subject, data, reply=prefix + token, headers=headers)
+        except BaseException:
+            future.cancel()
+            raise
+        return future
+
+    def _forget(self, token: str, _future: asyncio.Future[dict[str, Any]]) -> None:
+        self._waiting.pop(token, None)
+
+    async def _subscribe(self) -> str:
+        if self._subscribing is None:
+            self._subscribing = asyncio.Lock()
+        async with self._subscribing:
+            if self._prefix is None:
+                prefix = f"{self._nc._inbox_prefix.decode()}.{self._nc._nuid.next().decode()}."
+                await self._nc.subscribe(prefix + "*", cb=self._answered)
+                self._cut = len(prefix)
+                self._prefix = prefix
+        return self._prefix
+
+    async def _answered(self, msg: Msg) -> None:
+        future = self._waiting.get(msg.subject[self._cut:])
+        if future is None or future.done():
+            return
+        headers = msg.headers
+        if headers and headers.get("Status") == NO_RESPONDERS_STATUS:
+            future.set_exception(js_errors.NoStreamResponseError())
+            return
+        try:
+            answer = orjson.loads(msg.data)
+        except orjson.JSONDecodeError:
+            future.set_exception(js_errors.APIError(description=f"not a PubAck: {msg.data[:80]!r}"))
+            return
+        if "error" not in answer:
+            future.set_result(answer)
+            return
+        try:
+            js_errors.APIError.from_error(answer["error"])  # raises the error's own class
+        except js_errors.APIError as error:
+            future.set_exception(error)
+        except Exception as error:  # an answer without its fields
+            future.set_exception(js_errors.APIError(description=f"a malformed JetStream error: {error!r}"))
