@@ -139,11 +139,19 @@ class RunGate:
     """The BreakerGate of one request."""
 
     breaker: CircuitBreaker
-    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    _token: str | None = None
     verdicts: dict[str, str] = field(default_factory=dict)
     probes: set[str] = field(default_factory=set)
     """Models whose half-open probe this request holds and has not used yet."""
     _writes: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def token(self) -> str:
+        """This request's id in the breaker's store, drawn when the store is first asked:
+        a request whose models' closed verdicts are reused never asks, and draws none."""
+        if self._token is None:
+            self._token = uuid.uuid4().hex
+        return self._token
 
     def allow(self, model: str) -> bool:
         return self.verdicts.get(model, CLOSED) != OPEN

@@ -119,6 +119,14 @@ class Estimator:
         ref = block.get(REF_KEY)
         if isinstance(ref, dict):  # large content by reference: the model gets all of it
             return max(int(ref.get("bytes", 0)), len(block.get("text", ""))), 1, 0.0, 1
+        if REF_KEY in block:
+            # Not a reference the blob store made (a damaged history): counted as the block
+            # it is, and still a reference to `messages_have_refs`, whose resolution fails.
+            chars, blocks, fixed, _ = self._kind_terms(block)
+            return chars, blocks, fixed, 1
+        return self._kind_terms(block)
+
+    def _kind_terms(self, block: dict[str, Any]) -> Terms:
         kind = block.get("type")
         if kind == "text":
             return len(block.get("text", "")), 1, 0.0, 0
@@ -290,6 +298,8 @@ def strip_refs(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], in
             text = block.get("text", "")
             hidden += max(0, int(ref.get("bytes", 0)) - len(text))
             return {"type": "text", "text": text}
+        if REF_KEY in block:  # a damaged reference: the block without it
+            return {k: v for k, v in block.items() if k != REF_KEY}
         if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
             return {**block, "content": [strip(b) for b in block["content"]]}
         return block

@@ -148,7 +148,8 @@ def _ref(text: str, size: int) -> dict[str, Any]:
     conversation(2) + [{"role": "user", "content": [_ref("a preview", 90_000)]}],
     conversation(2) + [{"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "seen"}, _ref("a preview", 70_000)]}]}],
-], ids=["no refs", "a ref block", "a ref inside a tool result"])
+    conversation(2) + [{"role": "user", "content": [{"type": "text", "text": "hi", REF_KEY: "not a reference"}]}],
+], ids=["no refs", "a ref block", "a ref inside a tool result", "a damaged ref"])
 async def test_the_tally_finds_the_references_the_exact_count_looks_for(messages: list[dict[str, Any]]) -> None:
     """A caller's tally stands in for the count's own passes: the same references found,
     the same count given, without an endpoint and with one."""
