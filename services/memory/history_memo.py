@@ -28,7 +28,12 @@ from loopwire.shared.stores.session_store import PipelinedHistory
 from .assembly import normalised_one
 from .tokens import Estimator, Terms
 
-__all__ = ["HistoryMemo", "Remembered"]
+__all__ = ["ENTRY_COST", "HistoryMemo", "Remembered"]
+
+ENTRY_COST = 1024
+"""The memory an entry takes beyond its strings, about: the message's dicts and lists,
+the entry and its three table slots (a tool_use or tool_result message of ~110 stored
+bytes took ~1.3 KB in all, measured with tracemalloc)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +45,14 @@ class Remembered:
     terms: Terms
     """The tally's terms of `normal`'s content blocks."""
     size: int
-    """Its stored bytes."""
+    """What it holds in memory, about: `ENTRY_COST` and twice its stored bytes (the bytes,
+    and the decoded strings)."""
 
 
 class HistoryMemo:
-    """Decoded messages by their stored bytes, at most `max_bytes` of them (least recently
-    read out first); `max_bytes` 0 keeps none (every read decodes, as without a memo)."""
+    """Decoded messages by their stored bytes, taking about `max_bytes` of memory at most
+    (least recently read out first); `max_bytes` 0 keeps none (every read decodes, as
+    without a memo)."""
 
     def __init__(self, estimator: Estimator, max_bytes: int) -> None:
         self._estimator = estimator
@@ -60,7 +67,7 @@ class HistoryMemo:
 
     @property
     def held_bytes(self) -> int:
-        """The stored bytes of the messages it keeps."""
+        """About the memory its entries take (`Remembered.size`)."""
         return self._bytes
 
     def decode(self, reply: list[bytes]) -> list[dict[str, Any]]:
@@ -92,12 +99,16 @@ class HistoryMemo:
 
     def _remember(self, raw: bytes) -> Remembered:
         message = PipelinedHistory.messages([raw])[0]
-        normal = normalised_one(message)
+        content = message.get("content")
+        if type(content) is list and content and len(message) == 2 and "role" in message:
+            normal: dict[str, Any] | None = message  # already its normalised form: not made twice
+        else:
+            normal = normalised_one(message)
         terms = self._estimator.content_terms(normal["content"]) if normal is not None else (0, 0, 0.0, 0)
-        entry = Remembered(message, normal, terms, len(raw))
+        entry = Remembered(message, normal, terms, ENTRY_COST + 2 * len(raw))
         self._by_bytes[raw] = entry
         self._by_object[id(message)] = entry
-        if normal is not None:
+        if normal is not None and normal is not message:
             self._by_object[id(normal)] = entry
         self._bytes += entry.size
         while self._bytes > self._max_bytes and self._by_bytes:
@@ -108,5 +119,5 @@ class HistoryMemo:
     def _forget(self, entry: Remembered) -> None:
         self._bytes -= entry.size
         self._by_object.pop(id(entry.message), None)
-        if entry.normal is not None:
+        if entry.normal is not None and entry.normal is not entry.message:
             self._by_object.pop(id(entry.normal), None)

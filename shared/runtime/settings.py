@@ -329,10 +329,11 @@ class Settings(BaseSettings):
     """Token counts kept in process (LRU, by content hash)."""
     memory_token_cache_ttl_s: int = 24 * 3600
     """Token counts kept in Redis (by content hash); 0 disables the Redis cache."""
-    memory_history_memo_bytes: int = 8 * 1024 * 1024
-    """Stored bytes of the history messages kept decoded in process, by their bytes, with
-    their normalised forms and tallies (least recently read out first): a generation then
-    decodes only the history's new messages. 0 decodes every message every time."""
+    memory_history_memo_bytes: int = 16 * 1024 * 1024
+    """Memory (about) for the history messages kept decoded in process, by their stored
+    bytes, with their normalised forms and tallies (least recently read out first): a
+    generation then decodes only the history's new messages. 0 decodes every message
+    every time."""
     memory_model: str | None = None
     """Model of the memory's own calls (compaction summaries, observations, reflections)
     for a run whose StartRun names none (`model.memory`, or `model.lightweight` with

@@ -10,7 +10,7 @@ import pytest
 
 from loopwire.memory.assembly import normalise_messages
 from loopwire.memory.compaction import assemble
-from loopwire.memory.history_memo import HistoryMemo
+from loopwire.memory.history_memo import ENTRY_COST, HistoryMemo
 from loopwire.memory.tokens import Estimator
 from loopwire.shared.contract import codec
 from loopwire.shared.stores.session_store import PipelinedHistory
@@ -65,7 +65,7 @@ def test_a_message_is_decoded_once_and_handed_out_again() -> None:
 
 def test_the_memo_keeps_within_its_bytes_and_forgets_the_least_recently_read() -> None:
     history = conversation(30, words=50)
-    sizes = [len(raw) for raw in stored(history)]
+    sizes = [ENTRY_COST + 2 * len(raw) for raw in stored(history)]  # what each entry is taken to hold
     memo = HistoryMemo(Estimator(), sum(sizes[:10]))
     memo.decode(stored(history[:10]))
     assert len(memo) == 10
