@@ -1,20 +1,23 @@
-"""JetStream publishes of events, with their PubAcks on one inbox subscription of the bus's
-own: what nats-py's `JetStreamContext.publish_async` does, for about two thirds of its CPU.
+"""JetStream publishes of events and work, with their PubAcks on one inbox subscription of
+the bus's own: what nats-py's `JetStreamContext.publish_async` and `publish` do, for less of
+their CPU.
 
-Every stored event of a tool-turn (four or five) is such a publish. `publish_async` draws
-two random bytes from the kernel for each reply subject, takes a semaphore through
-`wait_for`, builds the subject in bytearrays, and decodes each PubAck with the standard
-library's `json` into a `PubAck` dataclass; the bus only needs to know that the stream
-stored the message, or why not. Here a reply subject is the inbox prefix and a counter,
-the answer is decoded by orjson and left a dict, and the errors are nats-py's own
+Every stored event of a tool-turn (four or five) is such a publish, and every hop's work
+between processes. `publish_async` draws two random bytes from the kernel for each reply
+subject, takes a semaphore through `wait_for`, builds the subject in bytearrays, and decodes
+each PubAck with the standard library's `json` into a `PubAck` dataclass; `publish` is a
+request through the connection's reply mux, decoded the same way. The bus only needs to
+know that the stream stored the message, or why not. Here a reply subject is the inbox and
+a counter, the answer is decoded by orjson and left a dict, and the errors are nats-py's own
 (`NoStreamResponseError` for "no responders", the class `APIError.from_error` raises for
 a JetStream error), so the leader's election is handled as before
 (shared/stores/stream_leader.py). One difference: nats-py's reply handler lets the
 error that `from_error` raises escape, so a JetStream error never reached its future,
 which then timed out; here the future fails with it (ServiceUnavailableError, which a
 stream without quorum answers, is still an outage: shared/runtime/redelivery.py).
-Measured on loopback with nats-server, six publishes at a time: 32.5 µs of the client's
-CPU per message with `publish_async`, 20.4 µs here.
+The client's CPU per message on loopback (tests/bench/pub_ack_cost.py): six events at a
+time, 32–36 µs with `publish_async` and 21–23 µs here; one 1.5 KB work message at a time,
+77–83 µs with `publish` and 57–58 µs here.
 
 A future given up before its answer (cancelled by `bus._cancel`) leaves the table when it
 is done; an answer that comes after that is dropped.
@@ -73,7 +76,7 @@ class PubAcks:
             self._subscribing = asyncio.Lock()
         async with self._subscribing:
             if self._prefix is None:
-                prefix = f"{self._nc._inbox_prefix.decode()}.{self._nc._nuid.next().decode()}."
+                prefix = f"{self._nc.new_inbox()}."
                 await self._nc.subscribe(prefix + "*", cb=self._answered)
                 self._cut = len(prefix)
                 self._prefix = prefix

@@ -19,12 +19,10 @@ import asyncio
 import os
 import pstats
 import signal
-import tempfile
-import time
 from pathlib import Path
 
 from .driver import warmed_up
-from .layouts import System, bench_layouts, start_servers
+from .layouts import System, bench_layouts, probe_output, start_servers, with_probe
 
 PROBE = Path(__file__).parent / "call_probe"
 
@@ -58,9 +56,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
-    out = tempfile.mkdtemp(prefix="lw-calls-")
-    os.environ["LW_BENCH_CALL_PROBE"] = out  # read by the probe in each process (they inherit this environment)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROBE), os.environ.get("PYTHONPATH", "")) if p)
+    out = with_probe(PROBE, "LW_BENCH_CALL_PROBE", "lw-calls-")  # read by the probe in each process
     servers = start_servers(sync_always=False)
     layout = bench_layouts()[args.layout]
     system = System(servers, layout)
@@ -70,12 +66,7 @@ def main() -> None:
         asyncio.run(profiled_load(pids, servers.nats_url, servers.redis_url, args.sessions, args.turns))
         share = len(pids) if args.layout == "workers" else 1
         for label, pid in pids.items():
-            path = Path(out) / f"{pid}.prof"
-            for _ in range(100):
-                if path.exists():
-                    break
-                time.sleep(0.1)
-            report(label, path, args.sessions * args.turns / share, args.top)
+            report(label, probe_output(out, pid, ".prof"), args.sessions * args.turns / share, args.top)
     finally:
         system.stop()
         servers.stop()

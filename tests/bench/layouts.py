@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +82,26 @@ def bench_layouts(workers: int = 2) -> dict[str, BenchLayout]:
 
 LAYOUT_ORDER = ("up", "workers", "split1", "split", "split_redis_cluster", "split_nats_r3", "split_clustered")
 """The default run's layouts, in order; --layouts may name any of bench_layouts()."""
+
+
+def with_probe(probe: Path, variable: str, prefix: str) -> str:
+    """A new folder for what `probe` (a folder with a sitecustomize.py) writes, named to it
+    in `variable`, and the probe on PYTHONPATH: every process started after this loads it
+    (they inherit this environment). Returns the folder."""
+    out = tempfile.mkdtemp(prefix=prefix)
+    os.environ[variable] = out
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(probe), os.environ.get("PYTHONPATH", "")) if p)
+    return out
+
+
+def probe_output(out: str, pid: int, suffix: str, timeout_s: float = 10.0) -> Path:
+    """The file a probe (`with_probe`) writes for process `pid` once asked (a signal), after
+    waiting up to `timeout_s` for it to be there."""
+    path = Path(out) / f"{pid}{suffix}"
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return path
 
 
 def service_env() -> dict[str, str]:

@@ -20,12 +20,10 @@ import asyncio
 import json
 import os
 import signal
-import tempfile
-import time
 from pathlib import Path
 
 from .driver import warmed_up
-from .layouts import System, bench_layouts, start_servers
+from .layouts import System, bench_layouts, probe_output, start_servers, with_probe
 
 PROBE = Path(__file__).parent / "write_probe"
 
@@ -41,9 +39,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--turns", type=int, default=20)
     args = parser.parse_args()
-    out = tempfile.mkdtemp(prefix="lw-writes-")
-    os.environ["LW_BENCH_WRITE_PROBE"] = out  # read by the probe in each process (they inherit this environment)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROBE), os.environ.get("PYTHONPATH", "")) if p)
+    out = with_probe(PROBE, "LW_BENCH_WRITE_PROBE", "lw-writes-")  # read by the probe in each process
     servers = start_servers(sync_always=False)
     system = System(servers, bench_layouts()[args.layout])
     system.start()
@@ -52,12 +48,7 @@ def main() -> None:
         turns = args.sessions * args.turns
         before, after = asyncio.run(load(pids, servers.nats_url, servers.redis_url, args.sessions, args.turns))
         for label, pid in pids.items():
-            path = Path(out) / f"{pid}.json"
-            for _ in range(50):
-                if path.exists():
-                    break
-                time.sleep(0.1)
-            c = json.loads(path.read_text())
+            c = json.loads(probe_output(out, pid, ".json").read_text())
             writes = max(c["writes"], 1)
             print(f"{label:12s} NATS writes {c['writes'] / turns:5.2f} per tool-turn, "
                   f"{1e6 * c['cpu_s'] / turns:6.1f} µs of CPU per tool-turn ({1e6 * c['cpu_s'] / writes:5.1f} µs, "

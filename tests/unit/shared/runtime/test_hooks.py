@@ -3,6 +3,8 @@ the work-chains gauge and the trace context of a work publish whose envelope has
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,20 +19,27 @@ from loopwire.shared.stores.event_log import InMemoryEventLog
 pytestmark = pytest.mark.unit
 
 
-class _JetStream:
+class _Nats:
+    """What the bus asks of a connection for a work publish: an inbox, a subscription to
+    it, a publish (kept here) and the stream's PubAck on that inbox."""
+
     def __init__(self) -> None:
         self.published: list[tuple[str, dict[str, str]]] = []
+        self._answer: Callable[[Any], Awaitable[None]] | None = None
 
-    async def publish(self, subject: str, payload: bytes, headers: dict[str, str]) -> None:
-        self.published.append((subject, headers))
+    def jetstream(self, **options: Any) -> object:
+        return object()
 
+    def new_inbox(self) -> str:
+        return "_INBOX.test"
 
-class _Nats:
-    def __init__(self) -> None:
-        self.js = _JetStream()
+    async def subscribe(self, subject: str, cb: Callable[[Any], Awaitable[None]]) -> None:
+        self._answer = cb
 
-    def jetstream(self, **options: Any) -> _JetStream:
-        return self.js
+    async def publish(self, subject: str, payload: bytes, reply: str = "", headers: dict[str, str] | None = None) -> None:
+        self.published.append((subject, dict(headers or {})))
+        assert self._answer is not None
+        await self._answer(SimpleNamespace(subject=reply, headers=None, data=b'{"stream": "WORK", "seq": 1}'))
 
 
 def test_importing_observability_fills_the_hooks() -> None:
@@ -48,8 +57,8 @@ async def test_a_publish_without_a_trace_carries_the_current_span(spans: InMemor
     with tracing.invoke_agent_span("agentic", "s1") as span:
         await bus.publish_work("loopwire.work.memory.assemble", {"session_id": "s1", "run_id": "r1"}, msg_id="m1")
     trace_id = format(span.get_span_context().trace_id, "032x")
-    (_, headers), = nc.js.published
+    (_, headers), = nc.published
     assert headers["traceparent"].split("-")[1] == trace_id
     assert headers["Loopwire-Session-Id"] == "s1" and headers["Loopwire-Run-Id"] == "r1"
     await bus.publish_work("loopwire.work.memory.assemble", {"session_id": "s1"}, msg_id="m2")
-    assert "traceparent" not in nc.js.published[1][1]  # outside any span there is none
+    assert "traceparent" not in nc.published[1][1]  # outside any span there is none
