@@ -21,7 +21,7 @@ import hashlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,14 +136,8 @@ class Estimator:
             content = block.get("content", "")
             ids = len(block.get("tool_use_id", ""))
             if isinstance(content, list):
-                chars, blocks, fixed, refs = ids, 1, 0.0, 0
-                for inner in content:
-                    c, b, f, r = self.block_terms(inner)
-                    chars += c
-                    blocks += b
-                    fixed += f
-                    refs += r
-                return chars, blocks, fixed, refs
+                chars, blocks, fixed, refs = self.content_terms(content)
+                return ids + chars, blocks + 1, fixed, refs
             return ids + _chars(content), 1, 0.0, 0
         if kind == "image":
             return 0, 1, self.image_tokens, 0
@@ -165,7 +159,8 @@ class Estimator:
         self._add_messages(tally, [message])
         return tally
 
-    def content_terms(self, content: list[Any]) -> Terms:
+    def content_terms(self, content: Sequence[Any]) -> Terms:
+        """The terms of a message's (or a tool result's) content blocks, added up."""
         chars = blocks = refs = 0
         fixed = 0.0
         terms = self.block_terms
@@ -180,27 +175,16 @@ class Estimator:
     def _add_messages(self, tally: Tally, messages: list[dict[str, Any]], known: KnownTerms | None = None) -> None:
         chars = blocks = fixed = 0.0
         refs = 0
-        terms = self.block_terms
         for message in messages:
             found = known(message) if known is not None else None
-            if found is not None:
-                c, b, f, r = found
-                chars += c
-                blocks += b
-                fixed += f
-                refs += r
-                continue
-            content = message.get("content")
-            if isinstance(content, str):
-                chars += len(content)
-                blocks += 1
-                continue
-            for block in content or ():
-                c, b, f, r = terms(block)
-                chars += c
-                blocks += b
-                fixed += f
-                refs += r
+            if found is None:
+                content = message.get("content")
+                found = (len(content), 1, 0.0, 0) if isinstance(content, str) else self.content_terms(content or ())
+            c, b, f, r = found
+            chars += c
+            blocks += b
+            fixed += f
+            refs += r
         tally.chars += chars
         tally.messages += len(messages)
         tally.blocks += blocks

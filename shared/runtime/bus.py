@@ -43,7 +43,7 @@ class Bus:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream(timeout=jetstream_timeout_s)
         self.acks = PubAcks(nc)
-        """The events' publishes and their PubAcks (pub_acks.py)."""
+        """The events' and the work's JetStream publishes and their PubAcks (pub_acks.py)."""
         self.timeout_s = jetstream_timeout_s
         self.subjects = subjects
         self.events = events
