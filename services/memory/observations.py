@@ -31,7 +31,7 @@ from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.stores.session_store import SessionStore
 
 from .compaction import render_transcript
-from .store import MemoryStore, Snapshot
+from .store import MemoryStore, ObservationState, Snapshot
 
 log = logging.getLogger("loopwire.memory.observations")
 
@@ -51,6 +51,8 @@ REFLECTION_MAX_TOKENS = 400
 MAX_EXCERPT_CHARS = 60_000
 """The newest part of the excerpt is kept when the turns are longer than this."""
 LOCK_TTL_S = 300
+RECENT_NOTES = 5
+"""The observations written before that an observation's request shows the model."""
 SEEN_SESSIONS = 4096
 """Sessions whose last known `observed_to` the observer keeps in process."""
 
@@ -196,15 +198,14 @@ class Observer:
         if turns < self.every_turns:
             return
         owner = uuid.uuid4().hex
-        if not await self.store.lock(sid, "observe", owner, ttl_s=LOCK_TTL_S):
+        taken, state, earlier = await self.store.begin_observation(sid, owner, ttl_s=LOCK_TTL_S, recent=RECENT_NOTES)
+        if not taken:
             return  # another replica is on it
         try:
-            state = await self.store.observation_state(sid)  # may have moved while we read
-            self._moved(sid, state.observed_to)
+            self._moved(sid, state.observed_to)  # it may have moved while we read
             if end - state.observed_to < self.every_turns:
                 return
-            await self._observe(env, state.observed_to, end)
-            state = await self.store.observation_state(sid)
+            state = await self._observe(env, state.observed_to, end, earlier, read=read)
             self._moved(sid, state.observed_to)
             if self.reflect_every > 0 and state.observations - state.reflected >= self.reflect_every:
                 await self._reflect(env, state.reflected, state.observations)
@@ -241,21 +242,24 @@ class Observer:
         if seen is None or seen[0] != observed_to:
             self._seen.put(sid, (observed_to, observed_to, 0))
 
-    async def _observe(self, env: AssembleContext, start: int, end: int) -> None:
+    async def _observe(self, env: AssembleContext, start: int, end: int, earlier: list[dict[str, Any]], *,
+                       read: Read | None) -> ObservationState:
+        """The observation of history [start, end) written (or the turns marked observed
+        when the model finds nothing worth keeping); the observation state after it."""
         sid = env.session_id
-        messages = await self.sessions.history(sid, start, end - 1)
-        earlier = await self.store.observations(sid, -5, -1)
+        messages = await self._unread(sid, start, end, read=read)
         text, usage = await self.complete(env, keys.memory_step_id(sid, "observe", end), OBSERVATION_SYSTEM,
                                           observation_request(messages, earlier), OBSERVATION_MAX_TOKENS)
         text = text.strip()
         if not text:  # nothing worth keeping: these turns are done all the same
             await self.store.mark_observed(sid, end)
-            return
+            return await self.store.observation_state(sid)
         item = {"text": text, "session_id": sid, "run_id": env.run_id, "from_message": start,
                 "to_message": end, "turns": model_turns(messages), "actor": env.actor, "at": now_rfc3339()}
-        await self.store.add_observation(sid, item, env.actor, usage=usage, observed_to=end)
+        state = await self.store.add_observation(sid, item, env.actor, usage=usage, observed_to=end)
         await self.emit(sid, env.run_id, "memory.observation", key=keys.event_key("memory.observation", end),
                         observation=text, from_message=start, to_message=end, actor=env.actor)
+        return state
 
     async def _reflect(self, env: AssembleContext, start: int, end: int) -> None:
         sid = env.session_id

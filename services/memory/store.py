@@ -54,6 +54,30 @@ if ttl > 0 then redis.call('EXPIRE', KEYS[2], ttl) end
 return vals
 """
 
+# One observation or reflection (ARGV[1], appended to KEYS[1]), the progress mark it moves
+# (ARGV[2] = ARGV[3] in the meta hash KEYS[2]) and the tokens it cost (ARGV[5..], pairs of
+# a usage field and its count, added to KEYS[3]), with the keys' expiry (ARGV[4] seconds,
+# 0: none): all or nothing. Returns what the observer reads next: the meta hash's
+# observed_to and reflected, and the length of the observations' list KEYS[4].
+_NOTE_LUA = """
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+for i = 5, #ARGV, 2 do redis.call('HINCRBY', KEYS[3], ARGV[i], ARGV[i + 1]) end
+local ttl = tonumber(ARGV[4])
+if ttl > 0 then
+  for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ttl) end
+end
+local meta = redis.call('HMGET', KEYS[2], 'observed_to', 'reflected')
+return {meta[1] or false, redis.call('LLEN', KEYS[4]), meta[2] or false}
+"""
+
+# A lock's release by its owner only (ARGV[1]): a lock that expired and was taken by
+# another replica stays theirs.
+_UNLOCK_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 
 def _usage_from(flat: list[Any]) -> Usage | None:
     values: dict[str, int] = {}
@@ -96,6 +120,8 @@ class MemoryStore:
         self._ttl = ttl_s
         self._claim_ttl = claim_ttl_s
         self._claim = redis.register_script(_CLAIM_LUA)
+        self._note = redis.register_script(_NOTE_LUA)
+        self._unlock = redis.register_script(_UNLOCK_LUA)
         # The reads of every generation (snapshot, observation_state) go out together on the
         # process's pipelined connection (`channel`, the step records' own) where Redis is
         # one server over TCP (shared/stores/script_channel.py), else as a redis-py pipeline.
@@ -176,13 +202,30 @@ class MemoryStore:
 
     async def observation_state(self, sid: str) -> ObservationState:
         pipe = self._reads()
-        pipe.hmget(keys.memory(sid, "meta"), ["observed_to", "reflected"])
-        pipe.llen(keys.memory(sid, "obs"))
+        self._queue_state(pipe, sid)
         (observed_to, reflected), count = await pipe.execute()
         return ObservationState(int(observed_to or 0), int(count), int(reflected or 0))
 
+    async def begin_observation(self, sid: str, owner: str, *, ttl_s: int,
+                                recent: int) -> tuple[bool, ObservationState, list[dict[str, Any]]]:
+        """The session's observation lock taken for `owner` (False: another replica holds
+        it), the observation state and the last `recent` observations, in one round trip
+        (read whether or not the lock was taken: nothing to undo)."""
+        pipe = self._reads()
+        pipe.execute_command("SET", keys.memory_lock(sid, "observe"), owner, "NX", "EX", ttl_s)
+        self._queue_state(pipe, sid)
+        pipe.lrange(keys.memory(sid, "obs"), -recent, -1)
+        taken, (observed_to, reflected), count, earlier = await pipe.execute()
+        return bool(taken), ObservationState(int(observed_to or 0), int(count), int(reflected or 0)), _items(earlier)
+
+    @staticmethod
+    def _queue_state(pipe: Any, sid: str) -> None:
+        pipe.hmget(keys.memory(sid, "meta"), ["observed_to", "reflected"])
+        pipe.llen(keys.memory(sid, "obs"))
+
     async def observations(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
-        return _items(await self._r.lrange(keys.memory(sid, "obs"), start, stop))
+        (raw,) = await self._reads().lrange(keys.memory(sid, "obs"), start, stop).execute()
+        return _items(raw)
 
     async def reflections(self, sid: str) -> list[dict[str, Any]]:
         return _items(await self._r.lrange(keys.memory(sid, "refl"), 0, -1))
@@ -197,31 +240,45 @@ class MemoryStore:
         await pipe.execute()
 
     async def add_observation(self, sid: str, item: dict[str, Any], actor: str | None, *, usage: Usage,
-                              observed_to: int) -> None:
-        await self._add_note(sid, "obs", item, actor=actor, usage=usage, progress_field="observed_to", progress=observed_to)
+                              observed_to: int) -> ObservationState:
+        return await self._add_note(sid, "obs", item, actor=actor, usage=usage, progress_field="observed_to",
+                                    progress=observed_to)
 
     async def add_reflection(self, sid: str, item: dict[str, Any], actor: str | None, *, usage: Usage,
-                             reflected: int) -> None:
-        await self._add_note(sid, "refl", item, actor=actor, usage=usage, progress_field="reflected", progress=reflected)
+                             reflected: int) -> ObservationState:
+        return await self._add_note(sid, "refl", item, actor=actor, usage=usage, progress_field="reflected",
+                                    progress=reflected)
 
     async def _add_note(self, sid: str, kind: str, item: dict[str, Any], *, actor: str | None, usage: Usage,
-                        progress_field: str, progress: int) -> None:
+                        progress_field: str, progress: int) -> ObservationState:
         """One observation or reflection, the progress mark it moves and the tokens it
-        cost, in one transaction of the session's slot; then its copy in the strategy
-        actor's list, when there is one (another slot on a Redis Cluster: a crash between
-        the two leaves the actor's list without that note, never with it twice)."""
-        pipe = self._r.pipeline(transaction=True)
-        pipe.rpush(keys.memory(sid, kind), codec.dumps(item))
-        pipe.hset(keys.memory(sid, "meta"), progress_field, progress)
-        self._expire(pipe, keys.memory(sid, kind), keys.memory(sid, "meta"))
-        self._add_usage(pipe, sid, usage)
-        await pipe.execute()
+        cost, in one script of the session's slot (the observation state after it is its
+        answer); then its copy in the strategy actor's list, when there is one (another
+        slot on a Redis Cluster: a crash between the two leaves the actor's list without
+        that note, never with it twice)."""
+        data = codec.dumps(item)
+        counted = [part for name in USAGE_FIELDS if (value := getattr(usage, name)) for part in (name, value)]
+        observed_to, count, reflected = await self._script(
+            self._note, [keys.memory(sid, kind), keys.memory(sid, "meta"), keys.memory(sid, "usage"),
+                         keys.memory(sid, "obs")],
+            [data, progress_field, progress, self._ttl, *counted])
         if actor:
             pipe = self._r.pipeline(transaction=True)
-            pipe.rpush(keys.actor_memory(actor, kind), codec.dumps(item))
+            pipe.rpush(keys.actor_memory(actor, kind), data)
             pipe.ltrim(keys.actor_memory(actor, kind), -ACTOR_KEEP, -1)
             self._expire(pipe, keys.actor_memory(actor, kind))
             await pipe.execute()
+        return ObservationState(int(observed_to or 0), int(count), int(reflected or 0))
+
+    async def _script(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """A script's answer: on the process's script channel when there is one, else through redis-py."""
+        if self._channel is None:
+            return await script(keys=keys, args=args)
+        try:
+            return await self._channel.evalsha(script.sha, keys, args)
+        except NoScriptError:  # a restarted or flushed server: load it, run it again
+            await self._r.script_load(script.script)
+            return await self._channel.evalsha(script.sha, keys, args)
 
     async def mark_observed(self, sid: str, observed_to: int) -> None:
         await self._r.hset(keys.memory(sid, "meta"), "observed_to", observed_to)
@@ -229,13 +286,8 @@ class MemoryStore:
     async def mark_reflected(self, sid: str, reflected: int) -> None:
         await self._r.hset(keys.memory(sid, "meta"), "reflected", reflected)
 
-    async def lock(self, sid: str, what: str, owner: str, *, ttl_s: int) -> bool:
-        return bool(await self._r.set(keys.memory_lock(sid, what), owner, nx=True, ex=ttl_s))
-
     async def unlock(self, sid: str, what: str, owner: str) -> None:
-        key = keys.memory_lock(sid, what)
-        if await self._r.get(key) == owner.encode():
-            await self._r.delete(key)
+        await self._script(self._unlock, [keys.memory_lock(sid, what)], [owner])
 
     # -- the usage ledger -------------------------------------------------------------------------
     async def add_usage(self, sid: str, usage: Usage) -> None:
