@@ -27,9 +27,10 @@ from typing import Any
 
 import orjson
 from jsonschema.exceptions import SchemaError
-from jsonschema.protocols import Validator
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+
+from loopwire.shared.contract.argument_schema import ArgumentValidator
 
 from .registry import RESERVED_NAMES, TOOL_NAME_RE, compile_validator
 from .retry import RetryPolicy
@@ -60,7 +61,7 @@ class DiscoveredTool:
     `loopwire.exclusive: "true"` is the older spelling of `exclusive`."""
     depends_on: tuple[str, ...] = ()
     """`loopwire.depends_on`: tools whose calls in the same turn finish first."""
-    validator: Validator | None = field(default=None, repr=False)
+    validator: ArgumentValidator | None = field(default=None, repr=False)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     """From the endpoint metadata `loopwire.retries` / `loopwire.retry_backoff_s`."""
 

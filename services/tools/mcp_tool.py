@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from jsonschema.protocols import Validator
+from loopwire.shared.contract.argument_schema import ArgumentValidator
 
 from .invoke import Outcome, ProviderUnavailable
 from .retry import RetryPolicy
@@ -41,7 +41,7 @@ class McpTool:
     description: str
     input_schema: dict[str, Any]
     connection: McpCaller = field(repr=False)
-    validator: Validator | None = field(default=None, repr=False)
+    validator: ArgumentValidator | None = field(default=None, repr=False)
     exclusive: bool = False
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout_s: float | None = None

@@ -29,10 +29,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema.protocols import Validator
 from jsonschema.validators import Draft202012Validator, validator_for
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from loopwire.shared.contract.argument_schema import ArgumentValidator
 from loopwire.shared.contract.protocol import RESERVED_TOOL_NAMES
 
 from .retry import RetryPolicy, TransientToolError  # noqa: F401 - TransientToolError is public here
@@ -77,13 +77,14 @@ class ToolError(Exception):
     """Raise from a tool to give the model an error result with exactly this text."""
 
 
-def compile_validator(schema: dict[str, Any]) -> Validator:
-    """A JSON Schema validator for `schema` (Draft 2020-12 unless `$schema` says otherwise).
+def compile_validator(schema: dict[str, Any]) -> ArgumentValidator:
+    """A JSON Schema validator for `schema` (Draft 2020-12 unless `$schema` says otherwise),
+    with the compiled check of a flat schema in front (shared/contract/argument_schema.py).
 
     Raises `jsonschema.SchemaError` when the schema itself is invalid."""
     cls = validator_for(schema, default=Draft202012Validator)
     cls.check_schema(schema)
-    return cls(schema)
+    return ArgumentValidator(cls(schema))
 
 
 @dataclass
@@ -107,7 +108,7 @@ class PythonTool:
     input_model: type[BaseModel] | None = None
     """The pydantic model the schema came from (None when a schema was given): it
     converts the validated JSON input into the parameter types (dates, models...)."""
-    validator: Validator = field(init=False, repr=False)
+    validator: ArgumentValidator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.validator = compile_validator(self.input_schema)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from loopwire.shared.contract.argument_schema import ArgumentValidator
 from loopwire.shared.contract.envelopes import ToolSpec
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.runtime.lru import LruCache
@@ -116,7 +117,7 @@ def schema_problem(schema: dict[str, Any], value: Any,
             # jsonschema loads with the first call checked, not with the router (idle memory).
             from jsonschema.validators import validator_for
 
-            validator = validator_for(schema)(schema)
+            validator = ArgumentValidator(validator_for(schema)(schema))
             if validators is not None:
                 validators.put(key, validator)
         if validator.is_valid(value):  # the common case, without the search for the best error
