@@ -128,6 +128,10 @@ class LlmService:
         """The exact count of a request, for the memory service in this process (token_count.py)."""
         return await self.token_count.count(request)
 
+    async def summarize(self, env: Generate) -> GenerationResult:
+        """A summary or an observation for the memory service in this process (summarize.py)."""
+        return await self.summarizer.reply(env)
+
     # -- the handler ---------------------------------------------------------------------------
     async def handle(self, msg: Delivery) -> None:
         """Settled by the handler runner (shared/runtime/chain.py): returns when the result is on

@@ -52,14 +52,19 @@ class SummarizeResponder(CoreResponder):
         except (ValidationError, ValueError) as exc:
             log.error("malformed summarize request dropped: %s", exc)
             return  # the caller times out and falls back
-        try:
-            result = await self.answer(env)
-        except Exception as exc:  # Redis down, say: the caller falls back
-            log.exception("summarize %s failed", env.step_id)
-            result = result_failed(env, ModelCallError("internal", f"summarize failed: {exc}", False, model=None))
+        result = await self.reply(env)
         if msg.reply:
             with contextlib.suppress(Exception):
                 await msg.respond(codec.dumps(result))
+
+    async def reply(self, env: Generate) -> GenerationResult:
+        """The answer to one request, a failure to answer as a failed result (what the
+        request's caller and a caller in this process both get)."""
+        try:
+            return await self.answer(env)
+        except Exception as exc:  # Redis down, say: the caller falls back
+            log.exception("summarize %s failed", env.step_id)
+            return result_failed(env, ModelCallError("internal", f"summarize failed: {exc}", False, model=None))
 
     async def answer(self, env: Generate) -> GenerationResult:
         recorded = await self.ctx.steps.get(record_key(env))

@@ -74,7 +74,8 @@ class MemoryService:
     async def start(self) -> None:
         s = self.ctx.settings
         self._summarizer = LlmSummarizer(self.ctx.bus.nc, self.ctx.subjects.llm_summarize,
-                                         s.memory_summary_timeout_s)
+                                         s.memory_summary_timeout_s,
+                                         here=lambda: self.ctx.here("llm", GenerationService))
         self._observer = Observer(self.store, self.ctx.sessions, self._summarizer.complete, emit=self.ctx.bus.emit,
                                   every_turns=s.memory_observe_every_turns,
                                   reflect_every=s.memory_reflect_every_observations)

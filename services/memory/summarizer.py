@@ -1,4 +1,5 @@
-"""The memory service's way to the model: a core NATS request to the llm service.
+"""The memory service's way to the model: a call when the llm service runs in this process,
+else a core NATS request to it.
 
 Summaries (compaction) and observations are generations the memory service needs an
 answer to before it can go on, so they are a request/reply on `<prefix>.rpc.llm.summarize`
@@ -7,12 +8,16 @@ goes out, a `GenerationResult` comes back. The llm service answers with its own 
 factory, retries and fallbacks, and records the answer under the request's step id, so a
 memory step that is redelivered after a crash gets the same summary without a second
 model call. When no llm service answers in time, the caller gets `SummaryFailed` and
-falls back (the guard drops old messages from the request instead).
+falls back (the guard drops old messages from the request instead). In `loopwire up` the
+llm service beside this one answers the same way as a call (`ServiceContext.here("llm",
+GenerationService)`, as exact counts do: exact_count.py), within the same timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import nats.errors
@@ -22,6 +27,7 @@ from pydantic import ValidationError
 from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.envelopes import AssembleContext, Generate, GenerationResult, Usage
 from loopwire.shared.contract.messages import message_text
+from loopwire.shared.runtime.handover import GenerationService
 
 from .context_guard import Summarize, SummaryFailed
 
@@ -29,10 +35,13 @@ log = logging.getLogger("loopwire.memory.summarizer")
 
 
 class LlmSummarizer:
-    def __init__(self, nc: NatsClient, subject: str, timeout_s: float) -> None:
+    def __init__(self, nc: NatsClient, subject: str, timeout_s: float,
+                 here: Callable[[], GenerationService | None] = lambda: None) -> None:
         self.nc = nc
         self.subject = subject
         self.timeout_s = timeout_s
+        self.here = here
+        """The llm service when it runs in this process now, else None."""
 
     async def complete(self, env: AssembleContext, step_id: str, system: str, messages: list[dict[str, Any]],
                        max_tokens: int) -> tuple[str, Usage]:
@@ -43,21 +52,28 @@ class LlmSummarizer:
         request = Generate(session_id=env.session_id, run_id=env.run_id, step_id=step_id, turn=env.turn,
                            trace=env.trace, models=models, system=system, messages=messages,
                            max_tokens=max_tokens)
+        result = await self._answer(request)
+        if not result.ok or result.message is None:
+            err = result.error
+            raise SummaryFailed(f"{err.code}: {err.message}" if err else "the model call failed", result.usage)
+        text = message_text(result.message)
+        return text, result.usage
+
+    async def _answer(self, request: Generate) -> GenerationResult:
+        llm = self.here()
         try:
+            if llm is not None:
+                async with asyncio.timeout(self.timeout_s):
+                    return await llm.summarize(request)
             reply = await self.nc.request(self.subject, codec.dumps(request), timeout=self.timeout_s)
         except nats.errors.NoRespondersError as exc:
             raise SummaryFailed("no llm service answers the summarize subject") from exc
         except (nats.errors.TimeoutError, TimeoutError) as exc:
             raise SummaryFailed(f"no summary within {self.timeout_s:.0f}s") from exc
         try:
-            result = GenerationResult.model_validate(codec.loads(reply.data))
+            return GenerationResult.model_validate(codec.loads(reply.data))
         except (ValidationError, ValueError) as exc:
             raise SummaryFailed(f"unreadable summarize reply: {exc}") from exc
-        if not result.ok or result.message is None:
-            err = result.error
-            raise SummaryFailed(f"{err.code}: {err.message}" if err else "the model call failed", result.usage)
-        text = message_text(result.message)
-        return text, result.usage
 
     def for_step(self, env: AssembleContext) -> Summarize:
         """The guard's `Summarize`, bound to one generation step (step ids

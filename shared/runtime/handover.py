@@ -55,6 +55,11 @@ class GenerationService(Protocol):
 
     async def count_tokens(self, request: CountTokens) -> TokenCount: ...
 
+    async def summarize(self, env: Generate) -> GenerationResult:
+        """A non-streamed generation for the memory service (summaries, observations):
+        what `<prefix>.rpc.llm.summarize` answers, errors included as a failed result."""
+        ...
+
 
 def pause_before_jetstream(outage: bool, policy: RedeliveryPolicy) -> float:
     """How long work that failed in process waits before it goes on as its own message: the

@@ -6,14 +6,27 @@ services are handed over as the protocols of shared/runtime/handover.py."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, cast
 
 import pytest
 
 from loopwire.llm.service import LlmService
+from loopwire.memory.context_guard import SummaryFailed
 from loopwire.memory.exact_count import LlmExactCount
+from loopwire.memory.summarizer import LlmSummarizer
 from loopwire.router.shell.service import RouterService
-from loopwire.shared.contract.envelopes import CountTokens, TokenCount, ToolResultItem, ToolsResult
+from loopwire.shared.contract.envelopes import (
+    AssembleContext,
+    CountTokens,
+    Generate,
+    GenerationResult,
+    StepError,
+    TokenCount,
+    ToolResultItem,
+    ToolsResult,
+    Usage,
+)
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.chain import Delivery, run_handler
 from loopwire.shared.runtime.handover import GenerationService, ResultReceiver
@@ -96,11 +109,25 @@ async def test_a_result_of_a_redelivered_root_is_marked_recover(router_here: boo
 
 
 class FakeLlm:
+    def __init__(self) -> None:
+        self.summarized: list[Generate] = []
+
     async def process(self, env: Any, heartbeat: Any = None) -> Any:
         raise AssertionError("not asked here")
 
     async def count_tokens(self, request: CountTokens) -> TokenCount:
         return TokenCount(input_tokens=len(request.messages) + 6)
+
+    async def summarize(self, env: Generate) -> GenerationResult:
+        self.summarized.append(env)
+        if env.system == "slow":
+            await asyncio.sleep(5)
+        if env.system == "fail":
+            return GenerationResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id, ok=False,
+                                    error=StepError(code="overloaded", message="try later"), usage=Usage(input_tokens=4))
+        return GenerationResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
+                                message={"role": "assistant", "content": [{"type": "text", "text": "noted"}]},
+                                usage=Usage(input_tokens=9, output_tokens=2))
 
 
 def test_the_services_offer_what_is_handed_to_them() -> None:
@@ -112,6 +139,28 @@ async def test_exact_counts_are_asked_of_the_llm_service_in_this_process() -> No
     ctx.local = {"llm": FakeLlm()}
     answer = await LlmExactCount(ctx)(CountTokens(model="m", messages=[{"role": "user", "content": "hi"}]))
     assert answer == TokenCount(input_tokens=7)
+
+
+async def test_summaries_are_asked_of_the_llm_service_in_this_process() -> None:
+    """A summary or an observation is a call when the llm service runs here (no NATS request:
+    this context has no connection), with the same answers and failures as the request."""
+    ctx, _ = context(None)
+    llm = FakeLlm()
+    ctx.local = {"llm": llm}
+    summarizer = LlmSummarizer(cast(Any, None), ctx.subjects.llm_summarize, 0.2,
+                               here=lambda: ctx.here("llm", GenerationService))
+    env = AssembleContext(session_id="s1", run_id="r1", step_id="r1:g1", turn=1, history_len=2, models=["m"],
+                          memory_model="small", max_tokens=64)
+    messages = [{"role": "user", "content": "hi"}]
+    assert await summarizer.complete(env, "s1:observe:2", "observe", messages, 32) == \
+        ("noted", Usage(input_tokens=9, output_tokens=2))
+    (asked,) = llm.summarized
+    assert (asked.step_id, asked.models, asked.messages, asked.max_tokens) == ("s1:observe:2", ["small"], messages, 32)
+    with pytest.raises(SummaryFailed, match="overloaded: try later") as failed:
+        await summarizer.complete(env, "s1:observe:3", "fail", messages, 32)
+    assert failed.value.usage == Usage(input_tokens=4), "what the failed call cost still counts"
+    with pytest.raises(SummaryFailed, match="no summary within 0s"):
+        await summarizer.complete(env, "s1:observe:4", "slow", messages, 32)
 
 
 def test_a_service_without_what_is_handed_to_it_is_refused() -> None:
