@@ -62,8 +62,9 @@ async def running(nats_server: ServerHandle, redis_server: ServerHandle, prefix:
     finally:
         await nc.close()
         await service.stop()
-        await ctx.stop_consuming(5)
-        await broker.stop()
+        if not ctx.bus.nc.is_closed:  # a test drained it, as a process's stop does
+            await ctx.stop_consuming(5)
+            await broker.stop()
         await ctx.redis.aclose()
 
 
@@ -284,3 +285,26 @@ async def test_tools_list_answers_with_the_catalog(running: Running, prefix: str
         "name": provider.tool_name, "description": "Add two numbers slowly.", "source": "nats",
         "input_schema": {"type": "object", "required": ["a", "b"],
                          "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}}
+
+
+async def test_the_discovery_loop_ends_quietly_when_the_connection_drains(
+        running: Running, caplog: pytest.LogCaptureFixture) -> None:
+    """At a process's stop its connection drains before the services stop: the discovery
+    round that meets the draining (or closed) connection ends the loop, with no error logged
+    and no round tried again."""
+    loop = running.service._loop_task
+    assert loop is not None and not loop.done()
+    service, ran = running.service, asyncio.Event()
+    refresh = service.refresh
+
+    async def counted_round() -> None:
+        await refresh()
+        ran.set()
+
+    service.refresh = counted_round  # type: ignore[method-assign]
+    await asyncio.wait_for(ran.wait(), timeout=5)  # a round every discovery_interval_s (0.2 s)
+    with caplog.at_level("ERROR", logger="loopwire"):
+        await running.ctx.bus.nc.drain()
+        await asyncio.wait_for(asyncio.shield(loop), timeout=3)
+    assert loop.done() and loop.exception() is None
+    assert not [r for r in caplog.records if "discovery" in r.getMessage()], caplog.text
