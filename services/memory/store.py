@@ -28,7 +28,7 @@ from redis.exceptions import NoScriptError
 
 from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.envelopes import Usage
-from loopwire.shared.stores.script_channel import ScriptChannel
+from loopwire.shared.stores.script_channel import ScriptChannel, run_script
 from loopwire.shared.stores.session_store import PipelinedHistory
 
 from .compaction import CompactionRecord
@@ -111,6 +111,11 @@ class ObservationState:
     observations: int = 0
     reflected: int = 0
     """Observations already reflected on."""
+
+    @classmethod
+    def read(cls, observed_to: bytes | None, count: int, reflected: bytes | None) -> ObservationState:
+        """From Redis replies: the meta hash's fields (None when unset) and the list's length."""
+        return cls(int(observed_to or 0), int(count), int(reflected or 0))
 
 
 class MemoryStore:
@@ -204,7 +209,7 @@ class MemoryStore:
         pipe = self._reads()
         self._queue_state(pipe, sid)
         (observed_to, reflected), count = await pipe.execute()
-        return ObservationState(int(observed_to or 0), int(count), int(reflected or 0))
+        return ObservationState.read(observed_to, count, reflected)
 
     async def begin_observation(self, sid: str, owner: str, *, ttl_s: int,
                                 recent: int) -> tuple[bool, ObservationState, list[dict[str, Any]]]:
@@ -216,7 +221,7 @@ class MemoryStore:
         self._queue_state(pipe, sid)
         pipe.lrange(keys.memory(sid, "obs"), -recent, -1)
         taken, (observed_to, reflected), count, earlier = await pipe.execute()
-        return bool(taken), ObservationState(int(observed_to or 0), int(count), int(reflected or 0)), _items(earlier)
+        return bool(taken), ObservationState.read(observed_to, count, reflected), _items(earlier)
 
     @staticmethod
     def _queue_state(pipe: Any, sid: str) -> None:
@@ -258,8 +263,8 @@ class MemoryStore:
         that note, never with it twice)."""
         data = codec.dumps(item)
         counted = [part for name in USAGE_FIELDS if (value := getattr(usage, name)) for part in (name, value)]
-        observed_to, count, reflected = await self._script(
-            self._note, [keys.memory(sid, kind), keys.memory(sid, "meta"), keys.memory(sid, "usage"),
+        observed_to, count, reflected = await run_script(
+            self._channel, self._r, self._note, [keys.memory(sid, kind), keys.memory(sid, "meta"), keys.memory(sid, "usage"),
                          keys.memory(sid, "obs")],
             [data, progress_field, progress, self._ttl, *counted])
         if actor:
@@ -268,17 +273,7 @@ class MemoryStore:
             pipe.ltrim(keys.actor_memory(actor, kind), -ACTOR_KEEP, -1)
             self._expire(pipe, keys.actor_memory(actor, kind))
             await pipe.execute()
-        return ObservationState(int(observed_to or 0), int(count), int(reflected or 0))
-
-    async def _script(self, script: Any, keys: list[str], args: list[Any]) -> Any:
-        """A script's answer: on the process's script channel when there is one, else through redis-py."""
-        if self._channel is None:
-            return await script(keys=keys, args=args)
-        try:
-            return await self._channel.evalsha(script.sha, keys, args)
-        except NoScriptError:  # a restarted or flushed server: load it, run it again
-            await self._r.script_load(script.script)
-            return await self._channel.evalsha(script.sha, keys, args)
+        return ObservationState.read(observed_to, count, reflected)
 
     async def mark_observed(self, sid: str, observed_to: int) -> None:
         await self._r.hset(keys.memory(sid, "meta"), "observed_to", observed_to)
@@ -287,7 +282,7 @@ class MemoryStore:
         await self._r.hset(keys.memory(sid, "meta"), "reflected", reflected)
 
     async def unlock(self, sid: str, what: str, owner: str) -> None:
-        await self._script(self._unlock, [keys.memory_lock(sid, what)], [owner])
+        await run_script(self._channel, self._r, self._unlock, [keys.memory_lock(sid, what)], [owner])
 
     # -- the usage ledger -------------------------------------------------------------------------
     async def add_usage(self, sid: str, usage: Usage) -> None:

@@ -35,7 +35,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from loopwire.shared.stores.redis_connection import is_cluster
-from loopwire.shared.stores.script_channel import ScriptChannel
+from loopwire.shared.stores.script_channel import ScriptChannel, run_script
 
 log = logging.getLogger("loopwire.redis.replication")
 
@@ -89,13 +89,7 @@ class Replication:
     async def _plain(self, call: ScriptCall) -> Any:
         """The script alone: on the process's script channel when it has one (one server
         over TCP: script_channel.py), else through redis-py."""
-        if self._channel is None:
-            return await call.script(keys=call.keys, args=call.args)
-        try:
-            return await self._channel.evalsha(call.script.sha, call.keys, call.args)
-        except NoScriptError:  # a restarted or flushed server: load it, run it again
-            await self._r.script_load(call.script.script)
-            return await self._channel.evalsha(call.script.sha, call.keys, call.args)
+        return await run_script(self._channel, self._r, call.script, call.keys, call.args)
 
     async def _pipeline(self, call: ScriptCall, node: Any) -> Any:
         pipe = self._r.pipeline(transaction=False)

@@ -31,8 +31,9 @@ from redis._parsers.base import BaseParser
 from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from loopwire.shared.stores.redis_connection import COMMAND_TIMEOUT_S
@@ -219,6 +220,20 @@ class ScriptChannel:
         link, self._link = self._link, None
         if link is not None and link.transport is not None:
             link.transport.close()
+
+
+async def run_script(channel: ScriptChannel | None, redis: Any, script: AsyncScript, keys: list[str],
+                     args: list[Any]) -> Any:
+    """A registered script's answer: on `channel` when the process has one (a NOSCRIPT, from
+    a restarted or flushed server, loads it through `redis` and runs it again), else
+    through redis-py."""
+    if channel is None:
+        return await script(keys=keys, args=args)
+    try:
+        return await channel.evalsha(script.sha, keys, args)
+    except NoScriptError:
+        await redis.script_load(script.script)
+        return await channel.evalsha(script.sha, keys, args)
 
 
 class CommandBatch:
