@@ -73,10 +73,6 @@ MCP_START_WAIT_S = 15.0
 """How long the service's start waits for its MCP servers' first connection (and their
 tools) before it takes work without the ones still missing; they join when they connect."""
 
-REFRESH_MIN_GAP_S = 0.2
-"""An unknown tool triggers an extra discovery round unless one finished this recently: a
-round is cheap, while a call failed as "unknown tool" costs the model a turn (a provider
-that started a moment ago, or one a round missed, is found by the next round)."""
 
 
 class ToolsService:
@@ -95,7 +91,9 @@ class ToolsService:
         self._loop_task: asyncio.Task[None] | None = None
         self._cancel_sub: Any = None
         self._inflight = InflightSteps(ctx.subjects)
-        self._last_round = 0.0
+        self._round_started = 0.0
+        """When the last finished discovery round sent its $SRV.INFO (monotonic)."""
+        self._extra_round = asyncio.Lock()
         self._republish: asyncio.Task[None] | None = None
         self._catalog_dirty = False
 
@@ -161,8 +159,9 @@ class ToolsService:
     async def refresh(self) -> None:
         """One discovery round, then the catalog to Redis."""
         assert self.discovery is not None
+        started = time.monotonic()
         report = await self.discovery.run_round()
-        self._last_round = time.monotonic()
+        self._round_started = max(self._round_started, started)
         if report.added or report.forgotten:
             log.debug("discovery: %d providers answered, %d new, %d forgotten",
                       report.seen, len(report.added), len(report.forgotten))
@@ -186,8 +185,16 @@ class ToolsService:
                 return
 
     async def _refresh_soon(self) -> None:
-        if time.monotonic() - self._last_round >= REFRESH_MIN_GAP_S:
-            await self.refresh()
+        """An unknown tool: one discovery round that began after it was asked for. A round
+        that began earlier, even one that finished a moment ago, may have missed a provider
+        that started just before the call (another replica's round put it in the shared
+        catalog the model was offered), and "unknown tool" costs the model a turn. Callers
+        waiting together share the round that begins after them: unknown tools cost at
+        most one round at a time."""
+        asked = time.monotonic()
+        async with self._extra_round:
+            if self._round_started < asked:
+                await self.refresh()
 
     async def _discovery_loop(self) -> None:
         while not self._stopping.is_set():

@@ -308,3 +308,34 @@ async def test_the_discovery_loop_ends_quietly_when_the_connection_drains(
         await asyncio.wait_for(asyncio.shield(loop), timeout=3)
     assert loop.done() and loop.exception() is None
     assert not [r for r in caplog.records if "discovery" in r.getMessage()], caplog.text
+
+
+async def test_a_provider_started_during_a_round_is_found_for_a_call_right_after_it(
+        running: Running, prefix: str) -> None:
+    """A round that finished a moment ago but began before the provider answered does not
+    know it; a call to its tool right then (the shared catalog, filled by another replica,
+    offered it to the model) runs one more round instead of failing as "unknown tool"."""
+    r, service = running, running.service
+    refresh = service.refresh
+    began, finished = asyncio.Event(), asyncio.Event()
+
+    async def watched_round() -> None:
+        began.set()
+        await refresh()
+        finished.set()
+
+    service.refresh = watched_round  # type: ignore[method-assign]
+    await asyncio.wait_for(began.wait(), timeout=5)
+    await asyncio.sleep(0.05)  # the round's $SRV.INFO is out: this provider misses it
+    provider = SlowAdder(f"late_add_{prefix}", f"{prefix}.provider.late")
+    await provider.start(r.nc)
+    await asyncio.wait_for(finished.wait(), timeout=5)
+    assert service.catalog.resolve(provider.tool_name) is None  # that round did not see it
+
+    results = await collect(r.nc, r.ctx.subjects.router_result)
+    env = ExecuteTools(session_id="sess_L", run_id="run1", step_id="run1:1:t0", turn=1,
+                       calls=[ToolCall(tool_use_id="toolu_l", name=provider.tool_name, input={"a": 2, "b": 3})])
+    await publish(r, env, "late-1")
+    (item,) = (await next_result(results)).results
+    assert (item.content, item.is_error) == ("5", False)
+    assert len(provider.requests) == 1
