@@ -163,21 +163,31 @@ class LlmService:
                                turn=env.turn, reason=REDELIVERED_REASON)
         # The delivery's runner keeps it alive meanwhile (shared/runtime/chain.py); `heartbeat` is
         # for a caller outside a delivery.
+        # The step's events go out behind the model (step_events.py); its result goes to the
+        # router only after them.
+        shown = StepEvents(ctx.bus, env, attempt)
         with Heartbeat(None if current_delivery() is not None else heartbeat, ctx.settings.ack_wait_s):
             async with renewed(ctx.steps, key, claim.token, ttl_s=ttl_s):
-                result = await self._generate(env, attempt)
+                result = await self._generate(env, attempt, shown)
         if result.error is not None and result.error.code == "cancelled":
             # Not recorded: the step is stale for the router, and nothing was decided.
             await ctx.steps.release(key, claim.token)
+            await shown.sent()
             await ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
                                      subject=ctx.subjects.router_result, replica=env.result_to)
             count_step("cancelled")
             return result
+        if shown.unsent_kept:
+            # A record stands for the whole step, and its replay emits no event again: an
+            # event the transcript keeps (a fallback, a retraction) is out before it.
+            await shown.sent()
         # Written under this worker's claim only: one that lost it (paused past AckWait
         # while another replica took the step) raises StepHeld and publishes nothing. A
-        # delivery that finished first stays the one on record.
+        # delivery that finished first stays the one on record. The step's ephemeral events
+        # (`generating`, `text.delta`) are stored meanwhile.
         mine = result.model_dump(mode="json")
         standing = await ctx.steps.record_claimed(key, claim.token, key, value=mine, release=True)
+        await shown.sent()
         if standing != mine:
             return await self._publish_recorded(env, standing)
         await ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
@@ -192,18 +202,17 @@ class LlmService:
         return result
 
     # -- the model call ----------------------------------------------------------------------
-    async def _generate(self, env: Generate, attempt: int) -> GenerationResult:
+    async def _generate(self, env: Generate, attempt: int, shown: StepEvents) -> GenerationResult:
         # Large tool results travel by reference; the model gets them whole. (The memory
         # service says when its tally of these messages found none.)
         if not env.no_refs:
             env.messages = await resolve_messages(env.messages, self.ctx.blobs)
-        bus, sid, run_id = self.ctx.bus, env.session_id, env.run_id
+        sid, run_id = env.session_id, env.run_id
         if env.executor is not None:  # an external agent answers (executors/runner.py)
             with self._inflight.track(sid, run_id) as cancel:
                 return await self.executors.generate(env, attempt, cancel)
         default_model = self.ctx.settings.default_model
         chain = model_chain(env, default_model)
-        shown = StepEvents(bus, env, attempt)
         # A cancel notice (steer, abort) stops the model's stream: no more tokens are generated.
         async with self.breaker.guarding(chain) as gate:
             # Each model of the chain traced, retried and behind the fleet-wide breaker (step_chain.py).
@@ -214,8 +223,8 @@ class LlmService:
                         shown.follow(runner.stream(model_request(env, default_model))), cancel)
                 except StepCancelled:
                     if shown.streamed:
-                        await bus.emit(sid, run_id, "retracted", key=keys.retract_key(env.step_id, "cancel"),
-                                       turn=env.turn, reason=CANCELLED_REASON)
+                        shown.emit("retracted", key=keys.retract_key(env.step_id, "cancel"),
+                                   turn=env.turn, reason=CANCELLED_REASON)
                     log.info("llm step %s cancelled", env.step_id)
                     return result_failed(env, ModelCallError("cancelled",
                                                              "the generation was cancelled (steer or abort)"))

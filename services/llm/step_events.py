@@ -7,18 +7,32 @@ chain as session events on the bus.
                       the fallback counter (step_metrics.py)
     Retracted      -> `retracted` {turn, reason}, keyed per attempt and discard
     Retrying       -> nothing (the backoff is the chain's business)
+
+The events go out in their order behind the model's stream, not in its way: each is
+queued and a sender task stores (one Redis call for what queued up meanwhile) and
+publishes them, so a model's tokens never wait for a round trip to Redis, and a step's
+`generating` is stored while the model runs and its result is recorded. `sent()` is the
+step's barrier: its result goes to the router only after every event of the step is out
+(the router's next events must follow them), and the step fails as before if one could
+not be sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import aclosing
+from typing import Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import Generate
+from loopwire.shared.contract.protocol import EPHEMERAL_KINDS
 from loopwire.shared.runtime.bus import Bus
 
 from .model_events import Finished, ModelStarted, ModelStream, ModelSwitched, Retracted, TextDelta
 from .step_metrics import count_fallback
+
+Queued = tuple[str | None, str, str | None, dict[str, Any]]
+"""(run_id, kind, key, fields) of an event waiting for the sender."""
 
 
 class StepEvents:
@@ -32,34 +46,73 @@ class StepEvents:
         """Whether any text reached the client (a cancelled step retracts it)."""
         self._switches = 0
         self._discards = 0
+        self._queue: list[Queued] = []
+        self._unsent_kept = False
+        """A queued or sending event is one the transcript keeps (not ephemeral)."""
+        self._sender: asyncio.Task[None] | None = None
+        self._failed: BaseException | None = None
 
     async def follow(self, events: ModelStream) -> Finished:
-        """Emit the events of `events` as they come; the `Finished` that ends it."""
-        env, bus = self.env, self.bus
-        sid, run_id = env.session_id, env.run_id
+        """Queue the events of `events` as they come; the `Finished` that ends it."""
+        env = self.env
         outcome: Finished | None = None
         async with aclosing(events):
             async for event in events:
                 match event:
                     case TextDelta(text=text):
                         self.streamed = True
-                        await bus.emit(sid, run_id, "text.delta", turn=env.turn, text=text)
+                        self.emit("text.delta", turn=env.turn, text=text)
                     case ModelStarted(model=model):
-                        await bus.emit(sid, run_id, "generating", turn=env.turn, model=model)
+                        self.emit("generating", turn=env.turn, model=model)
                     case ModelSwitched():
                         switch = event.as_dict()
-                        await bus.emit(sid, run_id, "model.fallback", key=keys.fallback_key(env.step_id, self._switches),
-                                       **switch)
+                        self.emit("model.fallback", key=keys.fallback_key(env.step_id, self._switches), **switch)
                         self._switches += 1
                         count_fallback(switch)
                     case Retracted(model=model, reason=reason):
                         self._discards += 1
-                        await bus.emit(sid, run_id, "retracted",
-                                       key=keys.retract_key(env.step_id, f"{self.attempt}.{self._discards}"),
-                                       turn=env.turn,
-                                       reason=f"{model} failed mid-answer ({reason}): the partial answer is void")
+                        self.emit("retracted", key=keys.retract_key(env.step_id, f"{self.attempt}.{self._discards}"),
+                                  turn=env.turn,
+                                  reason=f"{model} failed mid-answer ({reason}): the partial answer is void")
                     case Finished():
                         outcome = event
         if outcome is None:
             raise RuntimeError("a model stream ended without a response")
         return outcome
+
+    def emit(self, kind: str, key: str | None = None, **fields: Any) -> None:
+        """Queue one event of the step's run; raises what a send before it failed with (the
+        stream stops there, as it did when each event was sent in the stream's way)."""
+        if self._failed is not None:
+            raise self._failed
+        self._queue.append((self.env.run_id, kind, key, fields))
+        self._unsent_kept = self._unsent_kept or kind not in EPHEMERAL_KINDS
+        if self._sender is None:
+            self._sender = asyncio.get_running_loop().create_task(self._send(), name="llm-step-events")
+
+    @property
+    def unsent_kept(self) -> bool:
+        """Whether an event the transcript keeps is not out yet: the step's record waits for
+        it (a record stands for the whole step, and its replay emits no event again)."""
+        return self._unsent_kept
+
+    async def sent(self) -> None:
+        """Until every event queued so far is stored and published (its PubAck in); raises
+        what a send failed with."""
+        if self._sender is not None:
+            await asyncio.shield(self._sender)
+        if self._failed is not None:
+            raise self._failed
+
+    async def _send(self) -> None:
+        env = self.env
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                await self.bus.emit_many(env.session_id, batch)
+                self._unsent_kept = any(kind not in EPHEMERAL_KINDS for _, kind, _, _ in self._queue)
+        except BaseException as exc:  # kept for sent() and the next emit(); nothing more is sent
+            self._failed = exc
+            self._queue.clear()
+        finally:
+            self._sender = None
