@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .report import Results, keys_per_master, layouts, leaders_summary, lean_of, lean_rows, ratio
-from .targets import cpu_total, ms, p50, verdicts
+from .targets import cpu_total, floor_p50, ms, p50, verdicts
 
 
 def console_table(res: Results) -> str:
@@ -56,7 +56,7 @@ def _console_pass(res: Results) -> list[str]:
              f"{'turns/s':>9}{'CPU ms/turn':>13}"]
     for _key, lay in layouts(res):
         s, load = lay.get("single") or {}, lay.get("load") or {}
-        rd, rr = ratio(s.get("p50_ms"), fd), ratio(s.get("p50_ms"), fr)
+        rd, rr = ratio(s.get("p50_ms"), floor_p50(lay, fd)), ratio(s.get("p50_ms"), fr)
         lines.append(f"{lay['name']:<{width}}{ms(s.get('p50_ms')):>10}{ms(s.get('p99_ms')):>10}"
                      f"{'' if rd is None else f'{rd:.2f}':>7}{'' if rr is None else f'{rr:.2f}':>7}"
                      f"{ms(load.get('p50_ms')):>11}{ms(load.get('p99_ms')):>11}"

@@ -148,6 +148,27 @@ class BenchDriver:
         return LoadResult(sessions, turns, time.perf_counter() - t0, latencies, failures)
 
 
+async def alternated(first: BenchDriver, second: BenchDriver, sessions: int,
+                     turns: int) -> tuple[LoadResult, LoadResult]:
+    """`sessions` sessions of each driver one at a time, the two taking turns (one of
+    `first`, one of `second`, ...): the single-session latency of two systems on the same
+    servers, each measured next to the other. This machine's speed drifts by a fifth and
+    more within minutes, so two systems measured minutes apart compare that drift as much
+    as themselves; sessions a tenth of a second apart do not."""
+    runs: list[tuple[list[float], list[str]]] = [([], []), ([], [])]
+    walls = [0.0, 0.0]
+    for n in range(sessions):
+        for i, driver in enumerate((first, second)):
+            started = time.perf_counter()
+            run, ended = await driver.run_one(f"single{n}", turns)
+            walls[i] += time.perf_counter() - started
+            if ended.get("status") != "completed" or len(run.messages) != turns + 1:
+                runs[i][1].append(f"{run.sid}: status {ended.get('status')}, {len(run.messages)} messages")
+            runs[i][0].extend(run.intervals())
+    return (LoadResult(sessions, turns, walls[0], runs[0][0], runs[0][1]),
+            LoadResult(sessions, turns, walls[1], runs[1][0], runs[1][1]))
+
+
 async def warmed_up(nats_url: str, redis_url: str, *, cluster: bool = False,
                     tool_timeout_s: float = 30.0) -> BenchDriver:
     """A started driver on a connection of its own (`driver.nc`), once the layout offers

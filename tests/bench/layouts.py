@@ -80,8 +80,10 @@ def bench_layouts(workers: int = 2) -> dict[str, BenchLayout]:
     }
 
 
-LAYOUT_ORDER = ("up", "workers", "split1", "split", "split_redis_cluster", "split_nats_r3", "split_clustered")
-"""The default run's layouts, in order; --layouts may name any of bench_layouts()."""
+LAYOUT_ORDER = ("split1", "split", "up", "workers", "split_redis_cluster", "split_nats_r3", "split_clustered")
+"""The default run's layouts, in order; --layouts may name any of bench_layouts(). The
+deployed layouts first: the durable floor's plan comes from their trace, and its
+responders then run beside every layout after (passes.py, Pass.start_floor)."""
 
 
 def with_probe(probe: Path, variable: str, prefix: str) -> str:

@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
-from . import lean
-from .driver import BenchDriver, wait_for_tool
-from .floor import plan_to_json
+from . import durable_floor, lean
+from .driver import BenchDriver, alternated, wait_for_tool
+from .floor import Hop, plan_to_json
 from .floor_runs import (
     create_floor_streams,
     floor_plan,
@@ -36,6 +36,10 @@ from .redis_bytes import session_bytes
 from .targets import ms, rates_note
 from .trace import TurnCost, trace_turns
 
+DEPLOYED = ("split1", "split")
+"""The layouts compose and Helm deploy: the floor's plan comes from the first of them traced."""
+PLAN_FROM = (*DEPLOYED, "workers", "up")
+"""Whose trace the floor's plan comes from, the first traced of these (a run of other layouts only)."""
 LOOPWIRE_STREAMS = {"LOOPWIRE_WORK": "work", "LOOPWIRE_EVENTS": "events", "LOOPWIRE_INGRESS": "ingress"}
 T = TypeVar("T")
 
@@ -50,15 +54,23 @@ def run_async(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 async def measure_layout(m: Measured, servers: Servers, services: dict[str, int], args: argparse.Namespace,
-                         extra: Callable[[BenchDriver], Awaitable[None]] | None = None) -> None:
+                         extra: Callable[[BenchDriver], Awaitable[None]] | None = None,
+                         floor_sizes: list[int] | None = None) -> None:
+    """`floor_sizes`: the durable floor's responders run on these servers (Pass.start_floor),
+    and its single sessions alternate with the layout's."""
     name = m.data["name"]
     async with connected(servers, BenchDriver) as (nc, r, driver):
         log(f"{name}: warm-up, {args.warmup_sessions} sessions × 5 tool-turns")
         warm = await driver.run_load("warm", args.warmup_sessions, 5, timeout=args.load_timeout)
         if warm.failures:
             raise RuntimeError(f"warm-up failed: {warm.failures[:3]}")
-        log(f"{name}: single session, {args.single} × {args.turns} tool-turns one at a time")
-        m.data["single"] = summary(await driver.run_sequential("single", args.single, args.turns))
+        if floor_sizes is None:
+            log(f"{name}: single session, {args.single} × {args.turns} tool-turns one at a time")
+            m.data["single"] = summary(await driver.run_sequential("single", args.single, args.turns))
+        else:
+            log(f"{name}: single session, {args.single} × {args.turns} tool-turns one at a time, "
+                "alternating with the durable floor's")
+            m.data["single"], m.data["single_floor"] = await alternated_with_floor(driver, servers, floor_sizes, args)
         log(f"{name}: load, {args.sessions} concurrent sessions × {args.turns} tool-turns, {args.load_runs} run(s)")
         await measure_load(m, lambda: driver.run_load("load", args.sessions, args.turns, timeout=args.load_timeout),
                            {**services, **servers.pids(), "bench client": os.getpid()}, args.load_runs,
@@ -67,6 +79,16 @@ async def measure_layout(m: Measured, servers: Servers, services: dict[str, int]
             f"single p50 {ms(m.data['single']['p50_ms'])}, {m.data['load']['n_failures']} failed sessions")
         if extra is not None:
             await extra(driver)
+
+
+async def alternated_with_floor(driver: BenchDriver, servers: Servers, sizes: list[int],
+                                args: argparse.Namespace) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The layout's single sessions and the durable floor's, taking turns (driver.alternated);
+    the floor warmed up first, as the layout was."""
+    async with connected(servers, lambda nc: durable_floor.DurableFloorDriver(nc, sizes)) as (_, _, floor):
+        await floor.run_load("warm", args.warmup_sessions, 5, timeout=args.load_timeout)
+        mine, floors = await alternated(driver, floor, args.single, args.turns)
+    return summary(mine), summary(floors)
 
 
 async def measure_bytes(driver: BenchDriver, redis_url: str, sizes: list[int], res: dict[str, Any]) -> None:
@@ -121,11 +143,39 @@ class Pass:
         """The clusters a layout runs on (with_redis_cluster, with_nats_cluster): stopped after it."""
         self.responders: list[subprocess.Popen[str]] = []
         self.traces: dict[str, TurnCost] = {}
+        self.floor_sizes: list[int] | None = None
+        """The durable floor's envelope sizes while its responders run (start_floor)."""
+        self.floor_plan: tuple[Hop, ...] = ()
+
+    def start_floor(self, args: argparse.Namespace, traces: dict[str, TurnCost]) -> None:
+        """Start the durable floor's responders on this pass's servers, once, with the plan of
+        the deployed layout's trace (PLAN_FROM): from then on every layout's single sessions
+        alternate with the floor's, and the floor's own measurement (floors) uses them too."""
+        if self.responders or args.no_floors:
+            return
+        specs = bench_layouts(args.workers)
+        plan_key = next((k for k in PLAN_FROM if k in traces), None)
+        trace = traces.get(plan_key) if plan_key else None
+        plan, sizes = floor_plan(trace), floor_sizes(trace)
+        self.res["floor_plan"] = [(h.service, list(h.redis), list(h.events)
+                                   + [f"{kind} every {every} turns" for kind, every in h.occasional]
+                                   + [f"{kind} once per run" for kind in h.per_run]) for h in plan]
+        self.res["floor_plan_from"] = specs[plan_key].name if plan_key else "the design (no trace)"
+        self.res["floor_sizes"] = sizes
+        log(f"floors: envelopes of {sizes} bytes, Redis per hop {[len(h.redis) for h in plan]}")
+        run_async(lambda: create_floor_streams(self.servers.nats.url))
+        self.responders = start_responders("tests.bench.durable_floor", args.floor_responders, self.servers,
+                                           ["--sizes", ",".join(map(str, sizes)), "--plan", plan_to_json(plan)])
+        self.floor_sizes, self.floor_plan = sizes, plan
 
     def layouts(self, args: argparse.Namespace, keys: list[str], *, trace: bool, lean_in: str | None = None,
                 bytes_in: str | None = None, bytes_sizes: list[int] | None = None,
-                fork_in: str | None = None) -> None:
+                fork_in: str | None = None, plan_traces: dict[str, TurnCost] | None = None) -> None:
+        """`plan_traces`: the traces the floor's plan comes from when this pass traces none
+        (the first pass's); otherwise the floor starts once the deployed layout is traced."""
         servers, specs = self.servers, bench_layouts(args.workers)
+        if plan_traces is not None:
+            self.start_floor(args, plan_traces)
         for key in keys:
             spec = specs[key]
             m = Measured(key, spec.name, "loopwire", spec)
@@ -148,6 +198,8 @@ class Pass:
                 log(f"{spec.name}: counting the hops of one tool-turn")
                 self.traces[key] = run_async(lambda: trace_turns(on.nats_url, servers.redis.url))  # noqa: B023
                 m.data["trace"] = trace_dict(self.traces[key])
+                if key in DEPLOYED:
+                    self.start_floor(args, self.traces)
 
             async def after_load(driver: BenchDriver) -> None:
                 if key == bytes_in and bytes_sizes:  # noqa: B023 - run at once
@@ -161,7 +213,10 @@ class Pass:
 
             pids = system.pids()
             extra = after_load if key == fork_in or (key == bytes_in and bytes_sizes) else None
-            run_async(lambda: measure_layout(m, on, pids, args, extra))  # noqa: B023 - run at once
+            # The floor's sessions alternate with this layout's where both run on this pass's
+            # servers (a layout on clusters of its own is measured for reference only).
+            paired = self.floor_sizes if on is servers else None
+            run_async(lambda: measure_layout(m, on, pids, args, extra, paired))  # noqa: B023 - run at once
             if on.redis_cluster is not None:
                 m.data["redis_keys_per_master"] = on.redis_cluster.keys_per_master()
                 log(f"{spec.name}: keys per master {m.data['redis_keys_per_master']}")
@@ -178,26 +233,18 @@ class Pass:
             self.stop_clusters()
 
     def floors(self, args: argparse.Namespace, traces: dict[str, TurnCost], *, raw: bool) -> None:
-        servers, specs = self.servers, bench_layouts(args.workers)
-        plan_key = next((k for k in ("split", "split1", "workers", "up") if k in traces), None)
-        trace = traces.get(plan_key) if plan_key else None
-        plan, sizes = floor_plan(trace), floor_sizes(trace)
-        self.res["floor_plan"] = [(h.service, list(h.redis), list(h.events)
-                                   + [f"{kind} every {every} turns" for kind, every in h.occasional]
-                                   + [f"{kind} once per run" for kind in h.per_run]) for h in plan]
-        self.res["floor_plan_from"] = specs[plan_key].name if plan_key else "the design (no trace)"
-        self.res["floor_sizes"] = sizes
-        log(f"floors: envelopes of {sizes} bytes, Redis per hop {[len(h.redis) for h in plan]}")
-        run_async(lambda: create_floor_streams(servers.nats.url))
-        self.responders = start_responders("tests.bench.durable_floor", args.floor_responders, servers,
-                                           ["--sizes", ",".join(map(str, sizes)), "--plan", plan_to_json(plan)])
+        servers = self.servers
+        self.start_floor(args, traces)  # running already when a layout was traced before
+        assert self.floor_sizes is not None
+        sizes = self.floor_sizes
+        plan = self.floor_plan
         m = Measured("floor_durable", "durable floor", "floor")
         m.data["processes"] = args.floor_responders
         run_async(lambda: measure_durable_floor(m, servers, self.responders, sizes, args))
         self.res["layouts"]["floor_durable"], self.res["order"] = m.data, [*self.res["order"], "floor_durable"]
         stop_all(self.responders)
+        self.responders, self.floor_sizes = [], None
         if not raw:
-            self.responders = []
             return
         self.responders = start_responders("tests.bench.floor", 1, servers,
                                            ["--reply-sizes", ",".join(map(str, sizes[1:] + sizes[:1])),

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .targets import cpu_total, ms, p50, rates_note, verdicts
+from .targets import cpu_total, floor_p50, ms, p50, rates_note, verdicts
 
 START = "<!-- bench:results:start (written by `make bench`; edit outside the markers) -->"
 END = "<!-- bench:results:end -->"
@@ -81,7 +81,7 @@ def layout_table(res: Results) -> list[str]:
            "|---|---|---|---|---|---|---|---|---|"]
     for _key, lay in layouts(res):
         s, load = lay.get("single") or {}, lay.get("load") or {}
-        rd, rr = ratio(s.get("p50_ms"), fd), ratio(s.get("p50_ms"), fr)
+        rd, rr = ratio(s.get("p50_ms"), floor_p50(lay, fd)), ratio(s.get("p50_ms"), fr)
         out.append(_row([lay["name"], ms(s.get("p50_ms")), ms(s.get("p99_ms")),
                          "" if rd is None else f"{rd:.2f}×", "" if rr is None else f"{rr:.2f}×",
                          ms(load.get("p50_ms")), ms(load.get("p99_ms")),
@@ -122,7 +122,9 @@ def markdown(res: Results) -> str:
             "p50/p99 of one tool-turn: the time between two consecutive `message` events of a session as the "
             "client receives them (tool.call → tools → tool.result → router → memory → llm → router → "
             "message); for the raw floor, its five request/reply hops. ×durable, ×raw: the single-session "
-            "p50 over that floor's. turns/s: tool-turns / wall time from the first `start` to the last "
+            "p50 over that floor's; ×durable over the durable floor's sessions that alternated with the "
+            "layout's, one of each in turn on the same servers (the layouts on clusters of their own: over the "
+            "floor's own row). turns/s: tool-turns / wall time from the first `start` to the last "
             "`run.ended`. CPU: every process of the layout plus nats-server, redis-server and the bench "
             "client, during the load run.", "",
             *layout_table(res)]

@@ -62,7 +62,7 @@ from .targets import TARGETS
 
 DOC = ROOT / "docs" / "benchmarks.md"
 RESULTS = ROOT / ".run" / "bench.json"
-QUICK = {"sessions": 40, "turns": 10, "single": 2, "warmup_sessions": 10, "load_runs": 1, "bytes_turns": "10,20,40"}
+QUICK = {"sessions": 40, "turns": 10, "single": 4, "warmup_sessions": 10, "load_runs": 1, "bytes_turns": "10,20,40"}
 """--quick (or LOOPWIRE_BENCH_QUICK=1): a load small enough to iterate on, every layout still."""
 
 
@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"a small load for development ({QUICK}); also LOOPWIRE_BENCH_QUICK=1")
     p.add_argument("--sessions", type=int, help="concurrent sessions under load (200)")
     p.add_argument("--turns", type=int, help="tool-turns per session (20)")
-    p.add_argument("--single", type=int, help="sessions run one at a time for the latency (5)")
+    p.add_argument("--single", type=int, help="sessions run one at a time for the latency (20)")
     p.add_argument("--warmup-sessions", type=int, help="(40)")
     p.add_argument("--load-runs", type=int, help="runs of the load per layout; the median by turns/s is kept (3)")
     p.add_argument("--bytes-turns", help="tool-turns of the Redis-bytes sessions (20,100,200); '' for none")
@@ -94,7 +94,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--results", default=str(RESULTS), help="the results file (JSON)")
     p.add_argument("--watchdog", type=int, default=2400, help="seconds before a hung run is ended")
     args = p.parse_args(argv)
-    full = {"sessions": 200, "turns": 20, "single": 5, "warmup_sessions": 40, "load_runs": 3,
+    full = {"sessions": 200, "turns": 20, "single": 20, "warmup_sessions": 40, "load_runs": 3,
             "bytes_turns": "20,100,200"}
     for key, value in (QUICK if args.quick else full).items():
         if getattr(args, key) is None:
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             second: dict[str, Any] = {"layouts": {}, "order": [], "notes": []}
             res["default_sync"] = second
             run = start_pass(False, second)
-            run.layouts(args, second_keys, trace=False)
+            run.layouts(args, second_keys, trace=False, plan_traces=traces)
             if not args.no_floors:
                 run.floors(args, traces, raw=False)
             run.stop(failed=False)

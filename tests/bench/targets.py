@@ -62,6 +62,17 @@ def p50(lay: dict[str, Any] | None, run: str = "single") -> float | None:
     return lay[run]["p50_ms"]
 
 
+def floor_p50(lay: dict[str, Any], floor_own: float | None) -> float | None:
+    """The durable floor's single-session p50 a layout is judged against: that of the floor's
+    sessions that alternated with the layout's (passes.py, `single_floor`), else the floor's
+    own measurement (a layout on clusters of its own, or a results file from before)."""
+    return p50(lay, "single_floor") or floor_own
+
+
+def alongside_note(lay: dict[str, Any]) -> str:
+    return " (the floor's sessions alternating with these)" if p50(lay, "single_floor") else ""
+
+
 def ms(x: float | None) -> str:
     return "n/a" if x is None or x != x else f"{x:.2f} ms"
 
@@ -92,10 +103,10 @@ def layout_verdicts(res: Results, *, default_sync: bool = False) -> list[Verdict
     f_tps = (floor.get("load") or {}).get("turns_per_s")
     for lay in loopwire_layouts(res):
         name, t = lay["name"], lay.get("targets") or {}
-        a = p50(lay)
-        if t.get("p50") and a is not None and fd:
+        a, fa = p50(lay), floor_p50(lay, fd)
+        if t.get("p50") and a is not None and fa:
             out.append((f"`{name}`: p50 (single session) ≤ {t['p50']:g}× the durable floor",
-                        f"{ms(a)} vs {ms(fd)} = {a / fd:.2f}×", a <= t["p50"] * fd))
+                        f"{ms(a)} vs {ms(fa)} = {a / fa:.2f}×{alongside_note(lay)}", a <= t["p50"] * fa))
         if t.get("cpu") and lay.get("cpu_ms") and f_cpu:
             c = cpu_total(lay)
             out.append((f"`{name}`: CPU per tool-turn ≤ {t['cpu']:g}× the durable floor",
@@ -107,9 +118,9 @@ def layout_verdicts(res: Results, *, default_sync: bool = False) -> list[Verdict
                         f"sessions × {res['params']['turns']} tool-turns)",
                         f"{tps:.0f} vs {f_tps:.0f} turns/s = {tps / f_tps:.2f}×{rates_note(lay)}",
                         tps >= want * f_tps))
-        if not t and a is not None and fd:
+        if not t and a is not None and fa:
             out.append((f"(reference) `{name}`: p50 (single session) vs the durable floor",
-                        f"{ms(a)} vs {ms(fd)} = {a / fd:.2f}×", None))
+                        f"{ms(a)} vs {ms(fa)} = {a / fa:.2f}×{alongside_note(lay)}", None))
     return out
 
 
