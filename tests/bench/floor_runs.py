@@ -11,11 +11,13 @@ import subprocess
 import sys
 
 import nats
+import redis.asyncio as aioredis
+from nats.aio.client import Client as NatsClient
 
 from . import durable_floor
 from .floor import DEFAULT_PLAN, FloorDriver, Hop, plan_from_trace
 from .layouts import ROOT, Servers, service_env
-from .measuring import Measured, connected, counter, log, measure_load, summary
+from .measuring import LoadSide, Measured, connected, counter, log, measure_load, summary
 from .targets import ms, rates_note
 from .trace import TurnCost
 
@@ -73,14 +75,21 @@ def responder_pids(label: str, procs: list[subprocess.Popen[str]]) -> dict[str, 
     return {label if len(procs) == 1 else f"{label} {i + 1}": p.pid for i, p in enumerate(procs)}
 
 
+def durable_side(driver: durable_floor.DurableFloorDriver, nc: NatsClient, rs: list[aioredis.Redis], servers: Servers,
+                 procs: list[subprocess.Popen[str]], args: argparse.Namespace) -> LoadSide:
+    """The durable floor's load run (`args.sessions` × `args.turns`) on `driver`, the CPU of
+    its responders, the servers and this client, its streams' wire counts."""
+    return LoadSide(lambda: driver.run_load("load", args.sessions, args.turns, timeout=args.load_timeout),
+                    {**responder_pids("responder", procs), **servers.pids(), "bench client": os.getpid()},
+                    counter(nc, rs, servers, FLOOR_STREAMS), FLOOR_STREAMS)
+
+
 async def measure_durable_floor(m: Measured, servers: Servers, procs: list[subprocess.Popen[str]],
                                 sizes: list[int], args: argparse.Namespace) -> None:
     async with connected(servers, lambda nc: durable_floor.DurableFloorDriver(nc, sizes)) as (nc, rs, driver):
         await driver.run_load("warm", args.warmup_sessions, 5, timeout=args.load_timeout)
         m.data["single"] = summary(await driver.run_sequential("single", args.single, args.turns))
-        await measure_load(m, lambda: driver.run_load("load", args.sessions, args.turns, timeout=args.load_timeout),
-                           {**responder_pids("responder", procs), **servers.pids(), "bench client": os.getpid()},
-                           args.load_runs, counter(nc, rs, servers, FLOOR_STREAMS), FLOOR_STREAMS)
+        await measure_load(m, durable_side(driver, nc, rs, servers, procs, args), args.load_runs)
         log(f"durable floor: {m.data['load']['turns_per_s']:.0f} turns/s{rates_note(m.data)}, "
             f"single p50 {ms(m.data['single']['p50_ms'])}")
 
@@ -90,10 +99,10 @@ async def measure_raw_floor(m: Measured, servers: Servers, procs: list[subproces
     async with connected(servers, lambda nc: FloorDriver(nc, sizes)) as (nc, rs, driver):
         await driver.run_load(args.warmup_sessions, 5)
         m.data["single"] = summary(await driver.run_sequential(args.single, args.turns))
-        await measure_load(m, lambda: driver.run_load(args.sessions, args.turns),
-                           {**responder_pids("echo responder", procs), **servers.pids(),
-                            "bench client (driver)": os.getpid()},
-                           args.load_runs, counter(nc, rs, servers, {}), {})
+        await measure_load(m, LoadSide(lambda: driver.run_load(args.sessions, args.turns),
+                                       {**responder_pids("echo responder", procs), **servers.pids(),
+                                        "bench client (driver)": os.getpid()},
+                                       counter(nc, rs, servers, {}), {}), args.load_runs)
         log(f"raw floor: {m.data['load']['turns_per_s']:.0f} turns/s{rates_note(m.data)}, "
             f"single p50 {ms(m.data['single']['p50_ms'])}")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import nats
@@ -49,28 +50,57 @@ class Measured:
         self.key = key
 
 
-async def measure_load(m: Measured, run: Callable[[], Awaitable[LoadResult]], pids: dict[str, int],
-                       runs: int, counts: Callable[[], Awaitable[wire.Snapshot]],
-                       streams: dict[str, str]) -> None:
-    """The load `runs` times, each in its own CPU and wire window; the layout keeps the
-    median run by turns/s (this machine's speed drifts from one run to the next), or the
-    first with failed sessions, so a failure is never hidden."""
-    done: list[tuple[LoadResult, dict[str, float], float, dict[str, Any]]] = []
-    for _ in range(max(1, runs)):
-        before = await counts()
-        window = CpuWindow(pids).start()
-        load = await run()
+LoadRun = tuple[LoadResult, dict[str, float], float, dict[str, Any]]
+"""One load run: its result, the CPU of each process and of the machine's others in its
+window, and its wire counts per tool-turn."""
+
+
+@dataclass
+class LoadSide:
+    """What one system's load run needs: the run, the processes whose CPU it counts, and
+    the wire counters of its streams."""
+
+    run: Callable[[], Awaitable[LoadResult]]
+    pids: dict[str, int]
+    counts: Callable[[], Awaitable[wire.Snapshot]]
+    streams: dict[str, str]
+
+    async def once(self) -> LoadRun:
+        before = await self.counts()
+        window = CpuWindow(self.pids).start()
+        load = await self.run()
         spent = window.stop()
-        after = await counts()
-        done.append((load, spent, window.others, wire.per_turn(before, after, load.tool_turns, streams)))
-    m.data["load_rates"] = [load.turns_per_s for load, *_ in done]
+        after = await self.counts()
+        return load, spent, window.others, wire.per_turn(before, after, load.tool_turns, self.streams)
+
+
+def keep_median(data: dict[str, Any], done: list[LoadRun]) -> None:
+    """Of several load runs, the median by turns/s (this machine's speed drifts from one run
+    to the next), or the first with failed sessions, so a failure is never hidden."""
+    data["load_rates"] = [load.turns_per_s for load, *_ in done]
     failing = [d for d in done if d[0].failures]
     load, spent, others, counted = failing[0] if failing else sorted(done, key=lambda d: d[0].turns_per_s)[len(done) // 2]
     turns, wall = load.tool_turns, load.wall_s
-    m.data.update(load=summary(load), wire=counted,
-                  cpu_ms={k: 1000 * v / turns for k, v in spent.items()},
-                  cpu_share={k: v / wall for k, v in spent.items()},
-                  other_ms=1000 * others / turns, other_share=others / wall)
+    data.update(load=summary(load), wire=counted,
+                cpu_ms={k: 1000 * v / turns for k, v in spent.items()},
+                cpu_share={k: v / wall for k, v in spent.items()},
+                other_ms=1000 * others / turns, other_share=others / wall)
+
+
+async def measure_load(m: Measured, side: LoadSide, runs: int, floor: LoadSide | None = None) -> None:
+    """The load `runs` times, each in its own CPU and wire window, the median kept. With
+    `floor`, the durable floor's load runs take turns with these (one of each, `runs`
+    times) and are kept as the layout's `floor_alongside`: two systems measured minutes
+    apart compare this machine's drift as much as themselves."""
+    mine: list[LoadRun] = []
+    floors: list[LoadRun] = []
+    for _ in range(max(1, runs)):
+        mine.append(await side.once())
+        if floor is not None:
+            floors.append(await floor.once())
+    keep_median(m.data, mine)
+    if floors:
+        keep_median(m.data.setdefault("floor_alongside", {}), floors)
 
 
 def counter(nc: NatsClient, rs: list[aioredis.Redis], servers: Servers,

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import os
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,6 +24,7 @@ from .driver import BenchDriver, alternated, wait_for_tool
 from .floor import Hop, plan_to_json
 from .floor_runs import (
     create_floor_streams,
+    durable_side,
     floor_plan,
     floor_sizes,
     measure_durable_floor,
@@ -31,7 +34,7 @@ from .floor_runs import (
 )
 from .fork_cost import measure_fork
 from .layouts import Servers, System, bench_layouts, start_servers
-from .measuring import Measured, connected, counter, log, measure_load, summary
+from .measuring import LoadSide, Measured, connected, counter, log, measure_load, summary
 from .redis_bytes import session_bytes
 from .targets import ms, rates_note
 from .trace import TurnCost, trace_turns
@@ -53,42 +56,53 @@ def run_async(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return uvloop.run(coro_fn())
 
 
+@dataclass
+class FloorBeside:
+    """The durable floor's responders, up on a layout's servers (Pass.start_floor)."""
+
+    sizes: list[int]
+    procs: list[subprocess.Popen[str]]
+    loads: bool
+    """Whether its load runs take turns with the layout's too (a layout with targets)."""
+
+
 async def measure_layout(m: Measured, servers: Servers, services: dict[str, int], args: argparse.Namespace,
                          extra: Callable[[BenchDriver], Awaitable[None]] | None = None,
-                         floor_sizes: list[int] | None = None) -> None:
-    """`floor_sizes`: the durable floor's responders run on these servers (Pass.start_floor),
-    and its single sessions alternate with the layout's."""
+                         floor: FloorBeside | None = None) -> None:
+    """With `floor`, the durable floor's single sessions (and, `floor.loads`, its load runs)
+    take turns with the layout's, and the layout is judged against those."""
     name = m.data["name"]
-    async with connected(servers, BenchDriver) as (nc, r, driver):
+    async with contextlib.AsyncExitStack() as stack:
+        nc, r, driver = await stack.enter_async_context(connected(servers, BenchDriver))
         log(f"{name}: warm-up, {args.warmup_sessions} sessions × 5 tool-turns")
         warm = await driver.run_load("warm", args.warmup_sessions, 5, timeout=args.load_timeout)
         if warm.failures:
             raise RuntimeError(f"warm-up failed: {warm.failures[:3]}")
-        if floor_sizes is None:
+        side = LoadSide(lambda: driver.run_load("load", args.sessions, args.turns, timeout=args.load_timeout),
+                        {**services, **servers.pids(), "bench client": os.getpid()},
+                        counter(nc, r, servers, LOOPWIRE_STREAMS), LOOPWIRE_STREAMS)
+        floor_side = None
+        if floor is None:
             log(f"{name}: single session, {args.single} × {args.turns} tool-turns one at a time")
             m.data["single"] = summary(await driver.run_sequential("single", args.single, args.turns))
         else:
+            sizes = floor.sizes
+            fnc, frs, fdriver = await stack.enter_async_context(
+                connected(servers, lambda c: durable_floor.DurableFloorDriver(c, sizes)))
+            await fdriver.run_load("warm", args.warmup_sessions, 5, timeout=args.load_timeout)
             log(f"{name}: single session, {args.single} × {args.turns} tool-turns one at a time, "
-                "alternating with the durable floor's")
-            m.data["single"], m.data["single_floor"] = await alternated_with_floor(driver, servers, floor_sizes, args)
-        log(f"{name}: load, {args.sessions} concurrent sessions × {args.turns} tool-turns, {args.load_runs} run(s)")
-        await measure_load(m, lambda: driver.run_load("load", args.sessions, args.turns, timeout=args.load_timeout),
-                           {**services, **servers.pids(), "bench client": os.getpid()}, args.load_runs,
-                           counter(nc, r, servers, LOOPWIRE_STREAMS), LOOPWIRE_STREAMS)
+                "taking turns with the durable floor's")
+            mine, floors = await alternated(driver, fdriver, args.single, args.turns)
+            m.data["single"], m.data["single_floor"] = summary(mine), summary(floors)
+            if floor.loads:
+                floor_side = durable_side(fdriver, fnc, frs, servers, floor.procs, args)
+        log(f"{name}: load, {args.sessions} concurrent sessions × {args.turns} tool-turns, {args.load_runs} run(s)"
+            + (", taking turns with the durable floor's" if floor_side is not None else ""))
+        await measure_load(m, side, args.load_runs, floor_side)
         log(f"{name}: {m.data['load']['turns_per_s']:.0f} turns/s{rates_note(m.data)}, "
             f"single p50 {ms(m.data['single']['p50_ms'])}, {m.data['load']['n_failures']} failed sessions")
         if extra is not None:
             await extra(driver)
-
-
-async def alternated_with_floor(driver: BenchDriver, servers: Servers, sizes: list[int],
-                                args: argparse.Namespace) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The layout's single sessions and the durable floor's, taking turns (driver.alternated);
-    the floor warmed up first, as the layout was."""
-    async with connected(servers, lambda nc: durable_floor.DurableFloorDriver(nc, sizes)) as (_, _, floor):
-        await floor.run_load("warm", args.warmup_sessions, 5, timeout=args.load_timeout)
-        mine, floors = await alternated(driver, floor, args.single, args.turns)
-    return summary(mine), summary(floors)
 
 
 async def measure_bytes(driver: BenchDriver, redis_url: str, sizes: list[int], res: dict[str, Any]) -> None:
@@ -215,8 +229,9 @@ class Pass:
             extra = after_load if key == fork_in or (key == bytes_in and bytes_sizes) else None
             # The floor's sessions alternate with this layout's where both run on this pass's
             # servers (a layout on clusters of its own is measured for reference only).
-            paired = self.floor_sizes if on is servers else None
-            run_async(lambda: measure_layout(m, on, pids, args, extra, paired))  # noqa: B023 - run at once
+            beside = FloorBeside(self.floor_sizes, self.responders, loads=spec.targets is not None) \
+                if self.floor_sizes is not None and on is servers else None
+            run_async(lambda: measure_layout(m, on, pids, args, extra, beside))  # noqa: B023 - run at once
             if on.redis_cluster is not None:
                 m.data["redis_keys_per_master"] = on.redis_cluster.keys_per_master()
                 log(f"{spec.name}: keys per master {m.data['redis_keys_per_master']}")

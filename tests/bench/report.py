@@ -89,6 +89,23 @@ def layout_table(res: Results) -> list[str]:
     return out
 
 
+def beside_table(res: Results) -> list[str]:
+    """Each layout beside the durable floor's sessions and load runs that took turns with its own."""
+    rows = [(lay, lay.get("single_floor") or {}, lay.get("floor_alongside") or {}) for _key, lay in layouts(res)
+            if lay.get("single_floor")]
+    if not rows:
+        return []
+    out = ["| layout | single p50 | the floor's, in turns | load turns/s | the floor's, in turns | CPU ms / turn | "
+           "the floor's, in turns |", "|---|---|---|---|---|---|---|"]
+    for lay, single, beside in rows:
+        load, floor_load = lay.get("load") or {}, beside.get("load") or {}
+        out.append(_row([lay["name"], ms((lay.get("single") or {}).get("p50_ms")), ms(single.get("p50_ms")),
+                         f"{load.get('turns_per_s', 0):.0f}{rates_note(lay)}",
+                         f"{floor_load['turns_per_s']:.0f}{rates_note(beside)}" if floor_load else "—",
+                         f"{cpu_total(lay):.2f}", f"{cpu_total(beside):.2f}" if beside.get("cpu_ms") else "—"]))
+    return out
+
+
 def cpu_table(res: Results) -> list[str]:
     out = ["| layout | process | CPU ms / turn | % of a core |", "|---|---|---|---|"]
     for _key, lay in layouts(res):
@@ -128,6 +145,11 @@ def markdown(res: Results) -> str:
             "`run.ended`. CPU: every process of the layout plus nats-server, redis-server and the bench "
             "client, during the load run.", "",
             *layout_table(res)]
+    beside = beside_table(res)
+    if beside:
+        out += ["", "The durable floor beside each layout: its single sessions took turns with the layout's (one of "
+                "each, on the same servers), and for a layout with targets its load runs too; the targets judge the "
+                "layout against these.", "", *beside]
     out += ["", "The floors: the same five hops per tool-turn, the same Redis calls (counted by the trace below) "
             "and events (as many stored per run: one of fewer than one per tool-turn, such as memory's "
             "observations, every so many turns, and the run's own, such as `run.started`, once per run), "
@@ -160,7 +182,7 @@ def markdown(res: Results) -> str:
                 f"A second pass on fresh servers, {second.get('servers', {}).get('nats', 'nats-server')}: the "
                 "durable floor above waits on an fsync per stored message, which must not hide loopwire's own "
                 "CPU. Its targets are in the table of targets above (\"with nats-server's default sync\").", "",
-                *layout_table(second), "", *cpu_table(second), ""]
+                *layout_table(second), "", *beside_table(second), "", *cpu_table(second), ""]
     out += wire_tables(res)
     out += trace_tables(res)
     if res.get("bytes"):

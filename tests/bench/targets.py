@@ -1,7 +1,10 @@
 """The speed targets `make bench` judges (issue 24), and their verdicts from a results file.
 
 Every target is relative to the durable floor measured in the same run on the same
-servers (durable_floor.py), so a slower or busier machine moves both sides:
+servers (durable_floor.py), so a slower or busier machine moves both sides; a layout on
+the pass's own servers is judged against the floor's single sessions and load runs that
+took turns with its own (passes.py, `floor_alongside`), the machine's drift between the two
+left out:
 
 | layout | single-session p50 | CPU per tool-turn | tool-turns/s | tool-turns/s, nats-server's default sync |
 |---|---|---|---|---|
@@ -81,11 +84,14 @@ def cpu_total(lay: dict[str, Any]) -> float:
     return sum(lay.get("cpu_ms", {}).values())
 
 
-def rates_note(lay: dict[str, Any]) -> str:
+def rates_note(lay: dict[str, Any], lead: str = " (") -> str:
+    """The turns/s of each load run, where there were several: ` (median of 3 runs: ...)`;
+    `lead` ": " gives `: median of 3 runs: ...` to go inside another parenthesis."""
     rates = lay.get("load_rates") or []
     if len(rates) <= 1:
         return ""
-    return f" (median of {len(rates)} runs: {', '.join(f'{r:.0f}' for r in rates)})"
+    listed = f"median of {len(rates)} runs: {', '.join(f'{r:.0f}' for r in rates)}"
+    return f" ({listed})" if lead == " (" else f"{lead}{listed}"
 
 
 def loopwire_layouts(res: Results) -> list[dict[str, Any]]:
@@ -107,17 +113,21 @@ def layout_verdicts(res: Results, *, default_sync: bool = False) -> list[Verdict
         if t.get("p50") and a is not None and fa:
             out.append((f"`{name}`: p50 (single session) ≤ {t['p50']:g}× the durable floor",
                         f"{ms(a)} vs {ms(fa)} = {a / fa:.2f}×{alongside_note(lay)}", a <= t["p50"] * fa))
-        if t.get("cpu") and lay.get("cpu_ms") and f_cpu:
+        beside = lay.get("floor_alongside") or {}
+        fc = cpu_total(beside) if beside.get("cpu_ms") else f_cpu
+        ft = (beside.get("load") or {}).get("turns_per_s") or f_tps
+        note = f" (the floor's load runs taking turns with these{rates_note(beside, ': ')})" if beside else ""
+        if t.get("cpu") and lay.get("cpu_ms") and fc:
             c = cpu_total(lay)
             out.append((f"`{name}`: CPU per tool-turn ≤ {t['cpu']:g}× the durable floor",
-                        f"{c:.2f} ms vs {f_cpu:.2f} ms = {c / f_cpu:.2f}×", c <= t["cpu"] * f_cpu))
+                        f"{c:.2f} ms vs {fc:.2f} ms = {c / fc:.2f}×{note}", c <= t["cpu"] * fc))
         want = t.get("turns_default_sync" if default_sync else "turns")
-        if want and lay.get("load") and f_tps:
+        if want and lay.get("load") and ft:
             tps = lay["load"]["turns_per_s"]
             out.append((f"`{name}`: tool-turns/s ≥ {want:g}× the durable floor ({res['params']['sessions']} "
                         f"sessions × {res['params']['turns']} tool-turns)",
-                        f"{tps:.0f} vs {f_tps:.0f} turns/s = {tps / f_tps:.2f}×{rates_note(lay)}",
-                        tps >= want * f_tps))
+                        f"{tps:.0f} vs {ft:.0f} turns/s = {tps / ft:.2f}×{rates_note(lay)}{note}",
+                        tps >= want * ft))
         if not t and a is not None and fa:
             out.append((f"(reference) `{name}`: p50 (single session) vs the durable floor",
                         f"{ms(a)} vs {ms(fa)} = {a / fa:.2f}×{alongside_note(lay)}", None))

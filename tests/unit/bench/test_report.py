@@ -99,6 +99,31 @@ def test_each_target_is_judged_against_the_durable_floor() -> None:
                "durable floor"] == ("4.00 ms vs 2.50 ms = 1.60×", False)
 
 
+def test_a_layout_is_judged_against_the_floor_that_took_turns_with_it() -> None:
+    """The floor's sessions and load runs measured in turns with the layout's (`single_floor`,
+    `floor_alongside`) are its yardstick, not the floor's own row measured minutes later."""
+    res = results()
+    beside = _layout("durable floor", 10.0, 200.0, kind="floor", cpu=4.0)
+    res["layouts"]["split"].update(single_floor=beside["single"],
+                                   floor_alongside={k: beside[k] for k in ("load", "load_rates", "cpu_ms")})
+    got = {target: (measured, met) for target, measured, met in report.verdicts(res)}
+    assert got["`6 × loopwire serve (2 routers)`: p50 (single session) ≤ 1.5× the durable floor"] == \
+        ("11.00 ms vs 10.00 ms = 1.10× (the floor's sessions alternating with these)", True)
+    assert got["`6 × loopwire serve (2 routers)`: CPU per tool-turn ≤ 1.5× the durable floor"] == \
+        ("4.40 ms vs 4.00 ms = 1.10× (the floor's load runs taking turns with these: median of 3 runs: "
+         "190, 200, 210)", True)
+    assert got["`6 × loopwire serve (2 routers)`: tool-turns/s ≥ 0.9× the durable floor (200 sessions × 20 "
+               "tool-turns)"] == ("260 vs 200 turns/s = 1.30× (median of 3 runs: 250, 260, 270) (the floor's load "
+                                  "runs taking turns with these: median of 3 runs: 190, 200, 210)", True)
+    # A layout without them (workers here) is still judged against the floor's own row.
+    assert got["`loopwire up --workers 2`: p50 (single session) ≤ 1.5× the durable floor"] == \
+        ("7.00 ms vs 5.00 ms = 1.40×", True)
+    table = "\n".join(report.beside_table(res))
+    assert "| 6 × loopwire serve (2 routers) | 11.00 ms | 10.00 ms | 260 (median of 3 runs: 250, 260, 270) | " \
+           "200 (median of 3 runs: 190, 200, 210) | 4.40 | 4.00 |" in table
+    assert "loopwire up --workers 2" not in table
+
+
 def test_the_idle_processes_are_judged_by_the_worst_one() -> None:
     got = {target: (measured, met) for target, measured, met in report.verdicts(results())}
     assert got["every idle `loopwire serve NAME`: RSS ≤ 90 MB"] == ("at most 74 MB (router)", True)
