@@ -74,7 +74,6 @@ MCP_START_WAIT_S = 15.0
 tools) before it takes work without the ones still missing; they join when they connect."""
 
 
-
 class ToolsService:
     name = "tools"
 

@@ -5,6 +5,7 @@ in the same window as a layout (measuring.py)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import subprocess
@@ -15,7 +16,7 @@ import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
 
 from . import durable_floor
-from .floor import DEFAULT_PLAN, FloorDriver, Hop, plan_from_trace
+from .floor import DEFAULT_PLAN, FloorDriver, Hop, plan_from_trace, plan_to_json
 from .layouts import ROOT, Servers, service_env
 from .measuring import LoadSide, Measured, connected, counter, log, measure_load, summary
 from .targets import ms, rates_note
@@ -59,6 +60,15 @@ def start_responders(module: str, count: int, servers: Servers, extra: list[str]
             stop_all(procs)
             raise RuntimeError(f"{module} did not start: {line!r}")
     return procs
+
+
+def start_durable_floor(servers: Servers, plan: tuple[Hop, ...], sizes: list[int],
+                        count: int) -> list[subprocess.Popen[str]]:
+    """The durable floor's streams on `servers` and `count` responder processes serving
+    `plan` with envelopes of `sizes`."""
+    asyncio.run(create_floor_streams(servers.nats.url))
+    return start_responders("tests.bench.durable_floor", count, servers,
+                            ["--sizes", ",".join(map(str, sizes)), "--plan", plan_to_json(plan)])
 
 
 def stop_all(procs: list[subprocess.Popen[str]]) -> None:

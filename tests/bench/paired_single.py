@@ -21,8 +21,7 @@ import nats
 
 from . import durable_floor
 from .driver import alternated, wait_for_tool, warmed_up
-from .floor import plan_to_json
-from .floor_runs import create_floor_streams, floor_plan, floor_sizes, start_responders, stop_all
+from .floor_runs import floor_plan, floor_sizes, start_durable_floor, stop_all
 from .layouts import System, bench_layouts, start_servers
 from .trace import trace_turns
 
@@ -60,9 +59,7 @@ def main() -> None:
         asyncio.run(wait_for_tool(servers.redis_url, "noop"))
         trace = asyncio.run(trace_turns(servers.nats_url, servers.redis.url))
         sizes = floor_sizes(trace)
-        asyncio.run(create_floor_streams(servers.nats.url))
-        responders = start_responders("tests.bench.durable_floor", 2, servers,
-                                      ["--sizes", ",".join(map(str, sizes)), "--plan", plan_to_json(floor_plan(trace))])
+        responders = start_durable_floor(servers, floor_plan(trace), sizes, 2)
         ratios = asyncio.run(rounds(servers.nats_url, servers.redis_url, sizes, args.rounds, args.sessions))
         print(f"{args.layout}: median {statistics.median(ratios):.3f}× the floor over {len(ratios)} rounds")
     finally:

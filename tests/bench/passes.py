@@ -23,12 +23,12 @@ from . import durable_floor, lean
 from .driver import BenchDriver, alternated, wait_for_tool
 from .floor import Hop, plan_to_json
 from .floor_runs import (
-    create_floor_streams,
     durable_side,
     floor_plan,
     floor_sizes,
     measure_durable_floor,
     measure_raw_floor,
+    start_durable_floor,
     start_responders,
     stop_all,
 )
@@ -177,9 +177,7 @@ class Pass:
         self.res["floor_plan_from"] = specs[plan_key].name if plan_key else "the design (no trace)"
         self.res["floor_sizes"] = sizes
         log(f"floors: envelopes of {sizes} bytes, Redis per hop {[len(h.redis) for h in plan]}")
-        run_async(lambda: create_floor_streams(self.servers.nats.url))
-        self.responders = start_responders("tests.bench.durable_floor", args.floor_responders, self.servers,
-                                           ["--sizes", ",".join(map(str, sizes)), "--plan", plan_to_json(plan)])
+        self.responders = start_durable_floor(self.servers, plan, sizes, args.floor_responders)
         self.floor_sizes, self.floor_plan = sizes, plan
 
     def layouts(self, args: argparse.Namespace, keys: list[str], *, trace: bool, lean_in: str | None = None,
