@@ -32,7 +32,7 @@ from loopwire.shared.observability.tracing import (
     setup_tracing,
     shutdown_tracing,
 )
-from loopwire.shared.runtime import gc_tuning
+from loopwire.shared.runtime import gc_tuning, nats_headers
 from loopwire.shared.runtime.chain_balance import ChainBalance
 from loopwire.shared.runtime.credentials import (
     display_url,
@@ -148,6 +148,7 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     register_configured_secrets(settings)
     set_capture_content(settings.otel_capture_content)
     setup_tracing("loopwire" if len(names) > 1 else f"loopwire-{names[0]}")
+    nats_headers.install()  # each message's headers parsed in fewer steps (nats_headers.py)
     broker = make_broker(settings)
     ctx = build_context(settings, broker)
     await warn_if_volatile(ctx.redis)

@@ -12,7 +12,14 @@ after the calls it depends on; a turn whose dependencies form a cycle or name wh
 does not exist is refused whole, with an error result per call). Each result is
 recorded under `tool:<sid>:<tool_use_id>` the moment it exists, then handed to
 `on_result` (the service emits `tool.result` there); the list returned is in the
-model's order.
+model's order, and handed to `then` (the service hands it to the router there).
+
+A single call's result goes to `then` while its record is written, not after, when the
+batch's claim is fresh (taken less than a third of its TTL ago, before any renewal was
+due): no other worker can hold the claim then, so the record cannot be refused, and the
+hop saves its round trip. A record that fails anyway (Redis away) fails the delivery as
+before: it is redelivered, finds no record and runs the call again, as it would had the
+process stopped between the call and its record.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from .staging import Hint, Staging, hint_of, stage
 log = logging.getLogger("loopwire.tools.executor")
 
 ResultCallback = Callable[[ToolResultItem], Awaitable[None]]
+ResultsCallback = Callable[[list[ToolResultItem]], Awaitable[None]]
 
 
 @dataclass
@@ -56,6 +64,9 @@ class _BatchClaim:
     token: str
     unrecorded: int
     """Calls of the batch with no record yet."""
+    fresh_until: float
+    """Until when (the monotonic clock) the claim is certainly this worker's: a third of its
+    TTL after the claim was asked for, when its first renewal is due."""
     released: bool = False
     """The claim was dropped by the script of the batch's last record."""
 
@@ -96,13 +107,16 @@ class Executor:
         provider that started a moment ago is found before its call fails."""
 
     async def execute(self, env: ExecuteTools, on_result: ResultCallback | None = None,
-                      cancel: CancelSignal | None = None) -> list[ToolResultItem]:
+                      cancel: CancelSignal | None = None, then: ResultsCallback | None = None) -> list[ToolResultItem]:
+        """The batch's results, in the model's order, once recorded and handed to `then`
+        (when given)."""
         calls = env.calls
         # Every delivery, first or not, claims the batch before any call runs, in the script
         # that reads the calls' records (shared/stores/step_store.py): one in a paused process's
         # buffer may be work another replica did meanwhile. StepHeld while another live
         # worker runs it.
         claim_key = keys.tool_batch_step(env.session_id, env.step_id)
+        asked = time.monotonic()
         claim = await self.steps.claim(claim_key, [keys.tool_call_step(env.session_id, c.tool_use_id) for c in calls],
                                        self.claim_ttl_s)
         recorded = claim.records
@@ -111,11 +125,18 @@ class Executor:
             for item in items:
                 if on_result is not None:
                     await on_result(item)
+            if then is not None:
+                await then(items)
             return items
-        batch = _BatchClaim(claim_key, claim.token, unrecorded=sum(r is None for r in recorded))
+        batch = _BatchClaim(claim_key, claim.token, unrecorded=sum(r is None for r in recorded),
+                            fresh_until=asked + self.claim_ttl_s / 3)
         try:
             async with renewed(self.steps, claim_key, claim.token, ttl_s=self.claim_ttl_s):
-                return await self._execute(env, recorded, batch, on_result=on_result, cancel=cancel)
+                items, handed = await self._execute(env, recorded, batch, on_result=on_result, cancel=cancel,
+                                                    then=then)
+            if then is not None and not handed:
+                await then(items)
+            return items
         finally:
             # A redelivery finds the records, or (a cancelled call is not recorded, a
             # failure here) may run what is missing at once. The batch's last record
@@ -125,7 +146,10 @@ class Executor:
                     await self.steps.release(claim_key, claim.token)
 
     async def _execute(self, env: ExecuteTools, recorded: list[dict[str, Any] | None], claim: _BatchClaim,
-                       *, on_result: ResultCallback | None, cancel: CancelSignal | None) -> list[ToolResultItem]:
+                       *, on_result: ResultCallback | None, cancel: CancelSignal | None,
+                       then: ResultsCallback | None) -> tuple[list[ToolResultItem], bool]:
+        """The results, and whether they were handed to `then` already (a single call's,
+        while its record was written)."""
         calls = env.calls
         tools = [self.catalog.resolve(c.name) for c in calls]
         if self.refresh is not None and env.recording is None and any(
@@ -140,8 +164,10 @@ class Executor:
                      known=lambda name: self.catalog.resolve(name) is not None)
         finished = [asyncio.Event() for _ in calls]
         outcomes: dict[int, ToolResultItem] = {}
+        handed = False
 
         async def run(i: int) -> ToolResultItem:
+            nonlocal handed
             try:
                 if recorded[i] is not None:
                     item = ToolResultItem.model_validate(recorded[i])
@@ -159,12 +185,17 @@ class Executor:
                         # Under this worker's claim only (one that lost it raises StepHeld
                         # and publishes nothing); a result recorded first stands.
                         last = claim.unrecorded == 1  # the batch's last record: it drops the claim
-                        stands = await self.steps.record_claimed(
+                        record = self.steps.record_claimed(
                             claim.key, claim.token, keys.tool_call_step(env.session_id, item.tool_use_id),
                             value=item.model_dump(mode="json"), release=last)
+                        if then is not None and len(calls) == 1 and time.monotonic() < claim.fresh_until:
+                            # A fresh claim: the record stands as written (module docstring).
+                            await asyncio.gather(record, then([item]))
+                            handed = True
+                        else:
+                            item = ToolResultItem.model_validate(await record)
                         claim.unrecorded -= 1
                         claim.released = last
-                        item = ToolResultItem.model_validate(stands)
                 outcomes[i] = item
                 if on_result is not None:
                     await on_result(item)
@@ -173,14 +204,14 @@ class Executor:
                 finished[i].set()
 
         if len(calls) == 1:
-            return [await run(0)]  # nothing to run beside it: no task group
+            return [await run(0)], handed  # nothing to run beside it: no task group
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(run(i)) for i in range(len(calls))]
         except BaseExceptionGroup as group:
             # A failure here is ours (recording, emitting), not a tool's: surface the first.
             raise group.exceptions[0] from None
-        return [t.result() for t in tasks]
+        return [t.result() for t in tasks], handed
 
     async def _run_one(self, env: ExecuteTools, call: ToolCall, tool: ResolvedTool | None,
                        *, cancel: CancelSignal | None, refused: str | None = None) -> tuple[ToolResultItem, bool]:

@@ -9,7 +9,8 @@ ToolCallFinished: the router emits its `tool.result` and `tools.progress`), hand
 ToolsResult (the router emits the events of the calls not reported yet: a single call's),
 return (the handler runner acks, and heartbeats JetStream meanwhile: shared/runtime/chain.py).
 The service emits no event of a result itself. Each result is recorded before anything is
-handed over, so a redelivered envelope re-runs only the calls that never finished.
+handed over (a single call's while it is written, under a fresh claim: executor.py), so a
+redelivered envelope re-runs only the calls that never finished.
 
 In the background it discovers NATS tool providers every `discovery_interval_s` and
 publishes the catalog (in-process + discovered tools) to Redis for the memory service;
@@ -247,12 +248,15 @@ class ToolsService:
         # Redis write as the router's state: the same events, in the same order, in every layout.
         # A router that did not ask for reports (an older one) emits them all with the result.
         per_call = len(env.calls) > 1 and env.report_calls
-        results = await self.executor.execute(env, on_result=report if per_call else None, cancel=cancel)
-        # results_reported=False: the router emits every event (envelopes.ToolsResult).
-        result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
-                             turn=env.turn, trace=env.trace, results=results, results_reported=False)
-        await self.ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
-                                      subject=self.ctx.subjects.router_result, replica=env.result_to)
+
+        async def deliver(results: list[ToolResultItem]) -> None:
+            # results_reported=False: the router emits every event (envelopes.ToolsResult).
+            result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
+                                 turn=env.turn, trace=env.trace, results=results, results_reported=False)
+            await self.ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
+                                          subject=self.ctx.subjects.router_result, replica=env.result_to)
+
+        await self.executor.execute(env, on_result=report if per_call else None, cancel=cancel, then=deliver)
 
     async def _bad_reply(self, env: ExecuteTools, call: ToolCall, problem: str) -> None:
         await self.ctx.bus.emit(env.session_id, env.run_id, "error", key=keys.event_key("bad_tool_reply", call.tool_use_id),

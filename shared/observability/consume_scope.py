@@ -68,20 +68,34 @@ class _Series:
 
 
 _SERIES = LruCache[str, _Series](256)
+_BY_SUBJECT = LruCache[str, _Series](256)
+"""The series of a subject as it came (a work consumer's is always the same one), so a
+message costs one lookup instead of masking its subject first."""
 
 
 def _series(subject: str) -> _Series:
+    found = _BY_SUBJECT.get(subject)
+    if found is not None:
+        return found
     handler = subject_pattern(subject)
     found = _SERIES.get(handler)
     if found is None:
         found = _Series(handler)
         _SERIES.put(handler, found)
+    _BY_SUBJECT.put(subject, found)
     return found
 
 
 class ConsumeScope:
     """The scope of one work message's handling (a sync context manager: nothing in it
-    awaits). `root.outcome` says at exit how the message was settled, if it was."""
+    awaits). `root.outcome` says at exit how the message was settled, if it was.
+
+    On entry only what the handler's own code reads (the log and trace context) and the
+    in-process gauge; the message is counted (received, its size, its delivery) at exit,
+    with its outcome. A hop's handler hands its work on long before it exits (the next
+    hop's publish, then the wait for its acknowledgement), so the counting is off the
+    hop's path: in a process woken for one message, each family touched before that
+    publish costs tens of µs (docs/benchmarks.md, "Fourteenth pass")."""
 
     __slots__ = ("_root", "_series", "_session", "_run", "_context", "_span", "_t0")
 
@@ -92,8 +106,6 @@ class ConsumeScope:
         raw = self._root.raw_message
         headers = raw.headers or {}
         subject = raw.subject
-        meta = self._root.metadata
-        note_delivery(meta.consumer, meta.num_delivered)
         sid = headers.get(SESSION_HEADER) or session_from_subject(subject)
         self._session = session_id_var.set(sid)
         self._run = run_id_var.set(headers.get(RUN_HEADER))
@@ -110,8 +122,6 @@ class ConsumeScope:
             parent = trace.set_span_in_context(self._span, parent)
         self._context = otel_context.attach(parent) if parent is not None else None
         series = self._series = _series(subject)
-        series.received.inc()
-        series.size.observe(len(raw.data))
         series.in_process.inc()
         self._t0 = time.perf_counter()
         return self
@@ -120,6 +130,11 @@ class ConsumeScope:
         series = self._series
         series.duration.observe(time.perf_counter() - self._t0)
         series.in_process.dec()
+        raw = self._root.raw_message
+        meta = self._root.metadata
+        note_delivery(meta.consumer, meta.num_delivered)
+        series.received.inc()
+        series.size.observe(len(raw.data))
         if exc_type is not None:
             metrics.child(series.exceptions, app_name="loopwire", broker="nats", handler=subject_pattern(
                 self._root.raw_message.subject), exception_type=exc_type.__name__).inc()

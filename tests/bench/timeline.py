@@ -9,6 +9,10 @@ the client got to the next) is printed: milliseconds from its start, the CPU the
 spent since its previous note, the process, and what it read or wrote. A hop's time is
 from its message read to its next write, its CPU the column's sum in between. The notes
 cost a few µs each: compare hops with each other, not with the bench's p50.
+
+LW_BENCH_TIMELINE_WRAP=`module:Name.attr,...` (e.g. `loopwire.router.shell.service:decide`,
+where the router calls it) notes each call of those functions, on entry and exit, in every
+process that has them. tests.bench.hop_times reads the same notes over many tool-turns.
 """
 
 from __future__ import annotations

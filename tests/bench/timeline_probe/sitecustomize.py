@@ -67,5 +67,44 @@ if OUT:
                 f.write(f"{at:.6f}\t{cpu:.6f}\t{kind}\t{what}\n")
         os.replace(path + ".part", path)
 
+    def wrap(spec: str) -> None:
+        """`module:Name.attr`: each call of that function noted on entry and exit."""
+        import functools
+        import importlib
+        import inspect
+
+        module_name, path = spec.split(":")
+        owner: Any = importlib.import_module(module_name)
+        *parents, attr = path.split(".")
+        for parent in parents:
+            owner = getattr(owner, parent)
+        fn = getattr(owner, attr)
+        label = path.encode()
+
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def noted_async(*args: Any, **kwargs: Any) -> Any:
+                note("call>", label)
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    note("call<", label)
+            setattr(owner, attr, noted_async)
+        else:
+            @functools.wraps(fn)
+            def noted(*args: Any, **kwargs: Any) -> Any:
+                note("call>", label)
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    note("call<", label)
+            setattr(owner, attr, noted)
+
+    for spec in filter(None, os.environ.get("LW_BENCH_TIMELINE_WRAP", "").split(",")):
+        try:
+            wrap(spec)
+        except (ImportError, AttributeError):
+            pass  # not in this process's code
+
     signal.signal(signal.SIGUSR2, start)
     signal.signal(signal.SIGUSR1, write)

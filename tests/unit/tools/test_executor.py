@@ -308,3 +308,65 @@ async def test_an_in_process_tool_knows_the_call_it_serves() -> None:
     assert '"Loopwire-Session-Id":"sess"' in str(first.content) and '"Loopwire-Tool-Use-Id":"t1"' in str(first.content)
     assert second.content == "sess/t2"
     assert current_call() is None, "outside a call there is none"
+
+
+class HeldRecords(InMemoryStepStore):
+    """Records wait until `answer` is set, so a test sees what happens while one is written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = asyncio.Event()
+        self.writing = asyncio.Event()
+
+    async def record_claimed(self, claim_key: str, token: str, key: str, *, value: dict[str, Any],
+                             release: bool = False) -> dict[str, Any]:
+        self.writing.set()
+        await self.answer.wait()
+        return await super().record_claimed(claim_key, token, key, value=value, release=release)
+
+
+async def test_a_single_calls_result_is_handed_over_while_its_record_is_written_under_a_fresh_claim(
+        probe: Probe) -> None:
+    steps = HeldRecords()
+    executor = Executor(Catalog(make_registry(probe)), steps, None, default_timeout_s=5, claim_ttl_s=30)
+    handed: list[tuple[list[str], bool]] = []
+
+    async def then(items: list[ToolResultItem]) -> None:
+        handed.append(([i.tool_use_id for i in items], steps.answer.is_set()))
+        steps.answer.set()  # the record answers once the result is on its way
+
+    results = await asyncio.wait_for(executor.execute(envelope(call("t1", "add", a=1, b=2)), then=then), 5)
+    assert handed == [(["t1"], False)], "handed over before its record answered"
+    assert await steps.get(keys.tool_call_step("sess", "t1")) == results[0].model_dump(mode="json")
+    assert not steps.claims, "the record dropped the claim"
+
+
+async def test_a_claim_older_than_a_third_of_its_ttl_waits_for_the_record_first(probe: Probe) -> None:
+    steps = HeldRecords()
+    # The call takes longer than a third of the claim's TTL: a renewal was due, so the claim
+    # may have been lost and the record refused; the result waits for the record.
+    executor = Executor(Catalog(make_registry(probe)), steps, None, default_timeout_s=5, claim_ttl_s=0.03)
+    handed: list[bool] = []
+
+    async def then(items: list[ToolResultItem]) -> None:
+        handed.append(steps.answer.is_set())
+
+    running = asyncio.create_task(executor.execute(envelope(call("t1", "nap", label="x", seconds=0.05)), then=then))
+    await asyncio.wait_for(steps.writing.wait(), 5)
+    await asyncio.sleep(0.05)
+    assert handed == [], "nothing handed over while the record is unanswered"
+    steps.answer.set()
+    await asyncio.wait_for(running, 5)
+    assert handed == [True]
+
+
+async def test_a_batch_of_several_is_handed_over_after_all_its_records(executor: Executor,
+                                                                      steps: InMemoryStepStore) -> None:
+    handed: list[list[str | None]] = []
+
+    async def then(items: list[ToolResultItem]) -> None:
+        handed.append([(await steps.get(keys.tool_call_step("sess", i.tool_use_id)) or {}).get("tool_use_id")
+                       for i in items])
+
+    await executor.execute(envelope(call("t1", "add", a=1, b=1), call("t2", "add", a=2, b=2)), then=then)
+    assert handed == [["t1", "t2"]]
