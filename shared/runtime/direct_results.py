@@ -34,6 +34,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 
+from loopwire.shared.runtime.direct_dispatch import dispatch_directly
 from loopwire.shared.runtime.hooks import HOOKS
 from loopwire.shared.runtime.redelivery import is_outage
 
@@ -112,8 +113,12 @@ class DirectReceiver:
     async def start(self, nc: NatsClient) -> None:
         self._nc = nc
         self._sub = await nc.subscribe(self.subject, cb=self._on_request)
+        dispatch_directly(self._sub, self._take)  # a task per request as nats-py reads it
 
     async def _on_request(self, msg: Msg) -> None:
+        self._take(msg)
+
+    def _take(self, msg: Msg) -> None:
         task = asyncio.get_running_loop().create_task(self._answer(msg))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

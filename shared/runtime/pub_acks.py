@@ -34,6 +34,8 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import errors as js_errors
 
+from loopwire.shared.runtime.direct_dispatch import dispatch_directly
+
 NO_RESPONDERS_STATUS = "503"
 
 __all__ = ["PubAcks"]
@@ -77,12 +79,17 @@ class PubAcks:
         async with self._subscribing:
             if self._prefix is None:
                 prefix = f"{self._nc.new_inbox()}."
-                await self._nc.subscribe(prefix + "*", cb=self._answered)
+                sub = await self._nc.subscribe(prefix + "*", cb=self._answered)
+                # Each answer settles its future as nats-py reads it (direct_dispatch.py).
+                dispatch_directly(sub, self._settle)
                 self._cut = len(prefix)
                 self._prefix = prefix
         return self._prefix
 
     async def _answered(self, msg: Msg) -> None:
+        self._settle(msg)
+
+    def _settle(self, msg: Msg) -> None:
         future = self._waiting.get(msg.subject[self._cut:])
         if future is None or future.done():
             return

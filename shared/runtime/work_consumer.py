@@ -18,6 +18,7 @@ log context, trace context, message metrics and consumer spans of its middleware
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,7 @@ from nats.js.api import ConsumerConfig
 
 from loopwire.shared.runtime.bus import ATTEMPTS_HEADER, RECOVER_HEADER
 from loopwire.shared.runtime.chain import Chain, Delivery
+from loopwire.shared.runtime.direct_dispatch import dispatch_directly
 from loopwire.shared.runtime.hooks import HOOKS
 from loopwire.shared.runtime.redelivery import RedeliveryPolicy
 
@@ -128,6 +130,9 @@ class WorkConsumer:
         self.max_workers = max_workers
         self._slots = asyncio.Semaphore(max_workers)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._waiting: collections.deque[Msg] = collections.deque()
+        """Messages taken while `max_workers` handlers ran (direct dispatch), in order."""
+        self._direct = False
         self._sub: Any = None
         self._stopping = False
 
@@ -143,19 +148,37 @@ class WorkConsumer:
         self._sub = await js.subscribe(self.subject, queue=self.durable, durable=self.durable, stream=self.stream,
                                        config=self.config, manual_ack=True, cb=self._on_message,
                                        pending_msgs_limit=PENDING_MSGS_LIMIT, pending_bytes_limit=PENDING_BYTES_LIMIT)
+        # Each message's handler starts as nats-py reads it (direct_dispatch.py); past
+        # `max_workers` running, messages wait here in order instead of in nats-py's queue.
+        self._direct = dispatch_directly(self._sub, self._take)
 
     async def _on_message(self, msg: Msg) -> None:
+        """nats-py's callback, where its queue stayed in place."""
         if self._stopping:
             return  # left unacked: another replica takes it after ack_wait
         # Waiting for a slot holds up this subscription's later messages, not the others'.
         await self._slots.acquire()
+        self._start(msg)
+
+    def _take(self, msg: Msg) -> None:
+        if self._stopping:
+            return  # left unacked: another replica takes it after ack_wait
+        if len(self._tasks) < self.max_workers and not self._waiting:
+            self._start(msg)
+        else:
+            self._waiting.append(msg)
+
+    def _start(self, msg: Msg) -> None:
         task = asyncio.get_running_loop().create_task(self._run(msg))
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._slots.release()
+        if not self._direct:
+            self._slots.release()
+        elif self._waiting and not self._stopping:
+            self._start(self._waiting.popleft())
 
     async def _run(self, msg: Msg) -> None:
         root = JetStreamRoot(msg)
@@ -170,6 +193,7 @@ class WorkConsumer:
         `timeout` for the handlers in flight. One unfinished is left unacked, and
         JetStream delivers its message again after ack_wait."""
         self._stopping = True
+        self._waiting.clear()  # left unacked: another replica takes them after ack_wait
         if self._sub is not None:
             with contextlib.suppress(Exception):  # the connection may be gone already
                 await self._sub.unsubscribe()
