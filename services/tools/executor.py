@@ -168,6 +168,7 @@ class Executor:
 
         async def run(i: int) -> ToolResultItem:
             nonlocal handed
+            ran: tuple[str, float] | None = None  # its outcome label and duration, counted at the end
             try:
                 if recorded[i] is not None:
                     item = ToolResultItem.model_validate(recorded[i])
@@ -177,8 +178,7 @@ class Executor:
                     started = time.monotonic()
                     item, keep = await self._run_one(env, calls[i], tools[i], cancel=cancel,
                                                      refused=plan.refused.get(i) or _failed_need(calls, plan, outcomes, i=i))
-                    metrics.observe_tool_call(calls[i].name, _outcome(item, keep, tools[i] is not None),
-                                              time.monotonic() - started)
+                    ran = (_outcome(item, keep, tools[i] is not None), time.monotonic() - started)
                     if self.blobs is not None:
                         item.content = await externalize(item.content, self.blobs, self.large_content_bytes)
                     if keep:
@@ -202,6 +202,8 @@ class Executor:
                 return item
             finally:
                 finished[i].set()
+                if ran is not None:  # after the record and the hand-over: off the hop's path
+                    metrics.observe_tool_call(calls[i].name, *ran)
 
         if len(calls) == 1:
             return [await run(0)], handed  # nothing to run beside it: no task group

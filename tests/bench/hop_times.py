@@ -71,7 +71,7 @@ def hops(notes: list[Note], prefix: str) -> tuple[dict[str, list[tuple[float, fl
             if kind == "nats<" and proc2 == proc and kind2 == "nats>" and label2 is not None:
                 held[f"{label} -> {label2}"].append((when2 - when, cpu2 - cpu))
                 break
-            if kind == "nats>" and proc2 != proc and kind2 == "nats<" and label2 == label:
+            if kind == "nats>" and kind2 == "nats<" and label2 == label:  # the floor's next hop may be its own
                 moved[label].append(when2 - when)
                 break
     return held, moved
@@ -105,7 +105,10 @@ def report(side: str, notes: list[Note], prefix: str) -> dict[str, float]:
     held, moved = hops(notes, prefix)
     print(f"{side}:")
     medians = {}
+    most = max((len(t) for t in held.values()), default=0)
     for label, times in sorted(held.items()):
+        if len(times) < most / 10:
+            continue  # a run's last hop, followed by the next run's first
         medians[label] = statistics.median(t[0] for t in times)
         print(f"  hop {label:36s} n={len(times):4d}  {1000 * medians[label]:.3f} ms, "
               f"CPU {1000 * statistics.median(t[1] for t in times):.3f} ms")
