@@ -5,7 +5,7 @@ of a change, run alternately on the code before and after it.
 
 `run_bench` compares a layout with the floors once per run; two runs of the same code on a
 shared machine differ by a tenth. Here the layout starts once on fresh servers
-(nats-server's default sync), warms up, and takes `--loads` loads of 200 sessions × 20
+(nats-server's default sync unless `--nats-sync always`), warms up, and takes `--loads` loads of 200 sessions × 20
 tool-turns; each load's CPU of the loopwire processes (from /proc, all of them together)
 per tool-turn and its turns/s are printed, with their medians. A change is measured by
 running this on each side of it in turn, two or three times each.
@@ -46,8 +46,10 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--label", default="")
+    parser.add_argument("--nats-sync", choices=("always", "default"), default="default",
+                        help="nats-server's sync_interval (always: an fsync per stored message, as make bench's first pass)")
     args = parser.parse_args()
-    servers = start_servers(sync_always=False)
+    servers = start_servers(sync_always=args.nats_sync == "always")
     system = System(servers, bench_layouts()[args.layout])
     system.start()
     try:
