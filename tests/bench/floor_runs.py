@@ -10,17 +10,19 @@ import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import nats
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
 
 from . import durable_floor
+from .driver import wait_for_tool
 from .floor import DEFAULT_PLAN, FloorDriver, Hop, plan_from_trace, plan_to_json
-from .layouts import ROOT, Servers, service_env
+from .layouts import ROOT, Servers, System, bench_layouts, service_env, start_servers
 from .measuring import LoadSide, Measured, connected, counter, log, measure_load, summary
 from .targets import ms, rates_note
-from .trace import TurnCost
+from .trace import TurnCost, trace_turns
 
 FLOOR_STREAMS = {durable_floor.WORK_STREAM: "work", durable_floor.EVENTS_STREAM: "events"}
 
@@ -69,6 +71,29 @@ def start_durable_floor(servers: Servers, plan: tuple[Hop, ...], sizes: list[int
     asyncio.run(create_floor_streams(servers.nats.url))
     return start_responders("tests.bench.durable_floor", count, servers,
                             ["--sizes", ",".join(map(str, sizes)), "--plan", plan_to_json(plan)])
+
+
+@contextlib.contextmanager
+def beside_the_floor(layout: str, *, sync_always: bool) -> Iterator[tuple[Servers, System, list[int],
+                                                                          list[subprocess.Popen[str]]]]:
+    """Fresh servers with `layout` started and traced, and the durable floor's two
+    responders beside it (their plan and envelope sizes from that trace): what the A/B
+    tools of the single-session path start (paired_single.py, hop_times.py). Yields the
+    servers, the layout, the sizes and the responders; stops everything on the way out."""
+    servers = start_servers(sync_always=sync_always)
+    system = System(servers, bench_layouts()[layout])
+    responders: list[subprocess.Popen[str]] = []
+    try:
+        system.start()
+        asyncio.run(wait_for_tool(servers.redis_url, "noop"))
+        trace = asyncio.run(trace_turns(servers.nats_url, servers.redis.url))
+        sizes = floor_sizes(trace)
+        responders = start_durable_floor(servers, floor_plan(trace), sizes, 2)
+        yield servers, system, sizes, responders
+    finally:
+        stop_all(responders)
+        system.stop()
+        servers.stop()
 
 
 def stop_all(procs: list[subprocess.Popen[str]]) -> None:

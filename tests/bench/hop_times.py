@@ -26,11 +26,10 @@ import statistics
 import nats
 
 from . import durable_floor
-from .driver import alternated, wait_for_tool, warmed_up
-from .floor_runs import floor_plan, floor_sizes, start_durable_floor, stop_all
-from .layouts import System, bench_layouts, probe_output, start_servers, with_probe
+from .driver import alternated, warmed_up
+from .floor_runs import beside_the_floor
+from .layouts import probe_output, with_probe
 from .timeline import PROBE
-from .trace import trace_turns
 
 Note = tuple[float, float, str, str, str]
 """(when, the process's CPU, process, kind, first line)."""
@@ -142,17 +141,9 @@ def main() -> None:
     parser.add_argument("--nats-sync", choices=("always", "default"), default="default")
     args = parser.parse_args()
     out = with_probe(PROBE, "LW_BENCH_TIMELINE", "lw-hops-")
-    servers = start_servers(sync_always=args.nats_sync == "always")
-    system = System(servers, bench_layouts()[args.layout])
-    responders = []
-    try:
-        system.start()
-        asyncio.run(wait_for_tool(servers.redis_url, "noop"))
-        trace = asyncio.run(trace_turns(servers.nats_url, servers.redis.url))
-        sizes = floor_sizes(trace)
-        responders = start_durable_floor(servers, floor_plan(trace), sizes, 2)
+    with beside_the_floor(args.layout, sync_always=args.nats_sync == "always") as (servers, system, sizes, floor):
         mine = [pid for label, pid in system.pids().items() if label != "transcripts"]
-        theirs = [p.pid for p in responders]
+        theirs = [p.pid for p in floor]
         asyncio.run(measure(mine + theirs, servers.nats_url, servers.redis_url, sizes, args.sessions))
         layout_notes = read_notes(out, mine)
         medians = report(args.layout, layout_notes, "loopwire")
@@ -161,10 +152,6 @@ def main() -> None:
             print(f"steps of {label} (ms since the previous note, wall and CPU):")
             for what, wall, cpu in steps(layout_notes, "loopwire", label.split(" -> ")[0]):
                 print(f"  {what:64s} {wall:.3f}  {cpu:.3f}")
-    finally:
-        stop_all(responders)
-        system.stop()
-        servers.stop()
 
 
 if __name__ == "__main__":

@@ -20,10 +20,8 @@ import statistics
 import nats
 
 from . import durable_floor
-from .driver import alternated, wait_for_tool, warmed_up
-from .floor_runs import floor_plan, floor_sizes, start_durable_floor, stop_all
-from .layouts import System, bench_layouts, start_servers
-from .trace import trace_turns
+from .driver import alternated, warmed_up
+from .floor_runs import beside_the_floor
 
 
 async def rounds(nats_url: str, redis_url: str, sizes: list[int], count: int, sessions: int) -> list[float]:
@@ -51,22 +49,9 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=40)
     parser.add_argument("--nats-sync", choices=("always", "default"), default="default")
     args = parser.parse_args()
-    servers = start_servers(sync_always=args.nats_sync == "always")
-    system = System(servers, bench_layouts()[args.layout])
-    responders = []
-    try:
-        system.start()
-        asyncio.run(wait_for_tool(servers.redis_url, "noop"))
-        trace = asyncio.run(trace_turns(servers.nats_url, servers.redis.url))
-        sizes = floor_sizes(trace)
-        responders = start_durable_floor(servers, floor_plan(trace), sizes, 2)
+    with beside_the_floor(args.layout, sync_always=args.nats_sync == "always") as (servers, _, sizes, _):
         ratios = asyncio.run(rounds(servers.nats_url, servers.redis_url, sizes, args.rounds, args.sessions))
         print(f"{args.layout}: median {statistics.median(ratios):.3f}× the floor over {len(ratios)} rounds")
-    finally:
-        stop_all(responders)
-        system.stop()
-        servers.stop()
-
 
 if __name__ == "__main__":
     main()
