@@ -102,7 +102,12 @@ async def test_a_work_consumer_takes_jetstream_messages_directly_and_at_most_its
         await asyncio.wait_for(done.wait(), 5)
         assert most == 2 and sorted(handled) == [b"%d" % n for n in range(6)]
         assert handled[:2] == [b"0", b"1"]
-        info = await js.consumer_info(stream, f"{prefix}_x")
+        await nc.flush()  # the acks are written; the server applies them in its own time
+        for _ in range(50):
+            info = await js.consumer_info(stream, f"{prefix}_x")
+            if info.num_ack_pending == 0:
+                break
+            await asyncio.sleep(0.1)
         assert info.num_ack_pending == 0 and info.num_pending == 0, "every message acked"
     finally:
         await consumer.stop(1)
