@@ -183,6 +183,9 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     # Last: what start-up made (modules, schemas, clients) is frozen out of every later
     # collection (shared/runtime/gc_tuning.py).
     gc_tuning.apply(settings.gc_thresholds, settings.gc_freeze)
+    if settings.gc_idle_check_s > 0:
+        idle = gc_tuning.IdleCollector(settings.gc_idle_check_s)
+        running.tasks.append(asyncio.create_task(idle.run(), name="idle-collector"))
     log.info("loopwire %s up (NATS %s, Redis %s)", ", ".join(names), display_url(settings.nats_url),
              display_url(settings.redis_url))
     return running

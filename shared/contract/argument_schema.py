@@ -105,13 +105,26 @@ class ArgumentValidator:
     """A jsonschema validator whose `is_valid` asks the schema's compiled check first
     (`surely_valid`); its errors are jsonschema's."""
 
-    def __init__(self, validator: Validator) -> None:
-        self.validator = validator
-        self._quick = surely_valid(validator.schema)
+    def __init__(self, validator: Validator | None, *, schema: Any = None,
+                 build: Callable[[Any], Validator] | None = None) -> None:
+        self._validator = validator
+        self.schema = validator.schema if validator is not None else schema
+        self._build = build
+        self._quick = surely_valid(self.schema)
+
+    @classmethod
+    def deferred(cls, schema: Any, build: Callable[[Any], Validator]) -> ArgumentValidator:
+        """One whose jsonschema validator is built (`build(schema)`) at the first check the
+        compiled one cannot answer: a process whose tools all have flat schemas never
+        imports jsonschema (the router: 47 modules, a few MB it would keep after a load)."""
+        return cls(None, schema=schema, build=build)
 
     @property
-    def schema(self) -> Any:
-        return self.validator.schema
+    def validator(self) -> Validator:
+        if self._validator is None:
+            assert self._build is not None
+            self._validator = self._build(self.schema)
+        return self._validator
 
     def is_valid(self, instance: Any) -> bool:
         quick = self._quick

@@ -155,6 +155,11 @@ class Settings(BaseSettings):
     gc_freeze: bool = True
     """`gc.freeze()` once the services are up: the objects made at start-up are never
     walked by a collection again."""
+    gc_idle_check_s: float = 2.0
+    """How often a process looks whether a burst of work has ended; at the first quiet
+    interval after a busy one it collects its garbage and returns its free heap to the OS
+    (shared/runtime/gc_tuning.py, `IdleCollector`), so a pod's memory goes back down after
+    the load. 0: never."""
     chain_balance: bool = True
     """`loopwire up` processes tell each other how many work chains they hold (core NATS
     `<prefix>.ctl.chains`); one holding more than its share publishes the next hop of a

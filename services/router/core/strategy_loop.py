@@ -114,10 +114,7 @@ def schema_problem(schema: dict[str, Any], value: Any,
         key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
         validator = validators.get(key) if validators is not None else None
         if validator is None:
-            # jsonschema loads with the first call checked, not with the router (idle memory).
-            from jsonschema.validators import validator_for
-
-            validator = ArgumentValidator(validator_for(schema)(schema))
+            validator = ArgumentValidator.deferred(schema, _jsonschema_validator)
             if validators is not None:
                 validators.put(key, validator)
         if validator.is_valid(value):  # the common case, without the search for the best error
@@ -131,6 +128,14 @@ def schema_problem(schema: dict[str, Any], value: Any,
         return None
     where = "/".join(str(p) for p in error.absolute_path)
     return (f"{where}: {error.message}" if where else error.message)[:SCHEMA_PROBLEM_CHARS]
+
+
+def _jsonschema_validator(schema: dict[str, Any]) -> Any:
+    # jsonschema loads with the first call the compiled check cannot answer, not with the
+    # router (its idle memory, and after a load of flat schemas).
+    from jsonschema.validators import validator_for
+
+    return validator_for(schema)(schema)
 
 
 @dataclass(frozen=True)

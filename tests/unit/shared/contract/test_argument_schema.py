@@ -92,3 +92,21 @@ def test_the_check_answers_the_common_cases() -> None:
     assert not strict({"n": 3, "m": 1}), "no other names"
     assert not strict({"n": 3.0}), "left to jsonschema, whose drafts differ on 3.0"
     assert Draft202012Validator(FLAT[1]).is_valid({"n": 3.0}) and not Draft4Validator(FLAT[1]).is_valid({"n": 3.0})
+
+
+def test_a_deferred_validator_builds_jsonschema_only_when_the_check_cannot_answer() -> None:
+    built: list[Any] = []
+
+    def build(schema: Any) -> Draft202012Validator:
+        built.append(schema)
+        return Draft202012Validator(schema)
+
+    flat = ArgumentValidator.deferred(FLAT[2], build)
+    assert flat.is_valid({"path": "a", "n": 1}) and built == []
+    assert not flat.is_valid({"path": 1, "n": 1}) and built == [FLAT[2]], "the check is unsure: jsonschema answers"
+    assert [e.message for e in flat.iter_errors({"path": 1, "n": 1})] == \
+        [e.message for e in Draft202012Validator(FLAT[2]).iter_errors({"path": 1, "n": 1})]
+    assert len(built) == 1, "built once"
+    other = ArgumentValidator.deferred(NOT_FLAT[0], build)
+    other.is_valid({})
+    assert built[-1] == NOT_FLAT[0]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import time
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -41,3 +43,39 @@ def test_bad_thresholds_fail_at_start_up(text: str) -> None:
 def test_defaults_are_the_measured_ones() -> None:
     settings = Settings()
     assert gc_tuning.parse_thresholds(settings.gc_thresholds) == (100000, 20, 20) and settings.gc_freeze
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def _spin(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_the_idle_collector_collects_once_when_a_burst_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    collected: list[int] = []
+    monkeypatch.setattr(gc_tuning.gc, "collect", lambda *a: collected.append(1) or 0)
+    idle = gc_tuning.IdleCollector(interval_s=0.5)
+    assert not idle.check(), "quiet from the start: nothing to give back"
+    _spin(0.05)  # 10% of a core over the interval: busy
+    assert not idle.check() and collected == []
+    assert idle.check() and collected == [1], "the first quiet look after a busy one collects"
+    assert not idle.check() and not idle.check() and collected == [1], "then nothing while idle"
+    _spin(0.05)
+    assert not idle.check()
+    assert idle.check() and idle.collections == 2
+
+
+def test_the_idle_collector_frees_cyclic_garbage(collector: None) -> None:
+    gc.set_threshold(100000, 20, 20)
+    gc.collect()
+    ref = weakref.ref(_Cycle())
+    assert ref() is not None, "a cycle waits for a collection"
+    idle = gc_tuning.IdleCollector(interval_s=0.5)
+    _spin(0.05)
+    idle.check()
+    assert idle.check() and ref() is None
