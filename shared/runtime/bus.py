@@ -22,7 +22,7 @@ from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.hooks import HOOKS
 from loopwire.shared.runtime.pub_acks import PubAcks
 from loopwire.shared.stores.event_log import Append, EventLogStore
-from loopwire.shared.stores.stream_leader import ask_leader
+from loopwire.shared.stores.stream_leader import ATTEMPT_S, ask_leader
 
 log = logging.getLogger("loopwire.bus")
 
@@ -42,8 +42,9 @@ class Bus:
                  jetstream_timeout_s: float = 5.0) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream(timeout=jetstream_timeout_s)
-        self.acks = PubAcks(nc)
-        """The events' and the work's JetStream publishes and their PubAcks (pub_acks.py)."""
+        self.acks = PubAcks(nc, timeout_s=min(ATTEMPT_S, jetstream_timeout_s))
+        """The events' and the work's JetStream publishes and their PubAcks (pub_acks.py),
+        each failing with a timeout after an attempt's time (stream_leader.py)."""
         self.timeout_s = jetstream_timeout_s
         self.subjects = subjects
         self.events = events
@@ -60,11 +61,12 @@ class Bus:
         headers = work_headers(envelope, msg_id, recover=recover, attempts=attempts)
         data = codec.dumps(envelope)
         # Sent again while the stream elects a leader (shared/stores/stream_leader.py).
-        await ask_leader(lambda: self._stored(subject, data, headers), total_s=self.timeout_s)
+        await ask_leader(lambda: self._stored(subject, data, headers), total_s=self.timeout_s, timed=True)
 
     async def _stored(self, subject: str, data: bytes, headers: dict[str, str]) -> dict[str, Any]:
         """One JetStream publish and its PubAck (pub_acks.py), as `JetStreamContext.publish`
-        for less of the CPU; a timeout is the caller's (`ask_leader`'s attempts)."""
+        for less of the CPU; its PubAck times out after an attempt's time (pub_acks.py), and
+        `ask_leader` sends it again."""
         return await (await self.acks.publish(subject, data, headers))
 
     async def emit(self, session_id: str, run_id: str | None, kind: str, key: str | None = None,
@@ -158,7 +160,7 @@ class InFlight:
         if acks:
             bus = self.bus
             await ask_leader(lambda: bus._settle(acks), again=lambda: bus._publish_all([item for item, _ in acks]),
-                             total_s=bus.timeout_s)
+                             total_s=bus.timeout_s, timed=True)
 
     def cancel(self) -> None:
         """Give the PubAcks up (the caller is failing): their slots in nats-py are freed."""

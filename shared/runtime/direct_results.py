@@ -36,6 +36,7 @@ from nats.errors import NoRespondersError
 
 from loopwire.shared.runtime.direct_dispatch import dispatch_directly
 from loopwire.shared.runtime.hooks import HOOKS
+from loopwire.shared.runtime.pub_acks import NO_RESPONDERS_STATUS, InboxReplies
 from loopwire.shared.runtime.redelivery import is_outage
 
 log = logging.getLogger("loopwire.direct")
@@ -63,13 +64,26 @@ class ReplicaOutage(DirectDeliveryFailed, ConnectionError):
     outage = True
 
 
-async def request_applied(nc: NatsClient, subject: str, data: bytes, *, headers: dict[str, str],
-                          timeout_s: float) -> bool:
+class DirectRequests(InboxReplies[Msg]):
+    """The direct results this process sends, their answers on an inbox of its own
+    (pub_acks.py): nats-py's `request` draws random bytes from the kernel for each reply
+    subject and waits with `wait_for`, a timer and a task switch per request, on the path
+    of every step's result between processes."""
+
+    def answer(self, future: asyncio.Future[Msg], msg: Msg) -> None:
+        headers = msg.headers
+        if headers and headers.get("Status") == NO_RESPONDERS_STATUS:
+            future.set_exception(NoRespondersError())
+        else:
+            future.set_result(msg)
+
+
+async def request_applied(requests: DirectRequests, subject: str, data: bytes, *, headers: dict[str, str]) -> bool:
     """True once the replica on `subject` applied the result; False when none listens
     there. Raises when it answered that it could not apply it (DirectDeliveryFailed), or
-    did not answer in time (nats' TimeoutError)."""
+    did not answer within the requests' timeout (nats' TimeoutError)."""
     try:
-        reply = await nc.request(subject, data, timeout=timeout_s, headers=headers)
+        reply = await (await requests.send(subject, data, headers))
     except NoRespondersError:
         return False
     failed = (reply.headers or {}).get(FAILED_HEADER)

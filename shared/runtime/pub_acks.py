@@ -21,48 +21,69 @@ time, 32–36 µs with `publish_async` and 21–23 µs here; one 1.5 KB work mes
 
 A future given up before its answer (cancelled by `bus._cancel`) leaves the table when it
 is done; an answer that comes after that is dropped.
+
+Each future fails with nats-py's TimeoutError once `timeout_s` passed without an answer,
+checked by one timer per table (every quarter of it, while futures wait) rather than by a
+timer per request: `asyncio.timeout` around each awaited PubAck cost 5–9 µs with uvloop's
+timer handles, on every publish and every settle of events. The callers' attempts
+(shared/stores/stream_leader.py, `ask_leader(..., timed=True)`) rely on it. `InboxReplies`
+is the table; the step results sent straight to a router replica use it too
+(direct_results.py, `DirectRequests`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any
+import time
+from typing import Any, Generic, TypeVar
 
 import orjson
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import errors as js_errors
 
 from loopwire.shared.runtime.direct_dispatch import dispatch_directly
 
 NO_RESPONDERS_STATUS = "503"
 
-__all__ = ["PubAcks"]
+__all__ = ["InboxReplies", "PubAcks"]
+
+Answer = TypeVar("Answer")
 
 
-class PubAcks:
-    def __init__(self, nc: NatsClient) -> None:
+class InboxReplies(Generic[Answer]):
+    """Requests whose replies come to one inbox subscription of the connection, each to the
+    future `send` returned, which fails with nats-py's TimeoutError when no reply came
+    within `timeout_s` (to a quarter more)."""
+
+    def __init__(self, nc: NatsClient, timeout_s: float) -> None:
         self._nc = nc
+        self.timeout_s = timeout_s
         self._prefix: str | None = None
         self._cut = 0
-        self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._waiting: dict[str, tuple[asyncio.Future[Answer], float]] = {}
+        """Oldest first: tokens count up, and a dict keeps their order."""
         self._sent = 0
         self._subscribing: asyncio.Lock | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
-        """PubAcks still awaited."""
+        """Replies still awaited."""
         return len(self._waiting)
 
-    async def publish(self, subject: str, data: bytes, headers: dict[str, str]) -> asyncio.Future[dict[str, Any]]:
-        """Write one JetStream publish to the connection; the future of its PubAck (the
-        answer's JSON), or of nats-py's error for it."""
+    async def send(self, subject: str, data: bytes, headers: dict[str, str]) -> asyncio.Future[Answer]:
+        """Write one request to the connection; the future of its reply (`answer`)."""
         prefix = self._prefix if self._prefix is not None else await self._subscribe()
         self._sent += 1
         token = str(self._sent)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._waiting[token] = future
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Answer] = loop.create_future()
+        self._waiting[token] = (future, time.monotonic())
         future.add_done_callback(functools.partial(self._forget, token))
+        if self._timer is None:
+            self._timer = loop.call_later(self.timeout_s / 4, self._expire)
         try:
             await self._nc.publish(subject, data, reply=prefix + token, headers=headers)
         except BaseException:
@@ -70,8 +91,23 @@ class PubAcks:
             raise
         return future
 
-    def _forget(self, token: str, _future: asyncio.Future[dict[str, Any]]) -> None:
+    def _forget(self, token: str, _future: asyncio.Future[Answer]) -> None:
         self._waiting.pop(token, None)
+
+    def _expire(self) -> None:
+        """Fail the futures that waited `timeout_s` (the oldest come first)."""
+        self._timer = None
+        oldest = time.monotonic() - self.timeout_s
+        expired = []
+        for future, sent in self._waiting.values():
+            if sent > oldest:
+                break
+            expired.append(future)
+        for future in expired:
+            if not future.done():
+                future.set_exception(NatsTimeoutError())
+        if len(self._waiting) > len(expired):
+            self._timer = asyncio.get_running_loop().call_later(self.timeout_s / 4, self._expire)
 
     async def _subscribe(self) -> str:
         if self._subscribing is None:
@@ -90,9 +126,25 @@ class PubAcks:
         self._settle(msg)
 
     def _settle(self, msg: Msg) -> None:
-        future = self._waiting.get(msg.subject[self._cut:])
-        if future is None or future.done():
+        entry = self._waiting.get(msg.subject[self._cut:])
+        if entry is None or entry[0].done():
             return
+        self.answer(entry[0], msg)
+
+    def answer(self, future: asyncio.Future[Answer], msg: Msg) -> None:
+        """Settle `future` with what `msg`, its reply, says."""
+        raise NotImplementedError
+
+
+class PubAcks(InboxReplies[dict[str, Any]]):
+    """JetStream publishes; each future is the PubAck's JSON, or nats-py's error for it."""
+
+    async def publish(self, subject: str, data: bytes, headers: dict[str, str]) -> asyncio.Future[dict[str, Any]]:
+        """Write one JetStream publish to the connection; the future of its PubAck (the
+        answer's JSON), or of nats-py's error for it."""
+        return await self.send(subject, data, headers)
+
+    def answer(self, future: asyncio.Future[dict[str, Any]], msg: Msg) -> None:
         headers = msg.headers
         if headers and headers.get("Status") == NO_RESPONDERS_STATUS:
             future.set_exception(js_errors.NoStreamResponseError())

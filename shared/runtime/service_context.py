@@ -30,7 +30,7 @@ from loopwire.shared.runtime.bus import Bus, work_headers
 from loopwire.shared.runtime.chain import WorkHandler, current_delivery, hand_off, run_handler
 from loopwire.shared.runtime.chain_balance import ChainBalance
 from loopwire.shared.runtime.credentials import connect_configured_redis, wait_replicas
-from loopwire.shared.runtime.direct_results import Apply, DirectReceiver, request_applied
+from loopwire.shared.runtime.direct_results import Apply, DirectReceiver, DirectRequests, request_applied
 from loopwire.shared.runtime.handover import ResultReceiver, hand_over
 from loopwire.shared.runtime.hooks import HOOKS
 from loopwire.shared.runtime.redelivery import DeadLetter, RedeliveryPolicy
@@ -63,6 +63,8 @@ class ServiceContext:
     """The scripts' path to Redis (shared/stores/replication.py), whose script channel the
     stores of every service in this process share; None where a test builds the stores."""
     _bus: Bus | None = field(default=None, repr=False)
+    _direct_requests: DirectRequests | None = field(default=None, repr=False)
+    """The step results this process sends to a router replica (direct_results.py)."""
     consumers: dict[str, tuple[str, str]] = field(default_factory=dict)
     """label -> (stream, durable) of every work consumer registered in this process."""
     work_consumers: list[WorkConsumer] = field(default_factory=list)
@@ -118,6 +120,7 @@ class ServiceContext:
         if nc is None:
             raise RuntimeError("broker is not connected")
         self._bus = Bus(nc, self.subjects, self.events, jetstream_timeout_s=self.settings.jetstream_timeout_s)
+        self._direct_requests = DirectRequests(nc, timeout_s=self.settings.direct_result_timeout_s)
         return self._bus
 
     async def deliver_result(self, result: HandedResult, *, msg_id: str, to: str, subject: str,
@@ -164,7 +167,8 @@ class ServiceContext:
             headers = work_headers(envelope, msg_id, recover=recover)
 
             async def call_here() -> T | None:
-                if await request_applied(self.bus.nc, direct, data, headers=headers, timeout_s=self.settings.direct_result_timeout_s):
+                assert self._direct_requests is not None, "attach_bus first"
+                if await request_applied(self._direct_requests, direct, data, headers=headers):
                     HOOKS.handed_over(to, "direct")
                 else:  # that replica is gone or stopping
                     await publish(0)

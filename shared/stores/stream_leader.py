@@ -41,14 +41,19 @@ def jetstream_timeout(js: JetStreamContext) -> float:
 
 
 async def ask_leader(request: Callable[[], Awaitable[T]], *, total_s: float,
-                     again: Callable[[], Awaitable[T]] | None = None, attempt_s: float = ATTEMPT_S) -> T:
+                     again: Callable[[], Awaitable[T]] | None = None, attempt_s: float = ATTEMPT_S,
+                     timed: bool = False) -> T:
     """`request()`, sent again (`again()` when given) while the leader does not answer,
-    for up to `total_s`; each attempt waits at most `attempt_s`."""
+    for up to `total_s`; each attempt waits at most `attempt_s`. `timed`: the request
+    raises TimeoutError by itself within `attempt_s` (the PubAcks' own expiry,
+    shared/runtime/pub_acks.py), so no timer is set here for each attempt."""
     deadline = time.monotonic() + total_s
     attempt_s = min(attempt_s, total_s)
     call = request
     while True:
         try:
+            if timed:
+                return await call()
             # A timer on this task, where wait_for would run the request in a task of its own.
             async with asyncio.timeout(attempt_s):
                 return await call()

@@ -31,7 +31,7 @@ async def measure(nats_url: str, messages: int) -> None:
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
     await js.add_stream(StreamConfig(name="COST", subjects=["cost.>"]))
-    acks = PubAcks(nc)
+    acks = PubAcks(nc, timeout_s=2.0)
 
     async def events_nats_py(n: int) -> None:
         await asyncio.gather(*[await js.publish_async("cost.e", EVENT, headers={"Nats-Msg-Id": f"a{n}.{i}"})

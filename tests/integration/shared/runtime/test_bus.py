@@ -8,11 +8,14 @@ import asyncio
 
 import nats
 import orjson
+import pytest
 from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import StreamConfig
 
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.bus import Bus
+from loopwire.shared.runtime.pub_acks import PubAcks
 from loopwire.shared.stores.event_log import InMemoryEventLog
 from tests.loop_errors import LostErrors
 
@@ -120,3 +123,26 @@ async def test_the_pubacks_come_back_as_the_stream_answers_and_leave_nothing_awa
     given_up.cancel()
     await asyncio.sleep(0.2)  # its answer ("no responders") comes to nobody
     assert len(bus.acks) == 0
+
+
+async def test_a_puback_that_never_comes_times_out_by_itself_and_leaves_nothing_awaited(
+        nc: nats.NATS, prefix: str) -> None:
+    """The PubAcks time out on their own (one timer for the table, not one per publish):
+    a publish that a subscriber takes and never answers fails with nats-py's TimeoutError
+    after the table's timeout, while one answered meanwhile is not touched."""
+    await streams(nc, prefix)
+    silent = await nc.subscribe(f"{prefix}.silent")  # takes the publish and never answers
+    acks = PubAcks(nc, timeout_s=0.4)
+    try:
+        started = asyncio.get_running_loop().time()
+        lost = await acks.publish(f"{prefix}.silent", b"{}", {"Nats-Msg-Id": "z"})
+        stored = await acks.publish(f"{prefix}.work.x", b"{}", {"Nats-Msg-Id": "w"})
+        assert (await stored)["seq"] == 1
+        with pytest.raises(NatsTimeoutError):
+            await lost
+        waited = asyncio.get_running_loop().time() - started
+        assert 0.4 <= waited < 0.9, waited
+        await asyncio.sleep(0)
+        assert len(acks) == 0
+    finally:
+        await silent.unsubscribe()

@@ -11,7 +11,12 @@ import pytest
 from nats.errors import TimeoutError as NatsTimeout
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from loopwire.shared.runtime.direct_results import DirectDeliveryFailed, DirectReceiver, request_applied
+from loopwire.shared.runtime.direct_results import (
+    DirectDeliveryFailed,
+    DirectReceiver,
+    DirectRequests,
+    request_applied,
+)
 from loopwire.shared.runtime.redelivery import is_outage
 
 
@@ -26,8 +31,8 @@ async def test_a_result_is_answered_once_applied(nc: nats.NATS, prefix: str) -> 
     receiver = DirectReceiver(f"{prefix}.direct.router.r1", apply)
     await receiver.start(nc)
     try:
-        sending = asyncio.create_task(request_applied(nc, receiver.subject, b'{"x": 1}',
-                                                      headers={"Loopwire-Recover": "1"}, timeout_s=5))
+        sending = asyncio.create_task(request_applied(DirectRequests(nc, 5), receiver.subject, b'{"x": 1}',
+                                                      headers={"Loopwire-Recover": "1"}))
         await asyncio.sleep(0.2)
         assert not sending.done(), "the sender waits until the result is applied"
         gate.set()
@@ -50,10 +55,10 @@ async def test_a_result_the_replica_cannot_apply_says_whether_it_was_an_outage(n
     await bug.start(nc)
     try:
         with pytest.raises(DirectDeliveryFailed) as outage:
-            await request_applied(nc, away.subject, b"{}", headers={}, timeout_s=5)
+            await request_applied(DirectRequests(nc, 5), away.subject, b"{}", headers={})
         assert outage.value.outage and is_outage(outage.value), "waited out as an outage"
         with pytest.raises(DirectDeliveryFailed) as fault:
-            await request_applied(nc, bug.subject, b"{}", headers={}, timeout_s=5)
+            await request_applied(DirectRequests(nc, 5), bug.subject, b"{}", headers={})
         assert not fault.value.outage and not is_outage(fault.value)
     finally:
         await away.stop(1)
@@ -61,12 +66,12 @@ async def test_a_result_the_replica_cannot_apply_says_whether_it_was_an_outage(n
 
 
 async def test_no_replica_and_a_silent_replica(nc: nats.NATS, prefix: str) -> None:
-    assert await request_applied(nc, f"{prefix}.direct.router.gone", b"{}", headers={}, timeout_s=5) is False
+    assert await request_applied(DirectRequests(nc, 5), f"{prefix}.direct.router.gone", b"{}", headers={}) is False
 
     silent = await nc.subscribe(f"{prefix}.direct.router.silent")  # takes it and never answers
     try:
         with pytest.raises(NatsTimeout):
-            await request_applied(nc, f"{prefix}.direct.router.silent", b"{}", headers={}, timeout_s=0.3)
+            await request_applied(DirectRequests(nc, 0.3), f"{prefix}.direct.router.silent", b"{}", headers={})
     finally:
         await silent.unsubscribe()
 
@@ -80,11 +85,11 @@ async def test_a_stop_finishes_the_request_in_flight_and_takes_no_new_one(nc: na
 
     receiver = DirectReceiver(f"{prefix}.direct.router.r2", apply)
     await receiver.start(nc)
-    in_flight = asyncio.create_task(request_applied(nc, receiver.subject, b"{}", headers={}, timeout_s=5))
+    in_flight = asyncio.create_task(request_applied(DirectRequests(nc, 5), receiver.subject, b"{}", headers={}))
     await asyncio.wait_for(started.wait(), 5)
     stopping = asyncio.create_task(receiver.stop(5))
     await asyncio.sleep(0.2)
-    assert await request_applied(nc, receiver.subject, b"{}", headers={}, timeout_s=5) is False, \
+    assert await request_applied(DirectRequests(nc, 5), receiver.subject, b"{}", headers={}) is False, \
         "a stopping replica takes no new result: its sender publishes it"
     assert not stopping.done()
     gate.set()

@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import pytest
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import NoStreamResponseError, NotFoundError
 
 from loopwire.shared.stores.stream_leader import ask_leader
@@ -51,3 +52,26 @@ async def test_gives_up_at_the_timeout_and_passes_other_errors_on() -> None:
 
     with pytest.raises(NotFoundError):  # an answer, not an election: at once
         await ask_leader(missing, total_s=5)
+
+
+async def test_a_timed_request_times_out_by_itself_and_is_sent_again() -> None:
+    """`timed`: the request's own timeout (the PubAcks' expiry) ends an attempt; the attempt
+    is sent again as after a timer's, and the last timeout reaches the caller."""
+    sent: list[str] = []
+
+    async def times_out() -> str:
+        sent.append("first" if not sent else "again")
+        await asyncio.sleep(0.05)
+        if len(sent) < 3:
+            raise NatsTimeoutError()
+        return "stored"
+
+    assert await ask_leader(times_out, total_s=5, attempt_s=0.05, timed=True) == "stored"
+    assert sent == ["first", "again", "again"]
+
+    async def never() -> str:
+        await asyncio.sleep(0.05)
+        raise NatsTimeoutError()
+
+    with pytest.raises(NatsTimeoutError):
+        await ask_leader(never, total_s=0.3, attempt_s=0.05, timed=True)
