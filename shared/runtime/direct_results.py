@@ -36,7 +36,7 @@ from nats.errors import NoRespondersError
 
 from loopwire.shared.runtime.direct_dispatch import dispatch_directly
 from loopwire.shared.runtime.hooks import HOOKS
-from loopwire.shared.runtime.pub_acks import NO_RESPONDERS_STATUS, InboxReplies
+from loopwire.shared.runtime.pub_acks import InboxReplies
 from loopwire.shared.runtime.redelivery import is_outage
 
 log = logging.getLogger("loopwire.direct")
@@ -71,11 +71,7 @@ class DirectRequests(InboxReplies[Msg]):
     of every step's result between processes."""
 
     def answer(self, future: asyncio.Future[Msg], msg: Msg) -> None:
-        headers = msg.headers
-        if headers and headers.get("Status") == NO_RESPONDERS_STATUS:
-            future.set_exception(NoRespondersError())
-        else:
-            future.set_result(msg)
+        future.set_result(msg)
 
 
 async def request_applied(requests: DirectRequests, subject: str, data: bytes, *, headers: dict[str, str]) -> bool:

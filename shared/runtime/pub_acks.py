@@ -39,6 +39,7 @@ import time
 from typing import Any, Generic, TypeVar
 
 import orjson
+from nats import errors as nats_errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -125,14 +126,22 @@ class InboxReplies(Generic[Answer]):
     async def _answered(self, msg: Msg) -> None:
         self._settle(msg)
 
+    no_responders: type[Exception] = nats_errors.NoRespondersError
+    """What a future fails with when NATS answers that nobody listens on the subject."""
+
     def _settle(self, msg: Msg) -> None:
         entry = self._waiting.get(msg.subject[self._cut:])
         if entry is None or entry[0].done():
             return
-        self.answer(entry[0], msg)
+        headers = msg.headers
+        if headers and headers.get("Status") == NO_RESPONDERS_STATUS:
+            entry[0].set_exception(self.no_responders())
+        else:
+            self.answer(entry[0], msg)
 
     def answer(self, future: asyncio.Future[Answer], msg: Msg) -> None:
-        """Settle `future` with what `msg`, its reply, says."""
+        """Settle `future` with what `msg`, its reply, says (a "no responders" is settled
+        before: `no_responders`)."""
         raise NotImplementedError
 
 
@@ -144,11 +153,9 @@ class PubAcks(InboxReplies[dict[str, Any]]):
         answer's JSON), or of nats-py's error for it."""
         return await self.send(subject, data, headers)
 
+    no_responders = js_errors.NoStreamResponseError
+
     def answer(self, future: asyncio.Future[dict[str, Any]], msg: Msg) -> None:
-        headers = msg.headers
-        if headers and headers.get("Status") == NO_RESPONDERS_STATUS:
-            future.set_exception(js_errors.NoStreamResponseError())
-            return
         try:
             answer = orjson.loads(msg.data)
         except orjson.JSONDecodeError:
