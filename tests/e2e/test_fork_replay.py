@@ -201,7 +201,12 @@ async def test_replay_with_recorded_tools_calls_no_tool_provider(lw: LoopwireCli
     assert len(provider.calls) == 1, "recorded tools: no call reached the provider"
     assert_replay_holds(report)
     assert report.runs[0].replay is not None and report.runs[0].tool_calls_differ
-    results = [e for e in await lw.transcript(report.replay_session) if e["kind"] == "tool.result"]
+    events = await lw.transcript(report.replay_session)
+    # The tools service records each result as its call ends, so the two may land in either
+    # order; compare them in the order the model asked for them.
+    asked = [b["id"] for e in events if e["kind"] == "message"
+             for b in e["message"]["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
+    results = sorted((e for e in events if e["kind"] == "tool.result"), key=lambda e: asked.index(e["tool_use_id"]))
     assert [(r["content"], r["is_error"], r.get("recorded")) for r in results] == [
         ("42", False, True),
         ("no recorded result for add with this input in session " + src + ": the replay ran no tool", True, True)]
