@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, Field, model_validator
 
 from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.contract.run_state import RunConfig, RunState
 
 STATE_SCHEMA = 2
+_OUTBOX = {"outbox": True}  # a dict: pydantic takes it as it is, a set it converts first
 
 
 class ForkedFrom(BaseModel):
@@ -124,8 +126,12 @@ class SessionState(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
     def dump_json(self) -> bytes:
-        """`dump()` as JSON bytes, serialised in one step (what the shell commits and caches)."""
-        return self.__pydantic_serializer__.to_json(self, by_alias=True)
+        """`dump()` as JSON bytes (what the shell commits and caches), the outbox last. The
+        outbox is JSON already (effects dumped in JSON mode, envelopes as they went out):
+        orjson writes it in a third of the time pydantic takes to walk its `Any` values,
+        which was two fifths of a running session's dump."""
+        head = self.__pydantic_serializer__.to_json(self, by_alias=True, exclude=_OUTBOX)
+        return b"".join((head[:-1], b',"outbox":', orjson.dumps(self.outbox), b"}"))
 
     @property
     def profile(self) -> str | None:

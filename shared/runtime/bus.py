@@ -138,7 +138,11 @@ class Bus:
 
     async def _settle(self, acks: list[tuple[Published, asyncio.Future[Any]]]) -> None:
         try:
-            await asyncio.gather(*(ack for _, ack in acks))
+            for _, ack in acks:
+                # Futures, awaited in turn: gather would add a gathering future and a
+                # callback per PubAck to every hop's events for the same outcome (the
+                # first failure raised, the rest cancelled below).
+                await ack
         finally:
             _cancel(acks)
 
