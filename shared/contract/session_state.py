@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, Field, model_validator
+from pydantic_core import to_jsonable_python
 
 from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.contract.run_state import RunConfig, RunState
@@ -127,11 +128,13 @@ class SessionState(BaseModel):
 
     def dump_json(self) -> bytes:
         """`dump()` as JSON bytes (what the shell commits and caches), the outbox last. The
-        outbox is JSON already (effects dumped in JSON mode, envelopes as they went out):
-        orjson writes it in a third of the time pydantic takes to walk its `Any` values,
-        which was two fifths of a running session's dump."""
+        outbox is plain data (effects as dicts, envelopes as they went out): orjson writes
+        it in a third of the time pydantic takes to walk its `Any` values, which was two
+        fifths of a running session's dump; what orjson does not know (a model in an
+        event's fields, a set) it writes as pydantic's JSON mode would."""
         head = self.__pydantic_serializer__.to_json(self, by_alias=True, exclude=_OUTBOX)
-        return b"".join((head[:-1], b',"outbox":', orjson.dumps(self.outbox), b"}"))
+        outbox = orjson.dumps(self.outbox, default=to_jsonable_python, option=orjson.OPT_NON_STR_KEYS)
+        return b"".join((head[:-1], b',"outbox":', outbox, b"}"))
 
     @property
     def profile(self) -> str | None:
