@@ -3,6 +3,8 @@ schema 1 document (flat run fields) loaded into schema 2's parts."""
 
 from __future__ import annotations
 
+import orjson
+
 from loopwire.shared.contract import session_state as read
 from loopwire.shared.contract.run_state import PART_FIELDS, RunState
 from loopwire.shared.contract.session_state import STATE_SCHEMA, SessionState
@@ -66,3 +68,18 @@ def test_the_readers_say_what_session_get_reports() -> None:
     assert (read.current_run_id(idle), read.open_checkpoint_id(idle), read.forked_from_session(idle)) == (
         "r9", None, None)
     assert read.config_in_effect(idle) is None
+
+
+def test_the_dump_writes_an_outbox_of_plain_data_as_json_mode_would() -> None:
+    """The outbox holds an event's fields as the router core made them (transition.py):
+    the dump writes a model, a set or an int key among them as pydantic's JSON mode does."""
+    from loopwire.shared.contract.envelopes import Usage
+
+    st = SessionState(session_id="s", outbox=[
+        {"type": "emit", "kind": "message", "key": "k", "run_id": "r",
+         "fields": {"usage": Usage(input_tokens=3, output_tokens=2), "tags": {"a"}, "by_turn": {1: "x"}}},
+        {"type": "work", "target": "tools.execute", "envelope": {"step_id": "r:t1"}, "msg_id": "m"}])
+    dumped = orjson.loads(st.dump_json())
+    assert dumped == st.dump() and dumped["outbox"][0]["fields"]["usage"]["input_tokens"] == 3
+    assert dumped["outbox"][0]["fields"]["tags"] == ["a"] and dumped["outbox"][0]["fields"]["by_turn"] == {"1": "x"}
+    assert SessionState.load(dumped, "s").outbox == dumped["outbox"]
