@@ -30,6 +30,8 @@ run's config). Every `message` event's `model` names the model that answered.
 
 from __future__ import annotations
 
+from typing import Any
+
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import AssembleContext
 from loopwire.shared.contract.protocol import ModelSpec
@@ -38,8 +40,9 @@ from loopwire.shared.contract.run_state import RunState
 from . import budget, planning, strategy_loop
 from .effects import PublishWork
 from .executor_profiles import spec_for
-from .finish import OUT_OF_BUDGET_NOTE
+from .finish import FINISH_SPEC, OUT_OF_BUDGET_NOTE
 from .phases import change_phase
+from .planning import UPDATE_PLAN_SPEC
 from .profiles import ModelTier, Profile
 from .tenant_quotas import TENANT_QUOTA
 from .transition import Transition
@@ -115,8 +118,23 @@ def request_generation(tx: Transition, run: RunState, profile: Profile, notes: l
         compaction_at_pct=cfg.compaction_at_pct, actor=cfg.actor, memory_model=cfg.memory_model, trace=run.trace,
         executor=spec_for(run) if profile.executor is not None else None,
     )
-    tx.effects.append(PublishWork(target="memory.assemble", envelope=env.model_dump(mode="json"), model=env,
+    tx.effects.append(PublishWork(target="memory.assemble", envelope=_assemble_json(env), model=env,
                                   msg_id=ids.msg_id))
+
+
+_NO_EXTRA_TOOLS = {"extra_tools": True}
+_RESERVED_SPECS = {id(spec): spec.model_dump(mode="json") for spec in (FINISH_SPEC, UPDATE_PLAN_SPEC)}
+"""The reserved tools' specs, dumped once: module constants (an id of theirs is never
+another object's), offered by most generations, and their input schemas were three
+fifths of an envelope's dump. Shared by every envelope that offers them: nothing changes
+an effect's dicts after its decision (transition.py)."""
+
+
+def _assemble_json(env: AssembleContext) -> dict[str, Any]:
+    """`env.model_dump(mode="json")`, the reserved tools' specs as dumped once."""
+    out = env.model_dump(mode="json", exclude=_NO_EXTRA_TOOLS)
+    out["extra_tools"] = [_RESERVED_SPECS.get(id(spec)) or spec.model_dump(mode="json") for spec in env.extra_tools]
+    return out
 
 
 def move_phase(tx: Transition, run: RunState, to: str, *, profile: Profile) -> None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from types import TracebackType
 from typing import Any
 
 import orjson
@@ -50,21 +51,40 @@ def capture_content() -> bool:
     return _capture_content
 
 
-@contextmanager
-def _span(name: str, kind: SpanKind, parent: Context | Mapping[str, str] | None,
-          *, attributes: dict[str, Any]) -> Iterator[Span]:
-    if not recording():
-        # What the API's no-op tracer does (the parent's span, non-recording, made current,
-        # so log lines and `inject_context` keep the run's trace), without its machinery.
-        span = trace.get_current_span(parent_context(parent))
+class _CarriedSpan:
+    """What a span helper hands out while no spans are recorded: the parent's span,
+    non-recording, made current (what the API's no-op tracer does, without its machinery),
+    so log lines and `inject_context` keep the run's trace. A class rather than a
+    generator: a tool-turn opens four of these, and `contextmanager`'s machinery cost as
+    much as the rest of it."""
+
+    __slots__ = ("_parent", "_token")
+
+    def __init__(self, parent: Context | Mapping[str, str] | None) -> None:
+        self._parent = parent
+        self._token: object = None
+
+    def __enter__(self) -> Span:
+        span = trace.get_current_span(parent_context(self._parent))
         if not isinstance(span, trace.NonRecordingSpan):
             span = trace.NonRecordingSpan(span.get_span_context())
-        token = otel_context.attach(trace.set_span_in_context(span))
-        try:
-            yield span
-        finally:
-            otel_context.detach(token)
-        return
+        self._token = otel_context.attach(trace.set_span_in_context(span))
+        return span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        otel_context.detach(self._token)  # type: ignore[arg-type]
+
+
+def _span(name: str, kind: SpanKind, parent: Context | Mapping[str, str] | None,
+          *, attributes: dict[str, Any]) -> AbstractContextManager[Span]:
+    if not recording():
+        return _CarriedSpan(parent)
+    return _recorded_span(name, kind, parent, attributes=attributes)
+
+
+@contextmanager
+def _recorded_span(name: str, kind: SpanKind, parent: Context | Mapping[str, str] | None,
+                   *, attributes: dict[str, Any]) -> Iterator[Span]:
     with get_tracer().start_as_current_span(
         name, context=parent_context(parent), kind=kind,
         record_exception=False, set_status_on_exception=False,
@@ -98,13 +118,14 @@ def invoke_agent_span(profile: str, conversation_id: str, *, run_id: str | None 
         yield span
 
 
-@contextmanager
 def chat_span(model: str, *, conversation_id: str | None = None, max_tokens: int | None = None,
               temperature: float | None = None, system: Any = None, messages: Any = None,
               provider: str = PROVIDER_ANTHROPIC,
-              parent: Context | Mapping[str, str] | None = None) -> Iterator[Span]:
+              parent: Context | Mapping[str, str] | None = None) -> AbstractContextManager[Span]:
     """``chat {model}`` (CLIENT): one model request. `system` and `messages` are recorded
     (redacted, truncated) only when content capture is on."""
+    if not recording():
+        return _CarriedSpan(parent)
     attrs: dict[str, Any] = {
         GA.GEN_AI_OPERATION_NAME: GA.GenAiOperationNameValues.CHAT.value,
         GA.GEN_AI_PROVIDER_NAME: provider,
@@ -116,8 +137,7 @@ def chat_span(model: str, *, conversation_id: str | None = None, max_tokens: int
     if capture_content():
         attrs[GA.GEN_AI_SYSTEM_INSTRUCTIONS] = _content(system)
         attrs[GA.GEN_AI_INPUT_MESSAGES] = _content(messages)
-    with _span(f"chat {model}", SpanKind.CLIENT, parent, attributes=attrs) as span:
-        yield span
+    return _recorded_span(f"chat {model}", SpanKind.CLIENT, parent, attributes=attrs)
 
 
 def record_chat_response(span: Span, *, response_model: str | None = None, response_id: str | None = None,
@@ -145,12 +165,13 @@ def record_chat_response(span: Span, *, response_model: str | None = None, respo
     span.set_attributes(clean_attributes(attrs))
 
 
-@contextmanager
 def execute_tool_span(tool_name: str, tool_call_id: str, *, arguments: Any = None,
                       conversation_id: str | None = None,
-                      parent: Context | Mapping[str, str] | None = None) -> Iterator[Span]:
+                      parent: Context | Mapping[str, str] | None = None) -> AbstractContextManager[Span]:
     """``execute_tool {tool}``: one tool call. `arguments` are recorded only when content
     capture is on."""
+    if not recording():
+        return _CarriedSpan(parent)
     attrs: dict[str, Any] = {
         GA.GEN_AI_OPERATION_NAME: GA.GenAiOperationNameValues.EXECUTE_TOOL.value,
         GA.GEN_AI_TOOL_NAME: tool_name,
@@ -160,8 +181,7 @@ def execute_tool_span(tool_name: str, tool_call_id: str, *, arguments: Any = Non
     }
     if capture_content():
         attrs[GA.GEN_AI_TOOL_CALL_ARGUMENTS] = _content(arguments)
-    with _span(f"execute_tool {tool_name}", SpanKind.INTERNAL, parent, attributes=attrs) as span:
-        yield span
+    return _recorded_span(f"execute_tool {tool_name}", SpanKind.INTERNAL, parent, attributes=attrs)
 
 
 def record_tool_result(span: Span, result: Any = None, *, is_error: bool = False) -> None:
