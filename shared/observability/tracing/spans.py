@@ -75,13 +75,6 @@ class _CarriedSpan:
         otel_context.detach(self._token)  # type: ignore[arg-type]
 
 
-def _span(name: str, kind: SpanKind, parent: Context | Mapping[str, str] | None,
-          *, attributes: dict[str, Any]) -> AbstractContextManager[Span]:
-    if not recording():
-        return _CarriedSpan(parent)
-    return _recorded_span(name, kind, parent, attributes=attributes)
-
-
 @contextmanager
 def _recorded_span(name: str, kind: SpanKind, parent: Context | Mapping[str, str] | None,
                    *, attributes: dict[str, Any]) -> Iterator[Span]:
@@ -103,19 +96,19 @@ def _recorded_span(name: str, kind: SpanKind, parent: Context | Mapping[str, str
             raise
 
 
-@contextmanager
 def invoke_agent_span(profile: str, conversation_id: str, *, run_id: str | None = None,
                       provider: str = PROVIDER_ANTHROPIC,
-                      parent: Context | Mapping[str, str] | None = None) -> Iterator[Span]:
+                      parent: Context | Mapping[str, str] | None = None) -> AbstractContextManager[Span]:
     """``invoke_agent {profile}``: one agent run (or the router's handling of it)."""
-    with _span(f"invoke_agent {profile}", SpanKind.INTERNAL, parent, attributes={
+    if not recording():
+        return _CarriedSpan(parent)
+    return _recorded_span(f"invoke_agent {profile}", SpanKind.INTERNAL, parent, attributes={
         GA.GEN_AI_OPERATION_NAME: GA.GenAiOperationNameValues.INVOKE_AGENT.value,
         GA.GEN_AI_PROVIDER_NAME: provider,
         GA.GEN_AI_AGENT_NAME: profile,
         GA.GEN_AI_CONVERSATION_ID: conversation_id,
         "loopwire.run_id": run_id,
-    }) as span:
-        yield span
+    })
 
 
 def chat_span(model: str, *, conversation_id: str | None = None, max_tokens: int | None = None,
