@@ -142,8 +142,8 @@ def markdown(res: Results) -> str:
             "p50 over that floor's; ×durable over the durable floor's sessions that alternated with the "
             "layout's, one of each in turn on the same servers (the layouts on clusters of their own: over the "
             "floor's own row). turns/s: tool-turns / wall time from the first `start` to the last "
-            "`run.ended`. CPU: every process of the layout plus nats-server, redis-server and the bench "
-            "client, during the load run.", "",
+            "`run.ended`. CPU: every process of the layout plus nats-server, redis-server (with the "
+            "children it forks: its AOF rewrites) and the bench client, during the load run.", "",
             *layout_table(res)]
     beside = beside_table(res)
     if beside:
