@@ -156,7 +156,7 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     if settings.local_handover and len(services) > 1:
         ctx.local = {service.name: service for service in services}
         if settings.chain_balance:
-            ctx.balance = ChainBalance(ctx.subjects.chains)
+            ctx.balance = ChainBalance(ctx.subjects.chains, interval_s=settings.chain_balance_interval_s)
     for service in services:
         service.register(broker)
     await broker.connect()

@@ -7,7 +7,7 @@ them, and the run as a whole lasts as long as the busier worker needs: measured 
 bench`, that alone cost 10-15% of the throughput.
 
 So every process says how many chains it holds, on core NATS `<prefix>.ctl.chains` every
-`interval_s`, and listens to the others. A process holding more than its share (the mean
+`interval_s` (LOOPWIRE_CHAIN_BALANCE_INTERVAL_S), and listens to the others. A process holding more than its share (the mean
 over the live replicas, itself included, plus a margin) publishes the next hop of one of
 its chains instead of handing it off: that chain ends here, and its run continues in
 whichever replica JetStream gives the hop to. It sheds at most its excess per interval,
@@ -35,7 +35,7 @@ MARGIN_MIN = 2
 
 
 class ChainBalance:
-    def __init__(self, subject: str, interval_s: float = 0.5) -> None:
+    def __init__(self, subject: str, interval_s: float = 0.1) -> None:
         self.subject = subject
         self.interval_s = interval_s
         self.instance = uuid.uuid4().hex[:12]

@@ -164,6 +164,10 @@ class Settings(BaseSettings):
     """`loopwire up` processes tell each other how many work chains they hold (core NATS
     `<prefix>.ctl.chains`); one holding more than its share publishes the next hop of a
     chain instead, so its run moves to another replica."""
+    chain_balance_interval_s: float = 0.1
+    """How often those processes report their chains, and how often one may shed its
+    excess (shared/runtime/chain_balance.py). At 0.5 s, one of `up --workers 2`'s workers
+    sat idle 0.2-0.3 s at the end of each of the bench's loads, at 0.1 s about 0.1 s."""
     step_result_ttl_s: int = 7 * 24 * 3600
     """How long recorded step results (model answers, tool results) are kept for replay."""
     session_ttl_s: int = 0
