@@ -7,12 +7,13 @@ them, and the run as a whole lasts as long as the busier worker needs: measured 
 bench`, that alone cost 10-15% of the throughput.
 
 So every process says how many chains it holds, on core NATS `<prefix>.ctl.chains` every
-`interval_s` (LOOPWIRE_CHAIN_BALANCE_INTERVAL_S), and listens to the others. A process holding more than its share (the mean
-over the live replicas, itself included, plus a margin) publishes the next hop of one of
-its chains instead of handing it off: that chain ends here, and its run continues in
-whichever replica JetStream gives the hop to. It sheds at most its excess per interval,
-so reports a moment old do not make it shed more than it should. Without reports from
-others (one process, or the others silent for three intervals) nothing is shed.
+`interval_s` (LOOPWIRE_CHAIN_BALANCE_INTERVAL_S), and listens to the others. A process
+holding more than its share (the mean over the live replicas, itself included, plus a
+margin) publishes the next hop of one of its chains instead of handing it off: that chain
+ends here, and its run continues in whichever replica JetStream gives the hop to. It
+sheds at most its excess per interval, so reports a moment old do not make it shed more
+than it should. Without reports from others (one process, or the others silent for three
+intervals) nothing is shed.
 """
 
 from __future__ import annotations

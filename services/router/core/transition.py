@@ -144,9 +144,9 @@ def _stored(effect: Effect) -> dict[str, Any]:
     outbox that keeps it. A work's envelope is JSON already (made by the envelope's
     `model_dump(mode="json")`, or read back from a stored outbox): it is kept as it is
     instead of walked again, which was two thirds of the cost of dumping a generation's
-    outbox. Nothing changes an effect's
-    dicts or an outbox's after the decision that made them, so sharing the envelope
-    with the effect is safe (consecutive states already share their outbox entries).
+    outbox. Nothing changes an effect's dicts or an outbox's after the decision that made
+    them, so sharing the envelope with the effect is safe (consecutive states already
+    share their outbox entries).
     Here rather than in effects.py: a call into another file per effect would lengthen
     the walk of a tool-turn (tests/tool_turn_walk.py)."""
     if type(effect) is PublishWork:

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.unit
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
 
 SCRIPT = """
-import json, os, subprocess, sys, time
-from tests.bench.procstat import CpuWindow, cpu_seconds, cpu_seconds_with_children
+import json, os, subprocess, sys
+from tests.bench.procstat import CpuWindow
 burn = sys.argv[1]
 me = os.getpid()
 out = {}
