@@ -39,6 +39,7 @@ from .events import SessionEvents, query
 pytestmark = pytest.mark.e2e
 
 USERS_CONF = Path(__file__).resolve().parents[2] / "deploy" / "nats" / "users.conf"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PASSWORDS = {
     "LOOPWIRE_NATS_SERVICES_PASSWORD": "svc-pw-" + uuid.uuid4().hex[:12],
     "LOOPWIRE_NATS_CLIENT_PASSWORD": "cli-pw-" + uuid.uuid4().hex[:12],
@@ -290,3 +291,34 @@ def test_the_cli_runs_as_the_client_user_over_mutual_tls(fake_anthropic: FakeAnt
         # and no password of any user appears in what the CLI or the services printed
         for secret in [*PASSWORDS.values(), REDIS_PASSWORD]:
             assert secret not in run.stdout + run.stderr + shown.stdout + shown.stderr + lw.logs()
+
+
+@pytest.mark.timeout(180)
+async def test_the_example_tool_provider_serves_runs_on_the_secured_nats(
+        secured: LoopwireContainer, client: Connection, fake: FakeAnthropic) -> None:
+    """examples/tool_provider.py as written, connected as the provider user of
+    deploy/nats/users.conf, serves a run that a client user started."""
+    env = {**os.environ, "LOOPWIRE_NATS_USER": "loopwire-provider",
+           "LOOPWIRE_NATS_PASSWORD": PASSWORDS["LOOPWIRE_NATS_PROVIDER_PASSWORD"]}
+    provider = await asyncio.create_subprocess_exec(
+        sys.executable, str(EXAMPLES / "tool_provider.py"), "--nats-url", secured.get_nats_url(),
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    nc = client.nc
+    assert nc is not None
+    try:
+        await wait_for_tools(nc, {"weather"}, timeout=60)
+        fake.script("*", [{"chunks": ["Checking."], "tool_use": [{"name": "weather", "input": {"city": "Paris"}}]},
+                          {"chunks": ["Sunny."], "stop_reason": "end_turn"}])
+        s = f"auth-example-{uuid.uuid4().hex[:8]}"
+        async with SessionEvents(nc, s) as ev:
+            await ev.publish("start", {"v": 1, "input": "Weather in Paris?", "tools": ["weather"]})
+            result = await ev.wait_for("tool.result", timeout=60)
+            ended = await ev.wait_for("run.ended", timeout=60)
+    finally:
+        provider.terminate()
+        out, _ = await asyncio.wait_for(provider.communicate(), 20)
+    assert "Sunny, 21 °C in Paris" in json.dumps(result, ensure_ascii=False), result
+    assert ended["status"] == "completed" and ended["final_text"] == "Sunny."
+    assert "weather('Paris') for call toolu_" in out.decode(), out.decode()
+    assert provider.returncode == 0
+    assert client.errors == []
