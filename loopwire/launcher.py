@@ -40,6 +40,7 @@ from loopwire.shared.runtime.credentials import (
     nats_servers,
     register_configured_secrets,
 )
+from loopwire.shared.runtime.server_versions import UnsupportedServer, check_nats, check_redis
 from loopwire.shared.runtime.service_context import Service, ServiceContext, build_context
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import StreamSetupError, ensure_streams
@@ -151,6 +152,7 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     nats_headers.install()  # each message's headers parsed in fewer steps (nats_headers.py)
     broker = make_broker(settings)
     ctx = build_context(settings, broker)
+    await check_redis(ctx.redis)
     await warn_if_volatile(ctx.redis)
     services = [service_class(name)(ctx) for name in names]
     if settings.local_handover and len(services) > 1:
@@ -160,6 +162,7 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     for service in services:
         service.register(broker)
     await broker.connect()
+    check_nats(broker._connection)
     # Every replica makes the same streams, retrying until a cluster answers (streams.py).
     js = broker._connection.jetstream(timeout=settings.jetstream_timeout_s)  # type: ignore[union-attr]
     await ensure_streams(js, settings)
@@ -210,7 +213,7 @@ async def serve_until_signal(names: list[str] | tuple[str, ...], settings: Setti
     stop (`loopwire up --workers`: stopping the other workers), and is waited for."""
     try:
         running = await start_services(names, settings)
-    except StreamSetupError as exc:
+    except (StreamSetupError, UnsupportedServer) as exc:
         # What the operator must change (replicas, the cluster), said once, not as a traceback.
         log.error("cannot start: %s", exc)
         raise SystemExit(1) from None
