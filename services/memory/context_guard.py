@@ -89,6 +89,12 @@ class GuardConfig:
         return int(self.window * self.compaction_at_pct)
 
     @property
+    def pressure_at(self) -> int:
+        """The token count from which the pressure note is added; 0: never (a
+        `pressure_pct` of 0 turns the note off rather than adding it to every request)."""
+        return max(1, int(self.window * self.pressure_pct)) if self.pressure_pct > 0 else 0
+
+    @property
     def summary_budget(self) -> int:
         return max(64, min(self.summary_max_tokens, int(self.window * 0.15)))
 
@@ -204,7 +210,7 @@ class ContextGuard:
         tally = self.counter.estimator.tally(ctx.system, messages, ctx.tools,
                                              known=ctx.memo.terms if ctx.memo is not None else None)
         estimate = self.counter.estimator.estimate_of(tally)
-        near = min(cfg.threshold, int(cfg.window * cfg.pressure_pct)) * (1 - EXACT_MARGIN)
+        near = min(cfg.threshold, cfg.pressure_at or cfg.threshold) * (1 - EXACT_MARGIN)
         calibrated = self.counter.estimator.samples >= CALIBRATION_SAMPLES
         if estimate < near and calibrated and not cfg.reduce:
             return Count(estimate, exact=False), tally.refs
@@ -254,7 +260,7 @@ class ContextGuard:
 
     @staticmethod
     def _done(outcome: GuardOutcome, cfg: GuardConfig) -> GuardOutcome:
-        if outcome.tokens >= cfg.window * cfg.pressure_pct:
+        if cfg.pressure_at and outcome.tokens >= cfg.pressure_at:
             pct = min(100, round(100 * outcome.tokens / cfg.window))
             outcome.note = PRESSURE_NOTE.format(pct=pct)
         return outcome

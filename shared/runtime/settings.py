@@ -313,9 +313,9 @@ class Settings(BaseSettings):
     context_window_cap: int = 0
     """When > 0, the memory service never assumes a context window larger than this
     (a deployment whose models have smaller windows; tests); 0: the run's own window."""
-    memory_pressure_pct: float = 0.7
+    memory_pressure_pct: float = Field(default=0.7, ge=0, le=1)
     """Above this share of the window the system prompt gets an ephemeral note asking
-    for concise answers."""
+    for concise answers; 0: no note."""
     memory_compaction_target_pct: float = 0.6
     """A compaction aims at this share of the compaction threshold, so the next one is
     some turns away."""

@@ -189,3 +189,16 @@ def test_config_from_settings_and_envelope() -> None:
     capped = GuardConfig.of(Settings(context_window_cap=8000), env)
     assert capped.window == 8000 and capped.summary_budget == 1024
     assert GuardConfig.of(Settings(), env.model_copy(update={"reduce_context": True})).target == 25_000
+
+
+async def test_a_pressure_pct_of_0_turns_the_note_off() -> None:
+    history = conversation(turns=10)
+    counter = TokenCounter()
+    tokens = counter.estimate("You are helpful.", history, [])
+    for window in (int(tokens / 0.75), tokens * 2):  # at 75% (noted at the default) and at 50%
+        out = await ContextGuard(counter, Summariser()).fit(context(history), GuardConfig(window=window, pressure_pct=0),
+                                                            "r:g1")
+        assert out.event is None and out.messages == history and out.note is None
+    env = AssembleContext(session_id="s", run_id="r", step_id="r:g1", history_len=1, models=["m"],
+                          max_tokens=100, context_window=50_000, compaction_at_pct=0.5)
+    assert GuardConfig.of(Settings(memory_pressure_pct=0), env).pressure_at == 0
