@@ -22,6 +22,8 @@ from .targets import cpu_total, floor_p50, ms, p50, rates_note, verdicts
 
 START = "<!-- bench:results:start (written by `make bench`; edit outside the markers) -->"
 END = "<!-- bench:results:end -->"
+SUMMARY_START = "<!-- bench:summary:start (written by `make bench`; edit outside the markers) -->"
+SUMMARY_END = "<!-- bench:summary:end -->"
 
 FLOORS = ("floor_durable", "floor_raw")
 
@@ -120,20 +122,34 @@ def cpu_table(res: Results) -> list[str]:
     return out
 
 
-def markdown(res: Results) -> str:
+def run_lines(res: Results) -> list[str]:
+    """When, where and with what load the results were measured."""
     m, p = res["machine"], res["params"]
-    out = [START, "",
-           f"Last run: **{res['date']}**, `{res['command']}`, {res['duration_s']:.0f} s in all, code at "
+    return [f"Last run: **{res['date']}**, `{res['command']}`, {res['duration_s']:.0f} s in all, code at "
            f"`{m.get('git', 'unknown')}`" + (" — **quick mode, not the issue's load**" if p.get("quick") else "") + ".",
            f"Machine: {m.get('cpus')} CPUs ({m.get('cpus_usable')} usable, {m.get('cpu_model')}), "
            f"Python {m.get('python')}, {m.get('platform')}. Servers started by the bench on loopback: "
            f"{res.get('servers', {}).get('nats', 'nats-server')}; {res.get('servers', {}).get('redis', 'redis-server')}.",
            f"Load: {p['sessions']} concurrent sessions × {p['turns']} tool-turns, {p['load_runs']} runs per layout "
            f"(the median by turns/s is shown); single: {p['single']} sessions × {p['turns']} tool-turns one at a time; "
-           f"warm-up {p['warmup']} sessions × 5 tool-turns.", "",
-           "### Targets", "", "| target | measured | met? |", "|---|---|---|"]
+           f"warm-up {p['warmup']} sessions × 5 tool-turns."]
+
+
+def targets_table(res: Results) -> list[str]:
+    out = ["| target | measured | met? |", "|---|---|---|"]
     for target, measured, met in verdicts(res):
         out.append(f"| {target} | {measured} | {'—' if met is None else 'yes' if met else '**no**'} |")
+    return out
+
+
+def summary(res: Results) -> str:
+    """docs/benchmarks.md's block: the run and its targets; the rest is in the full block."""
+    return "\n".join([SUMMARY_START, "", *run_lines(res), "", *targets_table(res), "",
+                      "Every table of this run: docs/bench-results.md.", "", SUMMARY_END])
+
+
+def markdown(res: Results) -> str:
+    out = [START, "", *run_lines(res), "", "### Targets", "", *targets_table(res)]
 
     out += ["", "### Every layout against both floors", "",
             "p50/p99 of one tool-turn: the time between two consecutive `message` events of a session as the "
@@ -344,12 +360,11 @@ DEFAULT_HEAD = """# Benchmarks
 """
 
 
-def write_doc(path: Path, res: Results) -> None:
-    block = markdown(res)
+def _replace_block(path: Path, block: str, start: str, end: str) -> None:
     if path.exists():
         text = path.read_text()
-        if START in text and END in text:
-            pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
+        if start in text and end in text:
+            pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
             path.write_text(pattern.sub(lambda _m: block, text, count=1))
             return
         path.write_text(text.rstrip() + "\n\n## Results\n\n" + block + "\n")
@@ -357,11 +372,24 @@ def write_doc(path: Path, res: Results) -> None:
     path.write_text(DEFAULT_HEAD + "## Results\n\n" + block + "\n")
 
 
+def write_doc(path: Path, res: Results) -> None:
+    """Every table of the run into `path`'s results block (docs/bench-results.md)."""
+    _replace_block(path, markdown(res), START, END)
+
+
+def write_summary(path: Path, res: Results) -> None:
+    """The run and its targets into `path`'s summary block (docs/benchmarks.md)."""
+    _replace_block(path, summary(res), SUMMARY_START, SUMMARY_END)
+
+
 def main(argv: list[str] | None = None) -> int:
     root = Path(__file__).resolve().parents[2]
     parser = argparse.ArgumentParser(description="render a results file of `make bench`")
     parser.add_argument("results", nargs="?", default=str(root / ".run" / "bench.json"))
-    parser.add_argument("--doc", default=str(root / "docs" / "benchmarks.md"), help="the doc whose results block to replace")
+    parser.add_argument("--doc", default=str(root / "docs" / "bench-results.md"),
+                        help="the doc whose results block (every table) to replace")
+    parser.add_argument("--summary", default=str(root / "docs" / "benchmarks.md"),
+                        help="the doc whose summary block (the targets) to replace")
     parser.add_argument("--print", action="store_true", help="print the console table only; leave the doc alone")
     args = parser.parse_args(argv)
     from .console import console_table  # the console table is built on this module's helpers
@@ -370,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     print(console_table(res))
     if not args.print:
         write_doc(Path(args.doc), res)
-        print(f"wrote the results block of {args.doc}")
+        write_summary(Path(args.summary), res)
+        print(f"wrote the results block of {args.doc} and the summary of {args.summary}")
     return 0
 
 

@@ -30,7 +30,7 @@
 5. A second pass on fresh servers with nats-server's default `sync_interval`: the layouts
    with targets and the durable floor again (`--no-default-sync` skips it).
 6. `.run/bench.json` (everything), the console table with every target of targets.py
-   `[MET ]` or `[MISS]`, and docs/benchmarks.md's results block rendered from that file
+   `[MET ]` or `[MISS]`, and docs/bench-results.md's results block (every table) and docs/benchmarks.md's summary (the targets) rendered from that file
    (report.py; `--no-doc` leaves the doc alone).
 
 Everything is stopped at the end, also on failure or Ctrl-C; a watchdog ends a run that
@@ -61,6 +61,7 @@ from .replica_wait import measure_replica_wait
 from .targets import TARGETS
 
 DOC = ROOT / "docs" / "benchmarks.md"
+RESULTS_DOC = ROOT / "docs" / "bench-results.md"
 RESULTS = ROOT / ".run" / "bench.json"
 QUICK = {"sessions": 40, "turns": 10, "single": 4, "warmup_sessions": 10, "load_runs": 1, "bytes_turns": "10,20,40"}
 """--quick (or LOOPWIRE_BENCH_QUICK=1): a load small enough to iterate on, every layout still."""
@@ -89,7 +90,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-default-sync", action="store_true",
                    help="skip the second pass with nats-server's default sync_interval (workers, split1, split and "
                         "the durable floor again)")
-    p.add_argument("--no-doc", action="store_true", help="leave docs/benchmarks.md alone (the results file is "
+    p.add_argument("--no-doc", action="store_true", help="leave docs/benchmarks.md and docs/bench-results.md alone (the results file is "
                                                          "written anyway)")
     p.add_argument("--results", default=str(RESULTS), help="the results file (JSON)")
     p.add_argument("--watchdog", type=int, default=2400, help="seconds before a hung run is ended")
@@ -196,8 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     print(console_table(res))
     log(f"wrote {out}")
     if not args.no_doc:
-        report.write_doc(DOC, res)
-        log(f"wrote the results block of {DOC.relative_to(ROOT)}")
+        report.write_doc(RESULTS_DOC, res)
+        report.write_summary(DOC, res)
+        log(f"wrote the results block of {RESULTS_DOC.relative_to(ROOT)} and the summary of {DOC.relative_to(ROOT)}")
     return 1 if failures else 0
 
 

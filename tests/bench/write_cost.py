@@ -5,7 +5,7 @@ sampled.
 
 py-spy charges to the innermost Python frame it sees the time a process spends in C code
 below it, so a sample taken while uvloop runs its own loop can land on the flusher's
-`writelines` (docs/benchmarks.md, "Tenth pass"). Here every process of the layout (on fresh
+`writelines` (docs/bench-notes/history.md, "Tenth pass"). Here every process of the layout (on fresh
 servers with nats-server's default sync) loads tests/bench/write_probe/sitecustomize.py,
 which times each of nats-py's `TcpTransport.writelines` calls with the thread's CPU; a
 warm-up, then the load, and for each process: writes per tool-turn, their CPU per tool-turn

@@ -244,3 +244,18 @@ def test_a_clustered_layout_reports_its_keys_per_master_and_the_replica_wait() -
     doc = report.markdown(res)
     assert "| split, 3-master Redis Cluster | 290, 310 |" in doc
     assert "| wait_1 | 240 µs | 1300 µs | 7500 | 123 | 24 |" in doc
+
+
+def test_the_summary_holds_the_run_and_its_targets_and_points_at_every_table(tmp_path: Path) -> None:
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# Benchmarks\n\nmethod\n\n{report.SUMMARY_START}\nold\n{report.SUMMARY_END}\n\nafter\n")
+    full = tmp_path / "bench-results.md"
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(results()))
+    assert report.main([str(path), "--doc", str(full), "--summary", str(doc)]) == 0
+    text = doc.read_text()
+    summary = text[text.index(report.SUMMARY_START):text.index(report.SUMMARY_END)]
+    assert "method" in text and "after" in text and "old" not in summary
+    assert "| `6 × loopwire serve (2 routers)`: p50 (single session) ≤ 1.5× the durable floor |" in summary
+    assert "docs/bench-results.md" in summary and "### Every layout" not in summary
+    assert "### Every layout against both floors" in full.read_text()
