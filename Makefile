@@ -4,7 +4,7 @@ PYTHON  ?= python3
 BIN      = $(VENV)/bin
 STAMP    = $(VENV)/.installed-stamp
 
-.PHONY: install run test test-unit lint bench bench-quick compose-up compose-down clean test-node-deps agents
+.PHONY: install run test test-unit lint docs bench bench-quick compose-up compose-down clean test-node-deps agents
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -69,6 +69,10 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy services shared loopwire
 	$(BIN)/python -m tests.import_contracts
+
+## docs: rewrite the generated docs (the README's settings table, docs/asyncapi.json)
+docs: install
+	$(BIN)/python -m tests.generated_docs
 
 ## bench: every layout, 200 sessions x 20 tool-turns, against the durable and the raw floor (docs/benchmarks.md)
 bench: install

@@ -17,5 +17,4 @@ def test_readme_settings_table_matches_the_settings() -> None:
     start = text.index("\n", text.index("<!-- settings-table:start")) + 1
     end = text.index("<!-- settings-table:end -->")
     assert text[start:end] == settings_table(), (
-        "regenerate the README table: python -c 'from loopwire.shared.runtime.settings import settings_table; "
-        "print(settings_table())'")
+        "regenerate the README table: make docs")

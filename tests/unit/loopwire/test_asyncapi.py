@@ -18,7 +18,7 @@ DOC = REPO / "docs" / "asyncapi.json"
 
 
 def test_checked_in_document_matches_the_code() -> None:
-    assert DOC.read_text() == asyncapi_json(), "regenerate with: loopwire asyncapi > docs/asyncapi.json"
+    assert DOC.read_text() == asyncapi_json(), "regenerate with: make docs"
 
 
 def test_every_public_subject_is_documented() -> None:
