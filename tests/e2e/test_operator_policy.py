@@ -134,6 +134,49 @@ async def test_a_malicious_repository_inside_the_roots_runs_nothing(pnc: NatsCli
     assert not marker.exists(), "the repository's config ran a command"
 
 
+def instructed_repo(roots: Path, rule: str) -> Path:
+    repo = roots / f"repo-{uuid.uuid4().hex[:6]}"
+    repo.mkdir()
+    (repo / "AGENTS.md").write_text(rule + "\n")
+    (repo / "a.txt").write_text("one\n")
+    return repo
+
+
+async def test_every_planned_phase_sees_the_workspace_until_a_tool_ran(pnc: NatsClient, fake: FakeAnthropic,
+                                                                      roots: Path) -> None:
+    """agentic_planned: plan, execute and verify each see the workspace's AGENTS.md while no
+    tool has run (update_plan is the router's own); a run started with a pre-built plan sees
+    it from its first request."""
+    rule = f"Always run make check ({uuid.uuid4().hex[:6]})."
+    repo = instructed_repo(roots, rule)
+    done = {"plan": [{"step": "read a.txt", "status": "completed"}, {"step": "report", "status": "completed"}]}
+    fake.script("*", [{"text": "1. read a.txt\n2. report"}, {"tool_use": [{"name": "update_plan", "input": done}]},
+                      {"text": "Verified: a.txt says one."}])
+    async with SessionEvents(pnc, new_sid("ws-phases")) as ev:
+        await ev.publish("start", {"input": "look at the repo", "profile": "agentic_planned",
+                                   "metadata": {"workspace": repo.name}})
+        ended = await ev.wait_for("run.ended", timeout=30)
+    assert ended["status"] == "completed", ended
+    assert [p["to"] for p in ev.of("phase.changed")] == ["plan", "execute", "verify", "done"]
+    requests = fake.message_requests
+    assert len(requests) == 3
+    for n, body in enumerate(requests):
+        assert rule in json.dumps(body["system"]), f"request {n + 1} (plan, execute, verify) lacks AGENTS.md"
+
+    fake.reset()
+    fake.script("*", [{"tool_use": [{"name": "update_plan", "input": {"plan": [{"step": "report",
+                                                                                "status": "completed"}]}}]},
+                      {"text": "Verified."}])
+    async with SessionEvents(pnc, new_sid("ws-plan")) as ev:
+        await ev.publish("start", {"input": "report on the repo", "profile": "agentic_planned",
+                                   "plan": [{"step": "report"}], "metadata": {"workspace": repo.name}})
+        ended = await ev.wait_for("run.ended", timeout=30)
+    assert ended["status"] == "completed"
+    requests = fake.message_requests
+    assert len(requests) == 2 and all(rule in json.dumps(body["system"]) for body in requests), \
+        "a run started with a plan (execute, then verify) sees the snapshot"
+
+
 async def test_a_run_cannot_loosen_the_operator_tool_policy(pnc: NatsClient, fake: FakeAnthropic) -> None:
     calls: list[str] = []
     svc = await serve(pnc, "danger", ["rm_rf"], calls)

@@ -77,8 +77,9 @@ class Profile:
     snapshots_workspace: bool = False
     """A run naming `metadata.workspace` gets its WorkspaceSnapshot (gathered by the shell at
     the start, shell/workspace_snapshot.py; rendered by workspace.py) as a note:
-    agentic_planned in its plan phase, turn_by_turn until its first tool batch ran (after that
-    the snapshot may be stale)."""
+    in every phase until the run's first tool batch ran (after that the snapshot may be stale):
+    agentic_planned's plan phase (in its plan note), and its execute and verify phases, also
+    after a pre-built plan; turn_by_turn's review and execute."""
     executor: str | None = None
     """`cli` or `acp`: an external agent makes the generations (executor_profiles.py)."""
     pipeline: tuple[str, ...] = ()

@@ -34,7 +34,7 @@ from typing import Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import AssembleContext
-from loopwire.shared.contract.protocol import ModelSpec
+from loopwire.shared.contract.protocol import RESERVED_TOOL_NAMES, ModelSpec
 from loopwire.shared.contract.run_state import RunState
 
 from . import budget, planning, strategy_loop
@@ -99,9 +99,11 @@ def request_generation(tx: Transition, run: RunState, profile: Profile, notes: l
             notes.append(planning.plan_note(run, run.config.tools))
         elif run.profile_phase == "execute" and run.plan.steps:
             notes.append(planning.status_note(run))
-    elif (profile.snapshots_workspace and run.plan.workspace and run.tools.calls_made == 0
-          and run.limits.converging is None):
-        notes.append(run.plan.workspace)  # the WorkspaceSnapshot, while nothing has run that could change it
+    if (profile.snapshots_workspace and run.plan.workspace and not _workspace_tool_ran(run)
+            and run.limits.converging is None and not (profile.planned and run.profile_phase == "plan")):
+        # The WorkspaceSnapshot, in every phase until a tool has run that could change it
+        # (the plan phase's note holds it already).
+        notes.append(run.plan.workspace)
     offer = strategy_loop.offer(run, profile)
     run.tools.active = offer.active
     run.awaiting = "generate"
@@ -120,6 +122,12 @@ def request_generation(tx: Transition, run: RunState, profile: Profile, notes: l
     )
     tx.effects.append(PublishWork(target="memory.assemble", envelope=_assemble_json(env), model=env,
                                   msg_id=ids.msg_id))
+
+
+def _workspace_tool_ran(run: RunState) -> bool:
+    """A tool other than the reserved ones (which the core answers, touching no
+    workspace) has run in this run."""
+    return any(name not in RESERVED_TOOL_NAMES for name in run.tools.used)
 
 
 _NO_EXTRA_TOOLS = {"extra_tools": True}

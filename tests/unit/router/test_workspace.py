@@ -126,3 +126,33 @@ def test_the_snapshot_is_the_plan_phase_note() -> None:
                          workspace={"path": "/w", "tree": ["a.py"], "instructions": {"README.md": "hello"}}))
     note = next(n for n in d.work()["ephemeral_notes"] if "Phase: plan" in n)
     assert "Workspace: /w" in note and "a.py" in note and "hello" in note
+
+
+SNAPSHOT = {"path": "/w", "tree": ["a.py"], "instructions": {"AGENTS.md": "Run make test first."}}
+
+
+def notes_of(d: Driver) -> str:
+    return "\n".join(d.work()["ephemeral_notes"])
+
+
+def test_every_planned_phase_keeps_the_snapshot_until_a_tool_ran() -> None:
+    d = Driver()
+    d.apply(i.StartInput(input_id="in:1", new_id="run1", workspace=SNAPSHOT,
+                         body=StartRun(input="x", profile="agentic_planned", tools=["add"])))
+    assert d.run.profile_phase == "plan" and notes_of(d).count("Run make test first.") == 1
+    d.answer("1. look\n2. report")
+    assert d.run.profile_phase == "execute" and "Run make test first." in notes_of(d)
+    d.answer({"type": "tool_use", "id": "p1", "name": "update_plan",
+              "input": {"plan": [{"step": "look", "status": "completed"}, {"step": "report", "status": "completed"}]}})
+    assert d.run.profile_phase == "verify" and "Run make test first." in notes_of(d), \
+        "update_plan is the core's own tool: nothing in the workspace changed"
+    d.answer({"type": "tool_use", "id": "t1", "name": "add", "input": {}})
+    d.tools()
+    assert "Run make test first." not in notes_of(d), "a tool ran: the snapshot may be stale"
+
+
+def test_a_run_started_with_a_plan_sees_the_snapshot() -> None:
+    d = Driver()
+    d.apply(i.StartInput(input_id="in:1", new_id="run1", workspace=SNAPSHOT,
+                         body=StartRun(input="x", profile="agentic_planned", plan=[{"step": "look"}])))
+    assert d.run.profile_phase == "execute" and "Run make test first." in notes_of(d)
