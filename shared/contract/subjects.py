@@ -185,7 +185,8 @@ class Subjects:
 
     @property
     def chains(self) -> str:
-        """Every `loopwire up` process's count of work chains (core NATS, each 0.5 s):
+        """Every `loopwire up` process's count of work chains (core NATS, every
+        LOOPWIRE_CHAIN_BALANCE_INTERVAL_S):
         shared/runtime/chain_balance.py."""
         return f"{self.prefix}.ctl.chains"
 
