@@ -51,7 +51,7 @@ class RunConfig(BaseModel):
     """StartRun `executor.agent` (profile `acp`)."""
     workspace_path: str | None = None
     """`metadata.workspace` resolved under LOOPWIRE_WORKSPACE_ROOTS: the agent's directory."""
-    # -- issue 26 (schema 1, additive) --
+    # -- the strategy loop's fields (schema 1, additive: absent in older states) --
     conclusion: bool = False
     """The run's strategy config asks for a conclusion and the run offers the finish tool:
     its system prompt carries the tool's guideline, and an answer in text concludes with
