@@ -230,6 +230,11 @@ class ProviderTable:
                 out.setdefault(t.name, []).append((t, provider.last_seen))
         return out
 
+    def instances_on(self, subject: str) -> frozenset[str]:
+        """The ids of the instances known now with an endpoint on `subject`: those that
+        may take a request sent there."""
+        return frozenset(p.service_id for p in self.providers.values() if any(t.subject == subject for t in p.tools))
+
     def _warn_once(self, message: str) -> None:
         # Every round sees the same bad endpoint again; say it once per process.
         if message not in self._warned:

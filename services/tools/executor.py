@@ -99,7 +99,8 @@ class Executor:
         self.nc = nc
         self.default_timeout_s = default_timeout_s
         self.attempt_timeout_s = attempt_timeout_s
-        """A provider request unanswered this long is sent again (invoke.call_provider)."""
+        """A provider request unanswered this long whose provider is gone is sent again
+        (invoke.call_provider)."""
         self.claim_ttl_s = claim_ttl_s
         """How long a batch's claim outlives a worker that stopped renewing it (AckWait)."""
         self.refresh = refresh
@@ -289,10 +290,13 @@ class Executor:
         if self.nc is None:
             raise ProviderUnavailable("no NATS connection")
         # Our own deadline fires first; nats' request timeout is only a backstop.
-        return await call_provider(self.nc, tool.subject, call.input, session_id=env.session_id,
+        table = self.catalog.providers
+        subject = tool.subject
+        return await call_provider(self.nc, subject, call.input, session_id=env.session_id,
                                    tool_use_id=call.tool_use_id, timeout_s=timeout + 1.0,
                                    attempt_timeout_s=self.attempt_timeout_s,
-                                   context=context_headers(env.user_id, env.workspace_id))
+                                   context=context_headers(env.user_id, env.workspace_id),
+                                   instances=(lambda: table.instances_on(subject)) if table is not None else None)
 
 
 def validation_problem(tool: ResolvedTool, arguments: dict[str, Any], limit: int = 3) -> str | None:

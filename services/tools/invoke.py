@@ -20,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import nats.errors
 import orjson
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 from pydantic import BaseModel
 
 from loopwire.shared.contract.input_guard import internal_field_paths
@@ -44,7 +46,8 @@ STATUS_HEADER = "Status"
 NO_RESPONDERS_STATUS = "503"
 """What nats-server sends to a request's reply subject when nothing subscribes to it."""
 RECONNECT_CHECK_S = 0.5
-"""How often a call waiting for its reply checks whether the client reconnected."""
+"""How often a call waiting for its reply checks whether the client reconnected (and,
+once its attempt's time is up, whether its provider is still there)."""
 
 Content = str | list[dict[str, Any]]
 
@@ -100,16 +103,26 @@ async def call_python(tool: PythonTool, arguments: dict[str, Any], *, session_id
 
 async def call_provider(nc: NatsClient, subject: str, arguments: dict[str, Any], *, session_id: str,
                         tool_use_id: str, timeout_s: float, attempt_timeout_s: float | None = None,
-                        context: dict[str, str] | None = None) -> Outcome:
+                        context: dict[str, str] | None = None,
+                        instances: Callable[[], frozenset[str]] | None = None) -> Outcome:
     """One call to a provider endpoint, within `timeout_s`. Raises TimeoutError (nats' own
     subclasses it) and ProviderUnavailable.
 
-    A reply can be lost on the way back (the connection of either side dropped while the
-    provider worked: a NATS restart, a partition), and a request can be lost on the way
-    there. So the request is sent again, with the same Loopwire-Tool-Use-Id (the provider's
-    idempotency key) and to the same reply inbox, when this client reconnected since it was
-    sent, or when no reply came within `attempt_timeout_s`; the first reply to any attempt
-    answers the call. `context`: more headers (`context_headers`)."""
+    A provider that stays connected gets the request once, however long it waits in the
+    provider's queue (a `nats.micro` endpoint in Python serves one request at a time): a
+    busy provider is not a lost request. The request is sent again, with the same
+    Loopwire-Tool-Use-Id (the provider's idempotency key) and to the same reply inbox, only
+    when it may have been lost:
+
+    - this client reconnected since it was sent (a reply sent meanwhile went nowhere);
+    - no reply came within `attempt_timeout_s` and a provider instance that could have taken
+      it is gone: `instances()` (the ids of the instances serving `subject`, from discovery,
+      which forgets an instance that stops answering `$SRV.INFO`) no longer holds one it held
+      when the request was sent, or held none then.
+
+    Without `instances` every unanswered attempt counts as lost. The first reply to any
+    attempt answers the call. `context`: more headers
+    (`context_headers`)."""
     headers = {SESSION_HEADER: session_id, TOOL_USE_HEADER: tool_use_id, **(context or {})}
     payload = orjson.dumps(arguments)
     loop = asyncio.get_running_loop()
@@ -122,32 +135,55 @@ async def call_provider(nc: NatsClient, subject: str, arguments: dict[str, Any],
         while True:
             attempt += 1
             reconnects = nc.stats["reconnects"]
+            sent_to = instances() if instances is not None else frozenset()
             await nc.publish(subject, payload, reply=inbox, headers=headers)
-            attempt_end = min(deadline, loop.time() + per_attempt)
-            reply = await _reply(sub, nc, attempt_end, reconnects)
-            if reply is not None:
-                if (reply.headers or {}).get(STATUS_HEADER) == NO_RESPONDERS_STATUS:
+            why = await _wait_for_reply(sub, nc, _Attempt(reconnects=reconnects, deadline=deadline, per_attempt=per_attempt,
+                                                          sent_to=sent_to, instances=instances))
+            if isinstance(why, Msg):
+                if (why.headers or {}).get(STATUS_HEADER) == NO_RESPONDERS_STATUS:
                     raise ProviderUnavailable(f"no provider answers on {subject}")
-                return parse_reply(reply.data, reply.headers or {})
-            if loop.time() >= deadline:
+                return parse_reply(why.data, why.headers or {})
+            if why is None:
                 raise TimeoutError(f"no reply from {subject} in {timeout_s:g}s ({attempt} attempts)")
             log.info("tool call %s on %s: no reply to attempt %d (%s); sending it again", tool_use_id, subject,
-                     attempt, "reconnected" if nc.stats["reconnects"] != reconnects else "attempt timed out")
+                     attempt, why)
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
 
 
-async def _reply(sub: Any, nc: NatsClient, until: float, reconnects: int) -> Any:
-    """The next message on the call's inbox before `until`; None when the attempt is over
-    (its time is up, or the client reconnected: a reply sent meanwhile may be lost)."""
+@dataclass(frozen=True)
+class _Attempt:
+    reconnects: int
+    """The client's reconnect count when the request was sent."""
+    deadline: float
+    """The call's end (the loop's clock)."""
+    per_attempt: float
+    sent_to: frozenset[str]
+    """The provider instances that could have taken the request when it was sent."""
+    instances: Callable[[], frozenset[str]] | None
+
+
+async def _wait_for_reply(sub: Any, nc: NatsClient, attempt: _Attempt) -> Msg | str | None:
+    """The reply (or the no-responders status) to the attempt; else why to send it again
+    (`reconnected`, `provider gone`, ...), or None when the call's time is up."""
     loop = asyncio.get_running_loop()
-    while (left := until - loop.time()) > 0:
+    attempt_end = min(attempt.deadline, loop.time() + attempt.per_attempt)
+    while (left := attempt.deadline - loop.time()) > 0:
         try:
             return await sub.next_msg(timeout=min(left, RECONNECT_CHECK_S))
         except nats.errors.TimeoutError:
-            if nc.stats["reconnects"] != reconnects:
-                return None
+            if nc.stats["reconnects"] != attempt.reconnects:
+                return "reconnected"
+            if loop.time() < attempt_end:
+                continue
+            if attempt.instances is None:
+                return "attempt timed out"
+            if not attempt.sent_to:
+                return "no provider instance was known when it was sent"
+            if attempt.sent_to - attempt.instances():
+                return "provider gone"
+            continue  # every instance that could have it is still there: busy, not lost
     return None
 
 

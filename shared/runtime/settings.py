@@ -297,8 +297,9 @@ class Settings(BaseSettings):
     tool_timeout_s: float = 120.0
     """Per-call timeout; a call that takes longer gets an error result."""
     tool_attempt_timeout_s: float = 30.0
-    """A provider request unanswered this long (or whose reply a NATS reconnect may have
-    lost) is sent again with the same Loopwire-Tool-Use-Id, within the call's timeout."""
+    """A provider request unanswered this long whose provider instance is gone (discovery
+    forgot it) is sent again with the same Loopwire-Tool-Use-Id, within the call's timeout;
+    so is one whose reply a NATS reconnect may have lost. A busy provider is waited for."""
     discovery_interval_s: float = 2.0
     """How often tool providers are discovered with $SRV.INFO."""
     discovery_misses: int = 3

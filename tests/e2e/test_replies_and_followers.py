@@ -1,4 +1,4 @@
-"""Lost tool replies are sent again, not waited out; a client following a session with an
+"""A tool call lost with its provider is sent again, not waited out; a client following a session with an
 ordered consumer (loopwire.client, what `loopwire run` uses) sees each event once across a
 kill -9."""
 
@@ -22,25 +22,29 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.timeout(120)
-async def test_a_lost_tool_reply_is_sent_again_with_the_same_tool_use_id(
+async def test_a_call_lost_with_its_provider_is_sent_again_with_the_same_tool_use_id(
         fake_anthropic: FakeAnthropic, fake: FakeAnthropic) -> None:
-    # The provider takes the first request and never answers it (its reply lost, as to a
-    # NATS reconnect); the second attempt, after LOOPWIRE_TOOL_ATTEMPT_TIMEOUT_S, is answered.
+    # The provider instance takes the first request and goes away without answering it (a
+    # crash mid-call); once discovery has forgotten it and LOOPWIRE_TOOL_ATTEMPT_TIMEOUT_S
+    # has passed, the call goes again to the instance that took its place, and is answered.
     with started_system(fake_anthropic, layout="split", LOOPWIRE_TOOL_TIMEOUT_S="120",
                         LOOPWIRE_TOOL_ATTEMPT_TIMEOUT_S="1.5") as system:
         async with connected(system) as nc:
             seen: list[dict[str, str]] = []
-            svc = await micro.add_service(nc, name="lossy", version="1.0.0")
+            took_it = asyncio.Event()
+            metadata = {"loopwire.tool": "lookup", "description": "Look something up.",
+                        "input_schema": json.dumps({"type": "object", "properties": {"q": {"type": "string"}}})}
+            first = await micro.add_service(nc, name="lossy", version="1.0.0")
+
+            async def swallow(req: micro.Request) -> None:
+                seen.append(dict(req.headers or {}))
+                took_it.set()  # this reply never comes
 
             async def lookup(req: micro.Request) -> None:
                 seen.append(dict(req.headers or {}))
-                if len(seen) == 1:
-                    return  # this reply never comes
                 await req.respond(json.dumps({"content": "found it", "is_error": False}).encode())
 
-            await svc.add_endpoint(name="lookup", handler=lookup, metadata={
-                "loopwire.tool": "lookup", "description": "Look something up.",
-                "input_schema": json.dumps({"type": "object", "properties": {"q": {"type": "string"}}})})
+            await first.add_endpoint(name="lookup", handler=swallow, metadata=metadata)
             await wait_for_tools(nc, {"lookup"})
             fake.script("*", [
                 {"text": "Looking.", "tool_use": [{"name": "lookup", "input": {"q": "x"}}]},
@@ -48,7 +52,12 @@ async def test_a_lost_tool_reply_is_sent_again_with_the_same_tool_use_id(
             ])
             async with LoopwireClient(nc) as lw:
                 began = time.monotonic()
-                ended = await lw.run("lossy-1", {"input": "look up x", "tools": ["lookup"]}, timeout=60)
+                running = asyncio.create_task(lw.run("lossy-1", {"input": "look up x", "tools": ["lookup"]}, timeout=60))
+                await asyncio.wait_for(took_it.wait(), 30)
+                second = await micro.add_service(nc, name="lossy", version="1.0.0")
+                await second.add_endpoint(name="lookup", handler=lookup, metadata=metadata)
+                await first.stop()
+                ended = await running
                 took = time.monotonic() - began
             assert ended["status"] == "completed" and ended["final_text"] == "It says: found it"
             assert len(seen) == 2, "sent once more, not waited out for the tool's 120 s"
@@ -57,7 +66,7 @@ async def test_a_lost_tool_reply_is_sent_again_with_the_same_tool_use_id(
             results = [e for e in (await query(nc, "transcript.get", {"session_id": "lossy-1"}))["events"]
                        if e["kind"] == "tool.result"]
             assert [r["content"] for r in results] == ["found it"] and not results[0]["is_error"]
-            await svc.stop()
+            await second.stop()
 
 
 @pytest.mark.timeout(150)
