@@ -193,7 +193,8 @@ def _on_abort(tx: Transition, inp: AbortInput, cfg: CoreConfig) -> Decision:
     if run is None:
         return reject(tx.st, inp, "no_active_run", message=f"session {tx.st.session_id} has no active run to abort")
     tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))
-    end_run(tx, "aborted", None, cfg=cfg, start_queued=False, reason=inp.body.reason)
+    # Input queued during the run outlives it: it starts the next run, as after any end.
+    end_run(tx, "aborted", None, cfg=cfg, reason=inp.body.reason)
     return tx.finish()
 
 

@@ -130,7 +130,7 @@ def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
 
 
 def end_run(tx: Transition, status: str, text: str | None, *, cfg: CoreConfig,
-            error: tuple[str, str] | None = None, start_queued: bool = True,
+            error: tuple[str, str] | None = None,
             reason: str | None = None, conclusion: dict[str, Any] | None = None,
             closing: str | None = None) -> None:
     """End the run with `status`. Its final text is its answers and then `closing` (an
@@ -168,7 +168,7 @@ def end_run(tx: Transition, status: str, text: str | None, *, cfg: CoreConfig,
     st.status = "idle"
     if cfg.tenant_limits is not None:
         st.ended_run = tenant_quotas.totals_of(run)  # counted again until a count succeeds
-    if start_queued and (st.queued or st.steering) and st.last_config is not None:
+    if (st.queued or st.steering) and st.last_config is not None:
         # Follow-ups that arrived too late for the last boundary start the next run.
         content = drain_steering(st) + drain_queued(st)
         refused = tenant_quotas.refusal(tx, cfg)
@@ -178,6 +178,3 @@ def end_run(tx: Transition, status: str, text: str | None, *, cfg: CoreConfig,
         else:
             begin_run(tx, st.last_config, [{"role": "user", "content": content}], run_id=keys.next_run_id(run.run_id),
                       cfg=cfg, source="follow_up", tools_known=run.tools.known)
-    elif not start_queued:
-        st.queued.clear()
-        st.steering.clear()

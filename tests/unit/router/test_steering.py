@@ -70,6 +70,22 @@ def test_abort_sends_a_cancel_notice_and_ends_aborted() -> None:
     assert d.history[-1]["content"][0]["tool_use_id"] == "t1", "no dangling tool_use"
 
 
+def test_abort_keeps_the_queued_follow_up_which_starts_the_next_run() -> None:
+    d = Driver()
+    d.start(input="echo slowly")
+    d.answer("Echoing.", call("t1", "slow_echo", {"text": "x"}))
+    d.message("then tell me a joke")
+    aborted = d.abort("user said stop")
+    kinds = d.kinds(aborted)
+    assert kinds.index("run.ended") < kinds.index("run.started"), kinds
+    assert d.ended()["status"] == "aborted"
+    assert d.run.run_id != "run1" and d.state.queued == []
+    assert d.history[-1] == {"role": "user", "content": [{"type": "text", "text": "then tell me a joke"}]}
+    assert d.work(aborted)["kind"] == "memory.assemble"
+    d.answer("Why did the chicken...")
+    assert d.of("run.ended")[-1]["status"] == "completed"
+
+
 def test_follow_ups_are_taken_at_the_outer_boundary_up_to_the_outer_limit() -> None:
     d = Driver(cfg=CoreConfig(prices=PRICES, default_model="m1", max_outer_iterations=2))
     d.start(input="hi")

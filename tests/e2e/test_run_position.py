@@ -1,0 +1,61 @@
+"""Where a run stands and how it stops, in both layouts (`loopwire up` and one `loopwire
+serve` per service with two routers): `abort` keeps the input queued during the run, which
+starts the next run."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from nats.aio.client import Client as NatsClient
+
+from loopwire.testing import LoopwireContainer
+from tests.fakes.anthropic_server import FakeAnthropic
+
+from .conftest import ToolProvider, connected, serving_tools
+from .events import SessionEvents, query
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+async def lnc(layout_system: LoopwireContainer) -> AsyncIterator[NatsClient]:
+    async with connected(layout_system) as client:
+        yield client
+
+
+@pytest.fixture
+async def provider(lnc: NatsClient) -> AsyncIterator[ToolProvider]:
+    async with serving_tools(lnc) as tools:
+        yield tools
+
+
+def sid() -> str:
+    return f"e2e-pos-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.mark.timeout(90)
+async def test_abort_keeps_the_queued_message_which_starts_the_next_run(
+        lnc: NatsClient, fake: FakeAnthropic, provider: ToolProvider) -> None:
+    provider.slow_delay_s = 4.0
+    fake.script("*", [{"text": "Echoing.", "tool_use": [{"name": "slow_echo", "input": {"text": "x"}}]},
+                      {"text": "Here is a joke."}])
+    s = sid()
+    async with SessionEvents(lnc, s) as ev:
+        await ev.publish("start", {"input": "echo x", "tools": ["slow_echo"]})
+        await asyncio.wait_for(provider.slow_started.wait(), 20)
+        await ev.publish("message", {"content": "then tell me a joke"})
+        await ev.publish("abort", {"reason": "changed my mind"})
+        first = await ev.wait_for("run.ended", timeout=30)
+        second = await ev.wait_for("run.ended", count=2, timeout=30)
+    ev.check_bodies()
+    assert first["status"] == "aborted" and first["reason"] == "changed my mind"
+    assert second["status"] == "completed" and second["final_text"] == "Here is a joke."
+    started = [e for e in ev.events if e["kind"] == "run.started"]
+    assert len(started) == 2 and started[1]["run_id"] == second["run_id"] != first["run_id"]
+    last = fake.message_requests[-1]["messages"]
+    assert last[-1]["content"][-1] == {"type": "text", "text": "then tell me a joke"}
+    session = await query(lnc, "session.get", {"session_id": s})
+    assert session["status"] == "idle"
