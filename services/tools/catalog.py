@@ -2,13 +2,15 @@
 
 The tools service keeps it in memory (the executor resolves names through it) and
 publishes it to Redis after every discovery round (keys.TOOL_CATALOG, whose readers are
-in shared/stores/tool_catalog.py), so other services read it without a hop.
+in shared/stores/tool_catalog.py), so other services read it without a hop. Each tools
+process publishes as its own owner and lists the tools it serves: a process that is gone
+(stopped, killed, started again with other providers) leaves nothing on offer.
 
 `seen_at` is when the entry was last confirmed (each round for in-process tools; the
 provider's last answer for NATS tools; each round while its server is connected for MCP
 tools, mcp_client.py). Readers ignore entries older than
-`catalog_max_age(settings)`; writers delete the entries they forgot and any entry that
-is past that age (a writer that died leaves nothing behind for long).
+`catalog_max_age(settings)`, and entries no live tools process lists; writers delete
+those.
 
 Who serves a name is never decided by sort order (a provider whose service name sorts
 first must not take over a tool): an in-process tool (the operator loaded it) wins over
@@ -25,16 +27,16 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import redis.asyncio as aioredis
 
-from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ToolSpec
 from loopwire.shared.observability import metrics
-from loopwire.shared.stores.tool_catalog import CatalogEntry
+from loopwire.shared.stores.tool_catalog import CatalogEntry, OwnerAlive, publish_entries, withdraw
 
 from .discovery import DiscoveredTool, ProviderTable
 from .registry import PythonTool, ToolRegistry
@@ -75,13 +77,17 @@ class Catalog:
     """The tools service's own view: registry + MCP servers + provider table, resolved by name."""
 
     def __init__(self, registry: ToolRegistry, providers: ProviderTable | None = None,
-                 pins: Mapping[str, str] | None = None, mcp: McpServers | None = None) -> None:
+                 pins: Mapping[str, str] | None = None, mcp: McpServers | None = None, *,
+                 owner: str | None = None, alive: OwnerAlive | None = None) -> None:
         self.registry = registry
         self.providers = providers
         self.mcp = mcp
         self.pins = dict(pins or {})
         """LOOPWIRE_TOOL_PROVIDERS: tool name -> the service name that serves it."""
-        self._published: dict[str, bytes] = {}
+        self.owner = owner or uuid.uuid4().hex[:12]
+        """This tools process's id: whose entries it publishes."""
+        self.alive = alive
+        """Whether another tools process is running (None: only its listing's age says)."""
         self._conflicts_told: set[tuple[str, tuple[str, ...]]] = set()
 
     def _served(self) -> tuple[dict[str, Instances], dict[str, ToolConflict]]:
@@ -153,31 +159,14 @@ class Catalog:
         return {name: e.spec() for name, e in self.entries().items()}
 
     async def publish(self, redis: aioredis.Redis, max_age_s: float, now: float | None = None) -> None:
-        """Write this view to Redis; delete what this writer forgot and what is stale."""
-        now = time.time() if now is None else now
-        entries = {name: e.to_json() for name, e in self.entries(now).items()}
-        existing = await redis.hgetall(keys.TOOL_CATALOG)
-        delete: list[str] = []
-        for raw_name, raw in existing.items():
-            name = raw_name.decode() if isinstance(raw_name, bytes) else raw_name
-            if name in entries:
-                continue
-            if self._published.get(name) == raw:
-                delete.append(name)  # ours, and nobody refreshed it since
-                continue
-            try:
-                stale = CatalogEntry.from_json(raw).seen_at < now - max_age_s
-            except Exception:
-                stale = True
-            if stale:
-                delete.append(name)
-        pipe = redis.pipeline(transaction=False)
-        if entries:
-            pipe.hset(keys.TOOL_CATALOG, mapping=entries)  # type: ignore[arg-type]
-        if delete:
-            pipe.hdel(keys.TOOL_CATALOG, *delete)
-        await pipe.execute()
-        self._published = entries
+        """Write this view to Redis as `owner`'s; remove what no live tools process serves
+        (the entries of processes that are gone, what this one forgot, what is stale)."""
+        await publish_entries(redis, owner=self.owner, entries=self.entries(now), max_age_s=max_age_s,
+                              alive=self.alive, now=now)
+
+    async def withdraw(self, redis: aioredis.Redis, max_age_s: float) -> None:
+        """This process stops: its tools leave the catalog, unless a live process serves them too."""
+        await withdraw(redis, owner=self.owner, max_age_s=max_age_s, alive=self.alive)
 
     def _tell_conflict(self, conflict: ToolConflict) -> None:
         told = (conflict.name, conflict.services)

@@ -13,7 +13,9 @@ handed over (a single call's while it is written, under a fresh claim: executor.
 redelivered envelope re-runs only the calls that never finished.
 
 In the background it discovers NATS tool providers every `discovery_interval_s` and
-publishes the catalog (in-process + discovered tools) to Redis for the memory service;
+publishes the catalog (in-process + discovered tools) to Redis for the memory service, as
+this process's own (it answers `<prefix>.rpc.tools.alive.<replica>` while it runs, and
+withdraws its tools when it stops: shared/stores/tool_catalog.py);
 `<prefix>.api.tools.list` answers with that catalog (core request/reply, one replica).
 MCP servers named in LOOPWIRE_MCP_SERVERS are connected at start (mcp_client.py) and
 their tools join the catalog; `<prefix>.rpc.tools.call` runs one call outside any run for
@@ -70,6 +72,9 @@ log = logging.getLogger("loopwire.tools")
 DIRECT_CALLS_AT_ONCE = 16
 """`rpc.tools.call` requests one replica runs at the same time."""
 
+OWNER_ALIVE_TIMEOUT_S = 1.0
+"""How long a publish waits for another tools process to say it runs (most answer in ms)."""
+
 MCP_START_WAIT_S = 15.0
 """How long the service's start waits for its MCP servers' first connection (and their
 tools) before it takes work without the ones still missing; they join when they connect."""
@@ -81,7 +86,8 @@ class ToolsService:
     def __init__(self, ctx: ServiceContext, registry: ToolRegistry | None = None) -> None:
         self.ctx = ctx
         self.registry = registry if registry is not None else default_registry
-        self.catalog = Catalog(self.registry, pins=ctx.settings.tool_providers)
+        self.catalog = Catalog(self.registry, pins=ctx.settings.tool_providers, owner=ctx.replica_id,
+                               alive=self._owner_alive)
         self.discovery: Discovery | None = None
         self.executor: Executor | None = None
         self.mcp: McpServers | None = None  # LOOPWIRE_MCP_SERVERS' connections
@@ -90,6 +96,7 @@ class ToolsService:
         self._stopping = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._cancel_sub: Any = None
+        self._alive_sub: Any = None
         self._inflight = InflightSteps(ctx.subjects)
         self._round_started = 0.0
         """When the last finished discovery round sent its $SRV.INFO (monotonic)."""
@@ -134,6 +141,8 @@ class ToolsService:
         if self.mcp is not None:
             await self.mcp.wait_connected(MCP_START_WAIT_S)
         self._cancel_sub = await nc.subscribe(self.ctx.subjects.cancel_all, cb=self._inflight.on_notice)
+        # Before the first publish: a sibling that asks must find this process there.
+        self._alive_sub = await nc.subscribe(self.ctx.subjects.tools_alive(self.catalog.owner), cb=self._answer_alive)
         try:
             await self.refresh()
         except Exception:
@@ -150,10 +159,17 @@ class ToolsService:
             # Bounded: the flag ends the loop even if a library swallowed the cancel.
             await asyncio.wait({self._loop_task}, timeout=5)
             self._loop_task = None
-        if self._cancel_sub is not None:
-            with contextlib.suppress(Exception):
-                await self._cancel_sub.unsubscribe()
-            self._cancel_sub = None
+        if self._republish is not None:
+            await asyncio.wait({self._republish}, timeout=5)
+        try:
+            await self.catalog.withdraw(self.ctx.redis, catalog_max_age(self.ctx.settings))
+        except Exception as exc:  # the next tools process to publish removes them
+            log.warning("could not withdraw this process's tools from the catalog: %s", exc)
+        for sub in (self._cancel_sub, self._alive_sub):
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+        self._cancel_sub = self._alive_sub = None
 
     # -- discovery ------------------------------------------------------------------------------
     async def refresh(self) -> None:
@@ -166,6 +182,22 @@ class ToolsService:
             log.debug("discovery: %d providers answered, %d new, %d forgotten",
                       report.seen, len(report.added), len(report.forgotten))
         await self.catalog.publish(self.ctx.redis, catalog_max_age(self.ctx.settings))
+
+    async def _answer_alive(self, msg: Any) -> None:
+        with contextlib.suppress(Exception):
+            await msg.respond(b"{}")
+
+    async def _owner_alive(self, owner: str) -> bool:
+        """Whether the tools process `owner` runs: False only on NATS's no-responders (its
+        connection, and its subscription, are gone); a slow answer or our own NATS trouble
+        proves nothing."""
+        try:
+            await self.ctx.bus.nc.request(self.ctx.subjects.tools_alive(owner), b"", timeout=OWNER_ALIVE_TIMEOUT_S)
+        except nats_errors.NoRespondersError:
+            return False
+        except Exception:
+            return True
+        return True
 
     def _mcp_changed(self) -> None:
         """An MCP server connected or changed its tools: publish the catalog now, not at

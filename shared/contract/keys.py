@@ -130,6 +130,10 @@ RUNNING = f"{PREFIX}:running"
 TOOL_CATALOG = f"{PREFIX}:tools:catalog"
 """Hash: tool name -> the catalog entry the tools service published."""
 
+TOOL_CATALOG_OWNERS = f"{PREFIX}:tools:catalog:owners"
+"""Hash: tools process id -> the tool names it serves and when it last said so
+(shared/stores/tool_catalog.py)."""
+
 STRATEGIES = f"{PREFIX}:strategies"
 """Hash: strategy configs defined at run time."""
 

@@ -159,6 +159,12 @@ class Subjects:
         (services/tools/direct_call.py). Internal like the rest of `<prefix>.rpc.>`."""
         return f"{self.prefix}.rpc.tools.call"
 
+    def tools_alive(self, replica: str) -> str:
+        """One tools process's liveness, core request/reply (any body; it answers while it
+        runs): NATS's no-responders to it says the process is gone, and its catalog entries
+        with it (shared/stores/tool_catalog.py). Internal like the rest of `<prefix>.rpc.>`."""
+        return f"{self.prefix}.rpc.tools.alive.{replica}"
+
     @property
     def dead_letter(self) -> str:
         """Work a handler gave up (shared/runtime/redelivery.py), to the router: captured by
