@@ -6,7 +6,9 @@ router's core gets it as `CoreConfig.prices`); nothing here reads the environmen
 function given no table prices at the built-in one. A model id matches the longest known prefix (so dated ids such as
 `claude-sonnet-4-5-20250929` find `claude-sonnet-4-5`). A model with no price has no
 cost: `cost_usd` returns None (a run's `cost_usd` is then null, with a `warning` event),
-never a made-up 0, and a missing price never stops a run. loopwire's own offline models
+never a made-up 0, and a missing price never stops a run in progress; a start with
+`limits.max_cost_usd` and a model without a price is refused instead (`unpriced_model`,
+services/router/core/budget.py), since its cap could not be counted. loopwire's own offline models
 (`loopwire-demo`, `loopwire-scripted`, `loopwire-bench`) have no price by design.
 
 tests/unit/router/test_pricing.py checks that the table covers every model the docs name and agrees

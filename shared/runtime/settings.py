@@ -197,7 +197,9 @@ class Settings(BaseSettings):
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
     """JSON object of model prices in USD per million tokens, added to (or overriding) the
     built-in table (shared/runtime/pricing.py): `{"my-model": {"input": 1.0, "output": 5.0,
-    "cache_read": 0.1, "cache_write": 1.25}}`; a model id uses its longest known prefix."""
+    "cache_read": 0.1, "cache_write": 1.25}}`; a model id uses its longest known prefix. A
+    start with `limits.max_cost_usd` whose models are not all priced is refused
+    (`unpriced_model`)."""
 
     # -- llm ------------------------------------------------------------------------------
     llm_provider: str = "auto"

@@ -175,6 +175,27 @@ async def test_bad_input_gets_an_error_event(nc: NatsClient, fake: FakeAnthropic
     assert session["status"] == "unknown", "nothing was stored for a rejected input"
 
 
+@pytest.mark.parametrize("model", [{"primary": "my-local-model"},
+                                   {"primary": "claude-sonnet-4-5", "fallbacks": ["my-local-model"]}])
+async def test_a_cost_cap_over_an_unpriced_model_is_refused_at_start(nc: NatsClient, fake: FakeAnthropic,
+                                                                     model: dict[str, object]) -> None:
+    """A cap that cannot be counted is never silently off: the start is refused, naming the
+    model, and nothing is asked of the model; the same start with priced models runs."""
+    s = sid()
+    async with SessionEvents(nc, s) as ev:
+        await ev.publish("start", {"input": "hi", "model": model, "limits": {"max_cost_usd": 0.5}})
+        error = await ev.wait_for("error")
+        assert (error["code"], error["model"]) == ("unpriced_model", "my-local-model")
+        assert "my-local-model" in error["message"]
+        assert (await query(nc, "session.get", {"session_id": s}))["status"] == "unknown"
+        assert not ev.of("run.started") and not fake.message_requests
+        fake.script("*", [{"text": "counted"}])
+        await ev.publish("start", {"input": "hi", "model": {"primary": "claude-sonnet-4-5"},
+                                   "limits": {"max_cost_usd": 0.5}})
+        ended = await ev.wait_for("run.ended")
+    assert ended["status"] == "completed" and ended["cost_usd"] > 0
+
+
 async def test_invalid_session_id_is_dropped_and_others_are_unaffected(nc: NatsClient, fake: FakeAnthropic) -> None:
     await nc.request("loopwire.in.bad.dots.here.start", b'{"input": "x"}', timeout=5)
     fake.script("*", [{"text": "still fine"}])

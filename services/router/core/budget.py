@@ -9,6 +9,8 @@ of `CoreConfig.prices` (shared/runtime/pricing.py's table, LOOPWIRE_PRICES on to
 Limits come from StartRun `limits`: `max_total_tokens`, `max_cost_usd` (and `max_turns`,
 tool_batches.py's limits). What this module decides:
 
+- a start with `max_cost_usd` and a model without a price is refused (`unpriced_model`):
+  a cap that cannot be counted is never silently off;
 - a `budget.warning` event (loopwire's addition, docs/protocol.md) once per limit, when the run has
   used `budget_warning_pct` (80%) of it;
 - each call's `max_tokens` shrinks to what the token budget has left after the context the
@@ -27,10 +29,12 @@ tool_batches.py's limits). What this module decides:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loopwire.shared.contract.run_state import RunState
+from loopwire.shared.contract.run_state import RunConfig, RunState
+from loopwire.shared.runtime.pricing import price_for
 
 MIN_GENERATION_TOKENS = 64
 """Fewer tokens left than this for an answer: the budget is exhausted."""
@@ -38,6 +42,22 @@ FINAL_ANSWER_MAX_TOKENS = 1024
 
 FINAL_ANSWER_NOTE = ("The run's budget is exhausted: this is your last reply and no tools are available. "
                      "Give your best final answer now, from what you already know.")
+
+
+UNPRICED_MODEL = "unpriced_model"
+
+
+def unpriced_model(config: RunConfig, prices: Mapping[str, Mapping[str, float]], *,
+                   agent_reports_cost: bool = False) -> str | None:
+    """With a `max_cost_usd`, the first model the run may call (its primary and fallbacks,
+    its lightweight and memory models) that has no price in `prices`: its calls would add
+    nothing to the cost, so the cap could not stop the run. The start is refused instead.
+    An external executor's run counts the cost its agent reports (executor_profiles.py),
+    whatever the model's name: its cap is counted, so nothing is refused."""
+    if config.max_cost_usd is None or agent_reports_cost:
+        return None
+    models = [*config.models, config.lightweight_model, config.memory_model]
+    return next((m for m in models if m and price_for(m, prices) is None), None)
 
 
 def tokens_used(run: RunState) -> int:

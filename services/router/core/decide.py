@@ -43,7 +43,7 @@ from loopwire.shared.contract.protocol import text_to_content
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import SessionState
 
-from . import approval, follow_ups, subagent, tenant_quotas
+from . import approval, budget, follow_ups, subagent, tenant_quotas
 from .accounting import account
 from .admission import admit, dequeue, steer_waiting
 from .call_reports import on_call_finished, unreported_events
@@ -156,6 +156,12 @@ def _on_start(tx: Transition, inp: StartInput, cfg: CoreConfig) -> Decision:
                       f"({cfg.max_subagent_depth}, LOOPWIRE_MAX_SUBAGENT_DEPTH)")
     strategy = StrategyConfig.model_validate(inp.strategy) if inp.strategy else None
     config = run_config(body, cfg, strategy=strategy, depth=depth)
+    agent_prices = PROFILES[config.profile].executor is not None
+    if (unpriced := budget.unpriced_model(config, cfg.prices, agent_reports_cost=agent_prices)) is not None:
+        return reject(tx.st, inp, budget.UNPRICED_MODEL, model=unpriced,
+                      message=f"limits.max_cost_usd cannot be counted: no price is known for model {unpriced} "
+                      "(the built-in table and LOOPWIRE_PRICES); give it a price in LOOPWIRE_PRICES or start "
+                      "without max_cost_usd. No run started")
     if parent is not None and subagent.parent_of(config.metadata) != parent:
         config.metadata = {**config.metadata, subagent.PARENT_SESSION: parent}
     config.workspace_path = inp.workspace_path

@@ -3,6 +3,8 @@ the converging last generation at exhaustion."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from loopwire.router.core import budget
@@ -107,6 +109,32 @@ def test_cost_limit_exhausts_too() -> None:
     assert [w["limit"] for w in d.of("budget.warning")] == ["max_cost_usd"]
     d.answer("3", usage=(10, 1), model="claude-sonnet-4-5")
     assert d.ended()["status"] == "budget_exhausted" and d.ended()["reason"] == "max_cost_usd"
+
+
+@pytest.mark.parametrize("model", [
+    {"primary": "my-local-model"},
+    {"primary": "claude-sonnet-4-5", "fallbacks": ["claude-haiku-4-5", "my-local-model"]},
+    {"primary": "claude-sonnet-4-5", "selection": "auto", "lightweight": "my-local-model"},
+    {"primary": "claude-sonnet-4-5", "memory": "my-local-model"},
+])
+def test_a_cost_cap_over_an_unpriced_model_is_refused_at_the_start(model: dict[str, Any]) -> None:
+    d = Driver()
+    out = d.start(model=model, limits={"max_cost_usd": 1.0})
+    assert out.state is None and not d.of("run.started", out) and not out.effects[1:]
+    (error,) = d.of("error", out)
+    assert error["code"] == "unpriced_model" and error["model"] == "my-local-model"
+    assert "my-local-model" in error["message"]
+
+
+def test_a_cost_cap_over_models_priced_by_the_operator_starts() -> None:
+    from loopwire.router.core.config import CoreConfig
+    from loopwire.shared.runtime.pricing import price_table
+    d = Driver(CoreConfig(prices=price_table({"my-local-model": {"input": 1.0, "output": 2.0}})))
+    d.start(model={"primary": "my-local-model"}, limits={"max_cost_usd": 1.0})
+    assert d.of("run.started") and not d.of("error")
+    unlimited = Driver()
+    unlimited.start(model={"primary": "my-local-model"})  # no cap: nothing to count, the run starts
+    assert unlimited.of("run.started")
 
 
 def test_a_failed_converging_generation_still_ends_budget_exhausted_with_the_best_answer() -> None:

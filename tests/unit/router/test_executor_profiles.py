@@ -12,7 +12,7 @@ from loopwire.router.core.executor_profiles import ACP_PIPELINE, CLI_PIPELINE
 from loopwire.router.core.profiles import PROFILES
 from loopwire.shared.contract.envelopes import ExecutorPermission, GenerationResult, Usage
 from loopwire.shared.contract.protocol import StartRun
-from tests.router_driver import CFG, Driver
+from tests.router_driver import CFG, PRICES, Driver
 
 pytestmark = pytest.mark.unit
 
@@ -43,7 +43,7 @@ def test_executor_profiles_follow_the_seed(name: str) -> None:
 
 
 def test_each_step_names_the_agent_its_permissions_and_what_is_left() -> None:
-    d = Driver(CoreConfig(default_model="m1", default_max_tokens=1000, tool_policy={"Write": "approve"}))
+    d = Driver(CoreConfig(default_model="m1", default_max_tokens=1000, tool_policy={"Write": "approve"}, prices=PRICES))
     d.start(profile="acp", executor={"agent": "zed"}, tool_permissions={"Bash": "deny", "Write": "auto"},
             limits={"max_turns": 7, "max_cost_usd": 1.0, "max_total_tokens": 5000, "compaction_at_pct": 0.5})
     spec = d.work()["executor"]
