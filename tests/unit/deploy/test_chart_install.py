@@ -47,7 +47,7 @@ def test_replicas_and_commands(rendered: dict[str, list[dict[str, Any]]]) -> Non
         dep = deployments[component(service)]
         assert dep["spec"]["replicas"] == replicas
         assert container(dep)["args"] == ["serve", service]
-        assert container(dep)["image"] == "loopwire:0.1.0"
+        assert container(dep)["image"] == "loopwire:0.2.0"
         assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 30
 
 
@@ -74,7 +74,7 @@ def test_executors_run_the_llm_pods_from_the_agents_image(rendered: dict[str, li
     deployments = of_kind(rendered["executors"], "Deployment")
     llm = deployments[component("llm")]
     c = container(llm)
-    assert c["image"] == "registry.example/loopwire:0.1.0-agents"
+    assert c["image"] == "registry.example/loopwire:0.2.0-agents"
     env = {e["name"]: e for e in c["env"]}
     assert env["LOOPWIRE_EXECUTOR_DIR"]["value"] == "/var/lib/loopwire-executor"
     assert env["HOME"]["value"] == "/var/lib/loopwire-executor/home"  # the agents write their homes
@@ -87,7 +87,7 @@ def test_executors_run_the_llm_pods_from_the_agents_image(rendered: dict[str, li
     # the other services keep the plain image and no executor volume
     for name in ("router", "tools", "memory", "transcripts"):
         other = container(deployments[component(name)])
-        assert other["image"] == "loopwire:0.1.0"
+        assert other["image"] == "loopwire:0.2.0"
         assert "LOOPWIRE_EXECUTOR_DIR" not in {e["name"] for e in other["env"]}
         assert "/var/lib/loopwire-executor" not in {m["mountPath"] for m in other["volumeMounts"]}
     # without a claim, an emptyDir; the tag follows image.tag
@@ -98,7 +98,7 @@ def test_executors_run_the_llm_pods_from_the_agents_image(rendered: dict[str, li
     assert executor == {"name": "executor", "emptyDir": {"sizeLimit": "2Gi"}}
     # and off by default
     default_llm = container(of_kind(rendered["default"], "Deployment")[component("llm")])
-    assert default_llm["image"] == "loopwire:0.1.0"
+    assert default_llm["image"] == "loopwire:0.2.0"
     assert "LOOPWIRE_EXECUTOR_DIR" not in {e["name"] for e in default_llm["env"]}
 
 
@@ -121,8 +121,8 @@ def test_labels_and_selectors(rendered: dict[str, list[dict[str, Any]]], scenari
         assert labels["app.kubernetes.io/instance"] == RELEASE
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["app.kubernetes.io/part-of"] == "loopwire"
-        assert labels["app.kubernetes.io/version"] == "0.1.0"
-        assert labels["helm.sh/chart"] == "loopwire-0.1.0"
+        assert labels["app.kubernetes.io/version"] == "0.2.0"
+        assert labels["helm.sh/chart"] == "loopwire-0.2.0"
     services = of_kind(objects, "Service")
     pdbs = of_kind(objects, "PodDisruptionBudget")
     for name, dep in of_kind(objects, "Deployment").items():
