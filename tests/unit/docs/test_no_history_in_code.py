@@ -25,3 +25,11 @@ def test_no_issue_numbers_in_code_or_reference_docs() -> None:
                 if ISSUE.search(line):
                     found.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_the_protocol_page_states_what_is_not_when_it_came() -> None:
+    """docs/protocol.md has no **addition** markers and no dates: CHANGELOG.md keeps the history."""
+    text = (REPO / "docs" / "protocol.md").read_text()
+    assert "**addition**" not in text.lower()
+    dates = re.findall(r"\b20\d\d-[01]\d-[0-3]\d\b", text)
+    assert not dates, dates
