@@ -26,8 +26,10 @@ class RunConfig(BaseModel):
     memory_model: str | None = None
     """StartRun `model.memory`, else the lightweight model (`auto`), else
     LOOPWIRE_MEMORY_MODEL: the memory's own calls (step_requests.py, its model tiers)."""
+    model_selection: str = "manual"
+    """StartRun `model.selection` (`manual` or `auto`); absent in older states: `manual`."""
     lightweight_model: str | None = None
-    """StartRun `model.lightweight` when `model.selection` is `auto`: the lightweight
+    """StartRun `model.lightweight` (else LOOPWIRE_LIGHTWEIGHT_MODEL) when `model.selection` is `auto`: the lightweight
     tier's model (step_requests.py, its model tiers); None: every generation uses `models`."""
     tools: list[str] | None = None
     tool_permissions: dict[str, str] = Field(default_factory=dict)

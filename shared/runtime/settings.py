@@ -346,6 +346,10 @@ class Settings(BaseSettings):
     bytes, with their normalised forms and tallies (least recently read out first): a
     generation then decodes only the history's new messages. 0 decodes every message
     every time."""
+    lightweight_model: str | None = None
+    """The lightweight model of a run with `model.selection: auto` whose StartRun names no
+    `model.lightweight`; with neither, `auto` has no lightweight model and the run gets a
+    `warning` (`no_lightweight_model`) once."""
     memory_model: str | None = None
     """Model of the memory's own calls (compaction summaries, observations, reflections)
     for a run whose StartRun names none (`model.memory`, or `model.lightweight` with

@@ -26,6 +26,8 @@ def _default(name: str) -> Any:
 class CoreConfig:
     default_model: str = _default("default_model")
     default_max_tokens: int = _default("default_max_tokens")
+    lightweight_model: str | None = _default("lightweight_model")
+    """The lightweight model of an `auto` run whose StartRun names none (LOOPWIRE_LIGHTWEIGHT_MODEL)."""
     memory_model: str | None = _default("memory_model")
     """The memory's model for a run whose StartRun names none; None: the run's models."""
     max_inner_iterations: int = _default("max_inner_iterations")

@@ -53,15 +53,18 @@ MEMORY_TIER: ModelTier = "lightweight"
 """Memory's own calls: compaction summaries, observations, reflections."""
 
 
-def lightweight_of(spec: ModelSpec) -> str | None:
-    """The model of the lightweight tier a StartRun asks for, or None (`manual`)."""
-    return spec.lightweight if spec.selection == "auto" else None
+def lightweight_of(spec: ModelSpec, operator_default: str | None = None) -> str | None:
+    """The model of the lightweight tier a StartRun asks for (`auto`: `model.lightweight`,
+    else the operator's LOOPWIRE_LIGHTWEIGHT_MODEL), or None (`manual`, or neither set)."""
+    return (spec.lightweight or operator_default) if spec.selection == "auto" else None
 
 
-def memory_model(spec: ModelSpec, operator_default: str | None) -> str | None:
+def memory_model(spec: ModelSpec, operator_default: str | None,
+                 lightweight_default: str | None = None) -> str | None:
     """The model of memory's calls: `model.memory`, else the lightweight model (`auto`),
     else the operator's LOOPWIRE_MEMORY_MODEL; None: the run's models."""
-    return spec.memory or lightweight_of(spec) or operator_default  # memory's work is MEMORY_TIER
+    # memory's work is MEMORY_TIER
+    return spec.memory or lightweight_of(spec, lightweight_default) or operator_default
 
 
 def generation_tier(run: RunState, profile: Profile) -> ModelTier:

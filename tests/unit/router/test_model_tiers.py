@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from loopwire.router.core import step_requests as model_tiers
@@ -61,3 +63,23 @@ def test_only_the_plan_phase_is_declared_lightweight() -> None:
 def test_selection_is_validated() -> None:
     with pytest.raises(ValueError):
         ModelSpec.model_validate({"selection": "cheapest"})
+
+
+def test_auto_without_a_lightweight_model_warns_once_and_the_operator_default_fills_in() -> None:
+    from tests.router_driver import CFG, Driver
+
+    d = Driver()
+    d.start(model={"selection": "auto"})
+    warnings = [w for w in d.of("warning") if w["code"] == "no_lightweight_model"]
+    assert len(warnings) == 1 and d.run.config.lightweight_model is None
+    d.answer("done")
+    d.message("again")
+    assert len([w for w in d.of("warning") if w["code"] == "no_lightweight_model"]) == 2, "once per run"
+
+    operator = Driver(cfg=replace(CFG, lightweight_model="m-light-op"))
+    operator.start(model={"selection": "auto"})
+    assert operator.run.config.lightweight_model == "m-light-op"
+    assert not [w for w in operator.of("warning") if w["code"] == "no_lightweight_model"]
+    manual = Driver(cfg=replace(CFG, lightweight_model="m-light-op"))
+    manual.start()
+    assert manual.run.config.lightweight_model is None and not manual.of("warning")
