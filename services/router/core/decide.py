@@ -156,8 +156,8 @@ def _on_start(tx: Transition, inp: StartInput, cfg: CoreConfig) -> Decision:
                       f"({cfg.max_subagent_depth}, LOOPWIRE_MAX_SUBAGENT_DEPTH)")
     strategy = StrategyConfig.model_validate(inp.strategy) if inp.strategy else None
     config = run_config(body, cfg, strategy=strategy, depth=depth)
-    agent_prices = PROFILES[config.profile].executor is not None
-    if (unpriced := budget.unpriced_model(config, cfg.prices, agent_reports_cost=agent_prices)) is not None:
+    agent_reports_cost = PROFILES[config.profile].executor is not None
+    if (unpriced := budget.unpriced_model(config, cfg.prices, agent_reports_cost=agent_reports_cost)) is not None:
         return reject(tx.st, inp, budget.UNPRICED_MODEL, model=unpriced,
                       message=f"limits.max_cost_usd cannot be counted: no price is known for model {unpriced} "
                       "(the built-in table and LOOPWIRE_PRICES); give it a price in LOOPWIRE_PRICES or start "

@@ -40,7 +40,8 @@ def run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None 
     return RunConfig(
         profile=body.profile, models=models, max_tokens=body.model.max_tokens or cfg.default_max_tokens,
         system=strategy.system_prompt(body.system, (GUIDELINE,) if conclusion else ()) if strategy else body.system,
-        temperature=body.model.temperature, memory_model=step_requests.memory_model(body.model, cfg.memory_model, cfg.lightweight_model),
+        temperature=body.model.temperature,
+        memory_model=step_requests.memory_model(body.model, cfg.memory_model, cfg.lightweight_model),
         lightweight_model=step_requests.lightweight_of(body.model, cfg.lightweight_model),
         model_selection=body.model.selection,
         tools=tools, conclusion=conclusion,
