@@ -58,6 +58,12 @@ class SessionEvents:
         for event in self.events:
             validate_event(event)
 
+    def check_each_seq_once(self) -> None:
+        """No event reached this subscriber twice (its seq again: protocol.md, "seq")."""
+        seqs = [e["seq"] for e in self.events]
+        repeated = sorted({seq for seq in seqs if seqs.count(seq) > 1})
+        assert not repeated, f"seqs delivered more than once: {repeated}"
+
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e["kind"] == kind]
 

@@ -91,7 +91,9 @@ def decide(state: SessionState, inp: BaseInput, cfg: CoreConfig = CoreConfig()) 
         # unacked until the work it started is surely out, so that one performs the
         # session's current outbox again (it keeps the work in flight:
         # Transition._work_in_flight); a replica that only read it from the stream leaves it alone.
-        return Decision(state=None) if inp.backlog else replay(state)
+        if inp.backlog:
+            return Decision(state=None)
+        return replay(state, of_later_input=state.outbox_input != inp.input_id)
     if state.outbox_input == inp.input_id:
         return replay(state)  # the latest input again: its effects may not have gone out
     if inp.input_id in state.recent_inputs:

@@ -62,6 +62,10 @@ class Decision:
     history_len_before: int = 0
     replay: bool = False
     """The input was applied before: perform the stored outbox again, commit nothing."""
+    outbox_of_later_input: bool = False
+    """A replay of the outbox of a later input, which applied this one as its backlog: that
+    input's replica publishes its events, so of those only the ones not stored yet go out
+    (another copy on core NATS would show subscribers a seq again)."""
     counts: list[Count] = field(default_factory=list)
 
 
@@ -246,9 +250,10 @@ class Transition:
         self.effects[at:at] = events
 
 
-def replay(state: SessionState) -> Decision:
+def replay(state: SessionState, *, of_later_input: bool = False) -> Decision:
     """The stored outbox of the session's last transition, to be performed again."""
-    return Decision(state=None, effects=[effect_from_dict(e) for e in state.outbox], replay=True)
+    return Decision(state=None, effects=[effect_from_dict(e) for e in state.outbox], replay=True,
+                    outbox_of_later_input=of_later_input)
 
 
 def reject(state: SessionState, inp: BaseInput, code: str, *, message: str, **fields: Any) -> Decision:

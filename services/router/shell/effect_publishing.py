@@ -40,11 +40,14 @@ class EffectPublisher:
         self.quotas = quotas
 
     async def perform(self, sid: str, effects: list[Effect],
-                      stored: list[tuple[dict[str, Any], bool]] | None = None) -> list[Admission]:
+                      stored: list[tuple[dict[str, Any], bool]] | None = None, *,
+                      new_events: bool = False) -> list[Admission]:
         """`stored`: the leading events, already stored with the commit: only published.
-        Work performed again (a stored outbox) needs no mark: its consumers claim every
-        step before doing it, and find its record if it was done. Returns the tenants'
-        answers for waiting runs that settling slots gave (quota_keeper.py)."""
+        `new_events`: of the events, only those not stored before are published (another
+        replica publishes the rest). Work performed again (a stored outbox) needs no mark:
+        its consumers claim every step before doing it, and find its record if it was
+        done. Returns the tenants' answers for waiting runs that settling slots gave
+        (quota_keeper.py)."""
         bus = self.ctx.bus
         subjects = self.ctx.subjects
         batch: list[EventItem] = []
@@ -73,7 +76,7 @@ class EffectPublisher:
                     # Consecutive events go out together (one Redis call), before what follows them.
                     batch.append((effect.run_id, effect.kind, effect.key, effect.fields))
                     if n + 1 == len(effects) or not isinstance(effects[n + 1], EmitEvent):
-                        in_flight = await bus.send_many(sid, batch)
+                        in_flight = await (self._send_new(sid, batch) if new_events else bus.send_many(sid, batch))
                         batch = []
                 elif isinstance(effect, PublishNotice):
                     # Core NATS, best effort: a lost notice only means the abandoned work runs
@@ -105,6 +108,10 @@ class EffectPublisher:
             if self.ctx.settings.direct_results else effect.envelope
         await self.ctx.bus.publish_work(subject, envelope, msg_id=effect.msg_id)
         metrics.child(metrics.WORK_HOPS, target=effect.target, via="jetstream").inc()
+
+    async def _send_new(self, sid: str, events: list[EventItem]) -> InFlight:
+        stored = await self.ctx.events.append_many(sid, event_items(sid, events))
+        return await self.ctx.bus.send_stored(sid, [(event, new) for event, new in stored if new])
 
     async def new_events_only(self, sid: str, effects: list[Effect]) -> None:
         """Events of a decision that commits nothing, stored if they are not yet, but

@@ -372,7 +372,8 @@ class RouterService:
                 # published again (call_reports.py).
                 await self.publisher.new_events_only(sid, decision.effects)
             else:
-                admissions = await self.publisher.perform(sid, decision.effects, stored=stored)
+                admissions = await self.publisher.perform(sid, decision.effects, stored=stored,
+                                                          new_events=decision.outbox_of_later_input)
             count_decision(decision, before.profile)
             count_approvals(before, decision)
             if not decision.replay:

@@ -55,6 +55,12 @@ def test_an_input_at_or_below_the_position_is_never_applied_again() -> None:
     again = decide(st, start(3), CFG)
     assert again.state is None and again.replay
     assert [e.model_dump(mode="json") for e in again.effects] == st.outbox
+    # That outbox is the later input's, whose replica publishes its events: only events
+    # not stored yet go out from here (a second copy would repeat seqs to subscribers).
+    assert again.outbox_of_later_input
+    # The latest input delivered again replays its own outbox, events and all.
+    own = decide(st, message(5, "later"), CFG)
+    assert own.replay and not own.outbox_of_later_input
 
 
 def test_a_refusal_on_an_existing_session_moves_its_position() -> None:
