@@ -1,6 +1,7 @@
 """Where a run stands and how it stops, in both layouts (`loopwire up` and one `loopwire
 serve` per service with two routers): `abort` keeps the input queued during the run, which
-starts the next run."""
+starts the next run; a turn_by_turn run whose proposal restates its answer reaches the
+proposal checkpoint instead of ending as a loop."""
 
 from __future__ import annotations
 
@@ -62,3 +63,31 @@ async def test_abort_keeps_the_queued_message_which_starts_the_next_run(
     assert last[-1]["content"][-1] == {"type": "text", "text": "then tell me a joke"}
     session = await query(lnc, "session.get", {"session_id": s})
     assert session["status"] == "idle"
+
+
+@pytest.mark.timeout(90)
+async def test_turn_by_turn_proposal_that_restates_the_answer_is_reviewed_not_taken_for_a_loop(
+        lnc: NatsClient, fake: FakeAnthropic, provider: ToolProvider) -> None:
+    provider.slow_delay_s = 0.0
+    answer = "Tool said: echo: x"
+    # Word for word the same answer in execute (the approved work done) and in review (the
+    # proposal the review request asks for): two identical texts in a row, which the loop
+    # window would take for `repeated_text` if it saw both.
+    fake.script("*", [{"text": "Echoing.", "tool_use": [{"name": "slow_echo", "input": {"text": "x"}}]},
+                      {"text": answer}, {"text": answer}])
+    s = sid()
+    async with SessionEvents(lnc, s) as ev:
+        await ev.publish("start", {"input": "echo x", "profile": "turn_by_turn", "tools": ["slow_echo"]})
+        calls = await ev.wait_for("approval.requested", timeout=30)
+        await ev.publish("decision", {"checkpoint_id": calls["checkpoint_id"], "decision": "approve"})
+        proposal = await ev.wait_for("approval.requested", count=2, timeout=30)
+        assert proposal["proposal"] == answer
+        await ev.publish("decision", {"checkpoint_id": proposal["checkpoint_id"], "decision": "approve"})
+        ended = await ev.wait_for("run.ended", timeout=30)
+    ev.check_bodies()
+    assert ev.of("loop.detected") == [] and ev.of("retracted") == []
+    assert ended["status"] == "completed" and ended["final_text"] == answer
+    assert [c[0] for c in provider.calls] == ["slow_echo"]
+    assert len(fake.message_requests) == 3
+    review_request = fake.message_requests[2]["messages"][-1]["content"][-1]["text"]
+    assert review_request.startswith("Phase: review.")

@@ -134,7 +134,7 @@ class ReviewStage:
         if turn.stop_reason == "max_tokens" or not turn.text.strip():
             return NextStepFinalOutput(status="completed", text=turn.text)
         if turn.run.profile_phase == "execute" and turn.stop_reason in ("end_turn", "stop_sequence", None):
-            return NextStepRunAgain(append=[user_message(REVIEW_REQUEST)], reason="review",
+            return NextStepRunAgain(append=[user_message(REVIEW_REQUEST)], reason="review", new_request=True,
                                     events=(change_phase(turn.run, "review", turn.transitions),))
         return NextStepReview(text=turn.text)
 

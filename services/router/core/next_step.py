@@ -34,6 +34,11 @@ class NextStepRunAgain:
     """Emit `retracted` for this turn with this reason: clients drop its deltas."""
     drop_turn: bool = False
     """Do not store this turn's assistant message in the history."""
+    new_request: bool = False
+    """The system asks for something else (the proposal to review, a verification, the
+    plan's execution): an answer that restates the last one is what was asked for, not a
+    repetition, so the loop window starts again (loop_detection.clear). A nudge that asks
+    again for what the model did not do is not one: repeating itself then is a loop."""
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from loopwire.shared.contract.protocol import UPDATE_PLAN_TOOL
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import SessionState
 
+from . import loop_detection
 from .next_step import EventSpec, NextStep, NextStepFinalOutput, NextStepRunAgain
 from .phases import Transitions, change_phase
 from .stages import Turn, user_message
@@ -168,6 +169,7 @@ def apply_update(session: SessionState, run: RunState, call: dict[str, Any], *,
     if run.profile_phase == "execute" and all_done(steps):
         events.append(change_phase(run, "verify", transitions))
         answer = f"{answer} {VERIFY_REQUEST}"
+        loop_detection.clear(run)  # a new request (NextStepRunAgain.new_request)
     events.append(record(session, run, "model"))
     return tool_result_block(call["id"], answer), events
 
@@ -191,7 +193,7 @@ class PlanStage:
                 run.plan.nudges += 1  # sent back to carry out the open steps: execute -> execute
                 return NextStepRunAgain(append=[user_message(OPEN_STEPS_NUDGE.format(open="; ".join(remaining)[:1000]))],
                                         reason="plan_nudge", events=(change_phase(run, "execute", turn.transitions),))
-            return NextStepRunAgain(append=[user_message(VERIFY_REQUEST)], reason="verify",
+            return NextStepRunAgain(append=[user_message(VERIFY_REQUEST)], reason="verify", new_request=True,
                                     events=(change_phase(run, "verify", turn.transitions),))
         if run.profile_phase == "verify":
             run.plan.verification = turn.text
@@ -213,5 +215,6 @@ class PlanStage:
         run.plan.nudges = 0
         phase = change_phase(run, "execute", turn.transitions)
         return NextStepRunAgain(append=[user_message(PLAN_RECORDED.format(n=len(steps)))], reason="plan_recorded",
+                                new_request=True,
                                 events=(phase, record(turn.session, run, source)))
 

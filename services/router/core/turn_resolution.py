@@ -18,7 +18,7 @@ from typing import Any
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.run_state import RunState
 
-from . import answers, approval, budget, strategy_loop
+from . import answers, approval, budget, loop_detection, strategy_loop
 from .config import CoreConfig
 from .effects import EmitEvent
 from .finish import finish_call, out_of_budget_conclusion
@@ -134,6 +134,8 @@ def apply_step(tx: Transition, run: RunState, step: NextStep, *, profile: Profil
             tx.add_message(m)
         if step.reason in ("vacuous_retry", "commitment_nudge"):
             tx.count(step.reason)
+        if step.new_request:
+            loop_detection.clear(run)
         request_generation(tx, run, profile, notes=step.notes)
     elif isinstance(step, NextStepConverge):
         for m in step.append:

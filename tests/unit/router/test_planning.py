@@ -105,3 +105,28 @@ def test_plan_parsing_shapes() -> None:
         {"step": "one", "status": "pending"}, {"step": "two", "status": "pending"},
         {"step": "three", "status": "pending"}]
     assert planning.parse_plan(42) == []
+
+
+def test_a_verification_that_restates_the_answer_is_not_a_loop() -> None:
+    # VERIFY_REQUEST asks for something new: the same words again are the verification
+    # asked for, not a repetition (NextStepRunAgain.new_request clears the loop window).
+    d = Driver()
+    d.start(profile="agentic_planned", input="x", plan=[{"title": "only step", "status": "done"}])
+    d.answer("The file is written.")
+    assert d.run.profile_phase == "verify"
+    d.answer("The file is written.")
+    ended = d.ended()
+    assert d.of("loop.detected") == [] and ended["status"] == "completed"
+    assert phases(d)[-1] == ("verify", "done")
+
+
+def test_a_nudge_answered_with_the_same_words_is_still_a_loop() -> None:
+    # The open-steps nudge asks again for what the model did not do: the same answer
+    # once more is the model not moving, which the ladder redirects.
+    d = Driver()
+    d.start(profile="agentic_planned", input="x", plan=["only step"])
+    d.answer("All done I think.")
+    assert phases(d)[-1] == ("execute", "execute")
+    d.answer("All done I think.")
+    (detected,) = d.of("loop.detected")
+    assert detected["detection"] == "repeated_text" and detected["escalation"] == "redirect"
