@@ -20,11 +20,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from loopwire.shared.observability import tracing
 from loopwire.shared.observability.tracing import spans as tracing_spans
 from loopwire.testing.servers import ServerHandle, start_nats, start_redis
+from tests.agent_binaries import check_installed
 from tests.loop_errors import LostErrors
 from tests.paths import TESTS
 
 TIERS = ("unit", "integration", "e2e")
 """The folders of tests/ that are tiers; each test in one carries its marker."""
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    check_installed(item)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -15,18 +15,17 @@ from typing import Any
 import pytest
 
 from loopwire.testing import LoopwireContainer
+from tests.agent_binaries import ACP_AGENT, needs
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import connected, started_system
 from .events import SessionEvents, query
 
-AGENTS_BIN = Path(__file__).resolve().parents[2] / "deploy" / "agents" / "node_modules" / ".bin"
-ACP_AGENT = AGENTS_BIN / "claude-code-acp"
 MODEL = "claude-acp-under-test"
 
 pytestmark = [
     pytest.mark.e2e, pytest.mark.timeout(240),
-    pytest.mark.skipif(not ACP_AGENT.exists(), reason="claude-code-acp is not installed: `make agents` (needs npm)"),
+    needs(ACP_AGENT, "claude-code-acp"),
 ]
 
 

@@ -17,19 +17,18 @@ from typing import Any
 import pytest
 
 from loopwire.testing import LoopwireContainer
+from tests.agent_binaries import CLAUDE, needs
 from tests.agent_processes import cmdline, processes_in
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import connected, serve_tools, started_system, wait_for_tools
 from .events import SessionEvents, query
 
-AGENTS_BIN = Path(__file__).resolve().parents[2] / "deploy" / "agents" / "node_modules" / ".bin"
-CLAUDE = AGENTS_BIN / "claude"
 MODEL = "claude-agent-under-test"
 
 pytestmark = [
     pytest.mark.e2e, pytest.mark.timeout(240),
-    pytest.mark.skipif(not CLAUDE.exists(), reason="Claude Code is not installed: `make agents` (needs npm)"),
+    needs(CLAUDE, "Claude Code"),
 ]
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from loopwire.testing import LoopwireContainer
+from tests.agent_binaries import CODEX, needs
 from tests.agent_processes import cmdline, processes_in
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.openai_server import FakeOpenAI, tool_outputs
@@ -26,13 +27,12 @@ from tests.fakes.openai_server import FakeOpenAI, tool_outputs
 from .conftest import E2E_ENV, connected, serve_tools, started_system, wait_for_tools
 from .events import SessionEvents
 
-CODEX = Path(__file__).resolve().parents[2] / "deploy" / "agents" / "node_modules" / ".bin" / "codex"
 MODEL = "codex-agent-under-test"
 PRICE = {"input": 2.0, "output": 8.0}  # USD per million tokens, loopwire's table (Codex reports no cost)
 
 pytestmark = [
     pytest.mark.e2e, pytest.mark.timeout(240),
-    pytest.mark.skipif(not CODEX.exists(), reason="Codex is not installed: `make agents` (needs npm)"),
+    needs(CODEX, "Codex"),
 ]
 
 

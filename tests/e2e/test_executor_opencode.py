@@ -16,18 +16,18 @@ from typing import Any
 import pytest
 
 from loopwire.testing import LoopwireContainer
+from tests.agent_binaries import OPENCODE, needs
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.openai_server import FakeOpenAI, tool_outputs
 
 from .conftest import connected, serve_tools, started_system, wait_for_tools
 from .events import SessionEvents
 
-OPENCODE = Path(__file__).resolve().parents[2] / "deploy" / "agents" / "node_modules" / ".bin" / "opencode"
 MODEL = "opencode-agent-under-test"
 
 pytestmark = [
     pytest.mark.e2e, pytest.mark.timeout(600),
-    pytest.mark.skipif(not OPENCODE.exists(), reason="opencode is not installed: `make agents` (needs npm)"),
+    needs(OPENCODE, "opencode"),
 ]
 
 

@@ -40,17 +40,14 @@ from loopwire.llm.executors.opencode import OpencodeExecutor
 from loopwire.shared.contract.envelopes import ToolSpec
 from loopwire.shared.runtime.settings import Settings
 from loopwire.testing.servers import free_port
+from tests.agent_binaries import CODEX, OPENCODE, needs
 from tests.agent_processes import cmdline
 from tests.fakes.openai_server import FakeOpenAI, tool_outputs
 from tests.paths import REPO
 
-AGENTS_BIN = REPO / "deploy" / "agents" / "node_modules" / ".bin"
-CODEX, OPENCODE = AGENTS_BIN / "codex", AGENTS_BIN / "opencode"
-
 pytestmark = pytest.mark.integration
-needs_codex = pytest.mark.skipif(not CODEX.exists(), reason="codex is not installed: `make agents` (needs npm)")
-needs_opencode = pytest.mark.skipif(not OPENCODE.exists(),
-                                    reason="opencode is not installed: `make agents` (needs npm)")
+needs_codex = needs(CODEX, "codex")
+needs_opencode = needs(OPENCODE, "opencode")
 
 
 @pytest.fixture(scope="module")
