@@ -69,7 +69,7 @@ def service_class(name: str) -> Callable[[ServiceContext], Service]:
     return cast(Callable[[ServiceContext], Service], getattr(importlib.import_module(module), attr))
 
 
-def make_broker(settings: Settings, graceful_timeout: float = 25.0) -> NatsBroker:
+def make_broker(settings: Settings, graceful_timeout: float = 5.0) -> NatsBroker:
     return NatsBroker(
         nats_servers(settings),
         # User and password, token, creds, nkey seed, TLS: the same options the CLI's
@@ -105,7 +105,8 @@ class Running:
             redis_ok = await answers(self.ctx.redis)
         except Exception:
             redis_ok = False
-        return {"nats": nats_ok, "redis": redis_ok}
+        # Draining: not ready, so Kubernetes takes the pod out of its Service while it drains.
+        return {"nats": nats_ok, "redis": redis_ok, "accepting": not self.ctx.stopping}
 
     async def stop(self) -> None:
         if self.stopped.is_set():
@@ -116,17 +117,22 @@ class Running:
             task.cancel()
         if self.ctx.balance is not None:
             await self.ctx.balance.stop()
+        # The drain: everything below within LOOPWIRE_DRAIN_TIMEOUT_S together, so the
+        # process exits inside Kubernetes' grace period (helm: terminationGracePeriodSeconds).
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.drain_timeout_s
         # Hops handed off in this process (shared/runtime/chain.py) finish first, while the
         # connection is up to settle their chains' roots; their next hops go to JetStream.
-        grace = self.broker.config.graceful_timeout or 25.0
         with contextlib.suppress(Exception):
-            await self.ctx.wait_for_hops(grace)
-        # The work consumers stop taking messages, then wait up to the grace period for
-        # handlers in flight, which still need the connection and their services (model
-        # clients, the memory summarizer, in-process tools): those stop after. FastStream's
-        # own subscribers (queries, RPC) the same way, then the connection closes.
+            await self.ctx.wait_for_hops(max(0.0, deadline - loop.time()))
+        # The work consumers stop taking messages, hand back those not started, then wait
+        # for handlers in flight, which still need the connection and their services (model
+        # clients, the memory summarizer, in-process tools): those stop after. A handler
+        # still running at the deadline is cancelled and its message handed back
+        # (work_consumer.py). FastStream's own subscribers (queries, RPC) stop next, then
+        # the connection closes.
         with contextlib.suppress(Exception):
-            await self.ctx.stop_consuming(grace)
+            await self.ctx.stop_consuming(max(0.0, deadline - loop.time()))
         with contextlib.suppress(Exception):
             await self.broker.stop()
         for service in self.services:

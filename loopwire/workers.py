@@ -47,8 +47,8 @@ STABLE_AFTER_S = 30.0
 """A worker that ran this long was healthy: its next death starts the back-off afresh."""
 GRACE_S = 35.0
 """How long stopping children may take before SIGKILL: a worker's own graceful stop is
-bounded by FastStream's 25 s graceful_timeout plus closing connections, and it has to end
-before the 40 s that compose and the chart allow the whole container."""
+bounded by its drain (LOOPWIRE_DRAIN_TIMEOUT_S, 20 s by default) plus closing connections,
+and it has to end before the 40 s that compose and the chart allow the whole container."""
 POLL_S = 0.2
 """How often the parent looks at its children (restarts are seconds apart anyway)."""
 

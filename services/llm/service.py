@@ -166,9 +166,16 @@ class LlmService:
         # The step's events go out behind the model (step_events.py); its result goes to the
         # router only after them.
         shown = StepEvents(ctx.bus, env, attempt)
-        with Heartbeat(None if current_delivery() is not None else heartbeat, ctx.settings.ack_wait_s):
-            async with renewed(ctx.steps, key, claim.token, ttl_s=ttl_s):
-                result = await self._generate(env, attempt, shown)
+        try:
+            with Heartbeat(None if current_delivery() is not None else heartbeat, ctx.settings.ack_wait_s):
+                async with renewed(ctx.steps, key, claim.token, ttl_s=ttl_s):
+                    result = await self._generate(env, attempt, shown)
+        except asyncio.CancelledError:
+            # A drain that ran out of time (shared/runtime/work_consumer.py): the step goes
+            # back to the stream, and the replica that takes it should not wait out the claim.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(ctx.steps.release(key, claim.token))
+            raise
         if result.error is not None and result.error.code == "cancelled":
             # Not recorded: the step is stale for the router, and nothing was decided.
             await ctx.steps.release(key, claim.token)

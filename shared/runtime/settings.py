@@ -102,6 +102,11 @@ class Settings(BaseSettings):
     # -- durability ---------------------------------------------------------------------
     ack_wait_s: float = 30.0
     """JetStream AckWait for work consumers; long work sends in_progress() heartbeats."""
+    drain_timeout_s: float = 20.0
+    """On SIGTERM a replica stops taking work and gives the work it holds this long to
+    finish; what is still running then is handed back (a nak with no delay, its claims
+    released) for another replica, and the process exits 0. Under Kubernetes' 30 s grace
+    period (the Helm chart's terminationGracePeriodSeconds follows it)."""
     max_deliver: int = 20
     """Deliveries before a work message is given up: its run ends `failed` with an `error`
     event `undeliverable` (shared/runtime/dead_letters.py). Redeliveries after an outage-like

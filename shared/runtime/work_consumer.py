@@ -160,7 +160,8 @@ class WorkConsumer:
         self.handle = handle
         self.max_workers = max_workers
         self._slots = asyncio.Semaphore(max_workers)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], Msg] = {}
+        """The handlers running, with the message each holds (handed back if a drain ends it)."""
         self._waiting: collections.deque[Msg] = collections.deque()
         """Messages taken while `max_workers` handlers ran (direct dispatch), in order."""
         self._direct = False
@@ -201,11 +202,11 @@ class WorkConsumer:
 
     def _start(self, msg: Msg) -> None:
         task = asyncio.get_running_loop().create_task(self._run(msg))
-        self._tasks.add(task)
+        self._tasks[task] = msg
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
         if not self._direct:
             self._slots.release()
         elif self._waiting and not self._stopping:
@@ -220,14 +221,40 @@ class WorkConsumer:
             log.exception("the handler of %s failed to settle its message", self.subject)
 
     async def stop(self, timeout: float) -> None:
-        """Leave the deliver group (new messages go to the other replicas), then wait up to
-        `timeout` for the handlers in flight. One unfinished is left unacked, and
-        JetStream delivers its message again after ack_wait."""
+        """The drain: leave the deliver group (new messages go to the other replicas), hand
+        back the messages taken but not started, then wait up to `timeout` for the
+        handlers in flight; those still running then are cancelled (their claims released
+        on the way out: llm/service.py, tools/executor.py) and their messages handed back.
+        Handed back is a nak with no delay, so another replica takes the message at once
+        instead of after ack_wait."""
         self._stopping = True
-        self._waiting.clear()  # left unacked: another replica takes them after ack_wait
+        waiting, self._waiting = list(self._waiting), collections.deque()
         if self._sub is not None:
             with contextlib.suppress(Exception):  # the connection may be gone already
                 await self._sub.unsubscribe()
             self._sub = None
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout)
+        await _hand_back(waiting)
+        if not self._tasks:
+            return
+        _, unfinished = await asyncio.wait(set(self._tasks), timeout=timeout)
+        if not unfinished:
+            return
+        held = [self._tasks[task] for task in unfinished if task in self._tasks]
+        log.warning("drain of %s: %d handler(s) still running after %.0f s, handed back",
+                    self.subject, len(unfinished), timeout)
+        for task in unfinished:
+            task.cancel()
+        await asyncio.wait(unfinished, timeout=CANCEL_GRACE_S)
+        await _hand_back(held)
+
+
+CANCEL_GRACE_S = 2.0
+"""How long cancelled handlers get to run their cleanup (releasing a claim is one Redis call)."""
+
+
+async def _hand_back(messages: list[Msg]) -> None:
+    for msg in messages:
+        if msg.is_acked:
+            continue
+        with contextlib.suppress(Exception):  # the connection may be gone: ack_wait then
+            await msg.nak()
