@@ -26,8 +26,11 @@ PORT_TAKEN = "cannot serve /metrics on port"
 
 
 class LoopwireProcess:
-    def __init__(self, command: str) -> None:
+    def __init__(self, command: str, program: tuple[str, ...] | None = None) -> None:
+        """`program`: how loopwire is run (default: this interpreter's `-m loopwire.cli`);
+        another release's `bin/loopwire`, say, to run replicas of two releases together."""
         self.command = command
+        self.program = program
         self.proc: subprocess.Popen[bytes] | None = None
         self.metrics_port = 0
         self._env: dict[str, str] = {}
@@ -52,7 +55,7 @@ class LoopwireProcess:
         self._env = env
         self.metrics_port = self.metrics_port or free_ports(self.workers)
         env = {**env, "LOOPWIRE_METRICS_PORT": str(self.metrics_port)}
-        args = [sys.executable, "-m", "loopwire.cli", *self.command.split()]
+        args = [*(self.program or (sys.executable, "-m", "loopwire.cli")), *self.command.split()]
         log = open(self.log_path, "ab")  # noqa: SIM115 - the process owns it
         # Its own session: kill() takes the process group, `up --workers` children included.
         self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
