@@ -74,7 +74,7 @@ async def test_each_process_replaced_under_load_drains_and_every_run_completes(f
             await svc.stop()
     assert len(stops) == 6
     for command, _code, took in stops:
-        assert took < DRAIN_S + 5, f"`loopwire {command}` took {took:.1f} s to stop"
+        assert took < DRAIN_S, f"`loopwire {command}` took {took:.1f} s to stop"
     assert in_flight > 0, "the roll ended after the load: it tested nothing"
     assert [e["status"] for e in ended] == ["completed"] * SESSIONS, [e.get("reason") for e in ended]
     assert all(e["final_text"].endswith(f"All {TURNS} steps done.") for e in ended)
