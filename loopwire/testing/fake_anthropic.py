@@ -10,6 +10,9 @@ It speaks enough of the API for the official SDK to be used unchanged against it
   message_delta with stop_reason and cumulative usage, message_stop);
 - `POST /v1/messages/count_tokens`: `{"input_tokens": ceil(chars / 4)}` of the JSON of
   system + messages + tools (deterministic);
+- the real API's checks of a history (message_rules.py): a `tool_use` without its
+  `tool_result` in the next message, a `tool_result` without its `tool_use`, empty
+  content are refused with its 400 and kept in `refused`;
 - error injection (`fail_next(529, n=2)`), scripted answers per model
   (`script("claude-x", [...])`, `"*"` for any model), an optional responder function,
   and an echo answer when nothing else applies;
@@ -130,6 +133,20 @@ class FakeAnthropic(ScriptedServer[Failure]):
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(host, port)
         self._msg_counter = 0
+        self.refused: list[tuple[str, dict[str, Any]]] = []
+        """(the API's error message, the request body) of each message request refused as
+        the real API refuses it (a malformed history: message_rules.py). `reset()` leaves
+        it: a suite checks it after each test (`take_refused`)."""
+
+    def refuse(self, problem: str, body: dict[str, Any]) -> None:
+        with self.lock:
+            self.refused.append((problem, body))
+
+    def take_refused(self) -> list[tuple[str, dict[str, Any]]]:
+        """The refused requests so far, and forget them."""
+        with self.lock:
+            refused, self.refused = self.refused, []
+        return refused
 
     # -- steering ---------------------------------------------------------------------------
     def fail_next(self, status: int = 529, n: int | None = 1, model: str | None = None,

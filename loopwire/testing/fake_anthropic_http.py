@@ -8,6 +8,8 @@ import time
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
+from .message_rules import history_problem
+
 if TYPE_CHECKING:
     from .fake_anthropic import FakeAnthropic
 
@@ -96,6 +98,12 @@ class MessagesApiHandler(BaseHTTPRequestHandler):
         model = str(body.get("model", ""))
         if not body.get("messages") or not body.get("max_tokens") or not model:
             self._send_json(400, self.fake.error_body(400, {"message": "model, messages and max_tokens are required"}))
+            return
+        problem = history_problem(body["messages"]) if isinstance(body["messages"], list) \
+            else "messages: Input should be a valid list"
+        if problem is not None:  # as the real API refuses it (message_rules.py)
+            fake.refuse(problem, body)
+            self._send_json(400, self.fake.error_body(400, {"message": problem}))
             return
         stream = bool(body.get("stream"))
         failure = fake.take_failure(model)

@@ -46,6 +46,19 @@ def fake_anthropic() -> Iterator[FakeAnthropic]:
         yield server
 
 
+@pytest.fixture(autouse=True)
+def no_request_refused(fake_anthropic: FakeAnthropic) -> Iterator[None]:
+    """Every test fails if the fake refused a model request of it as the real API would (a
+    malformed history: loopwire/testing/message_rules.py), whatever the test checked."""
+    fake_anthropic.take_refused()  # a module fixture's requests before the test are not its own
+    yield
+    refused = fake_anthropic.take_refused()
+    if refused:
+        problems = "\n".join(f"- {problem}" for problem, _body in refused)
+        pytest.fail(f"the Messages API would have refused {len(refused)} request(s):\n{problems}\n"
+                    f"first history: {json.dumps(refused[0][1].get('messages'))[:3000]}")
+
+
 @contextlib.contextmanager
 def started_system(fake_anthropic: FakeAnthropic, layout: str | tuple[str, ...] = "up",
                    servers: dict[str, Any] | None = None, **env: str) -> Iterator[LoopwireContainer]:
