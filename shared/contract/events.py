@@ -142,6 +142,10 @@ class Steering(Event):
     to_model: str | None = Field(default=None, description="Addition: `model_switch`: the model the run goes on with.")
     temperature: float | None = Field(default=None, description=(
         "Addition: `model_switch` without a fallback model: the raised temperature."))
+    interrupted: Literal["generation", "tools", "approval"] | None = Field(default=None, description=(
+        "Addition: `priority_queue`: what the steer cut short: the generation in flight (dropped, `retracted`), "
+        "the tool calls executing (cancelled, each answered \"cancelled by steering\"), or the open approval "
+        "checkpoint (withdrawn); absent when the run was between steps."))
 
 
 class ModelFallback(Event):

@@ -60,16 +60,24 @@ def steer(tx: Transition, run: RunState, content: list[dict[str, Any]]) -> None:
     starts afresh (the caller asks for the next generation). The abandoned step's late
     result no longer matches `pending_step` and is ignored."""
     message = list(content)
+    # What the steer cut short (the `steering` event's `interrupted`): the design's
+    # mid-generation priority (`generation`), cancel-executing (`tools`), a withdrawn
+    # checkpoint (`approval`); between steps, nothing.
+    interrupted: str | None = None
     if run.awaiting in ("tools", "approval") and run.tools.pending_calls:
+        interrupted = run.awaiting
         message = batch_results(run, run.tools.pending_calls, STEERED_TOOL) + message
         run.tools.pending_calls = []
         run.tools.answered = []
     elif run.awaiting == "generate" and run.pending_step is not None:
+        interrupted = "generation"
         tx.emit("retracted", keys.event_key("retracted", run.pending_step, "steer"), run.run_id, turn=run.turn + 1,
                 reason=STEERED_GENERATION)
     if run.approvals.checkpoint is not None:  # a steer withdraws the open checkpoint
+        interrupted = "approval"
         approval.close(tx.st, run)  # turn_by_turn stays in review: the next reply is reviewed
-    tx.emit("steering", keys.event_key("steering", tx.inp.input_id), run.run_id, **steering_fields(run, "priority_queue"))
+    tx.emit("steering", keys.event_key("steering", tx.inp.input_id), run.run_id,
+            **steering_fields(run, "priority_queue", interrupted=interrupted))
     tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))
     tx.add_message({"role": "user", "content": message})
     run.last_prompt = truncate(user_text(content), PROMPT_CHARS)

@@ -12,7 +12,14 @@
 
 Besides `source` the event carries the run's `turn` and, where the path has them,
 `reason` (the detection, the error code), `messages` (how many follow-ups were taken),
-`to_model` or `temperature`.
+`to_model` or `temperature`, and for `priority_queue` `interrupted`: what the steer cut
+short (`generation`, `tools`, `approval`; absent between steps).
+
+The agent-loop design names four more sources; each is one of these with its detail:
+`priority_interrupt` is `priority_queue` between steps, `mid_gen_priority` is
+`priority_queue` with `interrupted: "generation"`, `cancel_executing` is `priority_queue`
+with `interrupted: "tools"`, and `loop_model_switch` is `model_switch` with
+`reason: "loop_detected"`.
 """
 
 from __future__ import annotations

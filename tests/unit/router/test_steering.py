@@ -20,7 +20,7 @@ def test_steer_mid_generation_abandons_it_retracts_and_generates_again() -> None
     steered = d.steer("make it about cats")
     assert d.kinds(steered) == ["retracted", "steering", "user.message"]
     assert d.of("retracted", steered)[0] == {"turn": 1, "reason": STEERED_GENERATION}
-    assert d.of("steering", steered) == [{"source": "priority_queue", "turn": 0}]
+    assert d.of("steering", steered) == [{"source": "priority_queue", "turn": 0, "interrupted": "generation"}]
     (notice,) = d.notices(steered)
     assert notice.notice == "cancel" and notice.body == {"run_id": "run1"}
     kinds = [e.type for e in steered.effects]
@@ -42,6 +42,7 @@ def test_steer_mid_tools_cancels_the_calls_with_valid_results_and_goes_on() -> N
     tools_step = d.pending
     steered = d.steer("never mind, just say hi")
     assert d.kinds(steered) == ["steering", "user.message"], "no retraction: no text was in flight"
+    assert d.of("steering", steered)[0]["interrupted"] == "tools", "the design's cancel_executing"
     assert len(d.notices(steered)) == 1
     content = d.history[-1]["content"]
     assert [b.get("tool_use_id") for b in content[:2]] == ["t1", "t2"]
