@@ -31,5 +31,6 @@ DESIGN_DIFFERENCES: dict[str, str] = {
     "breaker-threshold": "services/llm/breaker.py",
     "compaction-threshold": "services/memory/context_guard.py",
     "limits-converge": "services/router/core/budget.py",
+    "executor-progress": "services/router/core/executor_profiles.py",
 }
 """Row id -> the file or folder (from the repository's root) that carries the row out."""
