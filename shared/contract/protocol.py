@@ -94,6 +94,22 @@ class Strategy(IngressBody):
     expectation: str | None = None
 
 
+class FinishTool(IngressBody):
+    """Addition: the application's own finish tool, declared under the reserved name
+    (StartRun or a strategy config `finish`): its description and input schema are offered
+    instead of the built-in ones, and a call's input becomes the run's `conclusion` as given."""
+
+    description: str = Field(min_length=1, max_length=4096)
+    input_schema: dict[str, Any]
+
+    @field_validator("input_schema")
+    @classmethod
+    def _an_object_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if value.get("type") != "object":
+            raise ValueError('the finish tool\'s input_schema must be a JSON Schema of "type": "object"')
+        return value
+
+
 class ExecutorChoice(IngressBody):
     """StartRun `executor` (profile `acp`): which of the operator's agents runs the loop."""
 
@@ -120,6 +136,10 @@ class StartRun(IngressBody):
     limits: Limits = Field(default_factory=Limits)
     plan: Any = None
     strategy: Strategy = Field(default_factory=Strategy)
+    finish: bool | FinishTool | None = None
+    """Addition: the reserved finish tool in the profiles that offer it: `false` leaves it
+    out, an object declares the application's own under the same name (FinishTool); when
+    omitted, the strategy config's `finish`, else the built-in tool."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     executor: ExecutorChoice | None = None
     """The external executors' profiles (`acp`): the agent, named by the operator's list."""

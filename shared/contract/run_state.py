@@ -58,6 +58,13 @@ class RunConfig(BaseModel):
     """The run's strategy config asks for a conclusion and the run offers the finish tool:
     its system prompt carries the tool's guideline, and an answer in text concludes with
     the technical summary (services/router/core/finish.py, terminal `explanation`)."""
+    finish: bool = True
+    """StartRun (or the strategy's) `finish` is not `false`: the profiles that offer the
+    finish tool offer it to this run. Absent in older states: offered."""
+    finish_tool: dict[str, Any] | None = None
+    """The application's own finish tool (`{"description", "input_schema"}`), offered under
+    the reserved name instead of the built-in one; its call's input is the conclusion as
+    given. None: the built-in tool (services/router/core/finish.py)."""
     # -- context fields (schema 1, additive) --
     user_id: str | None = None
     """StartRun `user_id`: tool providers get it as `Loopwire-User-Id`."""

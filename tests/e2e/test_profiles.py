@@ -128,6 +128,31 @@ async def test_the_finish_tool_ends_the_run_with_a_conclusion(nc: NatsClient, fa
     assert session["messages"][-1]["content"][0]["content"] == "The run is finished."
 
 
+async def test_the_applications_own_finish_tool_and_a_run_without_one(nc: NatsClient, fake: FakeAnthropic) -> None:
+    own = {"description": "Report the ticket's resolution.", "input_schema": {
+        "type": "object", "properties": {"ticket": {"type": "string"}, "resolution": {"type": "string"}},
+        "required": ["ticket", "resolution"]}}
+    fake.script("*", [{"text": "Closing.", "tool_use": [{"name": "finish_agentic_task", "input": {
+        "ticket": "T-7", "resolution": "rebooted"}}]}, {"text": "No finish tool here."}])
+    s, plain = sid(), sid()
+    async with SessionEvents(nc, s) as ev, SessionEvents(nc, plain) as ev2:
+        await ev.publish("start", {"input": "Close ticket 7.", "finish": own})
+        ended = await ev.wait_for("run.ended")
+        await ev2.publish("start", {"input": "Just answer.", "finish": False})
+        ended2 = await ev2.wait_for("run.ended")
+    ev.check_bodies()
+    (offered,) = [t for t in fake.message_requests[0]["tools"] if t["name"] == "finish_agentic_task"]
+    assert (offered["description"], offered["input_schema"]) == (own["description"], own["input_schema"])
+    assert ended["status"] == "completed" and ended["conclusion"] == {"ticket": "T-7", "resolution": "rebooted"}
+    assert ended["final_text"] == "Closing." and ev.of("tool.result") == []
+    assert "finish_agentic_task" not in tool_names(fake.message_requests[1]), "finish: false leaves it out"
+    assert ended2["status"] == "completed" and ended2["conclusion"] is None
+    async with SessionEvents(nc, sid()) as ev3:
+        await ev3.publish("start", {"input": "x", "finish": {"description": "d", "input_schema": {"type": "array"}}})
+        error = await ev3.wait_for("error")
+    assert error["code"] == "invalid_body" and "input_schema" in error["message"]
+
+
 def update_plan(*steps: tuple[str, str]) -> dict[str, Any]:
     return {"name": "update_plan", "input": {"plan": [{"step": s, "status": st} for s, st in steps]}}
 

@@ -187,6 +187,16 @@ def out_of_budget_conclusion(call: dict[str, Any] | None, text: str, best: str) 
                                 complete=False)
 
 
+def own_conclusion(call: dict[str, Any], text: str) -> tuple[dict[str, Any], str]:
+    """A call of the application's own finish tool (RunConfig.finish_tool): its input as
+    the run's conclusion, as given (the application's schema, not normalised), and the
+    run's closing text: the input's `summary` when it has a string one, else `text`."""
+    given = call.get("input")
+    conclusion = dict(given) if isinstance(given, dict) else {"input": given}
+    summary = conclusion.get("summary")
+    return conclusion, summary if isinstance(summary, str) and summary.strip() else text
+
+
 # The technical summary: the conclusion of a run the router stopped.
 
 STOPPED = {
@@ -244,8 +254,13 @@ class FinishStage:
 
     def after_generation(self, turn: Turn) -> NextStep | None:
         call = finish_call(turn.tool_calls)
-        if call is None:
-            return None
+        config = turn.run.config
+        if call is None or not config.finish:
+            return None  # left out (`finish: false`): the plan gate answers the call as not offered
+        if config.finish_tool is not None:
+            conclusion, closing = own_conclusion(call, turn.text)
+            return NextStepFinalOutput(status="completed", text=closing or None, conclusion=conclusion,
+                                       closing=closing or None)
         conclusion = normalise_conclusion(call.get("input") or {})
         return NextStepFinalOutput(status="completed", text=conclusion["summary"] or turn.text,
                                    conclusion=conclusion, closing=conclusion["summary"])

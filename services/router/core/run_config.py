@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopwire.shared.contract.protocol import Limits, StartRun, header_value, text_to_content
+from loopwire.shared.contract.protocol import FinishTool, Limits, StartRun, header_value, text_to_content
 from loopwire.shared.contract.run_state import RunConfig
 
 from . import step_requests, subagent
@@ -33,10 +33,11 @@ def run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None 
     limits = {name: getattr(body.limits, name) if getattr(body.limits, name) is not None else getattr(base, name)
               for name in Limits.model_fields}
     tools = narrow_tools(strategy.tools if strategy else None, body.tools)
+    finish = body.finish if body.finish is not None else strategy.finish if strategy is not None else None
     # A strategy that asks for a conclusion gets the finish tool's guideline where the
     # run offers the tool (strategy_loop.finish_offered): its answer is to be the call.
     conclusion = strategy is not None and strategy.conclusion and profile.offers_finish and profile.offers_tools \
-        and tools != []
+        and tools != [] and finish is not False
     return RunConfig(
         profile=body.profile, models=models, max_tokens=body.model.max_tokens or cfg.default_max_tokens,
         system=strategy.system_prompt(body.system, (GUIDELINE,) if conclusion else ()) if strategy else body.system,
@@ -44,7 +45,8 @@ def run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None 
         memory_model=step_requests.memory_model(body.model, cfg.memory_model, cfg.lightweight_model),
         lightweight_model=step_requests.lightweight_of(body.model, cfg.lightweight_model),
         model_selection=body.model.selection,
-        tools=tools, conclusion=conclusion,
+        tools=tools, conclusion=conclusion, finish=finish is not False,
+        finish_tool=finish.model_dump(mode="json") if isinstance(finish, FinishTool) else None,
         tool_permissions=merge_permissions(cfg.tool_policy, strategy.tool_permissions if strategy else {},
                                            body.tool_permissions),
         max_turns=limits["max_turns"] or profile.max_turns,

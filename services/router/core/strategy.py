@@ -42,7 +42,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loopwire.shared.contract import keys
-from loopwire.shared.contract.protocol import Limits, Permission
+from loopwire.shared.contract.protocol import FinishTool, Limits, Permission
 
 log = logging.getLogger("loopwire.router.strategy")
 
@@ -61,6 +61,9 @@ class StrategyConfig(BaseModel):
     tools: list[str] | None = None
     tool_permissions: dict[str, Permission] = Field(default_factory=dict)
     limits: Limits = Field(default_factory=Limits)
+    finish: bool | FinishTool | None = None
+    """Its runs' finish tool, as StartRun `finish` says it (which wins when given): `false`
+    leaves it out, an object is the application's own under the reserved name."""
     conclusion: bool = True
     """Its runs are asked for a conclusion: where the finish tool is offered, the prompt's
     guidelines end with the tool's guideline, and a run that answers in text instead

@@ -64,7 +64,7 @@ def _offered(run: RunState, profile: Profile) -> Offer:
     tools = run.config.tools
     if not profile.offers_tools or tools == []:
         return Offer(tools=tools, offer=False)
-    finish = [FINISH_SPEC] if profile.offers_finish else []
+    finish = [finish_spec(run)] if profile.offers_finish and run.config.finish else []
     if run.limits.converging is not None:
         if run.limits.converging == "budget_exhausted" and finish:
             return Offer(tools=[], offer=True, extra=finish)  # only the finish tool: conclude now
@@ -101,7 +101,16 @@ def active_tools(run: RunState, now: Offer) -> list[str]:
 
 def finish_offered(run: RunState, profile: Profile) -> bool:
     """Whether the run's generations offer the finish tool (also its converging one)."""
-    return profile.offers_finish and profile.offers_tools and run.config.tools != []
+    return profile.offers_finish and profile.offers_tools and run.config.tools != [] and run.config.finish
+
+
+def finish_spec(run: RunState) -> ToolSpec:
+    """The finish tool the run offers: the application's own (StartRun or strategy
+    `finish`) under the reserved name, else the built-in one."""
+    own = run.config.finish_tool
+    if own is None:
+        return FINISH_SPEC
+    return ToolSpec(name=FINISH_SPEC.name, description=own["description"], input_schema=own["input_schema"])
 
 
 def schema_problem(schema: dict[str, Any], value: Any,

@@ -21,7 +21,7 @@ from loopwire.shared.contract.run_state import RunState
 from . import answers, approval, budget, loop_detection, strategy_loop
 from .config import CoreConfig
 from .effects import EmitEvent
-from .finish import finish_call, out_of_budget_conclusion
+from .finish import finish_call, out_of_budget_conclusion, own_conclusion
 from .follow_ups import take_at_outer_boundary
 from .next_step import (
     NextStep,
@@ -85,7 +85,10 @@ def next_step(turn: Turn, profile: Profile) -> NextStep:
     if run.limits.converging is not None:
         conclusion, text, closing = None, turn.text, None
         call = finish_call(turn.tool_calls) if run.limits.converging == "budget_exhausted" else None
-        if call is not None and strategy_loop.finish_offered(run, profile):
+        if call is not None and strategy_loop.finish_offered(run, profile) and run.config.finish_tool is not None:
+            conclusion, text = own_conclusion(call, turn.text or run.last_text)
+            closing = text
+        elif call is not None and strategy_loop.finish_offered(run, profile):
             conclusion = out_of_budget_conclusion(call, turn.text, run.last_text)
             conclusion["executed"] = [dict(e) for e in run.tools.executed]
             text = closing = conclusion["summary"]

@@ -118,3 +118,56 @@ def test_a_rejected_approve_call_is_never_asked_about() -> None:
 
 def test_schema_problem_tolerates_a_broken_schema() -> None:
     assert strategy_loop.schema_problem({"type": "no-such-type"}, {}) is None
+
+
+OWN_FINISH = {"description": "Report the ticket's resolution.",
+              "input_schema": {"type": "object", "properties": {"ticket": {"type": "string"},
+                                                                "resolution": {"type": "string"}},
+                               "required": ["ticket", "resolution"]}}
+
+
+def test_finish_false_leaves_the_tool_out_and_a_call_of_it_is_not_offered() -> None:
+    d = Driver()
+    d.start(input="check the server", tools=["add"], finish=False)
+    assert [t["name"] for t in d.work()["extra_tools"]] == []
+    assert d.run.config.finish is False and not d.run.config.conclusion
+    out = d.answer(finish(summary="sneaky"))
+    assert list(d.work(out)["denied"]) == ["f1"], "refused by the plan gate, not taken as a finish"
+    assert d.state.status == "running"
+    d.tools("denied", is_error=True)
+    d.answer("The server is fine.")
+    assert d.ended()["status"] == "completed" and d.ended()["conclusion"] is None
+
+
+def test_the_applications_own_finish_tool_is_offered_and_its_input_is_the_conclusion_as_given() -> None:
+    d = Driver()
+    d.start(input="close ticket 7", tools=["add"], finish=OWN_FINISH)
+    (offered,) = d.work()["extra_tools"]
+    assert offered == {"name": "finish_agentic_task", **OWN_FINISH}
+    out = d.answer("Closing.", finish(ticket="T-7", resolution="rebooted"))
+    assert [e for e in out.effects if e.type == "work"] == [], "intercepted, never sent to a provider"
+    ended = d.ended()
+    assert ended["status"] == "completed"
+    assert ended["conclusion"] == {"ticket": "T-7", "resolution": "rebooted"}, "not normalised to the built-in shape"
+    assert ended["final_text"] == "Closing."
+    d2 = Driver()
+    d2.start(input="x", tools=["add"], finish=OWN_FINISH)
+    d2.answer(finish(ticket="T-8", resolution="done", summary="Ticket 8 closed."))
+    assert d2.ended()["final_text"] == "Ticket 8 closed.", "a string `summary` in it is the closing answer"
+
+
+def test_the_start_says_over_the_strategy_and_a_bad_declaration_is_refused() -> None:
+    from loopwire.router.core import inputs as i
+    from loopwire.router.core.strategy import StrategyConfig
+    from loopwire.shared.contract.protocol import StartRun
+    strategy = StrategyConfig(actor="ops", finish=False)
+    d = Driver()
+    d.apply(i.StartInput(input_id="in:1", new_id="run1", strategy=strategy.model_dump(mode="json"), body=StartRun(
+        input="x", tools=["add"], finish=OWN_FINISH, strategy={"actor": "ops"})))
+    assert d.run.config.finish and d.run.config.finish_tool == OWN_FINISH
+    d2 = Driver()
+    d2.apply(i.StartInput(input_id="in:1", new_id="run1", strategy=strategy.model_dump(mode="json"), body=StartRun(
+        input="x", tools=["add"], strategy={"actor": "ops"})))
+    assert d2.run.config.finish is False, "the strategy's word when the start says nothing"
+    with pytest.raises(ValueError, match="type"):
+        StartRun.model_validate({"input": "x", "finish": {"description": "d", "input_schema": {"type": "string"}}})
