@@ -159,8 +159,9 @@ class Compaction(Event):
     kind: Literal["compaction"] = "compaction"
     tokens_before: int
     tokens_after: int
-    method: str | None = Field(default=None, description="Addition: summary or drop; agent_manual or agent_auto "
-                                                         "for an external agent's own compaction.")
+    method: str | None = Field(default=None, description=(
+        "Addition: summary or drop; for an external agent agent_manual or agent_auto (its own compaction), "
+        "fresh_session (a new agent session told a trimmed transcript)."))
     messages_compacted: int | None = Field(default=None, description="Addition: history messages it covers.")
 
 

@@ -144,3 +144,31 @@ async def test_a_follow_up_continues_opencodes_own_session(agent_system: Loopwir
     assert fake.last_user_text(later).strip() == "What is my name?"
     sessions = {r.headers.get("x-session-id") for r in fake.requests if r.body.get("model") == MODEL}
     assert len(sessions) == 1 and None not in sessions
+
+
+async def test_past_the_compaction_threshold_a_fresh_session_is_told_the_conversation(
+        agent_system: LoopwireContainer, fake: FakeOpenAI) -> None:
+    """ContextGuard for an agent without a compaction command loopwire can send: the
+    context opencode reported after its turn is past `compaction_at_pct` of
+    `context_window`, so the follow-up goes to a new opencode session, told the earlier
+    conversation in a trimmed transcript, reported as a `compaction` (`fresh_session`)."""
+    fake.script(MODEL, [{"text": "Nice to meet you, Ada.", "usage": {"input_tokens": 9000, "output_tokens": 10}},
+                        {"text": "Your name is Ada."}])
+    limits = {"context_window": 10000, "compaction_at_pct": 0.5}
+    async with connected(agent_system) as nc:
+        async with SessionEvents(nc, f"oc-{uuid.uuid4().hex[:10]}") as ev:
+            await ev.publish("start", start_body("My name is Ada.", tools=[], limits=limits))
+            await ev.wait_for("run.ended", timeout=540)
+            assert not ev.of("compaction")
+            await ev.publish("message", {"content": "What is my name?"})
+            second = await ev.wait_for("run.ended", timeout=540, count=2)
+    assert second["status"] == "completed" and second["final_text"] == "Your name is Ada.", second
+    (compaction,) = ev.of("compaction")
+    assert compaction["method"] == "fresh_session" and compaction["tokens_before"] >= 9000
+    assert compaction["tokens_after"] < compaction["tokens_before"]
+    earlier, later = agent_requests(fake)
+    sessions = [r.headers.get("x-session-id") for r in fake.requests if r.body.get("model") == MODEL]
+    assert len(set(sessions)) == 2, "a new agent session"
+    told = fake.last_user_text(later)
+    assert "My name is Ada." in told and "Nice to meet you, Ada." in told and "What is my name?" in told
+    ev.check_bodies()

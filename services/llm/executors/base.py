@@ -248,6 +248,10 @@ class Executor(ABC):
     """One agent family (a CLI, an ACP agent). Built once per llm process by registry.py."""
 
     profile: str = ""
+    compacts_itself: bool = False
+    """The agent has a compaction command loopwire can send it (`compact_first`: Claude
+    Code's `/compact`). Without one, ContextGuard's compaction starts a fresh agent
+    session seeded with a trimmed transcript of the conversation (runner.py)."""
 
     @abstractmethod
     async def start(self, task: ExecutorTask) -> ExecutorRun:

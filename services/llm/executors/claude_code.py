@@ -65,6 +65,7 @@ def user_line(content: list[dict[str, Any]] | str) -> bytes:
 
 class ClaudeCodeExecutor(Executor):
     profile = "claude_code"
+    compacts_itself = True
 
     def __init__(self, settings: Settings, argv: list[str]) -> None:
         self.settings = settings

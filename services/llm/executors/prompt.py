@@ -38,10 +38,13 @@ def blocks(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def new_input(messages: list[dict[str, Any]], given: int | None) -> tuple[list[dict[str, Any]], int]:
+def new_input(messages: list[dict[str, Any]], given: int | None,
+              max_chars: int | None = None) -> tuple[list[dict[str, Any]], int]:
     """(the prompt's blocks, the block count the agent will have been given).
 
-    `given`: the blocks the agent's session has taken (None: a new agent session)."""
+    `given`: the blocks the agent's session has taken (None: a new agent session).
+    `max_chars`: a new session's transcript of the earlier conversation is trimmed to
+    about this many characters (`trimmed`)."""
     flat = blocks(messages)
     if given is not None and 0 <= given <= len(flat):
         fresh = [_for_agent(b) for role, b in flat[given:] if role == "user"]
@@ -51,9 +54,30 @@ def new_input(messages: list[dict[str, Any]], given: int | None) -> tuple[list[d
     fresh = [_for_agent(b) for role, b in fresh_pairs if role == "user"]
     if not earlier:
         return fresh, len(flat)
-    transcript = "\n\n".join(f"{'User' if role == 'user' else 'Assistant'}: {_text(b)}" for role, b in earlier
-                             if _text(b))
+    lines = [f"{'User' if role == 'user' else 'Assistant'}: {_text(b)}" for role, b in earlier if _text(b)]
+    transcript = "\n\n".join(lines if max_chars is None else trimmed(lines, max_chars))
     return [{"type": "text", "text": f"{EARLIER}\n\n{transcript}\n\n{NOW}"}, *fresh], len(flat)
+
+
+OMITTED = "[… {n} earlier message(s) left out to keep the context small …]"
+
+
+def trimmed(lines: list[str], max_chars: int) -> list[str]:
+    """The conversation's first line (the task) and as many of its latest as fit in
+    `max_chars`, with a note of how many were left out between them; each line is cut
+    to the room left."""
+    if sum(len(line) + 2 for line in lines) <= max_chars or len(lines) < 2:
+        return [line[:max_chars] for line in lines]
+    first = lines[0][: max_chars // 4]
+    room = max_chars - len(first)
+    kept: list[str] = []
+    for line in reversed(lines[1:]):
+        if room <= 0:
+            break
+        kept.append(line[:room])
+        room -= len(kept[-1]) + 2
+    left_out = len(lines) - 1 - len(kept)
+    return [first, *([OMITTED.format(n=left_out)] if left_out else []), *reversed(kept)]
 
 
 def _for_agent(block: dict[str, Any]) -> dict[str, Any]:

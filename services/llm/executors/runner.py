@@ -64,6 +64,10 @@ log = logging.getLogger("loopwire.llm.executors")
 SESSION_NAMESPACE = uuid.UUID("6f1d3c52-7a51-4c1e-9a8e-2d0f3b6f9e11")
 CANCELLED_REASON = "cancelled: the partial answer is void"
 DENIED = "denied by the run's tool permissions"
+CHARS_PER_TOKEN = 4
+"""The rough estimate of a transcript's tokens (the fresh session's `tokens_after`)."""
+FRESH_SESSION_SHARE = 0.25
+"""A fresh agent session's transcript takes at most this share of the compaction threshold."""
 HIDDEN_ENV_PREFIXES = ("LOOPWIRE_",)
 """The llm service's own settings (NATS and Redis credentials among them) stay out of the
 agent's environment; the agent's own variables (ANTHROPIC_*, OPENAI_*, PATH, HOME) pass."""
@@ -136,14 +140,28 @@ class ExecutorSteps:
         if record is not None and record.same_agent(spec.profile, spec.agent) and record.cwd == str(cwd) \
                 and record.agent_session and executor.session_reachable(record.agent_session, cwd):
             resume, given = record.agent_session, record.given
-        if resume is not None and record is not None and record.step_id == env.step_id:
+        redelivered = resume is not None and record is not None and record.step_id == env.step_id
+        context_tokens = max(spec.context_tokens, record.context_tokens if record is not None and resume else 0)
+        compact = resume is not None and context_tokens >= spec.compaction_at_pct * spec.context_window
+        fresh_start = compact and not executor.compacts_itself and not redelivered
+        if fresh_start:
+            # ContextGuard for an agent without a compaction command: a new agent session,
+            # told the conversation in a transcript trimmed to a quarter of the threshold.
+            resume = given = None
+        if redelivered:
             prompt, total = [{"type": "text", "text": RESUMED}], len(blocks(env.messages))
+        elif fresh_start:
+            budget = int(spec.compaction_at_pct * spec.context_window * CHARS_PER_TOKEN * FRESH_SESSION_SHARE)
+            prompt, total = new_input(env.messages, None, max_chars=budget)
+            after = sum(len(b.get("text", "")) for b in prompt) // CHARS_PER_TOKEN
+            await events.compacted(tokens_before=context_tokens, tokens_after=after,
+                                   messages=len(env.messages))
+            context_tokens = after
         else:
             prompt, total = new_input(env.messages, given)
         if not prompt:
             prompt = [{"type": "text", "text": "Continue."}]
         new_session = None if resume else str(uuid.uuid5(SESSION_NAMESPACE, f"{env.session_id}:{env.step_id}:{delivered}"))
-        context_tokens = max(spec.context_tokens, record.context_tokens if record is not None and resume else 0)
         mine = AgentSession(profile=spec.profile, agent=spec.agent, agent_session=resume or new_session or "",
                             cwd=str(cwd), given=total, step_id=env.step_id, context_tokens=context_tokens)
         await self.sessions.put(env.session_id, mine)  # before the agent takes the input
@@ -160,7 +178,7 @@ class ExecutorSteps:
             prompt=prompt, cwd=cwd, system=env.system, resume=resume, new_session=new_session,
             scratch=scratch_dir(settings), permissions=dict(spec.permissions), tools=list(env.tools), mcp=endpoint,
             max_turns=spec.max_turns, max_cost_usd=spec.max_cost_usd, env=agent_environment(),
-            compact_first=resume is not None and context_tokens >= spec.compaction_at_pct * spec.context_window)
+            compact_first=compact and executor.compacts_itself)
         run: ExecutorRun | None = None
         try:
             async with asyncio.timeout(settings.executor_timeout_s):
@@ -242,6 +260,12 @@ class StepEvents:
 
     async def _emit(self, kind: str, key: str | None, **fields: Any) -> None:
         await self.ctx.bus.emit(self.env.session_id, self.env.run_id, kind, key=key, **fields)
+
+    async def compacted(self, *, tokens_before: int, tokens_after: int, messages: int) -> None:
+        """ContextGuard started a fresh agent session (`fresh_session`): the `compaction` event."""
+        await self._emit("compaction", keys.step_event_key(self.env.step_id, "compaction", "fresh"),
+                         tokens_before=tokens_before, tokens_after=tokens_after, method="fresh_session",
+                         messages_compacted=messages)
 
     async def report(self, event: ExecutorEvent) -> None:
         env, step = self.env, keys.executor_delivery(self.env.step_id, self.delivered)
