@@ -133,10 +133,28 @@ class FakeAnthropic(ScriptedServer[Failure]):
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(host, port)
         self._msg_counter = 0
+        self.in_flight = 0
+        """Message requests being answered now (a slow model's are in flight for its delay)."""
+        self.max_in_flight = 0
+        """The most message requests answered at once since the last `reset()`."""
         self.refused: list[tuple[str, dict[str, Any]]] = []
         """(the API's error message, the request body) of each message request refused as
         the real API refuses it (a malformed history: message_rules.py). `reset()` leaves
         it: a suite checks it after each test (`take_refused`)."""
+
+    def entered(self) -> None:
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def left(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+
+    def reset(self) -> None:
+        super().reset()
+        with self.lock:
+            self.max_in_flight = self.in_flight
 
     def refuse(self, problem: str, body: dict[str, Any]) -> None:
         with self.lock:

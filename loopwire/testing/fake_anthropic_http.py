@@ -67,7 +67,11 @@ class MessagesApiHandler(BaseHTTPRequestHandler):
         try:
             if path == "/v1/messages":
                 self.fake.record(path, dict(self.headers.items()), body)
-                self._messages(body)
+                self.fake.entered()
+                try:
+                    self._messages(body)
+                finally:
+                    self.fake.left()
             elif path == "/v1/messages/count_tokens":
                 self.fake.record(path, dict(self.headers.items()), body)
                 self._send_json(200, {"input_tokens": self.fake.count_tokens(body)})

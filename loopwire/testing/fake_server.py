@@ -15,6 +15,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024
+    """The listen backlog: hundreds of model calls may connect at once (http.server's 5
+    would drop their connections and leave them to TCP's retransmits)."""
+
 class FakeServer:
     handler: ClassVar[type[BaseHTTPRequestHandler]]
     thread_name: ClassVar[str]
@@ -31,7 +36,7 @@ class FakeServer:
 
     def start(self) -> Self:
         handler = type("Handler", (self.handler,), {"fake": self})
-        self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
+        self._httpd = _Server((self.host, self.port), handler)
         self._httpd.daemon_threads = True
         self.port = int(self._httpd.server_address[1])
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name=self.thread_name,

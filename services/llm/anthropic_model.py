@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import anthropic
+from anthropic._constants import DEFAULT_CONNECTION_LIMITS
 
 from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.runtime.settings import Settings
@@ -37,8 +38,14 @@ def build_client(settings: Settings, environ: Mapping[str, str] | None = None) -
     base_url = env.get("ANTHROPIC_BASE_URL") or None
     if api_key is None and base_url is not None and not env.get("ANTHROPIC_AUTH_TOKEN"):
         api_key = PLACEHOLDER_API_KEY
+    # The connection pool holds every generation the replica may have in flight
+    # (LOOPWIRE_LLM_MAX_HANDLERS): the SDK's default of 1,000 would queue the rest in the
+    # pool. Its Limits type is the SDK's own HTTP library's (httpx, or the fork it ships with).
+    limits = type(DEFAULT_CONNECTION_LIMITS)(max_connections=max(settings.llm_max_handlers, 1),
+                                             max_keepalive_connections=DEFAULT_CONNECTION_LIMITS.max_keepalive_connections)
     return anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=0,
-                                    timeout=settings.llm_timeout_s)
+                                    timeout=settings.llm_timeout_s,
+                                    http_client=anthropic.DefaultAsyncHttpxClient(limits=limits))
 
 
 def _block_to_dict(block: Any) -> dict[str, Any]:

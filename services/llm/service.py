@@ -101,7 +101,8 @@ class LlmService:
 
     # -- wiring ------------------------------------------------------------------------------
     def register(self, broker: NatsBroker) -> None:
-        subscriber = self.ctx.work_subscriber(self.ctx.subjects.llm_generate, "llm")
+        subscriber = self.ctx.work_subscriber(self.ctx.subjects.llm_generate, "llm",
+                                              max_workers=self.ctx.settings.llm_max_handlers)
         subscriber(self.handle)
 
     async def start(self) -> None:

@@ -69,7 +69,8 @@ class MemoryService:
         self.history = HistoryMemo(self.counter.estimator, s.memory_history_memo_bytes)
 
     def register(self, broker: NatsBroker) -> None:
-        self.ctx.work_subscriber(self.ctx.subjects.memory_assemble, "memory")(self.on_assemble)
+        self.ctx.work_subscriber(self.ctx.subjects.memory_assemble, "memory",
+                                 max_workers=self.ctx.settings.memory_max_handlers)(self.on_assemble)
 
     async def start(self) -> None:
         s = self.ctx.settings

@@ -106,7 +106,8 @@ class ToolsService:
 
     # -- lifecycle ----------------------------------------------------------------------------
     def register(self, broker: NatsBroker) -> None:
-        self.ctx.work_subscriber(self.ctx.subjects.tools_execute, "tools")(self.handle)
+        self.ctx.work_subscriber(self.ctx.subjects.tools_execute, "tools",
+                                 max_workers=self.ctx.settings.tools_max_handlers)(self.handle)
         broker.subscriber(self.ctx.subjects.tools_list,
                           queue=f"{self.ctx.settings.subject_prefix}-tools")(self.on_tools_list)
         # Calls run for as long as their tools take: several at once, as in runs.

@@ -99,6 +99,19 @@ class Settings(BaseSettings):
     are all used (`loopwire up --workers N` overrides it); worker i serves /metrics on
     LOOPWIRE_METRICS_PORT + i. On Kubernetes keep 1 and scale with replicas."""
 
+    # -- handlers in flight per replica ---------------------------------------------------
+    router_max_handlers: int = Field(default=64, gt=0)
+    """Work messages one router replica handles at once (each of its consumers: ingress,
+    results): its work is CPU-bound, so more would only queue inside the process."""
+    memory_max_handlers: int = Field(default=64, gt=0)
+    """Context assemblies one memory replica handles at once (CPU-bound, as the router)."""
+    llm_max_handlers: int = Field(default=4096, gt=0)
+    """Generations one llm replica holds in flight: each waits on the provider and costs a
+    coroutine and its request, so a replica holds thousands (the model client's
+    connection pool is sized to it); the provider's limits bound what is sent."""
+    tools_max_handlers: int = Field(default=1024, gt=0)
+    """Tool batches one tools replica runs at once (I/O-bound: each waits on a provider)."""
+
     # -- durability ---------------------------------------------------------------------
     ack_wait_s: float = 30.0
     """JetStream AckWait for work consumers; long work sends in_progress() heartbeats."""

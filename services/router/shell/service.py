@@ -115,9 +115,10 @@ class RouterService:
         subjects = self.ctx.subjects
         # Ingress holds no chain: its work is published, so a redelivered `start` finds
         # its input id among the recent ones instead of long gone from them.
-        self.ctx.work_subscriber(subjects.ingress_all, "router_ingress",
+        handlers = self.ctx.settings.router_max_handlers
+        self.ctx.work_subscriber(subjects.ingress_all, "router_ingress", max_workers=handlers,
                                  stream=self.ctx.ingress_stream(), holds=False)(self.on_ingress)
-        self.ctx.work_subscriber(subjects.router_result, "router_results")(self.on_result)
+        self.ctx.work_subscriber(subjects.router_result, "router_results", max_workers=handlers)(self.on_result)
         if self.ctx.settings.direct_results:
             # The results of the work this replica sends come back to it first
             # (shared/runtime/direct_results.py): its cached state of the session is current.

@@ -38,3 +38,11 @@ async def test_model_factories() -> None:
     client = model._client  # type: ignore[attr-defined]
     assert client.api_key == "loopwire-local-no-key" and client.max_retries == 0 and client.timeout == 5
     await remote.aclose()
+
+
+def test_the_model_clients_pool_holds_every_generation_a_replica_may_have_in_flight() -> None:
+    from loopwire.llm.anthropic_model import build_client
+    for handlers in (4096, 10):
+        client = build_client(Settings(llm_max_handlers=handlers), {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})
+        assert client._client._transport._pool._max_connections == handlers  # noqa: SLF001 - the pool's size
+    assert Settings().llm_max_handlers >= 1000 > Settings().router_max_handlers, "sized for waiting, not CPU"
