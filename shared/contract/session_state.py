@@ -83,6 +83,10 @@ class SessionState(BaseModel):
     """Ids of the latest applied ingress inputs (`in:<stream seq>`): redeliveries are
     no-ops. Step results need no entry: one is applied only while its step is the pending
     one, and the latest input, whatever its kind, is `outbox_input`."""
+    changed_ns: int = 0
+    """When the session last moved: the router's clock (ns since the epoch) at its latest
+    transition; a step result that comes too long after it is a stalled run's
+    (services/router/core/decide.py). 0: unknown (a state older than the field)."""
     ingress_seq: int = 0
     """Stream sequence (LOOPWIRE_INGRESS) of the last ingress message applied to the session,
     refusals included: ingress is applied in stream order across router replicas

@@ -127,8 +127,9 @@ class Settings(BaseSettings):
     outage_tolerance_s: float = 300.0
     """An outage of NATS or Redis up to this long delays runs and loses none: failed
     handlers are redelivered with a growing delay that spans it (shared/runtime/redelivery.py);
-    a run with a step in flight and no progress for longer is ended `failed`
-    (`undeliverable`) by the router's watchdog."""
+    a run with a step in flight and no progress for longer than this (or than the longest a
+    step may take, LOOPWIRE_LLM_TIMEOUT_S or LOOPWIRE_TOOL_TIMEOUT_S plus an ack wait, when
+    that is longer) is ended `failed` (`undeliverable`) and its session takes new input."""
     fault_max_deliver: int = 3
     """Deliveries of a work message whose handler keeps failing with an error that is not
     an outage (a bug, a poison input in the session's history) before it is given up as

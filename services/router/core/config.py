@@ -22,6 +22,18 @@ def _default(name: str) -> Any:
     return Settings.model_fields[name].default
 
 
+def stall_after(settings: Any) -> float:
+    """Seconds without progress after which a run's model or tool step counts as stalled:
+    the outage tolerance, or the longest a step may take (its timeout and an ack wait)."""
+    longest_step = max(settings.llm_timeout_s, settings.tool_timeout_s) + settings.ack_wait_s
+    return float(max(settings.outage_tolerance_s, longest_step))
+
+
+def executor_stall_after(settings: Any) -> float:
+    """The same for a run whose steps are an external agent's turns (executor profiles)."""
+    return max(stall_after(settings), settings.executor_timeout_s + settings.ack_wait_s)
+
+
 @dataclass(frozen=True)
 class CoreConfig:
     default_model: str = _default("default_model")
@@ -48,6 +60,13 @@ class CoreConfig:
     """USD per million tokens by model id prefix (shared/runtime/pricing.py): the built-in
     table, with LOOPWIRE_PRICES on top in a deployment."""
 
+    stall_after_s: float = 0.0
+    """A step result that comes when the session has not moved for longer than this ends
+    the run `failed` (`undeliverable`), as the router's watchdog would have (stall_after);
+    0: no limit (a core without a clock)."""
+    executor_stall_after_s: float = 0.0
+    """The same for the external-executor profiles (executor_stall_after)."""
+
     tenant_limits: TenantLimits | None = None
     """LOOPWIRE_TENANT_LIMITS (tenant_quotas.py); None: no tenant is limited or counted."""
     schema_validators: LruCache[bytes, Any] = field(default_factory=lambda: LruCache[bytes, Any](256),
@@ -62,6 +81,9 @@ class CoreConfig:
         names = [f for f in cls.__dataclass_fields__
                  if hasattr(settings, f) and f not in ("prices", "tenant_limits", "schema_validators")]
         # Settings' `prices` holds LOOPWIRE_PRICES alone: the core's table is the whole one.
-        return cls(**{n: getattr(settings, n) for n in names},
+        stalls: dict[str, Any] = {"stall_after_s": stall_after(settings),
+                                  "executor_stall_after_s": executor_stall_after(settings)} \
+            if isinstance(settings, Settings) else {}
+        return cls(**{n: getattr(settings, n) for n in names if n not in stalls}, **stalls,
                    prices=price_table(getattr(settings, "prices", {})),
                    tenant_limits=settings.limits_table() if hasattr(settings, "limits_table") else None)

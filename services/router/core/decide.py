@@ -50,7 +50,7 @@ from .call_reports import on_call_finished, unreported_events
 from .config import CoreConfig
 from .effects import EmitEvent, PublishNotice
 from .error_policy import classify_generation_failure
-from .executor_profiles import decide_permission, open_permission, settle_permission
+from .executor_profiles import decide_permission, is_executor, open_permission, settle_permission
 from .inputs import (
     AbortInput,
     AdmissionInput,
@@ -270,12 +270,30 @@ def _on_undeliverable(tx: Transition, inp: UndeliverableInput, cfg: CoreConfig) 
     return tx.finish()
 
 
+def _stalled(tx: Transition, run: RunState, cfg: CoreConfig) -> Decision | None:
+    """A step's result that comes after the session stood still longer than the stall
+    limit (an outage longer than the tolerance, say) ends the run as the watchdog would
+    have: `failed`, `undeliverable`. Which of the two comes first after such an outage
+    must not decide how the run ends."""
+    since, now = tx.st.changed_ns, tx.inp.now_ns
+    idle_s = (now - since) / 1e9 if since and now else 0.0
+    if not cfg.stall_after_s or idle_s <= cfg.stall_after_s:
+        return None  # the common case, decided without looking further
+    if is_executor(run.config.profile) and idle_s <= cfg.executor_stall_after_s:
+        return None
+    return _on_undeliverable(tx, UndeliverableInput(
+        input_id=tx.inp.input_id, run_id=run.run_id, step_id=run.pending_step, what=f"step {run.pending_step}",
+        reason=f"no progress for {idle_s:.0f} s (longer than the outage tolerance and the longest step)"), cfg)
+
+
 # -- step results -------------------------------------------------------------------------
 def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Decision | None:
     result: GenerationResult = inp.result
     run = tx.st.run
     if run is None or run.pending_step != result.step_id:
         return None  # stale: the run ended or moved on (abort, steer) while this was in flight
+    if (stalled := _stalled(tx, run, cfg)) is not None:
+        return stalled
     run.pending_step = None
     profile = PROFILES[run.config.profile]  # resolved once: the stages and every rule below read it
     if profile.executor is not None:  # only an external agent's step asks for permissions
@@ -341,6 +359,8 @@ def _on_tools(tx: Transition, inp: ToolsInput, cfg: CoreConfig) -> Decision | No
     run = tx.st.run
     if run is None or run.pending_step != result.step_id:
         return None
+    if (stalled := _stalled(tx, run, cfg)) is not None:
+        return stalled
     tx.effects.extend(unreported_events(tx.st, inp))
     run.tools.reported = []
     run.pending_step = None

@@ -213,6 +213,8 @@ class Transition:
         st.ingress_seq = max(st.ingress_seq, self.inp.ingress_seq)
         st.outbox = [_stored(e) for e in self.effects] + self._work_in_flight()
         st.outbox_input = self.inp.input_id
+        if self.inp.now_ns:
+            st.changed_ns = self.inp.now_ns
         return Decision(state=st, effects=self.effects, append=self.append,
                         history_len_before=self.history_len_before, counts=self.counts)
 

@@ -51,7 +51,7 @@ from loopwire.shared.stores.event_archive import read_archive
 from loopwire.shared.stores.seq_floor import last_published_seq
 
 from ..core import subagent
-from ..core.config import CoreConfig
+from ..core.config import CoreConfig, executor_stall_after, stall_after
 from ..core.decide import Decision, decide
 from ..core.ingress import check_session_id, decode_ingress
 from ..core.inputs import (
@@ -72,7 +72,7 @@ from .input_lookups import InputLookups
 from .quota_keeper import Admission, QuotaKeeper
 from .quota_sweep import QuotaSweep
 from .rebuild import rebuild_session
-from .watchdog import Watchdog, executor_stall_after, note_status, stall_after
+from .watchdog import Watchdog, note_status
 
 log = logging.getLogger("loopwire.router")
 

@@ -33,7 +33,6 @@ from loopwire.shared.contract import keys
 from loopwire.shared.contract.session_state import SessionState
 from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.periodic import PeriodicSweep
-from loopwire.shared.runtime.settings import Settings
 
 from ..core.executor_profiles import is_executor
 from ..core.inputs import BaseInput, UndeliverableInput
@@ -42,17 +41,6 @@ log = logging.getLogger("loopwire.router.watchdog")
 
 SWEEP_LIMIT = 10_000
 """Sessions looked at per sweep (the oldest runs first)."""
-
-
-def stall_after(settings: Settings) -> float:
-    """Seconds without progress after which a run's model or tool step counts as stalled."""
-    longest_step = max(settings.llm_timeout_s, settings.tool_timeout_s) + settings.ack_wait_s
-    return max(settings.outage_tolerance_s, longest_step)
-
-
-def executor_stall_after(settings: Settings) -> float:
-    """The same for a run whose steps are an external agent's turns (executor profiles)."""
-    return max(stall_after(settings), settings.executor_timeout_s + settings.ack_wait_s)
 
 
 async def note_status(redis: aioredis.Redis, sid: str, running: bool) -> None:

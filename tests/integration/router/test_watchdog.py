@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from loopwire.router.core import inputs as i
-from loopwire.router.shell.watchdog import Watchdog, executor_stall_after, note_status, stall_after
+from loopwire.router.core.config import executor_stall_after, stall_after
+from loopwire.router.shell.watchdog import Watchdog, note_status
 from loopwire.shared.contract import keys
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.stores.session_store import RedisSessionStore

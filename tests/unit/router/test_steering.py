@@ -147,3 +147,26 @@ def test_message_follow_up_during_tools_waits_for_the_boundary() -> None:
     assert queued.effects == [] and d.state.queued
     d.tools()
     assert d.history[-1]["content"][0]["type"] == "tool_result" and len(d.history[-1]["content"]) == 1
+
+
+def test_a_result_after_the_stall_limit_ends_the_run_as_the_watchdog_would() -> None:
+    # After an outage longer than the tolerance, the step's result and the watchdog race:
+    # the result that comes first must end the run the same way (failed, undeliverable).
+    from loopwire.shared.contract.envelopes import Usage
+    from loopwire.shared.contract.protocol import StartRun
+    second = 1_000_000_000
+    for late_s, status in ((11, "failed"), (9, None)):
+        d = Driver(cfg=CoreConfig(prices=PRICES, default_model="m1", default_max_tokens=1000, stall_after_s=10.0))
+        start = i.StartInput(input_id="in:1", new_id="run1", body=StartRun(input="hi"), now_ns=100 * second)
+        d.apply(start)
+        assert d.state.changed_ns == 100 * second
+        step = d.pending
+        d.apply(i.GenerationInput(input_id=step, now_ns=(100 + late_s) * second, result=GenerationResult(
+            session_id="s1", run_id="run1", step_id=step, message={"role": "assistant", "content": [
+                {"type": "text", "text": "Hello."}]}, stop_reason="end_turn", model="m1", usage=Usage())))
+        if status is None:
+            assert d.ended()["status"] == "completed", "within the limit: the result is the run's"
+        else:
+            ended = d.ended()
+            assert (ended["status"], ended["reason"]) == ("failed", "undeliverable")
+            assert d.state.status == "idle"
