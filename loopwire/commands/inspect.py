@@ -33,12 +33,13 @@ async def list_sessions(settings: Settings, status: str | None, limit: int, *, a
     if not sessions:
         Console().print("no sessions" + (f" with status {status}" if status else ""))
         return
-    table = Table("session", "status", "profile", "turns", "tokens", "cost", "updated")
+    table = Table("session", "status", "phase", "activity", "profile", "turns", "tokens", "cost", "updated")
     for row in sessions:
         usage = row.get("usage") or {}
         tokens = (f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out" if usage else "")
         cost = cost_text(row.get("cost_usd")) if "cost_usd" in row else ""
-        table.add_row(str(row.get("session_id")), str(row.get("status")), str(row.get("profile") or ""),
+        table.add_row(str(row.get("session_id")), str(row.get("status")), str(row.get("phase") or ""),
+                      str(row.get("activity") or ""), str(row.get("profile") or ""),
                       str(row.get("turns", "")), tokens, cost, str(row.get("updated_at") or ""))
     Console().print(table)
 

@@ -14,6 +14,7 @@ from loopwire.shared.contract.session_state import (
     open_checkpoint_id,
     reported_cost,
     reported_usage,
+    run_position,
     stored_state,
 )
 from loopwire.shared.stores.event_log import EventLogStore
@@ -39,10 +40,12 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
             return {**_reply_from_transcript(req.session_id, replayed), **await lineage(req.session_id, stored, sessions)}
     if raw is None:
         return {"v": PROTOCOL_VERSION, "session_id": req.session_id, "status": "unknown", "profile": None,
-                "turns": 0, "usage": {"input_tokens": 0, "output_tokens": 0}, "cost_usd": 0.0, "messages": []}
+                "turns": 0, "usage": {"input_tokens": 0, "output_tokens": 0}, "cost_usd": 0.0, "messages": [],
+                "phase": None, "activity": None}
     st = stored_state(raw)
     config = config_in_effect(st)
     messages = await sessions.history(req.session_id)
+    phase, activity = run_position(st)
     return {
         "v": PROTOCOL_VERSION,
         "session_id": req.session_id,
@@ -60,6 +63,9 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
         "user_id": config.user_id if config is not None else None,
         "workspace_id": config.workspace_id if config is not None else None,
         "tools_active": st.run.tools.active if st.run is not None else None,
+        # where the run stands, so a client that reconnects mid-run needs no replay
+        "phase": phase,
+        "activity": activity,
         **await lineage(req.session_id, st, sessions),
     }
 
@@ -104,6 +110,8 @@ def _reply_from_transcript(session_id: str, replayed: Replayed) -> dict[str, Any
         "user_id": (replayed.run_config or {}).get("user_id"),
         "workspace_id": (replayed.run_config or {}).get("workspace_id"),
         "tools_active": None,
+        "phase": None,
+        "activity": "awaiting_approval" if asked is not None else None,
         "source": "transcript",
     }
 

@@ -16,7 +16,13 @@ from typing import Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionsListRequest, error_reply
-from loopwire.shared.contract.session_state import SessionState, reported_cost, reported_usage, stored_state
+from loopwire.shared.contract.session_state import (
+    SessionState,
+    reported_cost,
+    reported_usage,
+    run_position,
+    stored_state,
+)
 from loopwire.shared.stores.session_store import SessionStore
 
 SCAN_CAP = 2000
@@ -41,7 +47,8 @@ def summary(sid: str, st: SessionState, ms: int) -> dict[str, Any]:
     return {"session_id": sid, "status": st.status, "profile": st.profile,
             "turns": st.turns, "updated_at": rfc3339_ms(ms),
             # additions: what session.get says of the same state, for a list that shows them
-            "usage": reported_usage(st), "cost_usd": reported_cost(st)}
+            "usage": reported_usage(st), "cost_usd": reported_cost(st),
+            **dict(zip(("phase", "activity"), run_position(st), strict=True))}
 
 
 async def sessions_list(req: SessionsListRequest, sessions: SessionStore, tenant: str | None = None) -> dict[str, Any]:

@@ -177,6 +177,30 @@ def current_run_id(st: SessionState) -> str | None:
     return st.waiting.run_id if st.waiting is not None else None
 
 
+Activity = Literal["generating", "tools", "awaiting_approval", "queued", "waiting_for_model"]
+"""What a run is doing now (`session.get.activity`). `waiting_for_model`: a generation held
+back by the fleet's model limits, which a state records only once those limits hold
+generations (protocol.md, "Model limits"); until then a generation is `generating` from
+its request (context assembly included) to its result."""
+
+
+def run_position(st: SessionState) -> tuple[str | None, Activity | None]:
+    """(`phase`, `activity`) of `session.get`: the run's profile phase and what it does
+    now; (None, None) when the session is idle. A run queued for its tenant's slot has no
+    phase yet."""
+    run = st.run
+    if run is None:
+        return (None, "queued") if st.waiting is not None else (None, None)
+    phase = run.profile_phase or None
+    if run.approvals.checkpoint is not None or run.awaiting == "approval":
+        return phase, "awaiting_approval"
+    if run.awaiting == "tools":
+        return phase, "tools"
+    if run.awaiting == "generate":
+        return phase, "generating"
+    return phase, None
+
+
 def open_checkpoint_id(st: SessionState) -> str | None:
     """The id of the approval checkpoint the session's run is paused on."""
     return st.run.approvals.checkpoint.id if st.run is not None and st.run.approvals.checkpoint is not None else None

@@ -47,6 +47,8 @@ async def test_abort_keeps_the_queued_message_which_starts_the_next_run(
     async with SessionEvents(lnc, s) as ev:
         await ev.publish("start", {"input": "echo x", "tools": ["slow_echo"]})
         await asyncio.wait_for(provider.slow_started.wait(), 20)
+        during = await query(lnc, "session.get", {"session_id": s})
+        assert (during["status"], during["phase"], during["activity"]) == ("running", "execute", "tools")
         await ev.publish("message", {"content": "then tell me a joke"})
         await ev.publish("abort", {"reason": "changed my mind"})
         first = await ev.wait_for("run.ended", timeout=30)
@@ -62,7 +64,7 @@ async def test_abort_keeps_the_queued_message_which_starts_the_next_run(
     last = fake.message_requests[-1]["messages"]
     assert last[-1]["content"][-1] == {"type": "text", "text": "then tell me a joke"}
     session = await query(lnc, "session.get", {"session_id": s})
-    assert session["status"] == "idle"
+    assert (session["status"], session["phase"], session["activity"]) == ("idle", None, None)
 
 
 @pytest.mark.timeout(90)
@@ -82,6 +84,9 @@ async def test_turn_by_turn_proposal_that_restates_the_answer_is_reviewed_not_ta
         await ev.publish("decision", {"checkpoint_id": calls["checkpoint_id"], "decision": "approve"})
         proposal = await ev.wait_for("approval.requested", count=2, timeout=30)
         assert proposal["proposal"] == answer
+        waiting = await query(lnc, "session.get", {"session_id": s})
+        assert (waiting["status"], waiting["phase"], waiting["activity"]) == \
+            ("awaiting_approval", "review", "awaiting_approval"), "a reconnecting UI knows it is the review"
         await ev.publish("decision", {"checkpoint_id": proposal["checkpoint_id"], "decision": "approve"})
         ended = await ev.wait_for("run.ended", timeout=30)
     ev.check_bodies()
@@ -91,3 +96,18 @@ async def test_turn_by_turn_proposal_that_restates_the_answer_is_reviewed_not_ta
     assert len(fake.message_requests) == 3
     review_request = fake.message_requests[2]["messages"][-1]["content"][-1]["text"]
     assert review_request.startswith("Phase: review.")
+
+
+@pytest.mark.timeout(60)
+async def test_session_get_says_a_generation_is_in_flight(lnc: NatsClient, fake: FakeAnthropic) -> None:
+    fake.script("*", [{"text": "Slowly.", "delay_s": 3.0}])
+    s = sid()
+    async with SessionEvents(lnc, s) as ev:
+        await ev.publish("start", {"input": "take your time"})
+        await asyncio.to_thread(fake.wait_for_requests, 1, 20)
+        during = await query(lnc, "session.get", {"session_id": s})
+        await ev.wait_for("run.ended", timeout=30)
+    assert (during["status"], during["phase"], during["activity"]) == ("running", "execute", "generating")
+    listed = await query(lnc, "sessions.list", {"limit": 500})
+    (row,) = [r for r in listed["sessions"] if r["session_id"] == s]
+    assert (row["phase"], row["activity"]) == (None, None), "idle again, in the list too"

@@ -196,7 +196,8 @@ async def test_a_second_start_queues_and_runs_after_the_first_while_another_tena
             await start(ev2, "hi from b")
             queued = await ev2.wait_for("run.queued")
             assert queued["position"] == 1 and not ev2.of("run.started")
-            assert (await query(nc, "session.get", {"session_id": second}))["status"] == "queued"
+            got = await query(nc, "session.get", {"session_id": second})
+            assert (got["status"], got["phase"], got["activity"]) == ("queued", None, "queued")
             listed = await query(nc, "acme.sessions.list", {"status": "queued"})
             assert second in [s["session_id"] for s in listed["sessions"]]
             cli = await asyncio.create_subprocess_exec(

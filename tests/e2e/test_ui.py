@@ -91,6 +91,7 @@ async def test_watch_a_run_stream_and_approve_its_checkpoint(inspector: str, chr
             approve = page.locator(".ev.approval button.approve")
             await expect(approve).to_be_visible(timeout=30_000)
             await expect(page.locator("#status")).to_have_text("awaiting_approval", timeout=10_000)
+            await expect(page.locator("#position")).to_have_text("review · awaiting_approval", timeout=10_000)
             # the waterfall follows the run live: its first generation is a bar while it waits
             await expect(page.locator(".run-waterfall rect.bar.generation")).to_have_count(1, timeout=10_000)
             await page.screenshot(path=str(tmp_path / "inspector.png"), full_page=True)

@@ -13,12 +13,13 @@ async function refresh() {
     body.replaceChildren(...page.sessions.map((s) => el("tr", { "data-session": s.session_id },
       el("td", { class: "sid" }, el("a", { href: `/session/${encodeURIComponent(s.session_id)}` }, s.session_id)),
       el("td", {}, el("span", { class: `status ${s.status}` }, s.status)),
+      el("td", { class: "where" }, [s.phase, s.activity].filter(Boolean).join(" · ")),
       el("td", {}, s.profile ?? ""),
       el("td", {}, s.turns),
       el("td", {}, tokens(s.usage)),
       el("td", {}, "cost_usd" in s ? cost(s.cost_usd) : ""),
       el("td", { class: "muted" }, s.updated_at ? new Date(s.updated_at).toLocaleString() : ""))));
-    if (!page.sessions.length) body.replaceChildren(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "no sessions")));
+    if (!page.sessions.length) body.replaceChildren(el("tr", {}, el("td", { colspan: 8, class: "muted" }, "no sessions")));
   } catch (err) {
     document.querySelector("#list-error").textContent = String(err.message);
   }

@@ -46,6 +46,8 @@ async function refreshStatus() {
     const status = document.querySelector("#status");
     status.textContent = s.status;
     status.className = `status ${s.status}`;
+    // Where the run stands (session.get's phase and activity): a page opened mid-run knows it at once.
+    document.querySelector("#position").textContent = [s.phase, s.activity].filter(Boolean).join(" · ");
     document.querySelector("#profile-name").textContent = s.profile ?? "";
     showLineage(s);
     // The session's cost so far (null: a model without a known price); events carry it only at run.ended.

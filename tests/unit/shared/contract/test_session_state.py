@@ -83,3 +83,21 @@ def test_the_dump_writes_an_outbox_of_plain_data_as_json_mode_would() -> None:
     assert dumped == st.dump() and dumped["outbox"][0]["fields"]["usage"]["input_tokens"] == 3
     assert dumped["outbox"][0]["fields"]["tags"] == ["a"] and dumped["outbox"][0]["fields"]["by_turn"] == {"1": "x"}
     assert SessionState.load(dumped, "s").outbox == dumped["outbox"]
+
+
+def test_where_a_run_stands_from_its_state() -> None:
+    from loopwire.shared.contract.session_state import run_position
+    from tests.router_driver import Driver, call
+    d = Driver()
+    assert run_position(d.state) == (None, None)
+    d.start(input="add", tools=["add"])
+    assert run_position(d.state) == ("execute", "generating")
+    d.answer("Adding.", call("t1", "add"))
+    assert run_position(d.state) == ("execute", "tools")
+    d.tools("3")
+    d.answer("3.")
+    assert run_position(d.state) == (None, None)
+    t = Driver()
+    t.start(input="write", profile="turn_by_turn")
+    t.answer("A draft.")
+    assert run_position(t.state) == ("review", "awaiting_approval")
