@@ -87,6 +87,15 @@ class Limits(IngressBody):
     max_cost_usd: float | None = Field(default=None, gt=0)
     context_window: int | None = Field(default=None, gt=0)
     compaction_at_pct: float | None = Field(default=None, gt=0, le=1)
+    max_inner_iterations: int | None = Field(default=None, gt=0)
+    """Addition: tool rounds in one outer iteration; at most the operator's cap
+    (LOOPWIRE_MAX_INNER_ITERATIONS, else the profile's): a larger value is held to it."""
+    max_outer_iterations: int | None = Field(default=None, gt=0)
+    """Addition: outer iterations (follow-ups taken at the boundary) in one run; at most the
+    operator's cap (LOOPWIRE_MAX_OUTER_ITERATIONS, else the profile's)."""
+    progress_injection: Literal["system_reminder", "none"] | None = None
+    """Addition: the progress reminder after each tool round (`system_reminder`) or none;
+    the profile's default when omitted."""
 
 
 class Strategy(IngressBody):

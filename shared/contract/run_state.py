@@ -58,6 +58,16 @@ class RunConfig(BaseModel):
     """The run's strategy config asks for a conclusion and the run offers the finish tool:
     its system prompt carries the tool's guideline, and an answer in text concludes with
     the technical summary (services/router/core/finish.py, terminal `explanation`)."""
+    max_inner_iterations: int | None = None
+    """StartRun (or the strategy's) `limits.max_inner_iterations`, held to the operator's
+    cap; None: the cap itself (tool_batches.inner_limit)."""
+    max_outer_iterations: int | None = None
+    """The same for `limits.max_outer_iterations` (tool_batches.outer_limit)."""
+    progress_injection: str | None = None
+    """`limits.progress_injection`; None: the profile's (tool_batches.progress_notes)."""
+    over_ceiling: list[str] = Field(default_factory=list)
+    """The limits the start asked above the operator's caps (held to them): a `warning`
+    `limit_above_ceiling` at the start names them."""
     finish: bool = True
     """StartRun (or the strategy's) `finish` is not `false`: the profiles that offer the
     finish tool offer it to this run. Absent in older states: offered."""

@@ -111,3 +111,23 @@ async def test_session_get_says_a_generation_is_in_flight(lnc: NatsClient, fake:
     listed = await query(lnc, "sessions.list", {"limit": 500})
     (row,) = [r for r in listed["sessions"] if r["session_id"] == s]
     assert (row["phase"], row["activity"]) == (None, None), "idle again, in the list too"
+
+
+@pytest.mark.timeout(60)
+async def test_a_start_narrows_its_loop_below_the_operators_cap(
+        lnc: NatsClient, fake: FakeAnthropic, provider: ToolProvider) -> None:
+    provider.slow_delay_s = 0.0
+    fake.script("*", [{"text": "Round one.", "tool_use": [{"name": "slow_echo", "input": {"text": "1"}}]},
+                      {"text": "Round two.", "tool_use": [{"name": "slow_echo", "input": {"text": "2"}}]},
+                      {"text": "Done."}])
+    s = sid()
+    async with SessionEvents(lnc, s) as ev:
+        await ev.publish("start", {"input": "echo twice", "tools": ["slow_echo"],
+                                   "limits": {"max_inner_iterations": 1, "max_outer_iterations": 500}})
+        ended = await ev.wait_for("run.ended", timeout=30)
+    ev.check_bodies()
+    assert (ended["status"], ended["reason"]) == ("max_turns", "max_inner_iterations"), ended
+    assert [c[1]["text"] for c in provider.calls] == ["1"], "one round, then the run's own cap"
+    assert len(fake.message_requests) == 1
+    (warning,) = ev.of("warning")
+    assert warning["code"] == "limit_above_ceiling" and warning["limits"] == ["max_outer_iterations"]

@@ -38,7 +38,15 @@ def run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None 
     # run offers the tool (strategy_loop.finish_offered): its answer is to be the call.
     conclusion = strategy is not None and strategy.conclusion and profile.offers_finish and profile.offers_tools \
         and tools != [] and finish is not False
+    caps = {"max_inner_iterations": cfg.max_inner_iterations or profile.max_inner_iterations,
+            "max_outer_iterations": cfg.max_outer_iterations or profile.max_outer_iterations}
+    over = [name for name, cap in caps.items() if limits[name] is not None and limits[name] > cap]
     return RunConfig(
+        max_inner_iterations=min(limits["max_inner_iterations"], caps["max_inner_iterations"])
+        if limits["max_inner_iterations"] is not None else None,
+        max_outer_iterations=min(limits["max_outer_iterations"], caps["max_outer_iterations"])
+        if limits["max_outer_iterations"] is not None else None,
+        progress_injection=limits["progress_injection"], over_ceiling=over,
         profile=body.profile, models=models, max_tokens=body.model.max_tokens or cfg.default_max_tokens,
         system=strategy.system_prompt(body.system, (GUIDELINE,) if conclusion else ()) if strategy else body.system,
         temperature=body.model.temperature,

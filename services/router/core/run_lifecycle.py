@@ -117,6 +117,10 @@ def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
         tx.emit("warning", f"warning:{run_id}:unknown_tools", run_id, code="unknown_tools",
                 message=f"no tool named {', '.join(unknown)} is known; the run goes on without "
                         f"{'it' if len(unknown) == 1 else 'them'}", tools=unknown)
+    if config.over_ceiling:
+        tx.emit("warning", f"warning:{run_id}:limit_above_ceiling", run_id, code="limit_above_ceiling",
+                message=f"{', '.join(config.over_ceiling)} above the operator's cap: the run is held to the cap",
+                limits=list(config.over_ceiling))
     if config.model_selection == "auto" and config.lightweight_model is None:
         tx.emit("warning", f"warning:{run_id}:no_lightweight_model", run_id, code="no_lightweight_model",
                 message="model.selection is auto but no lightweight model is named (model.lightweight, "

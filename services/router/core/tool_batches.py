@@ -137,7 +137,7 @@ def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]], *, 
     if limit is not None:
         end_run(tx, "max_turns", None, cfg=cfg, reason=limit)
         return
-    notes = progress_notes(run, blocks, names, mode=profile.progress_injection)
+    notes = progress_notes(run, blocks, names, mode=run.config.progress_injection or profile.progress_injection)
     request_generation(tx, run, profile, notes=notes)
 
 
@@ -172,15 +172,16 @@ def inner_limit(run: RunState, profile: Profile, cfg: CoreConfig) -> str | None:
     this outer iteration, or None."""
     if run.turn >= run.config.max_turns:
         return "max_turns"
-    if run.limits.inner >= (cfg.max_inner_iterations or profile.max_inner_iterations):
+    cap = run.config.max_inner_iterations or cfg.max_inner_iterations or profile.max_inner_iterations
+    if run.limits.inner >= cap:
         return "max_inner_iterations"
     return None
 
 
 def outer_limit(run: RunState, profile: Profile, cfg: CoreConfig) -> str | None:
     """`max_outer_iterations` when the run may not take follow-ups once more, or None."""
-    return ("max_outer_iterations" if run.limits.outer >= (cfg.max_outer_iterations or profile.max_outer_iterations)
-            else None)
+    cap = run.config.max_outer_iterations or cfg.max_outer_iterations or profile.max_outer_iterations
+    return "max_outer_iterations" if run.limits.outer >= cap else None
 
 
 # The progress note.

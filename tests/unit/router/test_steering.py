@@ -170,3 +170,36 @@ def test_a_result_after_the_stall_limit_ends_the_run_as_the_watchdog_would() -> 
             ended = d.ended()
             assert (ended["status"], ended["reason"]) == ("failed", "undeliverable")
             assert d.state.status == "idle"
+
+
+def test_a_run_narrows_its_loop_with_its_limits_and_the_operators_caps_stay_the_ceiling() -> None:
+    # The request's inner cap, below the operator's 3: the run stops after its round.
+    d = Driver(cfg=CoreConfig(prices=PRICES, default_model="m1", max_inner_iterations=3))
+    d.start(input="add numbers", limits={"max_inner_iterations": 1, "progress_injection": "none"})
+    d.answer(call("t1", inp={"a": 1, "b": 1}))
+    d.tools()
+    ended = d.ended()
+    assert (ended["status"], ended["reason"]) == ("max_turns", "max_inner_iterations")
+    # Above it: held to the operator's 3, and the start is told so.
+    d2 = Driver(cfg=CoreConfig(prices=PRICES, default_model="m1", max_inner_iterations=3))
+    d2.start(input="add numbers", limits={"max_inner_iterations": 50, "max_outer_iterations": 1})
+    assert d2.run.config.max_inner_iterations == 3 and d2.run.config.max_outer_iterations == 1
+    (warning,) = d2.of("warning")
+    assert warning["code"] == "limit_above_ceiling" and warning["limits"] == ["max_inner_iterations"]
+    # progress_injection: `none` keeps the reminder out of the next generation.
+    for mode, expected in (("none", 0), ("system_reminder", 1)):
+        d3 = Driver()
+        d3.start(input="add numbers", profile="agentic", limits={"progress_injection": mode})
+        d3.answer(call("t1", inp={"a": 1, "b": 1}))
+        d3.tools()
+        assert sum("Progress:" in n for n in d3.work()["ephemeral_notes"]) == expected, mode
+
+
+def test_bad_loop_limits_are_refused() -> None:
+    from pydantic import ValidationError
+
+    from loopwire.shared.contract.protocol import StartRun
+    for limits in ({"max_inner_iterations": 0}, {"max_outer_iterations": -1}, {"progress_injection": "loud"},
+                   {"max_inner_iterations": "5"}):
+        with pytest.raises(ValidationError):
+            StartRun.model_validate({"input": "x", "limits": limits})
