@@ -146,7 +146,9 @@ class Client:
 
     async def session(self, session_id: str) -> dict[str, Any]:
         """`session.get`: status (`unknown` for a session never seen), profile, turns,
-        usage, cost_usd, messages, and the open checkpoint_id while awaiting approval."""
+        usage, cost_usd, messages, the open checkpoint_id while awaiting approval, and where
+        a run stands: `phase` and `activity` (`generating`, `tools`, `awaiting_approval`,
+        `queued`, `waiting_for_model`; both null when idle)."""
         return self._checked(await self.raw.session_get(session_id))
 
     async def transcript(self, session_id: str, after_seq: int = 0) -> list[Event]:

@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
                      help="Only sessions with this status (idle, queued, running, awaiting_approval).")] = None,
                  limit: Annotated[int, typer.Option(help="At most this many.")] = 100,
                  as_json: JsonOpt = False) -> None:
-        """List sessions, most recently updated first."""
+        """List sessions, most recently updated first, with where each run stands (phase, activity)."""
         run_command(list_sessions(cli_settings(), status, limit, as_json=as_json))
 
     @app.command()

@@ -110,10 +110,18 @@ def _reply_from_transcript(session_id: str, replayed: Replayed) -> dict[str, Any
         "user_id": (replayed.run_config or {}).get("user_id"),
         "workspace_id": (replayed.run_config or {}).get("workspace_id"),
         "tools_active": None,
-        "phase": None,
+        "phase": open_phase(replayed) if asked is not None else None,
         "activity": "awaiting_approval" if asked is not None else None,
         "source": "transcript",
     }
+
+
+def open_phase(replayed: Replayed) -> str:
+    """The profile phase of the run that waits for a decision, as the router rebuilds it
+    from the same events (services/router/core/journal_resume.py): its latest
+    `phase.changed`, else `init`, where every run starts (protocol.md)."""
+    return next((str(e["to"]) for e in reversed(replayed.open_run)
+                 if e.get("kind") == "phase.changed" and e.get("to")), "init")
 
 
 async def transcript_get(req: TranscriptGetRequest, events: EventLogStore,

@@ -216,8 +216,11 @@ async def test_sessions_lists_them_with_status_tokens_and_cost(system: LoopwireC
     assert table.code == 0, table.err
     row = next(line for line in table.out.splitlines() if done in line)
     assert "idle" in row and "agentic" in row and " in / " in row and "$" in row
+    asking = next(line for line in table.out.splitlines() if waiting in line)
+    assert "review" in asking and asking.count("awaiting_approval") == 2, "status, phase and activity"
 
     rows = json_lines((await on_system(system, "sessions", "--status", "awaiting_approval", "--json")).out)
     assert waiting in {r["session_id"] for r in rows} and done not in {r["session_id"] for r in rows}
     assert all(r["status"] == "awaiting_approval" for r in rows)
+    assert [(r["phase"], r["activity"]) for r in rows if r["session_id"] == waiting] == [("review", "awaiting_approval")]
     assert (await on_system(system, "deny", waiting)).code == 0

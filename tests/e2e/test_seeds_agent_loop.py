@@ -264,6 +264,8 @@ async def test_a_decision_after_the_state_is_lost_runs_exactly_the_stored_calls(
         await redis.delete(keys.session_state(s), keys.session_history(s))  # the state is lost
         waiting = await query(client, "session.get", {"session_id": s})
         assert (waiting["status"], waiting["checkpoint_id"]) == ("awaiting_approval", asked["checkpoint_id"])
+        assert (waiting["source"], waiting["phase"], waiting["activity"]) == \
+            ("transcript", "execute", "awaiting_approval"), "where the run waits, from its transcript"
         await ev.publish("decision", {"checkpoint_id": asked["checkpoint_id"], "decision": "approve"})
         ended = await ev.wait_for("run.ended")
     ev.check_bodies()

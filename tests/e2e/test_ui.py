@@ -95,12 +95,19 @@ async def test_watch_a_run_stream_and_approve_its_checkpoint(inspector: str, chr
             # the waterfall follows the run live: its first generation is a bar while it waits
             await expect(page.locator(".run-waterfall rect.bar.generation")).to_have_count(1, timeout=10_000)
             await page.screenshot(path=str(tmp_path / "inspector.png"), full_page=True)
+            # the list says where it stands too
+            listing = await browser.new_page()
+            await listing.goto(inspector)
+            await expect(listing.locator(f"tr[data-session='{sid}'] td.where")).to_have_text(
+                "review · awaiting_approval", timeout=10_000)
+            await listing.close()
             await approve.click()
             ended = page.locator(".ev.ended")
             await expect(ended).to_have_attribute("data-status", "completed", timeout=30_000)
             await expect(ended).to_contain_text("Roses are red, loops are wired.")
             await expect(timeline).to_contain_text("phase execute → done")
             await expect(page.locator("#status")).to_have_text("idle", timeout=10_000)
+            await expect(page.locator("#position")).to_have_text("", timeout=10_000)
 
             # the list shows it, with its status, and the filter narrows it
             await page.goto(inspector)
