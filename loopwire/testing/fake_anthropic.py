@@ -10,6 +10,9 @@ It speaks enough of the API for the official SDK to be used unchanged against it
   message_delta with stop_reason and cumulative usage, message_stop);
 - `POST /v1/messages/count_tokens`: `{"input_tokens": ceil(chars / 4)}` of the JSON of
   system + messages + tools (deterministic);
+- a prompt cache (fake_prompt_cache.py): a request with `cache_control` breakpoints is
+  answered with the `cache_read_input_tokens` and `cache_creation_input_tokens` the real
+  cache would give;
 - the real API's checks of a history (message_rules.py): a `tool_use` without its
   `tool_result` in the next message, a `tool_result` without its `tool_use`, empty
   content are refused with its 400 and kept in `refused`;
@@ -61,6 +64,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .fake_anthropic_http import MessagesApiHandler
+from .fake_prompt_cache import PromptCache
 from .fake_server import Failure as BaseFailure
 from .fake_server import RecordedRequest, ScriptedServer
 
@@ -133,6 +137,10 @@ class FakeAnthropic(ScriptedServer[Failure]):
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(host, port)
         self._msg_counter = 0
+        self.usages: list[dict[str, int]] = []
+        """The usage answered to each message request, in the order they were answered."""
+        self.prompt_cache = PromptCache()
+        """The prompt cache it simulates (fake_prompt_cache.py); `reset()` empties it."""
         self.in_flight = 0
         """Message requests being answered now (a slow model's are in flight for its delay)."""
         self.max_in_flight = 0
@@ -155,6 +163,8 @@ class FakeAnthropic(ScriptedServer[Failure]):
         super().reset()
         with self.lock:
             self.max_in_flight = self.in_flight
+            self.prompt_cache.clear()
+            self.usages.clear()
 
     def refuse(self, problem: str, body: dict[str, Any]) -> None:
         with self.lock:
@@ -219,7 +229,12 @@ class FakeAnthropic(ScriptedServer[Failure]):
         out_chars = sum(len(b.get("text", "")) + len(json.dumps(b.get("input", ""))) for b in content)
         usage = {"input_tokens": count_tokens(body), "output_tokens": max(1, math.ceil(out_chars / 4)),
                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-        usage.update(spec.get("usage") or {})
+        with self.lock:
+            cached = self.prompt_cache.usage(str(body.get("model", "")), body, total=usage["input_tokens"])
+            if not spec.get("usage"):  # a scripted usage is the test's word, as it is
+                usage.update(cached or {})
+            usage.update(spec.get("usage") or {})
+            self.usages.append(dict(usage))
         return {"id": msg_id, "type": "message", "role": "assistant", "model": spec.get("model") or body.get("model"),
                 "content": content, "stop_reason": spec.get("stop_reason") or ("tool_use" if has_tools else "end_turn"),
                 "stop_sequence": None, "usage": usage}

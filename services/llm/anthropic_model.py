@@ -25,6 +25,7 @@ from .errors import classify
 from .model import Model
 from .model_call import ModelRequest, ModelResponse
 from .model_events import Finished, ModelStream, TextDelta
+from .prompt_cache import cached_params
 
 PLACEHOLDER_API_KEY = "loopwire-local-no-key"
 """Sent when only ANTHROPIC_BASE_URL is set: a local or proxy server needs no real key,
@@ -94,7 +95,7 @@ def request_params(request: ModelRequest) -> dict[str, Any]:
         # This SDK release dropped `temperature` from its typed parameters; the API
         # still takes it in the body.
         params["extra_body"] = {"temperature": request.temperature}
-    return params
+    return cached_params(request, params) if request.prompt_cache else params
 
 
 class AnthropicModel(Model):

@@ -34,7 +34,8 @@ def model_chain(env: Generate, default_model: str) -> list[str]:
 def model_request(env: Generate, default_model: str) -> ModelRequest:
     return ModelRequest(model=model_chain(env, default_model)[0], messages=env.messages,
                         max_tokens=env.max_tokens, system=env.system, tools=list(env.tools),
-                        temperature=env.temperature)
+                        temperature=env.temperature, prompt_cache=env.prompt_cache == "auto",
+                        stable_system=env.stable_system, notes=list(env.notes))
 
 
 def _identity(env: Generate) -> dict[str, Any]:

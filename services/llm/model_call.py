@@ -30,6 +30,11 @@ class ModelRequest:
     """Tools offered to the model; empty means none (the provider omits the field)."""
     temperature: float | None = None
     """None leaves the provider's default."""
+    prompt_cache: bool = False
+    """Place the prompt cache's breakpoints (prompt_cache.py): `system` is then sent as
+    `stable_system`, and `notes` after the conversation's last breakpoint."""
+    stable_system: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     def for_model(self, model: str) -> ModelRequest:
         """The same request aimed at another model (used by the fallback chain)."""

@@ -121,7 +121,8 @@ class MemoryService:
             read.append((context.start, list(context.rest)))
         tools = offered_tools(env, await self._catalog(env.tools)) if env.offer_tools else []
         section = memory_section(snap, int(cfg.window * MEMORY_SECTION_SHARE * s.memory_chars_per_token))
-        context.system = system_prompt(with_sections(env.system, [section] if section else []), env.ephemeral_notes)
+        stable = with_sections(env.system, [section] if section else [])
+        context.system = system_prompt(stable, env.ephemeral_notes)
         context.tools = tools
 
         if env.executor is not None:
@@ -158,7 +159,7 @@ class MemoryService:
                 extra = compacting if extra is None else extra + compacting
         notes = [outcome.note] if outcome.note else []
         request = build_generate(env, outcome.messages, tools, system=system_prompt(context.system, notes), extra_usage=extra,
-                                 no_refs=outcome.no_refs)
+                                 no_refs=outcome.no_refs, stable_system=stable, notes=[*env.ephemeral_notes, *notes])
         msg_id = keys.generate_msg_id(env.step_id)
         # With the llm service in this process the generation runs here, while this step's
         # message stays unacked (kept alive by its handler runner); a crash redelivers it and

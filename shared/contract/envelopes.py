@@ -74,6 +74,12 @@ class Usage(BaseModel):
     def total_input(self) -> int:
         return self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
 
+    def cache_fields(self) -> dict[str, int]:
+        """The prompt cache's share of the input, as events report it beside `input_tokens`
+        (which counts all input, cached included)."""
+        return {"cache_read_input_tokens": self.cache_read_input_tokens,
+                "cache_creation_input_tokens": self.cache_creation_input_tokens}
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
@@ -161,6 +167,8 @@ class AssembleContext(_Envelope):
     LOOPWIRE_MEMORY_MODEL); None: the run's `models`."""
     executor: ExecutorSpec | None = None
     """Set in the external executors' profiles: an agent answers this step, not a model."""
+    prompt_cache: Literal["auto", "off"] = "auto"
+    """The run's `model.prompt_cache`: whether the request carries cache breakpoints."""
     result_to: str | None = None
     """The router replica that sent this step's work (passed on in `Generate`): its
     result goes to that replica directly (`Subjects.direct`), JetStream when it does not
@@ -185,6 +193,16 @@ class Generate(_Envelope):
     """`AssembleContext.executor`, passed through: an agent answers this step."""
     result_to: str | None = None
     """`AssembleContext.result_to`, passed through: where the result goes first."""
+    prompt_cache: Literal["auto", "off"] = "off"
+    """`auto`: the llm service places the prompt cache's breakpoints, from `stable_system`
+    and `notes` (services/llm/prompt_cache.py). Absent (a memory replica of an earlier
+    release): `off`, and `system` as it is."""
+    stable_system: str | None = None
+    """`system` without the step's ephemeral notes: what stays the same from one request of
+    a run to the next, so it can sit before a breakpoint."""
+    notes: list[str] = Field(default_factory=list)
+    """The step's ephemeral notes (also inside `system`, for an llm replica of an earlier
+    release): with the cache they go after its last breakpoint."""
     no_refs: bool = False
     """The memory service found no content by reference (shared/stores/blobs.py) in
     `messages`: the llm service does not look for any. False: it looks (resolve_messages)."""

@@ -23,7 +23,12 @@ class Event(BaseModel):
 
 class EventUsage(BaseModel):
     input_tokens: int
+    """All input, read from or written to the prompt cache included."""
     output_tokens: int
+    cache_read_input_tokens: int | None = Field(default=None, description=(
+        "Addition: the part of `input_tokens` read from the prompt cache."))
+    cache_creation_input_tokens: int | None = Field(default=None, description=(
+        "Addition: the part of `input_tokens` written to the prompt cache."))
 
 
 class RunStarted(Event):

@@ -78,6 +78,9 @@ class ModelSpec(IngressBody):
     selection: Literal["manual", "auto"] = "manual"
     """`manual`: every generation uses `primary` (then `fallbacks`); `auto`: the
     lightweight work uses `lightweight`."""
+    prompt_cache: Literal["auto", "off"] = "auto"
+    """`auto`: each request carries the prompt cache's breakpoints (tools, system, the
+    conversation so far: services/llm/prompt_cache.py); `off`: none."""
 
 
 class Limits(IngressBody):

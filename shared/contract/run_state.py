@@ -26,6 +26,8 @@ class RunConfig(BaseModel):
     memory_model: str | None = None
     """StartRun `model.memory`, else the lightweight model (`auto`), else
     LOOPWIRE_MEMORY_MODEL: the memory's own calls (step_requests.py, its model tiers)."""
+    prompt_cache: str = "auto"
+    """StartRun `model.prompt_cache` (`auto` or `off`); absent in older states: `auto`."""
     model_selection: str = "manual"
     """StartRun `model.selection` (`manual` or `auto`); absent in older states: `manual`."""
     lightweight_model: str | None = None

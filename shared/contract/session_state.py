@@ -160,8 +160,10 @@ def config_in_effect(st: SessionState) -> RunConfig | None:
 
 
 def reported_usage(st: SessionState) -> dict[str, int]:
-    """The session's tokens as `session.get` reports them: cached input counts as input."""
-    return {"input_tokens": st.usage.total_input(), "output_tokens": st.usage.output_tokens}
+    """The session's tokens as `session.get` reports them: cached input counts as input,
+    and the cache's share of it is said beside."""
+    return {"input_tokens": st.usage.total_input(), "output_tokens": st.usage.output_tokens,
+            **st.usage.cache_fields()}
 
 
 def reported_cost(st: SessionState) -> float | None:

@@ -17,6 +17,7 @@ from tests.fakes.anthropic_server import FakeAnthropic
 from . import conftest
 from .conftest import ToolProvider, wait_for_tools
 from .events import SessionEvents, query
+from .model_requests import content
 
 pytestmark = pytest.mark.e2e
 
@@ -76,7 +77,7 @@ async def test_agentic_run_with_a_nats_micro_tool(nc: NatsClient, fake: FakeAnth
     assert reqs[0]["stream"] is True
     last_user = reqs[1]["messages"][-1]
     assert last_user["role"] == "user"
-    assert [b["type"] for b in last_user["content"]] == ["tool_result"]
+    assert [b["type"] for b in content(last_user)] == ["tool_result"]
 
     transcript = await query(nc, "transcript.get", {"session_id": s})
     assert [e["seq"] for e in transcript["events"]] == [e["seq"] for e in ev.durable()]

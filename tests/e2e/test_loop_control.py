@@ -16,6 +16,7 @@ from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import ToolProvider, wait_for_tools
 from .events import SessionEvents, query
+from .model_requests import content, system_text
 
 pytestmark = pytest.mark.e2e
 
@@ -69,7 +70,7 @@ async def test_an_empty_answer_is_retracted_and_retried(nc: NatsClient, fake: Fa
     assert [d["text"] for d in ev.of("text.delta") if d["turn"] == 1] == ["."]
     assert ended["status"] == "completed" and ended["final_text"] == "Hello! How can I help?"
     retry = fake.message_requests[1]
-    assert "only punctuation" in retry["system"]
+    assert "only punctuation" in system_text(retry)
     assert [m["role"] for m in retry["messages"]] == ["user"], "the vacuous turn is not in the history"
 
 
@@ -90,7 +91,7 @@ async def test_an_announcement_without_a_tool_call_is_nudged_and_the_model_acts(
     assert ended["status"] == "completed" and ended["final_text"] == "Let me add those numbers.\n\nThe sum is 42."
     nudge = last_user_texts(fake.message_requests[1])
     assert "without calling a tool" in nudge[0]
-    assert "Task: What is 2 + 40?" in fake.message_requests[2]["system"], "progress reminder after the tool"
+    assert "Task: What is 2 + 40?" in system_text(fake.message_requests[2]), "progress reminder after the tool"
     assert tool_provider.calls[-1][:2] == ("add", {"a": 2, "b": 40})
 
 
@@ -144,10 +145,11 @@ async def test_a_run_out_of_budget_ends_with_a_last_answer(
     (warning,) = ev.of("budget.warning")
     assert warning["limit"] == "max_total_tokens" and warning["used"] == 850
     assert ended["status"] == "budget_exhausted" and ended["final_text"] == "Best answer: 42."
-    assert ended["usage"] == {"input_tokens": 1700, "output_tokens": 60}
+    assert ended["usage"] == {"input_tokens": 1700, "output_tokens": 60, "cache_read_input_tokens": 0,
+                              "cache_creation_input_tokens": 0}
     last = fake.message_requests[-1]
     # An agentic run offers the finish tool: the converging generation offers only it.
-    assert [t["name"] for t in last["tools"]] == ["finish_agentic_task"] and "budget is exhausted" in last["system"]
+    assert [t["name"] for t in last["tools"]] == ["finish_agentic_task"] and "budget is exhausted" in system_text(last)
     assert last["max_tokens"] <= 1024
 
 
@@ -193,4 +195,4 @@ async def test_steer_during_a_slow_tool_cancels_it_and_the_loop_goes_on(
     assert took < tool_provider.slow_delay_s, "the steer did not wait for the tool"
     steered = fake.message_requests[1]["messages"][-1]["content"]
     assert steered[0]["type"] == "tool_result" and steered[0]["is_error"] and "steering" in steered[0]["content"]
-    assert steered[-1] == {"type": "text", "text": "never mind, just say hi"}
+    assert content({"content": steered})[-1] == {"type": "text", "text": "never mind, just say hi"}

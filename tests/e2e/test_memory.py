@@ -22,6 +22,7 @@ from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic, count_tokens
 
 from .events import SessionEvents, query
+from .model_requests import system_text
 
 pytestmark = pytest.mark.e2e
 
@@ -179,6 +180,6 @@ async def test_a_session_is_rebuilt_from_its_transcript(nc: NatsClient, fake: Fa
     assert third["final_text"] == "Answer 3: Ada, your code is OWL-7."
     request = fake.message_requests[-1]
     assert [m["role"] for m in request["messages"]] == ["user", "assistant", "user", "assistant", "user"]
-    assert request["system"].startswith("Be brief.")
+    assert system_text(request).startswith("Be brief.")
     session = await query(nc, "session.get", {"session_id": s})
     assert "source" not in session and len(session["messages"]) == 6 and session["runs"] == 3

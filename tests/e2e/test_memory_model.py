@@ -65,7 +65,8 @@ async def test_compaction_summaries_use_the_memory_model_and_are_priced_as_it(
     summary = Usage(input_tokens=SUMMARY_USAGE["input_tokens"] * n_summaries,
                     output_tokens=SUMMARY_USAGE["output_tokens"] * n_summaries)
     assert ended["usage"] == {"input_tokens": generation.input_tokens + summary.input_tokens,
-                              "output_tokens": generation.output_tokens + summary.output_tokens}
+                              "output_tokens": generation.output_tokens + summary.output_tokens,
+                              "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
     expected = cost_usd(RUN_MODEL, generation) + cost_usd(MEMORY_MODEL, summary)
     assert ended["cost_usd"] == pytest.approx(expected)
     assert ended["cost_usd"] < cost_usd(RUN_MODEL, generation + summary) / 2, "priced as the run's model"

@@ -36,6 +36,7 @@ from .fuzz_cases import (
     ingress_case,
     query_case,
 )
+from .model_requests import system_text
 
 pytestmark = pytest.mark.e2e
 
@@ -161,7 +162,7 @@ async def test_every_planned_phase_sees_the_workspace_until_a_tool_ran(pnc: Nats
     requests = fake.message_requests
     assert len(requests) == 3
     for n, body in enumerate(requests):
-        assert rule in json.dumps(body["system"]), f"request {n + 1} (plan, execute, verify) lacks AGENTS.md"
+        assert rule in json.dumps(system_text(body)), f"request {n + 1} (plan, execute, verify) lacks AGENTS.md"
 
     fake.reset()
     fake.script("*", [{"tool_use": [{"name": "update_plan", "input": {"plan": [{"step": "report",
@@ -173,7 +174,7 @@ async def test_every_planned_phase_sees_the_workspace_until_a_tool_ran(pnc: Nats
         ended = await ev.wait_for("run.ended", timeout=30)
     assert ended["status"] == "completed"
     requests = fake.message_requests
-    assert len(requests) == 2 and all(rule in json.dumps(body["system"]) for body in requests), \
+    assert len(requests) == 2 and all(rule in json.dumps(system_text(body)) for body in requests), \
         "a run started with a plan (execute, then verify) sees the snapshot"
 
 

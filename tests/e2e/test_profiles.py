@@ -18,6 +18,7 @@ from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import ToolProvider, serve_tools, wait_for_tools
 from .events import SessionEvents, query
+from .model_requests import system_text
 
 pytestmark = pytest.mark.e2e
 
@@ -198,7 +199,7 @@ async def test_planned_with_a_generated_plan(nc: NatsClient, fake: FakeAnthropic
     assert ended["status"] == "completed" and ended["final_text"] == "Checked: the sum is 8."
     first = fake.message_requests[0]
     assert tool_names(first) == ["update_plan"], "the plan phase offers only update_plan"
-    assert "Phase: plan" in first["system"]
+    assert "Phase: plan" in system_text(first)
     assert [(p["from"], p["to"]) for p in ev.of("phase.changed")] == [
         ("init", "plan"), ("plan", "execute"), ("execute", "verify"), ("verify", "done")]
     assert ev.of("plan.updated")[0]["steps"] == [{"step": "add the numbers", "status": "pending"},
@@ -222,7 +223,7 @@ async def test_a_strategy_is_chosen_by_actor_and_expectation(nc: NatsClient, fak
     finally:
         await r.delete(keys.STRATEGIES)
         await r.aclose()
-    report, default = (req["system"] for req in fake.message_requests[-2:])
+    report, default = (system_text(req) for req in fake.message_requests[-2:])
     assert report.startswith("You write reports.") and "triage" not in report
     assert default.startswith("You are the ops agent."), "an unknown expectation gets the actor's default"
 

@@ -17,6 +17,7 @@ from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import ToolProvider, connected, serving_tools
 from .events import SessionEvents, query
+from .model_requests import content
 
 pytestmark = pytest.mark.e2e
 
@@ -62,7 +63,7 @@ async def test_abort_keeps_the_queued_message_which_starts_the_next_run(
     started = [e for e in ev.events if e["kind"] == "run.started"]
     assert len(started) == 2 and started[1]["run_id"] == second["run_id"] != first["run_id"]
     last = fake.message_requests[-1]["messages"]
-    assert last[-1]["content"][-1] == {"type": "text", "text": "then tell me a joke"}
+    assert content(last[-1])[-1] == {"type": "text", "text": "then tell me a joke"}
     session = await query(lnc, "session.get", {"session_id": s})
     assert (session["status"], session["phase"], session["activity"]) == ("idle", None, None)
 

@@ -19,6 +19,7 @@ from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import ToolProvider, connected, serve_tools, started_system, wait_for_tools
 from .events import SessionEvents, query
+from .model_requests import system_text
 
 pytestmark = pytest.mark.e2e
 
@@ -76,7 +77,7 @@ async def test_conversational_retries_a_vacuous_answer_and_continues_a_paused_tu
     assert first["turns"] == 2, "conversational has 100 turns, so the '.' was retried"
     (retracted,) = ev.of("retracted")
     assert "punctuation_only" in retracted["reason"]
-    assert "only punctuation" in str(fake.message_requests[1]["system"])
+    assert "only punctuation" in system_text(fake.message_requests[1])
     assert second["status"] == "completed" and second["final_text"] == "It is sunny." and second["turns"] == 2
     assert [r["messages"][-1]["role"] for r in fake.message_requests[2:]] == ["user", "assistant"], \
         "the paused turn was sent back as is to continue"
@@ -285,7 +286,7 @@ async def test_turn_by_turn_starts_from_a_snapshot_of_its_workspace(
         finally:
             await client.drain()
     ev.check_bodies()
-    first, *after_tool = (str(r.get("system")) for r in fake_anthropic.message_requests)
+    first, *after_tool = (system_text(r) for r in fake_anthropic.message_requests)
     assert "deploy.sh" in first and "Always run the tests first." in first, "the snapshot's files and AGENTS.md"
     assert len(after_tool) == 2 and not any("deploy.sh" in s for s in after_tool)
     assert ended["status"] == "completed" and ended["final_text"] == "Done: 2."

@@ -29,6 +29,7 @@ from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import ToolProvider, serving_tools, started_system
 from .events import SessionEvents, query
+from .model_requests import content
 
 pytestmark = pytest.mark.e2e
 
@@ -273,7 +274,7 @@ async def test_a_decision_after_the_state_is_lost_runs_exactly_the_stored_calls(
     assert ran[0] == ("add", {"a": 2, "b": 2}), "the first batch, before the loss"
     assert sorted(map(str, ran[1:])) == sorted(map(str, [(b["name"], b["input"]) for b in batch])), \
         "exactly the stored calls, once each (they run side by side)"
-    results = fake.message_requests[-1]["messages"][-1]["content"]
+    results = content(fake.message_requests[-1]["messages"][-1])
     assert [b["content"] for b in results] == ["42", "echo: kept", "2"], "their results, in the model's order"
     assert [e["decision"] for e in ev.of("approval.decided")] == ["approve", "approve"]
     assert ended["status"] == "completed" and ended["turns"] == 3 and "Done: 42." in ended["final_text"]

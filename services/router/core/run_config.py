@@ -52,7 +52,7 @@ def run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None 
         temperature=body.model.temperature,
         memory_model=step_requests.memory_model(body.model, cfg.memory_model, cfg.lightweight_model),
         lightweight_model=step_requests.lightweight_of(body.model, cfg.lightweight_model),
-        model_selection=body.model.selection,
+        model_selection=body.model.selection, prompt_cache=body.model.prompt_cache,
         tools=tools, conclusion=conclusion, finish=finish is not False,
         finish_tool=finish.model_dump(mode="json") if isinstance(finish, FinishTool) else None,
         tool_permissions=merge_permissions(cfg.tool_policy, strategy.tool_permissions if strategy else {},

@@ -166,7 +166,8 @@ def end_run(tx: Transition, status: str, text: str | None, *, cfg: CoreConfig,
         final_text = conclusion["summary"]  # never silently: the summary is the best answer left
     tx.emit("run.ended", keys.event_key("run.ended", run.run_id), run.run_id, status=status, final_text=final_text,
             conclusion=conclusion, turns=run.turn, message_count=st.history_len,
-            usage={"input_tokens": run.budget.usage.total_input(), "output_tokens": run.budget.usage.output_tokens},
+            usage={"input_tokens": run.budget.usage.total_input(), "output_tokens": run.budget.usage.output_tokens,
+                   **run.budget.usage.cache_fields()},
             cost_usd=None if run.budget.unpriced else round(run.budget.cost_usd, 8),
             **({"reason": reason} if reason else {}))
     run.awaiting = "done"

@@ -122,6 +122,7 @@ def request_generation(tx: Transition, run: RunState, profile: Profile, notes: l
         reduce_context=run.limits.context_retries > 0, context_window=cfg.context_window,
         compaction_at_pct=cfg.compaction_at_pct, actor=cfg.actor, memory_model=cfg.memory_model, trace=run.trace,
         executor=spec_for(run) if profile.executor is not None else None,
+        prompt_cache="off" if cfg.prompt_cache == "off" else "auto",
     )
     tx.effects.append(PublishWork(target="memory.assemble", envelope=_assemble_json(env), model=env,
                                   msg_id=ids.msg_id))

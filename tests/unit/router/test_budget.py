@@ -24,10 +24,12 @@ def test_usage_is_taken_once_per_generation_from_its_final_cumulative_usage() ->
     d.tools()
     d.answer("It is 3.", usage=(200, 10))
     ended = d.ended()
-    assert ended["usage"] == {"input_tokens": 370, "output_tokens": 40}
+    assert ended["usage"] == {"input_tokens": 370, "output_tokens": 40, "cache_read_input_tokens": 50,
+                              "cache_creation_input_tokens": 20}, "input counts the cached part too"
     assert d.state.usage.total_input() == 370 and d.state.usage.output_tokens == 40
-    assert [m["usage"] for m in d.of("message")] == [{"input_tokens": 170, "output_tokens": 30},
-                                                     {"input_tokens": 200, "output_tokens": 10}]
+    assert [m["usage"] for m in d.of("message")] == [
+        {"input_tokens": 170, "output_tokens": 30, "cache_read_input_tokens": 50, "cache_creation_input_tokens": 20},
+        {"input_tokens": 200, "output_tokens": 10, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}]
 
 
 def test_a_warning_is_emitted_once_per_limit_near_it() -> None:
@@ -163,9 +165,11 @@ def test_memory_extra_usage_joins_the_ledger_once_even_on_a_failed_step() -> Non
         session_id="s1", run_id="run1", step_id=step, model="m1", stop_reason="end_turn",
         message={"role": "assistant", "content": [{"type": "text", "text": "It is 3."}]},
         usage=Usage(input_tokens=100, output_tokens=5), extra_usage=Usage(input_tokens=20, output_tokens=2))))
-    assert d.ended()["usage"] == {"input_tokens": 520, "output_tokens": 57}
+    assert d.ended()["usage"] == {"input_tokens": 520, "output_tokens": 57, "cache_read_input_tokens": 0,
+                                  "cache_creation_input_tokens": 0}
     assert d.ended()["turns"] == 1, "memory's calls are not turns"
-    assert d.of("message")[0]["usage"] == {"input_tokens": 100, "output_tokens": 5}
+    assert d.of("message")[0]["usage"] == {"input_tokens": 100, "output_tokens": 5, "cache_read_input_tokens": 0,
+                                           "cache_creation_input_tokens": 0}
 
 
 def test_an_answer_cut_at_a_max_tokens_the_budget_shrank_ends_budget_exhausted() -> None:
@@ -208,7 +212,7 @@ def test_an_answer_that_spends_the_budget_is_not_completed_even_when_the_model_e
     d.answer("It is 3.", usage=(990, 20))  # one generation over the whole budget
     ended = d.ended()
     assert ended["status"] == "budget_exhausted" and ended["final_text"] == "It is 3."
-    assert d.ended()["usage"] == {"input_tokens": 990, "output_tokens": 20}
+    assert d.ended()["usage"] == {"input_tokens": 990, "output_tokens": 20, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
 
 
 def test_a_run_within_its_budget_completes() -> None:

@@ -97,7 +97,7 @@ def test_end_turn_completes_with_final_text_and_usage(fresh: SessionState) -> No
     ended = events(d)[2].fields
     assert ended["status"] == "completed" and ended["final_text"] == "Hello!" and ended["turns"] == 1
     assert ended["message_count"] == 2, "the request and the answer"
-    assert ended["usage"] == {"input_tokens": 100, "output_tokens": 20}
+    assert ended["usage"] == {"input_tokens": 100, "output_tokens": 20, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
     assert ended["cost_usd"] == pytest.approx((100 * 3 + 20 * 15) / 1e6)
     assert st.status == "idle" and st.run is None and st.turns == 1
     assert d.append[0]["role"] == "assistant"
@@ -313,7 +313,7 @@ def test_usage_is_counted_once_per_generation(fresh: SessionState) -> None:
     st, _ = step(st, gen_result("run1:g1", [tool_use("t1")], stop="tool_use", usage=(50, 10)))
     st, _ = step(st, tools_result("run1:t1", [("t1", "add", "3")]))
     st, d = step(st, gen_result("run1:g2", [{"type": "text", "text": "3"}], usage=(70, 4)))
-    assert events(d)[-1].fields["usage"] == {"input_tokens": 120, "output_tokens": 14}
+    assert events(d)[-1].fields["usage"] == {"input_tokens": 120, "output_tokens": 14, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
     assert events(d)[-1].fields["turns"] == 2
     assert st.usage.input_tokens == 120
 

@@ -58,7 +58,8 @@ def test_the_readers_say_what_session_get_reports() -> None:
                             "usage": {"input_tokens": 7, "cache_read_input_tokens": 2,
                                       "cache_creation_input_tokens": 1, "output_tokens": 4},
                             "cost_usd": 0.123456789, "forked_from": {"session_id": "src", "seq": 5, "cut_seq": 4}})
-    assert read.reported_usage(st) == {"input_tokens": 10, "output_tokens": 4}
+    assert read.reported_usage(st) == {"input_tokens": 10, "output_tokens": 4, "cache_read_input_tokens": 2,
+                                       "cache_creation_input_tokens": 1}, "cached input counts as input, and is said"
     assert read.reported_cost(st) == 0.12345679
     assert read.reported_cost(st.model_copy(update={"cost_unknown": True})) is None
     config = read.config_in_effect(st)

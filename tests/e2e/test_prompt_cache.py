@@ -1,0 +1,103 @@
+"""Prompt caching end to end (protocol.md, "Prompt caching"), in the deployed layout with
+two memory and two llm replicas (and two routers): a run of five tool-turns against the
+fake Messages API's cache (loopwire/testing/fake_prompt_cache.py). Every request carries
+one to four breakpoints; whichever replicas assembled and sent them, from the third request
+on at least 80% of each request's input is read from the cache; `run.ended.usage` sums the
+cache tokens and `cost_usd` is the price table applied to them. `prompt_cache: off` sends
+no breakpoint."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from nats.aio.client import Client as NatsClient
+
+from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.runtime.pricing import DEFAULT_PRICES, cost_usd, price_table
+from loopwire.testing import LoopwireContainer
+from tests.fakes.anthropic_server import FakeAnthropic
+
+from .conftest import ToolProvider, connected, serving_tools, started_system
+from .events import SessionEvents
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+LAYOUT = ("serve router", "serve router", "serve llm", "serve llm", "serve tools", "serve memory", "serve memory",
+          "serve transcripts")
+MODEL = "claude-sonnet-4-5"
+SYSTEM = "You are a careful assistant who checks every number twice. " * 120  # about 1,800 tokens
+TURNS = 5
+
+
+@pytest.fixture(scope="module")
+def cache_system(fake_anthropic: FakeAnthropic) -> Iterator[LoopwireContainer]:
+    with started_system(fake_anthropic, layout=LAYOUT) as lw:
+        yield lw
+
+
+@pytest.fixture
+async def cnc(cache_system: LoopwireContainer) -> AsyncIterator[NatsClient]:
+    async with connected(cache_system) as client:
+        yield client
+
+
+@pytest.fixture
+async def provider(cnc: NatsClient) -> AsyncIterator[ToolProvider]:
+    async with serving_tools(cnc) as tools:
+        yield tools
+
+
+def breakpoints(body: dict[str, Any]) -> int:
+    blocks = [*(body.get("tools") or []), *(body["system"] if isinstance(body.get("system"), list) else [])]
+    blocks += [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]]
+    return sum(1 for b in blocks if isinstance(b, dict) and "cache_control" in b)
+
+
+def script(fake: FakeAnthropic) -> None:
+    turns = [{"text": f"Step {n}.", "tool_use": [{"name": "add", "input": {"a": n, "b": n}}]} for n in range(TURNS)]
+    fake.script("*", [*turns, {"text": "All added."}])
+
+
+async def run(nc: NatsClient, **model: Any) -> dict[str, Any]:
+    async with SessionEvents(nc, f"cache-{uuid.uuid4().hex[:8]}") as ev:
+        await ev.publish("start", {"input": "add some numbers", "system": SYSTEM, "tools": ["add", "slow_echo"],
+                                   "model": {"primary": MODEL, **model}})
+        ended = await ev.wait_for("run.ended", timeout=60)
+    ev.check_bodies()
+    ev.check_each_seq_once()
+    return ended
+
+
+async def test_every_request_reads_the_previous_prefix_from_the_cache(
+        cnc: NatsClient, fake: FakeAnthropic, provider: ToolProvider) -> None:
+    script(fake)
+    ended = await run(cnc)
+    assert ended["status"] == "completed", ended
+    requests = fake.message_requests
+    assert len(requests) == TURNS + 1
+    assert all(1 <= breakpoints(r) <= 4 for r in requests), [breakpoints(r) for r in requests]
+    usages = fake.usages
+    assert len(usages) == len(requests)
+    for n, usage in enumerate(usages[2:], start=3):
+        total = usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"]
+        assert usage["cache_read_input_tokens"] >= 0.8 * total, f"request {n}: {usage}"
+    summed = Usage(input_tokens=sum(u["input_tokens"] for u in usages),
+                   output_tokens=ended["usage"]["output_tokens"],
+                   cache_read_input_tokens=sum(u["cache_read_input_tokens"] for u in usages),
+                   cache_creation_input_tokens=sum(u["cache_creation_input_tokens"] for u in usages))
+    reported = ended["usage"]
+    assert (reported["cache_read_input_tokens"], reported["cache_creation_input_tokens"]) == \
+        (summed.cache_read_input_tokens, summed.cache_creation_input_tokens)
+    assert ended["cost_usd"] == pytest.approx(cost_usd(MODEL, summed, price_table({}) or DEFAULT_PRICES), rel=1e-6)
+
+
+async def test_prompt_cache_off_sends_no_breakpoint(cnc: NatsClient, fake: FakeAnthropic,
+                                                    provider: ToolProvider) -> None:
+    script(fake)
+    ended = await run(cnc, prompt_cache="off")
+    assert ended["status"] == "completed"
+    assert [breakpoints(r) for r in fake.message_requests] == [0] * (TURNS + 1)
+    assert ended["usage"]["cache_read_input_tokens"] == 0
