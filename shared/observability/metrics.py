@@ -83,6 +83,11 @@ TOKENS = Counter(
     ["direction", "model"],
 )
 COST_USD = Counter("loopwire_cost_usd", "Estimated model cost in US dollars.", ["model"])
+CACHE_TOKENS = Counter(
+    "loopwire_cache_tokens",
+    "Input tokens read from (kind read) or written to (kind write) the prompt cache; part of loopwire_tokens.",
+    ["kind", "model"],
+)
 BUDGET_WARNINGS = Counter("loopwire_budget_warnings", "Runs that crossed their budget warning threshold.")
 BUDGET_EXHAUSTIONS = Counter("loopwire_budget_exhaustions", "Runs stopped because their budget ran out.")
 
@@ -213,7 +218,7 @@ HOOKS.handed_over = lambda to, via: child(HANDOVERS, to=to, via=via).inc()
 
 ALL_METRICS: tuple[Any, ...] = (
     RUNS_STARTED, RUNS_ENDED, TURNS, STEERS, ABORTS, COMPACTIONS, APPROVALS_PENDING,
-    TOKENS, COST_USD, BUDGET_WARNINGS, BUDGET_EXHAUSTIONS,
+    TOKENS, COST_USD, CACHE_TOKENS, BUDGET_WARNINGS, BUDGET_EXHAUSTIONS,
     LOOP_DETECTIONS, VACUOUS_RETRIES, COMMITMENT_NUDGES,
     MODEL_FALLBACKS, CIRCUIT_BREAKER_STATE, LLM_TTFT, LLM_REQUEST_DURATION,
     TOOL_CALLS, TOOL_CALL_DURATION, TOOL_CONFLICTS,
@@ -294,10 +299,16 @@ def child(metric: Any, **labels: str) -> Any:
     return found
 
 
-def observe_usage(model: str, input_tokens: int, output_tokens: int, *, cost_usd: float = 0.0) -> None:
+def observe_usage(model: str, input_tokens: int, output_tokens: int, *, cost_usd: float = 0.0,
+                  cache_read: int = 0, cache_write: int = 0) -> None:
     """Count one model response's tokens and cost. `input_tokens` already includes the
-    cache read and cache creation tokens (Anthropic's usage reports them apart)."""
+    cache read and cache creation tokens (Anthropic's usage reports them apart), which
+    `cache_read` and `cache_write` count again on their own."""
     m = model_label(model)
+    if cache_read:
+        child(CACHE_TOKENS, kind="read", model=m).inc(cache_read)
+    if cache_write:
+        child(CACHE_TOKENS, kind="write", model=m).inc(cache_write)
     if input_tokens:
         child(TOKENS, direction="input", model=m).inc(input_tokens)
     if output_tokens:

@@ -71,7 +71,8 @@ def _add_usage(tx: Transition, run: RunState, usage: Usage, *, input_tokens: int
     if cfg.tenant_limits is not None:
         tenant_quotas.note_usage(tx, run, tokens=input_tokens + usage.output_tokens, cost=cost, cfg=cfg)
     tx.count(count, {"profile": run.config.profile, "model": model},
-             input_tokens=input_tokens, output_tokens=usage.output_tokens, cost_usd=cost or 0.0)
+             input_tokens=input_tokens, output_tokens=usage.output_tokens, cost_usd=cost or 0.0,
+             cache_read=usage.cache_read_input_tokens, cache_write=usage.cache_creation_input_tokens)
 
 
 def _unpriced(tx: Transition, run: RunState, model: str, *, cfg: CoreConfig) -> None:

@@ -32,7 +32,9 @@ def count_decision(decision: Decision, profile: str | None) -> None:
             if count.name == "turn":
                 metrics.child(metrics.TURNS, profile=count.labels.get("profile", "unknown")).inc()
             metrics.observe_usage(model, int(count.values.get("input_tokens", 0)),
-                                  int(count.values.get("output_tokens", 0)), cost_usd=count.values.get("cost_usd", 0.0))
+                                  int(count.values.get("output_tokens", 0)), cost_usd=count.values.get("cost_usd", 0.0),
+                                  cache_read=int(count.values.get("cache_read", 0)),
+                                  cache_write=int(count.values.get("cache_write", 0)))
         elif count.name == "vacuous_retry":
             metrics.VACUOUS_RETRIES.inc()
         elif count.name == "commitment_nudge":

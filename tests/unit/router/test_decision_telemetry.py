@@ -93,3 +93,20 @@ async def test_the_shell_publishes_cancel_notices_on_the_session_subject() -> No
     publisher = RouterService(ctx).publisher  # type: ignore[arg-type]
     await publisher.perform("s9", [PublishNotice(body={"run_id": "r1"})])
     assert bus.published == [("lwx.ctl.s9.cancel", {"run_id": "r1"})]
+
+
+def test_the_prompt_caches_share_is_counted_by_model() -> None:
+    from loopwire.shared.contract.envelopes import Usage
+    labels = {"model": "m-cache"}
+    before = (sample("loopwire_cache_tokens_total", {"kind": "read", **labels}),
+              sample("loopwire_cache_tokens_total", {"kind": "write", **labels}),
+              sample("loopwire_tokens_total", {"direction": "input", **labels}))
+    d = Driver()
+    d.start(input="hi", model={"primary": "m-cache"})
+    d.answer("Hello.", usage_obj=Usage(input_tokens=10, output_tokens=3, cache_read_input_tokens=700,
+                                       cache_creation_input_tokens=90))
+    for decision in d.decisions:
+        count_decision(decision, "agentic")
+    assert sample("loopwire_cache_tokens_total", {"kind": "read", **labels}) == before[0] + 700
+    assert sample("loopwire_cache_tokens_total", {"kind": "write", **labels}) == before[1] + 90
+    assert sample("loopwire_tokens_total", {"direction": "input", **labels}) == before[2] + 800, "all input"
