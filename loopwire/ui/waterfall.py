@@ -107,11 +107,16 @@ class RunWaterfall:
         start = self.generating.pop(turn, None)
         start = self.last_ms if start is None or not self.last_ms <= start <= at else start
         usage = event.get("usage") or {}
-        tokens = Usage(input_tokens=int(usage.get("input_tokens") or 0),
-                       output_tokens=int(usage.get("output_tokens") or 0))
+        # `input_tokens` counts all input; the prompt cache's read and written parts are
+        # priced at their own rates.
+        read, written = int(usage.get("cache_read_input_tokens") or 0), int(usage.get("cache_creation_input_tokens") or 0)
+        total_input = int(usage.get("input_tokens") or 0)
+        tokens = Usage(input_tokens=max(0, total_input - read - written), output_tokens=int(usage.get("output_tokens") or 0),
+                       cache_read_input_tokens=read, cache_creation_input_tokens=written)
         model = event.get("model")
         self.turns.append({"turn": turn, "seq": event.get("seq"), "model": model, "start_ms": start, "end_ms": at,
-                           "duration_ms": round(at - start, 3), "input_tokens": tokens.input_tokens,
+                           "duration_ms": round(at - start, 3), "input_tokens": total_input,
+                           "cache_read_input_tokens": read, "cache_creation_input_tokens": written,
                            "output_tokens": tokens.output_tokens,
                            "cost_usd": cost_usd(model, tokens, self.prices) if model else None,
                            "executor": event.get("source") == "executor"})

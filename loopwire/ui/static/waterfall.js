@@ -77,13 +77,16 @@ function chart(run) {
 function turnTable(run) {
   if (!run.turns.length) return null;
   return el("table", { class: "turns" },
-    el("thead", {}, el("tr", {}, ["turn", "model", "generation", "tool time", "tokens", "cost"].map((h) => el("th", {}, h)))),
+    el("thead", {}, el("tr", {}, ["turn", "model", "generation", "tool time", "tokens", "cache", "cost"].map((h) => el("th", {}, h)))),
     el("tbody", {}, run.turns.map((t) => {
       const toolTime = run.tools.filter((c) => c.turn === t.turn && c.duration_ms !== null)
         .reduce((sum, c) => sum + c.duration_ms, 0);
       return el("tr", { "data-turn": t.turn }, el("td", {}, t.turn), el("td", {}, t.model ?? ""),
         el("td", {}, ms(t.duration_ms)), el("td", {}, toolTime ? ms(toolTime) : "—"),
-        el("td", {}, `${t.input_tokens} in / ${t.output_tokens} out`), el("td", {}, cost(t.cost_usd)));
+        el("td", {}, `${t.input_tokens} in / ${t.output_tokens} out`),
+        el("td", { class: "cache" }, t.cache_read_input_tokens || t.cache_creation_input_tokens
+          ? `${t.cache_read_input_tokens} read / ${t.cache_creation_input_tokens} written` : "—"),
+        el("td", {}, cost(t.cost_usd)));
     })));
 }
 

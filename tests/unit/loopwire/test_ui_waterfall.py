@@ -138,3 +138,17 @@ def test_runs_come_in_order_and_events_of_no_run_or_before_a_start_are_left_out(
 
 def test_ts_ms_reads_the_events_rfc3339_stamps() -> None:
     assert ts_ms("2026-12-02T12:00:01.250Z") - ts_ms("2026-12-02T12:00:00.000Z") == pytest.approx(1250)
+
+
+def test_a_turns_cache_reads_and_writes_are_shown_and_priced_at_their_rates() -> None:
+    e = Events()
+    e.add(0, "run.started", profile="agentic")
+    e.add(1000, "message", turn=1, model="claude-sonnet-4-5", stop_reason="end_turn", message={
+        "role": "assistant", "content": []}, usage={"input_tokens": 1000, "output_tokens": 100,
+                                                    "cache_read_input_tokens": 800, "cache_creation_input_tokens": 150})
+    e.add(1010, "run.ended", status="completed", turns=1, final_text="ok")
+    (run,) = waterfall(e.events, prices={"claude-sonnet-4": {"input": 3.0, "output": 15.0, "cache_read": 0.3,
+                                                             "cache_write": 3.75}})
+    (turn,) = run["turns"]
+    assert (turn["input_tokens"], turn["cache_read_input_tokens"], turn["cache_creation_input_tokens"]) == (1000, 800, 150)
+    assert turn["cost_usd"] == pytest.approx((50 * 3.0 + 800 * 0.3 + 150 * 3.75 + 100 * 15.0) / 1_000_000)
