@@ -5,7 +5,8 @@
     loopwire serve NAME                 one service (router, llm, tools, memory, transcripts)
     loopwire run "prompt"               start a run and show its events live
     loopwire approve|deny|send|steer|abort SID ...,  sessions, tools, transcript SID,
-             fork SID, replay SID       (loopwire/commands/)
+             fork SID, replay SID, delete SID, erase --user U,
+             export SID > file.json     (loopwire/commands/)
     loopwire mcp [--http PORT]          the tools service's tools as an MCP server (stdio or HTTP)
 """
 

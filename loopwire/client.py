@@ -140,6 +140,28 @@ class LoopwireClient:
                                       timeout=timeout)
         return orjson.loads(reply.data)
 
+    async def session_delete(self, sid: str, timeout: float = 30.0) -> dict[str, Any]:
+        """`<prefix>.api.session.delete`: the session removed from every store (a run in
+        progress aborted first). The receipt `{"session_id", "deleted", "stores": [{"store",
+        "removed"}]}`, or `{"error": ...}`."""
+        reply = await self.nc.request(self.subjects.query("session.delete", self.tenant),
+                                      orjson.dumps({"session_id": self.scoped(sid)}), timeout=timeout)
+        return orjson.loads(reply.data)
+
+    async def user_erase(self, user_id: str, timeout: float = 120.0) -> dict[str, Any]:
+        """`<prefix>.api.user.erase`: every session whose runs carried `user_id`, deleted;
+        `{"user_id", "sessions": [<session.delete receipts>]}`."""
+        reply = await self.nc.request(self.subjects.query("user.erase", self.tenant),
+                                      orjson.dumps({"user_id": user_id}), timeout=timeout)
+        return orjson.loads(reply.data)
+
+    async def session_export(self, sid: str, timeout: float = 30.0) -> dict[str, Any]:
+        """`<prefix>.api.session.export`: `{"session_id", "state", "events"}`, large content
+        resolved."""
+        reply = await self.nc.request(self.subjects.query("session.export", self.tenant),
+                                      orjson.dumps({"session_id": self.scoped(sid)}), timeout=timeout)
+        return orjson.loads(reply.data)
+
     async def transcript(self, sid: str, after_seq: int = 0) -> list[dict[str, Any]]:
         """Every stored event of the session after `after_seq`, page by page (`transcript.get`)."""
         events: list[dict[str, Any]] = []

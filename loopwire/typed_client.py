@@ -162,6 +162,19 @@ class Client:
                 return events
             after = page["next_after_seq"]
 
+    async def delete(self, session_id: str) -> dict[str, Any]:
+        """`session.delete`: the session removed from every store; the receipt
+        (`deleted`, and `stores`: what each removed)."""
+        return self._checked(await self.raw.session_delete(session_id))
+
+    async def erase_user(self, user_id: str) -> dict[str, Any]:
+        """`user.erase`: every session whose runs carried `user_id`, deleted; their receipts."""
+        return self._checked(await self.raw.user_erase(user_id))
+
+    async def export(self, session_id: str) -> dict[str, Any]:
+        """`session.export`: the state and every stored event in one document."""
+        return self._checked(await self.raw.session_export(session_id))
+
     async def tools(self) -> list[dict[str, Any]]:
         """What the tools service knows now: name, description, input_schema, source."""
         reply = await self.raw.nc.request(self.raw.subjects.tools_list, b"{}", timeout=5.0)

@@ -1,6 +1,6 @@
 """The CLI's verbs beyond running services: operate on sessions (approve, deny, send,
 steer, abort), read them (sessions, tools, transcript), run one (run), fork and replay
-one (fork, replay), and the global
+one (fork, replay), delete, erase and export a person's data (delete, erase, export), and the global
 options (--nats-url, --version). `loopwire/cli.py` registers them with `register(app)`."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def global_options(
 
 
 def register(app: typer.Typer) -> None:
-    from . import forking, inspect, inspector, operate, run
+    from . import erasing, forking, inspect, inspector, operate, run
 
     app.callback()(global_options)
     run.register(app)
@@ -49,3 +49,4 @@ def register(app: typer.Typer) -> None:
     inspect.register(app)
     inspector.register(app)
     forking.register(app)
+    erasing.register(app)

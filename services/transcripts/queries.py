@@ -11,6 +11,7 @@ from loopwire.shared.contract.session_state import (
     config_in_effect,
     current_run_id,
     forked_from_session,
+    is_deleted,
     open_checkpoint_id,
     reported_cost,
     reported_usage,
@@ -30,6 +31,8 @@ class StoreUnavailable(Exception):
 async def session_get(req: SessionGetRequest, sessions: SessionStore,
                       events: EventLogStore | None = None, archive: Archive | None = None) -> dict[str, Any]:
     raw, _version = await sessions.load(req.session_id)
+    if is_deleted(raw):
+        return unknown_session(req.session_id)  # being deleted: gone already for every reader
     if raw is None and events is not None:
         # The state is gone but the transcript is not: answer from the transcript (the
         # router rebuilds the state itself at the session's next input).
@@ -39,9 +42,7 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
         if replayed is not None:
             return {**_reply_from_transcript(req.session_id, replayed), **await lineage(req.session_id, stored, sessions)}
     if raw is None:
-        return {"v": PROTOCOL_VERSION, "session_id": req.session_id, "status": "unknown", "profile": None,
-                "turns": 0, "usage": {"input_tokens": 0, "output_tokens": 0}, "cost_usd": 0.0, "messages": [],
-                "phase": None, "activity": None}
+        return unknown_session(req.session_id)
     st = stored_state(raw)
     config = config_in_effect(st)
     messages = await sessions.history(req.session_id)
@@ -70,6 +71,13 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
     }
 
 
+def unknown_session(sid: str) -> dict[str, Any]:
+    """`session.get` of a session that does not exist (never did, or was deleted)."""
+    return {"v": PROTOCOL_VERSION, "session_id": sid, "status": "unknown", "profile": None,
+            "turns": 0, "usage": {"input_tokens": 0, "output_tokens": 0}, "cost_usd": 0.0, "messages": [],
+            "phase": None, "activity": None}
+
+
 async def lineage(sid: str, source: SessionState | list[dict[str, Any]], sessions: SessionStore) -> dict[str, Any]:
     """`forked_from` (`{"session_id", "seq", "cut_seq"}` or null) and `forks` (the sessions
     forked from this one that exist, oldest first): additions to `session.get`. `source`:
@@ -85,7 +93,7 @@ async def lineage(sid: str, source: SessionState | list[dict[str, Any]], session
     # A fork is listed before it is made: keep those that exist (services/router/shell/fork.py).
     states = await sessions.load_many(listed) if listed else []
     forks = [f for f, state in zip(listed, states, strict=True)
-             if state is not None and forked_from_session(stored_state(state)) == sid]
+             if state is not None and not is_deleted(state) and forked_from_session(stored_state(state)) == sid]
     return {"forked_from": forked_from, "forks": forks}
 
 
@@ -126,6 +134,8 @@ def open_phase(replayed: Replayed) -> str:
 
 async def transcript_get(req: TranscriptGetRequest, events: EventLogStore,
                          archive: Archive | None = None) -> dict[str, Any]:
+    """A page of the session's stored events (none while it is being deleted: its state is a
+    tombstone, shared/contract/session_state.DELETED, and its events go with it)."""
     page = await events.read(req.session_id, after_seq=req.after_seq, limit=req.limit)
     if not page and archive is not None and await events.last_seq(req.session_id) == 0:
         # No counter: the session never was, or Redis lost its log; the events stream knows.

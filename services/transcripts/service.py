@@ -1,5 +1,5 @@
-"""The transcripts service: answers `session.get`, `transcript.get`, `sessions.list` and
-`tenant.usage` (core request/reply, one queue group across replicas). The event log
+"""The transcripts service: answers `session.get`, `transcript.get`, `sessions.list`,
+`session.export` (export.py) and `tenant.usage` (core request/reply, one queue group across replicas). The event log
 itself is written by the emitting services through shared.event_log (seq assignment and
 storage in one Lua call) and published to LOOPWIRE_EVENTS.
 
@@ -25,6 +25,7 @@ from typing import Any
 from faststream.nats import NatsBroker
 
 from loopwire.shared.contract.protocol import (
+    SessionExportRequest,
     SessionGetRequest,
     SessionsListRequest,
     TenantUsageRequest,
@@ -36,6 +37,7 @@ from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.event_archive import read_archive
 from loopwire.shared.stores.tenant_quotas import TenantQuotaStore
 
+from .export import ExportRefused, session_export
 from .queries import StoreUnavailable, session_get, transcript_get
 from .sessions_list import sessions_list
 from .tenant_usage import tenant_usage
@@ -68,6 +70,8 @@ class TranscriptsService:
                             lambda req, _: session_get(req, self.ctx.sessions, self.ctx.events, self._archive)),
             "transcript.get": (TranscriptGetRequest, lambda req, _: transcript_get(req, self.ctx.events, self._archive)),
             "sessions.list": (SessionsListRequest, lambda req, tenant: sessions_list(req, self.ctx.sessions, tenant)),
+            "session.export": (SessionExportRequest, lambda req, _: session_export(
+                req, self.ctx.sessions, self.ctx.events, self.ctx.blobs, self._archive)),
             "tenant.usage": (TenantUsageRequest, lambda req, tenant: tenant_usage(
                 req, self._quotas, self._limits, subject_tenant=tenant)),
         }
@@ -93,6 +97,8 @@ class TranscriptsService:
 
     def _handler(self, name: str, model: type[Any], answer: Answer, *, tenant_scoped: bool) -> QueryHandler:
         def unavailable(exc: Exception) -> dict[str, Any] | None:
+            if isinstance(exc, ExportRefused):
+                return error_reply(exc.code, str(exc))
             if not isinstance(exc, StoreUnavailable):
                 return None
             log.warning("%s: %s", name, exc)

@@ -18,6 +18,7 @@ from loopwire.shared.contract import keys
 from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionsListRequest, error_reply
 from loopwire.shared.contract.session_state import (
     SessionState,
+    is_deleted,
     reported_cost,
     reported_usage,
     run_position,
@@ -70,7 +71,7 @@ async def sessions_list(req: SessionsListRequest, sessions: SessionStore, tenant
         for (sid, ms), state in zip(batch, states, strict=True):
             after = (ms, sid)
             scanned += 1
-            if state is None:  # expired or deleted since: not a session any more
+            if state is None or is_deleted(state):  # expired or deleted since: not a session any more
                 continue
             st = stored_state(state)
             if req.status is not None and st.status != req.status:

@@ -79,6 +79,18 @@ def executor_session(sid: str) -> str:
     return f"{PREFIX}:exec:{session_tag(sid)}"
 
 
+def session_users(sid: str) -> str:
+    """Set: the `user_id`s the session's runs carried (StartRun), so a delete finds the
+    user indexes that list it."""
+    return f"{PREFIX}:users:{session_tag(sid)}"
+
+
+def session_key_pattern(sid: str) -> str:
+    """SCAN pattern of every key in the session's slot that names it: its hash tag, where
+    any key of the session carries it. Session ids hold no glob character."""
+    return "*" + session_tag(sid) + "*"
+
+
 # -- step records and claims (StepStore names, in their session's slot) --------------------------
 
 def generation_step(sid: str, step_id: str) -> str:
@@ -156,6 +168,28 @@ def token_count(digest: str) -> str:
 def actor_memory(actor: str, what: str) -> str:
     """List: a strategy actor's observations or reflections across sessions (capped)."""
     return f"{PREFIX}:mem:actor:{actor}:{what}"
+
+
+ACTOR_MEMORY_PATTERN = f"{PREFIX}:mem:actor:*"
+"""SCAN pattern of every strategy actor's memory list."""
+
+
+def user_sessions(tenant: str | None, user_id: str) -> str:
+    """Set: the sessions of one tenant (`*` without one) whose runs carried `user_id`
+    (StartRun), for `user.erase`. The user id is the client's, unverified."""
+    return f"{PREFIX}:user:{tenant_tag(tenant or '*')}:{user_id}"
+
+
+USER_TENANTS = f"{PREFIX}:user:tenants"
+"""Set: the tenants (`*`: none) that have a user index, for an operator's `user.erase`."""
+
+DELETE_AUDIT = f"{PREFIX}:audit:deletes"
+"""List (capped, newest first): one JSON record per session delete: who asked, when, which
+stores and how many records; the session named by a keyed hash of its id, never the id."""
+
+AUDIT_SECRET = f"{PREFIX}:audit:secret"
+"""String: the deployment's key of the audit's hash when LOOPWIRE_AUDIT_HMAC_KEY is unset
+(random, made by the first delete)."""
 
 
 # -- one tenant: all in its slot (shared/stores/tenant_quotas.py) ------------------------------

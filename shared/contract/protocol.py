@@ -249,6 +249,29 @@ class SessionForkRequest(IngressBody):
     results (matched by tool name and input) instead of any tool provider: a replay."""
 
 
+class SessionDeleteRequest(IngressBody):
+    """`<prefix>.api.session.delete`: the session removed from every store loopwire keeps
+    (services/router/shell/erasure.py)."""
+
+    session_id: str
+
+
+class UserEraseRequest(IngressBody):
+    """`<prefix>.api.user.erase`: every session whose runs carried `user_id`, deleted."""
+
+    user_id: str = Field(pattern=HEADER_VALUE)
+    tenant: str | None = Field(default=None, max_length=128)
+    """Addition: only that tenant's sessions (an operator's request; on a tenant's own
+    subject, that tenant, another one is refused). Omitted: every tenant's."""
+
+
+class SessionExportRequest(IngressBody):
+    """`<prefix>.api.session.export`: the session's state and every stored event, in one
+    document."""
+
+    session_id: str
+
+
 class TenantUsageRequest(IngressBody):
     """`<prefix>.api.tenant.usage` (or a tenant's own `<prefix>.api.<tenant>.tenant.usage`):
     what a tenant runs, waits for and spent today, and its limits."""

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ValidationError
 
 from loopwire.shared.contract.input_guard import deeper_than, version_problem
 from loopwire.shared.contract.protocol import (
+    SessionDeleteRequest,
+    SessionExportRequest,
     SessionForkRequest,
     SessionGetRequest,
     SessionsListRequest,
@@ -25,14 +27,21 @@ from loopwire.shared.contract.protocol import (
 )
 from loopwire.shared.contract.subjects import tenant_of, valid_session_id
 
-Q = TypeVar("Q", SessionGetRequest, TranscriptGetRequest, SessionsListRequest, SessionForkRequest)
+Q = TypeVar("Q", SessionGetRequest, TranscriptGetRequest, SessionsListRequest, SessionForkRequest,
+            SessionDeleteRequest, SessionExportRequest)
 
 SESSION_ID_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {
     SessionGetRequest: ("session_id",),
     TranscriptGetRequest: ("session_id",),
     SessionForkRequest: ("session_id", "new_session_id"),
+    SessionDeleteRequest: ("session_id",),
+    SessionExportRequest: ("session_id",),
 }
 """The fields of each query that name a session."""
+
+FORBIDDEN_ELSEWHERE: frozenset[type[BaseModel]] = frozenset({SessionDeleteRequest, SessionExportRequest})
+"""Queries whose id of another tenant's session is refused `forbidden` (the tenant may not
+touch it), not `invalid_session_id`."""
 
 
 def parse_query(data: bytes, model: type[Q], max_depth: int = 32, *, tenants: bool = False,
@@ -62,7 +71,8 @@ def parse_query(data: bytes, model: type[Q], max_depth: int = 32, *, tenants: bo
         if tenant is not None:
             sid = sid if "." in sid else f"{tenant}.{sid}"
             if tenant_of(sid) != tenant:
-                return error_reply("invalid_session_id", f"session {given!r} is not one of tenant {tenant}'s")
+                code = "forbidden" if model in FORBIDDEN_ELSEWHERE else "invalid_session_id"
+                return error_reply(code, f"session {given!r} is not one of tenant {tenant}'s")
             scoped[name] = sid
         if not valid_session_id(sid, tenants):
             shape = "<tenant>.<sid>, each " if tenants else ""

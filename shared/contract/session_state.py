@@ -25,11 +25,14 @@ _OUTBOX = {"outbox": True}  # a dict: pydantic takes it as it is, a set it conve
 class ForkedFrom(BaseModel):
     """Where a fork's history comes from (services/router/shell/fork.py)."""
 
-    session_id: str
+    session_id: str | None
+    """The source; None once it was deleted (`source_gone`)."""
     seq: int
     """The source's event the fork was asked at."""
     cut_seq: int
     """The source's last event the fork's history includes (inside a run, the last complete turn)."""
+    source_gone: bool = False
+    """The source was deleted (`session.delete`): the fork keeps its history, and names no source."""
 
 
 class WaitingRun(BaseModel):
@@ -145,6 +148,18 @@ class SessionState(BaseModel):
         if self.run is not None:
             return self.run.config.profile
         return self.last_config.profile if self.last_config else None
+
+
+DELETED = "deleted"
+"""The field of a tombstone: a session being deleted (services/router/shell/erasure.py)
+keeps its state document with `"deleted": true` until every other store has let it go,
+so a delete cut short never leaves a session that looks alive; every reader takes it
+for a session that does not exist."""
+
+
+def is_deleted(raw: dict[str, Any] | None) -> bool:
+    """Whether a stored state document is a deleted session's tombstone."""
+    return raw is not None and raw.get(DELETED) is True
 
 
 # -- readers: what the services that report on a session read of its state ----------------------

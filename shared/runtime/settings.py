@@ -191,6 +191,13 @@ class Settings(BaseSettings):
     """How long recorded step results (model answers, tool results) are kept for replay."""
     session_ttl_s: int = 0
     """Expire idle session state after this many seconds; 0 keeps it."""
+    audit_hmac_key: str | None = None
+    """Key of the HMAC that names a deleted session in its audit record
+    (`session.delete`: who asked, when, what was removed, never the session's id); unset:
+    a random key the first delete stores in Redis."""
+    delete_settle_s: float = 5.0
+    """After a `session.delete`, its sweep again this many seconds later: what a step in
+    flight when it ran wrote afterwards (0: none)."""
     events_max_age_s: float = 0
     """Max age of LOOPWIRE_EVENTS messages; 0 keeps them."""
     ingress_max_age_s: float = 24 * 3600

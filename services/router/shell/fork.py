@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionForkRequest, error_reply
 from loopwire.shared.contract.run_state import RunConfig
-from loopwire.shared.contract.session_state import ForkedFrom, SessionState, stored_state
+from loopwire.shared.contract.session_state import ForkedFrom, SessionState, is_deleted, stored_state
 from loopwire.shared.contract.subjects import tenant_of
 from loopwire.shared.runtime.bus import event_items
 from loopwire.shared.runtime.query_handler import QueryHandler, query_handler
@@ -111,6 +111,8 @@ class ForkQuery:
             raise ForkRefused("invalid_session_id", f"a fork stays in its source's tenant: {new!r} is not in "
                                                     f"{tenant_of(source) or 'no tenant'}")
         events, sessions = self.ctx.events, self.ctx.sessions
+        if is_deleted((await sessions.load(source))[0]):
+            raise ForkRefused("unknown_session", f"session {source!r} was deleted")
         own = await read_transcript(source, events) or await restore_log(source, events, self.archive)
         if not own and (await sessions.load(source))[0] is None:
             raise ForkRefused("unknown_session", f"session {source!r} has no state and no transcript")

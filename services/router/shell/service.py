@@ -30,7 +30,7 @@ from loopwire.shared.contract.envelopes import (
     TenantAdmission,
     ToolCallFinished,
 )
-from loopwire.shared.contract.session_state import SessionState
+from loopwire.shared.contract.session_state import SessionState, is_deleted
 from loopwire.shared.contract.subjects import (
     DEAD_LETTER_STREAM,
     MAX_DELIVERIES_ADVISORY,
@@ -66,6 +66,7 @@ from ..core.inputs import (
 )
 from .decision_telemetry import count_approvals, count_decision, record_ended_runs
 from .effect_publishing import EffectPublisher, leading_events
+from .erasure import ErasureQueries, note_user
 from .fork import ForkQuery
 from .ingress_order import IngressReader
 from .input_lookups import InputLookups
@@ -101,6 +102,8 @@ class RouterService:
         self.publisher = EffectPublisher(ctx, self.quotas)
         self.forks = ForkQuery(ctx, archive=self._archive)
         """`<prefix>.api.session.fork` (fork.py): the router owns session state."""
+        self.erasure = ErasureQueries(ctx, abort=self._apply_input, forget=self._states.pop)
+        """`<prefix>.api.session.delete` and `user.erase` (erasure.py)."""
         self._watchdog: Watchdog | None = None
         """Ends runs whose step made no progress for too long (watchdog.py)."""
         self._sweep: QuotaSweep | None = None
@@ -131,6 +134,7 @@ class RouterService:
             self.ctx.work_subscriber(subject, durable, stream=dead, holds=False, max_deliver=-1,
                                      reports=False)(self.on_dead_letter)
         self.forks.register(broker)
+        self.erasure.register(broker)
 
     async def start(self) -> None:
         self._watchdog = Watchdog(self.ctx.redis, self._apply_input, self._load,
@@ -146,6 +150,7 @@ class RouterService:
             await self._watchdog.stop()
         if self._sweep is not None:
             await self._sweep.stop()
+        await self.erasure.stop()
 
     # -- handlers ---------------------------------------------------------------------------
     async def on_ingress(self, msg: Delivery) -> None:
@@ -307,7 +312,8 @@ class RouterService:
         if cached is None:
             raw, version = await self._load(sid, rebuild)
             cached = (version, SessionState.load(raw, sid))
-            if raw is not None or rebuild:  # (an unrebuilt empty state must not be committed on)
+            if (raw is not None or rebuild) and not is_deleted(raw):
+                # (an unrebuilt empty state must not be committed on, nor a tombstone)
                 self._states.put(sid, cached)  # what the input's own commit starts from
         state = cached[1]
         if not state.ingress_seq and state.rebuilt:
@@ -342,6 +348,10 @@ class RouterService:
                 # A refused input changes no state: it needs no rebuild of a lost one,
                 # which would cost a read of the events stream per bad body.
                 raw, version = await self._load(sid, rebuild=not isinstance(inp, RejectedInput))
+                if is_deleted(raw):
+                    # Being deleted (erasure.py): no input applies to it any more.
+                    log.info("session %s: %s dropped: the session is being deleted", sid, type(inp).__name__)
+                    return Decision(state=None)
                 state = SessionState.load(raw, sid)
             before = state  # the core changes nothing in it: the counters read it afterwards
             decision = decide(state, inp, self.core)
@@ -375,6 +385,8 @@ class RouterService:
             else:
                 admissions = await self.publisher.perform(sid, decision.effects, stored=stored,
                                                           new_events=decision.outbox_of_later_input)
+            if isinstance(inp, StartInput) and inp.body.user_id and (decision.state is not None or decision.replay):
+                await note_user(self.ctx, sid, inp.body.user_id)
             count_decision(decision, before.profile)
             count_approvals(before, decision)
             if not decision.replay:
