@@ -171,3 +171,35 @@ async def test_a_session_id_without_a_tenant_starts_nothing(tenanted: LoopwireCo
         assert reply["error"]["code"] == "invalid_session_id"
     finally:
         await nc.drain()
+
+
+@pytest.mark.timeout(120)
+async def test_a_tenant_deletes_erases_and_exports_only_its_own(tenants: tuple[Tenant, Tenant],
+                                                                fake: FakeAnthropic) -> None:
+    acme, globex = tenants
+    assert acme.lw is not None and globex.lw is not None
+    fake.script("*", [{"chunks": [f"answer {n}"], "stop_reason": "end_turn"} for n in range(3)])
+    own, user = f"d-{uuid.uuid4().hex[:8]}", f"person-{uuid.uuid4().hex[:6]}"
+    for tenant in (acme, globex):  # the same session id and user id in both
+        started = {"input": "hi", "tools": [], "user_id": user}
+        assert (await tenant.lw.run(own, started, timeout=90))["status"] == "completed"  # type: ignore[union-attr]
+    theirs = f"globex.{own}"
+    for query in ("session.delete", "session.export"):
+        reply = await acme.query(f"loopwire.api.acme.{query}", {"session_id": theirs})
+        assert reply["error"]["code"] == "forbidden", reply
+    reply = await acme.query("loopwire.api.acme.user.erase", {"user_id": user, "tenant": "globex"})
+    assert reply["error"]["code"] == "forbidden", reply
+    for subject in ("loopwire.api.globex.session.delete", "loopwire.api.session.delete"):
+        await acme.nc.publish(subject, b"{}")
+        await acme.refused(subject)
+
+    exported = await acme.lw.session_export(own)
+    assert exported["session_id"] == f"acme.{own}" and exported["state"]["turns"] == 1
+    erased = await acme.lw.user_erase(user)
+    assert [r["session_id"] for r in erased["sessions"]] == [f"acme.{own}"]
+    assert erased["sessions"][0]["deleted"] is True
+    assert (await acme.lw.session_get(own))["status"] == "unknown"
+    assert (await globex.lw.session_get(own))["status"] == "idle", "the other tenant's is untouched"
+    assert (await acme.lw.session_delete(own))["deleted"] is False
+    deleted = await globex.lw.session_delete(own)
+    assert deleted["session_id"] == theirs and deleted["deleted"] is True
