@@ -187,3 +187,27 @@ async def test_user_erase_removes_every_trace_and_leaves_others(erase_system: Lo
             assert ended["status"] == "completed", ended
         audit = await redis_holding(erase_system.get_redis_url(), ["operator"])
         assert any(line.startswith("lw:audit:deletes") for line in audit)
+
+
+@pytest.mark.timeout(120)
+async def test_deleting_a_session_mid_tool_ends_the_run_and_keeps_nothing_of_it(
+        erase_system: LoopwireContainer, enc: NatsClient, fake_anthropic: FakeAnthropic) -> None:
+    fake_anthropic.reset()
+    fake_anthropic.responder = marking_model
+    sid, mark = f"erase-run-{uuid.uuid4().hex[:6]}", marker()
+    async with serving_tools(enc) as provider:
+        provider.slow_delay_s = 4.0
+        async with SessionEvents(enc, sid) as ev:
+            await ev.publish("start", {"v": 1, "input": f"Remember {mark}.", "tools": ["slow_echo"]})
+            await asyncio.wait_for(provider.slow_started.wait(), 30)
+            receipt = json.loads((await enc.request("loopwire.api.session.delete",
+                                                    json.dumps({"session_id": sid}).encode(), timeout=30)).data)
+            assert receipt["deleted"] is True, receipt
+            ended = await ev.wait_for("run.ended", timeout=30)
+            assert ended["status"] == "aborted", ended
+            assert not ev.of("tool.result"), "the call was still running when the run ended"
+            await asyncio.sleep(provider.slow_delay_s + 2)  # the late result comes, and the later sweep runs
+        assert not [e for e in ev.events if e["kind"] == "tool.result" and not e.get("is_error")]
+    assert (await query(enc, "session.get", {"session_id": sid}))["status"] == "unknown"
+    assert await redis_holding(erase_system.get_redis_url(), [sid, mark]) == []
+    assert await streams_holding(enc, [sid, mark]) == []
