@@ -18,12 +18,15 @@ from loopwire.shared.contract.protocol import (
     Abort,
     ApprovalDecision,
     FollowUp,
+    SessionDeleteRequest,
+    SessionExportRequest,
     SessionForkRequest,
     SessionGetRequest,
     SessionsListRequest,
     StartRun,
     TenantUsageRequest,
     TranscriptGetRequest,
+    UserEraseRequest,
 )
 
 PREFIX = "loopwire"
@@ -55,6 +58,17 @@ def build_spec_broker() -> NatsBroker:
                          "run: its last complete turn); its transcript starts with session.forked (core "
                          "request/reply; reply {session_id, forked_from: {session_id, seq}}; errors "
                          "unknown_session, session_exists, invalid_seq).")
+    _document_subscriber(broker, f"{PREFIX}.api.session.delete", SessionDeleteRequest,
+                         description="The session removed from every store (a run in progress aborted first; core "
+                         "request/reply; reply {session_id, deleted, stores: [{store, removed}]}; deleting again "
+                         "answers deleted false; errors forbidden).")
+    _document_subscriber(broker, f"{PREFIX}.api.user.erase", UserEraseRequest,
+                         description="Every session whose runs carried user_id, deleted (core request/reply; reply "
+                         "{user_id, sessions: [<session.delete replies>]}).")
+    _document_subscriber(broker, f"{PREFIX}.api.session.export", SessionExportRequest,
+                         description="The session's state and every stored event in one document, large content "
+                         "resolved (core request/reply; reply {session_id, state, events}; errors "
+                         "unknown_session, forbidden).")
     _document_subscriber(broker, f"{PREFIX}.api.tenant.usage", TenantUsageRequest,
                          description="Addition: a tenant's runs, queued starts and usage of the UTC day with its limits "
                          "(LOOPWIRE_TENANT_LIMITS; core request/reply; reply {running, queued, tokens_today, "
