@@ -55,6 +55,8 @@ async def replay_session(lw: LoopwireClient, sid: str, *, model: str | None = No
     """Replay session `sid` on a fork and compare the two (module docstring)."""
     source_events = await lw.transcript(sid)
     runs = recorded_runs(source_events)
+    if not source_events and (await lw.session_get(sid)).get("status") == "unknown":
+        raise ReplayError(f"unknown_session: session {sid!r} does not exist (never did, or was deleted)")
     if not runs:
         raise ReplayError(f"session {sid!r} has no run to replay")
     new = new_session_id or replay_id(sid)

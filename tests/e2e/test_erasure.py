@@ -18,13 +18,15 @@ import pytest
 import redis.asyncio as aioredis
 from nats.aio.client import Client as NatsClient
 from nats.js.errors import NotFoundError
+from redis.asyncio.cluster import RedisCluster
 
 from loopwire.memory.observations import OBSERVATION_SYSTEM, REFLECTION_SYSTEM
 from loopwire.shared.stores.erasure import STORES
-from loopwire.testing import LoopwireContainer
+from loopwire.testing import LoopwireContainer, start_nats_cluster
+from loopwire.testing.redis_cluster import start_redis_cluster
 from tests.fakes.anthropic_server import FakeAnthropic
 
-from .conftest import connected, serving_tools, started_system
+from .conftest import E2E_ENV, connected, serving_tools, started_system
 from .events import SessionEvents, query
 
 pytestmark = pytest.mark.e2e
@@ -76,9 +78,9 @@ async def run_session(nc: NatsClient, sid: str, mark: str, user: str) -> list[di
     return ev.events
 
 
-async def redis_holding(url: str, needles: list[str]) -> list[str]:
-    """Every Redis key whose name or value holds one of `needles`."""
-    r = aioredis.from_url(url)
+async def redis_holding(url: str, needles: list[str], *, cluster: bool = False) -> list[str]:
+    """Every Redis key whose name or value holds one of `needles` (on a cluster, of every master)."""
+    r: Any = RedisCluster.from_url(url) if cluster else aioredis.from_url(url)
     found: list[str] = []
     try:
         async for raw in r.scan_iter(count=1000):
@@ -126,6 +128,12 @@ async def streams_holding(nc: NatsClient, needles: list[str]) -> list[str]:
 @pytest.mark.timeout(300)
 async def test_user_erase_removes_every_trace_and_leaves_others(erase_system: LoopwireContainer, enc: NatsClient,
                                                                fake_anthropic: FakeAnthropic) -> None:
+    await erase_and_scan(erase_system, enc, fake_anthropic)
+
+
+async def erase_and_scan(system: LoopwireContainer, enc: NatsClient, fake_anthropic: FakeAnthropic, *,
+                         cluster: bool = False) -> None:
+    """Sessions S1, S2 of user U and S3 of user V; `user.erase U` leaves nothing of S1 and S2."""
     fake_anthropic.reset()
     fake_anthropic.responder = marking_model
     tag = uuid.uuid4().hex[:6]
@@ -148,7 +156,7 @@ async def test_user_erase_removes_every_trace_and_leaves_others(erase_system: Lo
         assert {"run.started", "tool.result", "memory.observation", "run.ended"} <= kinds
 
         marks = [sessions[s1][0], sessions[s2][0], s1, s2]
-        assert await redis_holding(erase_system.get_redis_url(), marks)  # the scans do see them
+        assert await redis_holding(system.get_redis_url(), marks, cluster=cluster)  # the scans do see them
         assert await streams_holding(enc, marks)
 
         reply = json.loads((await enc.request("loopwire.api.user.erase", json.dumps({"user_id": user_u}).encode(),
@@ -175,17 +183,17 @@ async def test_user_erase_removes_every_trace_and_leaves_others(erase_system: Lo
         assert (await query(enc, "session.export", {"session_id": s1}))["error"]["code"] == "unknown_session"
 
         await asyncio.sleep(2)  # the delete's later sweep
-        assert await redis_holding(erase_system.get_redis_url(), marks) == []
+        assert await redis_holding(system.get_redis_url(), marks, cluster=cluster) == []
         assert await streams_holding(enc, marks) == []
 
         # the other user's session is intact and goes on
         assert (await query(enc, "session.get", {"session_id": s3}))["status"] == "idle"
-        assert await redis_holding(erase_system.get_redis_url(), [sessions[s3][0]])
+        assert await redis_holding(system.get_redis_url(), [sessions[s3][0]], cluster=cluster)
         async with SessionEvents(enc, s3) as ev:
             await ev.publish("message", {"content": f"Again {sessions[s3][0]}."})
             ended = await ev.wait_for("run.ended", timeout=60)
             assert ended["status"] == "completed", ended
-        audit = await redis_holding(erase_system.get_redis_url(), ["operator"])
+        audit = await redis_holding(system.get_redis_url(), ["operator"], cluster=cluster)
         assert any(line.startswith("lw:audit:deletes") for line in audit)
 
 
@@ -211,3 +219,21 @@ async def test_deleting_a_session_mid_tool_ends_the_run_and_keeps_nothing_of_it(
     assert (await query(enc, "session.get", {"session_id": sid}))["status"] == "unknown"
     assert await redis_holding(erase_system.get_redis_url(), [sid, mark]) == []
     assert await streams_holding(enc, [sid, mark]) == []
+
+
+@pytest.fixture(scope="module")
+def erase_cluster_system(request: pytest.FixtureRequest) -> Any:
+    """The split layout on a 3-master Redis Cluster and a 3-node NATS cluster (streams R3)."""
+    fake: FakeAnthropic = request.getfixturevalue("fake_anthropic")
+    with start_redis_cluster(masters=3, replicas=0) as redis_cluster, start_nats_cluster(3) as nats_cluster, \
+            LoopwireContainer(env={**E2E_ENV, "ANTHROPIC_BASE_URL": fake.url, **ERASE_ENV}, layout="split",
+                              redis_cluster=redis_cluster, nats_cluster=nats_cluster, ready_timeout=120) as lw:
+        yield lw
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+async def test_user_erase_on_a_redis_cluster_and_a_nats_cluster(erase_cluster_system: LoopwireContainer,
+                                                                fake_anthropic: FakeAnthropic) -> None:
+    async with connected(erase_cluster_system) as nc:
+        await erase_and_scan(erase_cluster_system, nc, fake_anthropic, cluster=True)
