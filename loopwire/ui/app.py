@@ -12,6 +12,9 @@ server is a thin translation from HTTP to NATS, through the same client the CLI 
     GET  /api/tools                      loopwire.api.tools.list
     POST /api/sessions/{sid}/fork        loopwire.api.session.fork (`new_session_id`, `at_seq`)
     POST /api/sessions/{sid}/replay      the replay driver (loopwire/replay/) on a fork: its report
+    POST /api/sessions/{sid}/delete      loopwire.api.session.delete, when the body's `confirm`
+                                         repeats the session id: the receipt
+    GET  /api/sessions/{sid}/export      loopwire.api.session.export: one JSON document
     GET  /api/sessions/{sid}/waterfall   the runs' generations and tool calls on a time axis
                                          (waterfall.py, from transcript.get)
 
@@ -192,6 +195,23 @@ def create_app(client: LoopwireClient, prices: Mapping[str, Mapping[str, float]]
             return error(504, "timeout", f"a run of the replay did not end within {REPLAY_RUN_TIMEOUT_S:g}s")
         return JSONResponse(report.to_dict())
 
+    async def delete(request: Request) -> Response:
+        sid = request.path_params["sid"]
+        body = await json_body(request)
+        if isinstance(body, Response):
+            return body
+        if body.get("confirm") != sid:
+            # The page asks first; a request that does not repeat the id deletes nothing.
+            return error(400, "unconfirmed", "a delete names the session again in `confirm`")
+        return await ask(client.session_delete(sid))
+
+    async def export(request: Request) -> Response:
+        reply = await ask(client.session_export(request.path_params["sid"]))
+        if reply.status_code == 200:
+            name = request.path_params["sid"].replace(".", "_")
+            reply.headers["Content-Disposition"] = f'attachment; filename="{name}.json"'
+        return reply
+
     async def runs_waterfall(request: Request) -> Response:
         sid = request.path_params["sid"]
         try:
@@ -218,6 +238,8 @@ def create_app(client: LoopwireClient, prices: Mapping[str, Mapping[str, float]]
         Route("/api/sessions/{sid}/waterfall", runs_waterfall),
         Route("/api/sessions/{sid}/fork", fork, methods=["POST"]),
         Route("/api/sessions/{sid}/replay", replay, methods=["POST"]),
+        Route("/api/sessions/{sid}/delete", delete, methods=["POST"]),
+        Route("/api/sessions/{sid}/export", export),
         Route("/api/sessions/{sid}/{verb}", act, methods=["POST"]),
         Route("/api/start", start, methods=["POST"]),
         Route("/api/tools", tools),

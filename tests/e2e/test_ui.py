@@ -275,3 +275,52 @@ async def test_fork_and_replay_refusals_come_back_as_errors(inspector: str) -> N
         status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/{missing}/{verb}", body,
                                                 "application/json")
         assert (status, reply["error"]["code"]) == (expected, code), (verb, body, reply)  # type: ignore[index]
+
+
+async def test_delete_a_session_from_its_page_after_a_confirmation(inspector: str, chromium: str, nc_system: Any,
+                                                                   fake: FakeAnthropic) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    fake.script("*", [{"chunks": ["Noted."], "stop_reason": "end_turn"}])
+    sid = f"ui-del-{uuid.uuid4().hex[:8]}"
+    lw = nc_system
+    assert (await lw.run(sid, {"input": "hi", "tools": []}, timeout=60))["status"] == "completed"
+    status, reply = await asyncio.to_thread(post, f"{inspector}/api/sessions/{sid}/delete", b"{}", "application/json")
+    assert status == 400 and reply["error"]["code"] == "unconfirmed"  # type: ignore[index]
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = await browser.new_page(viewport={"width": 1280, "height": 900})
+        try:
+            await page.goto(f"{inspector}/session/{sid}")
+            await expect(page.locator("#timeline")).to_contain_text("Noted.", timeout=15_000)
+            asked: list[str] = []
+
+            async def dismiss(dialog: Any) -> None:
+                asked.append(dialog.message)
+                await dialog.dismiss()
+
+            page.once("dialog", dismiss)
+            await page.click("#delete button[type=submit]")
+            await asyncio.sleep(0.5)
+            assert asked and sid in asked[0], "it asks first"
+            assert (await lw.session_get(sid))["status"] == "idle", "a dismissed question deletes nothing"
+
+            async def accept(dialog: Any) -> None:
+                await dialog.accept()
+
+            page.once("dialog", accept)
+            await page.click("#delete button[type=submit]")
+            await expect(page.locator("#delete-status")).to_have_text("deleted", timeout=15_000)
+            await expect(page.locator("#receipt")).to_contain_text("events_stream")
+        finally:
+            await browser.close()
+    assert (await lw.session_get(sid))["status"] == "unknown"
+
+
+@pytest.fixture
+async def nc_system(system: LoopwireContainer) -> AsyncIterator[LoopwireClient]:
+    lw = await LoopwireClient.connect(system.get_nats_url())
+    try:
+        yield lw
+    finally:
+        await lw.close()

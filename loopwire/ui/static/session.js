@@ -215,6 +215,26 @@ for (const [id, verb, field] of [["#message", "message", "content"], ["#steer", 
   });
 }
 
+// Delete: asks first, then the receipt (each store and what it removed).
+document.querySelector("#export").href = `/api/sessions/${encodeURIComponent(sid)}/export`;
+document.querySelector("#delete").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const status = document.querySelector("#delete-status");
+  if (!window.confirm(`Delete session ${sid} from every store? Its state, history, memory and events are removed for good.`)) {
+    return;
+  }
+  status.textContent = "deleting…";
+  try {
+    const receipt = await api(`/api/sessions/${encodeURIComponent(sid)}/delete`, { body: { confirm: sid } });
+    status.textContent = receipt.deleted ? "deleted" : "nothing to delete";
+    const rows = receipt.stores.map((s) => el("tr", {}, el("td", {}, s.store), el("td", {}, String(s.removed))));
+    const box = document.querySelector("#receipt");
+    box.replaceChildren(el("table", { class: "receipt" }, el("tr", {}, el("th", {}, "store"), el("th", {}, "removed")), ...rows));
+  } catch (err) {
+    status.textContent = String(err.message);
+  }
+});
+
 setupReplay(sid);
 refreshStatus();
 refreshWaterfall(sid);
