@@ -221,6 +221,43 @@ async def test_deleting_a_session_mid_tool_ends_the_run_and_keeps_nothing_of_it(
     assert await streams_holding(enc, [sid, mark]) == []
 
 
+@pytest.mark.timeout(240)
+async def test_routers_killed_during_a_delete_leave_it_to_finish_when_asked_again(
+        erase_system: LoopwireContainer, enc: NatsClient, fake_anthropic: FakeAnthropic) -> None:
+    """kill -9 of both routers right after a delete is asked for: wherever it was cut (before
+    its tombstone, in the middle of the sweep, or after it), the session is either whole or
+    gone, never half of it alive; asked again once they are back, the delete completes.
+    (Where exactly the kill lands is up to the scheduler; tests/integration/router/
+    test_erasure.py cuts a delete short at each step in turn.)"""
+    fake_anthropic.reset()
+    fake_anthropic.responder = marking_model
+    sid, mark = f"erase-kill-{uuid.uuid4().hex[:6]}", marker()
+    async with serving_tools(enc):
+        await run_session(enc, sid, mark, f"user-k-{uuid.uuid4().hex[:6]}")
+    history = (await query(enc, "session.get", {"session_id": sid}))["messages"]
+    inbox = enc.new_inbox()
+    replies = await enc.subscribe(inbox, max_msgs=1)
+    await enc.publish("loopwire.api.session.delete", json.dumps({"session_id": sid}).encode(), reply=inbox)
+    await enc.flush()
+    await asyncio.to_thread(erase_system.kill_service, "router")
+    try:
+        await replies.next_msg(timeout=0.5)
+        finished = True
+    except Exception:  # no reply: the delete was cut short (or never began)
+        finished = False
+    got = await query(enc, "session.get", {"session_id": sid})
+    assert got["status"] == "unknown" or (got["status"] == "idle" and got["messages"] == history), \
+        "whole or gone, never half"
+    await asyncio.to_thread(erase_system.start_loopwire)
+    reply = json.loads((await enc.request("loopwire.api.session.delete", json.dumps({"session_id": sid}).encode(),
+                                          timeout=30)).data)
+    assert reply["deleted"] is True or finished, reply
+    assert (await query(enc, "session.get", {"session_id": sid}))["status"] == "unknown"
+    await asyncio.sleep(1.5)
+    assert await redis_holding(erase_system.get_redis_url(), [sid, mark]) == []
+    assert await streams_holding(enc, [sid, mark]) == []
+
+
 @pytest.fixture(scope="module")
 def erase_cluster_system(request: pytest.FixtureRequest) -> Any:
     """The split layout on a 3-master Redis Cluster and a 3-node NATS cluster (streams R3)."""
