@@ -26,6 +26,7 @@ from loopwire.testing import LoopwireContainer, start_nats_cluster
 from loopwire.testing.redis_cluster import start_redis_cluster
 from tests.fakes.anthropic_server import FakeAnthropic
 
+from .cli_driver import on_system
 from .conftest import E2E_ENV, connected, serving_tools, started_system
 from .events import SessionEvents, query
 
@@ -219,6 +220,36 @@ async def test_deleting_a_session_mid_tool_ends_the_run_and_keeps_nothing_of_it(
     assert (await query(enc, "session.get", {"session_id": sid}))["status"] == "unknown"
     assert await redis_holding(erase_system.get_redis_url(), [sid, mark]) == []
     assert await streams_holding(enc, [sid, mark]) == []
+
+
+@pytest.mark.timeout(180)
+async def test_the_cli_exports_deletes_and_erases(erase_system: LoopwireContainer, enc: NatsClient,
+                                                  fake_anthropic: FakeAnthropic) -> None:
+    fake_anthropic.reset()
+    fake_anthropic.responder = marking_model
+    tag = uuid.uuid4().hex[:6]
+    user = f"user-cli-{tag}"
+    one, two, three = (f"erase-cli-{tag}-{n}" for n in (1, 2, 3))
+    async with serving_tools(enc):
+        for sid in (one, two, three):
+            await run_session(enc, sid, marker(), user)
+
+    exported = await on_system(erase_system, "export", one)
+    assert exported.code == 0, exported.err
+    document = json.loads(exported.out)
+    assert document["session_id"] == one and document["state"]["user_id"] == user and document["events"]
+
+    deleted = await on_system(erase_system, "delete", one)  # no terminal: it does not ask
+    assert deleted.code == 0, deleted.err
+    assert f"{one}: deleted" in deleted.err and "history" in deleted.err
+    again = await on_system(erase_system, "delete", one, "--json")
+    assert again.code == 0 and json.loads(again.out)["deleted"] is False
+
+    erased = await on_system(erase_system, "erase", "--user", user, "--json")
+    assert erased.code == 0, erased.err
+    assert sorted(r["session_id"] for r in json.loads(erased.out)["sessions"]) == [two, three]
+    gone = await on_system(erase_system, "export", two)
+    assert gone.code == 1 and "unknown_session" in gone.err
 
 
 @pytest.mark.timeout(240)
