@@ -5,9 +5,9 @@ What a session leaves where (shared/contract/keys.py names every key):
 - its own keys, all in its Redis Cluster slot, all carrying its hash tag `{<sid>}`: state
   and history, the event log, memory (compaction, observations, reflections, usage,
   locks), step records, claims and fences, the external agent's session, its forks list,
-  the user ids its runs carried. One SCAN by the tag finds them whatever their name, so a
-  key added later is removed too; they are deleted one slot at a time (on a cluster each
-  DEL names keys of that one slot);
+  the user ids its runs carried. They are found by the tag whatever their name (a SCAN on
+  one server, the slot's keys on a Redis Cluster), so a key added later is removed too,
+  and deleted with DELs of that one slot;
 - entries in keys that span sessions: the sessions index, the running set, the user
   indexes, its source's forks list (a fork), the strategy actors' lists (a copy of each
   of its observations and reflections), and its large content (keys.blob, by digest:
@@ -28,10 +28,12 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 from nats.js import JetStreamContext
+from redis.crc import key_slot
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.subjects import EVENTS_STREAM, INGRESS_STREAM, Subjects, stream_name
 from loopwire.shared.stores.blobs import REF_KEY
+from loopwire.shared.stores.redis_connection import is_cluster
 
 STORES = ("session_state", "history", "event_log", "memory", "step_records", "executor", "user_index",
           "indexes", "blobs", "events_stream", "ingress_stream")
@@ -42,6 +44,8 @@ _KIND_STORE = {"s": "session_state", "h": "history", "seq": "event_log", "ek": "
                "exec": "executor", "users": "user_index", "forks": "indexes"}
 _REF = re.compile(rb'"' + REF_KEY.encode() + rb'":\{"sha256":"([0-9a-f]{64})"')
 _BATCH = 200
+SLOT_KEYS_MAX = 1_000_000
+"""Keys of one cluster slot read at most (a slot holds a few sessions' keys)."""
 
 
 def store_of(key: str) -> str:
@@ -55,7 +59,14 @@ def _text(raw: bytes | str) -> str:
 
 
 async def session_keys(redis: aioredis.Redis, sid: str) -> list[str]:
-    """Every key that carries the session's hash tag (on a Redis Cluster, from every master)."""
+    """Every key that carries the session's hash tag. One server: a SCAN of the keyspace
+    matching the tag (O(keys), once per delete); a Redis Cluster: the keys of the session's
+    one slot, from the master that holds it, those with the tag."""
+    tag = keys.session_tag(sid)
+    if is_cluster(redis):
+        slot = key_slot(keys.session_state(sid).encode())
+        in_slot = await redis.cluster_get_keys_in_slot(slot, SLOT_KEYS_MAX)  # type: ignore[attr-defined]
+        return sorted({name for name in map(_text, in_slot) if tag in name})
     found = {_text(k) async for k in redis.scan_iter(match=keys.session_key_pattern(sid), count=1000)}
     return sorted(found)
 

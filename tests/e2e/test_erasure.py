@@ -282,7 +282,8 @@ async def test_routers_killed_during_a_delete_leave_it_to_finish_when_asked_agai
     await asyncio.to_thread(erase_system.start_loopwire)
     reply = json.loads((await enc.request("loopwire.api.session.delete", json.dumps({"session_id": sid}).encode(),
                                           timeout=30)).data)
-    assert reply["deleted"] is True or finished, reply
+    # deleted: false only when the first one completed (its reply may have died with the router)
+    assert reply["deleted"] is True or finished or got["status"] == "unknown", reply
     assert (await query(enc, "session.get", {"session_id": sid}))["status"] == "unknown"
     await asyncio.sleep(1.5)
     assert await redis_holding(erase_system.get_redis_url(), [sid, mark]) == []

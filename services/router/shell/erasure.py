@@ -196,7 +196,8 @@ class ErasureQueries:
             return await self._sweep_in_memory(sid, raw)
         redis = self.ctx.redis
         state_key = keys.session_state(sid)
-        source = stored_state(raw).forked_from.session_id if raw is not None and stored_state(raw).forked_from else None
+        forked_from = stored_state(raw).forked_from if raw is not None else None
+        source = forked_from.session_id if forked_from is not None else None
         forks = await self.ctx.sessions.forks(sid)
         found = await SessionKeys.read(redis, sid)
         shared = await lineage_blobs(redis, [s for s in (source, *forks) if s is not None])
