@@ -9,8 +9,8 @@ service, two routers), against the fake Messages API through the real Anthropic 
   passed, no fallback is taken, every run completes;
 - tenant A starts 10 sessions, tenant B one a moment later, `max_concurrent: 1`: B's run
   ends before A's fifth;
-- kill -9 of the llm replicas holding the whole `max_concurrent`: `limits.usage` shows it
-  free again within 30 s;
+- kill -9 of the llm replicas holding the whole `max_concurrent`: `limits.usage` (and
+  `loopwire limits`) shows it held, then free again within 30 s;
 - `rpm: 12`, 20 generations: at most 12 start in any 60 s window, no 429.
 """
 
@@ -26,6 +26,7 @@ import pytest
 
 from tests.fakes.anthropic_server import FakeAnthropic
 
+from .cli_driver import on_system
 from .conftest import connected, started_system
 from .events import SessionEvents
 
@@ -151,6 +152,11 @@ async def test_a_killed_replica_gives_its_share_back(fake: FakeAnthropic) -> Non
             await asyncio.to_thread(fake.wait_for_requests, 2, 30.0)
             [held] = (await query(nc, "limits.usage", {"model": "any-model"}))["limits"]
             assert held["in_flight"] == 2
+            shown = await on_system(system, "limits", "--json")
+            assert shown.code == 0, shown.err
+            assert [json.loads(line)["in_flight"] for line in shown.out.splitlines()] == [2]
+            table = await on_system(system, "limits")
+            assert table.code == 0 and "max_concurrent 2" in table.out, table.out
             system.kill_service("llm")
             killed_at = time.monotonic()
             while True:
