@@ -11,7 +11,8 @@ service, two routers), against the fake Messages API through the real Anthropic 
   ends before A's fifth;
 - kill -9 of the llm replicas holding the whole `max_concurrent`: `limits.usage` (and
   `loopwire limits`) shows it held, then free again within 30 s;
-- `rpm: 12`, 20 generations: at most 12 start in any 60 s window, no 429.
+- `rpm: 12`, 20 generations: at most 12 start in any 60 s window, no 429;
+- on a Redis Cluster (three masters): `max_concurrent` holds the same.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from loopwire.testing.redis_cluster import start_redis_cluster
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .cli_driver import on_system
@@ -182,3 +184,19 @@ async def test_rpm_holds_in_every_60s_window(fake: FakeAnthropic) -> None:
     assert fake.rate_limited == []
     reasons = {e["reason"] for ev in followers for e in ev.events if e["kind"] == "model.throttled"}
     assert reasons == {"rpm"}
+
+
+async def test_the_limits_hold_the_same_on_a_redis_cluster(fake: FakeAnthropic) -> None:
+    fake.responder = lambda body: {"text": "From the cluster.", "delay_s": 0.5}
+    with start_redis_cluster(masters=3, replicas=1) as cluster, started_system(
+            fake, layout=THREE_LLMS, servers={"redis_cluster": cluster},
+            LOOPWIRE_MODEL_LIMITS=limits(**{"claude-*": {"max_concurrent": 2}, "*": {"rpm": 1000}})) as system:
+        async with connected(system) as nc:
+            followers = await run_sessions(nc, [f"rc-{uuid.uuid4().hex[:8]}-{n}" for n in range(8)])
+            usage = {e["key"]: e for e in (await query(nc, "limits.usage", {}))["limits"]}
+    assert [ev.events[-1]["status"] for ev in followers] == ["completed"] * 8
+    assert fake.max_in_flight <= 2
+    assert any("model.throttled" in kinds(ev) for ev in followers)
+    model = next(e["model"] for e in followers[0].events if e["kind"] == "generating")
+    counted = "claude-*" if model.startswith("claude-") else "*"
+    assert usage[counted]["requests_last_60s"] == 8 and usage[counted]["in_flight"] == 0
