@@ -18,6 +18,7 @@ from loopwire.shared.contract.protocol import (
     Abort,
     ApprovalDecision,
     FollowUp,
+    LimitsUsageRequest,
     SessionDeleteRequest,
     SessionExportRequest,
     SessionForkRequest,
@@ -73,6 +74,11 @@ def build_spec_broker() -> NatsBroker:
                          description="Addition: a tenant's runs, queued starts and usage of the UTC day with its limits "
                          "(LOOPWIRE_TENANT_LIMITS; core request/reply; reply {running, queued, tokens_today, "
                          "usd_today, limits}); a tenant asks on loopwire.api.<tenant>.tenant.usage.")
+    _document_subscriber(broker, f"{PREFIX}.api.limits.usage", LimitsUsageRequest,
+                         description="Addition: the model limits (LOOPWIRE_MODEL_LIMITS) and what each entry holds now "
+                         "across the llm replicas (core request/reply; reply {limits: [{key, rpm, input_tpm, "
+                         "output_tpm, max_concurrent, in_flight, waiting, requests_last_60s, "
+                         "input_tokens_last_60s, cooldown_until}]}).")
     for kind, model in EVENT_MODELS.items():
         broker.publisher(f"{PREFIX}.out.{{sid}}.{kind}", schema=model, title=f"{PREFIX}.out.{{sid}}.{kind}",
                          description=f"`{kind}` events of a session; retained in LOOPWIRE_EVENTS.")

@@ -126,6 +126,13 @@ class LoopwireClient:
                                       timeout=timeout)
         return orjson.loads(reply.data)
 
+    async def limits_usage(self, model: str | None = None, timeout: float = 5.0) -> dict[str, Any]:
+        """`<prefix>.api.limits.usage`: each LOOPWIRE_MODEL_LIMITS entry (or the one `model`
+        counts against) with what it holds now across the llm replicas."""
+        body = {"model": model} if model is not None else {}
+        reply = await self.nc.request(self.subjects.query("limits.usage"), orjson.dumps(body), timeout=timeout)
+        return orjson.loads(reply.data)
+
     async def fork(self, sid: str, new_session_id: str, at_seq: int | None = None, tools: str = "live",
                    timeout: float = 10.0) -> dict[str, Any]:
         """`<prefix>.api.session.fork`: a new idle session `new_session_id` whose history is

@@ -180,6 +180,12 @@ class Client:
         reply = await self.raw.nc.request(self.raw.subjects.tools_list, b"{}", timeout=5.0)
         return list(self._checked(orjson.loads(reply.data))["tools"])
 
+    async def limits(self, model: str | None = None) -> list[dict[str, Any]]:
+        """The model limits (LOOPWIRE_MODEL_LIMITS) and what each entry holds now: `key`,
+        the limits, `in_flight`, `waiting`, `requests_last_60s`, `input_tokens_last_60s`,
+        `cooldown_until`."""
+        return list(self._checked(await self.raw.limits_usage(model))["limits"])
+
     async def sessions(self, status: str | None = None, limit: int = 100,
                        cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
         """One page of sessions, most recently updated first, and the cursor of the next."""

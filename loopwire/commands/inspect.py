@@ -1,8 +1,9 @@
-"""Verbs that read: sessions, tools, transcript. Readable tables and text by default;
+"""Verbs that read: sessions, tools, transcript, limits. Readable tables and text by default;
 `--json` prints JSON lines (one object per line, nothing else on stdout)."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import orjson
@@ -61,6 +62,28 @@ async def list_tools(settings: Settings, as_json: bool) -> None:
     Console().print(table)
 
 
+async def list_limits(settings: Settings, model: str | None, *, as_json: bool) -> None:
+    async with client(settings) as lw:
+        reply = await request(lw, settings, lw.subjects.query("limits.usage"), {"model": model} if model else {})
+    entries = reply.get("limits") or []
+    if as_json:
+        for entry in entries:
+            stdout_line(orjson.dumps(entry).decode())
+        return
+    if not entries:
+        Console().print("no model limits" + (f" for {model}" if model else " (LOOPWIRE_MODEL_LIMITS is not set)"))
+        return
+    table = Table("key", "in flight", "waiting", "requests/60s", "input tokens/60s", "limits", "cooldown until")
+    for entry in entries:
+        set_limits = ", ".join(f"{name} {entry[name]}" for name in ("rpm", "input_tpm", "output_tpm", "max_concurrent")
+                               if entry.get(name) is not None)
+        cooldown = entry.get("cooldown_until")
+        table.add_row(str(entry.get("key")), str(entry.get("in_flight")), str(entry.get("waiting")),
+                      str(entry.get("requests_last_60s")), str(entry.get("input_tokens_last_60s")),
+                      set_limits or "none", time.strftime("%H:%M:%S", time.localtime(cooldown)) if cooldown else "")
+    Console().print(table)
+
+
 async def print_transcript(settings: Settings, sid: str, after_seq: int, *, as_json: bool) -> None:
     renderer = EventRenderer(Console(), show_json=as_json, replay=True)
     shown = 0
@@ -94,6 +117,12 @@ def register(app: typer.Typer) -> None:
     def tools(as_json: JsonOpt = False) -> None:
         """List the tools the tools service knows now."""
         run_command(list_tools(cli_settings(), as_json))
+
+    @app.command()
+    def limits(model: Annotated[str | None, typer.Option(help="Only the entry this model counts against.")] = None,
+               as_json: JsonOpt = False) -> None:
+        """Show the model limits (LOOPWIRE_MODEL_LIMITS) and what each entry holds now, fleet-wide."""
+        run_command(list_limits(cli_settings(), model, as_json=as_json))
 
     @app.command()
     def transcript(sid: Annotated[str, typer.Argument(help="Session id.")],

@@ -16,6 +16,9 @@ It speaks enough of the API for the official SDK to be used unchanged against it
 - the real API's checks of a history (message_rules.py): a `tool_use` without its
   `tool_result` in the next message, a `tool_result` without its `tool_use`, empty
   content are refused with its 400 and kept in `refused`;
+- a provider's own limits and latency (fake_provider_limits.py): `enforce(rpm=..,
+  max_in_flight=..)` answers 429 with `retry-after` past them, `latency(first_token_s=..,
+  total_s=..)` paces every answer;
 - error injection (`fail_next(529, n=2)`), scripted answers per model
   (`script("claude-x", [...])`, `"*"` for any model), an optional responder function,
   and an echo answer when nothing else applies;
@@ -47,7 +50,9 @@ As a process (other suites run it in a subprocess)::
 The script file is a list of response specs (for any model) or
 `{"scripts": {"<model or *>": [specs]}, "failures": [{"status": 529, "n": 2}]}`.
 A running process is steered over HTTP too: `POST /_fake/script` `{"model", "responses"}`,
-`POST /_fake/fail_next` `{"status", "n", "model"}`, `POST /_fake/reset`,
+`POST /_fake/fail_next` `{"status", "n", "model"}`, `POST /_fake/enforce` `{"model", "rpm",
+"max_in_flight", "window_s", "retry_after"}`, `POST /_fake/latency` `{"model",
+"first_token_s", "total_s", "chunks"}`, `POST /_fake/reset`,
 `GET /_fake/requests`.
 """
 
@@ -65,6 +70,7 @@ from typing import Any
 
 from .fake_anthropic_http import MessagesApiHandler
 from .fake_prompt_cache import PromptCache
+from .fake_provider_limits import ProviderLimits
 from .fake_server import Failure as BaseFailure
 from .fake_server import RecordedRequest, ScriptedServer
 
@@ -141,6 +147,9 @@ class FakeAnthropic(ScriptedServer[Failure]):
         """The usage answered to each message request, in the order they were answered."""
         self.prompt_cache = PromptCache()
         """The prompt cache it simulates (fake_prompt_cache.py); `reset()` empties it."""
+        self.provider_limits = ProviderLimits()
+        """The provider's own rate limits and latencies (fake_provider_limits.py): `enforce()`,
+        `latency()`; `reset()` clears them."""
         self.in_flight = 0
         """Message requests being answered now (a slow model's are in flight for its delay)."""
         self.max_in_flight = 0
@@ -165,6 +174,7 @@ class FakeAnthropic(ScriptedServer[Failure]):
             self.max_in_flight = self.in_flight
             self.prompt_cache.clear()
             self.usages.clear()
+        self.provider_limits.clear()
 
     def refuse(self, problem: str, body: dict[str, Any]) -> None:
         with self.lock:
@@ -182,6 +192,22 @@ class FakeAnthropic(ScriptedServer[Failure]):
                   retry_after: float | None = None, mid_stream: bool = False) -> None:
         """Fail the next `n` message requests (for `model`, or any); `n=None`: all of them."""
         self._inject(Failure(status, n, model, message, error_type, retry_after, mid_stream))
+
+    def enforce(self, model: str = "*", *, rpm: int | None = None, max_in_flight: int | None = None,
+                window_s: float = 60.0, retry_after: float = 1.0) -> None:
+        """Answer 429 with `retry-after` past `rpm` requests in `window_s` or `max_in_flight`
+        at once, as a provider's own limits do (fake_provider_limits.py)."""
+        self.provider_limits.enforce(model, rpm=rpm, max_in_flight=max_in_flight, window_s=window_s,
+                                     retry_after=retry_after)
+
+    def latency(self, model: str = "*", *, first_token_s: float = 1.0, total_s: float = 5.0, chunks: int = 4) -> None:
+        """Answer after `first_token_s`, the rest in `chunks` pieces until `total_s`."""
+        self.provider_limits.latency(model, first_token_s=first_token_s, total_s=total_s, chunks=chunks)
+
+    @property
+    def rate_limited(self) -> list[tuple[str, float]]:
+        """(model, monotonic time) of each request `enforce()` answered 429."""
+        return list(self.provider_limits.rate_limited)
 
     @property
     def message_requests(self) -> list[dict[str, Any]]:

@@ -90,6 +90,12 @@ class MessagesApiHandler(BaseHTTPRequestHandler):
             fake.fail_next(int(body.get("status", 529)), body.get("n", 1), body.get("model"),
                            body.get("message"), body.get("type"), body.get("retry_after"),
                            bool(body.get("mid_stream", False)))
+        elif path == "/_fake/enforce":
+            fake.enforce(body.get("model") or "*", rpm=body.get("rpm"), max_in_flight=body.get("max_in_flight"),
+                         window_s=float(body.get("window_s", 60.0)), retry_after=float(body.get("retry_after", 1.0)))
+        elif path == "/_fake/latency":
+            fake.latency(body.get("model") or "*", first_token_s=float(body.get("first_token_s", 1.0)),
+                         total_s=float(body.get("total_s", 5.0)), chunks=int(body.get("chunks", 4)))
         elif path == "/_fake/reset":
             fake.reset()
         else:
@@ -110,6 +116,10 @@ class MessagesApiHandler(BaseHTTPRequestHandler):
             self._send_json(400, self.fake.error_body(400, {"message": problem}))
             return
         stream = bool(body.get("stream"))
+        retry_after = fake.provider_limits.refusal(model, fake.in_flight)
+        if retry_after is not None:  # the provider's own limit (fake_provider_limits.py)
+            self._send_json(429, fake.error_body(429), {"retry-after": f"{retry_after:g}", "x-should-retry": "true"})
+            return
         failure = fake.take_failure(model)
         if failure is not None and not (failure.mid_stream and stream):
             headers = {"retry-after": str(failure.retry_after)} if failure.retry_after is not None else {}
@@ -117,7 +127,7 @@ class MessagesApiHandler(BaseHTTPRequestHandler):
             self._send_json(failure.status, self.fake.error_body(
                 failure.status, {"type": failure.error_type, "message": failure.message}), headers)
             return
-        spec = dict(fake.take_response(body))
+        spec = fake.provider_limits.paced(model, dict(fake.take_response(body)))
         if failure is not None:  # a mid-stream failure: a normal start, then an error event
             spec.setdefault("text", "This answer will break off")
             spec["error"] = {"status": failure.status, "type": failure.error_type, "message": failure.message}

@@ -38,6 +38,9 @@ class ModelCallError(Exception):
         self.model = model
         self.retry_after_s = retry_after_s
         """The server's `retry-after`, when it sent one (a lower bound for the backoff)."""
+        self.same_model_spent = False
+        """Asking this model again now cannot help (it waited out the model limits): the
+        retries leave it to the next fallback at once."""
         self.fallbacks: list[dict[str, str]] = []
         """Model switches made before this error ended the chain (set by the fallback runner)."""
 

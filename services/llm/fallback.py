@@ -58,7 +58,7 @@ class FallbackModel(Model):
             if refusal is not None:
                 last_error = refusal
                 continue
-            yield ModelStarted(model_id)
+            yield ModelStarted(model_id, model.gated())
             try:
                 async with aclosing(retracting(model.stream(request.for_model(model_id)), model_id)) as events:
                     async for event in events:

@@ -46,5 +46,10 @@ class Model(ABC):
         without calling it. By default a model is always available."""
         return None
 
+    def gated(self) -> bool:
+        """Whether the model limits admit each request first (limiter.py): its call then
+        begins at the `Admitted` event, not at once."""
+        return False
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most models hold nothing
         """Release connections; the default holds none."""

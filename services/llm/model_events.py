@@ -6,6 +6,7 @@ these events, as pydantic-ai's models do::
     TextDelta*  Finished                       a provider: text pieces, then the response
     ModelStarted, Retrying, Retracted,         added by the wrappers that ask again
     ModelSwitched                              (retrying.py) or ask another model (fallback.py)
+    Throttled*  Admitted                       added by the model limits (limiter.py)
 
 The stream ends with exactly one `Finished`, or raises the `ModelCallError` that ended it.
 A stream that fails after some text yields `Retracted` first (`retracting`): those text
@@ -34,9 +35,11 @@ class TextDelta:
 
 @dataclass(frozen=True, slots=True)
 class ModelStarted:
-    """The fallback chain starts asking `model` (once per model, not again for its retries)."""
+    """The fallback chain starts asking `model` (once per model, not again for its retries).
+    `gated`: the model limits admit its request first (an `Admitted` follows)."""
 
     model: str
+    gated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,23 @@ class ModelSwitched:
 
 
 @dataclass(frozen=True, slots=True)
+class Throttled:
+    """`model`'s request waits for the model limits (limiter.py): `reason`, and the expected
+    wait in seconds (0: until a request in flight ends)."""
+
+    model: str
+    reason: str
+    wait_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """The model limits let `model`'s request go: the call begins now."""
+
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
 class Finished:
     """The call's response (its message, stop reason, model and usage), and the model
     switches made on the way to it (`ModelSwitched.as_dict`, set by the fallback chain)."""
@@ -79,7 +99,7 @@ class Finished:
     fallbacks: list[dict[str, str]] = field(default_factory=list)
 
 
-ModelEvent = TextDelta | ModelStarted | Retrying | Retracted | ModelSwitched | Finished
+ModelEvent = TextDelta | ModelStarted | Retrying | Retracted | ModelSwitched | Throttled | Admitted | Finished
 ModelStream = AsyncGenerator[ModelEvent, None]
 
 

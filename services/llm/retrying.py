@@ -78,7 +78,7 @@ class RetryingModel(WrapperModel):
                         yield event
                 return
             except ModelCallError as err:
-                if not self.retry_on(err) or retry == self.policy.max_retries:
+                if not self.retry_on(err) or err.same_model_spent or retry == self.policy.max_retries:
                     raise
                 delay = self.policy.delay(retry, err.retry_after_s, self._rng)
                 reason = failure_reason(err)

@@ -21,6 +21,10 @@ In the executor profiles (claude_code, ...: `Generate.executor` set) an external
 agent answers instead of the fallback chain (executors/runner.py), inside the same claim,
 record, heartbeat and cancel handling.
 
+A model under LOOPWIRE_MODEL_LIMITS has each request admitted by the fleet-wide budget
+first (limiter.py): over a limit it waits, with a `model.throttled` event before its
+`generating`.
+
 Each request asks the fleet-wide circuit breaker (breaker.py, state in Redis) which of its
 models to skip: an open breaker moves the request to the next fallback at once, with a
 `model.fallback` event whose reason is `circuit_open`.
@@ -55,6 +59,7 @@ from .breaker import CircuitBreaker, breaker_from_settings
 from .errors import ModelCallError
 from .executors.runner import ExecutorSteps
 from .generation import model_chain, model_request, record_key, result_failed, result_ok
+from .limiter import limiter_from_settings
 from .model import Model
 from .providers import build_model_factory
 from .retrying import RetryPolicy, Sleep
@@ -85,10 +90,13 @@ class LlmService:
         s = ctx.settings
         self.policy = RetryPolicy(max_retries=s.llm_max_retries, base_delay_s=s.llm_retry_base_delay_s,
                                   max_delay_s=s.llm_retry_max_delay_s)
+        self.limiter = limiter_from_settings(ctx)
+        """The model limits' side of this replica (None: LOOPWIRE_MODEL_LIMITS unset)."""
         self._inflight = InflightSteps(ctx.subjects)
         """session id -> (run id, cancel event) of each generation running here."""
         self._cancel_sub: Any = None
-        self.summarizer = SummarizeResponder(ctx, self.model_factory, self.policy, breaker=self.breaker, sleep=sleep)
+        self.summarizer = SummarizeResponder(ctx, self.model_factory, self.policy, breaker=self.breaker, sleep=sleep,
+                                             limiter=self.limiter)
         """Answers the memory service's summaries on `<prefix>.rpc.llm.summarize` (summarize.py)."""
         self._owns_token_count = token_count is None
         self.token_count = token_count or token_count_from_settings(ctx.settings)
@@ -107,11 +115,15 @@ class LlmService:
 
     async def start(self) -> None:
         self._cancel_sub = await self.ctx.bus.nc.subscribe(self.ctx.subjects.cancel_all, cb=self._inflight.on_notice)
+        if self.limiter is not None:
+            await self.limiter.start_with(self.ctx.bus.nc)
         await self.summarizer.start(self.ctx.bus.nc)
         await self.token_counts.start(self.ctx.bus.nc)
         await self.executors.start()
 
     async def stop(self) -> None:
+        if self.limiter is not None:
+            await self.limiter.stop()
         await self.summarizer.stop()
         await self.token_counts.stop()
         if self._owns_token_count:
@@ -224,7 +236,8 @@ class LlmService:
         # A cancel notice (steer, abort) stops the model's stream: no more tokens are generated.
         async with self.breaker.guarding(chain) as gate:
             # Each model of the chain traced, retried and behind the fleet-wide breaker (step_chain.py).
-            runner = step_model(env, chain, self.model_factory, gate=gate, policy=self.policy, sleep=self._sleep)
+            runner = step_model(env, chain, self.model_factory, gate=gate, policy=self.policy, sleep=self._sleep,
+                                limiter=self.limiter)
             with self._inflight.track(sid, run_id) as cancel:
                 try:
                     outcome = await unless_cancelled(

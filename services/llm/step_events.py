@@ -2,7 +2,9 @@
 chain as session events on the bus.
 
     TextDelta      -> `text.delta` {turn, text}
-    ModelStarted   -> `generating` {turn, model}
+    ModelStarted   -> `generating` {turn, model}; for a model under the model limits
+                      (`gated`), at its first `Admitted` instead
+    Throttled      -> `model.throttled` {model, reason, wait_s}, before that `generating`
     ModelSwitched  -> `model.fallback` {from_model, to_model, reason}, keyed per switch, and
                       the fallback counter (step_metrics.py)
     Retracted      -> `retracted` {turn, reason}, keyed per attempt and discard
@@ -28,7 +30,16 @@ from loopwire.shared.contract.envelopes import Generate
 from loopwire.shared.contract.protocol import EPHEMERAL_KINDS
 from loopwire.shared.runtime.bus import Bus
 
-from .model_events import Finished, ModelStarted, ModelStream, ModelSwitched, Retracted, TextDelta
+from .model_events import (
+    Admitted,
+    Finished,
+    ModelStarted,
+    ModelStream,
+    ModelSwitched,
+    Retracted,
+    TextDelta,
+    Throttled,
+)
 from .step_metrics import count_fallback
 
 Queued = tuple[str | None, str, str | None, dict[str, Any]]
@@ -56,13 +67,25 @@ class StepEvents:
         """Queue the events of `events` as they come; the `Finished` that ends it."""
         env = self.env
         outcome: Finished | None = None
+        gated: str | None = None
+        """A gated model whose `generating` waits for its admission."""
+        throttles = 0
         async with aclosing(events):
             async for event in events:
                 match event:
                     case TextDelta(text=text):
                         self.streamed = True
                         self.emit("text.delta", turn=env.turn, text=text)
+                    case ModelStarted(model=model, gated=True):
+                        gated = model
                     case ModelStarted(model=model):
+                        self.emit("generating", turn=env.turn, model=model)
+                    case Throttled(model=model, reason=reason, wait_s=wait_s):
+                        throttles += 1
+                        self.emit("model.throttled", key=keys.throttle_key(env.step_id, self.attempt, throttles),
+                                  turn=env.turn, model=model, reason=reason, wait_s=wait_s)
+                    case Admitted(model=model) if model == gated:
+                        gated = None
                         self.emit("generating", turn=env.turn, model=model)
                     case ModelSwitched():
                         switch = event.as_dict()

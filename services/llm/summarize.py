@@ -26,6 +26,7 @@ from loopwire.shared.runtime.service_context import ServiceContext
 from .breaker import CircuitBreaker
 from .errors import ModelCallError
 from .generation import model_chain, model_request, record_key, result_failed, result_ok
+from .limiter import ModelLimiter
 from .model import Model
 from .model_events import finished
 from .responder import CoreResponder
@@ -38,13 +39,15 @@ log = logging.getLogger("loopwire.llm.summarize")
 
 class SummarizeResponder(CoreResponder):
     def __init__(self, ctx: ServiceContext, model_factory: Callable[[str], Model], policy: RetryPolicy,
-                 *, breaker: CircuitBreaker | None, sleep: Sleep) -> None:
+                 *, breaker: CircuitBreaker | None, sleep: Sleep, limiter: ModelLimiter | None = None) -> None:
         super().__init__(ctx.subjects.llm_summarize, f"{ctx.settings.subject_prefix.replace('.', '_')}_llm_summarize")
         self.ctx = ctx
         self.model_factory = model_factory
         self.policy = policy
         self.breaker = breaker if breaker is not None else CircuitBreaker.disabled()
         self._sleep = sleep
+        self._limiter = limiter
+        """The model limits count the summaries too: they are requests to the same models."""
 
     async def _reply(self, msg: Msg) -> None:
         try:
@@ -76,7 +79,8 @@ class SummarizeResponder(CoreResponder):
         # The same fleet-wide breaker as the run's generations: a model that is failing
         # is not asked for summaries either.
         async with self.breaker.guarding(chain) as gate:
-            runner = step_model(env, chain, self.model_factory, gate=gate, policy=self.policy, sleep=self._sleep)
+            runner = step_model(env, chain, self.model_factory, gate=gate, policy=self.policy, sleep=self._sleep,
+                                limiter=self._limiter)
             try:
                 outcome = await finished(runner.stream(model_request(env, default_model)))
             except ModelCallError as err:

@@ -34,3 +34,6 @@ class WrapperModel(Model):
 
     def unavailable(self) -> ModelCallError | None:
         return self.wrapped.unavailable()
+
+    def gated(self) -> bool:
+        return self.wrapped.gated()

@@ -78,7 +78,8 @@ def system_prompt(system: str | None, notes: list[str]) -> str | None:
 
 def build_generate(env: AssembleContext, messages: list[dict[str, Any]], tools: list[ToolSpec],
                    *, system: str | None, extra_usage: Usage | None = None, no_refs: bool = False,
-                   stable_system: str | None = None, notes: list[str] | None = None) -> Generate:
+                   stable_system: str | None = None, notes: list[str] | None = None,
+                   input_tokens: int | None = None) -> Generate:
     """The llm service's request. `messages` are already normalised (and compacted);
     `system` already carries the memory sections and every note; `no_refs`: they hold no
     content by reference (their tally found none). `stable_system` and `notes`: `system`
@@ -89,7 +90,7 @@ def build_generate(env: AssembleContext, messages: list[dict[str, Any]], tools: 
         models=env.models, system=system, messages=messages, tools=tools, max_tokens=env.max_tokens,
         temperature=env.temperature, extra_usage=extra_usage,
         extra_model=env.memory_model if extra_usage is not None else None, executor=env.executor,
-        result_to=env.result_to, no_refs=no_refs,
+        result_to=env.result_to, no_refs=no_refs, input_tokens=input_tokens or None,
         prompt_cache="auto" if cached else "off", stable_system=stable_system if cached else None,
         notes=list(notes or []) if cached else [],
     )

@@ -159,7 +159,8 @@ class MemoryService:
                 extra = compacting if extra is None else extra + compacting
         notes = [outcome.note] if outcome.note else []
         request = build_generate(env, outcome.messages, tools, system=system_prompt(context.system, notes), extra_usage=extra,
-                                 no_refs=outcome.no_refs, stable_system=stable, notes=[*env.ephemeral_notes, *notes])
+                                 no_refs=outcome.no_refs, stable_system=stable, notes=[*env.ephemeral_notes, *notes],
+                                 input_tokens=outcome.tokens)
         msg_id = keys.generate_msg_id(env.step_id)
         # With the llm service in this process the generation runs here, while this step's
         # message stays unacked (kept alive by its handler runner); a crash redelivers it and

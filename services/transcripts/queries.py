@@ -3,6 +3,7 @@ list in sessions_list.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionGetRequest, TranscriptGetRequest
@@ -29,7 +30,8 @@ class StoreUnavailable(Exception):
 
 
 async def session_get(req: SessionGetRequest, sessions: SessionStore,
-                      events: EventLogStore | None = None, archive: Archive | None = None) -> dict[str, Any]:
+                      events: EventLogStore | None = None, archive: Archive | None = None,
+                      model_waiting: Callable[[str], Awaitable[bool]] | None = None) -> dict[str, Any]:
     raw, _version = await sessions.load(req.session_id)
     if is_deleted(raw):
         return unknown_session(req.session_id)  # being deleted: gone already for every reader
@@ -47,6 +49,8 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
     config = config_in_effect(st)
     messages = await sessions.history(req.session_id)
     phase, activity = run_position(st)
+    if activity == "generating" and model_waiting is not None and await model_waiting(req.session_id):
+        activity = "waiting_for_model"
     return {
         "v": PROTOCOL_VERSION,
         "session_id": req.session_id,

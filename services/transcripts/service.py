@@ -24,7 +24,9 @@ from typing import Any
 
 from faststream.nats import NatsBroker
 
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.protocol import (
+    LimitsUsageRequest,
     SessionExportRequest,
     SessionGetRequest,
     SessionsListRequest,
@@ -35,9 +37,11 @@ from loopwire.shared.contract.protocol import (
 from loopwire.shared.runtime.query_handler import QueryHandler, query_handler
 from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.event_archive import read_archive
+from loopwire.shared.stores.model_budget import ModelLimitStore
 from loopwire.shared.stores.tenant_quotas import TenantQuotaStore
 
 from .export import ExportRefused, session_export
+from .limits_usage import limits_usage
 from .queries import StoreUnavailable, session_get, transcript_get
 from .sessions_list import sessions_list
 from .tenant_usage import tenant_usage
@@ -61,13 +65,16 @@ class TranscriptsService:
         self.ctx = ctx
         self._quotas = TenantQuotaStore(ctx.redis)
         self._limits = ctx.settings.limits_table()
+        self._model_limits = ctx.settings.model_limits_table()
+        self._budget = ModelLimitStore(ctx.redis)
 
     def register(self, broker: NatsBroker) -> None:
         queue = f"{self.ctx.settings.subject_prefix}-transcripts"
         subjects = self.ctx.subjects
         queries: dict[str, tuple[type[Any], Answer]] = {
             "session.get": (SessionGetRequest,
-                            lambda req, _: session_get(req, self.ctx.sessions, self.ctx.events, self._archive)),
+                            lambda req, _: session_get(req, self.ctx.sessions, self.ctx.events, self._archive,
+                                                      model_waiting=self._model_waiting)),
             "transcript.get": (TranscriptGetRequest, lambda req, _: transcript_get(req, self.ctx.events, self._archive)),
             "sessions.list": (SessionsListRequest, lambda req, tenant: sessions_list(req, self.ctx.sessions, tenant)),
             "session.export": (SessionExportRequest, lambda req, _: session_export(
@@ -75,6 +82,10 @@ class TranscriptsService:
             "tenant.usage": (TenantUsageRequest, lambda req, tenant: tenant_usage(
                 req, self._quotas, self._limits, subject_tenant=tenant)),
         }
+        # The model limits are the deployment's, the operator's to read: no tenant subject.
+        broker.subscriber(subjects.query("limits.usage"), queue=queue, max_workers=QUERIES_AT_ONCE)(
+            self._handler("limits.usage", LimitsUsageRequest,
+                          lambda req, _: limits_usage(req, self._budget, self._model_limits), tenant_scoped=False))
         for name, (model, answer) in queries.items():
             broker.subscriber(subjects.query(name), queue=queue, max_workers=QUERIES_AT_ONCE)(
                 self._handler(name, model, answer, tenant_scoped=False))
@@ -88,6 +99,10 @@ class TranscriptsService:
             return await asyncio.wait_for(read_archive(self.ctx.bus.js, self.ctx.subjects, sid), ARCHIVE_READ_S)
         except TimeoutError as exc:  # asyncio's, and nats' own (a subclass)
             raise StoreUnavailable(f"the events stream did not answer within {ARCHIVE_READ_S:g} s") from exc
+
+    async def _model_waiting(self, sid: str) -> bool:
+        """A generation of the session waits for the model limits (services/llm/limiter.py)."""
+        return bool(self._model_limits.entries) and bool(await self.ctx.redis.exists(keys.model_wait(sid)))
 
     async def start(self) -> None:
         return None

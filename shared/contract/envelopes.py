@@ -203,6 +203,9 @@ class Generate(_Envelope):
     notes: list[str] = Field(default_factory=list)
     """The step's ephemeral notes (also inside `system`, for an llm replica of an earlier
     release): with the cache they go after its last breakpoint."""
+    input_tokens: int | None = None
+    """The memory service's count of the request's input tokens, for the model limits
+    (None: the llm service estimates it)."""
     no_refs: bool = False
     """The memory service found no content by reference (shared/stores/blobs.py) in
     `messages`: the llm service does not look for any. False: it looks (resolve_messages)."""

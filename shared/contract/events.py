@@ -160,6 +160,17 @@ class ModelFallback(Event):
     reason: str
 
 
+class ModelThrottled(Event):
+    """Addition: a generation waits for the model limits (LOOPWIRE_MODEL_LIMITS) before its
+    `generating`; waiting is neither an error nor a reason for a fallback."""
+
+    kind: Literal["model.throttled"] = "model.throttled"
+    turn: int
+    model: str
+    reason: Literal["rpm", "input_tpm", "output_tpm", "concurrency", "cooldown"]
+    wait_s: float = Field(description="The expected wait in seconds (0: until a request in flight ends).")
+
+
 class Compaction(Event):
     kind: Literal["compaction"] = "compaction"
     tokens_before: int
@@ -309,7 +320,7 @@ EVENT_MODELS: dict[str, type[Event]] = {
     for m in (RunStarted, PhaseChanged, TextDelta, MessageEvent, ToolCallEvent, ToolResultEvent, Retracted,
               ApprovalRequested, ApprovalDecided, LoopDetected, Steering, ModelFallback, Compaction, ErrorEvent, WarningEvent,
               RunEnded, BudgetWarning, UserMessage, MemoryObservation, MemoryReflection, PlanUpdated, Generating,
-              ToolsProgress, SessionForked, RunQueued)
+              ToolsProgress, SessionForked, RunQueued, ModelThrottled)
 }
 
 

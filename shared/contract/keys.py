@@ -150,6 +150,19 @@ STRATEGIES = f"{PREFIX}:strategies"
 """Hash: strategy configs defined at run time."""
 
 
+def model_wait(sid: str) -> str:
+    """String with a TTL: a generation of the session waits for the model limits (the llm
+    service sets it while one waits; `session.get` answers `waiting_for_model`)."""
+    return f"{PREFIX}:mw:{session_tag(sid)}"
+
+
+def model_limit(limit_key: str, what: str) -> str:
+    """The fleet-wide budget of one `LOOPWIRE_MODEL_LIMITS` key, all in its own slot:
+    `inflight` (leases), `window` (per-second counts), `cooldown`, `waiting`, `waiter_ttl`,
+    `tags` (the tenants' fair-queue tags), `vtime`."""
+    return f"{PREFIX}:ml:{{ml:{limit_key}}}:{what}"
+
+
 def breaker(model: str) -> str:
     """Hash: the circuit breaker's state of one model."""
     return f"{PREFIX}:breaker:{model}"
@@ -363,6 +376,11 @@ def retract_key(step_id: str, attempt: int | str) -> str:
     """Dedup key of a `retracted` event of step `step_id` (`attempt`: a claim's number,
     `<n>.<discards>` for a fallback's discarded answer, `cancel`)."""
     return step_event_key(step_id, "retract", attempt)
+
+
+def throttle_key(step_id: str, attempt: int, throttles: int) -> str:
+    """Dedup key of the `throttles`-th `model.throttled` event of a step's `attempt`th claim."""
+    return step_event_key(step_id, "throttle", f"{attempt}.{throttles}")
 
 
 def fallback_key(step_id: str, switches: int) -> str:

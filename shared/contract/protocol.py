@@ -38,7 +38,7 @@ EVENT_KINDS = (
 )
 ADDED_EVENT_KINDS = ("budget.warning", "user.message", "memory.observation", "memory.reflection",
                      "plan.updated", "generating", "tools.progress", "warning", "steering",
-                     "approval.decided", "session.forked", "run.queued")
+                     "approval.decided", "session.forked", "run.queued", "model.throttled")
 """Event kinds loopwire adds to the contract (docs/protocol.md marks them as additions)."""
 EPHEMERAL_KINDS = frozenset({"text.delta", "generating", "tools.progress"})
 """Events of the moment: they take a seq and go out on the wire (and into the
@@ -270,6 +270,14 @@ class SessionExportRequest(IngressBody):
     document."""
 
     session_id: str
+
+
+class LimitsUsageRequest(IngressBody):
+    """`<prefix>.api.limits.usage`: the model limits (LOOPWIRE_MODEL_LIMITS) and what each
+    key holds now, across every llm replica."""
+
+    model: str | None = Field(default=None, max_length=256)
+    """A model id: only the key it counts against (none: every key)."""
 
 
 class TenantUsageRequest(IngressBody):

@@ -147,6 +147,12 @@ class Subjects:
         return f"{self.prefix}.rpc.llm.summarize"
 
     @property
+    def llm_limits_wake(self) -> str:
+        """llm -> llm, core NATS, every replica: the waiting generations that may ask the
+        model limits again (a request in flight ended; services/llm/limiter.py)."""
+        return f"{self.prefix}.rpc.llm.limits_wake"
+
+    @property
     def llm_count_tokens(self) -> str:
         """memory -> llm, core request/reply: a `CountTokens` in, a `TokenCount` back (the
         exact count of a request, services/llm/token_count.py). Internal like the rest of

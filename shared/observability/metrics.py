@@ -210,6 +210,18 @@ TENANT_USAGE_TODAY = Gauge("loopwire_tenant_usage_today",
 TENANT_ALLOWANCE = Gauge("loopwire_tenant_allowance_per_day",
                          "The tenant's daily allowance (LOOPWIRE_TENANT_LIMITS), by allowance (tokens, usd).",
                          ["tenant", "allowance"])
+MODEL_ADMITTED = Counter("loopwire_model_admitted",
+                         "Requests the model limits (LOOPWIRE_MODEL_LIMITS) let through, by limit key.", ["key"])
+MODEL_THROTTLED = Counter("loopwire_model_throttled",
+                          "Generations that waited for the model limits, by limit key and reason.", ["key", "reason"])
+MODEL_WAIT_SECONDS = Histogram(
+    "loopwire_model_wait_seconds", "How long a request waited for the model limits before it was sent.", ["key"],
+    buckets=(0.0, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0))
+MODEL_RATE_LIMITED = Counter("loopwire_model_rate_limited",
+                             "429 and 529 answers from the provider, by limit key (they pause every replica).",
+                             ["key", "status"])
+MODEL_IN_FLIGHT = Gauge("loopwire_model_in_flight",
+                        "Requests this replica has in flight under the model limits, by limit key.", ["key"])
 WORK_CHAINS = Gauge("loopwire_work_chains", "Work chains this process holds now (runs kept in this process).")
 # counted by the runtime's chain balance through its hooks (runtime/hooks.py)
 HOOKS.chain_opened = WORK_CHAINS.inc
@@ -225,6 +237,7 @@ ALL_METRICS: tuple[Any, ...] = (
     JETSTREAM_CONSUMER_PENDING, JETSTREAM_CONSUMER_ACK_PENDING, JETSTREAM_REDELIVERIES,
     STEPS, ERRORS, WORK_HOPS, HANDOVERS, INGRESS_IN_BACKLOG, WORK_CHAINS, DEAD_LETTERS,
     TENANT_RUNNING, TENANT_QUEUED, TENANT_TOKENS, TENANT_COST_USD, TENANT_USAGE_TODAY, TENANT_ALLOWANCE,
+    MODEL_ADMITTED, MODEL_THROTTLED, MODEL_WAIT_SECONDS, MODEL_RATE_LIMITED, MODEL_IN_FLIGHT,
 )
 """Every metric above, for tests and docs."""
 

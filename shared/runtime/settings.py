@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from loopwire.shared.contract.model_limits import ModelLimit, ModelLimits
 from loopwire.shared.contract.protocol import Permission
 from loopwire.shared.contract.tenant_limits import TenantLimit, TenantLimits
 
@@ -246,6 +247,15 @@ class Settings(BaseSettings):
     """How long an open breaker skips its model before one probe call is let through."""
     llm_breaker_probe_ttl_s: float = 120.0
     """How long one replica's claim on the half-open probe lasts if it never reports back."""
+    model_limits: Annotated[dict[str, ModelLimit], NoDecode] = Field(default_factory=dict)
+    """JSON object `{"<model id>" or "<prefix>*": {"rpm": int, "input_tpm": int,
+    "output_tpm": int, "max_concurrent": int}}` (any may be omitted): what the whole
+    deployment sends to a model, held in Redis for every llm replica; a generation over a
+    limit waits (`model.throttled`), a 429/529's `retry-after` pauses every replica
+    (docs/services/llm.md, "Model limits"). Unset: nothing is held back."""
+    model_wait_max_s: float = Field(default=600.0, gt=0)
+    """Longest a generation waits for the model limits; past it, it is handled as the
+    provider's rate limit (the next fallback, then the error policy)."""
 
     # -- external executors (profiles claude_code, opencode, codex, acp; docs/executors.md) --
     claude_code_cmd: str = "claude"
@@ -424,7 +434,7 @@ class Settings(BaseSettings):
             return [part for part in value.split(":") if part.strip()]
         return value
 
-    @field_validator("tool_policy", "tool_providers", "acp_agents", "tenant_limits", mode="before")
+    @field_validator("tool_policy", "tool_providers", "acp_agents", "tenant_limits", "model_limits", mode="before")
     @classmethod
     def _json_object(cls, value: object) -> object:
         if isinstance(value, str):
@@ -436,6 +446,15 @@ class Settings(BaseSettings):
     def _tenant_names(cls, value: dict[str, TenantLimit]) -> dict[str, TenantLimit]:
         TenantLimits.parse(value, tenants=True)  # a bad tenant name stops the start-up
         return value
+
+    @field_validator("model_limits")
+    @classmethod
+    def _model_limit_keys(cls, value: dict[str, ModelLimit]) -> dict[str, ModelLimit]:
+        ModelLimits.parse(value)  # a bad key stops the start-up
+        return value
+
+    def model_limits_table(self) -> ModelLimits:
+        return ModelLimits.parse(self.model_limits)
 
     def limits_table(self) -> TenantLimits | None:
         """LOOPWIRE_TENANT_LIMITS as the table the services apply; None when it is unset."""

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from loopwire.llm.model_call import ModelResponse
-from loopwire.llm.model_events import Finished, ModelStarted, ModelStream, ModelSwitched, TextDelta
+from loopwire.llm.model_events import Admitted, Finished, ModelStarted, ModelStream, ModelSwitched, TextDelta, Throttled
 from loopwire.llm.step_events import StepEvents
 from loopwire.shared.contract.envelopes import Generate
 
@@ -106,3 +106,18 @@ async def test_nothing_queued_is_sent_at_once() -> None:
     shown = StepEvents(HeldBus(), env(), attempt=1)  # type: ignore[arg-type]
     await asyncio.wait_for(shown.sent(), timeout=1)
     assert not shown.unsent_kept
+
+
+async def test_a_gated_model_says_generating_when_it_is_admitted_after_its_throttles() -> None:
+    bus = HeldBus()
+    bus.gate.set()
+    shown = StepEvents(bus, env(), attempt=2)  # type: ignore[arg-type]
+    await shown.follow(stream(ModelStarted("m1", gated=True), Throttled("m1", "concurrency", 0.0),
+                              Throttled("m1", "rpm", 12.5), Admitted("m1"), TextDelta("a"), Admitted("m1"),
+                              finished()))
+    await shown.sent()
+    emitted = [(kind, key, fields) for call in bus.calls for _, kind, key, fields in call]
+    assert [kind for kind, _, _ in emitted] == ["model.throttled", "model.throttled", "generating", "text.delta"]
+    assert emitted[1][2] == {"turn": 1, "model": "m1", "reason": "rpm", "wait_s": 12.5}
+    assert emitted[0][1] != emitted[1][1], "each throttle keyed apart (the transcript keeps both)"
+    assert shown.unsent_kept is False
