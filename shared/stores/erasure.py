@@ -4,8 +4,8 @@ What a session leaves where (shared/contract/keys.py names every key):
 
 - its own keys, all in its Redis Cluster slot, all carrying its hash tag `{<sid>}`: state
   and history, the event log, memory (compaction, observations, reflections, usage,
-  locks), step records, claims and fences, the external agent's session, its forks list,
-  the user ids its runs carried. They are found by the tag whatever their name (a SCAN on
+  locks), step records, claims and fences, a wait for the model limits, the external
+  agent's session, its forks list, the user ids its runs carried. They are found by the tag whatever their name (a SCAN on
   one server, the slot's keys on a Redis Cluster), so a key added later is removed too,
   and deleted with DELs of that one slot;
 - entries in keys that span sessions: the sessions index, the running set, the user
@@ -41,7 +41,8 @@ STORES = ("session_state", "history", "event_log", "memory", "step_records", "ex
 
 _KIND_STORE = {"s": "session_state", "h": "history", "seq": "event_log", "ek": "event_log", "e": "event_log",
                "mem": "memory", "step": "step_records", "claim": "step_records", "fence": "step_records",
-               "exec": "executor", "users": "user_index", "forks": "indexes"}
+               "exec": "executor", "users": "user_index", "forks": "indexes",
+               "mw": "step_records"}
 _REF = re.compile(rb'"' + REF_KEY.encode() + rb'":\{"sha256":"([0-9a-f]{64})"')
 _BATCH = 200
 SLOT_KEYS_MAX = 1_000_000

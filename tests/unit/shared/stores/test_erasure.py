@@ -39,6 +39,7 @@ SESSION_KEYS = {
     keys.step_record(keys.generation_step(SID, "r1:g1")): "step_records",
     keys.step_claim(keys.tool_batch_step(SID, "r1:t1")): "step_records",
     keys.step_fence(keys.tool_call_step(SID, "toolu_1")): "step_records",
+    keys.model_wait(SID): "step_records",
 }
 
 
