@@ -27,6 +27,7 @@ from typing import Any
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.codec import now_rfc3339
 from loopwire.shared.contract.envelopes import AssembleContext, Usage
+from loopwire.shared.contract.session_state import is_deleted
 from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.stores.session_store import SessionStore
 
@@ -251,6 +252,8 @@ class Observer:
         text, usage = await self.complete(env, keys.memory_step_id(sid, "observe", end), OBSERVATION_SYSTEM,
                                           observation_request(messages, earlier), OBSERVATION_MAX_TOKENS)
         text = text.strip()
+        if await self._deleted(sid):
+            return await self.store.observation_state(sid)
         if not text:  # nothing worth keeping: these turns are done all the same
             await self.store.mark_observed(sid, end)
             return await self.store.observation_state(sid)
@@ -261,12 +264,20 @@ class Observer:
                         observation=text, from_message=start, to_message=end, actor=env.actor)
         return state
 
+    async def _deleted(self, sid: str) -> bool:
+        """The session was deleted (or is being deleted) while its note was written: the note
+        is dropped, not stored for a session that is gone (services/router/shell/erasure.py)."""
+        raw, _version = await self.sessions.load(sid)
+        return is_deleted(raw) or (raw is None and not await self.sessions.history(sid, 0, 0))
+
     async def _reflect(self, env: AssembleContext, start: int, end: int) -> None:
         sid = env.session_id
         observations = await self.store.observations(sid, start, end - 1)
         text, usage = await self.complete(env, keys.memory_step_id(sid, "reflect", end), REFLECTION_SYSTEM,
                                           reflection_request(observations), REFLECTION_MAX_TOKENS)
         text = text.strip()
+        if await self._deleted(sid):
+            return
         if not text:
             await self.store.mark_reflected(sid, end)
             return

@@ -214,7 +214,8 @@ async def test_deleting_a_session_mid_tool_ends_the_run_and_keeps_nothing_of_it(
             assert receipt["deleted"] is True, receipt
             ended = await ev.wait_for("run.ended", timeout=30)
             assert ended["status"] == "aborted", ended
-            assert not ev.of("tool.result"), "the call was still running when the run ended"
+            # the call was still running when the run ended: at most its result as an error
+            assert all(e["is_error"] for e in ev.of("tool.result")), ev.of("tool.result")
             await asyncio.sleep(provider.slow_delay_s + 2)  # the late result comes, and the later sweep runs
         assert not [e for e in ev.events if e["kind"] == "tool.result" and not e.get("is_error")]
     assert (await query(enc, "session.get", {"session_id": sid}))["status"] == "unknown"
