@@ -11,6 +11,7 @@ from loopwire.shared.contract.session_state import (
     SessionState,
     config_in_effect,
     current_run_id,
+    forked_from_reply,
     forked_from_session,
     is_deleted,
     open_checkpoint_id,
@@ -88,7 +89,7 @@ async def lineage(sid: str, source: SessionState | list[dict[str, Any]], session
     the state, or the lineage events of a session whose state is gone."""
     forked_from: dict[str, Any] | None
     if isinstance(source, SessionState):
-        forked_from = source.forked_from.model_dump() if source.forked_from is not None else None
+        forked_from = forked_from_reply(source)
     else:
         first = next((e for e in source if e.get("session_id") == sid), None)
         forked_from = {"session_id": first.get("from_session_id"), "seq": first.get("from_seq"),

@@ -25,8 +25,9 @@ _OUTBOX = {"outbox": True}  # a dict: pydantic takes it as it is, a set it conve
 class ForkedFrom(BaseModel):
     """Where a fork's history comes from (services/router/shell/fork.py)."""
 
-    session_id: str | None
-    """The source; None once it was deleted (`source_gone`)."""
+    session_id: str
+    """The source; empty once it was deleted (`source_gone`: a replica of the previous
+    release still reads a string here)."""
     seq: int
     """The source's event the fork was asked at."""
     cut_seq: int
@@ -224,5 +225,16 @@ def open_checkpoint_id(st: SessionState) -> str | None:
 
 
 def forked_from_session(st: SessionState) -> str | None:
-    """The session this one was forked from (None: not a fork)."""
-    return st.forked_from.session_id if st.forked_from is not None else None
+    """The session this one was forked from (None: not a fork, or its source was deleted)."""
+    return (st.forked_from.session_id or None) if st.forked_from is not None else None
+
+
+def forked_from_reply(st: SessionState) -> dict[str, Any] | None:
+    """`forked_from` as `session.get` answers it: `{"session_id", "seq", "cut_seq"}`, with
+    `session_id` null and `source_gone` once the source was deleted; None: not a fork."""
+    if st.forked_from is None:
+        return None
+    reply = st.forked_from.model_dump(exclude={"source_gone"})
+    if st.forked_from.source_gone:
+        reply.update(session_id=None, source_gone=True)
+    return reply

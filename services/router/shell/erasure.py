@@ -197,7 +197,7 @@ class ErasureQueries:
         redis = self.ctx.redis
         state_key = keys.session_state(sid)
         forked_from = stored_state(raw).forked_from if raw is not None else None
-        source = forked_from.session_id if forked_from is not None else None
+        source = (forked_from.session_id or None) if forked_from is not None else None
         forks = await self.ctx.sessions.forks(sid)
         found = await SessionKeys.read(redis, sid)
         shared = await lineage_blobs(redis, [s for s in (source, *forks) if s is not None])
@@ -220,7 +220,7 @@ class ErasureQueries:
 
     async def _tell_forks(self, forks: list[str], sid: str) -> None:
         """Each fork of the session keeps its history and says its source is gone: its
-        `forked_from` names no session any more (`source_gone`)."""
+        `forked_from` names no session any more (an empty id, `source_gone`)."""
         sessions = self.ctx.sessions
         for fork in forks:
             for _ in range(TOMBSTONE_ATTEMPTS):
@@ -228,7 +228,7 @@ class ErasureQueries:
                 if raw is None or is_deleted(raw) or not isinstance(raw.get("forked_from"), dict) \
                         or raw["forked_from"].get("session_id") != sid:
                     break
-                told = {**raw, "forked_from": {**raw["forked_from"], "session_id": None, "source_gone": True}}
+                told = {**raw, "forked_from": {**raw["forked_from"], "session_id": "", "source_gone": True}}
                 if await sessions.commit(fork, version, told, history_len_before=stored_state(raw).history_len,
                                          append=[]):
                     self._forget(fork)

@@ -127,6 +127,8 @@ async def test_a_deleted_sources_forks_stay_and_say_it_is_gone(ctx: Any) -> None
     reply = await ErasureQueries(ctx, abort=aborted, forget=lambda sid: None).delete(SID, by="operator")
     assert reply["deleted"] is True
     raw, _ = await ctx.sessions.load("fork-1")
-    assert raw["forked_from"]["session_id"] is None and raw["forked_from"]["source_gone"] is True
+    assert raw["forked_from"]["session_id"] == "" and raw["forked_from"]["source_gone"] is True
+    got = await session_get(SessionGetRequest(session_id="fork-1"), ctx.sessions, ctx.events)
+    assert got["forked_from"] == {"session_id": None, "seq": 3, "cut_seq": 3, "source_gone": True}
     assert await ctx.sessions.history("fork-1") == history
     assert await ctx.redis.get(keys.blob("cd" * 32)) is not None, "the fork refers to it: kept"
