@@ -22,9 +22,12 @@ from loopwire.shared.stores.transcript import Archive
 from .queries import session_get, transcript_get
 
 PAGE = 1000
+"""Events read per `transcript.get` page while the export gathers them all."""
 
 
 class ExportRefused(Exception):
+    """The error reply an export request gets (`code`, message)."""
+
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code

@@ -73,6 +73,8 @@ log = logging.getLogger("loopwire.router.erasure")
 DELETES_AT_ONCE = 4
 """Delete requests one router replica works on at the same time."""
 TOMBSTONE_ATTEMPTS = 20
+"""Commits the tombstone (or a fork's note) tries against a session another replica keeps
+moving, before the delete answers `busy`."""
 AUDIT_KEEP = 10_000
 """Audit records kept in keys.DELETE_AUDIT (the log keeps them all)."""
 
@@ -80,6 +82,8 @@ ApplyInput = Callable[[str, AbortInput], Awaitable[Any]]
 
 
 class EraseRefused(Exception):
+    """The error reply a delete or erase request gets (`code`, message)."""
+
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
