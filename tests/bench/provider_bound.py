@@ -159,10 +159,14 @@ def run_one(servers: Servers, fake: FakeProvider, sessions: int, turns: int,
     log(f"provider-bound: {layout.name}, {sessions} sessions × {turns} tool-turns")
     system = System(servers, layout)
     system.start()
+    fake_cpu = cpu_seconds_with_children(fake.proc.pid)
     try:
         out = run_async(lambda: _load(servers, system.pids(), sessions, turns))
     finally:
         system.stop()
+    # The fake shares the machine: its CPU is loopwire's competition here, not its cost.
+    out["fake_cpu_ms_per_tool_turn"] = 1000 * (cpu_seconds_with_children(fake.proc.pid) - fake_cpu) / max(
+        1, out["tool_turns"])
     stats = fake.call("/_fake/stats")
     arrivals = sorted(stats["arrivals"])
     out["fake"] = {"requests": len(arrivals), "max_in_flight": stats["max_in_flight"],
