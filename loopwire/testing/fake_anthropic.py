@@ -46,6 +46,7 @@ As a process (other suites run it in a subprocess)::
 
     python -m loopwire.testing.fake_anthropic --port 0 --script script.json
     # prints FAKE_ANTHROPIC_URL=http://127.0.0.1:PORT once it listens
+    python -m loopwire.testing.fake_anthropic --responder my_suite.model:respond
 
 The script file is a list of response specs (for any model) or
 `{"scripts": {"<model or *>": [specs]}, "failures": [{"status": 529, "n": 2}]}`.
@@ -53,12 +54,14 @@ A running process is steered over HTTP too: `POST /_fake/script` `{"model", "res
 `POST /_fake/fail_next` `{"status", "n", "model"}`, `POST /_fake/enforce` `{"model", "rpm",
 "max_in_flight", "window_s", "retry_after"}`, `POST /_fake/latency` `{"model",
 "first_token_s", "total_s", "chunks"}`, `POST /_fake/reset`,
-`GET /_fake/requests`.
+`GET /_fake/requests`, `GET /_fake/stats` (`max_in_flight`, `in_flight`, the `arrivals` of message
+requests and the times of the ones `enforce()` refused, monotonic seconds).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import re
@@ -350,10 +353,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--script", help="JSON file of scripted responses")
+    parser.add_argument("--responder", help="`module:function`, the responder of every unscripted request "
+                                            "(a function of the request body returning a response spec)")
     args = parser.parse_args(argv)
     server = FakeAnthropic(args.host, args.port)
     if args.script:
         load_script(server, args.script)
+    if args.responder:
+        module, _, name = args.responder.partition(":")
+        server.responder = server.standing_responder = getattr(importlib.import_module(module), name)
     server.start()
     print(f"FAKE_ANTHROPIC_URL={server.url}", flush=True)
     done = threading.Event()

@@ -19,6 +19,9 @@ class MessagesApiHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     timeout = 30  # an idle keep-alive connection ends its thread after this
+    # A stream is many small writes: with Nagle's algorithm each waits for the client's
+    # delayed ACK of the one before (40 ms on Linux), which no real provider adds.
+    disable_nagle_algorithm = True
     fake: FakeAnthropic
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet in tests
@@ -56,6 +59,12 @@ class MessagesApiHandler(BaseHTTPRequestHandler):
             with self.fake.lock:
                 data = [{"path": r.path, "body": r.body} for r in self.fake.requests]
             self._send_json(200, {"requests": data})
+        elif self.path.startswith("/_fake/stats"):
+            fake = self.fake
+            with fake.lock:
+                arrivals = [r.at for r in fake.requests if r.path == "/v1/messages"]
+                stats = {"max_in_flight": fake.max_in_flight, "in_flight": fake.in_flight, "arrivals": arrivals}
+            self._send_json(200, {**stats, "rate_limited": [at for _, at in fake.rate_limited]})
         elif self.path.startswith("/_fake/health"):
             self._send_json(200, {"ok": True})
         else:

@@ -89,6 +89,8 @@ class ScriptedServer(FakeServer, Generic[F]):
     a condition that is notified on each recorded request."""
 
     responder: Any = None
+    standing_responder: Any = None
+    """The responder `reset()` puts back (a process's `--responder`); None: none."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(host, port)
@@ -108,7 +110,7 @@ class ScriptedServer(FakeServer, Generic[F]):
             self._scripts.clear()
             self._failures.clear()
             self.requests.clear()
-            self.responder = None
+            self.responder = self.standing_responder
 
     def pending(self, model: str = "*") -> int:
         with self.lock:

@@ -10,6 +10,11 @@ The events say when things ended, not all of when they began, so the spans are r
 | a generation (turn T) | its first `generating` event since it was asked, when it was seen (live only: not kept in the transcript), else the run's latest event after which the router asks for a generation (`GENERATION_STARTS`: the run's start, an input, a tool's result, a decision, a steer, a retraction, an error retried...) | its `message` |
 | a tool call | its `tool.call`, or the `approval.decided` that let it run when one came between | its `tool.result` (none yet: open) |
 
+A generation held back by the model limits (`model.throttled`, kept in the transcript) has
+its wait at the head of its bar: `wait_ms` from its first `model.throttled` to its
+`generating` (live only; from the transcript alone the wait is known to have happened,
+`throttled`, but not how long it took).
+
 Events that report on a generation are not its start: the llm service's `model.fallback`
 comes during it (the turn's bar covers the attempts of the model that failed, the mark
 says where it switched), and a `warning` the router emits with the result shares the
@@ -67,6 +72,8 @@ class RunWaterfall:
         """When the run's latest event of GENERATION_STARTS came: a generation asked after it starts there."""
         self.latest_ms = 0.0
         self.generating: dict[int, float] = {}
+        self.throttled: dict[int, float] = {}
+        """Turn -> its first `model.throttled` since the generation was asked."""
 
     def at(self, event: Mapping[str, Any]) -> float:
         return round(ts_ms(event["ts"]) - self.origin, 3)
@@ -77,6 +84,10 @@ class RunWaterfall:
             turn = int(event.get("turn") or 0)
             if self.generating.get(turn, -1.0) < self.last_ms:
                 self.generating[turn] = at
+        elif kind == "model.throttled":
+            turn = int(event.get("turn") or 0)
+            if self.throttled.get(turn, -1.0) < self.last_ms:
+                self.throttled[turn] = at
         elif kind == "message":
             self._generation(event, at)
         elif kind == "tool.call":
@@ -106,6 +117,9 @@ class RunWaterfall:
         turn = int(event.get("turn") or 0)
         start = self.generating.pop(turn, None)
         start = self.last_ms if start is None or not self.last_ms <= start <= at else start
+        throttled = self.throttled.pop(turn, None)
+        throttled = throttled if throttled is not None and self.last_ms <= throttled <= at else None
+        wait_ms = round(start - throttled, 3) if throttled is not None and start > throttled else None
         usage = event.get("usage") or {}
         # `input_tokens` counts all input; the prompt cache's read and written parts are
         # priced at their own rates.
@@ -119,7 +133,8 @@ class RunWaterfall:
                            "cache_read_input_tokens": read, "cache_creation_input_tokens": written,
                            "output_tokens": tokens.output_tokens,
                            "cost_usd": cost_usd(model, tokens, self.prices) if model else None,
-                           "executor": event.get("source") == "executor"})
+                           "executor": event.get("source") == "executor",
+                           "throttled": throttled is not None, "wait_ms": wait_ms})
 
     def to_dict(self) -> dict[str, Any]:
         ends = [t["end_ms"] for t in self.turns] + [t["end_ms"] or t["start_ms"] for t in self.tools] + [self.latest_ms]

@@ -12,7 +12,7 @@ fallback.py switching model, each by its rule over these errors.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anthropic
@@ -32,7 +32,15 @@ PLACEHOLDER_API_KEY = "loopwire-local-no-key"
 but the SDK refuses to build a request without some credential."""
 
 
-def build_client(settings: Settings, environ: Mapping[str, str] | None = None) -> anthropic.AsyncAnthropic:
+CONNECTIONS_PER_CLIENT = 128
+"""Requests one SDK client carries at once. Its HTTP library's connection pool looks at every
+connection it holds on each request and each response it closes, so one pool of thousands
+costs more CPU per request than the rest of the call; the replica's requests in flight are
+spread over several clients of this size instead (`AnthropicModel`)."""
+
+
+def build_client(settings: Settings, environ: Mapping[str, str] | None = None,
+                 max_connections: int | None = None) -> anthropic.AsyncAnthropic:
     """An AsyncAnthropic client honouring ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL."""
     env = os.environ if environ is None else environ
     api_key = env.get("ANTHROPIC_API_KEY") or None
@@ -42,7 +50,7 @@ def build_client(settings: Settings, environ: Mapping[str, str] | None = None) -
     # The connection pool holds every generation the replica may have in flight
     # (LOOPWIRE_LLM_MAX_HANDLERS): the SDK's default of 1,000 would queue the rest in the
     # pool. Its Limits type is the SDK's own HTTP library's (httpx, or the fork it ships with).
-    limits = type(DEFAULT_CONNECTION_LIMITS)(max_connections=max(settings.llm_max_handlers, 1),
+    limits = type(DEFAULT_CONNECTION_LIMITS)(max_connections=max(max_connections or settings.llm_max_handlers, 1),
                                              max_keepalive_connections=DEFAULT_CONNECTION_LIMITS.max_keepalive_connections)
     return anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=0,
                                     timeout=settings.llm_timeout_s,
@@ -99,29 +107,58 @@ def request_params(request: ModelRequest) -> dict[str, Any]:
 
 
 class AnthropicModel(Model):
-    """One client, any model id: the id travels in the request."""
+    """Any model id (the id travels in the request), on one client, or on as many clients
+    of `per_client` requests as the requests in flight need (`more` makes the next one)."""
 
     name = "anthropic"
 
-    def __init__(self, client: anthropic.AsyncAnthropic) -> None:
-        self._client = client
+    def __init__(self, client: anthropic.AsyncAnthropic, *, more: Callable[[], anthropic.AsyncAnthropic] | None = None,
+                 most: int = 1, per_client: int = CONNECTIONS_PER_CLIENT) -> None:
+        self._clients = [client]
+        self._in_flight = [0]
+        self._more = more
+        self._most = max(1, most)
+        self._per_client = per_client
+
+    @classmethod
+    def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> AnthropicModel:
+        """Clients of CONNECTIONS_PER_CLIENT for the replica's LOOPWIRE_LLM_MAX_HANDLERS."""
+        size = min(CONNECTIONS_PER_CLIENT, settings.llm_max_handlers)
+        return cls(build_client(settings, environ, size), more=lambda: build_client(settings, environ, size),
+                   most=-(-settings.llm_max_handlers // size), per_client=size)
 
     @property
     def base_url(self) -> str:
-        return str(self._client.base_url)
+        return str(self._clients[0].base_url)
+
+    def _take(self) -> int:
+        """The first client with room (its connections kept alive for the next request),
+        else a new one, else the least busy."""
+        free = next((i for i, n in enumerate(self._in_flight) if n < self._per_client), None)
+        if free is None and self._more is not None and len(self._clients) < self._most:
+            self._clients.append(self._more())
+            self._in_flight.append(0)
+            free = len(self._clients) - 1
+        if free is None:
+            free = min(range(len(self._clients)), key=self._in_flight.__getitem__)
+        self._in_flight[free] += 1
+        return free
 
     async def stream(self, request: ModelRequest) -> ModelStream:
         # A failure of the caller (publishing a delta, say) happens in the caller's frame, not
         # here: only the call's own failures are classified. A caller that stops reading
         # closes this stream, and the SDK's stream with it.
+        i = self._take()
         try:
-            async with self._client.messages.stream(**request_params(request)) as stream:
+            async with self._clients[i].messages.stream(**request_params(request)) as stream:
                 async for event in stream:
                     if event.type == "content_block_delta" and event.delta.type == "text_delta" and event.delta.text:
                         yield TextDelta(event.delta.text)
                 final = await stream.get_final_message()
         except Exception as exc:  # every failure of the call leaves as a ModelCallError
             raise classify(exc, request.model) from exc
+        finally:
+            self._in_flight[i] -= 1
         yield Finished(ModelResponse(
             message={"role": "assistant", "content": [_block_to_dict(b) for b in final.content]},
             stop_reason=final.stop_reason,
@@ -131,4 +168,5 @@ class AnthropicModel(Model):
         ))
 
     async def aclose(self) -> None:
-        await self._client.close()
+        for client in self._clients:
+            await client.close()

@@ -60,11 +60,11 @@ class ModelFactory:
     def _build(self) -> Model:
         if self.provider == "scripted":
             return DemoModel()
-        # One SDK client (one connection pool) serves every model id.
+        # One model (its SDK clients and their connection pools) serves every model id.
         if self._shared is None:
-            from .anthropic_model import AnthropicModel, build_client
+            from .anthropic_model import AnthropicModel
 
-            self._shared = AnthropicModel(build_client(self._settings, self._environ))
+            self._shared = AnthropicModel.from_settings(self._settings, self._environ)
         return self._shared
 
     async def aclose(self) -> None:

@@ -1,4 +1,5 @@
-"""The one tool of `make bench`: `noop`, which does nothing.
+"""The tools of `make bench`: `noop`, which does nothing, and `wait`, which takes half a
+second (the provider-bound pass: a tool that takes time, as real ones do).
 
 Async on purpose: a sync tool runs in a worker thread, and the bench measures loopwire's
 path, not a thread hand-off. Loaded with ``LOOPWIRE_TOOL_MODULES=tests.bench.bench_tools``.
@@ -6,7 +7,11 @@ path, not a thread hand-off. Loaded with ``LOOPWIRE_TOOL_MODULES=tests.bench.ben
 
 from __future__ import annotations
 
+import asyncio
+
 from loopwire.tools.registry import tool
+
+WAIT_S = 0.5
 
 
 @tool
@@ -18,3 +23,14 @@ async def noop(n: int = 0) -> str:
             and the router's loop detection does not stop the run).
     """
     return "ok"
+
+
+@tool
+async def wait(n: int = 0) -> str:
+    """Take half a second, then say so.
+
+    Args:
+        n: which call this is (consecutive calls differ, as for `noop`).
+    """
+    await asyncio.sleep(WAIT_S)
+    return "waited"

@@ -148,8 +148,31 @@ def summary(res: Results) -> str:
                       "Every table of this run: docs/bench-results.md.", "", SUMMARY_END])
 
 
+def provider_table(res: Results) -> list[str]:
+    pb = res.get("provider_bound")
+    if not pb:
+        return []
+    out = ["", "### When the model takes seconds (the provider-bound pass)", "",
+           f"The split layout (two routers) against the fake Messages API in a process of its own: each generation "
+           f"takes {pb['model_s']:g} s (its first token after {pb['first_token_s']:g} s), each tool call "
+           f"{pb['tool_s']:g} s. Added: a tool-turn's interval less those {pb['model_s'] + pb['tool_s']:g} s.", "",
+           "| run | sessions | wall | added p50 | added p99 | RSS / session | the fake saw |", "|---|---|---|---|---|---|---|"]
+    for name, run in (("no limits", pb["load"]), ("model limits", pb.get("limited"))):
+        if not run:
+            continue
+        fake = run["fake"]
+        seen = (f"{fake['requests']} requests, at most {fake['max_in_flight']} in flight, {fake['max_in_60s']} in 60 s, "
+                f"{fake['rate_limited']} 429s" + (f", {fake['achieved_rpm']:.0f}/min" if "achieved_rpm" in fake else ""))
+        label = name if name == "no limits" else f"{name} {run.get('limits')}"
+        out.append(f"| {label} | {run['sessions']} × {run['turns']} | {run['wall_s']:.1f} s | {run['added_p50_ms']:.1f} ms "
+                   f"| {run['added_p99_ms']:.1f} ms | {run['rss_per_session_kb']:.0f} KB | {seen} |")
+    peak = pb["load"]["rss_peak_mb"]
+    out += ["", "RSS at the peak (MB): " + ", ".join(f"{k} {v:.0f}" for k, v in peak.items())]
+    return out
+
+
 def markdown(res: Results) -> str:
-    out = [START, "", *run_lines(res), "", "### Targets", "", *targets_table(res)]
+    out = [START, "", *run_lines(res), "", "### Targets", "", *targets_table(res), *provider_table(res)]
 
     out += ["", "### Every layout against both floors", "",
             "p50/p99 of one tool-turn: the time between two consecutive `message` events of a session as the "

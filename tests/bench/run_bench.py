@@ -29,7 +29,10 @@
    clusters: what a deployment beyond one machine runs.
 5. A second pass on fresh servers with nats-server's default `sync_interval`: the layouts
    with targets and the durable floor again (`--no-default-sync` skips it).
-6. `.run/bench.json` (everything), the console table with every target of targets.py
+6. The provider-bound pass on fresh servers (provider_bound.py): the split layout against
+   the fake Messages API with a 5 s model and a 0.5 s tool, 1,000 sessions × 5 tool-turns,
+   then 200 under model limits (`--no-provider-bound` skips it).
+7. `.run/bench.json` (everything), the console table with every target of targets.py
    `[MET ]` or `[MISS]`, and docs/bench-results.md's results block (every table) and docs/benchmarks.md's summary (the targets) rendered from that file
    (report.py; `--no-doc` leaves the doc alone).
 
@@ -52,10 +55,12 @@ from typing import Any
 from . import report
 from .console import console_table
 from .consume_overhead import measure_all
-from .layouts import LAYOUT_ORDER, ROOT, bench_layouts
+from .layouts import LAYOUT_ORDER, ROOT, bench_layouts, start_servers
 from .measuring import log
 from .passes import Pass, run_async, start_pass
 from .procstat import machine_facts, other_busy_processes
+from .provider_bound import measure_provider_bound
+from .provider_bound import summary_lines as provider_summary
 from .replica_wait import describe as describe_replica_wait
 from .replica_wait import measure_replica_wait
 from .targets import TARGETS
@@ -63,7 +68,8 @@ from .targets import TARGETS
 DOC = ROOT / "docs" / "benchmarks.md"
 RESULTS_DOC = ROOT / "docs" / "bench-results.md"
 RESULTS = ROOT / ".run" / "bench.json"
-QUICK = {"sessions": 40, "turns": 10, "single": 4, "warmup_sessions": 10, "load_runs": 1, "bytes_turns": "10,20,40"}
+QUICK = {"sessions": 40, "turns": 10, "single": 4, "warmup_sessions": 10, "load_runs": 1, "bytes_turns": "10,20,40",
+         "provider_sessions": 100, "limited_sessions": 60}
 """--quick (or LOOPWIRE_BENCH_QUICK=1): a load small enough to iterate on, every layout still."""
 
 
@@ -92,11 +98,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "the durable floor again)")
     p.add_argument("--no-doc", action="store_true", help="leave docs/benchmarks.md and docs/bench-results.md alone (the results file is "
                                                          "written anyway)")
+    p.add_argument("--no-provider-bound", action="store_true",
+                   help="skip the provider-bound pass (a 5 s model: provider_bound.py)")
+    p.add_argument("--provider-sessions", type=int, help="sessions of the provider-bound pass (1000)")
+    p.add_argument("--limited-sessions", type=int, help="sessions of its run under model limits (200)")
     p.add_argument("--results", default=str(RESULTS), help="the results file (JSON)")
     p.add_argument("--watchdog", type=int, default=2400, help="seconds before a hung run is ended")
     args = p.parse_args(argv)
     full = {"sessions": 200, "turns": 20, "single": 20, "warmup_sessions": 40, "load_runs": 3,
-            "bytes_turns": "20,100,200"}
+            "bytes_turns": "20,100,200", "provider_sessions": 1000, "limited_sessions": 200}
     for key, value in (QUICK if args.quick else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -152,6 +162,16 @@ def main(argv: list[str] | None = None) -> int:
         traces = run.traces
         run.stop(failed=False)
         run = None
+        if not args.no_provider_bound:
+            log("-- the provider-bound pass: a 5 s model, on fresh servers")
+            servers = start_servers(sync_always=args.nats_sync == "always")
+            try:
+                res["provider_bound"] = measure_provider_bound(servers, args.provider_sessions, 5,
+                                                               args.limited_sessions)
+            finally:
+                servers.stop()
+            for line in provider_summary(res["provider_bound"]):
+                log(line)
         if args.nats_sync == "always" and not args.no_default_sync and second_keys:
             log("-- the same with nats-server's default sync_interval")
             second: dict[str, Any] = {"layouts": {}, "order": [], "notes": []}

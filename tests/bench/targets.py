@@ -185,6 +185,49 @@ def fork_verdict(res: Results) -> list[Verdict]:
              fork["p50_ms"] < FORK_TARGET_MS and fork["events"] >= FORK_EVENTS)]
 
 
+PROVIDER_ADDED_P50_MS = 50.0
+PROVIDER_ADDED_P99_MS = 500.0
+PROVIDER_RSS_PER_SESSION_KB = 64.0
+PROVIDER_LIMIT_SHARE = 0.95
+"""The provider-bound pass (provider_bound.py, issue 42): loopwire's own time per tool-turn
+beside a 5 s model and a 0.5 s tool, its memory per session in flight, and the share of a
+model limit a backlog achieves."""
+
+
+def provider_verdicts(res: Results) -> list[Verdict]:
+    pb = res.get("provider_bound")
+    if not pb:
+        return []
+    load = pb["load"]
+    what = (f"{load['sessions']:,} sessions × {load['turns']} tool-turns, a {pb['model_s']:g} s model, "
+            f"a {pb['tool_s']:g} s tool")
+    out: list[Verdict] = [
+        (f"provider-bound ({what}): every run completed", f"{load['n_failures']} failed in {load['wall_s']:.1f} s",
+         load["n_failures"] == 0),
+        (f"provider-bound: loopwire's time per tool-turn beyond the model's and the tool's, p50 ≤ "
+         f"{PROVIDER_ADDED_P50_MS:g} ms", f"{load['added_p50_ms']:.1f} ms", load["added_p50_ms"] <= PROVIDER_ADDED_P50_MS),
+        (f"provider-bound: the same, p99 ≤ {PROVIDER_ADDED_P99_MS:g} ms", f"{load['added_p99_ms']:.1f} ms",
+         load["added_p99_ms"] <= PROVIDER_ADDED_P99_MS),
+        (f"provider-bound: RSS per session in flight ≤ {PROVIDER_RSS_PER_SESSION_KB:g} KB over loopwire's processes",
+         f"{load['rss_per_session_kb']:.0f} KB", load["rss_per_session_kb"] <= PROVIDER_RSS_PER_SESSION_KB),
+        ("(reference) provider-bound: CPU per tool-turn, every process and the servers",
+         f"{sum(load['cpu_ms_per_tool_turn'].values()):.2f} ms", None)]
+    limited = pb.get("limited")
+    if limited:
+        fake, lim = limited["fake"], limited["limits"]
+        held = (fake["max_in_flight"] <= lim["max_concurrent"] and fake["max_in_60s"] <= lim["rpm"]
+                and fake["rate_limited"] == 0 and limited["n_failures"] == 0)
+        out.append((f"provider-bound under `max_concurrent: {lim['max_concurrent']}`, `rpm: {lim['rpm']}` "
+                    f"({limited['sessions']} sessions): every run completed, the limits held, 0 429s",
+                    f"{limited['n_failures']} failed; at most {fake['max_in_flight']} in flight, {fake['max_in_60s']} "
+                    f"in any 60 s, {fake['rate_limited']} 429s", held))
+        rpm = fake.get("achieved_rpm", 0.0)
+        out.append((f"provider-bound: requests per minute achieved with a backlog ≥ {100 * PROVIDER_LIMIT_SHARE:.0f}% "
+                    "of the limit", f"{rpm:.0f} of {lim['rpm']} = {100 * rpm / lim['rpm']:.0f}%",
+                    rpm >= PROVIDER_LIMIT_SHARE * lim["rpm"]))
+    return out
+
+
 def verdicts(res: Results) -> list[Verdict]:
     """Every target of the run: the layouts against the durable floor, the idle processes,
     Redis bytes, a fork's cost, the floors' reference line; then the pass with nats-server's
@@ -194,7 +237,7 @@ def verdicts(res: Results) -> list[Verdict]:
     if fd and fr:
         out.append(("(reference) the durable floor vs the raw floor, p50 (single session)",
                     f"{ms(fd)} vs {ms(fr)} = {fd / fr:.2f}×", None))
-    out += bytes_verdict(res) + fork_verdict(res)
+    out += bytes_verdict(res) + fork_verdict(res) + provider_verdicts(res)
     second = res.get("default_sync")
     if second:
         out += [(f"with nats-server's default sync: {target}", measured, met)

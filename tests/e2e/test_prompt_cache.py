@@ -8,6 +8,7 @@ no breakpoint."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -101,3 +102,28 @@ async def test_prompt_cache_off_sends_no_breakpoint(cnc: NatsClient, fake: FakeA
     assert ended["status"] == "completed"
     assert [breakpoints(r) for r in fake.message_requests] == [0] * (TURNS + 1)
     assert ended["usage"]["cache_read_input_tokens"] == 0
+
+
+async def test_a_fork_reads_its_source_prefix_from_the_cache(cnc: NatsClient, fake: FakeAnthropic,
+                                                             provider: ToolProvider) -> None:
+    """A fork (at the run's end, and inside it at an earlier turn) sends a prefix its source
+    already sent: its first request reads it from the cache instead of writing it again."""
+    script(fake)
+    async with SessionEvents(cnc, f"cache-src-{uuid.uuid4().hex[:8]}") as src:
+        await src.publish("start", {"input": "add some numbers", "system": SYSTEM, "tools": ["add", "slow_echo"],
+                                    "model": {"primary": MODEL}})
+        assert (await src.wait_for("run.ended", timeout=60))["status"] == "completed"
+    calls = [e for e in src.events if e["kind"] == "tool.call"]
+    for at_seq in (src.events[-1]["seq"], calls[2]["seq"]):
+        fork = f"cache-fork-{uuid.uuid4().hex[:8]}"
+        reply = await cnc.request("loopwire.api.session.fork", json.dumps(
+            {"session_id": src.sid, "new_session_id": fork, "at_seq": at_seq}).encode(), timeout=10)
+        assert "error" not in json.loads(reply.data), reply.data
+        fake.script("*", [{"text": "Forked on."}])
+        answered = len(fake.usages)
+        async with SessionEvents(cnc, fork) as ev:
+            await ev.publish("message", {"v": 1, "content": "And now?"})
+            assert (await ev.wait_for("run.ended", timeout=60))["status"] == "completed"
+        (usage,) = fake.usages[answered:]
+        total = usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"]
+        assert usage["cache_read_input_tokens"] >= 0.8 * total, f"the fork at seq {at_seq} wrote anew: {usage}"

@@ -61,6 +61,11 @@ function chart(run) {
     const place = x(end) + 56 <= LABEL_W + PLOT_W ? "after" : x(line.span.start_ms) - 56 >= LABEL_W ? "before" : "inside";
     const at = { after: x(end) + 4, before: x(line.span.start_ms) - 4, inside: x(line.span.start_ms) + 4 }[place];
     const label = line.label.length > 28 ? `${line.label.slice(0, 27)}…` : line.label;
+    if (line.kind === "generation" && line.span.wait_ms) { // the wait for the model limits, before the bar
+      const from = line.span.start_ms - line.span.wait_ms;
+      root.append(svg("rect", { x: x(from), y: y + 6, height: ROW_H - 12, rx: 2, width: Math.max(2, x(line.span.start_ms) - x(from)),
+        class: "bar wait", "data-turn": line.span.turn }, svg("title", {}, `waited ${ms(line.span.wait_ms)} for the model limits`)));
+    }
     root.append(svg("text", { x: 4, y: y + ROW_H - 6, class: `row-label ${line.kind}` }, label, svg("title", {}, line.label)), bar,
       svg("text", { x: at, y: y + ROW_H - 6, class: `bar-label ${place}`, "text-anchor": place === "before" ? "end" : "start" },
         ms(line.span.duration_ms)));
@@ -82,7 +87,8 @@ function turnTable(run) {
       const toolTime = run.tools.filter((c) => c.turn === t.turn && c.duration_ms !== null)
         .reduce((sum, c) => sum + c.duration_ms, 0);
       return el("tr", { "data-turn": t.turn }, el("td", {}, t.turn), el("td", {}, t.model ?? ""),
-        el("td", {}, ms(t.duration_ms)), el("td", {}, toolTime ? ms(toolTime) : "—"),
+        el("td", {}, ms(t.duration_ms) + (t.wait_ms ? ` (waited ${ms(t.wait_ms)})` : t.throttled ? " (waited)" : "")),
+        el("td", {}, toolTime ? ms(toolTime) : "—"),
         el("td", {}, `${t.input_tokens} in / ${t.output_tokens} out`),
         el("td", { class: "cache" }, t.cache_read_input_tokens || t.cache_creation_input_tokens
           ? `${t.cache_read_input_tokens} read / ${t.cache_creation_input_tokens} written` : "—"),

@@ -259,3 +259,29 @@ def test_the_summary_holds_the_run_and_its_targets_and_points_at_every_table(tmp
     assert "| `6 × loopwire serve (2 routers)`: p50 (single session) ≤ 1.5× the durable floor |" in summary
     assert "docs/bench-results.md" in summary and "### Every layout" not in summary
     assert "### Every layout against both floors" in full.read_text()
+
+
+def _provider_run(added_p50: float, rss_kb: float, **fake: Any) -> dict[str, Any]:
+    return {"sessions": 1000, "turns": 5, "wall_s": 40.0, "n_failures": 0, "failures": [], "tool_turns": 5000,
+            "added_p50_ms": added_p50, "added_p99_ms": 300.0, "rss_per_session_kb": rss_kb,
+            "rss_peak_mb": {"router": 90.0, "llm": 150.0}, "cpu_ms_per_tool_turn": {"router": 2.0, "llm": 3.0},
+            "fake": {"requests": 6000, "max_in_flight": 1000, "rate_limited": 0, "max_in_60s": 6000, **fake}}
+
+
+def test_the_provider_bound_pass_is_judged_and_rendered() -> None:
+    from tests.bench.targets import provider_verdicts
+
+    limited = {**_provider_run(80.0, 50.0, max_in_flight=50, max_in_60s=600, achieved_rpm=580.0),
+               "sessions": 200, "limits": {"max_concurrent": 50, "rpm": 600}}
+    res = {"provider_bound": {"model_s": 5.0, "first_token_s": 1.0, "tool_s": 0.5,
+                              "load": _provider_run(30.0, 70.0), "limited": limited}}
+    verdicts = {target.split(":")[-1].strip(): met for target, _, met in provider_verdicts(res)}
+    assert verdicts["every run completed"] is True
+    assert verdicts["the same, p99 ≤ 500 ms"] is True
+    assert verdicts["RSS per session in flight ≤ 64 KB over loopwire's processes"] is False, "70 KB > 64 KB"
+    assert [met for target, _, met in provider_verdicts(res) if "achieved" in target] == [True], "580 ≥ 95% of 600"
+    limited["fake"]["rate_limited"] = 1
+    assert [met for target, _, met in provider_verdicts(res) if "0 429s" in target] == [False]
+    table = "\n".join(report.provider_table(res))
+    assert "| no limits | 1000 × 5 | 40.0 s | 30.0 ms | 300.0 ms | 70 KB |" in table
+    assert "580/min" in table

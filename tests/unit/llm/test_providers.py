@@ -33,16 +33,24 @@ async def test_model_factories() -> None:
     assert isinstance(scripted("a"), DemoModel) and scripted("a") is scripted("a")
     remote = build_model_factory(Settings(llm_timeout_s=5), {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})
     model = remote("claude-a")
-    assert model is remote("claude-b"), "one client (one connection pool) for every model id"
+    assert model is remote("claude-b"), "one model (its clients and their pools) for every model id"
     assert model.base_url.startswith("http://127.0.0.1:9")  # type: ignore[attr-defined]
-    client = model._client  # type: ignore[attr-defined]
+    client = model._clients[0]  # type: ignore[attr-defined]
     assert client.api_key == "loopwire-local-no-key" and client.max_retries == 0 and client.timeout == 5
     await remote.aclose()
 
 
-def test_the_model_clients_pool_holds_every_generation_a_replica_may_have_in_flight() -> None:
-    from loopwire.llm.anthropic_model import build_client
-    for handlers in (4096, 10):
-        client = build_client(Settings(llm_max_handlers=handlers), {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})
-        assert client._client._transport._pool._max_connections == handlers  # noqa: SLF001 - the pool's size
+def test_the_model_clients_hold_every_generation_a_replica_may_have_in_flight() -> None:
+    from loopwire.llm.anthropic_model import CONNECTIONS_PER_CLIENT, AnthropicModel
+    env = {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
+    small = AnthropicModel.from_settings(Settings(llm_max_handlers=10), env)
+    assert [c._client._transport._pool._max_connections for c in small._clients] == [10]  # noqa: SLF001
+    big = AnthropicModel.from_settings(Settings(llm_max_handlers=4096), env)
+    taken = [big._take() for _ in range(2 * CONNECTIONS_PER_CLIENT + 1)]  # noqa: SLF001
+    assert len(big._clients) == 3, "more clients as the requests in flight need them, pools of 128 each"  # noqa: SLF001
+    assert taken.count(0) == taken.count(1) == CONNECTIONS_PER_CLIENT and taken[-1] == 2
+    assert big._clients[2]._client._transport._pool._max_connections == CONNECTIONS_PER_CLIENT  # noqa: SLF001
+    big._in_flight[0] -= 1  # noqa: SLF001 - a request of the first client ended
+    assert big._take() == 0, "the first client with room: its connections are kept alive"  # noqa: SLF001
+    assert big._most * CONNECTIONS_PER_CLIENT >= 4096  # noqa: SLF001
     assert Settings().llm_max_handlers >= 1000 > Settings().router_max_handlers, "sized for waiting, not CPU"

@@ -152,3 +152,22 @@ def test_a_turns_cache_reads_and_writes_are_shown_and_priced_at_their_rates() ->
     (turn,) = run["turns"]
     assert (turn["input_tokens"], turn["cache_read_input_tokens"], turn["cache_creation_input_tokens"]) == (1000, 800, 150)
     assert turn["cost_usd"] == pytest.approx((50 * 3.0 + 800 * 0.3 + 150 * 3.75 + 100 * 15.0) / 1_000_000)
+
+
+def test_a_generation_that_waited_for_the_model_limits_shows_its_wait_before_its_bar() -> None:
+    live = Events()
+    live.add(0, "run.started", profile="agentic")
+    live.add(5, "user.message", turn=0, source="input", message={"role": "user", "content": "hi"})
+    live.add(10, "model.throttled", turn=1, model="m", reason="concurrency", wait_s=0)
+    live.add(900, "model.throttled", turn=1, model="m", reason="rpm", wait_s=2.5)
+    live.add(3010, "generating", turn=1, model="m")
+    live.add(4010, "message", turn=1, model="m", stop_reason="end_turn", usage={"input_tokens": 10, "output_tokens": 5},
+             message={"role": "assistant", "content": []})
+    live.add(4020, "run.ended", status="completed", turns=1, final_text="hi")
+    (turn,) = waterfall(live.events)[0]["turns"]
+    assert (turn["start_ms"], turn["duration_ms"], turn["throttled"], turn["wait_ms"]) == (3010, 1000, True, 3000)
+    stored = [e for e in live.events if e["kind"] != "generating"]  # the transcript keeps no `generating`
+    (turn,) = waterfall(stored)[0]["turns"]
+    assert (turn["start_ms"], turn["throttled"], turn["wait_ms"]) == (5, True, None)
+    (plain,) = waterfall(tool_run().events)[0]["turns"][:1]
+    assert (plain["throttled"], plain["wait_ms"]) == (False, None)
