@@ -25,8 +25,13 @@ def _said(receipt: dict[str, Any]) -> str:
 
 async def delete_session(settings: Settings, sid: str, *, as_json: bool) -> None:
     async with client(settings) as lw:
-        reply = await request(lw, settings, lw.subjects.query("session.delete", lw.tenant),
-                              {"session_id": lw.scoped(sid)}, timeout=DELETE_TIMEOUT_S)
+        reply = await request(
+            lw,
+            settings,
+            lw.subjects.query("session.delete", lw.tenant),
+            {"session_id": lw.scoped(sid)},
+            timeout=DELETE_TIMEOUT_S,
+        )
     if as_json:
         stdout_line(orjson.dumps(reply).decode())
     else:
@@ -35,41 +40,66 @@ async def delete_session(settings: Settings, sid: str, *, as_json: bool) -> None
 
 async def erase_user(settings: Settings, user: str, *, as_json: bool) -> None:
     async with client(settings) as lw:
-        reply = await request(lw, settings, lw.subjects.query("user.erase", lw.tenant), {"user_id": user},
-                              timeout=ERASE_TIMEOUT_S)
+        reply = await request(
+            lw,
+            settings,
+            lw.subjects.query("user.erase", lw.tenant),
+            {"user_id": user},
+            timeout=ERASE_TIMEOUT_S,
+        )
     if as_json:
         stdout_line(orjson.dumps(reply).decode())
         return
     for receipt in reply.get("sessions", []):
         err_console.print(_said(receipt), highlight=False)
-    err_console.print(f"user {user}: {sum(1 for r in reply.get('sessions', []) if r.get('deleted'))} "
-                      "session(s) deleted", highlight=False)
+    err_console.print(
+        f"user {user}: {sum(1 for r in reply.get('sessions', []) if r.get('deleted'))} session(s) deleted",
+        highlight=False,
+    )
 
 
 async def export_session(settings: Settings, sid: str) -> None:
     async with client(settings) as lw:
-        reply = await request(lw, settings, lw.subjects.query("session.export", lw.tenant),
-                              {"session_id": lw.scoped(sid)}, timeout=DELETE_TIMEOUT_S)
+        reply = await request(
+            lw,
+            settings,
+            lw.subjects.query("session.export", lw.tenant),
+            {"session_id": lw.scoped(sid)},
+            timeout=DELETE_TIMEOUT_S,
+        )
     stdout_line(orjson.dumps(reply, option=orjson.OPT_INDENT_2).decode())
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def delete(sid: Annotated[str, typer.Argument(help="The session to delete.")],
-               yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for a confirmation.")] = False,
-               as_json: Annotated[bool, typer.Option("--json", help="Print the receipt as one JSON line.")] = False
-               ) -> None:
+    def delete(
+        sid: Annotated[str, typer.Argument(help="The session to delete.")],
+        yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for a confirmation.")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the receipt as one JSON line.")] = False,
+    ) -> None:
         """Delete a session from every store (a run in progress is aborted first), and say
         what each store removed. Cannot be undone; asks first at a terminal."""
-        if not yes and not as_json and sys.stdin.isatty() and not typer.confirm(f"Delete session {sid} everywhere?", err=True, default=True):
+        if (
+            not yes
+            and not as_json
+            and sys.stdin.isatty()
+            and not typer.confirm(f"Delete session {sid} everywhere?", err=True, default=True)
+        ):
             raise typer.Exit(1)
         run_command(delete_session(cli_settings(), sid, as_json=as_json))
 
     @app.command()
-    def erase(user: Annotated[str, typer.Option("--user", metavar="USER_ID", help=(
-                  "The user whose sessions to delete (their runs' StartRun user_id)."))],
-              as_json: Annotated[bool, typer.Option("--json", help="Print the reply as one JSON line.")] = False
-              ) -> None:
+    def erase(
+        user: Annotated[
+            str,
+            typer.Option(
+                "--user",
+                metavar="USER_ID",
+                help=("The user whose sessions to delete (their runs' StartRun user_id)."),
+            ),
+        ],
+        as_json: Annotated[bool, typer.Option("--json", help="Print the reply as one JSON line.")] = False,
+    ) -> None:
         """Delete every session whose runs carried the user id, from every store."""
         run_command(erase_user(cli_settings(), user, as_json=as_json))
 

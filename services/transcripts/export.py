@@ -45,22 +45,32 @@ async def resolved(value: Any, blobs: BlobStore) -> Any:
     return value
 
 
-async def session_export(req: SessionExportRequest, sessions: SessionStore, events: EventLogStore,
-                         blobs: BlobStore, archive: Archive | None = None) -> dict[str, Any]:
+async def session_export(
+    req: SessionExportRequest,
+    sessions: SessionStore,
+    events: EventLogStore,
+    blobs: BlobStore,
+    archive: Archive | None = None,
+) -> dict[str, Any]:
     state = await session_get(SessionGetRequest(session_id=req.session_id), sessions, events, archive)
     if state.get("status") == "unknown":
         raise ExportRefused("unknown_session", f"session {req.session_id!r} has no state and no transcript")
     stored: list[dict[str, Any]] = []
     after = 0
     while True:
-        page = await transcript_get(TranscriptGetRequest(session_id=req.session_id, after_seq=after, limit=PAGE),
-                                    events, archive)
+        page = await transcript_get(
+            TranscriptGetRequest(session_id=req.session_id, after_seq=after, limit=PAGE), events, archive
+        )
         stored += page["events"]
         if "next_after_seq" not in page:
             break
         after = page["next_after_seq"]
     state["messages"] = await resolve_messages(state.get("messages") or [], blobs)
-    return {"v": PROTOCOL_VERSION, "session_id": req.session_id, "state": state,
-            "events": [await resolved(e, blobs) for e in stored],
-            # additions
-            "exported_at": now_rfc3339()}
+    return {
+        "v": PROTOCOL_VERSION,
+        "session_id": req.session_id,
+        "state": state,
+        "events": [await resolved(e, blobs) for e in stored],
+        # additions
+        "exported_at": now_rfc3339(),
+    }

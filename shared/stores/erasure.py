@@ -35,14 +35,36 @@ from loopwire.shared.contract.subjects import EVENTS_STREAM, INGRESS_STREAM, Sub
 from loopwire.shared.stores.blobs import REF_KEY
 from loopwire.shared.stores.redis_connection import is_cluster
 
-STORES = ("session_state", "history", "event_log", "memory", "step_records", "executor", "user_index",
-          "indexes", "blobs", "events_stream", "ingress_stream")
+STORES = (
+    "session_state",
+    "history",
+    "event_log",
+    "memory",
+    "step_records",
+    "executor",
+    "user_index",
+    "indexes",
+    "blobs",
+    "events_stream",
+    "ingress_stream",
+)
 """Every store a delete reports, in its reply's order (each listed, 0 when it held nothing)."""
 
-_KIND_STORE = {"s": "session_state", "h": "history", "seq": "event_log", "ek": "event_log", "e": "event_log",
-               "mem": "memory", "step": "step_records", "claim": "step_records", "fence": "step_records",
-               "exec": "executor", "users": "user_index", "forks": "indexes",
-               "mw": "step_records"}
+_KIND_STORE = {
+    "s": "session_state",
+    "h": "history",
+    "seq": "event_log",
+    "ek": "event_log",
+    "e": "event_log",
+    "mem": "memory",
+    "step": "step_records",
+    "claim": "step_records",
+    "fence": "step_records",
+    "exec": "executor",
+    "users": "user_index",
+    "forks": "indexes",
+    "mw": "step_records",
+}
 _REF = re.compile(rb'"' + REF_KEY.encode() + rb'":\{"sha256":"([0-9a-f]{64})"')
 _BATCH = 200
 SLOT_KEYS_MAX = 1_000_000
@@ -127,39 +149,48 @@ class SessionKeys:
         self.found = found
 
     @classmethod
-    async def read(cls, redis: aioredis.Redis, sid: str, *, keep: frozenset[str] = frozenset()) -> SessionKeys:
+    async def read(
+        cls, redis: aioredis.Redis, sid: str, *, keep: frozenset[str] = frozenset()
+    ) -> SessionKeys:
         names = [n for n in await session_keys(redis, sid) if n not in keep]
         found: list[tuple[str, str, list[bytes]]] = []
         for i in range(0, len(names), _BATCH):
-            found += await _values(redis, names[i:i + _BATCH])
+            found += await _values(redis, names[i : i + _BATCH])
         return cls(found)
 
     def blobs(self) -> set[str]:
         return {d for _name, _kind, values in self.found for v in values for d in blob_refs(v)}
 
     def user_ids(self) -> set[str]:
-        return {_text(v) for name, _kind, values in self.found if store_of(name) == "user_index" for v in values}
+        return {
+            _text(v) for name, _kind, values in self.found if store_of(name) == "user_index" for v in values
+        }
 
     def notes(self) -> list[bytes]:
         """The session's observations and reflections, as its memory stored them (a strategy
         actor's list holds the same bytes)."""
-        return [v for name, kind, values in self.found if kind == "list" and store_of(name) == "memory"
-                and name.rsplit(":", 1)[-1] in ("obs", "refl") for v in values]
+        return [
+            v
+            for name, kind, values in self.found
+            if kind == "list" and store_of(name) == "memory" and name.rsplit(":", 1)[-1] in ("obs", "refl")
+            for v in values
+        ]
 
     async def delete(self, redis: aioredis.Redis, *, last: str) -> Counter[str]:
         """Delete them all, `last` (the tombstone) after the others; what each held."""
         counts: Counter[str] = Counter()
         names = [name for name, _kind, _values in self.found if name != last]
         for i in range(0, len(names), _BATCH):
-            await redis.delete(*names[i:i + _BATCH])  # one slot: the session's
+            await redis.delete(*names[i : i + _BATCH])  # one slot: the session's
         await redis.delete(last)
         for name, kind, values in self.found:
             counts[store_of(name)] += records(kind, values)
         return counts
 
 
-async def remove_index_entries(redis: aioredis.Redis, sid: str, *, user_ids: set[str],
-                               source: str | None) -> Counter[str]:
+async def remove_index_entries(
+    redis: aioredis.Redis, sid: str, *, user_ids: set[str], source: str | None
+) -> Counter[str]:
     """The session out of the indexes that span sessions (each its own slot: one command each)."""
     counts: Counter[str] = Counter()
     tenant = sid.rpartition(".")[0] or None
@@ -202,16 +233,20 @@ async def remove_blobs(redis: aioredis.Redis, digests: set[str]) -> int:
 async def purge_subject(js: JetStreamContext, stream: str, subject: str) -> int:
     """Remove every message of `stream` on `subject` (a filter): how many were removed."""
     reply: dict[str, Any] = await js._api_request(  # nats-py's purge_stream drops the count
-        f"{js._prefix}.STREAM.PURGE.{stream}", orjson.dumps({"filter": subject}), timeout=js._timeout)
+        f"{js._prefix}.STREAM.PURGE.{stream}", orjson.dumps({"filter": subject}), timeout=js._timeout
+    )
     return int(reply.get("purged", 0))
 
 
 async def purge_session_messages(js: JetStreamContext, subjects: Subjects, sid: str) -> Counter[str]:
     counts: Counter[str] = Counter()
     prefix = subjects.prefix
-    counts["events_stream"] += await purge_subject(js, stream_name(prefix, EVENTS_STREAM), subjects.session_events(sid))
-    counts["ingress_stream"] += await purge_subject(js, stream_name(prefix, INGRESS_STREAM),
-                                                    subjects.ingress(sid, "*"))
+    counts["events_stream"] += await purge_subject(
+        js, stream_name(prefix, EVENTS_STREAM), subjects.session_events(sid)
+    )
+    counts["ingress_stream"] += await purge_subject(
+        js, stream_name(prefix, INGRESS_STREAM), subjects.ingress(sid, "*")
+    )
     return counts
 
 

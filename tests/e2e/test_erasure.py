@@ -33,8 +33,11 @@ from .events import SessionEvents, query
 pytestmark = pytest.mark.e2e
 
 MARK = re.compile(r"MARK-[0-9a-f]{12}")
-ERASE_ENV = {"LOOPWIRE_MEMORY_OBSERVE_EVERY_TURNS": "1", "LOOPWIRE_LARGE_CONTENT_BYTES": "300",
-             "LOOPWIRE_DELETE_SETTLE_S": "1"}
+ERASE_ENV = {
+    "LOOPWIRE_MEMORY_OBSERVE_EVERY_TURNS": "1",
+    "LOOPWIRE_LARGE_CONTENT_BYTES": "300",
+    "LOOPWIRE_DELETE_SETTLE_S": "1",
+}
 
 
 def marker() -> str:
@@ -71,8 +74,9 @@ async def enc(erase_system: LoopwireContainer) -> AsyncIterator[NatsClient]:
 
 async def run_session(nc: NatsClient, sid: str, mark: str, user: str) -> list[dict[str, Any]]:
     async with SessionEvents(nc, sid) as ev:
-        await ev.publish("start", {"v": 1, "input": f"Remember {mark}, please.", "tools": ["slow_echo"],
-                                   "user_id": user})
+        await ev.publish(
+            "start", {"v": 1, "input": f"Remember {mark}, please.", "tools": ["slow_echo"], "user_id": user}
+        )
         ended = await ev.wait_for("run.ended", timeout=60)
         assert ended["status"] == "completed", ended
         await ev.wait_for("memory.observation", timeout=30)
@@ -127,26 +131,33 @@ async def streams_holding(nc: NatsClient, needles: list[str]) -> list[str]:
 
 
 @pytest.mark.timeout(300)
-async def test_user_erase_removes_every_trace_and_leaves_others(erase_system: LoopwireContainer, enc: NatsClient,
-                                                               fake_anthropic: FakeAnthropic) -> None:
+async def test_user_erase_removes_every_trace_and_leaves_others(
+    erase_system: LoopwireContainer, enc: NatsClient, fake_anthropic: FakeAnthropic
+) -> None:
     await erase_and_scan(erase_system, enc, fake_anthropic)
 
 
-async def erase_and_scan(system: LoopwireContainer, enc: NatsClient, fake_anthropic: FakeAnthropic, *,
-                         cluster: bool = False) -> None:
+async def erase_and_scan(
+    system: LoopwireContainer, enc: NatsClient, fake_anthropic: FakeAnthropic, *, cluster: bool = False
+) -> None:
     """Sessions S1, S2 of user U and S3 of user V; `user.erase U` leaves nothing of S1 and S2."""
     fake_anthropic.reset()
     fake_anthropic.responder = marking_model
     tag = uuid.uuid4().hex[:6]
     user_u, user_v = f"user-u-{tag}", f"user-v-{tag}"
-    sessions = {f"erase-{tag}-1": (marker(), user_u), f"erase-{tag}-2": (marker(), user_u),
-                f"erase-{tag}-3": (marker(), user_v)}
+    sessions = {
+        f"erase-{tag}-1": (marker(), user_u),
+        f"erase-{tag}-2": (marker(), user_u),
+        f"erase-{tag}-3": (marker(), user_v),
+    }
     s1, s2, s3 = sessions
     async with serving_tools(enc):
         for sid, (mark, user) in sessions.items():
             events = await run_session(enc, sid, mark, user)
             results = [e for e in events if e["kind"] == "tool.result"]
-            assert results and "loopwire_ref" in json.dumps(results), "the tool result is stored as large content"
+            assert results and "loopwire_ref" in json.dumps(results), (
+                "the tool result is stored as large content"
+            )
 
         exported = await query(enc, "session.export", {"session_id": s1})
         assert exported["session_id"] == s1 and exported["state"]["status"] == "idle"
@@ -160,8 +171,13 @@ async def erase_and_scan(system: LoopwireContainer, enc: NatsClient, fake_anthro
         assert await redis_holding(system.get_redis_url(), marks, cluster=cluster)  # the scans do see them
         assert await streams_holding(enc, marks)
 
-        reply = json.loads((await enc.request("loopwire.api.user.erase", json.dumps({"user_id": user_u}).encode(),
-                                              timeout=60)).data)
+        reply = json.loads(
+            (
+                await enc.request(
+                    "loopwire.api.user.erase", json.dumps({"user_id": user_u}).encode(), timeout=60
+                )
+            ).data
+        )
         assert reply["user_id"] == user_u
         receipts = {r["session_id"]: r for r in reply["sessions"]}
         assert set(receipts) == {s1, s2}
@@ -169,15 +185,30 @@ async def erase_and_scan(system: LoopwireContainer, enc: NatsClient, fake_anthro
             assert receipt["deleted"] is True
             removed = {s["store"]: s["removed"] for s in receipt["stores"]}
             assert list(removed) == list(STORES), "every store is listed"
-            for store in ("session_state", "history", "event_log", "memory", "step_records", "user_index",
-                          "indexes", "blobs", "events_stream", "ingress_stream"):
+            for store in (
+                "session_state",
+                "history",
+                "event_log",
+                "memory",
+                "step_records",
+                "user_index",
+                "indexes",
+                "blobs",
+                "events_stream",
+                "ingress_stream",
+            ):
                 assert removed[store] > 0, (store, receipt)
 
         got = await query(enc, "session.get", {"session_id": s1})
         assert got["status"] == "unknown"
         assert (await query(enc, "transcript.get", {"session_id": s1}))["events"] == []
-        again = json.loads((await enc.request("loopwire.api.session.delete", json.dumps({"session_id": s1}).encode(),
-                                              timeout=30)).data)
+        again = json.loads(
+            (
+                await enc.request(
+                    "loopwire.api.session.delete", json.dumps({"session_id": s1}).encode(), timeout=30
+                )
+            ).data
+        )
         assert again["deleted"] is False and all(s["removed"] == 0 for s in again["stores"])
         refused = await query(enc, "session.fork", {"session_id": s1, "new_session_id": f"{s1}-fork"})
         assert refused["error"]["code"] == "unknown_session"
@@ -200,7 +231,8 @@ async def erase_and_scan(system: LoopwireContainer, enc: NatsClient, fake_anthro
 
 @pytest.mark.timeout(120)
 async def test_deleting_a_session_mid_tool_ends_the_run_and_keeps_nothing_of_it(
-        erase_system: LoopwireContainer, enc: NatsClient, fake_anthropic: FakeAnthropic) -> None:
+    erase_system: LoopwireContainer, enc: NatsClient, fake_anthropic: FakeAnthropic
+) -> None:
     fake_anthropic.reset()
     fake_anthropic.responder = marking_model
     sid, mark = f"erase-run-{uuid.uuid4().hex[:6]}", marker()
@@ -209,8 +241,13 @@ async def test_deleting_a_session_mid_tool_ends_the_run_and_keeps_nothing_of_it(
         async with SessionEvents(enc, sid) as ev:
             await ev.publish("start", {"v": 1, "input": f"Remember {mark}.", "tools": ["slow_echo"]})
             await asyncio.wait_for(provider.slow_started.wait(), 30)
-            receipt = json.loads((await enc.request("loopwire.api.session.delete",
-                                                    json.dumps({"session_id": sid}).encode(), timeout=30)).data)
+            receipt = json.loads(
+                (
+                    await enc.request(
+                        "loopwire.api.session.delete", json.dumps({"session_id": sid}).encode(), timeout=30
+                    )
+                ).data
+            )
             assert receipt["deleted"] is True, receipt
             ended = await ev.wait_for("run.ended", timeout=30)
             assert ended["status"] == "aborted", ended
@@ -224,8 +261,9 @@ async def test_deleting_a_session_mid_tool_ends_the_run_and_keeps_nothing_of_it(
 
 
 @pytest.mark.timeout(180)
-async def test_the_cli_exports_deletes_and_erases(erase_system: LoopwireContainer, enc: NatsClient,
-                                                  fake_anthropic: FakeAnthropic) -> None:
+async def test_the_cli_exports_deletes_and_erases(
+    erase_system: LoopwireContainer, enc: NatsClient, fake_anthropic: FakeAnthropic
+) -> None:
     fake_anthropic.reset()
     fake_anthropic.responder = marking_model
     tag = uuid.uuid4().hex[:6]
@@ -255,7 +293,8 @@ async def test_the_cli_exports_deletes_and_erases(erase_system: LoopwireContaine
 
 @pytest.mark.timeout(240)
 async def test_routers_killed_during_a_delete_leave_it_to_finish_when_asked_again(
-        erase_system: LoopwireContainer, enc: NatsClient, fake_anthropic: FakeAnthropic) -> None:
+    erase_system: LoopwireContainer, enc: NatsClient, fake_anthropic: FakeAnthropic
+) -> None:
     """kill -9 of both routers right after a delete is asked for: wherever it was cut (before
     its tombstone, in the middle of the sweep, or after it), the session is either whole or
     gone, never half of it alive; asked again once they are back, the delete completes.
@@ -278,11 +317,17 @@ async def test_routers_killed_during_a_delete_leave_it_to_finish_when_asked_agai
     except Exception:  # no reply: the delete was cut short (or never began)
         finished = False
     got = await query(enc, "session.get", {"session_id": sid})
-    assert got["status"] == "unknown" or (got["status"] == "idle" and got["messages"] == history), \
+    assert got["status"] == "unknown" or (got["status"] == "idle" and got["messages"] == history), (
         "whole or gone, never half"
+    )
     await asyncio.to_thread(erase_system.start_loopwire)
-    reply = json.loads((await enc.request("loopwire.api.session.delete", json.dumps({"session_id": sid}).encode(),
-                                          timeout=30)).data)
+    reply = json.loads(
+        (
+            await enc.request(
+                "loopwire.api.session.delete", json.dumps({"session_id": sid}).encode(), timeout=30
+            )
+        ).data
+    )
     # deleted: false only when the first one completed (its reply may have died with the router)
     assert reply["deleted"] is True or finished or got["status"] == "unknown", reply
     assert (await query(enc, "session.get", {"session_id": sid}))["status"] == "unknown"
@@ -295,15 +340,24 @@ async def test_routers_killed_during_a_delete_leave_it_to_finish_when_asked_agai
 def erase_cluster_system(request: pytest.FixtureRequest) -> Any:
     """The split layout on a 3-master Redis Cluster and a 3-node NATS cluster (streams R3)."""
     fake: FakeAnthropic = request.getfixturevalue("fake_anthropic")
-    with start_redis_cluster(masters=3, replicas=0) as redis_cluster, start_nats_cluster(3) as nats_cluster, \
-            LoopwireContainer(env={**E2E_ENV, "ANTHROPIC_BASE_URL": fake.url, **ERASE_ENV}, layout="split",
-                              redis_cluster=redis_cluster, nats_cluster=nats_cluster, ready_timeout=120) as lw:
+    with (
+        start_redis_cluster(masters=3, replicas=0) as redis_cluster,
+        start_nats_cluster(3) as nats_cluster,
+        LoopwireContainer(
+            env={**E2E_ENV, "ANTHROPIC_BASE_URL": fake.url, **ERASE_ENV},
+            layout="split",
+            redis_cluster=redis_cluster,
+            nats_cluster=nats_cluster,
+            ready_timeout=120,
+        ) as lw,
+    ):
         yield lw
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-async def test_user_erase_on_a_redis_cluster_and_a_nats_cluster(erase_cluster_system: LoopwireContainer,
-                                                                fake_anthropic: FakeAnthropic) -> None:
+async def test_user_erase_on_a_redis_cluster_and_a_nats_cluster(
+    erase_cluster_system: LoopwireContainer, fake_anthropic: FakeAnthropic
+) -> None:
     async with connected(erase_cluster_system) as nc:
         await erase_and_scan(erase_cluster_system, nc, fake_anthropic, cluster=True)

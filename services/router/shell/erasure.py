@@ -103,19 +103,32 @@ class ErasureQueries:
     def register(self, broker: NatsBroker) -> None:
         subjects, settings = self.ctx.subjects, self.ctx.settings
         queue = f"{settings.subject_prefix}-router"
-        for name, model, answer in (("session.delete", SessionDeleteRequest, self._on_delete),
-                                    ("user.erase", UserEraseRequest, self._on_erase)):
+        for name, model, answer in (
+            ("session.delete", SessionDeleteRequest, self._on_delete),
+            ("user.erase", UserEraseRequest, self._on_erase),
+        ):
             for scoped in (False, True) if settings.tenants else (False,):
-                broker.subscriber(subjects.query(name, tenant="*" if scoped else None), queue=queue,
-                                  max_workers=DELETES_AT_ONCE)(self._handler(name, model, answer, scoped))
+                broker.subscriber(
+                    subjects.query(name, tenant="*" if scoped else None),
+                    queue=queue,
+                    max_workers=DELETES_AT_ONCE,
+                )(self._handler(name, model, answer, scoped))
 
-    def _handler(self, name: str, model: type[Any], answer: Callable[[Any, str | None], Awaitable[Any]],
-                 scoped: bool) -> QueryHandler:
+    def _handler(
+        self, name: str, model: type[Any], answer: Callable[[Any, str | None], Awaitable[Any]], scoped: bool
+    ) -> QueryHandler:
         def refused(exc: Exception) -> dict[str, Any] | None:
             return error_reply(exc.code, str(exc)) if isinstance(exc, EraseRefused) else None
 
-        return query_handler(name, model, answer, subjects=self.ctx.subjects, settings=self.ctx.settings,
-                             tenant_scoped=scoped, refusal=refused)
+        return query_handler(
+            name,
+            model,
+            answer,
+            subjects=self.ctx.subjects,
+            settings=self.ctx.settings,
+            tenant_scoped=scoped,
+            refusal=refused,
+        )
 
     async def stop(self) -> None:
         for task in list(self._settling):
@@ -155,8 +168,10 @@ class ErasureQueries:
         resumed = is_deleted(raw)
         if raw is not None and not resumed:
             if stored_state(raw).status != "idle":
-                await self._abort(sid, AbortInput(input_id=f"delete:{uuid.uuid4().hex}",
-                                                  body=Abort(reason="session deleted")))
+                await self._abort(
+                    sid,
+                    AbortInput(input_id=f"delete:{uuid.uuid4().hex}", body=Abort(reason="session deleted")),
+                )
             raw = await self._tombstone(sid)
         self._forget(sid)
         await self._cancel_in_flight(sid)
@@ -168,9 +183,14 @@ class ErasureQueries:
             task = asyncio.get_running_loop().create_task(self._settle(sid))
             self._settling.add(task)
             task.add_done_callback(self._settling.discard)
-        return {"v": PROTOCOL_VERSION, "session_id": sid, "deleted": deleted, "stores": stores,
-                # addition: a delete that finished one cut short before
-                "resumed": resumed}
+        return {
+            "v": PROTOCOL_VERSION,
+            "session_id": sid,
+            "deleted": deleted,
+            "stores": stores,
+            # addition: a delete that finished one cut short before
+            "resumed": resumed,
+        }
 
     async def _tombstone(self, sid: str) -> dict[str, Any] | None:
         """Mark the session deleted behind its version; the state as it was, marked (None:
@@ -181,8 +201,9 @@ class ErasureQueries:
             if raw is None or is_deleted(raw):
                 return raw
             marked = {**raw, DELETED: True}
-            if await sessions.commit(sid, version, marked, history_len_before=stored_state(raw).history_len,
-                                     append=[]):
+            if await sessions.commit(
+                sid, version, marked, history_len_before=stored_state(raw).history_len, append=[]
+            ):
                 return marked
         raise EraseRefused("busy", f"session {sid!r} kept changing; ask again")
 
@@ -219,7 +240,9 @@ class ErasureQueries:
         events = await self.ctx.events.read(sid, 0, 1_000_000)
         await self.ctx.events.delete(sid)
         await self.ctx.sessions.delete(sid)
-        counts.update({"session_state": int(raw is not None), "history": len(history), "event_log": len(events)})
+        counts.update(
+            {"session_state": int(raw is not None), "history": len(history), "event_log": len(events)}
+        )
         return counts
 
     async def _tell_forks(self, forks: list[str], sid: str) -> None:
@@ -229,12 +252,17 @@ class ErasureQueries:
         for fork in forks:
             for _ in range(TOMBSTONE_ATTEMPTS):
                 raw, version = await sessions.load(fork)
-                if raw is None or is_deleted(raw) or not isinstance(raw.get("forked_from"), dict) \
-                        or raw["forked_from"].get("session_id") != sid:
+                if (
+                    raw is None
+                    or is_deleted(raw)
+                    or not isinstance(raw.get("forked_from"), dict)
+                    or raw["forked_from"].get("session_id") != sid
+                ):
                     break
                 told = {**raw, "forked_from": {**raw["forked_from"], "session_id": "", "source_gone": True}}
-                if await sessions.commit(fork, version, told, history_len_before=stored_state(raw).history_len,
-                                         append=[]):
+                if await sessions.commit(
+                    fork, version, told, history_len_before=stored_state(raw).history_len, append=[]
+                ):
                     self._forget(fork)
                     break
 
@@ -251,10 +279,17 @@ class ErasureQueries:
             log.warning("session delete: the later sweep failed (%s); a delete again repeats it", exc)
 
     # -- the audit ------------------------------------------------------------------------------
-    async def _audit(self, sid: str, *, by: str, deleted: bool, resumed: bool,
-                     stores: list[dict[str, Any]]) -> None:
-        record = {"at": now_rfc3339(), "by": by, "session": await self._hashed(sid), "deleted": deleted,
-                  "resumed": resumed, "stores": {s["store"]: s["removed"] for s in stores}}
+    async def _audit(
+        self, sid: str, *, by: str, deleted: bool, resumed: bool, stores: list[dict[str, Any]]
+    ) -> None:
+        record = {
+            "at": now_rfc3339(),
+            "by": by,
+            "session": await self._hashed(sid),
+            "deleted": deleted,
+            "resumed": resumed,
+            "stores": {s["store"]: s["removed"] for s in stores},
+        }
         log.info("session delete audit: %s", orjson.dumps(record).decode())
         if self.ctx.sessions.supports(Capability.PIPELINED_HISTORY):
             pipe = self.ctx.redis.pipeline(transaction=False)

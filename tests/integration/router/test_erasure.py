@@ -42,8 +42,14 @@ async def ctx(redis_server: Any, nats_server: Any, prefix: str) -> AsyncIterator
     nc = await nats.connect(nats_server.url)
     js = nc.jetstream()
     await ensure_streams(js, settings)
-    yield SimpleNamespace(settings=settings, subjects=Subjects(prefix), redis=redis, sessions=RedisSessionStore(redis),
-                          events=RedisEventLog(redis), bus=SimpleNamespace(nc=nc, js=js))
+    yield SimpleNamespace(
+        settings=settings,
+        subjects=Subjects(prefix),
+        redis=redis,
+        sessions=RedisSessionStore(redis),
+        events=RedisEventLog(redis),
+        bus=SimpleNamespace(nc=nc, js=js),
+    )
     await nc.drain()
     await redis.aclose()
 
@@ -51,13 +57,16 @@ async def ctx(redis_server: Any, nats_server: Any, prefix: str) -> AsyncIterator
 async def a_session(ctx: Any) -> None:
     """An idle session with history, events in Redis and in both streams, memory, a step
     record, a blob it refers to and a user index entry."""
-    history = [{"role": "user", "content": [{"type": "text", "text": "hello"}]},
-               {"role": "assistant", "content": [REF]}]
+    history = [
+        {"role": "user", "content": [{"type": "text", "text": "hello"}]},
+        {"role": "assistant", "content": [REF]},
+    ]
     state = SessionState(session_id=SID, history_len=2, runs=1)
     assert await ctx.sessions.commit(SID, 0, state.dump(), history_len_before=0, append=history)
     for n in range(3):
-        event, _ = await ctx.events.append(SID, {"v": 1, "session_id": SID, "run_id": "r1", "kind": "message",
-                                                 "content": [REF]}, key=f"k{n}")
+        event, _ = await ctx.events.append(
+            SID, {"v": 1, "session_id": SID, "run_id": "r1", "kind": "message", "content": [REF]}, key=f"k{n}"
+        )
         await ctx.bus.js.publish(ctx.subjects.event(SID, "message"), codec.dumps(event))
     await ctx.bus.js.publish(ctx.subjects.ingress(SID, "start"), b'{"input": "hello"}')
     await ctx.redis.rpush(keys.memory(SID, "obs"), b'{"text": "an observation"}')
@@ -71,8 +80,11 @@ async def left_of(ctx: Any) -> list[str]:
     left = [n for n in names if SID in n or n == keys.blob("cd" * 32)]
     for name in names:
         if (await ctx.redis.type(name)) in (b"set", b"zset") and name.startswith("lw:"):
-            members = await ctx.redis.smembers(name) if await ctx.redis.type(name) == b"set" \
+            members = (
+                await ctx.redis.smembers(name)
+                if await ctx.redis.type(name) == b"set"
                 else await ctx.redis.zrange(name, 0, -1)
+            )
             left += [f"{name} -> {SID}" for m in members if m.decode() == SID]
     for stream in ("LOOPWIRE_EVENTS", "LOOPWIRE_INGRESS"):
         info = await ctx.bus.js.stream_info(f"{stream}_{ctx.settings.subject_prefix.upper()}")
@@ -86,7 +98,8 @@ async def aborted(sid: str, inp: Any) -> None:
 
 @pytest.mark.parametrize("step", ["remove_index_entries", "remove_blobs", "purge_session_messages"])
 async def test_a_delete_cut_short_stays_deleted_and_completes_when_asked_again(
-        ctx: Any, step: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx: Any, step: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await a_session(ctx)
     queries = ErasureQueries(ctx, abort=aborted, forget=lambda sid: None)
 
@@ -99,7 +112,9 @@ async def test_a_delete_cut_short_stays_deleted_and_completes_when_asked_again(
             await queries.delete(SID, by="operator")
     raw, _ = await ctx.sessions.load(SID)
     assert is_deleted(raw), "the tombstone is the first thing written"
-    assert (await session_get(SessionGetRequest(session_id=SID), ctx.sessions, ctx.events))["status"] == "unknown"
+    assert (await session_get(SessionGetRequest(session_id=SID), ctx.sessions, ctx.events))[
+        "status"
+    ] == "unknown"
     assert await left_of(ctx), "the delete was cut short: something is left"
 
     reply = await queries.delete(SID, by="operator")
@@ -119,8 +134,9 @@ async def test_a_delete_cut_short_stays_deleted_and_completes_when_asked_again(
 
 async def test_a_deleted_sources_forks_stay_and_say_it_is_gone(ctx: Any) -> None:
     await a_session(ctx)
-    fork = SessionState(session_id="fork-1", history_len=2,
-                        forked_from={"session_id": SID, "seq": 3, "cut_seq": 3})  # type: ignore[arg-type]
+    fork = SessionState(
+        session_id="fork-1", history_len=2, forked_from={"session_id": SID, "seq": 3, "cut_seq": 3}
+    )  # type: ignore[arg-type]
     history = await ctx.sessions.history(SID)
     assert await ctx.sessions.commit("fork-1", 0, fork.dump(), history_len_before=0, append=history)
     await ctx.sessions.add_fork(SID, "fork-1")

@@ -87,5 +87,7 @@ def test_a_tenant_may_not_delete_or_export_another_tenants_session(model: type) 
 
 
 def test_reading_another_tenants_session_is_still_refused_as_before() -> None:
-    refused = parse_query(orjson.dumps({"session_id": "globex.s-1"}), SessionGetRequest, tenants=True, tenant="acme")
+    refused = parse_query(
+        orjson.dumps({"session_id": "globex.s-1"}), SessionGetRequest, tenants=True, tenant="acme"
+    )
     assert isinstance(refused, dict) and refused["error"]["code"] == "invalid_session_id"
