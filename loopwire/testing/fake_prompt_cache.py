@@ -51,9 +51,13 @@ class PromptCache:
         self.clock = clock
         self._until: dict[tuple[str, str], float] = {}
         """(model, prefix hash) -> until when it is remembered."""
+        self.ttl_s = dict(TTL_S)
+        """Seconds a prefix is kept by its breakpoint's TTL; a suite scales them down to see
+        an expiry (`clear()` puts the API's back)."""
 
     def clear(self) -> None:
         self._until.clear()
+        self.ttl_s = dict(TTL_S)
 
     def usage(self, model: str, body: dict[str, Any], total: int | None = None) -> dict[str, int] | None:
         """The request's input usage split by the cache, and the cache updated; None for a
@@ -80,7 +84,7 @@ class PromptCache:
                     read = max(read, totals[n])
                     break
         for mark in marks:
-            self._until[(model, hashes[mark])] = now + TTL_S.get(segments[mark][2], TTL_S["5m"])
+            self._until[(model, hashes[mark])] = now + self.ttl_s.get(segments[mark][2], self.ttl_s["5m"])
         written = max(0, totals[marks[-1]] - read)
         if total is not None and total != totals[-1] and totals[-1]:
             scale = total / totals[-1]

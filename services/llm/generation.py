@@ -35,6 +35,7 @@ def model_request(env: Generate, default_model: str) -> ModelRequest:
     return ModelRequest(model=model_chain(env, default_model)[0], messages=env.messages,
                         max_tokens=env.max_tokens, system=env.system, tools=list(env.tools),
                         temperature=env.temperature, prompt_cache=env.prompt_cache == "auto",
+                        cache_ttl=env.prompt_cache_ttl,
                         stable_system=env.stable_system, notes=list(env.notes))
 
 

@@ -33,6 +33,9 @@ class ModelRequest:
     prompt_cache: bool = False
     """Place the prompt cache's breakpoints (prompt_cache.py): `system` is then sent as
     `stable_system`, and `notes` after the conversation's last breakpoint."""
+    cache_ttl: str = "5m"
+    """How long the breakpoints' prefixes are kept (`5m`, or `1h` for a run that may wait on
+    a decision: prompt_cache.py)."""
     stable_system: str | None = None
     notes: list[str] = field(default_factory=list)
 

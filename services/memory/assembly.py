@@ -91,6 +91,7 @@ def build_generate(env: AssembleContext, messages: list[dict[str, Any]], tools: 
         temperature=env.temperature, extra_usage=extra_usage,
         extra_model=env.memory_model if extra_usage is not None else None, executor=env.executor,
         result_to=env.result_to, no_refs=no_refs, input_tokens=input_tokens or None,
-        prompt_cache="auto" if cached else "off", stable_system=stable_system if cached else None,
+        prompt_cache="auto" if cached else "off", prompt_cache_ttl=env.prompt_cache_ttl,
+        stable_system=stable_system if cached else None,
         notes=list(notes or []) if cached else [],
     )

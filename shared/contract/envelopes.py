@@ -169,6 +169,9 @@ class AssembleContext(_Envelope):
     """Set in the external executors' profiles: an agent answers this step, not a model."""
     prompt_cache: Literal["auto", "off"] = "auto"
     """The run's `model.prompt_cache`: whether the request carries cache breakpoints."""
+    prompt_cache_ttl: Literal["5m", "1h"] = "5m"
+    """How long the breakpoints' prefixes are kept: `1h` for a run that may wait on an
+    approval (longer than the 5 minutes a cached prefix otherwise lasts)."""
     result_to: str | None = None
     """The router replica that sent this step's work (passed on in `Generate`): its
     result goes to that replica directly (`Subjects.direct`), JetStream when it does not
@@ -197,6 +200,8 @@ class Generate(_Envelope):
     """`auto`: the llm service places the prompt cache's breakpoints, from `stable_system`
     and `notes` (services/llm/prompt_cache.py). Absent (a memory replica of an earlier
     release): `off`, and `system` as it is."""
+    prompt_cache_ttl: Literal["5m", "1h"] = "5m"
+    """`AssembleContext.prompt_cache_ttl`, passed through (absent: an earlier release's, 5m)."""
     stable_system: str | None = None
     """`system` without the step's ephemeral notes: what stays the same from one request of
     a run to the next, so it can sit before a breakpoint."""

@@ -4,10 +4,12 @@ fake Messages API's cache (loopwire/testing/fake_prompt_cache.py). Every request
 one to four breakpoints; whichever replicas assembled and sent them, from the third request
 on at least 80% of each request's input is read from the cache; `run.ended.usage` sums the
 cache tokens and `cost_usd` is the price table applied to them. `prompt_cache: off` sends
-no breakpoint."""
+no breakpoint. A fork reads its source's prefix; a run that may wait on an approval marks
+its breakpoints with the 1-hour TTL."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -51,10 +53,15 @@ async def provider(cnc: NatsClient) -> AsyncIterator[ToolProvider]:
         yield tools
 
 
-def breakpoints(body: dict[str, Any]) -> int:
+def cache_marks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The blocks of a request that carry a breakpoint, in the API's order."""
     blocks = [*(body.get("tools") or []), *(body["system"] if isinstance(body.get("system"), list) else [])]
     blocks += [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]]
-    return sum(1 for b in blocks if isinstance(b, dict) and "cache_control" in b)
+    return [b for b in blocks if isinstance(b, dict) and "cache_control" in b]
+
+
+def breakpoints(body: dict[str, Any]) -> int:
+    return len(cache_marks(body))
 
 
 def script(fake: FakeAnthropic) -> None:
@@ -127,3 +134,32 @@ async def test_a_fork_reads_its_source_prefix_from_the_cache(cnc: NatsClient, fa
         (usage,) = fake.usages[answered:]
         total = usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"]
         assert usage["cache_read_input_tokens"] >= 0.8 * total, f"the fork at seq {at_seq} wrote anew: {usage}"
+
+
+async def test_a_run_that_waits_on_an_approval_keeps_its_prefix_for_an_hour(
+        cnc: NatsClient, fake: FakeAnthropic, provider: ToolProvider) -> None:
+    """A tool under `approve`: the run's breakpoints carry the 1-hour TTL, so the request after
+    a decision taken past the 5-minute TTL (the fake's TTLs scaled down: 5m -> 1 s) still
+    reads its prefix; a run that never waits keeps the 5-minute TTL."""
+    fake.prompt_cache.ttl_s = {"5m": 1.0, "1h": 60.0}
+    fake.script("*", [{"text": "Adding.", "tool_use": [{"name": "add", "input": {"a": 2, "b": 3}}]},
+                      {"text": "It is 5."}])
+    async with SessionEvents(cnc, f"cache-wait-{uuid.uuid4().hex[:8]}") as ev:
+        await ev.publish("start", {"input": "add 2 and 3", "system": SYSTEM, "tools": ["add"],
+                                   "tool_permissions": {"add": "approve"}, "model": {"primary": MODEL}})
+        asked = await ev.wait_for("approval.requested", timeout=30)
+        await asyncio.sleep(1.5)  # past the 5-minute TTL, as the fake counts it now
+        await ev.publish("decision", {"checkpoint_id": asked["checkpoint_id"], "decision": "approve"})
+        assert (await ev.wait_for("run.ended", timeout=30))["status"] == "completed"
+    first, after = fake.message_requests
+    ttls = {str(b["cache_control"].get("ttl")) for b in cache_marks(first) + cache_marks(after)}
+    assert ttls == {"1h"}, ttls
+    usage = fake.usages[1]
+    total = usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"]
+    assert usage["cache_read_input_tokens"] >= 0.8 * total, f"the prefix expired during the wait: {usage}"
+    fake.reset()
+    fake.prompt_cache.ttl_s = {"5m": 1.0, "1h": 60.0}
+    script(fake)
+    assert (await run(cnc))["status"] == "completed"
+    assert {str(b["cache_control"].get("ttl")) for r in fake.message_requests for b in cache_marks(r)} == {"None"}
+

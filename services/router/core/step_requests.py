@@ -123,9 +123,16 @@ def request_generation(tx: Transition, run: RunState, profile: Profile, notes: l
         compaction_at_pct=cfg.compaction_at_pct, actor=cfg.actor, memory_model=cfg.memory_model, trace=run.trace,
         executor=spec_for(run) if profile.executor is not None else None,
         prompt_cache="off" if cfg.prompt_cache == "off" else "auto",
+        prompt_cache_ttl="1h" if may_wait_on_a_person(run, profile) else "5m",
     )
     tx.effects.append(PublishWork(target="memory.assemble", envelope=_assemble_json(env), model=env,
                                   msg_id=ids.msg_id))
+
+
+def may_wait_on_a_person(run: RunState, profile: Profile) -> bool:
+    """The run may stop for a decision (every turn reviewed, or a tool under `approve`):
+    its cached prefix should outlast a wait longer than the cache's 5 minutes."""
+    return profile.reviews_every_turn or "approve" in run.config.tool_permissions.values()
 
 
 def _workspace_tool_ran(run: RunState) -> bool:

@@ -62,3 +62,16 @@ def test_the_next_turn_reads_the_previous_prefix_from_the_fakes_cache() -> None:
     expired = PromptCache(clock=iter([0.0, 301.0]).__next__)
     expired.usage("m", request_params(request(turn1, [])))
     assert expired.usage("m", request_params(request(turn2, [])))["cache_read_input_tokens"] == 0  # type: ignore[index]
+
+
+def test_a_run_that_may_wait_on_a_person_marks_every_breakpoint_with_the_hour_ttl() -> None:
+    import dataclasses
+
+    hour = dataclasses.replace(request([{"role": "user", "content": "hi"}], ["note"]), cache_ttl="1h")
+    params = request_params(hour)
+    blocks = [*params["tools"], *params["system"], *params["messages"][-1]["content"]]
+    controls = [b["cache_control"] for b in blocks if "cache_control" in b]
+    assert controls and all(c == {"type": "ephemeral", "ttl": "1h"} for c in controls)
+    plain = request_params(request([{"role": "user", "content": "hi"}], ["note"]))
+    blocks = [*plain["tools"], *plain["system"], *plain["messages"][-1]["content"]]
+    assert all(b["cache_control"] == {"type": "ephemeral"} for b in blocks if "cache_control" in b)
