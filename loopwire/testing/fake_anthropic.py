@@ -54,7 +54,7 @@ A running process is steered over HTTP too: `POST /_fake/script` `{"model", "res
 `POST /_fake/fail_next` `{"status", "n", "model"}`, `POST /_fake/enforce` `{"model", "rpm",
 "max_in_flight", "window_s", "retry_after"}`, `POST /_fake/latency` `{"model",
 "first_token_s", "total_s", "chunks"}`, `POST /_fake/reset`,
-`GET /_fake/requests`, `GET /_fake/stats` (`max_in_flight`, `in_flight`, the `arrivals` of message
+`GET /_fake/requests`, `GET /_fake/stats` (`max_in_flight`, `in_flight`, `usages`, `with_tools`, the `arrivals` of message
 requests and the times of the ones `enforce()` refused, monotonic seconds).
 """
 

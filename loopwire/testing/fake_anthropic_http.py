@@ -62,8 +62,11 @@ class MessagesApiHandler(BaseHTTPRequestHandler):
         elif self.path.startswith("/_fake/stats"):
             fake = self.fake
             with fake.lock:
-                arrivals = [r.at for r in fake.requests if r.path == "/v1/messages"]
-                stats = {"max_in_flight": fake.max_in_flight, "in_flight": fake.in_flight, "arrivals": arrivals}
+                messages = [r for r in fake.requests if r.path == "/v1/messages"]
+                stats = {"max_in_flight": fake.max_in_flight, "in_flight": fake.in_flight,
+                         "arrivals": [r.at for r in messages], "with_tools": [bool(r.body.get("tools")) for r in messages],
+                         "n_messages": [len(r.body.get("messages") or []) for r in messages],
+                         "usages": list(fake.usages)}
             self._send_json(200, {**stats, "rate_limited": [at for _, at in fake.rate_limited]})
         elif self.path.startswith("/_fake/health"):
             self._send_json(200, {"ok": True})

@@ -9,12 +9,12 @@ So each request carries three breakpoints, each at the end of what stays the sam
 1. the last tool, the tools in the order memory gives them, which is canonical already
    (the run's own order, or the catalog's sorted by name, then the reserved tools:
    services/memory/assembly.py), whatever order a catalog refresh read them in;
-2. the system prompt without this step's notes (`stable_system`: the run's system and the
-   memory sections, which change only when memory does);
+2. the system prompt without this step's notes (`stable_system`: the run's own system; the
+   memory sections ride with the notes, since an observation may come at any turn);
 3. the last block of the conversation so far.
 
-The step's ephemeral notes (progress reminder, context-pressure note, plan status,
-workspace snapshot) change every turn, so they go after the last breakpoint: a text block
+The step's ephemeral notes (the memory sections, progress reminder, context-pressure note,
+plan status, workspace snapshot) change from turn to turn, so they go after the last breakpoint: a text block
 at the end of the last user message, for this request only. The next request's
 conversation holds this one's as its prefix (notes are never stored in the history), so
 the API finds the previous breakpoint within its lookback and reads everything before it.

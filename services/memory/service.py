@@ -158,8 +158,13 @@ class MemoryService:
             if compacting is not None:
                 extra = compacting if extra is None else extra + compacting
         notes = [outcome.note] if outcome.note else []
+        # With the prompt cache, what memory remembers rides after the last breakpoint, with
+        # the step's notes: an observation made mid-run would otherwise change the system
+        # prompt, and with it the cached prefix of the whole conversation behind it.
+        remembered = [section] if section and env.prompt_cache == "auto" else []
         request = build_generate(env, outcome.messages, tools, system=system_prompt(context.system, notes), extra_usage=extra,
-                                 no_refs=outcome.no_refs, stable_system=stable, notes=[*env.ephemeral_notes, *notes],
+                                 no_refs=outcome.no_refs, stable_system=env.system if remembered else stable,
+                                 notes=[*remembered, *env.ephemeral_notes, *notes],
                                  input_tokens=outcome.tokens)
         msg_id = keys.generate_msg_id(env.step_id)
         # With the llm service in this process the generation runs here, while this step's

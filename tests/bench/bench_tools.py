@@ -34,3 +34,19 @@ async def wait(n: int = 0) -> str:
     """
     await asyncio.sleep(WAIT_S)
     return "waited"
+
+
+COST_TOOLS = [f"lookup_{n}" for n in range(10)]
+"""The cost pass's ten tools (cost_pass.py): each answers about 500 tokens."""
+RESULT_CHARS = 2000
+
+
+def _lookup(name: str) -> None:
+    async def lookup(n: int = 0) -> str:
+        return f"{name} record {n}: " + ("figures and notes of the record, " * 60)[:RESULT_CHARS]
+
+    tool(lookup, name=name, description=f"Look up a record in the {name.split('_')[1]}th ledger and return it whole.")
+
+
+for _name in COST_TOOLS:
+    _lookup(_name)

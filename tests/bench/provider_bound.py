@@ -54,10 +54,9 @@ before its last (a backlog forms at once with four times the sessions the limit 
 class FakeProvider:
     """The fake Messages API in a process of its own (the bench's CPU is not its CPU)."""
 
-    def __init__(self) -> None:
+    def __init__(self, responder: str = "tests.bench.provider_model:respond") -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "loopwire.testing.fake_anthropic", "--port", "0",
-             "--responder", "tests.bench.provider_model:respond"],
+            [sys.executable, "-m", "loopwire.testing.fake_anthropic", "--port", "0", "--responder", responder],
             stdout=subprocess.PIPE, text=True, cwd=ROOT,
             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
         assert self.proc.stdout is not None

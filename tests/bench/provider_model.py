@@ -7,6 +7,8 @@ a few writes per generation whatever it takes."""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 
@@ -30,3 +32,20 @@ def respond(body: dict[str, Any]) -> dict[str, Any]:
     if done < wanted:
         return {"tool_use": [{"name": "wait", "input": {"n": done}}], "usage": {"input_tokens": 400, "output_tokens": 20}}
     return {"text": f"Done after {done} tool-turns.", "usage": {"input_tokens": 400, "output_tokens": 12}}
+
+
+def respond_cost(body: dict[str, Any]) -> dict[str, Any]:
+    """The cost pass's model (cost_pass.py): `bench:N` tool-turns over its ten lookup tools in
+    turn, then an answer; a request without tools (the memory service's summary) answered
+    with a short summary."""
+    if not body.get("tools"):
+        return {"text": "Summary: the records looked up so far, their figures and notes."}
+    messages = body.get("messages") or []
+    head = _first_text(messages)
+    wanted = int(head.split("bench:", 1)[1].split()[0]) if "bench:" in head else 0
+    # Counted by the records' numbers, not the results: a compaction summarises old ones away.
+    seen = [int(n) for n in re.findall(r"lookup_\d record (\d+):", json.dumps(messages))]
+    done = max(seen) + 1 if seen else 0
+    if done < wanted:
+        return {"text": f"Looking up record {done}.", "tool_use": [{"name": f"lookup_{done % 10}", "input": {"n": done}}]}
+    return {"text": f"Done after {done} lookups."}

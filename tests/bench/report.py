@@ -171,8 +171,27 @@ def provider_table(res: Results) -> list[str]:
     return out
 
 
+def cost_table(res: Results) -> list[str]:
+    cost = res.get("cost")
+    if not cost:
+        return []
+    out = ["", "### What prompt caching saves (the cost pass)", "",
+           f"One session of {cost['turns']} tool-turns on {cost['model']} (a system prompt of about 2,000 tokens, ten "
+           "tools, results of about 500 tokens), split layout with two memory and two llm replicas, against the fake's "
+           "prompt cache.", "", "| run | status | turns | cost | input read from cache | compactions |", "|---|---|---|---|---|---|"]
+    for label in ("cached", "uncached", "compacting"):
+        run = cost[label]
+        usage = run.get("usage") or {}
+        total = usage.get("input_tokens") or 0
+        share = f"{100 * usage.get('cache_read_input_tokens', 0) / total:.0f}%" if total else "—"
+        out.append(f"| {label} | {run['status']} | {run['turns']} | {run['cost_usd']:.4f} USD | {share} | "
+                   f"{run['compactions']} |")
+    return out
+
+
 def markdown(res: Results) -> str:
-    out = [START, "", *run_lines(res), "", "### Targets", "", *targets_table(res), *provider_table(res)]
+    out = [START, "", *run_lines(res), "", "### Targets", "", *targets_table(res), *provider_table(res),
+           *cost_table(res)]
 
     out += ["", "### Every layout against both floors", "",
             "p50/p99 of one tool-turn: the time between two consecutive `message` events of a session as the "

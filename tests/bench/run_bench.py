@@ -32,7 +32,9 @@
 6. The provider-bound pass on fresh servers (provider_bound.py): the split layout against
    the fake Messages API with a 5 s model and a 0.5 s tool, 1,000 sessions × 5 tool-turns,
    then 200 under model limits (`--no-provider-bound` skips it).
-7. `.run/bench.json` (everything), the console table with every target of targets.py
+7. The cost pass on fresh servers (cost_pass.py): one 20-tool-turn session against the
+   fake's prompt cache, cached, uncached and compacting.
+8. `.run/bench.json` (everything), the console table with every target of targets.py
    `[MET ]` or `[MISS]`, and docs/bench-results.md's results block (every table) and docs/benchmarks.md's summary (the targets) rendered from that file
    (report.py; `--no-doc` leaves the doc alone).
 
@@ -55,6 +57,7 @@ from typing import Any
 from . import report
 from .console import console_table
 from .consume_overhead import measure_all
+from .cost_pass import measure_cost
 from .layouts import LAYOUT_ORDER, ROOT, bench_layouts, start_servers
 from .measuring import log
 from .passes import Pass, run_async, start_pass
@@ -162,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         traces = run.traces
         run.stop(failed=False)
         run = None
+        log("-- the cost pass: prompt caching, on fresh servers")
+        servers = start_servers(sync_always=args.nats_sync == "always")
+        try:
+            res["cost"] = measure_cost(servers)
+        finally:
+            servers.stop()
         if not args.no_provider_bound:
             log("-- the provider-bound pass: a 5 s model, on fresh servers")
             servers = start_servers(sync_always=args.nats_sync == "always")

@@ -228,6 +228,31 @@ def provider_verdicts(res: Results) -> list[Verdict]:
     return out
 
 
+CACHE_SHARE_MIN = 0.8
+CACHE_COST_MAX = 0.35
+"""The cost pass (cost_pass.py, issue 43): from turn 3 each request reads at least this share
+of its input from the prompt cache, the cached run costs at most this share of the uncached
+one, and the request after next of a compaction reads the share again."""
+
+
+def cost_verdicts(res: Results) -> list[Verdict]:
+    cost = res.get("cost")
+    if not cost:
+        return []
+    cached, uncached = cost["cached"], cost["uncached"]
+    ratio, after = cost.get("cost_ratio"), cost.get("after_compaction_share")
+    return [
+        (f"cost pass ({cost['turns']} tool-turns, {cost['model']}): from turn 3 each request reads ≥ "
+         f"{100 * CACHE_SHARE_MIN:.0f}% of its input from the prompt cache",
+         f"at least {100 * cost['min_share_from_turn_3']:.1f}%", cost["min_share_from_turn_3"] >= CACHE_SHARE_MIN),
+        (f"cost pass: the cached run costs ≤ {100 * CACHE_COST_MAX:.0f}% of the uncached one",
+         f"{cached['cost_usd']:.4f} vs {uncached['cost_usd']:.4f} USD = "
+         f"{100 * ratio:.0f}%" if ratio is not None else "n/a", ratio is not None and ratio <= CACHE_COST_MAX),
+        (f"cost pass: after a compaction, the request after next reads ≥ {100 * CACHE_SHARE_MIN:.0f}% again",
+         f"at least {100 * after:.1f}% after each of {cost['compacting']['compactions']} compactions"
+         if after is not None else "no compaction happened", after is not None and after >= CACHE_SHARE_MIN)]
+
+
 def verdicts(res: Results) -> list[Verdict]:
     """Every target of the run: the layouts against the durable floor, the idle processes,
     Redis bytes, a fork's cost, the floors' reference line; then the pass with nats-server's
@@ -237,7 +262,7 @@ def verdicts(res: Results) -> list[Verdict]:
     if fd and fr:
         out.append(("(reference) the durable floor vs the raw floor, p50 (single session)",
                     f"{ms(fd)} vs {ms(fr)} = {fd / fr:.2f}×", None))
-    out += bytes_verdict(res) + fork_verdict(res) + provider_verdicts(res)
+    out += bytes_verdict(res) + fork_verdict(res) + provider_verdicts(res) + cost_verdicts(res)
     second = res.get("default_sync")
     if second:
         out += [(f"with nats-server's default sync: {target}", measured, met)

@@ -282,6 +282,10 @@ async def test_observations_and_reflections_are_written_in_the_background(stack:
     third = await stack.assemble(stack.env(len(longer), actor="planner"))
     assert third.system is not None and "<memory>" in third.system
     assert "Reflection: the user keeps asking" in third.system and "Observed 2 assistant turns." in third.system
+    # With the prompt cache the memory rides after its last breakpoint, with the step's
+    # notes: an observation made mid-run leaves the cached system prompt as it was.
+    assert third.prompt_cache == "auto" and third.stable_system is not None
+    assert "<memory>" not in third.stable_system and any("<memory>" in note for note in third.notes)
     assert third.extra_usage is not None, "the second observation and the reflection"
     spent = [await stack.ctx.steps.get(keys.generation_step(stack.sid, f"{stack.sid}:{what}")) for what in ("observe:9", "reflect:2")]
     total = sum((Usage.model_validate(r["usage"]) for r in spent if r), Usage())

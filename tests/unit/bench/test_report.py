@@ -285,3 +285,21 @@ def test_the_provider_bound_pass_is_judged_and_rendered() -> None:
     table = "\n".join(report.provider_table(res))
     assert "| no limits | 1000 × 5 | 40.0 s | 30.0 ms | 300.0 ms | 70 KB |" in table
     assert "580/min" in table
+
+
+def test_the_cost_pass_is_judged_and_rendered() -> None:
+    from tests.bench.targets import cost_verdicts
+
+    def run(cost: float, read: int, compactions: int = 0) -> dict[str, Any]:
+        return {"status": "completed", "turns": 21, "cost_usd": cost, "compactions": compactions,
+                "usage": {"input_tokens": 1000, "cache_read_input_tokens": read}}
+
+    res = {"cost": {"turns": 20, "model": "claude-sonnet-4-5", "cached": run(0.12, 880), "uncached": run(0.55, 0),
+                    "compacting": run(0.2, 800, compactions=2), "min_share_from_turn_3": 0.84, "cost_ratio": 0.12 / 0.55,
+                    "after_compaction_share": 0.87}}
+    assert [met for _, _, met in cost_verdicts(res)] == [True, True, True]
+    res["cost"]["after_compaction_share"] = None
+    res["cost"]["cost_ratio"] = 0.5
+    assert [met for _, _, met in cost_verdicts(res)] == [True, False, False]
+    table = "\n".join(report.cost_table(res))
+    assert "| cached | completed | 21 | 0.1200 USD | 88% | 0 |" in table

@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 
 from loopwire.llm.model_call import ModelResponse
-from loopwire.llm.model_events import Admitted, Finished, ModelStarted, ModelStream, ModelSwitched, TextDelta, Throttled
+from loopwire.llm.model_events import (
+    Admitted,
+    Finished,
+    ModelStarted,
+    ModelStream,
+    ModelSwitched,
+    TextDelta,
+    Throttled,
+)
 from loopwire.llm.step_events import StepEvents
 from loopwire.shared.contract.envelopes import Generate
 
