@@ -157,6 +157,9 @@ class FakeAnthropic(ScriptedServer[Failure]):
         """Message requests being answered now (a slow model's are in flight for its delay)."""
         self.max_in_flight = 0
         """The most message requests answered at once since the last `reset()`."""
+        self.served_s: list[float] = []
+        """How long each message request took to answer, from its body read to its last byte
+        (a latency model's pace, and whatever the fake's own load added to it)."""
         self.refused: list[tuple[str, dict[str, Any]]] = []
         """(the API's error message, the request body) of each message request refused as
         the real API refuses it (a malformed history: message_rules.py). `reset()` leaves
@@ -167,14 +170,17 @@ class FakeAnthropic(ScriptedServer[Failure]):
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
-    def left(self) -> None:
+    def left(self, served_s: float | None = None) -> None:
         with self.lock:
             self.in_flight -= 1
+            if served_s is not None:
+                self.served_s.append(served_s)
 
     def reset(self) -> None:
         super().reset()
         with self.lock:
             self.max_in_flight = self.in_flight
+            self.served_s.clear()
             self.prompt_cache.clear()
             self.usages.clear()
         self.provider_limits.clear()

@@ -66,7 +66,7 @@ class MessagesApiHandler(BaseHTTPRequestHandler):
                 stats = {"max_in_flight": fake.max_in_flight, "in_flight": fake.in_flight,
                          "arrivals": [r.at for r in messages], "with_tools": [bool(r.body.get("tools")) for r in messages],
                          "n_messages": [len(r.body.get("messages") or []) for r in messages],
-                         "usages": list(fake.usages)}
+                         "usages": list(fake.usages), "served_s": list(fake.served_s)}
             self._send_json(200, {**stats, "rate_limited": [at for _, at in fake.rate_limited]})
         elif self.path.startswith("/_fake/health"):
             self._send_json(200, {"ok": True})
@@ -80,10 +80,11 @@ class MessagesApiHandler(BaseHTTPRequestHandler):
             if path == "/v1/messages":
                 self.fake.record(path, dict(self.headers.items()), body)
                 self.fake.entered()
+                began = time.monotonic()
                 try:
                     self._messages(body)
                 finally:
-                    self.fake.left()
+                    self.fake.left(time.monotonic() - began)
             elif path == "/v1/messages/count_tokens":
                 self.fake.record(path, dict(self.headers.items()), body)
                 self._send_json(200, {"input_tokens": self.fake.count_tokens(body)})

@@ -103,8 +103,14 @@ class ModelLimiter(PeriodicSweep):
                 if event is not None:
                     event.set()
 
+    def expect(self, lease: str) -> None:
+        """Listen for `lease`'s wake before its first admission is asked: a release that
+        names it while that answer is on its way is not missed."""
+        self._waiters.setdefault(lease, asyncio.Event())
+
     async def pause(self, lease: str, admission: Admission, remaining_s: float) -> None:
-        """Until this waiter may ask again: woken, its expected wait over, or a poll's time."""
+        """Until this waiter may ask again: woken (also while it was asking), its expected
+        wait over, or a poll's time."""
         event = self._waiters.setdefault(lease, asyncio.Event())
         poll = WAITER_TTL_S / 3
         wait = min(admission.wait_s, poll) if admission.wait_s > 0 else poll * _JITTER.uniform(0.8, 1.0)
@@ -195,6 +201,7 @@ class LimitedModel(WrapperModel):
         began = limiter.clock()
         admission: Admission | None = None
         reason = ""
+        limiter.expect(lease)
         try:
             while True:
                 admission = await limiter.store.admit(
@@ -233,10 +240,10 @@ class LimitedModel(WrapperModel):
                 await limiter.mark_waiting(self.session_id, False)
         metrics.child(metrics.MODEL_ADMITTED, key=key).inc()
         metrics.child(metrics.MODEL_WAIT_SECONDS, key=key).observe(limiter.clock() - began)
-        yield Admitted(request.model)
         limiter.hold(key, lease)
         used: Finished | None = None
-        try:
+        try:  # from here the lease is this replica's to renew and give back, however the call ends
+            yield Admitted(request.model)
             async with aclosing(self.wrapped.stream(request)) as events:
                 async for event in events:
                     if isinstance(event, Finished):

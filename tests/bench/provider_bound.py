@@ -168,8 +168,11 @@ def run_one(servers: Servers, fake: FakeProvider, sessions: int, turns: int,
         1, out["tool_turns"])
     stats = fake.call("/_fake/stats")
     arrivals = sorted(stats["arrivals"])
+    served = stats.get("served_s") or []
+    # The fake shares the machine: what it took beyond MODEL_S is in the added time too.
     out["fake"] = {"requests": len(arrivals), "max_in_flight": stats["max_in_flight"],
-                   "rate_limited": len(stats["rate_limited"]), "max_in_60s": max_in_window(arrivals, 60.0)}
+                   "rate_limited": len(stats["rate_limited"]), "max_in_60s": max_in_window(arrivals, 60.0),
+                   "served_p50_s": percentile(served, 0.5), "served_p99_s": percentile(served, 0.99)}
     if limits is not None and len(arrivals) > 2:
         start, end = arrivals[0] + STEADY_SKIP_S, arrivals[-1] - STEADY_SKIP_S
         steady = [t for t in arrivals if start <= t <= end]

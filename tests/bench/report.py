@@ -162,7 +162,9 @@ def provider_table(res: Results) -> list[str]:
             continue
         fake = run["fake"]
         seen = (f"{fake['requests']} requests, at most {fake['max_in_flight']} in flight, {fake['max_in_60s']} in 60 s, "
-                f"{fake['rate_limited']} 429s" + (f", {fake['achieved_rpm']:.0f}/min" if "achieved_rpm" in fake else ""))
+                f"{fake['rate_limited']} 429s" + (f", {fake['achieved_rpm']:.0f}/min" if "achieved_rpm" in fake else "")
+                + (f"; it answered in {fake['served_p50_s']:.2f} s p50, {fake['served_p99_s']:.2f} s p99"
+                   if fake.get("served_p50_s") is not None else ""))
         label = name if name == "no limits" else f"{name} {run.get('limits')}"
         out.append(f"| {label} | {run['sessions']} × {run['turns']} | {run['wall_s']:.1f} s | {run['added_p50_ms']:.1f} ms "
                    f"| {run['added_p99_ms']:.1f} ms | {run['rss_per_session_kb']:.0f} KB | {seen} |")
