@@ -1,9 +1,9 @@
 """The bench's client: starts bench sessions through the public contract and times them.
 
 One wildcard subscription on `<prefix>.out.>` receives every event; the session id and
-the kind come from the subject, so only `run.ended` bodies are decoded. A tool-turn's
-latency is the time between two consecutive `message` events of one session, as this
-client receives them: tool.call -> tools -> tool.result -> router -> memory -> llm ->
+the kind come from the subject, so only `message` bodies (for their seq: an event that
+comes twice counts once) and `run.ended` bodies are decoded. A tool-turn's latency is the
+time between two consecutive `message` events of one session, as this client receives them: tool.call -> tools -> tool.result -> router -> memory -> llm ->
 router -> message, the whole loop of one turn.
 """
 
@@ -29,6 +29,8 @@ class SessionRun:
     sid: str
     turns: int
     messages: list[float] = field(default_factory=list)
+    seen: set[Any] = field(default_factory=set)
+    """The seqs of the `message` events received."""
     started_at: float = 0.0
     ended: asyncio.Future[dict[str, Any]] | None = None
 
@@ -77,7 +79,12 @@ class BenchDriver:
         if run is None:
             return
         if kind == "message":
-            run.messages.append(now)
+            # An event may come twice (one republished after a lost PubAck): a client skips
+            # the seqs it has seen, as the contract says.
+            seq = orjson.loads(msg.data).get("seq")
+            if seq not in run.seen:
+                run.seen.add(seq)
+                run.messages.append(now)
         elif kind == "run.ended" and run.ended is not None and not run.ended.done():
             run.ended.set_result(orjson.loads(msg.data))
         elif kind == "error":
