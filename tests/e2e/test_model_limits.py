@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
 from typing import Any
@@ -144,7 +145,17 @@ async def test_tenants_take_turns(fake: FakeAnthropic) -> None:
 
 
 async def test_a_killed_replica_gives_its_share_back(fake: FakeAnthropic) -> None:
-    fake.responder = lambda body: {"text": "Never seen.", "delay_s": 120}
+    # The requests in flight wait until the test ends, then leave the fake at once: a
+    # later test counts the fake's requests in flight, and these would be among them.
+    held = threading.Event()
+    fake.responder = lambda body: (held.wait(120), {"text": "Never seen."})[1]
+    try:
+        await _killed_replica_gives_its_share_back(fake)
+    finally:
+        held.set()
+
+
+async def _killed_replica_gives_its_share_back(fake: FakeAnthropic) -> None:
     with started_system(fake, layout="split", LOOPWIRE_MODEL_LIMITS=limits(**{"*": {"max_concurrent": 2}})) as system:
         async with connected(system) as nc:
             followers = [SessionEvents(nc, f"kl-{uuid.uuid4().hex[:8]}-{n}") for n in range(2)]

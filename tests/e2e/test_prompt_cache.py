@@ -4,7 +4,7 @@ fake Messages API's cache (loopwire/testing/fake_prompt_cache.py). Every request
 one to four breakpoints; whichever replicas assembled and sent them, from the third request
 on at least 80% of each request's input is read from the cache; `run.ended.usage` sums the
 cache tokens and `cost_usd` is the price table applied to them. `prompt_cache: off` sends
-no breakpoint. A fork reads its source's prefix; a run that may wait on an approval marks
+no breakpoint. A fork, and a replay on the same model, read their source's prefix; a run that may wait on an approval marks
 its breakpoints with the 1-hour TTL."""
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from nats.aio.client import Client as NatsClient
 
+from loopwire.client import LoopwireClient
 from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.runtime.pricing import DEFAULT_PRICES, cost_usd, price_table
-from loopwire.testing import LoopwireContainer
+from loopwire.testing import LoopwireContainer, replay_session
 from tests.fakes.anthropic_server import FakeAnthropic
 
 from .conftest import ToolProvider, connected, serving_tools, started_system
@@ -163,3 +164,21 @@ async def test_a_run_that_waits_on_an_approval_keeps_its_prefix_for_an_hour(
     assert (await run(cnc))["status"] == "completed"
     assert {str(b["cache_control"].get("ttl")) for r in fake.message_requests for b in cache_marks(r)} == {"None"}
 
+
+
+async def test_a_replay_on_the_same_model_reads_the_shared_prefix(cache_system: LoopwireContainer, cnc: NatsClient,
+                                                                  fake: FakeAnthropic, provider: ToolProvider) -> None:
+    """A replay of a recorded session (recorded tools, the same model) starts with the
+    source's tools and system prompt: its first request reads them from the cache."""
+    script(fake)
+    ended = await run(cnc)
+    assert ended["status"] == "completed"
+    src = ended["session_id"]
+    script(fake)
+    answered = len(fake.usages)
+    async with await LoopwireClient.connect(cache_system.get_nats_url()) as lw:
+        report = await replay_session(lw, src, tools="recorded")
+    assert report.runs and (report.runs[0].replay or {}).get("status") == "completed"
+    first = fake.usages[answered]
+    total = first["input_tokens"] + first["cache_read_input_tokens"] + first["cache_creation_input_tokens"]
+    assert first["cache_read_input_tokens"] >= 0.8 * total, f"the replay's first request wrote anew: {first}"
