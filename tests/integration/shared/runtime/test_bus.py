@@ -5,6 +5,7 @@ whose stream did not answer are sent again, in their order, until it does."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Iterator
 
 import nats
 import orjson
@@ -17,7 +18,26 @@ from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.bus import Bus
 from loopwire.shared.runtime.pub_acks import PubAcks
 from loopwire.shared.stores.event_log import InMemoryEventLog
+from loopwire.testing import ServerHandle, start_nats
 from tests.loop_errors import LostErrors
+
+
+@pytest.fixture(scope="module")
+def own_nats() -> Iterator[ServerHandle]:
+    """A nats-server of this module's own: what reaches the server, and in which order, is
+    what these tests watch, and the suite's shared server carries every other test's
+    leftovers (in a full run, once, a spy on it heard none of these messages)."""
+    handle = start_nats()
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture
+async def nc(own_nats: ServerHandle) -> AsyncIterator[nats.NATS]:
+    client = await nats.connect(own_nats.url)
+    yield client
+    await client.drain()
+
 
 EVENTS = [("run1", "message", "m1", {"turn": 1}), ("run1", "tool.call", "c1", {"turn": 1, "name": "add"})]
 
