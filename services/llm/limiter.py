@@ -9,7 +9,7 @@ Per request (each retry is a request of its own)::
              and its token counts corrected from the usage); a 429 or 529 with retry-after
              sets the key's cooldown for every replica
           -> not yet: `Throttled` (when the reason changes), then sleep until woken (a
-             release names the waiters that may go, on `<prefix>.llm.limits.wake`) or
+             release names the waiters that may go, on `<prefix>.rpc.llm.limits_wake`) or
              until the expected wait, at most WAITER_TTL_S / 3, and ask again
           -> waited `LOOPWIRE_MODEL_WAIT_MAX_S`: fails as a rate limit the retries leave
              to the next fallback
