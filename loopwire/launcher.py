@@ -106,17 +106,17 @@ class Running:
         except Exception:
             redis_ok = False
         # Draining: not ready, so Kubernetes takes the pod out of its Service while it drains.
-        return {"nats": nats_ok, "redis": redis_ok, "accepting": not self.ctx.stopping}
+        return {"nats": nats_ok, "redis": redis_ok, "accepting": not self.ctx.dispatch.stopping}
 
     async def stop(self) -> None:
         if self.stopped.is_set():
             return
         log.info("stopping %s", ", ".join(s.name for s in self.services))
-        self.ctx.stopping = True
+        self.ctx.dispatch.stopping = True
         for task in self.tasks:
             task.cancel()
-        if self.ctx.balance is not None:
-            await self.ctx.balance.stop()
+        if self.ctx.dispatch.balance is not None:
+            await self.ctx.dispatch.balance.stop()
         # The drain: everything below within LOOPWIRE_DRAIN_TIMEOUT_S together, so the
         # process exits inside Kubernetes' grace period (helm: terminationGracePeriodSeconds).
         loop = asyncio.get_running_loop()
@@ -124,7 +124,7 @@ class Running:
         # Hops handed off in this process (shared/runtime/chain.py) finish first, while the
         # connection is up to settle their chains' roots; their next hops go to JetStream.
         with contextlib.suppress(Exception):
-            await self.ctx.wait_for_hops(max(0.0, deadline - loop.time()))
+            await self.ctx.dispatch.wait_for_hops(max(0.0, deadline - loop.time()))
         # The work consumers stop taking messages, hand back those not started, then wait
         # for handlers in flight, which still need the connection and their services (model
         # clients, the memory summarizer, in-process tools): those stop after. A handler
@@ -162,9 +162,9 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     await warn_if_volatile(ctx.redis)
     services = [service_class(name)(ctx) for name in names]
     if settings.local_handover and len(services) > 1:
-        ctx.local = {service.name: service for service in services}
+        ctx.dispatch.in_process = True
         if settings.chain_balance:
-            ctx.balance = ChainBalance(ctx.subjects.chains, interval_s=settings.chain_balance_interval_s)
+            ctx.dispatch.balance = ChainBalance(ctx.subjects.chains, interval_s=settings.chain_balance_interval_s)
     for service in services:
         service.register(broker)
     await broker.connect()
@@ -173,8 +173,8 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     js = broker._connection.jetstream(timeout=settings.jetstream_timeout_s)  # type: ignore[union-attr]
     await ensure_streams(js, settings)
     ctx.attach_bus()
-    if ctx.balance is not None:
-        await ctx.balance.start(broker._connection)
+    if ctx.dispatch.balance is not None:
+        await ctx.dispatch.balance.start(broker._connection)
     # Services first, then consuming: a message redelivered at once (work of a process that
     # died) must find its handler's service started.
     for service in services:

@@ -9,8 +9,9 @@ The handler is a thin shell::
            -> run the fallback chain (step_chain.py), turning its events (model_events.py)
               into `text.delta`, `generating`, `model.fallback` and `retracted` events,
               heartbeats (in_progress) while it runs
-           -> record `gen:<step_id>` under the claim (lost it: publish nothing) -> to the router (a work message, or a call when
-              it runs in this process: ServiceContext.deliver_result) -> return
+           -> record `gen:<step_id>` under the claim (lost it: publish nothing) -> to the router
+              (shared/runtime/dispatcher.py: a call when it runs in this process, a request to
+              the replica that sent the step, else a work message) -> return
               (the handler runner acks; an exception is judged by the one redelivery
               policy, shared/runtime/redelivery.py)
 
@@ -112,6 +113,14 @@ class LlmService:
         subscriber = self.ctx.work_subscriber(self.ctx.subjects.llm_generate, "llm",
                                               max_workers=self.ctx.settings.llm_max_handlers)
         subscriber(self.handle)
+        # In this process, memory's generations, counts and summaries are calls (dispatcher.py).
+        dispatch = self.ctx.dispatch
+        dispatch.serve((Generate,), self._take)
+        dispatch.answer("count_tokens", self.count_tokens)
+        dispatch.answer("summarize", self.summarize)
+
+    async def _take(self, env: Generate, recover: bool) -> None:
+        await self.process(env)
 
     async def start(self) -> None:
         self._cancel_sub = await self.ctx.bus.nc.subscribe(self.ctx.subjects.cancel_all, cb=self._inflight.on_notice)
@@ -193,8 +202,7 @@ class LlmService:
             # Not recorded: the step is stale for the router, and nothing was decided.
             await ctx.steps.release(key, claim.token)
             await shown.sent()
-            await ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
-                                     subject=ctx.subjects.router_result, replica=env.result_to)
+            await ctx.dispatch.send(result, msg_id=keys.result_msg_id(env.step_id), replica=env.result_to)
             count_step("cancelled")
             return result
         if shown.unsent_kept:
@@ -210,15 +218,13 @@ class LlmService:
         await shown.sent()
         if standing != mine:
             return await self._publish_recorded(env, standing)
-        await ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
-                                 subject=ctx.subjects.router_result, replica=env.result_to)
+        await ctx.dispatch.send(result, msg_id=keys.result_msg_id(env.step_id), replica=env.result_to)
         count_step("ok" if result.ok else "error")
         return result
 
     async def _publish_recorded(self, env: Generate, recorded: dict[str, Any]) -> GenerationResult:
         result = GenerationResult.model_validate(recorded)
-        await self.ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
-                                      subject=self.ctx.subjects.router_result, replica=env.result_to)
+        await self.ctx.dispatch.send(result, msg_id=keys.result_msg_id(env.step_id), replica=env.result_to)
         return result
 
     # -- the model call ----------------------------------------------------------------------

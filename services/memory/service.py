@@ -16,6 +16,7 @@ observer look at the turns in the background.
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from faststream.nats import NatsBroker
 from pydantic import ValidationError
@@ -24,7 +25,6 @@ from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import AssembleContext, ToolSpec
 from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.chain import Delivery, decode
-from loopwire.shared.runtime.handover import GenerationService
 from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.runtime.redelivery import Undeliverable
 from loopwire.shared.runtime.service_context import ServiceContext
@@ -74,9 +74,7 @@ class MemoryService:
 
     async def start(self) -> None:
         s = self.ctx.settings
-        self._summarizer = LlmSummarizer(self.ctx.bus.nc, self.ctx.subjects.llm_summarize,
-                                         s.memory_summary_timeout_s,
-                                         here=lambda: self.ctx.here("llm", GenerationService))
+        self._summarizer = LlmSummarizer(partial(self.ctx.dispatch.ask, "summarize"), s.memory_summary_timeout_s)
         self._observer = Observer(self.store, self.ctx.sessions, self._summarizer.complete, emit=self.ctx.bus.emit,
                                   every_turns=s.memory_observe_every_turns,
                                   reflect_every=s.memory_reflect_every_observations)
@@ -171,9 +169,8 @@ class MemoryService:
         # message stays unacked (kept alive by its handler runner); a crash redelivers it and
         # the llm answers from its record if it got that far. One that fails here goes on as
         # its own `llm.generate` message, with its own delivery budget, exactly as between
-        # separate processes (shared/runtime/handover.py).
-        await self.ctx.hand_over("llm", GenerationService, lambda llm: llm.process(request),
-                                 subject=self.ctx.subjects.llm_generate, envelope=request, msg_id=msg_id)
+        # separate processes (shared/runtime/dispatcher.py).
+        await self.ctx.dispatch.send(request, msg_id=msg_id)
         return outcome
 
     def _history_ranges(self, env: AssembleContext) -> list[tuple[int, int]]:

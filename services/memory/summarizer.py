@@ -9,25 +9,22 @@ factory, retries and fallbacks, and records the answer under the request's step 
 memory step that is redelivered after a crash gets the same summary without a second
 model call. When no llm service answers in time, the caller gets `SummaryFailed` and
 falls back (the guard drops old messages from the request instead). In `loopwire up` the
-llm service beside this one answers the same way as a call (`ServiceContext.here("llm",
-GenerationService)`, as exact counts do: exact_count.py), within the same timeout.
+llm service beside this one answers the same way as a call, within the same timeout (the
+dispatcher's `summarize` ask, shared/runtime/dispatcher.py, as exact counts are: exact_count.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import nats.errors
-from nats.aio.client import Client as NatsClient
 from pydantic import ValidationError
 
-from loopwire.shared.contract import codec, keys
+from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import AssembleContext, Generate, GenerationResult, Usage
 from loopwire.shared.contract.messages import message_text
-from loopwire.shared.runtime.handover import GenerationService
 
 from .context_guard import Summarize, SummaryFailed
 
@@ -35,13 +32,10 @@ log = logging.getLogger("loopwire.memory.summarizer")
 
 
 class LlmSummarizer:
-    def __init__(self, nc: NatsClient, subject: str, timeout_s: float,
-                 here: Callable[[], GenerationService | None] = lambda: None) -> None:
-        self.nc = nc
-        self.subject = subject
+    def __init__(self, ask: Callable[[Generate], Awaitable[GenerationResult]], timeout_s: float) -> None:
+        self.ask = ask
+        """The llm service's answer to a summary request (the dispatcher's `summarize` ask)."""
         self.timeout_s = timeout_s
-        self.here = here
-        """The llm service when it runs in this process now, else None."""
 
     async def complete(self, env: AssembleContext, step_id: str, system: str, messages: list[dict[str, Any]],
                        max_tokens: int) -> tuple[str, Usage]:
@@ -60,18 +54,12 @@ class LlmSummarizer:
         return text, result.usage
 
     async def _answer(self, request: Generate) -> GenerationResult:
-        llm = self.here()
         try:
-            if llm is not None:
-                async with asyncio.timeout(self.timeout_s):
-                    return await llm.summarize(request)
-            reply = await self.nc.request(self.subject, codec.dumps(request), timeout=self.timeout_s)
+            return await self.ask(request)
         except nats.errors.NoRespondersError as exc:
             raise SummaryFailed("no llm service answers the summarize subject") from exc
         except (nats.errors.TimeoutError, TimeoutError) as exc:
             raise SummaryFailed(f"no summary within {self.timeout_s:.0f}s") from exc
-        try:
-            return GenerationResult.model_validate(codec.loads(reply.data))
         except (ValidationError, ValueError) as exc:
             raise SummaryFailed(f"unreadable summarize reply: {exc}") from exc
 

@@ -1,7 +1,7 @@
 """The tools service: runs the tool calls the router sends and answers with their results.
 
     router --ExecuteTools (work.tools.execute)--> tools --ToolsResult (work.router.result)--> router
-    (the result is a call instead when the router runs in this process: ServiceContext.deliver_result)
+    (the result is a call instead when the router runs in this process: shared/runtime/dispatcher.py)
 
 The handler is a shell around :class:`~loopwire.tools.executor.Executor`: decode, run the
 calls, hand each call of a batch of several to the router as it completes (a
@@ -266,9 +266,8 @@ class ToolsService:
             finished = ToolCallFinished(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
                                         turn=env.turn, trace=env.trace, result=item, total=len(env.calls))
             async with in_order:
-                await self.ctx.deliver_result(finished, msg_id=keys.call_finished_msg_id(env.step_id, item.tool_use_id),
-                                              to="router", subject=self.ctx.subjects.router_result,
-                                              replica=env.result_to)
+                await self.ctx.dispatch.send(finished, msg_id=keys.call_finished_msg_id(env.step_id, item.tool_use_id),
+                                             replica=env.result_to)
 
         with self._inflight.track(env.session_id, env.run_id) as cancel:
             await self._run(env, msg, report, cancel)
@@ -286,8 +285,7 @@ class ToolsService:
             # results_reported=False: the router emits every event (envelopes.ToolsResult).
             result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
                                  turn=env.turn, trace=env.trace, results=results, results_reported=False)
-            await self.ctx.deliver_result(result, msg_id=keys.result_msg_id(env.step_id), to="router",
-                                          subject=self.ctx.subjects.router_result, replica=env.result_to)
+            await self.ctx.dispatch.send(result, msg_id=keys.result_msg_id(env.step_id), replica=env.result_to)
 
         await self.executor.execute(env, on_result=report if per_call else None, cancel=cancel, then=deliver)
 

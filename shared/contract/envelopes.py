@@ -345,7 +345,7 @@ WorkEnvelope = Annotated[
 StepResult = Annotated[GenerationResult | ToolsResult | ToolCallFinished | ExecutorPermission | TenantAdmission,
                        Field(discriminator="kind")]
 HandedResult = GenerationResult | ToolsResult | ToolCallFinished | ExecutorPermission
-"""What a service hands to the router (ServiceContext.deliver_result)."""
+"""What a service hands to the router (a `call` route of shared/runtime/dispatcher.py)."""
 
 WORK_ADAPTER: TypeAdapter[Any] = TypeAdapter(WorkEnvelope)
 STEP_RESULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(StepResult)

@@ -226,7 +226,18 @@ WORK_CHAINS = Gauge("loopwire_work_chains", "Work chains this process holds now 
 # counted by the runtime's chain balance through its hooks (runtime/hooks.py)
 HOOKS.chain_opened = WORK_CHAINS.inc
 HOOKS.chain_closed = WORK_CHAINS.dec
-HOOKS.handed_over = lambda to, via: child(HANDOVERS, to=to, via=via).inc()
+ROUTER_WORK = frozenset({"memory.assemble", "tools.execute"})
+"""The routes of the work the router sends on (WORK_HOPS); the others are hand-overs."""
+
+
+def _dispatched(label: str, to: str, via: str) -> None:
+    if label in ROUTER_WORK:
+        child(WORK_HOPS, target=label, via=via).inc()
+    else:
+        child(HANDOVERS, to=to, via=via).inc()
+
+
+HOOKS.dispatched = _dispatched
 
 ALL_METRICS: tuple[Any, ...] = (
     RUNS_STARTED, RUNS_ENDED, TURNS, STEERS, ABORTS, COMPACTIONS, APPROVALS_PENDING,

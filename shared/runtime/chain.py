@@ -2,11 +2,11 @@
 
 Inside `loopwire up` every service runs in the same process, so a tool-turn's hops can be
 calls instead of JetStream messages. Hops *into* the router already are calls inside the
-handler that produced the result (`ServiceContext.deliver_result`). Hops *out of* the
+handler that produced the result (a `call` route of dispatcher.py). Hops *out of* the
 router (`memory.assemble`, `tools.execute`) cannot be calls inside the router: it holds a
 session's lock while it decides, and a steer or an abort must get through during a
 generation or a tool call. So the router, after its commit, starts them as tasks of a
-*chain* (`ServiceContext.hand_off`).
+*chain* (a `chain` route of dispatcher.py).
 
 A chain is rooted at the JetStream work message whose handling started it. The root is
 settled (acked) only when every task of its chain has ended: the root's own handler and
@@ -60,7 +60,6 @@ import orjson
 from pydantic import BaseModel
 
 from loopwire.shared.runtime.chain_balance import ChainBalance
-from loopwire.shared.runtime.handover import to_jetstream
 from loopwire.shared.runtime.inflight import Heartbeat
 from loopwire.shared.runtime.redelivery import (
     FAULT_DELAY_S,
@@ -68,6 +67,7 @@ from loopwire.shared.runtime.redelivery import (
     RedeliveryPolicy,
     Undeliverable,
     is_outage,
+    to_jetstream,
 )
 
 log = logging.getLogger("loopwire.chain")
@@ -289,6 +289,9 @@ class Delivery:
 
 
 _current: ContextVar[Delivery | None] = ContextVar("loopwire_delivery", default=None)
+CURRENT_DELIVERY = _current
+"""The delivery this code runs under, read with `.get()` where a call into this module would
+lengthen a hop's way between services (dispatcher.py); `current_delivery()` elsewhere."""
 
 
 def current_delivery() -> Delivery | None:
@@ -330,7 +333,7 @@ async def run_handler(handler: WorkHandler, delivery: Delivery) -> None:
 
 async def _to_jetstream(delivery: Delivery, outcome: Outcome, delay: float | None = None) -> Outcome:
     """A hand-off that failed here goes on as its own JetStream message, after the pause
-    its second delivery would have had (`delay`, else shared/runtime/handover.py's): ACK
+    its second delivery would have had (`delay`, else redelivery.pause_before_jetstream): ACK
     (for its chain) once published, else `outcome` (NATS away: the root is nacked and the
     chain recovered from it)."""
     assert delivery.fallback is not None

@@ -33,7 +33,10 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
+from pydantic import BaseModel
 
+from loopwire.shared.contract import codec
+from loopwire.shared.runtime.bus import work_headers
 from loopwire.shared.runtime.direct_dispatch import dispatch_directly
 from loopwire.shared.runtime.hooks import HOOKS
 from loopwire.shared.runtime.pub_acks import InboxReplies
@@ -72,6 +75,14 @@ class DirectRequests(InboxReplies[Msg]):
 
     def answer(self, future: asyncio.Future[Msg], msg: Msg) -> None:
         future.set_result(msg)
+
+
+async def result_applied(requests: DirectRequests, subject: str, envelope: BaseModel, *, msg_id: str,
+                         recover: bool) -> bool:
+    """`request_applied` for a step result: its JSON, with the headers its work message would
+    have (bus.work_headers)."""
+    headers = work_headers(envelope, msg_id, recover=recover)
+    return await request_applied(requests, subject, codec.dumps(envelope), headers=headers)
 
 
 async def request_applied(requests: DirectRequests, subject: str, data: bytes, *, headers: dict[str, str]) -> bool:

@@ -24,7 +24,7 @@ def _nothing() -> None:
     return None
 
 
-def _not_counted(to: str, via: str) -> None:
+def _not_counted(label: str, to: str, via: str) -> None:
     return None
 
 
@@ -44,9 +44,9 @@ class RuntimeHooks:
         """A work chain began in this process (the work-chains gauge goes up)."""
         self.chain_closed: Callable[[], None] = _nothing
         """A work chain of this process settled (the gauge goes down)."""
-        self.handed_over: Callable[[str, str], None] = _not_counted
-        """Work went to the service `to` (a step result to the router, a generation to
-        the llm) `via` process, direct or jetstream (runtime/service_context.py, `hand_over`)."""
+        self.dispatched: Callable[[str, str, str], None] = _not_counted
+        """Work of the route `label` went to the service `to` `via` one door: chain,
+        process, direct or jetstream (runtime/dispatcher.py)."""
         self.trace_headers: Callable[[], dict[str, str]] = _no_headers
         """W3C trace headers of the current span ({} when there is none)."""
         self.consume_scope: Callable[[Any], AbstractContextManager[Any]] = _no_scope

@@ -23,6 +23,7 @@ process (shared/runtime/chain.py), changes none of this.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from nats import errors as nats_errors
@@ -108,6 +109,21 @@ class RedeliveryPolicy:
 
 
 _SCHEDULES: dict[tuple[float, int], tuple[float, float]] = {}
+
+
+def pause_before_jetstream(outage: bool, policy: RedeliveryPolicy) -> float:
+    """How long work that failed in process waits before it goes on as its own message: the
+    pause its second delivery would have had (the policy's first delay after an outage,
+    FAULT_DELAY_S after a fault)."""
+    return policy.delay(1) if outage else FAULT_DELAY_S
+
+
+async def to_jetstream(publish: Callable[[], Awaitable[None]], *, outage: bool, policy: RedeliveryPolicy,
+                       delay: float | None = None) -> None:
+    """Work that failed in process, onto JetStream after its pause (`delay` when the handler
+    chose one). Raises when the publish fails (NATS away)."""
+    await asyncio.sleep(delay if delay is not None else pause_before_jetstream(outage, policy))
+    await publish()
 
 
 def _schedule(tolerance_s: float, max_deliver: int) -> tuple[float, float]:

@@ -3,7 +3,8 @@
 A service is a class with `register(broker)` (its work handlers, through `work_subscriber`,
 and its FastStream handlers of queries and RPC), `start()` (after the connection is up:
 background tasks) and `stop()`. `loopwire up` runs all five on one
-broker connection; `loopwire serve NAME` runs one. See loopwire/launcher.py.
+broker connection; `loopwire serve NAME` runs one. See loopwire/launcher.py. What one service
+sends another goes through `dispatch` (shared/runtime/dispatcher.py).
 """
 
 from __future__ import annotations
@@ -12,27 +13,22 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Protocol
 
 import redis.asyncio as aioredis
 from faststream.nats import NatsBroker
 from nats.js.api import ConsumerConfig
-from pydantic import BaseModel
 
 from loopwire.shared.contract import keys
-from loopwire.shared.contract.codec import dumps
-from loopwire.shared.contract.envelopes import HandedResult
 from loopwire.shared.contract.subjects import INGRESS_STREAM, WORK_STREAM, Subjects, stream_name
-from loopwire.shared.runtime.bus import Bus, work_headers
-from loopwire.shared.runtime.chain import WorkHandler, current_delivery, hand_off, run_handler
-from loopwire.shared.runtime.chain_balance import ChainBalance
+from loopwire.shared.runtime.bus import Bus
+from loopwire.shared.runtime.chain import WorkHandler, run_handler
 from loopwire.shared.runtime.credentials import connect_configured_redis, wait_replicas
-from loopwire.shared.runtime.direct_results import Apply, DirectReceiver, DirectRequests, request_applied
-from loopwire.shared.runtime.handover import ResultReceiver, hand_over
-from loopwire.shared.runtime.hooks import HOOKS
+from loopwire.shared.runtime.direct_results import Apply, DirectReceiver
+from loopwire.shared.runtime.dispatcher import Dispatcher
 from loopwire.shared.runtime.redelivery import DeadLetter, RedeliveryPolicy
 from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import until_jetstream_answers
@@ -45,8 +41,6 @@ from loopwire.shared.stores.step_store import RedisStepStore, StepStore
 
 log = logging.getLogger("loopwire.runtime")
 
-P = TypeVar("P")
-T = TypeVar("T")
 
 
 @dataclass
@@ -63,25 +57,10 @@ class ServiceContext:
     """The scripts' path to Redis (shared/stores/replication.py), whose script channel the
     stores of every service in this process share; None where a test builds the stores."""
     _bus: Bus | None = field(default=None, repr=False)
-    _direct_requests: DirectRequests | None = field(default=None, repr=False)
-    """The step results this process sends to a router replica (direct_results.py)."""
     consumers: dict[str, tuple[str, str]] = field(default_factory=dict)
     """label -> (stream, durable) of every work consumer registered in this process."""
     work_consumers: list[WorkConsumer] = field(default_factory=list)
     """Those consumers, started by `consume()` (shared/runtime/work_consumer.py)."""
-    local: dict[str, object] = field(default_factory=dict)
-    """name -> service running in this process, for in-process hand-overs (empty when
-    LOOPWIRE_LOCAL_HANDOVER is off or the process runs one service); read through `here`."""
-    handlers: dict[str, WorkHandler] = field(default_factory=dict)
-    """work subject -> its handler in this process, for hand-offs (shared/runtime/chain.py); filled
-    only where in-process hand-overs are on."""
-    hop_tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    """Handed-off hops running now (a graceful stop waits for them)."""
-    balance: ChainBalance | None = None
-    """Spreads chains over the replicas (shared/runtime/chain_balance.py), where hand-offs are on."""
-    stopping: bool = False
-    """Set when a graceful stop begins: hand-overs go back to JetStream, so work that
-    arrives while the consumers drain waits in the stream for the next process."""
     policy: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
     """The one redelivery policy of every work handler (shared/runtime/redelivery.py)."""
     replica_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
@@ -89,14 +68,19 @@ class ServiceContext:
     router sends come back to (shared/runtime/direct_results.py)."""
     direct_receivers: list[DirectReceiver] = field(default_factory=list)
     """This process's direct subjects, started by `consume()`, stopped first by `stop_consuming()`."""
-    _offering: set[tuple[type, type]] = field(default_factory=set, repr=False)
-    """(service class, protocol) pairs `here` found to match: an isinstance against a
-    runtime protocol looks its members up each time, several times a hop otherwise."""
+    dispatch: Dispatcher = field(init=False, repr=False)
+    """How this process's services send each other envelopes (shared/runtime/dispatcher.py)."""
 
     def __post_init__(self) -> None:
         s = self.settings
         self.policy = RedeliveryPolicy(tolerance_s=s.outage_tolerance_s, max_deliver=s.max_deliver,
                                        fault_max_deliver=s.fault_max_deliver)
+        self.dispatch = Dispatcher(self.subjects, policy=self.policy, replica_id=self.replica_id,
+                                   direct_results=s.direct_results, chain_max_hops=s.chain_max_hops,
+                                   direct_timeout_s=s.direct_result_timeout_s,
+                                   summary_timeout_s=s.memory_summary_timeout_s)
+        if self._bus is not None:  # a test's bus
+            self.dispatch._bus = self._bus
 
     async def report_dead_letter(self, letter: DeadLetter) -> None:
         """Work given up by a handler, to the router's dead-letter consumer (JetStream,
@@ -120,101 +104,8 @@ class ServiceContext:
         if nc is None:
             raise RuntimeError("broker is not connected")
         self._bus = Bus(nc, self.subjects, self.events, jetstream_timeout_s=self.settings.jetstream_timeout_s)
-        self._direct_requests = DirectRequests(nc, timeout_s=self.settings.direct_result_timeout_s)
+        self.dispatch.attach(self._bus)
         return self._bus
-
-    async def deliver_result(self, result: HandedResult, *, msg_id: str, to: str, subject: str,
-                             replica: str | None = None) -> None:
-        """A step result to the service `to` that applies results: a call when it runs in
-        this process (`ResultReceiver.accept_result`), else a request to its `replica` that
-        sent the step's work (shared/runtime/direct_results.py), else a work message on
-        `subject` (`hand_over`'s policy).
-
-        Called while the step's own delivery is unsettled, so a crash before the result was
-        applied redelivers the step, which hands the recorded result over again. A result
-        produced by a redelivered chain root is marked *recover* (shared/runtime/chain.py).
-        When the call fails, the result is published after its pause and the consumer
-        retries it (a result already applied is ignored)."""
-        delivery = current_delivery()
-        recover = delivery is not None and delivery.redelivered
-        await self.hand_over(to, ResultReceiver, lambda receiver: receiver.accept_result(result, recover=recover),
-                             subject=subject, envelope=result, msg_id=msg_id, recover=recover, replica=replica)
-
-    async def hand_over(self, to: str, offers: type[P], call: Callable[[P], Awaitable[T]], *, subject: str,
-                        envelope: BaseModel, msg_id: str, recover: bool = False,
-                        replica: str | None = None) -> T | None:
-        """Work for the service `to`: `call(service)` when it runs here and offers `offers`,
-        else a request to its `replica` when one is named and answers, else `envelope` as a
-        work message on `subject` with `msg_id` (the one policy of shared/runtime/handover.py:
-        a call or request that fails is published after its pause, its attempt counted).
-        The call's answer, or None when the work went by request or message."""
-        target = self.here(to, offers)
-
-        async def publish(attempts: int) -> None:
-            await self.bus.publish_work(subject, envelope, msg_id=msg_id, recover=recover, attempts=attempts)
-            HOOKS.handed_over(to, "jetstream")
-
-        call_here: Callable[[], Awaitable[T | None]] | None
-        if target is not None:
-            bound = partial(call, target)
-
-            async def call_here() -> T | None:
-                answer = await bound()
-                HOOKS.handed_over(to, "process")
-                return answer
-        elif replica and self.settings.direct_results and not self.stopping:
-            direct, data = self.subjects.direct(to, replica), dumps(envelope)
-            headers = work_headers(envelope, msg_id, recover=recover)
-
-            async def call_here() -> T | None:
-                assert self._direct_requests is not None, "attach_bus first"
-                if await request_applied(self._direct_requests, direct, data, headers=headers):
-                    HOOKS.handed_over(to, "direct")
-                else:  # that replica is gone or stopping
-                    await publish(0)
-                return None
-        else:
-            call_here = None
-        return await hand_over(call_here, publish, policy=self.policy, what=f"{subject} {msg_id}")
-
-    def here(self, name: str, offers: type[P]) -> P | None:
-        """The service `name` when it runs in this process and work may be handed to it as
-        a call now (not during a graceful stop), else None; as `offers`, the protocol of what
-        may be called on it (shared/runtime/handover.py). A service here that does not offer
-        it is a wiring error (TypeError)."""
-        service = None if self.stopping else self.local.get(name)
-        if service is None:
-            return None
-        if (type(service), offers) in self._offering:
-            return service  # type: ignore[return-value]
-        if isinstance(service, offers):
-            self._offering.add((type(service), offers))
-            return service
-        raise TypeError(f"no in-process hand-over to the {name} service ({type(service).__name__})")
-
-    def hand_off(self, subject: str, envelope: Any, msg_id: str) -> bool:
-        """Work for `subject` as a task of the current chain when its handler runs in this
-        process (shared/runtime/chain.py). False when it must be published instead: no handler
-        here, a graceful stop under way, or no chain to hold it (an ingress handler). A
-        hop that fails here is published with `msg_id`, as it would have been."""
-        handler = None if self.stopping else self.handlers.get(subject)
-        if handler is None:
-            return False
-        # A model is handed over as it is; a dict (a replayed outbox) as its JSON, which
-        # the handler validates like any message.
-        body = envelope if isinstance(envelope, BaseModel) else dumps(envelope)
-
-        async def publish() -> None:
-            await self.bus.publish_work(subject, envelope, msg_id=msg_id, attempts=1)
-
-        return hand_off(handler, body, self.hop_tasks, self.settings.chain_max_hops, self.balance,
-                        subject=subject, fallback=publish)
-
-    async def wait_for_hops(self, timeout: float) -> None:
-        """Until the handed-off hops in flight have ended (a graceful stop): each hands its
-        next hop to JetStream, since `stopping` is set, and its chain settles its root."""
-        if self.hop_tasks:
-            await asyncio.wait(set(self.hop_tasks), timeout=timeout)
 
     # -- work consumers -----------------------------------------------------------------
     def work_stream(self) -> str:
@@ -233,8 +124,8 @@ class ServiceContext:
         The handler gets a `Delivery`, the root of a work chain (shared/runtime/chain.py): with
         `holds`, hops the router hands off while it runs are tasks under it, and the
         message is acked when the last of them settles. Ingress consumers pass
-        `holds=False`. Where in-process hand-overs are on, the handler is also registered
-        as this process's handler of `subject`.
+        `holds=False`. The handler is also this process's handler of `subject` for the
+        dispatcher's in-process hand-offs (dispatcher.py).
 
         Push with a deliver group rather than pull: a pull consumer costs one fetch round
         trip per message (and nats-py's fetch(batch>1) may wait out its timeout), while a
@@ -255,8 +146,7 @@ class ServiceContext:
         report = self.report_dead_letter if reports else None
 
         def decorate(handler: WorkHandler) -> WorkHandler:
-            if self.local:
-                self.handlers[subject] = handler
+            self.dispatch.take(subject, handler)
 
             async def consume(root: JetStreamRoot) -> None:
                 await run_handler(handler, root_delivery(root, ack_wait_s, holds, policy=policy, report=report))

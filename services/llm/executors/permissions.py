@@ -71,9 +71,8 @@ class PermissionGate:
                                          tool_use_id=request.tool_use_id, name=request.name, input=request.input,
                                          attempt=attempt)
                 try:
-                    await self.ctx.deliver_result(ask, msg_id=keys.permission_ask_msg_id(env.step_id, cid, attempt),
-                                                  to="router", subject=self.ctx.subjects.router_result,
-                                                  replica=env.result_to)
+                    await self.ctx.dispatch.send(ask, msg_id=keys.permission_ask_msg_id(env.step_id, cid, attempt),
+                                                 replica=env.result_to)
                 except Exception as exc:  # NATS away: ask again at the next round
                     log.warning("session %s: permission request %s not sent: %s", env.session_id, cid, exc)
                 with contextlib.suppress(TimeoutError):

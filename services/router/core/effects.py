@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
+
+from loopwire.shared.contract.envelopes import AssembleContext, ExecuteTools
 
 
 class EmitEvent(BaseModel):
@@ -20,13 +22,22 @@ class EmitEvent(BaseModel):
 
 
 class PublishWork(BaseModel):
+    """Work the router sends on: its envelope, which the dispatcher routes by its type
+    (shared/runtime/dispatcher.py), and that envelope's JSON as the outbox keeps it."""
+
     type: Literal["work"] = "work"
-    target: Literal["memory.assemble", "tools.execute"]
+    work: AssembleContext | ExecuteTools = Field(exclude=True, repr=False)
+    """The envelope as the validated model the core built it from (read back from a stored
+    outbox: validated from `envelope`, effect_from_dict)."""
     envelope: dict[str, Any]
+    """Its JSON, made once by the core and stored in the outbox as it is (transition.py)."""
     msg_id: str
-    model: Any = Field(default=None, exclude=True, repr=False)
-    """The envelope as the validated model the core built it from, for a hand-off in this
-    process (shared/runtime/chain.py) to use as it is. Not stored: a replayed outbox has the dict."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def target(self) -> Literal["memory.assemble", "tools.execute"]:
+        """The work's name in the stored outbox and in metrics."""
+        return "tools.execute" if type(self.work) is ExecuteTools else "memory.assemble"
 
 
 class PublishNotice(BaseModel):
@@ -72,4 +83,8 @@ _BY_TYPE: dict[str, type[BaseModel]] = {"work": PublishWork, "notice": PublishNo
 
 
 def effect_from_dict(raw: dict[str, Any]) -> Effect:
+    """An effect read back from a stored outbox; work's envelope model is rebuilt from its JSON."""
+    if raw.get("type") == "work":
+        kind = ExecuteTools if raw.get("target") == "tools.execute" else AssembleContext
+        return PublishWork(work=kind.model_validate(raw["envelope"]), envelope=raw["envelope"], msg_id=raw["msg_id"])
     return _BY_TYPE.get(raw.get("type", ""), EmitEvent).model_validate(raw)  # type: ignore[return-value]

@@ -125,8 +125,7 @@ def request_generation(tx: Transition, run: RunState, profile: Profile, notes: l
         prompt_cache="off" if cfg.prompt_cache == "off" else "auto",
         prompt_cache_ttl="1h" if may_wait_on_a_person(run, profile) else "5m",
     )
-    tx.effects.append(PublishWork(target="memory.assemble", envelope=_assemble_json(env), model=env,
-                                  msg_id=ids.msg_id))
+    tx.effects.append(PublishWork(work=env, envelope=_assemble_json(env), msg_id=ids.msg_id))
 
 
 def may_wait_on_a_person(run: RunState, profile: Profile) -> bool:

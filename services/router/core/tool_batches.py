@@ -116,8 +116,7 @@ def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, profi
         user_id=run.config.user_id, workspace_id=run.config.workspace_id,
         recording=tx.st.tool_recording, report_calls=True,
     )
-    tx.effects.append(PublishWork(target="tools.execute", envelope=env.model_dump(mode="json"), model=env,
-                                  msg_id=ids.msg_id))
+    tx.effects.append(PublishWork(work=env, envelope=env.model_dump(mode="json"), msg_id=ids.msg_id))
 
 
 def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]], *, profile: Profile,

@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import BaseModel
 
 from loopwire.shared.contract import keys
+from loopwire.shared.contract.envelopes import ExecuteTools
 from loopwire.shared.contract.events import user_message_fields
 from loopwire.shared.contract.run_state import RUN_PARTS, RunState
 from loopwire.shared.contract.session_state import SessionState
@@ -154,7 +155,9 @@ def _stored(effect: Effect) -> dict[str, Any]:
     Here rather than in effects.py: a call into another file per effect would lengthen
     the walk of a tool-turn (tests/tool_turn_walk.py)."""
     if type(effect) is PublishWork:
-        return {"type": effect.type, "target": effect.target, "envelope": effect.envelope, "msg_id": effect.msg_id}
+        # `target` inline, in the order of the effect's own dump.
+        return {"type": effect.type, "envelope": effect.envelope, "msg_id": effect.msg_id,
+                "target": "tools.execute" if type(effect.work) is ExecuteTools else "memory.assemble"}
     if type(effect) is EmitEvent:
         # Its fields as the core made them: the state's dump writes them as JSON mode
         # would (SessionState.dump_json), a third of the cost of walking them here.

@@ -3,8 +3,9 @@
 Events go out in batches (consecutive events in one Redis call, before what follows
 them); the leading events of a transition may have been stored by its commit already
 (`leading_events`: the commit-with-events capability), and are then only published.
-Notices are core NATS, best effort. Work is handed to a service running in this process
-as a task of the same chain, else published to JetStream with its Nats-Msg-Id. Every
+Notices are core NATS, best effort. Work goes through the dispatcher (shared/runtime/dispatcher.py):
+a task of the same chain when its service runs in this process, else a JetStream message with
+its Nats-Msg-Id. Every
 effect is idempotent, so performing a stored outbox again is safe.
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from loopwire.shared.contract import codec
-from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.bus import InFlight, event_items
 from loopwire.shared.runtime.service_context import ServiceContext
 
@@ -84,7 +84,9 @@ class EffectPublisher:
                     subject = subjects.permission(sid) if effect.notice == "permission" else subjects.cancel(sid)
                     await bus.nc.publish(subject, codec.dumps(effect.body))
                 elif isinstance(effect, PublishWork):
-                    await self._publish_work(effect)
+                    # A task of this chain when its service runs here (after the commit,
+                    # outside the session's lock), else a JetStream message (dispatcher.py).
+                    await self.ctx.dispatch.send(effect.work, msg_id=effect.msg_id, stored=effect.envelope)
                 # TenantSlot, CountTenantUsage: settled above (or the limits were switched off
                 # since the outbox was stored)
             if in_flight is not None:
@@ -94,20 +96,6 @@ class EffectPublisher:
                 in_flight.cancel()
             raise
         return admissions
-
-    async def _publish_work(self, effect: PublishWork) -> None:
-        subject = self.ctx.subjects.memory_assemble if effect.target == "memory.assemble" \
-            else self.ctx.subjects.tools_execute
-        # A task of this chain when the service runs here (after the commit, outside the
-        # session's lock), else a JetStream message.
-        if self.ctx.hand_off(subject, effect.model or effect.envelope, effect.msg_id):
-            metrics.child(metrics.WORK_HOPS, target=effect.target, via="chain").inc()
-            return
-        # Its result comes back to this replica first (shared/runtime/direct_results.py).
-        envelope = {**effect.envelope, "result_to": self.ctx.replica_id} \
-            if self.ctx.settings.direct_results else effect.envelope
-        await self.ctx.bus.publish_work(subject, envelope, msg_id=effect.msg_id)
-        metrics.child(metrics.WORK_HOPS, target=effect.target, via="jetstream").inc()
 
     async def _send_new(self, sid: str, events: list[EventItem]) -> InFlight:
         stored = await self.ctx.events.append_many(sid, event_items(sid, events))

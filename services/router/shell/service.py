@@ -42,6 +42,7 @@ from loopwire.shared.observability.tracing import new_run_trace
 from loopwire.shared.runtime.bus import RECOVER_HEADER, event_items
 from loopwire.shared.runtime.chain import Delivery
 from loopwire.shared.runtime.dead_letters import discard_original, original_body, read_dead_letter, work_label
+from loopwire.shared.runtime.dispatcher import RESULTS
 from loopwire.shared.runtime.keyed_lock import KeyedLock
 from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.runtime.redelivery import CommitContention, DeadLetter, Undeliverable, is_outage
@@ -122,6 +123,8 @@ class RouterService:
         self.ctx.work_subscriber(subjects.ingress_all, "router_ingress", max_workers=handlers,
                                  stream=self.ctx.ingress_stream(), holds=False)(self.on_ingress)
         self.ctx.work_subscriber(subjects.router_result, "router_results", max_workers=handlers)(self.on_result)
+        # In this process, a service's step results are calls (shared/runtime/dispatcher.py).
+        self.ctx.dispatch.serve(RESULTS, self.accept_result)
         if self.ctx.settings.direct_results:
             # The results of the work this replica sends come back to it first
             # (shared/runtime/direct_results.py): its cached state of the session is current.
@@ -245,7 +248,7 @@ class RouterService:
 
     async def accept_result(self, result: HandedResult, recover: bool = False) -> None:
         """A step result handed over in-process by a service running beside the router
-        (ServiceContext.deliver_result): applied as if it had come from the router.result
+        (shared/runtime/dispatcher.py): applied as if it had come from the router.result
         consumer. `recover`: it comes from a redelivered chain root (shared/runtime/chain.py).
         Raises when it could not be applied; the caller then publishes it."""
         await self._apply_input(result.session_id, _result_input(result, recover))
@@ -283,8 +286,7 @@ class RouterService:
         not sent is left to the sweep (quota_sweep.py), which finds it granted, not started."""
         for admission in admissions:
             try:
-                await self.ctx.bus.publish_work(self.ctx.subjects.router_result, admission.as_envelope(),
-                                                msg_id=admission.as_input().input_id)
+                await self.ctx.dispatch.send(admission.as_envelope(), msg_id=admission.as_input().input_id)
             except Exception as exc:
                 log.warning("session %s: the answer for run %s was not sent (%s); the tenant sweep sends it",
                             admission.sid, admission.run_id, exc)

@@ -13,7 +13,10 @@ import pytest
 
 from loopwire.router.core.effects import EmitEvent, PublishNotice, PublishWork
 from loopwire.router.shell.effect_publishing import EffectPublisher
+from loopwire.shared.contract.envelopes import ExecuteTools
 from loopwire.shared.contract.subjects import Subjects
+from loopwire.shared.runtime.dispatcher import Dispatcher
+from loopwire.shared.runtime.redelivery import RedeliveryPolicy
 from loopwire.shared.runtime.settings import Settings
 
 
@@ -57,8 +60,11 @@ class RecordingBus:
 
 
 def publisher(bus: RecordingBus) -> EffectPublisher:
-    ctx = SimpleNamespace(settings=Settings(), subjects=Subjects("lwx"), bus=bus, replica_id="r1",
-                          hand_off=lambda subject, envelope, msg_id: False)
+    settings, subjects = Settings(), Subjects("lwx")
+    dispatch = Dispatcher(subjects, policy=RedeliveryPolicy(), replica_id="r1", direct_results=True,
+                          chain_max_hops=0, direct_timeout_s=1.0, summary_timeout_s=1.0)
+    dispatch._bus = bus  # type: ignore[assignment]
+    ctx = SimpleNamespace(settings=settings, subjects=subjects, bus=bus, replica_id="r1", dispatch=dispatch)
     return EffectPublisher(ctx)  # type: ignore[arg-type]
 
 
@@ -70,7 +76,8 @@ def stored(*kinds: str) -> list[tuple[dict[str, Any], bool]]:
     return [({"kind": kind, "seq": n}, True) for n, kind in enumerate(kinds, start=1)]
 
 
-WORK = PublishWork(target="tools.execute", envelope={"session_id": "s1", "step_id": "st1"}, msg_id="m1")
+TOOLS = ExecuteTools(session_id="s1", run_id="run1", step_id="st1", turn=1, calls=[])
+WORK = PublishWork(work=TOOLS, envelope=TOOLS.model_dump(mode="json"), msg_id="m1")
 
 
 async def test_the_work_goes_out_while_the_events_before_it_are_acknowledged() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from loopwire.shared.contract.envelopes import AssembleContext
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.chain import Chain, Delivery, current_delivery, hand_off, run_handler
 from loopwire.shared.runtime.service_context import ServiceContext
@@ -202,34 +203,52 @@ async def test_no_hand_off_outside_a_chain_or_under_one_that_holds_none() -> Non
     assert results == [False] and message.settled == ["ack"] and not tasks
 
 
-def context(handlers: dict[str, Any]) -> ServiceContext:
+class PublishedWork:
+    def __init__(self) -> None:
+        self.published: list[tuple[str, Any, str]] = []
+
+    async def publish_work(self, subject: str, envelope: Any, msg_id: str, recover: bool = False,
+                           attempts: int = 0) -> None:
+        self.published.append((subject, envelope, msg_id))
+
+
+def context(handlers: dict[str, Any]) -> tuple[ServiceContext, PublishedWork]:
     settings = Settings()
-    return ServiceContext(settings=settings, subjects=Subjects(settings.subject_prefix), redis=None,  # type: ignore[arg-type]
-                          sessions=None, steps=None, events=None, broker=None, blobs=None,  # type: ignore[arg-type]
-                          handlers=handlers)
+    bus = PublishedWork()
+    ctx = ServiceContext(settings=settings.model_copy(update={"direct_results": False}),
+                         subjects=Subjects(settings.subject_prefix), redis=None,  # type: ignore[arg-type]
+                         sessions=None, steps=None, events=None, broker=None, blobs=None,  # type: ignore[arg-type]
+                         _bus=bus)  # type: ignore[arg-type]
+    ctx.dispatch.in_process = True
+    for subject, handler in handlers.items():
+        ctx.dispatch.take(subject, handler)
+    return ctx, bus
+
+
+ASSEMBLE = AssembleContext(session_id="s1", run_id="r1", step_id="s1", turn=1, history_len=1, models=["m"],
+                           max_tokens=64)
 
 
 @pytest.mark.parametrize("case", ["handler here", "no handler here", "stopping"])
-async def test_service_context_hands_off_only_to_a_handler_in_this_process(case: str) -> None:
-    got: list[bytes] = []
+async def test_the_dispatcher_hands_off_only_to_a_handler_in_this_process(case: str) -> None:
+    got: list[Any] = []
 
     async def on_assemble(d: Delivery) -> None:
-        got.append(d.body)
+        got.append(d.envelope)
         await d.ack()
 
-    ctx = context({} if case == "no handler here" else {ctx_subject(): on_assemble})
-    ctx.stopping = case == "stopping"
-    answers: list[bool] = []
+    ctx, bus = context({} if case == "no handler here" else {ctx_subject(): on_assemble})
+    ctx.dispatch.stopping = case == "stopping"
 
     async def handler(d: Delivery) -> None:
-        answers.append(ctx.hand_off(ctx_subject(), {"step_id": "s1"}, msg_id="s1:assemble"))
+        await ctx.dispatch.send(ASSEMBLE, msg_id="s1:assemble")
         await d.ack()
 
     delivery, message = root()
     await run_handler(handler, delivery)
-    await ctx.wait_for_hops(5)
-    assert answers == [case == "handler here"]
-    assert got == ([b'{"step_id":"s1"}'] if case == "handler here" else [])
+    await ctx.dispatch.wait_for_hops(5)
+    assert got == ([ASSEMBLE] if case == "handler here" else [])
+    assert bus.published == ([] if case == "handler here" else [(ctx_subject(), ASSEMBLE, "s1:assemble")])
     assert message.settled == ["ack"]
 
 
