@@ -34,18 +34,16 @@ from loopwire.shared.contract.session_state import SessionState, is_deleted
 from loopwire.shared.contract.subjects import (
     DEAD_LETTER_STREAM,
     MAX_DELIVERIES_ADVISORY,
-    WORK_STREAM,
     stream_name,
 )
 from loopwire.shared.observability import metrics
 from loopwire.shared.observability.tracing import new_run_trace
 from loopwire.shared.runtime.bus import RECOVER_HEADER, event_items
 from loopwire.shared.runtime.chain import Delivery
-from loopwire.shared.runtime.dead_letters import discard_original, original_body, read_dead_letter, work_label
 from loopwire.shared.runtime.dispatcher import RESULTS
 from loopwire.shared.runtime.keyed_lock import KeyedLock
 from loopwire.shared.runtime.lru import LruCache
-from loopwire.shared.runtime.redelivery import CommitContention, DeadLetter, Undeliverable, is_outage
+from loopwire.shared.runtime.redelivery import CommitContention, Undeliverable
 from loopwire.shared.runtime.service_context import ServiceContext
 from loopwire.shared.stores.capabilities import Capability
 from loopwire.shared.stores.event_archive import read_archive
@@ -63,8 +61,8 @@ from ..core.inputs import (
     RejectedInput,
     StartInput,
     ToolsInput,
-    UndeliverableInput,
 )
+from .dead_letter_inputs import DeadLetterInputs
 from .decision_telemetry import count_approvals, count_decision, record_ended_runs
 from .effect_publishing import EffectPublisher, leading_events
 from .erasure import ErasureQueries, note_user
@@ -104,6 +102,7 @@ class RouterService:
         self.forks = ForkQuery(ctx, archive=self._archive)
         """`<prefix>.api.session.fork` (fork.py): the router owns session state."""
         self.erasure = ErasureQueries(ctx, abort=self._apply_input, forget=self._states.pop)
+        self.dead_letters = DeadLetterInputs(ctx, self._apply_input)
         """`<prefix>.api.session.delete` and `user.erase` (erasure.py)."""
         self._watchdog: Watchdog | None = None
         """Ends runs whose step made no progress for too long (watchdog.py)."""
@@ -135,7 +134,7 @@ class RouterService:
         for subject, durable in ((subjects.dead_letter, "router_dead_letters"),
                                  (f"{MAX_DELIVERIES_ADVISORY}.>", "router_max_deliveries")):
             self.ctx.work_subscriber(subject, durable, stream=dead, holds=False, max_deliver=-1,
-                                     reports=False)(self.on_dead_letter)
+                                     reports=False)(self.dead_letters.on_dead_letter)
         self.forks.register(broker)
         self.erasure.register(broker)
 
@@ -197,54 +196,6 @@ class RouterService:
         from the router.result consumer; raises when it is not, and its sender publishes it."""
         result = STEP_RESULT_ADAPTER.validate_python(orjson.loads(body))
         await self._apply_input(result.session_id, _result_input(result, bool(headers.get(RECOVER_HEADER))))
-
-    async def on_dead_letter(self, msg: Delivery) -> None:
-        """Work given up (shared/runtime/dead_letters.py): its run ends `failed` with an `error`
-        `undeliverable`. A given-up ingress message is applied once more first (an outage
-        that outlasted its deliveries is over when this runs), and only reported as an
-        error if applying it fails again."""
-        js = self.ctx.bus.js
-        try:
-            letter = await read_dead_letter(js, msg.body)
-        except (ValueError, ValidationError) as exc:
-            raise Undeliverable(f"a malformed dead letter: {exc}") from None
-        if letter is None:
-            return
-        prefix = self.ctx.settings.subject_prefix
-        target = work_label(letter.subject, prefix)
-        if target == "ingress":
-            await self._dead_ingress(letter)
-        elif letter.session_id:
-            what = f"{target} (step {letter.step_id})" if letter.step_id else target
-            await self._apply_input(letter.session_id, UndeliverableInput(
-                input_id=f"dead:{letter.stream}:{letter.stream_seq}:{letter.step_id}:{letter.subject}",
-                run_id=letter.run_id, what=what, reason=_why(letter)))
-        else:
-            log.error("dead letter for %s names no session: %s", letter.subject or "unknown work", letter.reason)
-        metrics.DEAD_LETTERS.labels(target=target, cause=letter.reason.split(":", 1)[0] or "unknown").inc()
-        if letter.stream == stream_name(prefix, WORK_STREAM):
-            await discard_original(js, letter)
-
-    async def _dead_ingress(self, letter: DeadLetter) -> None:
-        parsed = self.ctx.subjects.parse_ingress(letter.subject)
-        if parsed is None or not check_session_id(parsed[0], self.ctx.settings.tenants):
-            return
-        sid, verb = parsed
-        body = await original_body(self.ctx.bus.js, letter)
-        if body is not None:
-            inp = decode_ingress(verb, body, input_id=f"in:{letter.stream_seq}", new_id=uuid.uuid4().hex[:16],
-                                 max_bytes=self.ctx.settings.max_body_bytes)
-            try:
-                await self._apply_input(sid, inp)
-                log.warning("session %s: %s (ingress %d) applied from its dead letter", sid, verb, letter.stream_seq)
-                return
-            except Exception as exc:
-                if is_outage(exc):
-                    raise  # still away: this dead letter is redelivered later
-                log.exception("session %s: %s (ingress %d) fails again; reporting it", sid, verb, letter.stream_seq)
-        await self._apply_input(sid, UndeliverableInput(
-            input_id=f"dead:in:{letter.stream_seq}", what=f"your `{verb}` (ingress {letter.stream_seq})",
-            reason=_why(letter)))
 
     async def accept_result(self, result: HandedResult, recover: bool = False) -> None:
         """A step result handed over in-process by a service running beside the router
@@ -431,13 +382,6 @@ class RouterService:
                             sid, floor)
                 await self.ctx.events.raise_seq(sid, floor)
         return raw, version
-
-
-def _why(letter: DeadLetter) -> str:
-    if letter.reason == "max_deliveries":
-        return (f"given up after {letter.deliveries} deliveries (a service or its store was unreachable "
-                "for longer than the outage tolerance, or the processes handling it kept stopping)")
-    return f"given up after {letter.deliveries} deliveries: {letter.reason}"
 
 
 def _result_input(result: HandedResult | TenantAdmission, recover: bool = False) -> BaseInput:
