@@ -16,6 +16,7 @@ from rich.console import Console
 
 from loopwire.client import LoopwireClient, RunFailedToStart
 from loopwire.render import EventRenderer
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.protocol import Profile
 from loopwire.shared.runtime.settings import Settings
 
@@ -53,8 +54,8 @@ class Approver:
         self.lw, self.settings, self.sid, self.approve_all = lw, settings, sid, approve_all
         self.stdin_open = True
 
-    async def __call__(self, event: dict[str, Any]) -> None:
-        if event.get("kind") != "approval.requested":
+    async def __call__(self, event: AnyEvent) -> None:
+        if event["kind"] != "approval.requested":
             return
         checkpoint = event["checkpoint_id"]
         if self.approve_all:
@@ -98,7 +99,7 @@ async def follow_run(settings: Settings, sid: str, start: dict[str, Any], *, jso
         await request(lw, settings, lw.subjects.query("session.get", lw.tenant), {"session_id": sid}, timeout=3.0)
         approver = Approver(lw, settings, sid, approve_all=approve_all)
 
-        async def on_event(event: dict[str, Any]) -> None:
+        async def on_event(event: AnyEvent) -> None:
             renderer(event)
             await approver(event)
 

@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from loopwire.shared.contract import keys
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.protocol import make_event
 from loopwire.shared.stores.capabilities import Capability, Unsupported
 from loopwire.shared.stores.event_log import EventLogStore
@@ -262,7 +263,7 @@ async def a_step_claim_fences_its_side_effect(b: Backend) -> None:
     assert await steps.record_claimed(BATCH, first.token, CALL_A, value={"by": "first"}) == {"by": "second"}
 
 
-def _events(sid: str, *specs: tuple[str, str | None]) -> list[tuple[dict[str, Any], str | None, bool]]:
+def _events(sid: str, *specs: tuple[str, str | None]) -> list[tuple[AnyEvent, str | None, bool]]:
     return [(make_event(kind, sid, "r1", seq=0, turn=1), key, kind != "text.delta") for kind, key in specs]
 
 

@@ -145,7 +145,7 @@ class MemoryService:
                      "method": "summary", "messages_compacted": context.record.covers - 1}
         if event is not None:
             await self.ctx.bus.emit(env.session_id, env.run_id, "compaction", key=keys.compaction_key(env.step_id),
-                                    **event)
+                                    fields=event)
         if outcome.event is not None:  # counted once, not again for a redelivered step
             metrics.COMPACTIONS.inc()
         extra = snap.claimed

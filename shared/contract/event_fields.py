@@ -10,12 +10,23 @@ from typing import Annotated, Any, Literal, NotRequired
 from pydantic import Field
 from typing_extensions import TypedDict
 
+# Relative: mypy, run over the folders, resolves a sibling module but not its `loopwire.` name.
+from .protocol import RunStatus
+
 Source = Literal["executor"]
 """`source` of an event an external agent's own model call or tool produced."""
 SteeringSource = Literal["priority_queue", "follow_up_queue", "loop_redirect", "model_switch",
                          "retry_reduced_context"]
 PlanSource = Literal["start", "model", "text", "fallback", "verification", "executor"]
-Status = Literal["completed", "aborted", "budget_exhausted", "max_turns", "loop_terminated", "failed"]
+
+
+class Undocumented:
+    """The marker, in a field's `Annotated`, of a field the events carry that
+    docs/asyncapi.json does not show (the models leave it out; it passes as an extra)."""
+
+
+UNDOCUMENTED = Undocumented()
+BudgetLimit = Literal["max_total_tokens", "max_cost_usd"]
 _EXECUTOR_TOOL = "Addition: `executor` for an external agent's own tool (profiles claude_code, ...)."
 
 
@@ -34,7 +45,15 @@ class PlanStep(TypedDict):
     status: Literal["pending", "in_progress", "completed"]
 
 
-class RunStartedFields(TypedDict):
+class SubagentLineage(TypedDict, total=False):
+    """A child run's (a sub-agent's) lineage on its `run.started` (services/router/core/run_config.py)."""
+
+    parent_session_id: Annotated[str | None, UNDOCUMENTED]
+    parent_tool_use_id: Annotated[str | None, UNDOCUMENTED]
+    subagent_depth: Annotated[int, UNDOCUMENTED]
+
+
+class RunStartedFields(SubagentLineage):
     profile: str
     ignored_fields: NotRequired[Annotated[list[str], Field(description=(
         "Addition: StartRun fields the request carried that loopwire does not know and ignored "
@@ -117,6 +136,8 @@ class LoopDetectedFields(TypedDict):
     to_model: NotRequired[Annotated[str, Field(description="Addition: the fallback model the switch rung chose.")]]
     temperature: NotRequired[Annotated[float, Field(description=(
         "Addition: the raised temperature of a switch rung without a fallback model."))]]
+    action: NotRequired[Annotated[Literal["pass_through"], UNDOCUMENTED]]
+    """The same empty answer again: passed through as the run's answer."""
 
 
 class SteeringFields(TypedDict):
@@ -171,7 +192,7 @@ class CompactionFields(TypedDict):
 class BudgetWarningFields(TypedDict):
     """Addition: a run crossed LOOPWIRE_BUDGET_WARNING_PCT of one of its limits."""
 
-    limit: Literal["max_total_tokens", "max_cost_usd"]
+    limit: BudgetLimit
     used: float
     max: float
     pct: float
@@ -244,11 +265,17 @@ class WarningFields(TypedDict):
 
     code: str
     message: str
+    tools: NotRequired[Annotated[list[str], UNDOCUMENTED]]
+    """`unknown_tools`: the tools nobody serves."""
+    limits: NotRequired[Annotated[list[str], UNDOCUMENTED]]
+    """`limit_above_ceiling`: the limits held to the operator's cap."""
 
 
 class ErrorFields(TypedDict):
     code: str
     message: str
+    action: NotRequired[Annotated[str, UNDOCUMENTED]]
+    """A failed step's: what the run does next (services/router/core/error_policy.py)."""
     limit: NotRequired[Annotated[str, Field(description=(
         "Addition: for `quota_exceeded`, the tenant limit that refused the start (`max_queued`, "
         "`tokens_per_day`, `usd_per_day`)."))]]
@@ -262,7 +289,7 @@ class RunQueuedFields(TypedDict):
 
 
 class RunEndedFields(TypedDict):
-    status: Status
+    status: RunStatus
     final_text: str
     conclusion: NotRequired[Annotated[Any, Field(description=(
         "The finish tool's normalised input (docs/profiles.md): summary, confidence, classification, "
@@ -288,10 +315,26 @@ class SessionForkedFields(TypedDict):
     cut_seq: NotRequired[Annotated[int, Field(description=(
         "Addition: the source's last event the fork's history includes (0: none of the source's own)."))]]
     messages: NotRequired[Annotated[int, Field(description="Addition: the history messages the fork starts with.")]]
-    config: NotRequired[Annotated[dict[str, Any], Field(description=(
+    config: NotRequired[Annotated[dict[str, Any] | None, Field(description=(
         "Addition: the run settings the fork keeps (those of the run `from_seq` belongs to), as on run.started."))]]
     tools: NotRequired[Annotated[Literal["live", "recorded"], Field(description=(
         "Addition: `recorded`: the fork's tool calls are answered from the source's recorded results."))]]
+
+
+def tool_result_event(*, turn: int, tool_use_id: str, name: str, is_error: bool,
+                      content: str | list[dict[str, Any]], recorded: bool = False,
+                      source: Source | None = None) -> ToolResultFields:
+    """The fields of the `tool.result` event of one call, whoever emits it: the router (a
+    reserved tool it answers, a single call's result), the tools service (a batch's results
+    as they finish, a direct call), the llm service (an external agent's own tool call,
+    `source="executor"`). `recorded` (answered from a recording) and `source` only when set."""
+    fields: ToolResultFields = {"turn": turn, "tool_use_id": tool_use_id, "name": name, "is_error": is_error,
+                                "content": content}
+    if recorded:
+        fields["recorded"] = True
+    if source is not None:
+        fields["source"] = source
+    return fields
 
 
 EventFields = (RunStartedFields | PhaseChangedFields | TextDeltaFields | MessageFields | ToolCallFields

@@ -18,6 +18,7 @@ from typing_extensions import ReadOnly, TypedDict, is_typeddict
 
 # Relative: mypy, run over the folders, resolves a sibling module but not its `loopwire.` name.
 from .event_fields import (
+    UNDOCUMENTED,
     ApprovalDecidedFields,
     ApprovalRequestedFields,
     BudgetWarningFields,
@@ -224,6 +225,8 @@ def _fields(td: Any) -> dict[str, Any]:
         meta: tuple[Any, ...] = ()
         if get_origin(tp) is Annotated:
             tp, meta = get_args(tp)[0], tp.__metadata__
+        if UNDOCUMENTED in meta:
+            continue
         tp = _schema_type(tp)
         default: Any = ...
         info = next((m for m in meta if isinstance(m, FieldInfo)), None)

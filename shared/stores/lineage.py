@@ -27,6 +27,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.messages import is_tool_result
 from loopwire.shared.stores.event_log import EventLogStore
 from loopwire.shared.stores.transcript import Archive, read_transcript, restore_log
@@ -60,7 +61,7 @@ def _tool_results(message: dict[str, Any]) -> set[str]:
     return {b["tool_use_id"] for b in content if is_tool_result(b)} if isinstance(content, list) else set()
 
 
-def fork_point(events: list[dict[str, Any]], at_seq: int) -> ForkPoint:
+def fork_point(events: list[AnyEvent], at_seq: int) -> ForkPoint:
     """Where a fork of a session asked at `at_seq` cuts its `events` (its own, in seq order)."""
     cut = 0
     config: dict[str, Any] | None = None
@@ -107,7 +108,7 @@ def fork_point(events: list[dict[str, Any]], at_seq: int) -> ForkPoint:
     return ForkPoint(at_seq=at_seq, cut_seq=cut, config=config)
 
 
-def through(events: list[dict[str, Any]], session_id: str, cut_seq: int) -> list[dict[str, Any]]:
+def through(events: list[AnyEvent], session_id: str, cut_seq: int) -> list[AnyEvent]:
     """A lineage's events (several sessions', in order) with `session_id`'s own cut at
     `cut_seq`: what a fork of it at that cut starts from."""
     return [e for e in events if e.get("session_id") != session_id or int(e.get("seq", 0)) <= cut_seq]

@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from loopwire.shared.contract.event_fields import ApprovalRequestedFields
 from loopwire.shared.contract.run_state import Checkpoint, RunState
 from loopwire.shared.contract.session_state import SessionState
 
@@ -63,7 +64,7 @@ def checkpoint_id(run: RunState) -> str:
 
 def open_checkpoint(session: SessionState, run: RunState, *, kind: Literal["tool_calls", "proposal"],
                     calls: list[dict[str, Any]], ask: list[str], rejected: dict[str, str],
-                    text: str) -> dict[str, Any]:
+                    text: str) -> ApprovalRequestedFields:
     """Pause the run on a new checkpoint; the `approval.requested` fields to emit."""
     cp = Checkpoint(id=checkpoint_id(run), kind=kind, calls=calls, ask=ask, rejected=rejected, text=text)
     run.approvals.checkpoint = cp
@@ -71,7 +72,7 @@ def open_checkpoint(session: SessionState, run: RunState, *, kind: Literal["tool
     run.pending_step = None
     run.tools.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
     session.status = "awaiting_approval"
-    fields: dict[str, Any] = {"checkpoint_id": cp.id, "turn": run.turn}
+    fields: ApprovalRequestedFields = {"checkpoint_id": cp.id, "turn": run.turn}
     if kind == "proposal":
         fields["proposal"] = text
     else:

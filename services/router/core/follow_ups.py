@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from loopwire.shared.contract import keys
+from loopwire.shared.contract.event_fields import RetractedFields
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import SessionState
 
@@ -71,13 +72,13 @@ def steer(tx: Transition, run: RunState, content: list[dict[str, Any]]) -> None:
         run.tools.answered = []
     elif run.awaiting == "generate" and run.pending_step is not None:
         interrupted = "generation"
-        tx.emit("retracted", keys.event_key("retracted", run.pending_step, "steer"), run.run_id, turn=run.turn + 1,
-                reason=STEERED_GENERATION)
+        tx.emit("retracted", keys.event_key("retracted", run.pending_step, "steer"), run.run_id, RetractedFields(turn=run.turn + 1,
+                reason=STEERED_GENERATION))
     if run.approvals.checkpoint is not None:  # a steer withdraws the open checkpoint
         interrupted = "approval"
         approval.close(tx.st, run)  # turn_by_turn stays in review: the next reply is reviewed
     tx.emit("steering", keys.event_key("steering", tx.inp.input_id), run.run_id,
-            **steering_fields(run, "priority_queue", interrupted=interrupted))
+            steering_fields(run, "priority_queue", interrupted=interrupted))
     tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))
     tx.add_message({"role": "user", "content": message})
     run.last_prompt = truncate(user_text(content), PROMPT_CHARS)
@@ -94,7 +95,7 @@ def take_at_outer_boundary(tx: Transition, run: RunState) -> None:
     tx.add_message({"role": "user", "content": content}, source="follow_up")
     run.limits.outer += 1
     tx.emit("steering", keys.event_key("steering", run.run_id, f"o{run.limits.outer}"), run.run_id,
-            **steering_fields(run, "follow_up_queue", messages=messages))
+            steering_fields(run, "follow_up_queue", messages=messages))
     run.limits.inner = 0
     run.last_prompt = truncate(user_text(content), PROMPT_CHARS)
     loop_detection.clear(run)

@@ -50,6 +50,7 @@ from typing import Any
 
 import orjson
 
+from loopwire.shared.contract.event_fields import LoopDetectedFields
 from loopwire.shared.contract.run_state import RunState
 
 from .next_step import EventSpec, NextStep, NextStepConverge, NextStepFinalOutput, NextStepRunAgain
@@ -206,7 +207,7 @@ class LoopDetectionStage:
         rung = escalation(run.limits.loop_level)
         run.limits.loop_level += 1
         what = describe(detection)
-        event: dict[str, Any] = {"detection": detection, "escalation": rung, "occurrences": occurrences}
+        event: LoopDetectedFields = {"detection": detection, "escalation": rung, "occurrences": occurrences}
         dropped = f"loop detected ({detection}): {rung}"
         if rung == "terminate":
             return NextStepConverge(status="loop_terminated", reason=detection, events=(EventSpec("loop.detected", event),),

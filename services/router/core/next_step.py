@@ -11,13 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from loopwire.shared.contract.events import EventFields
+
 
 @dataclass(frozen=True)
 class EventSpec:
     """An event a step emits (its key is derived from the step that produced it)."""
 
     kind: str
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: EventFields
 
 
 @dataclass(frozen=True)

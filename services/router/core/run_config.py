@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopwire.shared.contract.event_fields import SubagentLineage
 from loopwire.shared.contract.protocol import FinishTool, Limits, StartRun, header_value, text_to_content
 from loopwire.shared.contract.run_state import RunConfig
 
@@ -75,7 +76,7 @@ def input_messages(body: StartRun) -> list[dict[str, Any]]:
     return [{"role": m.role, "content": text_to_content(m.content)} for m in body.input]
 
 
-def lineage(config: RunConfig) -> dict[str, Any]:
+def lineage(config: RunConfig) -> SubagentLineage:
     """`run.started` of a child run names its parent (loopwire's additions, docs/protocol.md)."""
     if config.subagent_depth == 0:
         return {}

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecuteTools
-from loopwire.shared.contract.events import user_message_fields
+from loopwire.shared.contract.events import EventFields, user_message_fields
 from loopwire.shared.contract.run_state import RUN_PARTS, RunState
 from loopwire.shared.contract.session_state import SessionState
 
@@ -183,14 +183,14 @@ class Transition:
         self.quota_added: tuple[int, float] = (0, 0.0)
         """Tokens and USD this transition added to its tenant's usage (tenant_quotas.py)."""
 
-    def emit(self, kind: str, key: str, run_id: str | None, **fields: Any) -> None:
+    def emit(self, kind: str, key: str, run_id: str | None, fields: EventFields) -> None:
         self.effects.append(EmitEvent(kind=kind, key=key, run_id=run_id, fields=fields))
 
     def emit_spec(self, run: RunState, spec: EventSpec, key: str) -> None:
         """Emit an event a rule described (a `phase.changed` is keyed by the run's count of them)."""
         if spec.kind == "phase.changed":
             key = keys.event_key("phase.changed", run.run_id, run.phase_changes)
-        self.emit(spec.kind, key, run.run_id, **spec.fields)
+        self.emit(spec.kind, key, run.run_id, spec.fields)
 
     def count(self, name: str, labels: dict[str, str] | None = None, **values: float) -> None:
         self.counts.append(Count(name, labels or {}, values))

@@ -11,17 +11,13 @@ effect is idempotent, so performing a stored outbox again is safe.
 
 from __future__ import annotations
 
-from typing import Any
-
 from loopwire.shared.contract import codec
-from loopwire.shared.runtime.bus import InFlight, event_items
+from loopwire.shared.contract.events import AnyEvent
+from loopwire.shared.runtime.bus import EventItem, InFlight, event_items
 from loopwire.shared.runtime.service_context import ServiceContext
 
 from ..core.effects import CountTenantUsage, Effect, EmitEvent, PublishNotice, PublishWork, TenantSlot
 from .quota_keeper import Admission, QuotaKeeper
-
-EventItem = tuple[str | None, str, str | None, dict[str, Any]]
-"""(run_id, kind, key, fields) of an event to emit."""
 
 
 def leading_events(effects: list[Effect]) -> list[EventItem]:
@@ -40,7 +36,7 @@ class EffectPublisher:
         self.quotas = quotas
 
     async def perform(self, sid: str, effects: list[Effect],
-                      stored: list[tuple[dict[str, Any], bool]] | None = None, *,
+                      stored: list[tuple[AnyEvent, bool]] | None = None, *,
                       new_events: bool = False) -> list[Admission]:
         """`stored`: the leading events, already stored with the commit: only published.
         `new_events`: of the events, only those not stored before are published (another

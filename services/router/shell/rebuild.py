@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.run_state import RunConfig
 from loopwire.shared.contract.session_state import ForkedFrom, SessionState
 from loopwire.shared.stores.event_log import EventLogStore
@@ -66,7 +67,7 @@ def idle_state(session_id: str, replayed: Replayed) -> SessionState:
                         cost_usd=replayed.cost_usd, cost_unknown=replayed.cost_unknown)
 
 
-def reconstruct(session_id: str, events: list[dict[str, Any]], *, default_max_tokens: int = 4096,
+def reconstruct(session_id: str, events: list[AnyEvent], *, default_max_tokens: int = 4096,
                 prices: Prices | None = None, in_order: bool = False) -> Rebuilt | None:
     """The history and state the events describe (idle, or paused on the checkpoint its
     run waits on); None when no run ever started (a session that only ever had rejected
