@@ -14,9 +14,9 @@
                 break
 
 Events are the models of `loopwire.shared.contract.events` (RunStarted, TextDelta, ToolCallEvent,
-ApprovalRequested, RunEnded, ...; an unknown kind comes as the base `Event`), built from the
-event TypedDicts: to a type checker each is an `EventModel`, its fields attributes at run
-time (the dict-level client's events are the TypedDicts themselves). Input goes
+ApprovalRequested, RunEnded, ...; an unknown kind comes as the base `Event`), which pydantic
+builds from the event TypedDicts: their fields are attributes at run time, not to a type
+checker (the dict-level client's events are the TypedDicts themselves). Input goes
 through the durable ingress (JetStream acknowledges each publish); the queries are core
 request/reply. It is built on `LoopwireClient` (loopwire/client.py), whose dict-level
 methods stay available as `client.raw`.
@@ -32,12 +32,12 @@ from typing import Any, Literal
 import orjson
 
 from loopwire.client import LoopwireClient
-from loopwire.shared.contract.events import AnyEvent, ApprovalRequested, EventModel, RunEnded, validate_event
+from loopwire.shared.contract.events import AnyEvent, ApprovalRequested, Event, RunEnded, validate_event
 from loopwire.shared.runtime.settings import Settings
 
-TypedCallback = Callable[[EventModel], Awaitable[None] | None]
-Approver = Callable[[EventModel], Awaitable[bool] | bool]
-"""Answers a checkpoint during `run` (its ApprovalRequested): True approves, False denies."""
+TypedCallback = Callable[[Event], Awaitable[None] | None]
+Approver = Callable[[ApprovalRequested], Awaitable[bool] | bool]
+"""Answers a checkpoint during `run`: True approves, False denies."""
 
 
 class QueryError(RuntimeError):
@@ -106,7 +106,7 @@ class Client:
         await self._publish(session_id, "decision", body)
 
     # -- events ------------------------------------------------------------------------------
-    async def events(self, session_id: str, after_seq: int | None = 0) -> AsyncIterator[EventModel]:
+    async def events(self, session_id: str, after_seq: int | None = 0) -> AsyncIterator[Event]:
         """The session's events as typed models, each once, in `seq` order, through the
         LOOPWIRE_EVENTS stream (LoopwireClient.follow: an ordered consumer): those after
         `after_seq` (0: from the start), or with `after_seq=None` only new ones. Runs
@@ -118,7 +118,7 @@ class Client:
 
     async def run(self, input: str | list[dict[str, Any]], session_id: str | None = None, *,
                   on_event: TypedCallback | None = None, approve: Approver | None = None,
-                  timeout: float = 300.0, **fields: Any) -> EventModel:
+                  timeout: float = 300.0, **fields: Any) -> RunEnded:
         """Start a run, follow it to its end and return its `run.ended`. `approve` answers
         its checkpoints as they come (else they wait for `decide` from elsewhere);
         `on_event` sees every event of the run. Raises RunFailedToStart when the start
@@ -154,9 +154,9 @@ class Client:
         `queued`, `waiting_for_model`; both null when idle)."""
         return self._checked(await self.raw.session_get(session_id))
 
-    async def transcript(self, session_id: str, after_seq: int = 0) -> list[EventModel]:
+    async def transcript(self, session_id: str, after_seq: int = 0) -> list[Event]:
         """Every stored event after `after_seq`, typed, in seq order (all pages)."""
-        events: list[EventModel] = []
+        events: list[Event] = []
         after = after_seq
         while True:
             page = self._checked(await self.raw.transcript_get(session_id, after_seq=after))

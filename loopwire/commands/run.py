@@ -16,7 +16,7 @@ from rich.console import Console
 
 from loopwire.client import LoopwireClient, RunFailedToStart
 from loopwire.render import EventRenderer
-from loopwire.shared.contract.events import AnyEvent
+from loopwire.shared.contract.events import AnyEvent, RunEndedEvent
 from loopwire.shared.contract.protocol import Profile
 from loopwire.shared.runtime.settings import Settings
 
@@ -92,7 +92,7 @@ class Approver:
 
 
 async def follow_run(settings: Settings, sid: str, start: dict[str, Any], *, json_events: bool, timeout: float,
-                     approve_all: bool = False, console: Console | None = None) -> dict[str, Any]:
+                     approve_all: bool = False, console: Console | None = None) -> RunEndedEvent:
     """Start a run on `sid` and render it until its `run.ended`, which is returned."""
     renderer = EventRenderer(console or Console(), show_json=json_events)
     async with client(settings) as lw:

@@ -26,6 +26,8 @@ class Undocumented:
 
 
 UNDOCUMENTED = Undocumented()
+Escalation = Literal["redirect", "switch_model", "terminate"]
+PlanStatus = Literal["pending", "in_progress", "completed"]
 BudgetLimit = Literal["max_total_tokens", "max_cost_usd"]
 _EXECUTOR_TOOL = "Addition: `executor` for an external agent's own tool (profiles claude_code, ...)."
 
@@ -42,7 +44,7 @@ class EventUsage(TypedDict):
 
 class PlanStep(TypedDict):
     step: str
-    status: Literal["pending", "in_progress", "completed"]
+    status: PlanStatus
 
 
 class SubagentLineage(TypedDict, total=False):
@@ -129,7 +131,7 @@ class ApprovalDecidedFields(TypedDict):
 
 class LoopDetectedFields(TypedDict):
     detection: str
-    escalation: Literal["redirect", "switch_model", "terminate"]
+    escalation: Escalation
     occurrences: NotRequired[Annotated[int, Field(description=(
         "Addition: how many times the pattern occurred in a row (turns with the same call or answer, "
         "repetitions of the cycle)."))]]
@@ -276,6 +278,8 @@ class ErrorFields(TypedDict):
     message: str
     action: NotRequired[Annotated[str, UNDOCUMENTED]]
     """A failed step's: what the run does next (services/router/core/error_policy.py)."""
+    model: NotRequired[Annotated[str, UNDOCUMENTED]]
+    """A start refused for a model with no known price: that model."""
     limit: NotRequired[Annotated[str, Field(description=(
         "Addition: for `quota_exceeded`, the tenant limit that refused the start (`max_queued`, "
         "`tokens_per_day`, `usd_per_day`)."))]]

@@ -10,7 +10,18 @@ import operator
 import sys
 import types
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Literal, NotRequired, Required, Union, get_args, get_origin, get_type_hints
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    Literal,
+    NotRequired,
+    Required,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
@@ -240,10 +251,6 @@ def _fields(td: Any) -> dict[str, Any]:
     return out
 
 
-Event: type[EventModel] = create_model("Event", __base__=EventModel, __module__=__name__, **_fields(EventEnvelope))
-"""The model of an event of a kind it does not know: the envelope."""
-
-
 def _model(name: str, kind: str, td: Any) -> type[EventModel]:
     """The model of one kind's event: the envelope, `kind` fixed, the kind's fields; its
     description the fields' docstring."""
@@ -252,34 +259,69 @@ def _model(name: str, kind: str, td: Any) -> type[EventModel]:
                         **{"kind": (Literal[kind], kind), **_fields(td)})
 
 
-RunStarted = _model("RunStarted", "run.started", RunStartedFields)
-PhaseChanged = _model("PhaseChanged", "phase.changed", PhaseChangedFields)
-TextDelta = _model("TextDelta", "text.delta", TextDeltaFields)
-MessageEvent = _model("MessageEvent", "message", MessageFields)
-ToolCallEvent = _model("ToolCallEvent", "tool.call", ToolCallFields)
-ToolResultEvent = _model("ToolResultEvent", "tool.result", ToolResultFields)
-Retracted = _model("Retracted", "retracted", RetractedFields)
-ApprovalRequested = _model("ApprovalRequested", "approval.requested", ApprovalRequestedFields)
-ApprovalDecided = _model("ApprovalDecided", "approval.decided", ApprovalDecidedFields)
-LoopDetected = _model("LoopDetected", "loop.detected", LoopDetectedFields)
-Steering = _model("Steering", "steering", SteeringFields)
-ModelFallback = _model("ModelFallback", "model.fallback", ModelFallbackFields)
-ModelThrottled = _model("ModelThrottled", "model.throttled", ModelThrottledFields)
-Compaction = _model("Compaction", "compaction", CompactionFields)
-BudgetWarning = _model("BudgetWarning", "budget.warning", BudgetWarningFields)
-UserMessage = _model("UserMessage", "user.message", UserMessageFields)
-Generating = _model("Generating", "generating", GeneratingFields)
-ToolsProgress = _model("ToolsProgress", "tools.progress", ToolsProgressFields)
-MemoryObservation = _model("MemoryObservation", "memory.observation", MemoryNoteFields)
-MemoryReflection = _model("MemoryReflection", "memory.reflection", MemoryNoteFields)
-PlanUpdated = _model("PlanUpdated", "plan.updated", PlanUpdatedFields)
-WarningEvent = _model("WarningEvent", "warning", WarningFields)
-ErrorEvent = _model("ErrorEvent", "error", ErrorFields)
-RunQueued = _model("RunQueued", "run.queued", RunQueuedFields)
-RunEnded = _model("RunEnded", "run.ended", RunEndedFields)
-SessionForked = _model("SessionForked", "session.forked", SessionForkedFields)
+if TYPE_CHECKING:
+    # To a type checker each model is a class of its own name; pydantic builds its fields
+    # from the TypedDicts (below), so their types are the TypedDicts' to mypy, not attributes.
+    class Event(EventModel): ...
+    class RunStarted(Event): ...
+    class PhaseChanged(Event): ...
+    class TextDelta(Event): ...
+    class MessageEvent(Event): ...
+    class ToolCallEvent(Event): ...
+    class ToolResultEvent(Event): ...
+    class Retracted(Event): ...
+    class ApprovalRequested(Event): ...
+    class ApprovalDecided(Event): ...
+    class LoopDetected(Event): ...
+    class Steering(Event): ...
+    class ModelFallback(Event): ...
+    class ModelThrottled(Event): ...
+    class Compaction(Event): ...
+    class BudgetWarning(Event): ...
+    class UserMessage(Event): ...
+    class Generating(Event): ...
+    class ToolsProgress(Event): ...
+    class MemoryObservation(Event): ...
+    class MemoryReflection(Event): ...
+    class PlanUpdated(Event): ...
+    class WarningEvent(Event): ...
+    class ErrorEvent(Event): ...
+    class RunQueued(Event): ...
+    class RunEnded(Event): ...
+    class SessionForked(Event): ...
+else:
+    Event = create_model("Event", __base__=EventModel, __module__=__name__, **_fields(EventEnvelope))
+    """The model of an event of a kind it does not know: the envelope."""
 
-EVENT_MODELS: dict[str, type[EventModel]] = {
+    RunStarted = _model("RunStarted", "run.started", RunStartedFields)
+    PhaseChanged = _model("PhaseChanged", "phase.changed", PhaseChangedFields)
+    TextDelta = _model("TextDelta", "text.delta", TextDeltaFields)
+    MessageEvent = _model("MessageEvent", "message", MessageFields)
+    ToolCallEvent = _model("ToolCallEvent", "tool.call", ToolCallFields)
+    ToolResultEvent = _model("ToolResultEvent", "tool.result", ToolResultFields)
+    Retracted = _model("Retracted", "retracted", RetractedFields)
+    ApprovalRequested = _model("ApprovalRequested", "approval.requested", ApprovalRequestedFields)
+    ApprovalDecided = _model("ApprovalDecided", "approval.decided", ApprovalDecidedFields)
+    LoopDetected = _model("LoopDetected", "loop.detected", LoopDetectedFields)
+    Steering = _model("Steering", "steering", SteeringFields)
+    ModelFallback = _model("ModelFallback", "model.fallback", ModelFallbackFields)
+    ModelThrottled = _model("ModelThrottled", "model.throttled", ModelThrottledFields)
+    Compaction = _model("Compaction", "compaction", CompactionFields)
+    BudgetWarning = _model("BudgetWarning", "budget.warning", BudgetWarningFields)
+    UserMessage = _model("UserMessage", "user.message", UserMessageFields)
+    Generating = _model("Generating", "generating", GeneratingFields)
+    ToolsProgress = _model("ToolsProgress", "tools.progress", ToolsProgressFields)
+    MemoryObservation = _model("MemoryObservation", "memory.observation", MemoryNoteFields)
+    MemoryReflection = _model("MemoryReflection", "memory.reflection", MemoryNoteFields)
+    PlanUpdated = _model("PlanUpdated", "plan.updated", PlanUpdatedFields)
+    WarningEvent = _model("WarningEvent", "warning", WarningFields)
+    ErrorEvent = _model("ErrorEvent", "error", ErrorFields)
+    RunQueued = _model("RunQueued", "run.queued", RunQueuedFields)
+    RunEnded = _model("RunEnded", "run.ended", RunEndedFields)
+    SessionForked = _model("SessionForked", "session.forked", SessionForkedFields)
+
+
+EVENT_MODELS: dict[str, type[Event]] = {
     m.model_fields["kind"].default: m
     for m in (RunStarted, PhaseChanged, TextDelta, MessageEvent, ToolCallEvent, ToolResultEvent, Retracted,
               ApprovalRequested, ApprovalDecided, LoopDetected, Steering, ModelFallback, Compaction, ErrorEvent,
@@ -288,7 +330,7 @@ EVENT_MODELS: dict[str, type[EventModel]] = {
 }
 
 
-def validate_event(body: Mapping[str, object]) -> EventModel:
+def validate_event(body: Mapping[str, object]) -> Event:
     """Validate an emitted body against its kind's model (unknown kinds: the common fields)."""
     kind = body.get("kind")
     model = EVENT_MODELS.get(kind, Event) if isinstance(kind, str) else Event

@@ -34,6 +34,7 @@ from loopwire.shared.contract.event_fields import (
     CompactionFields,
     EventFields,
     MessageFields,
+    PlanStatus,
     PlanUpdatedFields,
     RetractedFields,
     TextDeltaFields,
@@ -362,7 +363,7 @@ class StepEvents:
             usage=finished.usage, turns=max(1, finished.turns), cost_usd=finished.cost_usd)
 
 
-def _plan_status(raw: Any) -> str:
+def _plan_status(raw: Any) -> PlanStatus:
     return raw if raw in ("pending", "in_progress", "completed") else "pending"
 
 

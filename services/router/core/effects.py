@@ -23,7 +23,7 @@ class EmitEvent(BaseModel):
     key: str
     """Dedup key: the same key is emitted once per session."""
     run_id: str | None = None
-    fields: StoredFields = Field(default_factory=dict)
+    fields: StoredFields
 
 
 class PublishWork(BaseModel):

@@ -16,7 +16,7 @@ A steer and the follow-ups taken are reported with a `steering` event (steering.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.event_fields import RetractedFields
@@ -64,9 +64,9 @@ def steer(tx: Transition, run: RunState, content: list[dict[str, Any]]) -> None:
     # What the steer cut short (the `steering` event's `interrupted`): the design's
     # mid-generation priority (`generation`), cancel-executing (`tools`), a withdrawn
     # checkpoint (`approval`); between steps, nothing.
-    interrupted: str | None = None
+    interrupted: Literal["generation", "tools", "approval"] | None = None
     if run.awaiting in ("tools", "approval") and run.tools.pending_calls:
-        interrupted = run.awaiting
+        interrupted = "tools" if run.awaiting == "tools" else "approval"
         message = batch_results(run, run.tools.pending_calls, STEERED_TOOL) + message
         run.tools.pending_calls = []
         run.tools.answered = []

@@ -37,7 +37,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from loopwire.shared.contract.envelopes import Usage
-from loopwire.shared.contract.events import AnyEvent
+from loopwire.shared.contract.events import AnyEvent, ApprovalRequestedEvent, MessageEventBody
 from loopwire.shared.contract.messages import message_text, tool_result_block
 from loopwire.shared.contract.run_state import Checkpoint, RunConfig, RunState
 from loopwire.shared.runtime.pricing import cost_at, price_for
@@ -50,7 +50,7 @@ from .stages import user_text
 Prices = Mapping[str, Mapping[str, float]]
 
 
-def resumed_run(asked: dict[str, Any] | None, events: list[AnyEvent], last_seq: int, *,
+def resumed_run(asked: ApprovalRequestedEvent | None, events: list[AnyEvent], last_seq: int, *,
                 prices: Prices | None = None) -> RunState | None:
     """The run whose `events` (from its `run.started`) end waiting on `asked` (its
     `approval.requested`), paused on that checkpoint; None when there is none, or when
@@ -95,7 +95,7 @@ def _ns(ts: Any) -> int:
         return 0
 
 
-def _ledger(run: RunState, messages: list[dict[str, Any]], prices: Prices | None) -> None:
+def _ledger(run: RunState, messages: list[MessageEventBody], prices: Prices | None) -> None:
     """Usage and cost of the run's generations."""
     for m in messages:
         raw = m.get("usage") or {}
@@ -112,7 +112,7 @@ def _ledger(run: RunState, messages: list[dict[str, Any]], prices: Prices | None
             run.budget.cost_usd += cost_at(price, usage)
 
 
-def _course(run: RunState, events: list[AnyEvent], kept: list[dict[str, Any]], *, waiting_turn: Any) -> None:
+def _course(run: RunState, events: list[AnyEvent], kept: list[MessageEventBody], *, waiting_turn: Any) -> None:
     """What the run's events say of its course: its task and prompts, its outer and inner
     iterations, model switches, plan, tools called and what they gave."""
     prompts = [user_text((e.get("message") or {}).get("content") or "") for e in events
@@ -145,7 +145,7 @@ def _course(run: RunState, events: list[AnyEvent], kept: list[dict[str, Any]], *
     run.limits.inner = len(rounds - {waiting_turn})
 
 
-def _checkpoint(run: RunState, asked: dict[str, Any], kept: list[dict[str, Any]], *,
+def _checkpoint(run: RunState, asked: ApprovalRequestedEvent, kept: list[MessageEventBody], *,
                 events: list[AnyEvent]) -> bool:
     """Pause `run` on the checkpoint `asked` opened, with its batch; False when the
     transcript does not show that batch."""

@@ -50,7 +50,7 @@ from typing import Any
 
 import orjson
 
-from loopwire.shared.contract.event_fields import LoopDetectedFields
+from loopwire.shared.contract.event_fields import Escalation, LoopDetectedFields
 from loopwire.shared.contract.run_state import RunState
 
 from .next_step import EventSpec, NextStep, NextStepConverge, NextStepFinalOutput, NextStepRunAgain
@@ -171,7 +171,7 @@ def raised_temperature(run: RunState) -> float:
     return round(min(MAX_TEMPERATURE, base + RAISED_TEMPERATURE_STEP), 3)
 
 
-def escalation(level: int) -> str:
+def escalation(level: int) -> Escalation:
     """The rung for the `level`-th detection in a row (0-based)."""
     return ("redirect", "switch_model")[level] if level < 2 else "terminate"
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecuteTools
+from loopwire.shared.contract.event_fields import ErrorFields
 from loopwire.shared.contract.events import EventFields, user_message_fields
 from loopwire.shared.contract.run_state import RUN_PARTS, RunState
 from loopwire.shared.contract.session_state import SessionState
@@ -261,8 +262,15 @@ def replay(state: SessionState, *, of_later_input: bool = False) -> Decision:
                     outbox_of_later_input=of_later_input)
 
 
-def reject(state: SessionState, inp: BaseInput, code: str, *, message: str, **fields: Any) -> Decision:
-    """An `error` event on the session and nothing else: no state is created or changed."""
+def reject(state: SessionState, inp: BaseInput, code: str, *, message: str, limit: str | None = None,
+           model: str | None = None) -> Decision:
+    """An `error` event on the session and nothing else: no state is created or changed.
+    `limit`: the tenant limit that refused a start; `model`: the unpriced model it named."""
     run_id = state.run.run_id if state.run else None
+    fields = ErrorFields(code=code, message=message)
+    if limit is not None:
+        fields["limit"] = limit
+    if model is not None:
+        fields["model"] = model
     return Decision(state=None, effects=[EmitEvent(kind="error", key=keys.event_key("error", inp.input_id), run_id=run_id,
-                                                   fields={"code": code, "message": message, **fields})])
+                                                   fields=fields)])
