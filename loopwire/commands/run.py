@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import uuid
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, Literal, TypedDict, get_args
 
 import nats.errors
 import typer
@@ -91,9 +91,16 @@ class Approver:
         await publish(self.lw, self.settings, self.sid, "decision", body)
 
 
+class Unfinished(TypedDict):
+    """What `follow_run` returns for a run that gave no `run.ended`."""
+
+    status: Literal["rejected", "timeout"]
+
+
 async def follow_run(settings: Settings, sid: str, start: dict[str, Any], *, json_events: bool, timeout: float,
-                     approve_all: bool = False, console: Console | None = None) -> RunEndedEvent:
-    """Start a run on `sid` and render it until its `run.ended`, which is returned."""
+                     approve_all: bool = False, console: Console | None = None) -> RunEndedEvent | Unfinished:
+    """Start a run on `sid` and render it until its `run.ended`, which is returned (a
+    refused start or a timeout: `Unfinished`)."""
     renderer = EventRenderer(console or Console(), show_json=json_events)
     async with client(settings) as lw:
         await request(lw, settings, lw.subjects.query("session.get", lw.tenant), {"session_id": sid}, timeout=3.0)
