@@ -10,9 +10,10 @@ Calls run concurrently, in the order their tools' execution hints and dependenci
 for (staging.py: `sequential` calls one after another, an `exclusive` call alone, a call
 after the calls it depends on; a turn whose dependencies form a cycle or name what
 does not exist is refused whole, with an error result per call). Each result is
-recorded under `tool:<sid>:<tool_use_id>` the moment it exists, then handed to
-`on_result` (the service emits `tool.result` there); the list returned is in the
-model's order, and handed to `then` (the service hands it to the router there).
+recorded under `keys.tool_call_step` the moment it exists, then handed to
+`on_result` (the service reports it to the router, which emits its `tool.result`); the
+list returned is in the model's order, and handed to `then` (the service sends it to the
+router as the batch's result).
 
 A single call's result goes to `then` while its record is written, not after, when the
 batch's claim is fresh (taken less than a third of its TTL ago, before any renewal was
