@@ -83,7 +83,7 @@ def _outcome(item: ToolResultItem, recorded: bool, known: bool) -> str:
 
 class Executor:
     def __init__(self, catalog: Catalog, steps: StepStore, nc: NatsClient | None,
-                 default_timeout_s: float, attempt_timeout_s: float | None = None, claim_ttl_s: float = 30.0,
+                 *, default_timeout_s: float, attempt_timeout_s: float | None = None, claim_ttl_s: float = 30.0,
                  refresh: Callable[[], Awaitable[Any]] | None = None,
                  blobs: BlobStore | None = None, large_content_bytes: int = 64 * 1024,
                  on_protocol_error: Callable[[ExecuteTools, ToolCall, str], Awaitable[Any]] | None = None,
@@ -109,7 +109,7 @@ class Executor:
         provider that started a moment ago is found before its call fails."""
 
     async def execute(self, env: ExecuteTools, on_result: ResultCallback | None = None,
-                      cancel: CancelSignal | None = None, then: ResultsCallback | None = None) -> list[ToolResultItem]:
+                      cancel: CancelSignal | None = None, *, then: ResultsCallback | None = None) -> list[ToolResultItem]:
         """The batch's results, in the model's order, once recorded and handed to `then`
         (when given)."""
         calls = env.calls

@@ -235,7 +235,7 @@ class ScriptChannel:
             link.transport.close()
 
 
-async def run_script(channel: ScriptChannel | None, redis: Any, script: AsyncScript, keys: list[str],
+async def run_script(channel: ScriptChannel | None, redis: Any, script: AsyncScript, *, keys: list[str],
                      args: list[Any]) -> Any:
     """A registered script's answer: on `channel` when the process has one (a NOSCRIPT, from
     a restarted or flushed server, loads it through `redis` and runs it again), else
