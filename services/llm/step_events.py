@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import aclosing
+from typing import cast
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import Generate
 from loopwire.shared.contract.event_fields import (
     EventFields,
     GeneratingFields,
+    ModelFallbackFields,
     ModelThrottledFields,
     RetractedFields,
     TextDeltaFields,
+    ThrottleReason,
 )
 from loopwire.shared.contract.protocol import EPHEMERAL_KINDS
 from loopwire.shared.runtime.bus import Bus, EventItem
@@ -87,13 +90,16 @@ class StepEvents:
                     case Throttled(model=model, reason=reason, wait_s=wait_s):
                         throttles += 1
                         self.emit("model.throttled", key=keys.throttle_key(env.step_id, self.attempt, throttles),
-                                  fields=ModelThrottledFields(turn=env.turn, model=model, reason=reason, wait_s=wait_s))
+                                  # The limit script names one of the documented reasons (limiter.py).
+                                  fields=ModelThrottledFields(turn=env.turn, model=model,
+                                                              reason=cast(ThrottleReason, reason), wait_s=wait_s))
                     case Admitted(model=model) if model == gated:
                         gated = None
                         self.emit("generating", GeneratingFields(turn=env.turn, model=model))
-                    case ModelSwitched():
+                    case ModelSwitched(from_model=from_model, to_model=to_model, reason=reason):
                         switch = event.as_dict()
-                        self.emit("model.fallback", key=keys.fallback_key(env.step_id, self._switches), fields=switch)
+                        self.emit("model.fallback", key=keys.fallback_key(env.step_id, self._switches),
+                                  fields=ModelFallbackFields(from_model=from_model, to_model=to_model, reason=reason))
                         self._switches += 1
                         count_fallback(switch)
                     case Retracted(model=model, reason=reason):

@@ -28,6 +28,7 @@ class Undocumented:
 UNDOCUMENTED = Undocumented()
 Escalation = Literal["redirect", "switch_model", "terminate"]
 PlanStatus = Literal["pending", "in_progress", "completed"]
+ThrottleReason = Literal["rpm", "input_tpm", "output_tpm", "concurrency", "cooldown"]
 BudgetLimit = Literal["max_total_tokens", "max_cost_usd"]
 _EXECUTOR_TOOL = "Addition: `executor` for an external agent's own tool (profiles claude_code, ...)."
 
@@ -178,7 +179,7 @@ class ModelThrottledFields(TypedDict):
 
     turn: int
     model: str
-    reason: Literal["rpm", "input_tpm", "output_tpm", "concurrency", "cooldown"]
+    reason: ThrottleReason
     wait_s: Annotated[float, Field(description="The expected wait in seconds (0: until a request in flight ends).")]
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from typing import cast
 
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
@@ -69,7 +70,8 @@ async def read_archive(js: JetStreamContext, subjects: Subjects, sid: str) -> li
                 pending = msg.metadata.num_pending
                 event = codec.loads(msg.data)
                 if isinstance(event, dict) and event.get("kind") != "text.delta" and isinstance(event.get("seq"), int):
-                    by_seq[event["seq"]] = event
+                    # A JSON object with a seq on the events stream: an event a loopwire emitter published.
+                    by_seq[event["seq"]] = cast(AnyEvent, event)
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()

@@ -74,16 +74,16 @@ def fork_point(events: list[AnyEvent], at_seq: int) -> ForkPoint:
         seq = int(event.get("seq", 0))
         if seq > at_seq:
             break
-        kind = event.get("kind")
-        if kind == "run.started":
+        kind = event["kind"]
+        if event["kind"] == "run.started":
             in_run, waiting = True, set()
             config = event.get("config") or config
         elif kind == "run.ended":
             in_run, waiting = False, set()
-        elif kind == FORKED:
+        elif event["kind"] == "session.forked":
             in_run, waiting = False, set()
             config = event.get("config") or config
-        elif in_run and kind == "message":
+        elif in_run and event["kind"] == "message":
             message = event.get("message") or {}
             if message.get("content"):
                 answer = (event.get("run_id"), event.get("turn"), cut)
@@ -91,13 +91,13 @@ def fork_point(events: list[AnyEvent], at_seq: int) -> ForkPoint:
                 if not waiting:
                     cut = seq  # an answer: a complete turn
             continue
-        elif in_run and kind == "retracted":
+        elif in_run and event["kind"] == "retracted":
             if answer is not None and answer[:2] == (event.get("run_id"), event.get("turn")):
                 cut, waiting, answer = answer[2], set(), None
             continue
         elif in_run and waiting and kind in ("tool.result", "user.message"):
-            answered = {event.get("tool_use_id")} if kind == "tool.result" else \
-                _tool_results(event.get("message") or {})
+            answered = {event.get("tool_use_id")} if event["kind"] == "tool.result" else \
+                _tool_results(event.get("message") or {}) if event["kind"] == "user.message" else set()
             if waiting & answered:
                 waiting -= answered
                 if not waiting:
@@ -115,7 +115,7 @@ def through(events: list[AnyEvent], session_id: str, cut_seq: int) -> list[AnyEv
 
 
 async def lineage_events(sid: str, events_store: EventLogStore, archive: Archive | None = None,
-                         own: list[dict[str, Any]] | None = None, depth: int = 0) -> list[dict[str, Any]]:
+                         own: list[AnyEvent] | None = None, depth: int = 0) -> list[AnyEvent]:
     """The events whose replay, in this order, is the session's history: a fork's source's
     up to the fork's cut (the source's own lineage first, when it is a fork too), then the
     session's own (`own`, when read already; else read here, from the events stream when
@@ -123,9 +123,11 @@ async def lineage_events(sid: str, events_store: EventLogStore, archive: Archive
     if own is None:
         own = await read_transcript(sid, events_store) or await restore_log(sid, events_store, archive)
     own = sorted(own, key=lambda e: int(e.get("seq", 0)))  # the events stream's order may be crossed
-    if not own or own[0].get("kind") != FORKED:
+    if not own:
         return own
     first = own[0]
+    if first["kind"] != "session.forked":
+        return own
     source = first.get("from_session_id")
     if not isinstance(source, str) or depth >= MAX_DEPTH:
         log.warning("session %s: its fork's source cannot be followed (%r, depth %d)", sid, source, depth)

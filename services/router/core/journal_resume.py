@@ -37,7 +37,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from loopwire.shared.contract.envelopes import Usage
-from loopwire.shared.contract.events import AnyEvent, ApprovalRequestedEvent, MessageEventBody
+from loopwire.shared.contract.events import (
+    AnyEvent,
+    ApprovalRequestedEvent,
+    MessageEventBody,
+    ToolResultEventBody,
+)
 from loopwire.shared.contract.messages import message_text, tool_result_block
 from loopwire.shared.contract.run_state import Checkpoint, RunConfig, RunState
 from loopwire.shared.runtime.pricing import cost_at, price_for
@@ -62,12 +67,13 @@ def resumed_run(asked: ApprovalRequestedEvent | None, events: list[AnyEvent], la
         config = RunConfig.model_validate(started.get("config") or {})
     except ValidationError:
         return None  # an older router's run: no settings to go on with
-    if PROFILES[config.profile].executor is not None or started.get("run_id") != asked.get("run_id"):
+    run_id = asked["run_id"]
+    if PROFILES[config.profile].executor is not None or run_id is None or started.get("run_id") != run_id:
         return None
     retracted = {e.get("turn") for e in events if e["kind"] == "retracted"}
     messages = [e for e in events if e["kind"] == "message"]
     kept = [m for m in messages if m.get("turn") not in retracted]
-    run = RunState(run_id=asked["run_id"], config=config, started_ns=_ns(started.get("ts")), turn=len(messages),
+    run = RunState(run_id=run_id, config=config, started_ns=_ns(started.get("ts")), turn=len(messages),
                    gen_seq=last_seq, phase="approval")
     _ledger(run, messages, prices)
     _course(run, events, kept, waiting_turn=asked.get("turn"))
@@ -171,7 +177,7 @@ def _checkpoint(run: RunState, asked: ApprovalRequestedEvent, kept: list[Message
     return True
 
 
-def _block(event: AnyEvent) -> dict[str, Any]:
+def _block(event: ToolResultEventBody) -> dict[str, Any]:
     return tool_result_block(event["tool_use_id"], event.get("content", ""), is_error=bool(event.get("is_error")))
 
 

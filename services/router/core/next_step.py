@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopwire.shared.contract.events import EventFields
+from loopwire.shared.contract.protocol import RunStatus
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class NextStepReview:
 class NextStepConverge:
     """One last generation without tools, whose answer ends the run with `status`."""
 
-    status: str
+    status: RunStatus
     reason: str
     """`run.ended.reason`: why the run converges (a limit, a detection)."""
     append: list[dict[str, Any]] = field(default_factory=list)
@@ -80,7 +81,7 @@ class NextStepConverge:
 
 @dataclass(frozen=True)
 class NextStepFinalOutput:
-    status: str
+    status: RunStatus
     """A `run.ended` status: completed, max_turns, failed, aborted, ..."""
     text: str | None = None
     """Final text; None means the run's best answer so far."""

@@ -36,7 +36,7 @@ from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.run_state import RunConfig
 from loopwire.shared.contract.session_state import ForkedFrom, SessionState
 from loopwire.shared.stores.event_log import EventLogStore
-from loopwire.shared.stores.lineage import FORKED, lineage_events
+from loopwire.shared.stores.lineage import lineage_events
 from loopwire.shared.stores.session_store import SessionStore
 from loopwire.shared.stores.transcript import Archive, Replayed, replay
 
@@ -88,7 +88,7 @@ def reconstruct(session_id: str, events: list[AnyEvent], *, default_max_tokens: 
         state.cost_usd += run.budget.cost_usd
         state.cost_unknown = state.cost_unknown or bool(run.budget.unpriced)
     forked = next((e for e in events if e.get("session_id") == session_id), None)
-    if forked is not None and forked.get("kind") == FORKED:
+    if forked is not None and forked["kind"] == "session.forked":
         # A fork keeps where it comes from, and a replay's recorded tools.
         source = str(forked.get("from_session_id"))
         state.forked_from = ForkedFrom(session_id=source, seq=int(forked.get("from_seq", 0)),
