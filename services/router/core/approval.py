@@ -42,7 +42,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from loopwire.shared.contract.event_fields import ApprovalRequestedFields
+from loopwire.shared.contract.event_fields import ApprovalDecidedFields, ApprovalRequestedFields
+from loopwire.shared.contract.protocol import ApprovalDecision
 from loopwire.shared.contract.run_state import Checkpoint, RunState
 from loopwire.shared.contract.session_state import SessionState
 
@@ -78,6 +79,14 @@ def open_checkpoint(session: SessionState, run: RunState, *, kind: Literal["tool
     else:
         fields["tool_calls"] = [{"tool_use_id": c["id"], "name": c["name"], "input": c.get("input") or {}}
                                 for c in calls if c["id"] in ask]
+    return fields
+
+
+def decided_fields(cp: Checkpoint, body: ApprovalDecision) -> ApprovalDecidedFields:
+    """The `approval.decided` fields of the decision `body` on `cp` (`note` only when given)."""
+    fields = ApprovalDecidedFields(checkpoint_id=cp.id, decision=body.decision)
+    if body.note:
+        fields["note"] = body.note
     return fields
 
 
