@@ -75,6 +75,8 @@ class EventEnvelope(TypedDict):
     ts: Annotated[str, Field(description="RFC 3339 time of emission.")]
 
 
+# Each kind's event: `<Kind>Event`, or `<Kind>EventBody` where the model below already has
+# the name `<Kind>Event` (MessageEvent, ToolCallEvent, ...).
 class RunStartedEvent(EventEnvelope, RunStartedFields):
     kind: ReadOnly[Literal["run.started"]]
 
