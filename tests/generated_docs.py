@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from loopwire.asyncapi import asyncapi_json
-from loopwire.shared.runtime.settings import settings_table
+from loopwire.settings import settings_table
 from tests.paths import REPO
 
 PIPE = "\\|"
