@@ -1,9 +1,9 @@
 """Every setting of a loopwire process from the environment (``LOOPWIRE_*``), composed:
 the shared runtime's (shared/runtime/settings.py), each service's own
-(services/<name>/settings.py) and the `loopwire` package's own (`ProcessSettings`). This
-package launches every service, so it alone may import them all; a service sees its own
-settings class, the runtime code RuntimeSettings, and a process builds one `Settings`
-that is both."""
+(services/<name>/settings.py; the router's in its core/) and the `loopwire` package's
+own (`ProcessSettings`). This package launches every service, so it alone may import
+them all; a service sees its own settings class, the runtime code RuntimeSettings, and a
+process builds one `Settings` that is every one of them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pydantic import field_validator
 
 from loopwire.llm.settings import LlmSettings
 from loopwire.memory.settings import MemorySettings
-from loopwire.router.settings import RouterSettings
+from loopwire.router.core.settings import RouterSettings
 from loopwire.shared.runtime.settings import RuntimeSettings
 from loopwire.tools.settings import ToolsSettings
 
@@ -99,12 +99,14 @@ def get_settings() -> Settings:
 GROUPS: tuple[tuple[type[RuntimeSettings], str], ...] = (
     (RuntimeSettings, "The shared runtime, and what more than one service reads (`shared/runtime/settings.py`)"),
     (ProcessSettings, "`loopwire up`, the UI and the client (`loopwire/settings.py`)"),
-    (RouterSettings, "The router (`services/router/settings.py`)"),
+    (RouterSettings, "The router (`services/router/core/settings.py`)"),
     (LlmSettings, "The llm service (`services/llm/settings.py`)"),
     (ToolsSettings, "The tools service (`services/tools/settings.py`)"),
     (MemorySettings, "The memory service (`services/memory/settings.py`)"),
 )
-"""The README table's groups: each class's own fields, under its caption."""
+"""The README table's groups: each class's own fields, under its caption. The transcripts
+service has no knob of its own (it reads the runtime's tenant and model limits), so no
+class and no group."""
 
 
 def settings_table() -> str:

@@ -16,7 +16,7 @@ from loopwire.shared.contract.tenant_limits import TenantLimits
 from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.runtime.pricing import DEFAULT_PRICES, price_table
 
-from ..settings import RouterSettings
+from .settings import RouterSettings
 
 
 def _default(name: str) -> Any:

@@ -19,7 +19,7 @@ from loopwire.shared.runtime.service_context import ServiceContext
 
 from ..core.ingress import check_session_id, decode_ingress
 from ..core.inputs import BaseInput, UndeliverableInput
-from ..settings import RouterSettings
+from ..core.settings import RouterSettings
 
 log = logging.getLogger("loopwire.router")
 

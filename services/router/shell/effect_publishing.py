@@ -18,7 +18,7 @@ from loopwire.shared.runtime.bus import InFlight, event_items
 from loopwire.shared.runtime.service_context import ServiceContext
 
 from ..core.effects import CountTenantUsage, Effect, EmitEvent, PublishNotice, PublishWork, TenantSlot
-from ..settings import RouterSettings
+from ..core.settings import RouterSettings
 from .quota_keeper import Admission, QuotaKeeper
 
 EventItem = tuple[str | None, str, str | None, dict[str, Any]]

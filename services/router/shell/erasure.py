@@ -67,7 +67,7 @@ from loopwire.shared.stores.erasure import (
 )
 
 from ..core.inputs import AbortInput
-from ..settings import RouterSettings
+from ..core.settings import RouterSettings
 
 log = logging.getLogger("loopwire.router.erasure")
 

@@ -43,7 +43,7 @@ from loopwire.shared.stores.lineage import FORKED, ForkPoint, fork_point, lineag
 from loopwire.shared.stores.transcript import Archive, Replayed, read_transcript, replay, restore_log
 
 from ..core.executor_profiles import is_executor
-from ..settings import RouterSettings
+from ..core.settings import RouterSettings
 from .rebuild import idle_state
 
 log = logging.getLogger("loopwire.router.fork")

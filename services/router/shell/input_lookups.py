@@ -24,7 +24,7 @@ from loopwire.shared.stores.tool_catalog import CatalogCache
 from ..core import subagent
 from ..core.inputs import AdmissionInput, BaseInput, GenerationInput, MessageInput, StartInput, SteerInput
 from ..core.profiles import PROFILES
-from ..settings import RouterSettings
+from ..core.settings import RouterSettings
 from . import workspace_snapshot
 from .quota_keeper import QuotaKeeper
 from .strategy_store import StrategyStore

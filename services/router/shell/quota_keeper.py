@@ -23,7 +23,7 @@ from loopwire.shared.stores.tenant_quotas import Settled, TenantQuotaStore
 
 from ..core.effects import CountTenantUsage, TenantSlot
 from ..core.inputs import AdmissionInput
-from ..settings import RouterSettings
+from ..core.settings import RouterSettings
 
 
 @dataclass(frozen=True)

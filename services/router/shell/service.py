@@ -62,7 +62,7 @@ from ..core.inputs import (
     StartInput,
     ToolsInput,
 )
-from ..settings import RouterSettings
+from ..core.settings import RouterSettings
 from .dead_letter_inputs import DeadLetterInputs
 from .decision_telemetry import count_approvals, count_decision, record_ended_runs
 from .effect_publishing import EffectPublisher, leading_events

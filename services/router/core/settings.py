@@ -1,6 +1,10 @@
 """The router's own settings (``LOOPWIRE_*``): loop control, profiles, the operator's
 policy of workspaces and tenants, deleting sessions. The runtime's settings, and those
-the router shares with other services, are RuntimeSettings' (shared/runtime/settings.py)."""
+the router shares with other services, are RuntimeSettings' (shared/runtime/settings.py).
+
+In core/ because `CoreConfig`'s defaults are these fields' (config.py) and the core may
+not import the shell; the class only declares the fields, and the environment is read
+where the launcher builds the process's `Settings` (loopwire/settings.py)."""
 
 from __future__ import annotations
 
