@@ -46,6 +46,7 @@ S = TypeVar("S", bound=RuntimeSettings, covariant=True)
 (`ServiceContext[RouterSettings]`), and a process's one `Settings` (loopwire/settings.py)
 is every service's, so one context serves them all."""
 T = TypeVar("T", bound=RuntimeSettings)
+"""build_context's: the context holds the settings class it is given."""
 
 
 @dataclass
