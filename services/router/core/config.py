@@ -15,6 +15,7 @@ from typing import Any
 from loopwire.shared.contract.tenant_limits import TenantLimits
 from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.runtime.pricing import DEFAULT_PRICES, price_table
+from loopwire.shared.runtime.settings import RuntimeSettings
 
 from .settings import RouterSettings
 
@@ -23,14 +24,14 @@ def _default(name: str) -> Any:
     return RouterSettings.model_fields[name].default
 
 
-def stall_after(settings: Any) -> float:
+def stall_after(settings: RuntimeSettings) -> float:
     """Seconds without progress after which a run's model or tool step counts as stalled:
     the outage tolerance, or the longest a step may take (its timeout and an ack wait)."""
     longest_step = max(settings.llm_timeout_s, settings.tool_timeout_s) + settings.ack_wait_s
     return float(max(settings.outage_tolerance_s, longest_step))
 
 
-def executor_stall_after(settings: Any) -> float:
+def executor_stall_after(settings: RuntimeSettings) -> float:
     """The same for a run whose steps are an external agent's turns (executor profiles)."""
     return max(stall_after(settings), settings.executor_timeout_s + settings.ack_wait_s)
 
