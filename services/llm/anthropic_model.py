@@ -19,13 +19,13 @@ import anthropic
 from anthropic._constants import DEFAULT_CONNECTION_LIMITS
 
 from loopwire.shared.contract.envelopes import Usage
-from loopwire.shared.runtime.settings import Settings
 
 from .errors import classify
 from .model import Model
 from .model_call import ModelRequest, ModelResponse
 from .model_events import Finished, ModelStream, TextDelta
 from .prompt_cache import cached_params
+from .settings import LlmSettings
 
 PLACEHOLDER_API_KEY = "loopwire-local-no-key"
 """Sent when only ANTHROPIC_BASE_URL is set: a local or proxy server needs no real key,
@@ -40,7 +40,7 @@ at once cost a fifth more CPU each on one pool of 4,096 than on pools of 128. Th
 requests in flight are spread over several clients of this size instead (`AnthropicModel`)."""
 
 
-def build_client(settings: Settings, environ: Mapping[str, str] | None = None,
+def build_client(settings: LlmSettings, environ: Mapping[str, str] | None = None,
                  max_connections: int | None = None) -> anthropic.AsyncAnthropic:
     """An AsyncAnthropic client honouring ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL."""
     env = os.environ if environ is None else environ
@@ -134,7 +134,7 @@ class AnthropicModel(Model):
         self._per_client = per_client
 
     @classmethod
-    def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> AnthropicModel:
+    def from_settings(cls, settings: LlmSettings, environ: Mapping[str, str] | None = None) -> AnthropicModel:
         """Clients of CONNECTIONS_PER_CLIENT for the replica's LOOPWIRE_LLM_MAX_HANDLERS."""
         size = min(CONNECTIONS_PER_CLIENT, settings.llm_max_handlers)
         return cls(build_client(settings, environ, size), more=lambda: build_client(settings, environ, size),

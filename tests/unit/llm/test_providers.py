@@ -6,7 +6,7 @@ import pytest
 
 from loopwire.llm.demo_model import DemoModel
 from loopwire.llm.providers import build_model_factory, provider_description, resolve_provider
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 
 pytestmark = pytest.mark.unit
 
