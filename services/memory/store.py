@@ -28,6 +28,7 @@ from redis.exceptions import NoScriptError
 
 from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import Message
 from loopwire.shared.stores.script_channel import ScriptChannel, run_script
 from loopwire.shared.stores.session_store import PipelinedHistory
 
@@ -98,7 +99,7 @@ class Snapshot:
     reflections: list[dict[str, Any]] = field(default_factory=list)
     actor_observations: list[dict[str, Any]] = field(default_factory=list)
     actor_reflections: list[dict[str, Any]] = field(default_factory=list)
-    history: list[list[dict[str, Any]]] = field(default_factory=list)
+    history: list[list[Message]] = field(default_factory=list)
     """The history ranges asked for, read in the same round trip."""
     claimed: Usage | None = None
     """With `claim_for`: the tokens spent since the last claim, claimed for that step."""
@@ -139,7 +140,7 @@ class MemoryStore:
     async def snapshot(self, sid: str, actor: str | None, observations: int, reflections: int,
                        history: list[tuple[int, int]] | None = None, claim_for: str | None = None,
                        history_reader: PipelinedHistory | None = None,
-                       decode: Callable[[list[bytes]], list[dict[str, Any]]] = PipelinedHistory.messages) -> Snapshot:
+                       decode: Callable[[list[bytes]], list[Message]] = PipelinedHistory.messages) -> Snapshot:
         """The session's memory, and the history ranges [start, stop] in `history` (read
         by `history_reader`, the router's session store's reader of the history on this
         Redis: capability PIPELINED_HISTORY) in the same trip, their replies decoded by
