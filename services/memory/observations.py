@@ -33,7 +33,7 @@ from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.stores.session_store import SessionStore
 
 from .compaction import render_transcript
-from .store import MemoryStore, ObservationState, Snapshot
+from .store import MemoryStore, Note, ObservationState, Snapshot
 
 log = logging.getLogger("loopwire.memory.observations")
 
@@ -71,7 +71,7 @@ def model_turns(messages: list[Message]) -> int:
     return sum(1 for m in messages if m.get("role") == "assistant")
 
 
-def observation_request(messages: list[Message], earlier: list[dict[str, Any]]) -> list[Message]:
+def observation_request(messages: list[Message], earlier: list[Note]) -> list[Message]:
     excerpt = render_transcript(messages)
     if len(excerpt) > MAX_EXCERPT_CHARS:
         excerpt = "[...]\n" + excerpt[-MAX_EXCERPT_CHARS:]
@@ -83,7 +83,7 @@ def observation_request(messages: list[Message], earlier: list[dict[str, Any]]) 
     return [{"role": "user", "content": [{"type": "text", "text": "\n\n".join(parts)}]}]
 
 
-def reflection_request(observations: list[dict[str, Any]]) -> list[Message]:
+def reflection_request(observations: list[Note]) -> list[Message]:
     listed = "\n".join(f"- {o['text']}" for o in observations)
     text = f"<observations>\n{listed}\n</observations>\n\nWrite the reflection."
     return [{"role": "user", "content": [{"type": "text", "text": text}]}]
@@ -244,7 +244,7 @@ class Observer:
         if seen is None or seen[0] != observed_to:
             self._seen.put(sid, (observed_to, observed_to, 0))
 
-    async def _observe(self, env: AssembleContext, start: int, end: int, earlier: list[dict[str, Any]], *,
+    async def _observe(self, env: AssembleContext, start: int, end: int, earlier: list[Note], *,
                        read: Read | None) -> ObservationState:
         """The observation of history [start, end) written (or the turns marked observed
         when the model finds nothing worth keeping); the observation state after it."""
@@ -258,7 +258,7 @@ class Observer:
         if not text:  # nothing worth keeping: these turns are done all the same
             await self.store.mark_observed(sid, end)
             return await self.store.observation_state(sid)
-        item = {"text": text, "session_id": sid, "run_id": env.run_id, "from_message": start,
+        item: Note = {"text": text, "session_id": sid, "run_id": env.run_id, "from_message": start,
                 "to_message": end, "turns": model_turns(messages), "actor": env.actor, "at": now_rfc3339()}
         state = await self.store.add_observation(sid, item, env.actor, usage=usage, observed_to=end)
         await self.emit(sid, env.run_id, "memory.observation", key=keys.event_key("memory.observation", end),
@@ -282,7 +282,7 @@ class Observer:
         if not text:
             await self.store.mark_reflected(sid, end)
             return
-        item = {"text": text, "session_id": sid, "run_id": env.run_id, "observations": end - start,
+        item: Note = {"text": text, "session_id": sid, "run_id": env.run_id, "observations": end - start,
                 "actor": env.actor, "at": now_rfc3339()}
         await self.store.add_reflection(sid, item, env.actor, usage=usage, reflected=end)
         await self.emit(sid, env.run_id, "memory.reflection", key=keys.event_key("memory.reflection", end),
