@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loopwire.shared.contract.messages import Message, is_block, without_content
+from loopwire.shared.contract.messages import Message
 
 
 class Event(BaseModel):
@@ -339,9 +339,9 @@ def user_message_fields(message: Message, turn: int, source: str,
     is in a `tool.result` event already (`reported` tool_use ids) goes without its content:
     the transcript holds each result once."""
     skip = set(reported)
-    content = message.get("content")
+    content: object = message.get("content")
     if isinstance(content, list) and skip:
-        content = [without_content(b)
-                   if is_block(b) and b.get("type") == "tool_result" and b.get("tool_use_id") in skip else b
+        content = [{k: v for k, v in b.items() if k != "content"}
+                   if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") in skip else b
                    for b in content]
     return {"turn": turn, "message": {"role": message.get("role", "user"), "content": content}, "source": source}

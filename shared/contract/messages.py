@@ -19,6 +19,7 @@ from typing_extensions import TypedDict
 Role = Literal["user", "assistant"]
 
 
+@with_config(ConfigDict(extra="allow"))
 class CacheControl(TypedDict, total=False):
     """A prompt cache breakpoint on a block (services/llm/prompt_cache.py)."""
 
@@ -38,10 +39,12 @@ class BlockSource(TypedDict, total=False):
     file_id: str
 
 
+@with_config(ConfigDict(extra="allow"))
 class CitationsConfig(TypedDict):
     enabled: bool
 
 
+@with_config(ConfigDict(extra="allow"))
 class BlobRef(TypedDict):
     """Where content too large to carry is (shared/stores/blobs.py): the blob's sha256 and
     size, on the text block that stands for it until the llm service resolves it."""
@@ -56,7 +59,7 @@ class ContentBlock(TypedDict, total=False):
     discriminated on `type`: the code reads blocks with `.get` and tests `type` as it goes
     (mypy does not narrow a union on `.get("type")`), and passes block types it does not
     read (a server tool's, a citation's fields) through as they came, which `extra="allow"`
-    keeps when pydantic validates a model holding blocks. By type, the keys it holds:
+    keeps when pydantic validates a model holding blocks (on every TypedDict here). By type, the keys it holds:
 
     - `text`: `text`, `citations` (the model's, a list)
     - `tool_use`: `id`, `name`, `input` (the call's arguments, any JSON object)
@@ -155,13 +158,6 @@ def tool_result_block(tool_use_id: str, content: Content, *, is_error: bool = Fa
     if is_error:
         block["is_error"] = True
     return block
-
-
-def without_content(block: ContentBlock) -> ContentBlock:
-    """`block` without its `content` (a tool_result whose content is told elsewhere)."""
-    out = block.copy()
-    out.pop("content", None)
-    return out
 
 
 def is_tool_result(block: object) -> TypeGuard[ContentBlock]:
