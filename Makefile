@@ -67,7 +67,7 @@ test-unit: install
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy services shared loopwire
+	$(BIN)/python -m tests.typecheck
 	$(BIN)/python -m tests.import_contracts
 
 ## docs: rewrite the generated docs (the README's settings table, docs/asyncapi.json, docs/reference/)

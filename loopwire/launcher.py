@@ -214,7 +214,7 @@ async def _sample_consumers(ctx: ServiceContext, interval_s: float = 5.0) -> Non
 
 async def serve_until_signal(names: list[str] | tuple[str, ...], settings: Settings,
                              after_start: Callable[[Running], Awaitable[None]] | None = None,
-                             on_stop: Callable[[], Awaitable[None]] | None = None) -> None:
+                             *, on_stop: Callable[[], Awaitable[None]] | None = None) -> None:
     """Serve until SIGTERM/SIGINT. `on_stop` runs alongside this process's own graceful
     stop (`loopwire up --workers`: stopping the other workers), and is waited for."""
     try:

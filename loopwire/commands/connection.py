@@ -123,7 +123,7 @@ def no_services(settings: Settings, what: str) -> NoReturn:
     fail(f"no loopwire services answer at {display_url(settings.nats_url)} ({what}); is `loopwire up` running?")
 
 
-async def request(lw: LoopwireClient, settings: Settings, subject: str, body: dict[str, Any],
+async def request(lw: LoopwireClient, settings: Settings, subject: str, *, body: dict[str, Any],
                   timeout: float = 5.0) -> dict[str, Any]:
     """A query of the public contract; no responders or no reply in time is said as such."""
     import orjson
@@ -141,7 +141,7 @@ async def request(lw: LoopwireClient, settings: Settings, subject: str, body: di
     return data
 
 
-async def publish(lw: LoopwireClient, settings: Settings, sid: str, verb: str, body: dict[str, Any]) -> dict[str, Any]:
+async def publish(lw: LoopwireClient, settings: Settings, sid: str, *, verb: str, body: dict[str, Any]) -> dict[str, Any]:
     """Publish to the durable ingress and wait for JetStream's acknowledgement."""
     import uuid
 

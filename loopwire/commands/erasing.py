@@ -29,7 +29,7 @@ async def delete_session(settings: Settings, sid: str, *, as_json: bool) -> None
             lw,
             settings,
             lw.subjects.query("session.delete", lw.tenant),
-            {"session_id": lw.scoped(sid)},
+            body={"session_id": lw.scoped(sid)},
             timeout=DELETE_TIMEOUT_S,
         )
     if as_json:
@@ -44,7 +44,7 @@ async def erase_user(settings: Settings, user: str, *, as_json: bool) -> None:
             lw,
             settings,
             lw.subjects.query("user.erase", lw.tenant),
-            {"user_id": user},
+            body={"user_id": user},
             timeout=ERASE_TIMEOUT_S,
         )
     if as_json:
@@ -64,7 +64,7 @@ async def export_session(settings: Settings, sid: str) -> None:
             lw,
             settings,
             lw.subjects.query("session.export", lw.tenant),
-            {"session_id": lw.scoped(sid)},
+            body={"session_id": lw.scoped(sid)},
             timeout=DELETE_TIMEOUT_S,
         )
     stdout_line(orjson.dumps(reply, option=orjson.OPT_INDENT_2).decode())

@@ -25,7 +25,7 @@ async def fork_session(settings: Settings, sid: str, at: int | None, *, new: str
         body["at_seq"] = at
     async with client(settings) as lw:
         reply = await request(lw, settings, lw.subjects.query("session.fork", lw.tenant),
-                              {**body, "session_id": lw.scoped(sid), "new_session_id": lw.scoped(new_sid)})
+                              body={**body, "session_id": lw.scoped(sid), "new_session_id": lw.scoped(new_sid)})
     if as_json:
         stdout_line(orjson.dumps(reply).decode())
         return
@@ -37,7 +37,7 @@ async def fork_session(settings: Settings, sid: str, at: int | None, *, new: str
                       f"messages; `loopwire send {reply['session_id']} ...` continues it", highlight=False)
 
 
-async def replay(settings: Settings, sid: str, model: str | None, prompt: str | None, tools: str,
+async def replay(settings: Settings, sid: str, model: str | None, *, prompt: str | None, tools: str,
                  as_json: bool, timeout: float) -> int:
     async with client(settings) as lw:
         if not as_json:
@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
                  "default: the last event."), show_default=False)] = None,
              new: Annotated[str | None, typer.Option("--as", metavar="NEW", help=(
                  "The new session's id (default: <sid>-fork-<random>)."), show_default=False)] = None,
-             tools: Annotated[str, typer.Option(help=(
+             *, tools: Annotated[str, typer.Option(help=(
                  "live: the fork's tools run for real; recorded: answered from the session's recorded "
                  "results."))] = "live",
              as_json: Annotated[bool, typer.Option("--json", help="Print the reply as one JSON line.")] = False
@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
             system: Annotated[Path | None, typer.Option(metavar="FILE", help=(
                 "A file whose text replaces the runs' system prompt."), exists=True, dir_okay=False,
                 show_default=False)] = None,
-            tools: Annotated[str, typer.Option(help=(
+            *, tools: Annotated[str, typer.Option(help=(
                 "recorded: tool calls answered from the recording (matched by name and input), no "
                 "tool runs; live: tools run for real under the operator's policy."))] = "recorded",
             as_json: Annotated[bool, typer.Option("--json", help="The comparison as one JSON document.")] = False,
@@ -95,5 +95,5 @@ def register(app: typer.Typer) -> None:
             err_console.print("[red]error:[/red] --tools is recorded or live")
             raise typer.Exit(2)
         prompt = system.read_text() if system is not None else None
-        code = run_command(replay(cli_settings(), sid, model, prompt, tools, as_json, timeout))
+        code = run_command(replay(cli_settings(), sid, model, prompt=prompt, tools=tools, as_json=as_json, timeout=timeout))
         raise typer.Exit(code)

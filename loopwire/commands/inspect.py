@@ -25,7 +25,7 @@ async def list_sessions(settings: Settings, status: str | None, limit: int, *, a
         body: dict[str, Any] = {"limit": limit}
         if status:
             body["status"] = status
-        page = await request(lw, settings, lw.subjects.query("sessions.list", lw.tenant), body)
+        page = await request(lw, settings, lw.subjects.query("sessions.list", lw.tenant), body=body)
     sessions = page.get("sessions") or []
     if as_json:
         for row in sessions:
@@ -47,7 +47,7 @@ async def list_sessions(settings: Settings, status: str | None, limit: int, *, a
 
 async def list_tools(settings: Settings, as_json: bool) -> None:
     async with client(settings) as lw:
-        reply = await request(lw, settings, lw.subjects.tools_list, {})
+        reply = await request(lw, settings, lw.subjects.tools_list, body={})
     tools = sorted(reply.get("tools") or [], key=lambda t: t.get("name", ""))
     if as_json:
         for tool in tools:
@@ -64,7 +64,7 @@ async def list_tools(settings: Settings, as_json: bool) -> None:
 
 async def list_limits(settings: Settings, model: str | None, *, as_json: bool) -> None:
     async with client(settings) as lw:
-        reply = await request(lw, settings, lw.subjects.query("limits.usage"), {"model": model} if model else {})
+        reply = await request(lw, settings, lw.subjects.query("limits.usage"), body={"model": model} if model else {})
     entries = reply.get("limits") or []
     if as_json:
         for entry in entries:
@@ -91,7 +91,7 @@ async def print_transcript(settings: Settings, sid: str, after_seq: int, *, as_j
         after = after_seq
         while True:
             page = await request(lw, settings, lw.subjects.query("transcript.get", lw.tenant),
-                                 {"session_id": sid, "after_seq": after, "limit": 1000})
+                                 body={"session_id": sid, "after_seq": after, "limit": 1000})
             for event in page.get("events") or []:
                 renderer(event)
                 shown += 1
@@ -99,7 +99,7 @@ async def print_transcript(settings: Settings, sid: str, after_seq: int, *, as_j
                 break
             after = page["next_after_seq"]
         if shown == 0 and after_seq == 0:
-            session = await request(lw, settings, lw.subjects.query("session.get", lw.tenant), {"session_id": sid})
+            session = await request(lw, settings, lw.subjects.query("session.get", lw.tenant), body={"session_id": sid})
             if session.get("status") == "unknown":
                 fail(f"unknown session {sid!r}: no transcript")
 

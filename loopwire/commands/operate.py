@@ -18,7 +18,7 @@ SidArg = Annotated[str, typer.Argument(help="Session id.")]
 async def open_checkpoint(lw: Any, settings: Settings, sid: str) -> str:
     """The checkpoint the session waits on (`session.get` reports it while
     `awaiting_approval`), or a CliError saying why there is none."""
-    session = await request(lw, settings, lw.subjects.query("session.get", lw.tenant), {"session_id": sid})
+    session = await request(lw, settings, lw.subjects.query("session.get", lw.tenant), body={"session_id": sid})
     status = session.get("status")
     if status == "unknown":
         fail(f"unknown session {sid!r}")
@@ -28,20 +28,20 @@ async def open_checkpoint(lw: Any, settings: Settings, sid: str) -> str:
     return str(checkpoint)
 
 
-async def decide(settings: Settings, sid: str, checkpoint: str | None, decision: str, note: str | None) -> None:
+async def decide(settings: Settings, sid: str, checkpoint: str | None, *, decision: str, note: str | None) -> None:
     async with client(settings) as lw:
         checkpoint = checkpoint or await open_checkpoint(lw, settings, sid)
         body: dict[str, Any] = {"checkpoint_id": checkpoint, "decision": decision}
         if note:
             body["note"] = note
-        ack = await publish(lw, settings, sid, "decision", body)
+        ack = await publish(lw, settings, sid, verb="decision", body=body)
     err_console.print(f"{decision} sent for checkpoint {checkpoint} of {sid} (ingress seq {ack.get('seq')})",
                       highlight=False)
 
 
 async def send_input(settings: Settings, sid: str, verb: str, *, body: dict[str, Any], what: str) -> None:
     async with client(settings) as lw:
-        ack = await publish(lw, settings, sid, verb, body)
+        ack = await publish(lw, settings, sid, verb=verb, body=body)
     err_console.print(f"{what} sent to {sid} (ingress seq {ack.get('seq')})", highlight=False)
 
 
@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
                     help="Checkpoint id (default: the session's open one).")] = None,
                 note: Annotated[str | None, typer.Option(help="A note for the model.")] = None) -> None:
         """Approve a checkpoint (approval.requested) of a session."""
-        run_command(decide(cli_settings(), sid, checkpoint, "approve", note))
+        run_command(decide(cli_settings(), sid, checkpoint, decision="approve", note=note))
 
     @app.command()
     def deny(sid: SidArg,
@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
                  help="Checkpoint id (default: the session's open one).")] = None,
              note: Annotated[str | None, typer.Option(help="Why, for the model.")] = None) -> None:
         """Deny a checkpoint (approval.requested) of a session."""
-        run_command(decide(cli_settings(), sid, checkpoint, "deny", note))
+        run_command(decide(cli_settings(), sid, checkpoint, decision="deny", note=note))
 
     @app.command()
     def send(sid: SidArg, content: Annotated[str, typer.Argument(help="The message.")]) -> None:

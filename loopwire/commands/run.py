@@ -24,7 +24,7 @@ from .connection import cli_settings, client, err_console, no_services, publish,
 PROFILES_HELP = f"One of: {', '.join(get_args(Profile))}."
 
 
-def start_body(prompt: str, profile: str, model: str | None, tools: str | None,
+def start_body(prompt: str, profile: str, model: str | None, *, tools: str | None,
                max_turns: int | None, permissions: list[str] | None = None) -> dict[str, Any]:
     start: dict[str, Any] = {"profile": profile, "input": prompt}
     if permissions:
@@ -87,7 +87,7 @@ class Approver:
         body: dict[str, Any] = {"checkpoint_id": checkpoint, "decision": decision}
         if note:
             body["note"] = note
-        await publish(self.lw, self.settings, self.sid, "decision", body)
+        await publish(self.lw, self.settings, self.sid, verb="decision", body=body)
 
 
 async def follow_run(settings: Settings, sid: str, start: dict[str, Any], *, json_events: bool, timeout: float,
@@ -95,7 +95,7 @@ async def follow_run(settings: Settings, sid: str, start: dict[str, Any], *, jso
     """Start a run on `sid` and render it until its `run.ended`, which is returned."""
     renderer = EventRenderer(console or Console(), show_json=json_events)
     async with client(settings) as lw:
-        await request(lw, settings, lw.subjects.query("session.get", lw.tenant), {"session_id": sid}, timeout=3.0)
+        await request(lw, settings, lw.subjects.query("session.get", lw.tenant), body={"session_id": sid}, timeout=3.0)
         approver = Approver(lw, settings, sid, approve_all=approve_all)
 
         async def on_event(event: dict[str, Any]) -> None:
@@ -121,7 +121,7 @@ def register(app: typer.Typer) -> None:
         prompt: Annotated[str, typer.Argument(help="What to ask.")],
         profile: Annotated[str, typer.Option(help=PROFILES_HELP)] = "agentic",
         model: Annotated[str | None, typer.Option(help="Primary model id.")] = None,
-        session: Annotated[str | None, typer.Option(help="Session id (a new one when omitted).")] = None,
+        *, session: Annotated[str | None, typer.Option(help="Session id (a new one when omitted).")] = None,
         tools: Annotated[str | None, typer.Option(help="Comma-separated tool names (default: all).")] = None,
         max_turns: Annotated[int | None, typer.Option(help="limits.max_turns")] = None,
         permission: Annotated[list[str] | None, typer.Option(
@@ -135,6 +135,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start a run and render its events live; approvals are asked for inline."""
         sid = session or f"cli-{uuid.uuid4().hex[:12]}"
-        ended = run_command(follow_run(cli_settings(), sid, start_body(prompt, profile, model, tools, max_turns, permission),
+        ended = run_command(follow_run(cli_settings(), sid, start_body(prompt, profile, model, tools=tools, max_turns=max_turns, permissions=permission),
                                        json_events=json_events, timeout=timeout, approve_all=approve_all))
         raise typer.Exit(0 if ended.get("status") == "completed" else 1)

@@ -89,7 +89,7 @@ async def concurrent_commits_on_one_version_exactly_one_wins(b: Backend) -> None
     results = await asyncio.gather(*(sessions.commit("s", 1, {"n": k}, history_len_before=0, append=[msg(str(k))]) for k in range(10)))
     assert sum(results) == 1
     state, version = await sessions.load("s")
-    assert version == 2
+    assert version == 2 and state is not None
     assert [message_text(m) for m in await sessions.history("s")] == [str(state["n"])]
 
 

@@ -48,7 +48,7 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
 
 class LoopwireContainer(DockerContainer):  # type: ignore[misc]
     def __init__(self, env: dict[str, str] | None = None, prefix: str = "loopwire",
-                 use_docker: bool | None = None, image: str | None = None,
+                 use_docker: bool | None = None, *, image: str | None = None,
                  services: str = "up", ready_timeout: float = 60.0, layout: str | tuple[str, ...] | None = None,
                  nats_options: dict[str, Any] | None = None, redis_options: dict[str, Any] | None = None,
                  redis_cluster: int | RedisClusterHandle | None = None,

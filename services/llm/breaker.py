@@ -177,7 +177,7 @@ class RunGate:
     async def _record(self, model: str, ok: bool) -> None:
         b = self.breaker
         try:
-            state = await b.store.record(model, ok, b.clock(), self.token, b.policy)
+            state = await b.store.record(model, ok, b.clock(), token=self.token, policy=b.policy)
         except Exception as exc:
             log.warning("breaker outcome of %s not recorded (%s)", model, exc)
             return

@@ -43,7 +43,7 @@ class BreakerStore(Protocol):
         (skip), or `probe` (half-open, and `token` now holds the probe)."""
         ...
 
-    async def record(self, model: str, ok: bool, now: float, token: str, policy: BreakerPolicy) -> str:
+    async def record(self, model: str, ok: bool, now: float, *, token: str, policy: BreakerPolicy) -> str:
         """Record an outcome; returns the state after it (`closed` or `open`)."""
         ...
 
@@ -82,7 +82,7 @@ class MemoryBreakerStore:
         e.probe, e.probe_until = token, now + policy.probe_ttl_s
         return "probe"
 
-    async def record(self, model: str, ok: bool, now: float, token: str, policy: BreakerPolicy) -> str:
+    async def record(self, model: str, ok: bool, now: float, *, token: str, policy: BreakerPolicy) -> str:
         e = self.entries.setdefault(model, BreakerEntry())
         if ok:
             self.entries[model] = BreakerEntry()
@@ -173,7 +173,7 @@ class RedisBreakerStore:
         out = await self._run(self._acquire, model, [repr(now), token, repr(policy.probe_ttl_s), KEY_TTL_S])
         return _text(out)
 
-    async def record(self, model: str, ok: bool, now: float, token: str, policy: BreakerPolicy) -> str:
+    async def record(self, model: str, ok: bool, now: float, *, token: str, policy: BreakerPolicy) -> str:
         out = await self._run(self._record, model, ["1" if ok else "0", repr(now), token,
                                                    policy.failure_threshold, repr(policy.cooldown_s), KEY_TTL_S])
         return _text(out)

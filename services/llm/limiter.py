@@ -139,7 +139,7 @@ class ModelLimiter(PeriodicSweep):
         metrics.child(metrics.MODEL_IN_FLIGHT, key=key).inc()
 
     async def release(
-        self, key: str, limit: ModelLimit, lease: str, second: int, *, input_delta: int, output_delta: int
+        self, key: str, limit: ModelLimit, lease: str, *, second: int, input_delta: int, output_delta: int
     ) -> None:
         held = self._held.get(key, {})
         if held.get(lease, 0) <= 1:
@@ -149,7 +149,7 @@ class ModelLimiter(PeriodicSweep):
         metrics.child(metrics.MODEL_IN_FLIGHT, key=key).dec()
         try:
             woken = await self.store.release(
-                key, limit, lease, second, input_delta=input_delta, output_delta=output_delta
+                key, limit, lease, second=second, input_delta=input_delta, output_delta=output_delta
             )
             if woken and self._nc is not None:
                 await self._nc.publish(self.wake_subject, wake_notice(key, woken))
@@ -178,8 +178,7 @@ class LimitedModel(WrapperModel):
         wrapped: Model,
         limiter: ModelLimiter,
         key: str,
-        limit: ModelLimit,
-        *,
+        *, limit: ModelLimit,
         session_id: str,
         step_id: str,
         input_tokens: int,
@@ -209,7 +208,7 @@ class LimitedModel(WrapperModel):
                     key,
                     self.limit,
                     lease,
-                    tenant,
+                    tenant=tenant,
                     input_tokens=self.input_tokens,
                     output_tokens=request.max_tokens,
                 )
@@ -265,7 +264,7 @@ class LimitedModel(WrapperModel):
                     key,
                     self.limit,
                     lease,
-                    admission.second,
+                    second=admission.second,
                     input_delta=input_delta,
                     output_delta=output_delta,
                 )

@@ -35,7 +35,8 @@ def step_model(env: Generate, model_ids: list[str], provider: Callable[[str], Mo
         rule = limiter.rule(model_id) if limiter is not None else None
         if limiter is not None and rule is not None:
             tokens = env.input_tokens or estimated_input(env.system, env.messages, env.tools)
-            model = LimitedModel(model, limiter, *rule, session_id=env.session_id, step_id=env.step_id,
+            key, limit = rule
+            model = LimitedModel(model, limiter, key, limit=limit, session_id=env.session_id, step_id=env.step_id,
                                  input_tokens=tokens)
         models[model_id] = RetryingModel(model, policy, sleep=sleep)
     return FallbackModel(models)

@@ -19,4 +19,4 @@ def count_fallback(switch: dict[str, str]) -> None:
     code = switch.get("reason", "").split(":", 1)[0] or "unknown"
     metrics.MODEL_FALLBACKS.labels(from_model=metrics.model_label(switch.get("from_model")),
                                    to_model=metrics.model_label(switch.get("to_model")), reason=code).inc()
-    tracing.add_span_event("model.fallback", **switch)
+    tracing.add_span_event("model.fallback", None, **switch)

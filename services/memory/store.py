@@ -286,9 +286,9 @@ class MemoryStore:
         data = codec.dumps(item)
         counted = [part for name in USAGE_FIELDS if (value := getattr(usage, name)) for part in (name, value)]
         observed_to, count, reflected = await run_script(
-            self._channel, self._r, self._note, [keys.memory(sid, kind), keys.memory(sid, "meta"), keys.memory(sid, "usage"),
+            self._channel, self._r, self._note, keys=[keys.memory(sid, kind), keys.memory(sid, "meta"), keys.memory(sid, "usage"),
                          keys.memory(sid, "obs")],
-            [data, progress_field, progress, self._ttl, *counted])
+            args=[data, progress_field, progress, self._ttl, *counted])
         if actor:
             pipe = self._r.pipeline(transaction=True)
             pipe.rpush(keys.actor_memory(actor, kind), data)
@@ -304,7 +304,7 @@ class MemoryStore:
         await self._r.hset(keys.memory(sid, "meta"), "reflected", reflected)
 
     async def unlock(self, sid: str, what: str, owner: str) -> None:
-        await run_script(self._channel, self._r, self._unlock, [keys.memory_lock(sid, what)], [owner])
+        await run_script(self._channel, self._r, self._unlock, keys=[keys.memory_lock(sid, what)], args=[owner])
 
     # -- the usage ledger -------------------------------------------------------------------------
     async def add_usage(self, sid: str, usage: Usage) -> None:

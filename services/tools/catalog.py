@@ -77,7 +77,7 @@ class Catalog:
     """The tools service's own view: registry + MCP servers + provider table, resolved by name."""
 
     def __init__(self, registry: ToolRegistry, providers: ProviderTable | None = None,
-                 pins: Mapping[str, str] | None = None, mcp: McpServers | None = None, *,
+                 pins: Mapping[str, str] | None = None, *, mcp: McpServers | None = None,
                  owner: str | None = None, alive: OwnerAlive | None = None) -> None:
         self.registry = registry
         self.providers = providers

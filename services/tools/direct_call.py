@@ -88,7 +88,8 @@ class DirectCalls:
         session_id = req.get("session_id") or DEFAULT_SESSION
         tool_use_id = req.get("tool_use_id") or f"mcp_{uuid.uuid4().hex}"
         run_id = req.get("run_id") if isinstance(req.get("run_id"), str) else None
-        turn = req.get("turn") if isinstance(req.get("turn"), int) else 0
+        raw_turn = req.get("turn")
+        turn = raw_turn if isinstance(raw_turn, int) else 0
         if not isinstance(arguments, dict):
             return error_reply("invalid_input", f"the input of tool {name} must be a JSON object")
         if not isinstance(session_id, str) or not valid_session_id(session_id):

@@ -10,9 +10,10 @@ Calls run concurrently, in the order their tools' execution hints and dependenci
 for (staging.py: `sequential` calls one after another, an `exclusive` call alone, a call
 after the calls it depends on; a turn whose dependencies form a cycle or name what
 does not exist is refused whole, with an error result per call). Each result is
-recorded under `tool:<sid>:<tool_use_id>` the moment it exists, then handed to
-`on_result` (the service emits `tool.result` there); the list returned is in the
-model's order, and handed to `then` (the service hands it to the router there).
+recorded under `keys.tool_call_step` the moment it exists, then handed to
+`on_result` (the service reports it to the router, which emits its `tool.result`); the
+list returned is in the model's order, and handed to `then` (the service sends it to the
+router as the batch's result).
 
 A single call's result goes to `then` while its record is written, not after, when the
 batch's claim is fresh (taken less than a third of its TTL ago, before any renewal was
@@ -82,7 +83,7 @@ def _outcome(item: ToolResultItem, recorded: bool, known: bool) -> str:
 
 class Executor:
     def __init__(self, catalog: Catalog, steps: StepStore, nc: NatsClient | None,
-                 default_timeout_s: float, attempt_timeout_s: float | None = None, claim_ttl_s: float = 30.0,
+                 *, default_timeout_s: float, attempt_timeout_s: float | None = None, claim_ttl_s: float = 30.0,
                  refresh: Callable[[], Awaitable[Any]] | None = None,
                  blobs: BlobStore | None = None, large_content_bytes: int = 64 * 1024,
                  on_protocol_error: Callable[[ExecuteTools, ToolCall, str], Awaitable[Any]] | None = None,
@@ -108,7 +109,7 @@ class Executor:
         provider that started a moment ago is found before its call fails."""
 
     async def execute(self, env: ExecuteTools, on_result: ResultCallback | None = None,
-                      cancel: CancelSignal | None = None, then: ResultsCallback | None = None) -> list[ToolResultItem]:
+                      cancel: CancelSignal | None = None, *, then: ResultsCallback | None = None) -> list[ToolResultItem]:
         """The batch's results, in the model's order, once recorded and handed to `then`
         (when given)."""
         calls = env.calls

@@ -45,7 +45,7 @@ class RetryPolicy:
 
 async def with_retries(attempt: Callable[[], Awaitable[T]], policy: RetryPolicy,
                        transient: tuple[type[BaseException], ...],
-                       sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> T:
+                       *, sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> T:
     for n in range(policy.retries + 1):
         try:
             return await attempt()

@@ -132,7 +132,7 @@ class ToolsService:
         self.discovery = Discovery(nc, settings.discovery_misses,
                                    max_wait_s=min(2.0, max(0.5, settings.discovery_interval_s)))
         self.catalog.providers = self.discovery.table
-        self.executor = Executor(self.catalog, self.ctx.steps, nc, settings.tool_timeout_s,
+        self.executor = Executor(self.catalog, self.ctx.steps, nc, default_timeout_s=settings.tool_timeout_s,
                                  attempt_timeout_s=settings.tool_attempt_timeout_s,
                                  refresh=self._refresh_soon,
                                  blobs=self.ctx.blobs, large_content_bytes=settings.large_content_bytes,
@@ -270,10 +270,10 @@ class ToolsService:
                                              replica=env.result_to)
 
         with self._inflight.track(env.session_id, env.run_id) as cancel:
-            await self._run(env, msg, report, cancel)
+            await self._run(env, msg, report, cancel=cancel)
 
     async def _run(self, env: ExecuteTools, msg: Delivery, report: Callable[[ToolResultItem], Awaitable[None]],
-                   cancel: CancelSignal) -> None:
+                   *, cancel: CancelSignal) -> None:
         assert self.executor is not None
         # Several calls: each is reported as it finishes, so the client sees the batch
         # progress. A single call's events go out with the step's transition, in the same

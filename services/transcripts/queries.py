@@ -65,7 +65,7 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
         "runs": st.runs,
         "plan": st.plan,
         "checkpoint_id": open_checkpoint_id(st),
-        # additions (2026-12-02): the context fields, and the tools the run may use now
+        # the contract's later additions: the context fields, and the tools the run may use now
         "user_id": config.user_id if config is not None else None,
         "workspace_id": config.workspace_id if config is not None else None,
         "tools_active": st.run.tools.active if st.run is not None else None,

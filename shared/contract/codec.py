@@ -1,7 +1,7 @@
 """JSON encoding used on every wire and in Redis (orjson: ~10x stdlib on 4 KB bodies).
 
 A model is serialised by pydantic-core straight to JSON bytes: a 3.9 KB `Generate` in
-20 µs, against 49 for `model_dump` and orjson (docs/bench-notes/history.md, fifth pass)."""
+20 µs, against 49 for `model_dump` and orjson (docs/bench-notes/history.md)."""
 
 from __future__ import annotations
 

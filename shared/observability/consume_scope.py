@@ -95,7 +95,7 @@ class ConsumeScope:
     with its outcome. A hop's handler hands its work on long before it exits (the next
     hop's publish, then the wait for its acknowledgement), so the counting is off the
     hop's path: in a process woken for one message, each family touched before that
-    publish costs tens of µs (docs/bench-notes/history.md, "Fourteenth pass")."""
+    publish costs tens of µs (docs/bench-notes/history.md)."""
 
     __slots__ = ("_root", "_series", "_session", "_run", "_context", "_span", "_t0")
 

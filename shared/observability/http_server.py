@@ -62,7 +62,7 @@ class Handle:
 
 
 async def start_http_server(host: str, port: int, ready: ReadyCallback | None = None,
-                            ready_timeout_s: float = 2.0) -> Handle:
+                            *, ready_timeout_s: float = 2.0) -> Handle:
     """Listen on `host`:`port` (0 = a free port) and serve until ``handle.close()``."""
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

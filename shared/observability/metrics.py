@@ -378,7 +378,7 @@ async def sample_consumers(js: Any, stream: str, consumers: Mapping[str, str]) -
 
 
 async def run_consumer_sampler(js: Any, stream: str, consumers: Mapping[str, str],
-                               interval_s: float = 5.0) -> None:
+                               *, interval_s: float = 5.0) -> None:
     """Sample consumer lag every `interval_s` until cancelled (start it as a task)."""
     while True:
         await sample_consumers(js, stream, consumers)

@@ -154,7 +154,7 @@ class Chain:
             self._heartbeat = Heartbeat(self.root.in_progress, self.ack_wait_s).__enter__()
 
     async def release(self, delivery: Delivery, outcome: Outcome, delay: float | None = None,
-                      reason: str = "") -> None:
+                      *, reason: str = "") -> None:
         """One delivery of the chain settled with `outcome` (`delay`: a nack's own)."""
         self._outcome = max(self._outcome, outcome)
         if outcome is Outcome.NACK and delay is not None:
@@ -285,7 +285,7 @@ class Delivery:
         if self._settled:
             return
         self._settled = True
-        await self._chain.release(self, outcome, delay, reason)
+        await self._chain.release(self, outcome, delay, reason=reason)
 
 
 _current: ContextVar[Delivery | None] = ContextVar("loopwire_delivery", default=None)
@@ -351,7 +351,7 @@ def _name(handler: WorkHandler) -> str:
     return str(getattr(handler, "__qualname__", handler))
 
 
-def hand_off(handler: WorkHandler, envelope: Any, tasks: set[asyncio.Task[None]], max_hops: int = 0,
+def hand_off(handler: WorkHandler, envelope: Any, tasks: set[asyncio.Task[None]], *, max_hops: int = 0,
              balance: ChainBalance | None = None, subject: str = "", fallback: Fallback | None = None) -> bool:
     """Start `handler` on `envelope` (a validated model, or JSON bytes) as a task of the
     current chain. False when this code runs under no chain that holds hops (an ingress

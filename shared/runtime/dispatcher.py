@@ -211,7 +211,7 @@ class Dispatcher:
         here = self.in_process and not self.stopping
         if route.local == "chain":
             handler = self._chain.get(route.subject) if here else None
-            if handler is not None and self._hand_off(route, handler, envelope, msg_id):
+            if handler is not None and self._hand_off(route, handler, envelope, msg_id=msg_id):
                 HOOKS.dispatched(route.label, route.service, "chain")
                 return
             body: BaseModel | dict[str, Any] = envelope if stored is None else stored
@@ -231,16 +231,17 @@ class Dispatcher:
         door: Callable[[], Awaitable[None]] | None = None
         call = self._calls.get(type(envelope)) if here and route.local == "call" else None
         if call is not None:
-            door = partial(self._call, route, call, envelope, recover)
+            door = partial(self._call, route, call, envelope, recover=recover)
         elif route.direct and replica and self.direct_results and not self.stopping:
-            door = partial(self._request, route, envelope, msg_id, recover, replica, publish)
+            door = partial(self._request, route, envelope, msg_id, recover=recover, replica=replica,
+                           publish=publish)
         await hand_over(door, publish, policy=self.policy, what=f"{route.subject} {msg_id}")
 
-    async def _call(self, route: Route, call: Call, envelope: BaseModel, recover: bool) -> None:
+    async def _call(self, route: Route, call: Call, envelope: BaseModel, *, recover: bool) -> None:
         await call(envelope, recover)
         HOOKS.dispatched(route.label, route.service, "process")
 
-    async def _request(self, route: Route, envelope: BaseModel, msg_id: str, recover: bool, replica: str,
+    async def _request(self, route: Route, envelope: BaseModel, msg_id: str, *, recover: bool, replica: str,
                        publish: Publish) -> None:
         assert self._direct is not None, "attach first"
         if await result_applied(self._direct, route.direct_prefix + replica, envelope, msg_id=msg_id,
@@ -249,13 +250,13 @@ class Dispatcher:
         else:  # that replica is gone or stopping
             await publish(0)
 
-    def _hand_off(self, route: Route, handler: WorkHandler, envelope: BaseModel, msg_id: str) -> bool:
+    def _hand_off(self, route: Route, handler: WorkHandler, envelope: BaseModel, *, msg_id: str) -> bool:
         """A task of the current chain (chain.py); False when it must be published instead.
         A hop that fails there is published with `msg_id`, as it would have been."""
         async def publish() -> None:
             await self.bus.publish_work(route.subject, envelope, msg_id=msg_id, attempts=1)
 
-        return hand_off(handler, envelope, self.hop_tasks, self.chain_max_hops, self.balance,
+        return hand_off(handler, envelope, self.hop_tasks, max_hops=self.chain_max_hops, balance=self.balance,
                         subject=route.subject, fallback=publish)
 
     async def ask(self, name: str, request: BaseModel) -> Any:

@@ -1,6 +1,6 @@
 """Python's cyclic garbage collector, tuned for a long-running service.
 
-Measured in `make bench` (docs/bench-notes/history.md, "Third pass"): with Python's defaults a
+Measured in `make bench` (docs/bench-notes/history.md): with Python's defaults a
 `loopwire up` worker under load spent about a quarter of its CPU in the collector, most of
 it in ~37 full collections a minute that each walked the whole heap, ~250,000 objects of
 which were made at start-up (modules, pydantic schemas, SDK clients) and live as long as
@@ -14,8 +14,8 @@ the process. Two changes took that to ~4%:
   fewer survivors are promoted to be walked again later. Reference cycles are still
   collected, only in larger batches.
 
-The first gen-0 threshold was 20000. Measured again later (docs/bench-notes/history.md, "Tenth
-pass"; `gc.callbacks` timing each collection in one `loopwire up` process under 200
+The first gen-0 threshold was 20000. Measured again later (docs/bench-notes/history.md;
+`gc.callbacks` timing each collection in one `loopwire up` process under 200
 sessions), that still cost ~10% of the process's CPU: the generation's count is the
 tracked objects made and not yet freed, and 200 sessions' hops in flight hold tens of
 thousands of them at once, so it passed 20000 a few times a second, and each collection

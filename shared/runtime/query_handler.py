@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from faststream.nats import NatsMessage
 
 from loopwire.shared.contract.protocol import error_reply
-from loopwire.shared.contract.query_parsing import parse_query
+from loopwire.shared.contract.query_parsing import Q, parse_query
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.settings import Settings
 
 log = logging.getLogger("loopwire.queries")
 
-Q = TypeVar("Q")
 QueryHandler = Callable[[NatsMessage], Awaitable[bytes]]
 
 

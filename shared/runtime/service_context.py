@@ -115,7 +115,7 @@ class ServiceContext:
         return stream_name(self.settings.subject_prefix, INGRESS_STREAM)
 
     def work_subscriber(self, subject: str, durable: str, max_workers: int = 64,
-                        stream: str | None = None, holds: bool = True,
+                        *, stream: str | None = None, holds: bool = True,
                         max_deliver: int | None = None, reports: bool = True) -> Callable[[WorkHandler], WorkHandler]:
         """A durable JetStream push consumer shared by every replica (deliver group =
         durable), acked by the handler itself after its effects are durable; consumed with

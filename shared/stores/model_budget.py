@@ -201,7 +201,7 @@ class ModelLimitStore:
         return await self._rep.run(ScriptCall(script, names, args), durable=False)
 
     async def admit(
-        self, key: str, limit: ModelLimit, lease: str, tenant: str, *, input_tokens: int, output_tokens: int
+        self, key: str, limit: ModelLimit, lease: str, *, tenant: str, input_tokens: int, output_tokens: int
     ) -> Admission:
         out = await self._run(
             self._admit,
@@ -228,8 +228,7 @@ class ModelLimitStore:
         key: str,
         limit: ModelLimit,
         lease: str,
-        second: int,
-        *,
+        *, second: int,
         input_delta: int = 0,
         output_delta: int = 0,
     ) -> list[str]:

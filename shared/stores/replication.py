@@ -52,7 +52,7 @@ class ScriptCall:
 
 class Replication:
     def __init__(self, redis: Any, replicas: int = 0, timeout_ms: int = 500,
-                 probe_every_s: float = PROBE_EVERY_S) -> None:
+                 *, probe_every_s: float = PROBE_EVERY_S) -> None:
         self._r = redis
         self.replicas = max(0, replicas)
         self.timeout_ms = max(1, timeout_ms)
@@ -89,7 +89,7 @@ class Replication:
     async def _plain(self, call: ScriptCall) -> Any:
         """The script alone: on the process's script channel when it has one (one server
         over TCP: script_channel.py), else through redis-py."""
-        return await run_script(self._channel, self._r, call.script, call.keys, call.args)
+        return await run_script(self._channel, self._r, call.script, keys=call.keys, args=call.args)
 
     async def _pipeline(self, call: ScriptCall, node: Any) -> Any:
         pipe = self._r.pipeline(transaction=False)

@@ -4,7 +4,7 @@ pipelined connection of their own, parsed by hiredis.
 Every tool-turn runs ~7 of these scripts. Through redis-py each costs ~40 µs of client CPU
 at 50 calls at once (its connection pool, retry wrapper, health check, per-command
 observability hook and read timeout), against ~7 µs written as RESP on a connection of
-our own and read with hiredis's reader (docs/bench-notes/history.md, "Fifth pass"). So a process
+our own and read with hiredis's reader (docs/bench-notes/history.md). So a process
 that talks to one Redis server over TCP sends its `EVALSHA`s here: the calls of a loop
 iteration go out in one write, and the replies come back in their order. What redis-py
 gives a call is kept: the client's retry policy (a dropped connection or a timeout is
@@ -235,7 +235,7 @@ class ScriptChannel:
             link.transport.close()
 
 
-async def run_script(channel: ScriptChannel | None, redis: Any, script: AsyncScript, keys: list[str],
+async def run_script(channel: ScriptChannel | None, redis: Any, script: AsyncScript, *, keys: list[str],
                      args: list[Any]) -> Any:
     """A registered script's answer: on `channel` when the process has one (a NOSCRIPT, from
     a restarted or flushed server, loads it through `redis` and runs it again), else

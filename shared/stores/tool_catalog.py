@@ -120,7 +120,7 @@ def served_names(listings: dict[str, OwnerListing | None], max_age_s: float, now
             for name in listing.tools}
 
 
-def on_offer(entry: CatalogEntry, served: set[str], max_age_s: float, now: float) -> bool:
+def on_offer(entry: CatalogEntry, served: set[str], max_age_s: float, *, now: float) -> bool:
     """Whether readers offer `entry`: fresh, and listed by a live owner if it has one."""
     return entry.seen_at >= now - max_age_s and (entry.owner is None or entry.name in served)
 
@@ -140,7 +140,7 @@ async def read_catalog_entries(redis: aioredis.Redis, max_age_s: float,
         except Exception:
             log.warning("unreadable catalog entry %r ignored", raw_name)
             continue
-        if on_offer(entry, served, max_age_s, now):
+        if on_offer(entry, served, max_age_s, now=now):
             out[entry.name] = entry
     return dict(sorted(out.items()))
 
@@ -179,7 +179,7 @@ async def publish_entries(redis: aioredis.Redis, *, owner: str, entries: dict[st
     if gone:
         pipe.hdel(keys.TOOL_CATALOG_OWNERS, *gone)
     await pipe.execute()
-    await _delete_unchanged(redis, _not_served(raw_entries, mine, served, max_age_s, now))
+    await _delete_unchanged(redis, _not_served(raw_entries, mine, served, max_age_s=max_age_s, now=now))
 
 
 async def withdraw(redis: aioredis.Redis, *, owner: str, max_age_s: float, alive: OwnerAlive | None = None) -> None:
@@ -201,7 +201,7 @@ async def gone_owners(listings: dict[str, OwnerListing | None], *, max_age_s: fl
     return sorted(gone)
 
 
-def _not_served(raw_entries: dict[Any, Any], mine: dict[str, bytes], served: set[str], max_age_s: float,
+def _not_served(raw_entries: dict[Any, Any], mine: dict[str, bytes], served: set[str], *, max_age_s: float,
                 now: float) -> dict[str, Any]:
     """The entries of `raw_entries` (HGETALL) to delete: not this writer's, and not on offer."""
     out: dict[str, Any] = {}
@@ -210,7 +210,7 @@ def _not_served(raw_entries: dict[Any, Any], mine: dict[str, bytes], served: set
         if name in mine:
             continue
         try:
-            keep = on_offer(CatalogEntry.from_json(raw), served, max_age_s, now)
+            keep = on_offer(CatalogEntry.from_json(raw), served, max_age_s, now=now)
         except Exception:
             keep = False
         if not keep:

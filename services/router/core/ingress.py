@@ -15,7 +15,7 @@ from loopwire.shared.contract.input_guard import (
     unknown_fields,
     version_problem,
 )
-from loopwire.shared.contract.protocol import INGRESS_MODELS, describe_validation_error
+from loopwire.shared.contract.protocol import INGRESS_MODELS, StartRun, describe_validation_error
 from loopwire.shared.contract.subjects import valid_session_id
 
 from .inputs import AbortInput, BaseInput, DecisionInput, MessageInput, RejectedInput, StartInput, SteerInput
@@ -31,7 +31,7 @@ _CONTENT_FIELDS = ("input", "content")
 """The fields of an ingress body that hold messages or content blocks."""
 
 
-def decode_ingress(verb: str, data: bytes, input_id: str, new_id: str, max_bytes: int,
+def decode_ingress(verb: str, data: bytes, input_id: str, *, new_id: str, max_bytes: int,
                    max_depth: int = 32) -> BaseInput:
     """Bytes of `loopwire.in.<sid>.<verb>` -> a router input (maybe a RejectedInput)."""
     if verb not in INGRESS_MODELS:
@@ -65,6 +65,7 @@ def decode_ingress(verb: str, data: bytes, input_id: str, new_id: str, max_bytes
         return RejectedInput(input_id=input_id, code="invalid_body",
                                message=f"invalid {verb} body: {describe_validation_error(exc)}")
     if verb == "start":
+        assert isinstance(body, StartRun)
         return StartInput(input_id=input_id, new_id=new_id, body=body, ignored_fields=unknown_fields(raw, model))
     return _INPUT_TYPES[verb](input_id=input_id, new_id=new_id, body=body)
 

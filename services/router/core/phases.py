@@ -25,7 +25,7 @@ class IllegalTransition(RuntimeError):
     """A phase change the profile's transition table does not allow."""
 
 
-def check_transition(profile_name: str, transitions: Transitions, frm: str, to: str) -> None:
+def check_transition(profile_name: str, transitions: Transitions, frm: str, *, to: str) -> None:
     if to not in transitions.get(frm, frozenset()):
         allowed = ", ".join(sorted(transitions.get(frm, frozenset()))) or "nothing"
         raise IllegalTransition(f"profile {profile_name}: {frm!r} -> {to!r} is not allowed "

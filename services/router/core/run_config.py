@@ -25,7 +25,7 @@ from .tool_policy import merge_permissions, narrow_tools
 
 
 def run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None = None,
-               depth: int = 0) -> RunConfig:
+               *, depth: int = 0) -> RunConfig:
     """The run's settings: StartRun's, over the strategy config's (strategy.py), over the
     profile's defaults."""
     profile = PROFILES[body.profile]

@@ -57,7 +57,7 @@ def parent_of(metadata: dict[str, Any], headers: dict[str, str] | None = None) -
 
 
 def child_depth(metadata: dict[str, Any], parent: str | None, parent_depth: int | None,
-                recorded_depth: int = 0) -> int:
+                *, recorded_depth: int = 0) -> int:
     """The depth of a run started with `metadata` whose parent session is `parent`
     (`parent_of`), whose parent's recorded depth is `parent_depth` (None: no record),
     on a session whose last run was at `recorded_depth` (0: not a child run)."""

@@ -107,7 +107,8 @@ class EffectPublisher:
         refuses the same way every time, and the replica it was delivered to publishes it
         too), the events of a tool step's result the run moved past (those of the calls
         reported as they finished went out then)."""
-        events = [(e.run_id, e.kind, e.key, e.fields) for e in effects if isinstance(e, EmitEvent)]
+        events: list[tuple[str | None, str, str | None, dict[str, Any]]] = [
+            (e.run_id, e.kind, e.key, e.fields) for e in effects if isinstance(e, EmitEvent)]
         if events:
             stored = await self.ctx.events.append_many(sid, event_items(sid, events))
             await self.ctx.bus.publish_stored(sid, [(event, new) for event, new in stored if new])

@@ -94,7 +94,7 @@ class ErasureQueries:
     own application of an input (its lock, its commit); `forget(sid)`: drop the replica's
     cached state of the session."""
 
-    def __init__(self, ctx: ServiceContext, abort: ApplyInput, forget: Callable[[str], None]) -> None:
+    def __init__(self, ctx: ServiceContext, abort: ApplyInput, forget: Callable[[str], object]) -> None:
         self.ctx = ctx
         self._abort = abort
         self._forget = forget
@@ -112,10 +112,10 @@ class ErasureQueries:
                     subjects.query(name, tenant="*" if scoped else None),
                     queue=queue,
                     max_workers=DELETES_AT_ONCE,
-                )(self._handler(name, model, answer, scoped))
+                )(self._handler(name, model, answer, scoped=scoped))
 
     def _handler(
-        self, name: str, model: type[Any], answer: Callable[[Any, str | None], Awaitable[Any]], scoped: bool
+        self, name: str, model: type[Any], answer: Callable[[Any, str | None], Awaitable[Any]], *, scoped: bool
     ) -> QueryHandler:
         def refused(exc: Exception) -> dict[str, Any] | None:
             return error_reply(exc.code, str(exc)) if isinstance(exc, EraseRefused) else None

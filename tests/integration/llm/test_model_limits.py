@@ -54,19 +54,19 @@ class LoopbackNats:
 async def test_max_concurrent_admits_the_queue_head_when_a_request_ends(redis_client: Any) -> None:
     store = ModelLimitStore(redis_client)
     limit = ModelLimit(max_concurrent=2)
-    first = await store.admit("k", limit, "a", "*", input_tokens=10, output_tokens=10)
-    second = await store.admit("k", limit, "b", "*", input_tokens=10, output_tokens=10)
-    third = await store.admit("k", limit, "c", "*", input_tokens=10, output_tokens=10)
-    fourth = await store.admit("k", limit, "d", "*", input_tokens=10, output_tokens=10)
+    first = await store.admit("k", limit, "a", tenant="*", input_tokens=10, output_tokens=10)
+    second = await store.admit("k", limit, "b", tenant="*", input_tokens=10, output_tokens=10)
+    third = await store.admit("k", limit, "c", tenant="*", input_tokens=10, output_tokens=10)
+    fourth = await store.admit("k", limit, "d", tenant="*", input_tokens=10, output_tokens=10)
     assert first.admitted and second.admitted
     assert (third.admitted, third.reason, fourth.reason) == (False, "concurrency", "concurrency")
-    again = await store.admit("k", limit, "a", "*", input_tokens=10, output_tokens=10)
+    again = await store.admit("k", limit, "a", tenant="*", input_tokens=10, output_tokens=10)
     assert again.admitted, "the same lease asking again (a redelivery) is not counted twice"
     assert (await store.usage("k", limit))["in_flight"] == 2
-    woken = await store.release("k", limit, "a", first.second)
+    woken = await store.release("k", limit, "a", second=first.second)
     assert woken == ["c"], "one slot free: the head of the queue, not the one behind it"
-    assert not (await store.admit("k", limit, "d", "*", input_tokens=10, output_tokens=10)).admitted
-    assert (await store.admit("k", limit, "c", "*", input_tokens=10, output_tokens=10)).admitted
+    assert not (await store.admit("k", limit, "d", tenant="*", input_tokens=10, output_tokens=10)).admitted
+    assert (await store.admit("k", limit, "c", tenant="*", input_tokens=10, output_tokens=10)).admitted
     usage = await store.usage("k", limit)
     assert (usage["in_flight"], usage["waiting"], usage["requests_last_60s"]) == (2, 1, 3)
 
@@ -74,10 +74,10 @@ async def test_max_concurrent_admits_the_queue_head_when_a_request_ends(redis_cl
 async def test_tenants_take_turns_in_the_queue(redis_client: Any) -> None:
     store = ModelLimitStore(redis_client)
     limit = ModelLimit(max_concurrent=1)
-    assert (await store.admit("k", limit, "busy", "a", input_tokens=1, output_tokens=1)).admitted
+    assert (await store.admit("k", limit, "busy", tenant="a", input_tokens=1, output_tokens=1)).admitted
     for n in range(3):
-        assert not (await store.admit("k", limit, f"a{n}", "a", input_tokens=1, output_tokens=1)).admitted
-    assert not (await store.admit("k", limit, "b0", "b", input_tokens=1, output_tokens=1)).admitted
+        assert not (await store.admit("k", limit, f"a{n}", tenant="a", input_tokens=1, output_tokens=1)).admitted
+    assert not (await store.admit("k", limit, "b0", tenant="b", input_tokens=1, output_tokens=1)).admitted
     order = [m.decode() if isinstance(m, bytes) else m
              for m in await redis_client.zrange(keys.model_limit("k", "waiting"), 0, -1)]
     assert order.index("b0") <= 1, f"tenant b's one waiter is behind all of tenant a's: {order}"
@@ -87,22 +87,22 @@ async def test_tenants_take_turns_in_the_queue(redis_client: Any) -> None:
 async def test_rpm_and_token_windows(redis_client: Any) -> None:
     store = ModelLimitStore(redis_client)
     rpm = ModelLimit(rpm=2)
-    assert (await store.admit("r", rpm, "1", "*", input_tokens=1, output_tokens=1)).admitted
-    assert (await store.admit("r", rpm, "2", "*", input_tokens=1, output_tokens=1)).admitted
-    third = await store.admit("r", rpm, "3", "*", input_tokens=1, output_tokens=1)
+    assert (await store.admit("r", rpm, "1", tenant="*", input_tokens=1, output_tokens=1)).admitted
+    assert (await store.admit("r", rpm, "2", tenant="*", input_tokens=1, output_tokens=1)).admitted
+    third = await store.admit("r", rpm, "3", tenant="*", input_tokens=1, output_tokens=1)
     assert (third.admitted, third.reason) == (False, "rpm")
     assert 59 <= third.wait_s <= 61.5, "the window's oldest request leaves it after 60 s"
     tpm = ModelLimit(input_tpm=100, output_tpm=1000)
-    big = await store.admit("t", tpm, "big", "*", input_tokens=80, output_tokens=100)
+    big = await store.admit("t", tpm, "big", tenant="*", input_tokens=80, output_tokens=100)
     assert big.admitted
-    over = await store.admit("t", tpm, "next", "*", input_tokens=50, output_tokens=100)
+    over = await store.admit("t", tpm, "next", tenant="*", input_tokens=50, output_tokens=100)
     assert (over.admitted, over.reason) == (False, "input_tpm")
-    await store.release("t", tpm, "big", big.second, input_delta=-60, output_delta=-90)  # it used 20 and 10
-    assert (await store.admit("t", tpm, "next", "*", input_tokens=50, output_tokens=100)).admitted
+    await store.release("t", tpm, "big", second=big.second, input_delta=-60, output_delta=-90)  # it used 20 and 10
+    assert (await store.admit("t", tpm, "next", tenant="*", input_tokens=50, output_tokens=100)).admitted
     usage = await store.usage("t", tpm)
     assert usage["input_tokens_last_60s"] == 70
     alone = ModelLimit(output_tpm=10)
-    assert (await store.admit("o", alone, "huge", "*", input_tokens=1, output_tokens=500)).admitted, \
+    assert (await store.admit("o", alone, "huge", tenant="*", input_tokens=1, output_tokens=500)).admitted, \
         "a request larger than the whole limit goes when the window is empty"
 
 
@@ -110,11 +110,11 @@ async def test_a_cooldown_holds_every_request_until_it_passes(redis_client: Any)
     store = ModelLimitStore(redis_client)
     limit = ModelLimit()
     await store.cool_down("c", 0.5)
-    held = await store.admit("c", limit, "x", "*", input_tokens=1, output_tokens=1)
+    held = await store.admit("c", limit, "x", tenant="*", input_tokens=1, output_tokens=1)
     assert (held.admitted, held.reason) == (False, "cooldown") and 0 < held.wait_s <= 0.5
     assert (await store.usage("c", limit))["cooldown_until"] > time.time()
     await asyncio.sleep(0.55)
-    assert (await store.admit("c", limit, "x", "*", input_tokens=1, output_tokens=1)).admitted
+    assert (await store.admit("c", limit, "x", tenant="*", input_tokens=1, output_tokens=1)).admitted
 
 
 def limiter_on(redis_client: Any, table: dict[str, ModelLimit], *, wait_max_s: float = 60.0) -> ModelLimiter:
@@ -132,8 +132,8 @@ async def test_two_replicas_share_one_slot_and_the_waiter_is_woken(redis_client:
     slow = ScriptedModel([{"text": "first", "delay_s": 0.5}])
     fast = ScriptedModel([{"text": "second"}])
     streams = [Streamed(), Streamed()]
-    models = [LimitedModel(slow, replicas[0], key, limit, session_id="s1", step_id="r1:1:g1", input_tokens=5),
-              LimitedModel(fast, replicas[1], key, limit, session_id="s2", step_id="r2:1:g1", input_tokens=5)]
+    models = [LimitedModel(slow, replicas[0], key, limit=limit, session_id="s1", step_id="r1:1:g1", input_tokens=5),
+              LimitedModel(fast, replicas[1], key, limit=limit, session_id="s2", step_id="r2:1:g1", input_tokens=5)]
     started = time.monotonic()
     first = asyncio.create_task(streams[0].run(models[0], request("claude-x")))
     await asyncio.sleep(0.1)
@@ -167,7 +167,7 @@ async def test_a_429_cools_the_entry_down_and_waiting_past_the_maximum_falls_bac
     await limiter.start_with(LoopbackNats())
     key, limit = limiter.rule("primary")  # type: ignore[misc]
     refused = ModelCallError("rate_limited", "slow down", True, status=429, retry_after_s=5.0)
-    held = LimitedModel(ScriptedModel([refused]), limiter, key, limit, session_id="s", step_id="r:1:g1",
+    held = LimitedModel(ScriptedModel([refused]), limiter, key, limit=limit, session_id="s", step_id="r:1:g1",
                         input_tokens=1)
     with pytest.raises(ModelCallError):
         await Streamed().run(held, request("primary"))
@@ -175,7 +175,7 @@ async def test_a_429_cools_the_entry_down_and_waiting_past_the_maximum_falls_bac
     primary = ScriptedModel([{"text": "never"}])
     backup = ScriptedModel([{"text": "from the backup"}])
     chain = FallbackModel({
-        "primary": RetryingModel(LimitedModel(primary, limiter, key, limit, session_id="s", step_id="r:2:g1",
+        "primary": RetryingModel(LimitedModel(primary, limiter, key, limit=limit, session_id="s", step_id="r:2:g1",
                                               input_tokens=1), RetryPolicy(max_retries=2), sleep=_no_sleep),
         "backup": RetryingModel(backup, RetryPolicy(max_retries=2), sleep=_no_sleep)})
     streamed = Streamed()

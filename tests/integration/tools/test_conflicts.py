@@ -77,13 +77,13 @@ async def test_a_second_provider_of_a_tool_is_a_conflict_and_a_pin_settles_it(nc
     (conflict,) = [c for c in refused.conflicts() if c.name == tool]
     assert conflict.to_dict() == {"name": tool, "services": ["aaa-evil", "zzz-good"], "resolution": "refused",
                                   "served_by": None}
-    results = await call_many(Executor(refused, InMemoryStepStore(), nc, 5), tool, 3)
+    results = await call_many(Executor(refused, InMemoryStepStore(), nc, default_timeout_s=5), tool, 3)
     assert all(r.is_error and "unknown tool" in str(r.content) for r in results)
     assert evil.calls == good_a.calls == good_b.calls == 0
 
     pinned = Catalog(ToolRegistry(), discovery.table, pins={tool: "zzz-good"})
     assert tool in pinned.entries()
-    results = await call_many(Executor(pinned, InMemoryStepStore(), nc, 5), tool, 6)
+    results = await call_many(Executor(pinned, InMemoryStepStore(), nc, default_timeout_s=5), tool, 6)
     assert [r.content for r in results] == ["zzz-good"] * 6
     assert evil.calls == 0 and good_a.calls + good_b.calls == 6
     assert [c.resolution for c in pinned.conflicts() if c.name == tool] == ["pinned"]
@@ -98,7 +98,7 @@ async def test_replicas_of_one_service_are_not_a_conflict(nc: NatsClient, prefix
     await discovery.run_round()
     catalog = Catalog(ToolRegistry(), discovery.table)
     assert tool in catalog.entries() and not [c for c in catalog.conflicts() if c.name == tool]
-    results = await call_many(Executor(catalog, InMemoryStepStore(), nc, 5), tool, 4)
+    results = await call_many(Executor(catalog, InMemoryStepStore(), nc, default_timeout_s=5), tool, 4)
     assert not any(r.is_error for r in results) and a.calls + b.calls == 4
 
 
@@ -110,7 +110,7 @@ async def test_a_pin_to_an_absent_service_serves_nobody(nc: NatsClient, prefix: 
     await discovery.run_round()
     catalog = Catalog(ToolRegistry(), discovery.table, pins={tool: "the-real-one"})
     assert tool not in catalog.entries()
-    (result,) = await call_many(Executor(catalog, InMemoryStepStore(), nc, 5), tool, 1)
+    (result,) = await call_many(Executor(catalog, InMemoryStepStore(), nc, default_timeout_s=5), tool, 1)
     assert result.is_error and squatter.calls == 0
 
 

@@ -92,7 +92,7 @@ async def test_provider_is_discovered_and_called_with_headers(nc: NatsClient, pr
         provider.subject, "adder", provider.service.id)
     assert found.description == "Add two numbers." and found.input_schema == ADD_SCHEMA
 
-    executor = Executor(Catalog(ToolRegistry(), discovery.table), InMemoryStepStore(), nc, 5)
+    executor = Executor(Catalog(ToolRegistry(), discovery.table), InMemoryStepStore(), nc, default_timeout_s=5)
     env = ExecuteTools(session_id="sess-1", run_id="r", step_id="r:1:t0", calls=[
         ToolCall(tool_use_id="toolu_1", name=provider.tool_name, input={"a": 1, "b": 2}),
         ToolCall(tool_use_id="toolu_2", name=provider.tool_name, input={"a": "x"}),
@@ -114,7 +114,7 @@ async def test_service_error_replies_are_error_results(nc: NatsClient, provider_
     provider = await AddProvider(f"add_{prefix}", f"{prefix}.tools.add").start(provider_nc)
     discovery = Discovery(nc, max_misses=2, quiet_s=0.1)
     await discovery.run_round()
-    executor = Executor(Catalog(ToolRegistry(), discovery.table), InMemoryStepStore(), nc, 5)
+    executor = Executor(Catalog(ToolRegistry(), discovery.table), InMemoryStepStore(), nc, default_timeout_s=5)
     env = ExecuteTools(session_id="s", run_id="r", step_id="r:1:t0", calls=[
         ToolCall(tool_use_id="t1", name=provider.tool_name, input={"a": 13, "b": 1}),
         ToolCall(tool_use_id="t2", name=provider.tool_name, input={"a": 666, "b": 1}),
@@ -134,7 +134,7 @@ async def test_stopped_provider_is_forgotten_after_the_misses(nc: NatsClient, pr
     assert len(discovered(discovery, provider.tool_name)) == 2  # two instances, one tool
 
     catalog = Catalog(ToolRegistry(), discovery.table)
-    executor = Executor(catalog, InMemoryStepStore(), nc, 5)
+    executor = Executor(catalog, InMemoryStepStore(), nc, default_timeout_s=5)
     await provider.service.stop()
     await second.service.stop()
     # Known but silent: a call now finds nobody listening.

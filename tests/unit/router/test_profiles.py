@@ -40,10 +40,10 @@ def test_every_allowed_move_passes_and_every_other_move_raises(name: str) -> Non
     for frm in profile.phases:
         for to in profile.phases:
             if to in TABLES[name].get(frm, set()):
-                check_transition(name, profile.transitions, frm, to)
+                check_transition(name, profile.transitions, frm, to=to)
             else:
                 with pytest.raises(IllegalTransition):
-                    check_transition(name, profile.transitions, frm, to)
+                    check_transition(name, profile.transitions, frm, to=to)
 
 
 def test_change_phase_moves_the_run_and_says_so() -> None:

@@ -129,7 +129,7 @@ async def test_sync_tools_run_concurrently_in_threads(steps: InMemoryStepStore) 
         barrier.wait()  # passes only when both calls are inside at once
         return who
 
-    results = await Executor(Catalog(reg), steps, None, 5).execute(
+    results = await Executor(Catalog(reg), steps, None, default_timeout_s=5).execute(
         envelope(call("a", "meet", who="a"), call("b", "meet", who="b")))
     assert [(r.content, r.is_error) for r in results] == [("a", False), ("b", False)]
 
@@ -153,7 +153,7 @@ async def test_results_are_in_the_models_order_and_reported_as_they_finish(steps
     async def on_result(item: ToolResultItem) -> None:
         reported.append(item.tool_use_id)
 
-    results = await Executor(Catalog(reg), steps, None, 5).execute(
+    results = await Executor(Catalog(reg), steps, None, default_timeout_s=5).execute(
         envelope(call("t1", "first"), call("t2", "second")), on_result=on_result)
     assert [r.tool_use_id for r in results] == ["t1", "t2"]
     assert [r.content for r in results] == ["1", "2"]
@@ -196,7 +196,7 @@ async def test_unknown_tool_is_an_error_after_one_refresh(probe: Probe, steps: I
         nonlocal refreshes
         refreshes += 1
 
-    executor = Executor(Catalog(make_registry(probe)), steps, None, 5, refresh=refresh)
+    executor = Executor(Catalog(make_registry(probe)), steps, None, default_timeout_s=5, refresh=refresh)
     missing, other = await executor.execute(envelope(call("t1", "nope"), call("t2", "nope2")))
     assert missing.is_error and missing.content == "unknown tool: nope"
     assert other.content == "unknown tool: nope2"
@@ -281,7 +281,7 @@ async def test_racing_deliveries_agree_on_the_first_recorded_result(steps: InMem
                                                  "is_error": False})
         return "second"
 
-    (item,) = await Executor(Catalog(reg), steps, None, 5).execute(envelope(call("t1", "flaky")))
+    (item,) = await Executor(Catalog(reg), steps, None, default_timeout_s=5).execute(envelope(call("t1", "flaky")))
     assert item.content == "first"
 
 
@@ -303,7 +303,7 @@ async def test_an_in_process_tool_knows_the_call_it_serves() -> None:
 
     reg.add(whose_async)
     reg.add(whose_sync)
-    first, second = await Executor(Catalog(reg), InMemoryStepStore(), None, 5).execute(
+    first, second = await Executor(Catalog(reg), InMemoryStepStore(), None, default_timeout_s=5).execute(
         envelope(call("t1", "whose_async"), call("t2", "whose_sync")))
     assert '"Loopwire-Session-Id":"sess"' in str(first.content) and '"Loopwire-Tool-Use-Id":"t1"' in str(first.content)
     assert second.content == "sess/t2"
