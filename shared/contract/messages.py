@@ -18,8 +18,13 @@ from typing_extensions import TypedDict
 
 Role = Literal["user", "assistant"]
 
+_KEEP_AS_SENT = ConfigDict(extra="allow", strict=True)
+"""How pydantic validates these inside a model (an envelope, the session state, an ingress
+body): keys they do not name kept, and no value coerced (`"is_error": 1` is refused, not
+turned into `true`), so what is read is what was sent."""
 
-@with_config(ConfigDict(extra="allow"))
+
+@with_config(_KEEP_AS_SENT)
 class CacheControl(TypedDict, total=False):
     """A prompt cache breakpoint on a block (services/llm/prompt_cache.py)."""
 
@@ -27,7 +32,7 @@ class CacheControl(TypedDict, total=False):
     ttl: Literal["5m", "1h"]
 
 
-@with_config(ConfigDict(extra="allow"))
+@with_config(_KEEP_AS_SENT)
 class BlockSource(TypedDict, total=False):
     """Where an `image` or `document` block's bytes are: `base64` (`media_type`, `data`),
     `url`, `text` (a plain-text document's `data`), `file` (`file_id`)."""
@@ -39,12 +44,12 @@ class BlockSource(TypedDict, total=False):
     file_id: str
 
 
-@with_config(ConfigDict(extra="allow"))
+@with_config(_KEEP_AS_SENT)
 class CitationsConfig(TypedDict):
     enabled: bool
 
 
-@with_config(ConfigDict(extra="allow"))
+@with_config(_KEEP_AS_SENT)
 class BlobRef(TypedDict):
     """Where content too large to carry is (shared/stores/blobs.py): the blob's sha256 and
     size, on the text block that stands for it until the llm service resolves it."""
@@ -53,13 +58,13 @@ class BlobRef(TypedDict):
     bytes: int
 
 
-@with_config(ConfigDict(extra="allow"))
+@with_config(_KEEP_AS_SENT)
 class ContentBlock(TypedDict, total=False):
     """One block of a message's content. One TypedDict for every block type, not a union
     discriminated on `type`: the code reads blocks with `.get` and tests `type` as it goes
     (mypy does not narrow a union on `.get("type")`), and passes block types it does not
-    read (a server tool's, a citation's fields) through as they came, which `extra="allow"`
-    keeps when pydantic validates a model holding blocks (on every TypedDict here). By type, the keys it holds:
+    read (a server tool's, a citation's fields) through as they came, keys and all
+    (_KEEP_AS_SENT). By type, the keys it holds:
 
     - `text`: `text`, `citations` (the model's, a list)
     - `tool_use`: `id`, `name`, `input` (the call's arguments, any JSON object)
@@ -97,7 +102,7 @@ Content = str | list[ContentBlock]
 """A message's content, or a tool_result's: a string, or a list of blocks."""
 
 
-@with_config(ConfigDict(extra="allow"))
+@with_config(_KEEP_AS_SENT)
 class Message(TypedDict):
     """One message of a conversation, as the Messages API takes and returns it."""
 
