@@ -70,7 +70,7 @@ lint: install
 	$(BIN)/python -m tests.typecheck
 	$(BIN)/python -m tests.import_contracts
 
-## docs: rewrite the generated docs (the README's settings table, docs/asyncapi.json, docs/reference/)
+## docs: rewrite the generated docs (the README's settings tables, docs/asyncapi.json, docs/reference/)
 docs: install
 	$(BIN)/python -m tests.generated_docs
 

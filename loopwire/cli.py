@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 
 from loopwire.commands import register as register_commands
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 
 app = typer.Typer(help="loopwire: a distributed runtime for LLM agent loops over NATS and Redis.",
                   no_args_is_help=True, add_completion=False)

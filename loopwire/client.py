@@ -20,9 +20,9 @@ from nats.aio.client import Client as NatsClient
 from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from loopwire.settings import Settings
 from loopwire.shared.contract.subjects import EVENTS_STREAM, Subjects, stream_name
 from loopwire.shared.runtime.credentials import nats_connect_options, split_servers
-from loopwire.shared.runtime.settings import Settings
 
 EventCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
 

@@ -22,6 +22,7 @@ from typing import cast
 
 from faststream.nats import NatsBroker
 
+from loopwire.settings import Settings
 from loopwire.shared.observability.context_middleware import ContextMiddleware
 from loopwire.shared.observability.http_server import Handle, start_http_server
 from loopwire.shared.observability.message_metrics import message_metrics_middleware
@@ -42,7 +43,6 @@ from loopwire.shared.runtime.credentials import (
 )
 from loopwire.shared.runtime.server_versions import UnsupportedServer, check_nats, check_redis
 from loopwire.shared.runtime.service_context import Service, ServiceContext, build_context
-from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import StreamSetupError, ensure_streams
 from loopwire.shared.stores.redis_connection import answers, warn_if_volatile
 
@@ -62,11 +62,11 @@ SERVICE_CLASSES = {
 `loopwire serve tools` never loads the llm's model SDK, nor the router's modules."""
 
 
-def service_class(name: str) -> Callable[[ServiceContext], Service]:
+def service_class(name: str) -> Callable[[ServiceContext[Settings]], Service]:
     if name not in SERVICE_CLASSES:
         raise ValueError(f"unknown service {name!r}; choose from {', '.join(SERVICE_NAMES)}")
     module, _, attr = SERVICE_CLASSES[name].partition(":")
-    return cast(Callable[[ServiceContext], Service], getattr(importlib.import_module(module), attr))
+    return cast(Callable[[ServiceContext[Settings]], Service], getattr(importlib.import_module(module), attr))
 
 
 def make_broker(settings: Settings, graceful_timeout: float = 5.0) -> NatsBroker:
@@ -91,7 +91,7 @@ class Running:
     """A started set of services in this process."""
 
     settings: Settings
-    ctx: ServiceContext
+    ctx: ServiceContext[Settings]
     broker: NatsBroker
     services: list[Service]
     http: Handle | None = None
@@ -200,7 +200,7 @@ async def start_services(names: list[str] | tuple[str, ...], settings: Settings,
     return running
 
 
-async def _sample_consumers(ctx: ServiceContext, interval_s: float = 5.0) -> None:
+async def _sample_consumers(ctx: ServiceContext[Settings], interval_s: float = 5.0) -> None:
     """Consumer lag (pending, ack pending) of this process's consumers, for /metrics."""
     js = ctx.bus.js
     while True:

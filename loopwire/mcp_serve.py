@@ -38,8 +38,8 @@ from nats.aio.client import Client as NatsClient
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from loopwire.settings import Settings
 from loopwire.shared.contract.subjects import Subjects
-from loopwire.shared.runtime.settings import Settings
 
 log = logging.getLogger("loopwire.mcp")
 

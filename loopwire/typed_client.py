@@ -30,8 +30,8 @@ from typing import Any, Literal
 import orjson
 
 from loopwire.client import LoopwireClient
+from loopwire.settings import Settings
 from loopwire.shared.contract.events import ApprovalRequested, Event, RunEnded, validate_event
-from loopwire.shared.runtime.settings import Settings
 
 TypedCallback = Callable[[Event], Awaitable[None] | None]
 Approver = Callable[[ApprovalRequested], Awaitable[bool] | bool]

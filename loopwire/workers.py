@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 
 log = logging.getLogger("loopwire.workers")
 

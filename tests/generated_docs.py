@@ -1,9 +1,9 @@
 """Rewrites the docs that are generated from the code (`make docs`): the README's settings
-table (from shared/runtime/settings.py), docs/asyncapi.json (from loopwire/asyncapi.py),
-and docs/reference/cli.md and docs/reference/python-api.md (from the CLI's commands and the
-docstrings of `loopwire.Client` and `loopwire.testing`). tests/unit/docs/test_sync.py and
-tests/unit/loopwire/test_asyncapi.py fail when one is out of date; this is what their
-messages ask for.
+tables (from the settings classes, composed in loopwire/settings.py), docs/asyncapi.json
+(from loopwire/asyncapi.py), and docs/reference/cli.md and docs/reference/python-api.md
+(from the CLI's commands and the docstrings of `loopwire.Client` and `loopwire.testing`).
+tests/unit/docs/test_sync.py and tests/unit/loopwire/test_asyncapi.py fail when one is out
+of date; this is what their messages ask for.
 
     .venv/bin/python -m tests.generated_docs
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from loopwire.asyncapi import asyncapi_json
-from loopwire.shared.runtime.settings import settings_table
+from loopwire.settings import settings_table
 from tests.paths import REPO
 
 PIPE = "\\|"

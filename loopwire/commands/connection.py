@@ -21,7 +21,7 @@ import nats.errors
 from rich.console import Console
 
 from loopwire.client import LoopwireClient
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 
 CONNECT_TIMEOUT_S = 2.0
 """Per attempt; a whole connect (two attempts per server) stays within a few seconds."""

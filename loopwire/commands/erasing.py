@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 
 from .connection import cli_settings, client, err_console, request, run_command, stdout_line
 

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from loopwire.replay import ReplayError, replay_session
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 
 from .connection import cli_settings, client, err_console, fail, request, run_command, stdout_line
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from loopwire.render import EventRenderer, cost_text
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 
 from .connection import cli_settings, client, fail, request, run_command, stdout_line
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 
 from .connection import cli_settings, client, err_console, fail, publish, request, run_command
 

@@ -16,8 +16,8 @@ from rich.console import Console
 
 from loopwire.client import LoopwireClient, RunFailedToStart
 from loopwire.render import EventRenderer
+from loopwire.settings import Settings
 from loopwire.shared.contract.protocol import Profile
-from loopwire.shared.runtime.settings import Settings
 
 from .connection import cli_settings, client, err_console, no_services, publish, request, run_command
 

@@ -13,7 +13,7 @@ import time
 
 from rich.console import Console
 
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 
 from .connection import CliError, connect_nats
 

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loopwire.shared.observability import metrics
 
@@ -55,6 +55,9 @@ from .model import Model
 from .model_call import ModelRequest
 from .model_events import Finished, ModelStream
 from .wrapper import WrapperModel
+
+if TYPE_CHECKING:
+    from .settings import LlmSettings
 
 log = logging.getLogger("loopwire.llm.breaker")
 
@@ -230,7 +233,7 @@ class CircuitBreakerModel(WrapperModel):
             raise
 
 
-def breaker_from_settings(settings: Any, redis: Any, clock: Clock = time.time, *,
+def breaker_from_settings(settings: LlmSettings, redis: Any, clock: Clock = time.time, *,
                           replication: Any = None) -> CircuitBreaker:
     policy = BreakerPolicy(failure_threshold=settings.llm_breaker_failures, cooldown_s=settings.llm_breaker_cooldown_s,
                            probe_ttl_s=settings.llm_breaker_probe_ttl_s)

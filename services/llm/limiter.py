@@ -30,7 +30,7 @@ import random
 import time
 from collections.abc import Callable
 from contextlib import aclosing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.messages import Message
@@ -45,6 +45,11 @@ from .model import Model
 from .model_call import ModelRequest
 from .model_events import Admitted, Finished, ModelStream, Throttled
 from .wrapper import WrapperModel
+
+if TYPE_CHECKING:
+    from loopwire.shared.runtime.service_context import ServiceContext
+
+    from .settings import LlmSettings
 
 log = logging.getLogger("loopwire.llm.limits")
 
@@ -282,7 +287,7 @@ def estimated_input(system: str | None, messages: list[Message], tools: list[Any
     return max(1, chars // 4)
 
 
-def limiter_from_settings(ctx: Any) -> ModelLimiter | None:
+def limiter_from_settings(ctx: ServiceContext[LlmSettings]) -> ModelLimiter | None:
     """The replica's limiter, when the operator set LOOPWIRE_MODEL_LIMITS."""
     table = ctx.settings.model_limits_table()
     if not table.entries:

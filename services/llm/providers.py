@@ -10,15 +10,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from loopwire.shared.runtime.settings import Settings
-
 from .demo_model import DemoModel
 from .model import Model
+from .settings import LlmSettings
 
 PROVIDERS = ("anthropic", "scripted", "auto")
 
 
-def resolve_provider(settings: Settings, environ: Mapping[str, str] | None = None) -> str:
+def resolve_provider(settings: LlmSettings, environ: Mapping[str, str] | None = None) -> str:
     """`anthropic` or `scripted`, after resolving `auto` against the environment."""
     env = os.environ if environ is None else environ
     choice = settings.llm_provider.strip().lower()
@@ -29,7 +28,7 @@ def resolve_provider(settings: Settings, environ: Mapping[str, str] | None = Non
     return choice
 
 
-def provider_description(settings: Settings, environ: Mapping[str, str] | None = None) -> str:
+def provider_description(settings: LlmSettings, environ: Mapping[str, str] | None = None) -> str:
     """One line for the CLI: where model calls go."""
     env = os.environ if environ is None else environ
     if resolve_provider(settings, env) == "scripted":
@@ -44,7 +43,7 @@ def provider_description(settings: Settings, environ: Mapping[str, str] | None =
 class ModelFactory:
     """model id -> Model, one instance per id; `aclose()` releases the HTTP client."""
 
-    def __init__(self, settings: Settings, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, settings: LlmSettings, environ: Mapping[str, str] | None = None) -> None:
         self.provider = resolve_provider(settings, environ)
         self._settings = settings
         self._environ = environ
@@ -74,5 +73,5 @@ class ModelFactory:
         self._models.clear()
 
 
-def build_model_factory(settings: Settings, environ: Mapping[str, str] | None = None) -> ModelFactory:
+def build_model_factory(settings: LlmSettings, environ: Mapping[str, str] | None = None) -> ModelFactory:
     return ModelFactory(settings, environ)

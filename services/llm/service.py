@@ -64,6 +64,7 @@ from .limiter import limiter_from_settings
 from .model import Model
 from .providers import build_model_factory
 from .retrying import RetryPolicy, Sleep
+from .settings import LlmSettings
 from .step_chain import step_model
 from .step_events import StepEvents
 from .step_metrics import count_step
@@ -79,7 +80,7 @@ CANCELLED_REASON = "cancelled: the partial answer is void"
 class LlmService:
     name = "llm"
 
-    def __init__(self, ctx: ServiceContext, model_factory: Callable[[str], Model] | None = None,
+    def __init__(self, ctx: ServiceContext[LlmSettings], model_factory: Callable[[str], Model] | None = None,
                  breaker: CircuitBreaker | None = None, sleep: Sleep = asyncio.sleep,
                  token_count: AnthropicTokenCount | None = None) -> None:
         self.ctx = ctx

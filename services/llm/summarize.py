@@ -31,6 +31,7 @@ from .model import Model
 from .model_events import finished
 from .responder import CoreResponder
 from .retrying import RetryPolicy, Sleep
+from .settings import LlmSettings
 from .step_chain import step_model
 from .step_metrics import count_step
 
@@ -38,7 +39,7 @@ log = logging.getLogger("loopwire.llm.summarize")
 
 
 class SummarizeResponder(CoreResponder):
-    def __init__(self, ctx: ServiceContext, model_factory: Callable[[str], Model], policy: RetryPolicy,
+    def __init__(self, ctx: ServiceContext[LlmSettings], model_factory: Callable[[str], Model], policy: RetryPolicy,
                  *, breaker: CircuitBreaker | None, sleep: Sleep, limiter: ModelLimiter | None = None) -> None:
         super().__init__(ctx.subjects.llm_summarize, f"{ctx.settings.subject_prefix.replace('.', '_')}_llm_summarize")
         self.ctx = ctx

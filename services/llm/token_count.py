@@ -23,10 +23,10 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from loopwire.shared.contract.envelopes import CountTokens, TokenCount
-from loopwire.shared.runtime.settings import Settings
 
 from .providers import resolve_provider
 from .responder import CoreResponder
+from .settings import LlmSettings
 
 if TYPE_CHECKING:  # the SDK is imported only where a client is built (anthropic_model.py)
     import anthropic
@@ -66,9 +66,9 @@ class AnthropicTokenCount:
             await self.client.close()
 
 
-def token_count_from_settings(settings: Settings, environ: Mapping[str, str] | None = None) -> AnthropicTokenCount:
+def token_count_from_settings(settings: LlmSettings, environ: Mapping[str, str] | None = None) -> AnthropicTokenCount:
     """The counter the llm service answers with, from `memory_token_counting`."""
-    mode = settings.memory_token_counting  # auto, api or estimate (checked by Settings)
+    mode = settings.memory_token_counting  # auto, api or estimate (checked by LlmSettings)
     client = None
     if mode == "api" or (mode == "auto" and resolve_provider(settings, environ) == "anthropic"):
         from .anthropic_model import build_client

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 from loopwire.shared.contract.envelopes import AssembleContext, ToolSpec, Usage
 from loopwire.shared.contract.messages import Message
-from loopwire.shared.runtime.settings import Settings
 
 from .compaction import (
     SUMMARY_SYSTEM,
@@ -35,6 +34,7 @@ from .compaction import (
     fingerprint,
     summary_request,
 )
+from .settings import MemorySettings
 from .tokens import Count, TokenCounter
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class GuardConfig:
     reduce: bool = False
 
     @classmethod
-    def of(cls, settings: Settings, env: AssembleContext) -> GuardConfig:
+    def of(cls, settings: MemorySettings, env: AssembleContext) -> GuardConfig:
         window = env.context_window
         if settings.context_window_cap > 0:
             window = min(window, settings.context_window_cap)

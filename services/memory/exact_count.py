@@ -11,9 +11,11 @@ from __future__ import annotations
 from loopwire.shared.contract.envelopes import CountTokens, TokenCount
 from loopwire.shared.runtime.service_context import ServiceContext
 
+from .settings import MemorySettings
+
 
 class LlmExactCount:
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(self, ctx: ServiceContext[MemorySettings]) -> None:
         self.ctx = ctx
 
     async def __call__(self, request: CountTokens) -> TokenCount:

@@ -37,6 +37,7 @@ from .context_guard import Context, ContextGuard, GuardConfig, GuardOutcome
 from .exact_count import LlmExactCount
 from .history_memo import HistoryMemo
 from .observations import Observer, Read, memory_section
+from .settings import MemorySettings
 from .store import MemoryStore, Snapshot
 from .summarizer import LlmSummarizer
 from .tokens import TokenCounter, build_token_counter
@@ -53,7 +54,7 @@ the same round trip as their memory)."""
 class MemoryService:
     name = "memory"
 
-    def __init__(self, ctx: ServiceContext, counter: TokenCounter | None = None) -> None:
+    def __init__(self, ctx: ServiceContext[MemorySettings], counter: TokenCounter | None = None) -> None:
         self.ctx = ctx
         s = ctx.settings
         self.counter = counter or build_token_counter(s, LlmExactCount(ctx), redis=ctx.redis)

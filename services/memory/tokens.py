@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -32,6 +32,9 @@ from loopwire.shared.contract.envelopes import CountTokens, TokenCount, ToolSpec
 from loopwire.shared.contract.messages import ContentBlock, Message, is_block
 from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.stores.blobs import REF_KEY, messages_have_refs
+
+if TYPE_CHECKING:
+    from .settings import MemorySettings
 
 log = logging.getLogger("loopwire.memory.tokens")
 
@@ -389,7 +392,7 @@ class TokenCounter:
         return None
 
 
-def build_token_counter(settings: Any, exact: ExactCount | None, redis: Any = None) -> TokenCounter:
+def build_token_counter(settings: MemorySettings, exact: ExactCount | None, redis: Any = None) -> TokenCounter:
     """The counter the memory service uses, from settings (`memory_token_counting`:
     `estimate` never asks `exact`)."""
     return TokenCounter(exact=None if settings.memory_token_counting == "estimate" else exact,

@@ -44,24 +44,24 @@ from loopwire.shared.contract.messages import tool_result_event
 from loopwire.shared.contract.protocol import error_reply, header_value
 from loopwire.shared.contract.subjects import valid_session_id
 from loopwire.shared.runtime.bus import Bus
-from loopwire.shared.runtime.settings import Settings
 
 from .catalog import Catalog
 from .executor import Executor, validation_problem
+from .settings import ToolsSettings
 
 log = logging.getLogger("loopwire.tools.direct")
 
 DEFAULT_SESSION = "mcp"
 
 
-def operator_permission(settings: Settings, name: str) -> str:
+def operator_permission(settings: ToolsSettings, name: str) -> str:
     """The operator's policy for a tool (`LOOPWIRE_TOOL_POLICY`), `auto` when it names none.
     A caller of `loopwire mcp` has no permissions of its own to add: the policy is all."""
     return settings.tool_policy.get(name, "auto")
 
 
 class DirectCalls:
-    def __init__(self, catalog: Catalog, executor: Executor, bus: Bus, *, settings: Settings,
+    def __init__(self, catalog: Catalog, executor: Executor, bus: Bus, *, settings: ToolsSettings,
                  refresh: Callable[[], Awaitable[Any]] | None = None) -> None:
         self.catalog = catalog
         self.executor = executor

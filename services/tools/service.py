@@ -63,6 +63,7 @@ from .executor import Executor
 from .mcp_config import parse_servers, secret_values
 from .recording import Recordings
 from .registry import ToolRegistry, default_registry, load_modules
+from .settings import ToolsSettings
 
 if TYPE_CHECKING:
     from .mcp_client import McpServers
@@ -83,7 +84,7 @@ tools) before it takes work without the ones still missing; they join when they 
 class ToolsService:
     name = "tools"
 
-    def __init__(self, ctx: ServiceContext, registry: ToolRegistry | None = None) -> None:
+    def __init__(self, ctx: ServiceContext[ToolsSettings], registry: ToolRegistry | None = None) -> None:
         self.ctx = ctx
         self.registry = registry if registry is not None else default_registry
         self.catalog = Catalog(self.registry, pins=ctx.settings.tool_providers, owner=ctx.replica_id,

@@ -36,6 +36,7 @@ from loopwire.shared.contract.protocol import (
 )
 from loopwire.shared.runtime.query_handler import QueryHandler, query_handler
 from loopwire.shared.runtime.service_context import ServiceContext
+from loopwire.shared.runtime.settings import RuntimeSettings
 from loopwire.shared.stores.event_archive import read_archive
 from loopwire.shared.stores.model_budget import ModelLimitStore
 from loopwire.shared.stores.tenant_quotas import TenantQuotaStore
@@ -61,7 +62,7 @@ Answer = Callable[[Any, str | None], Awaitable[dict[str, Any]]]
 class TranscriptsService:
     name = "transcripts"
 
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(self, ctx: ServiceContext[RuntimeSettings]) -> None:
         self.ctx = ctx
         self._quotas = TenantQuotaStore(ctx.redis)
         self._limits = ctx.settings.limits_table()

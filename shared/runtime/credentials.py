@@ -29,7 +29,7 @@ from faststream.nats.security import (
 )
 
 from loopwire.shared.contract.redaction import redact, register_secret
-from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.runtime.settings import RuntimeSettings
 from loopwire.shared.stores.redis_connection import RedisTopology, connect_redis
 
 
@@ -43,7 +43,7 @@ def _readable(path: str, variable: str) -> str:
     return path
 
 
-def nats_tls_context(settings: Settings) -> ssl.SSLContext | None:
+def nats_tls_context(settings: RuntimeSettings) -> ssl.SSLContext | None:
     """A TLS context when a CA or a client certificate is configured; None otherwise (a
     `tls://` URL then uses the system's CAs, as nats-py does by itself)."""
     if not (settings.nats_tls_ca or settings.nats_tls_cert or settings.nats_tls_key):
@@ -59,7 +59,7 @@ def nats_tls_context(settings: Settings) -> ssl.SSLContext | None:
     return context
 
 
-def nats_security(settings: Settings) -> NatsSecurity | None:
+def nats_security(settings: RuntimeSettings) -> NatsSecurity | None:
     """FastStream's security object for the configured NATS authentication and TLS; None
     when neither is configured (credentials in the URL, if any, then apply)."""
     creds = settings.nats_creds or settings.nats_creds_file
@@ -91,11 +91,11 @@ def split_servers(url: str) -> list[str]:
     return [one.strip() for one in url.split(",") if one.strip()]
 
 
-def nats_servers(settings: Settings) -> list[str]:
+def nats_servers(settings: RuntimeSettings) -> list[str]:
     return split_servers(settings.nats_url)
 
 
-def nats_connect_options(settings: Settings) -> dict[str, Any]:
+def nats_connect_options(settings: RuntimeSettings) -> dict[str, Any]:
     """Keyword arguments of ``nats.connect()`` for the same authentication and TLS as
     :func:`nats_security` (FastStream's own translation of it), plus the servers."""
     security = nats_security(settings)
@@ -104,7 +104,7 @@ def nats_connect_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
-def redis_connect_options(settings: Settings) -> dict[str, Any]:
+def redis_connect_options(settings: RuntimeSettings) -> dict[str, Any]:
     """Keyword arguments of ``redis.asyncio.Redis.from_url`` besides the URL: the password
     when the URL holds none, and the CA of a `rediss://` server."""
     options: dict[str, Any] = {}
@@ -117,7 +117,7 @@ def redis_connect_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
-def redis_topology(settings: Settings) -> RedisTopology:
+def redis_topology(settings: RuntimeSettings) -> RedisTopology:
     """The Redis layout the settings name: one server, a cluster, or a master behind
     sentinels; the sentinels get the same TLS as the master and their own password."""
     if settings.redis_cluster and settings.redis_sentinels:
@@ -144,19 +144,19 @@ def redis_topology(settings: Settings) -> RedisTopology:
                          sentinel_master=settings.redis_sentinel_master, sentinel_options=sentinel_options)
 
 
-def connect_configured_redis(settings: Settings, **options: Any) -> Any:
+def connect_configured_redis(settings: RuntimeSettings, **options: Any) -> Any:
     """The process's Redis client for the operator's settings: layout, password, TLS."""
     return connect_redis(redis_topology(settings), **{**redis_connect_options(settings), **options})
 
 
-def wait_replicas(settings: Settings) -> int:
+def wait_replicas(settings: RuntimeSettings) -> int:
     """How many replicas the writes a failover must not lose wait for (LOOPWIRE_REDIS_WAIT_REPLICAS)."""
     if settings.redis_wait_replicas is not None:
         return max(0, settings.redis_wait_replicas)
     return 1 if settings.redis_cluster or settings.redis_sentinels else 0
 
 
-def register_configured_secrets(settings: Settings) -> None:
+def register_configured_secrets(settings: RuntimeSettings) -> None:
     """Mask the configured NATS and Redis secrets (and passwords inside the URLs) in every
     redacted output: log lines, spans, error events, the console."""
     for value in (settings.nats_password, settings.nats_token, settings.redis_password,

@@ -15,7 +15,7 @@ from faststream.nats import NatsMessage
 from loopwire.shared.contract.protocol import error_reply
 from loopwire.shared.contract.query_parsing import Q, parse_query
 from loopwire.shared.contract.subjects import Subjects
-from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.runtime.settings import RuntimeSettings
 
 log = logging.getLogger("loopwire.queries")
 
@@ -27,7 +27,7 @@ def _no_refusal(exc: Exception) -> dict[str, Any] | None:
 
 
 def query_handler(name: str, model: type[Q], answer: Callable[[Q, str | None], Awaitable[Any]], *,
-                  subjects: Subjects, settings: Settings, tenant_scoped: bool,
+                  subjects: Subjects, settings: RuntimeSettings, tenant_scoped: bool,
                   refusal: Callable[[Exception], dict[str, Any] | None] = _no_refusal) -> QueryHandler:
     """The handler of the query `name`: `answer(request, tenant)` (the tenant of the
     subject when `tenant_scoped`, else None). `refusal(exc)`: the reply for an exception

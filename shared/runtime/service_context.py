@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 from faststream.nats import NatsBroker
@@ -30,7 +30,7 @@ from loopwire.shared.runtime.credentials import connect_configured_redis, wait_r
 from loopwire.shared.runtime.direct_results import Apply, DirectReceiver
 from loopwire.shared.runtime.dispatcher import Dispatcher
 from loopwire.shared.runtime.redelivery import DeadLetter, RedeliveryPolicy
-from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.runtime.settings import RuntimeSettings
 from loopwire.shared.runtime.streams import until_jetstream_answers
 from loopwire.shared.runtime.work_consumer import JetStreamRoot, WorkConsumer, root_delivery
 from loopwire.shared.stores.blobs import BlobStore
@@ -41,11 +41,17 @@ from loopwire.shared.stores.step_store import RedisStepStore, StepStore
 
 log = logging.getLogger("loopwire.runtime")
 
+S = TypeVar("S", bound=RuntimeSettings, covariant=True)
+"""The settings a context holds: a service types its context with its own settings class
+(`ServiceContext[RouterSettings]`), and a process's one `Settings` (loopwire/settings.py)
+is every service's, so one context serves them all."""
+T = TypeVar("T", bound=RuntimeSettings)
+"""build_context's: the context holds the settings class it is given."""
 
 
 @dataclass
-class ServiceContext:
-    settings: Settings
+class ServiceContext(Generic[S]):
+    settings: S
     subjects: Subjects
     redis: aioredis.Redis
     sessions: SessionStore
@@ -182,7 +188,7 @@ class ServiceContext:
                              *(receiver.stop(timeout) for receiver in self.direct_receivers))
 
 
-def build_context(settings: Settings, broker: NatsBroker) -> ServiceContext:
+def build_context(settings: T, broker: NatsBroker) -> ServiceContext[T]:
     redis = connect_configured_redis(settings)
     # Step records, commits and seqs wait for the master's replicas (shared/stores/replication.py);
     # a record is retried through an outage as long as a step's outage is ridden out.

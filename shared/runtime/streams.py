@@ -42,7 +42,7 @@ from loopwire.shared.contract.subjects import (
     Subjects,
     stream_name,
 )
-from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.runtime.settings import RuntimeSettings
 
 log = logging.getLogger("loopwire.streams")
 
@@ -69,7 +69,7 @@ class StreamSetupError(RuntimeError):
     within LOOPWIRE_JETSTREAM_READY_TIMEOUT_S; the message says why."""
 
 
-def stream_configs(settings: Settings) -> list[StreamConfig]:
+def stream_configs(settings: RuntimeSettings) -> list[StreamConfig]:
     subjects = Subjects(settings.subject_prefix)
     prefix = settings.subject_prefix
     return [
@@ -110,14 +110,14 @@ def stream_configs(settings: Settings) -> list[StreamConfig]:
     ]
 
 
-async def ensure_streams(js: JetStreamContext, settings: Settings) -> None:
+async def ensure_streams(js: JetStreamContext, settings: RuntimeSettings) -> None:
     """Every loopwire stream exists with its configuration (stream_configs)."""
     deadline = time.monotonic() + settings.jetstream_ready_timeout_s
     for cfg in stream_configs(settings):
         await until_jetstream_answers(f"stream {cfg.name}", partial(_ensure_stream, js, cfg, settings), deadline)
 
 
-async def _ensure_stream(js: JetStreamContext, cfg: StreamConfig, settings: Settings) -> None:
+async def _ensure_stream(js: JetStreamContext, cfg: StreamConfig, settings: RuntimeSettings) -> None:
     assert cfg.name is not None
     try:
         info = await js.stream_info(cfg.name)

@@ -41,7 +41,7 @@ CACHE_TTL_S = 1.0
 
 
 class DiscoveryTiming(Protocol):
-    """The settings a catalog reader needs (`Settings` has them)."""
+    """The settings a catalog reader needs (`RuntimeSettings` has them)."""
 
     @property
     def discovery_interval_s(self) -> float: ...

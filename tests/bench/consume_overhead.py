@@ -31,7 +31,7 @@ from faststream.nats import JStream, NatsBroker
 from nats.js.api import ConsumerConfig, StorageType, StreamConfig
 
 from loopwire.launcher import make_broker
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 from loopwire.shared.runtime.work_consumer import JetStreamRoot, WorkConsumer
 
 MODES = ("faststream subscriber", "faststream subscriber, max_workers=1", "loopwire work consumer", "raw nats-py")

@@ -18,7 +18,7 @@ import pytest
 from nats.aio.client import Client as NatsClient
 
 from loopwire.client import LoopwireClient
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 from loopwire.testing import LoopwireContainer
 from tests.fakes.anthropic_server import FakeAnthropic
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from loopwire.shared.contract.messages import ContentBlock
-from loopwire.shared.runtime.settings import Settings
 
+from ..settings import LlmSettings
 from .acp_stream import AcpStream
 from .agent_process import AgentProcess
 from .base import (
@@ -55,7 +55,7 @@ START_TIMEOUT_S = 120.0
 class AcpExecutor(Executor):
     profile = "acp"
 
-    def __init__(self, settings: Settings, argv: list[str]) -> None:
+    def __init__(self, settings: LlmSettings, argv: list[str]) -> None:
         self.settings = settings
         self.argv = argv
 

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from loopwire.shared.contract.messages import ContentBlock, text_block
-from loopwire.shared.runtime.settings import Settings
 
+from ..settings import LlmSettings
 from .agent_process import AgentProcess
 from .base import (
     Executor,
@@ -68,7 +68,7 @@ class ClaudeCodeExecutor(Executor):
     profile = "claude_code"
     compacts_itself = True
 
-    def __init__(self, settings: Settings, argv: list[str]) -> None:
+    def __init__(self, settings: LlmSettings, argv: list[str]) -> None:
         self.settings = settings
         self.argv = argv
 

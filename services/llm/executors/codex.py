@@ -42,8 +42,8 @@ from typing import Any
 from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.contract.messages import ContentBlock
 from loopwire.shared.runtime.pricing import cost_usd, price_table
-from loopwire.shared.runtime.settings import Settings
 
+from ..settings import LlmSettings
 from .agent_process import AgentProcess
 from .base import (
     AssistantMessage,
@@ -114,7 +114,7 @@ def last_token_count(path: Path | None) -> dict[str, Any] | None:
 class CodexExecutor(Executor):
     profile = "codex"
 
-    def __init__(self, settings: Settings, argv: list[str]) -> None:
+    def __init__(self, settings: LlmSettings, argv: list[str]) -> None:
         self.settings = settings
         self.argv = argv
 

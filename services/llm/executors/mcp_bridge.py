@@ -42,6 +42,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from loopwire.shared.contract.envelopes import ToolSpec
 from loopwire.shared.runtime.service_context import ServiceContext
 
+from ..settings import LlmSettings
 from .base import McpEndpoint
 
 log = logging.getLogger("loopwire.llm.executors.mcp")
@@ -71,7 +72,7 @@ class StepTools:
 
 
 class McpBridge:
-    def __init__(self, ctx: ServiceContext, host: str = "127.0.0.1") -> None:
+    def __init__(self, ctx: ServiceContext[LlmSettings], host: str = "127.0.0.1") -> None:
         self.ctx = ctx
         self.host = host
         self.port = 0

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from loopwire.shared.contract.messages import ContentBlock
-from loopwire.shared.runtime.settings import Settings
 
+from ..settings import LlmSettings
 from .agent_process import AgentProcess
 from .base import Executor, ExecutorEvent, ExecutorFailed, ExecutorRun, ExecutorTask, Finished
 from .one_shot import OneShotRun, kept_from_agent, start_with_prompt
@@ -67,7 +67,7 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 class OpencodeExecutor(Executor):
     profile = "opencode"
 
-    def __init__(self, settings: Settings, argv: list[str]) -> None:
+    def __init__(self, settings: LlmSettings, argv: list[str]) -> None:
         self.settings = settings
         self.argv = argv
 

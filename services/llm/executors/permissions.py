@@ -24,6 +24,7 @@ from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.envelopes import ExecutorPermission, Generate
 from loopwire.shared.runtime.service_context import ServiceContext
 
+from ..settings import LlmSettings
 from .base import PermissionRequest
 
 log = logging.getLogger("loopwire.llm.executors.permissions")
@@ -36,7 +37,7 @@ def checkpoint_id(run_id: str, tool_use_id: str) -> str:
 
 
 class PermissionGate:
-    def __init__(self, ctx: ServiceContext, resend_s: float = RESEND_S) -> None:
+    def __init__(self, ctx: ServiceContext[LlmSettings], resend_s: float = RESEND_S) -> None:
         self.ctx = ctx
         self.resend_s = resend_s
         self._waiting: dict[str, asyncio.Future[tuple[bool, str | None]]] = {}

@@ -16,11 +16,10 @@ import shlex
 import shutil
 from collections.abc import Callable
 
-from loopwire.shared.runtime.settings import Settings
-
+from ..settings import LlmSettings
 from .base import Executor, ExecutorFailed
 
-Builder = Callable[[Settings, list[str]], Executor]
+Builder = Callable[[LlmSettings, list[str]], Executor]
 
 BUILDERS: dict[str, Builder] = {}
 """profile -> builder of its executor, given the settings and the agent's argv."""
@@ -53,7 +52,7 @@ def _builtin() -> None:
         register("acp", AcpExecutor)
 
 
-def command_line(profile: str, agent: str | None, settings: Settings) -> tuple[str, list[str]]:
+def command_line(profile: str, agent: str | None, settings: LlmSettings) -> tuple[str, list[str]]:
     """(the setting it came from, the argv) of the agent for `profile`."""
     if profile == "acp":
         agents = settings.acp_agents
@@ -84,7 +83,7 @@ def resolve_program(argv: list[str], setting: str) -> list[str]:
 class Executors:
     """The executors of one llm process, built on first use and kept."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: LlmSettings) -> None:
         self.settings = settings
         self._built: dict[tuple[str, str | None], Executor] = {}
 

@@ -35,6 +35,7 @@ from loopwire.shared.runtime.inflight import CancelSignal, StepCancelled, unless
 from loopwire.shared.runtime.pricing import cost_usd, price_table
 from loopwire.shared.runtime.service_context import ServiceContext
 
+from ..settings import LlmSettings
 from .agent_sessions import AgentSession, AgentSessions
 from .base import (
     AssistantMessage,
@@ -79,7 +80,7 @@ def agent_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class ExecutorSteps:
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(self, ctx: ServiceContext[LlmSettings]) -> None:
         self.ctx = ctx
         self.executors = Executors(ctx.settings)
         self.sessions = AgentSessions(ctx.redis, ctx.settings.session_ttl_s)
@@ -240,7 +241,7 @@ class StepEvents:
     """The agent's events as loopwire events, numbered by the agent's model calls: the
     k-th call of a step starting at turn t is turn t + k."""
 
-    def __init__(self, ctx: ServiceContext, env: Generate, delivered: int) -> None:
+    def __init__(self, ctx: ServiceContext[LlmSettings], env: Generate, delivered: int) -> None:
         self.ctx = ctx
         self.env = env
         self.delivered = delivered

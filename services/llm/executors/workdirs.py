@@ -18,25 +18,25 @@ import os
 import tempfile
 from pathlib import Path
 
-from loopwire.shared.runtime.settings import Settings
+from ..settings import LlmSettings
 
 
-def root(settings: Settings) -> Path:
+def root(settings: LlmSettings) -> Path:
     return Path(settings.executor_dir or Path(tempfile.gettempdir()) / "loopwire-executor")
 
 
-def agent_home(settings: Settings, profile: str) -> Path:
+def agent_home(settings: LlmSettings, profile: str) -> Path:
     return root(settings) / "agents" / profile
 
 
-def session_dir(settings: Settings, session_id: str) -> Path:
+def session_dir(settings: LlmSettings, session_id: str) -> Path:
     """The session's own working directory, made when missing."""
     path = root(settings) / "sessions" / session_id
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def scratch_dir(settings: Settings) -> Path:
+def scratch_dir(settings: LlmSettings) -> Path:
     path = root(settings) / "scratch" / str(os.getpid())
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(path, 0o700)

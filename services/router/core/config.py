@@ -1,8 +1,8 @@
 """The router core's configuration: the defaults and the loop-control knobs.
 
-One frozen dataclass, built from Settings by the shell (`CoreConfig.from_settings`), so
-the core itself never reads the environment and tests pass exactly what they mean. The
-defaults are Settings' own (documented there, and in README's configuration table), so
+One frozen dataclass, built from the router's settings by the shell (`CoreConfig.from_settings`),
+so the core itself never reads the environment and tests pass exactly what they mean. The
+defaults are RouterSettings' own (documented there, and in README's configuration table), so
 a core made with `CoreConfig()` behaves as a deployment with no overrides.
 """
 
@@ -15,21 +15,23 @@ from typing import Any
 from loopwire.shared.contract.tenant_limits import TenantLimits
 from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.runtime.pricing import DEFAULT_PRICES, price_table
-from loopwire.shared.runtime.settings import Settings
+from loopwire.shared.runtime.settings import RuntimeSettings
+
+from .settings import RouterSettings
 
 
 def _default(name: str) -> Any:
-    return Settings.model_fields[name].default
+    return RouterSettings.model_fields[name].default
 
 
-def stall_after(settings: Any) -> float:
+def stall_after(settings: RuntimeSettings) -> float:
     """Seconds without progress after which a run's model or tool step counts as stalled:
     the outage tolerance, or the longest a step may take (its timeout and an ack wait)."""
     longest_step = max(settings.llm_timeout_s, settings.tool_timeout_s) + settings.ack_wait_s
     return float(max(settings.outage_tolerance_s, longest_step))
 
 
-def executor_stall_after(settings: Any) -> float:
+def executor_stall_after(settings: RuntimeSettings) -> float:
     """The same for a run whose steps are an external agent's turns (executor profiles)."""
     return max(stall_after(settings), settings.executor_timeout_s + settings.ack_wait_s)
 
@@ -83,7 +85,7 @@ class CoreConfig:
         # Settings' `prices` holds LOOPWIRE_PRICES alone: the core's table is the whole one.
         stalls: dict[str, Any] = {"stall_after_s": stall_after(settings),
                                   "executor_stall_after_s": executor_stall_after(settings)} \
-            if isinstance(settings, Settings) else {}
+            if isinstance(settings, RouterSettings) else {}
         return cls(**{n: getattr(settings, n) for n in names if n not in stalls}, **stalls,
                    prices=price_table(getattr(settings, "prices", {})),
                    tenant_limits=settings.limits_table() if hasattr(settings, "limits_table") else None)

@@ -19,12 +19,13 @@ from loopwire.shared.runtime.service_context import ServiceContext
 
 from ..core.ingress import check_session_id, decode_ingress
 from ..core.inputs import BaseInput, UndeliverableInput
+from ..core.settings import RouterSettings
 
 log = logging.getLogger("loopwire.router")
 
 
 class DeadLetterInputs:
-    def __init__(self, ctx: ServiceContext, apply_input: Callable[[str, BaseInput], Awaitable[None]]) -> None:
+    def __init__(self, ctx: ServiceContext[RouterSettings], apply_input: Callable[[str, BaseInput], Awaitable[None]]) -> None:
         self.ctx = ctx
         self.apply_input = apply_input
         """Applies an input to a session (the router's lookups, lock and commit), or raises."""

@@ -18,6 +18,7 @@ from loopwire.shared.runtime.bus import InFlight, event_items
 from loopwire.shared.runtime.service_context import ServiceContext
 
 from ..core.effects import CountTenantUsage, Effect, EmitEvent, PublishNotice, PublishWork, TenantSlot
+from ..core.settings import RouterSettings
 from .quota_keeper import Admission, QuotaKeeper
 
 EventItem = tuple[str | None, str, str | None, dict[str, Any]]
@@ -35,7 +36,7 @@ def leading_events(effects: list[Effect]) -> list[EventItem]:
 
 
 class EffectPublisher:
-    def __init__(self, ctx: ServiceContext, quotas: QuotaKeeper | None = None) -> None:
+    def __init__(self, ctx: ServiceContext[RouterSettings], quotas: QuotaKeeper | None = None) -> None:
         self.ctx = ctx
         self.quotas = quotas
 

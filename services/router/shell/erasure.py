@@ -67,6 +67,7 @@ from loopwire.shared.stores.erasure import (
 )
 
 from ..core.inputs import AbortInput
+from ..core.settings import RouterSettings
 
 log = logging.getLogger("loopwire.router.erasure")
 
@@ -94,7 +95,8 @@ class ErasureQueries:
     own application of an input (its lock, its commit); `forget(sid)`: drop the replica's
     cached state of the session."""
 
-    def __init__(self, ctx: ServiceContext, abort: ApplyInput, forget: Callable[[str], object]) -> None:
+    def __init__(self, ctx: ServiceContext[RouterSettings], abort: ApplyInput,
+                 forget: Callable[[str], object]) -> None:
         self.ctx = ctx
         self._abort = abort
         self._forget = forget
@@ -312,7 +314,7 @@ class ErasureQueries:
         return key if isinstance(key, bytes) else str(key).encode()
 
 
-async def note_user(ctx: ServiceContext, sid: str, user_id: str) -> None:
+async def note_user(ctx: ServiceContext[RouterSettings], sid: str, user_id: str) -> None:
     """Index the session under the `user_id` a run of it carried (StartRun), for
     `user.erase`: the user's sessions of its tenant, and the session's own user ids (which
     a delete reads to take it out of each index)."""

@@ -44,6 +44,7 @@ from loopwire.shared.stores.lineage import FORKED, ForkPoint, fork_point, lineag
 from loopwire.shared.stores.transcript import Archive, Replayed, read_transcript, replay, restore_log
 
 from ..core.executor_profiles import is_executor
+from ..core.settings import RouterSettings
 from .rebuild import idle_state
 
 log = logging.getLogger("loopwire.router.fork")
@@ -85,7 +86,7 @@ def fork_reply(new_sid: str, forked_from: ForkedFrom, *, messages: int, tools: s
 class ForkQuery:
     """The fork query of one router replica."""
 
-    def __init__(self, ctx: ServiceContext, archive: Archive | None = None) -> None:
+    def __init__(self, ctx: ServiceContext[RouterSettings], archive: Archive | None = None) -> None:
         self.ctx = ctx
         self.archive = archive
 

@@ -25,6 +25,7 @@ from loopwire.shared.stores.tool_catalog import CatalogCache
 from ..core import subagent
 from ..core.inputs import AdmissionInput, BaseInput, GenerationInput, MessageInput, StartInput, SteerInput
 from ..core.profiles import PROFILES
+from ..core.settings import RouterSettings
 from . import workspace_snapshot
 from .quota_keeper import QuotaKeeper
 from .strategy_store import StrategyStore
@@ -37,7 +38,7 @@ _COUNTED = (StartInput, MessageInput, SteerInput, GenerationInput, AdmissionInpu
 
 
 class InputLookups:
-    def __init__(self, ctx: ServiceContext, quotas: QuotaKeeper | None = None) -> None:
+    def __init__(self, ctx: ServiceContext[RouterSettings], quotas: QuotaKeeper | None = None) -> None:
         self.ctx = ctx
         self.quotas = quotas
         self._catalog: CatalogCache | None = None

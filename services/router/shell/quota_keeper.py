@@ -23,6 +23,7 @@ from loopwire.shared.stores.tenant_quotas import Settled, TenantQuotaStore
 
 from ..core.effects import CountTenantUsage, TenantSlot
 from ..core.inputs import AdmissionInput
+from ..core.settings import RouterSettings
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class QuotaKeeper:
         metrics.configure_tenant_labels(labels, limits.named if limits.tenants else [limits.tenant_of("")])
 
     @classmethod
-    def of(cls, ctx: ServiceContext) -> QuotaKeeper | None:
+    def of(cls, ctx: ServiceContext[RouterSettings]) -> QuotaKeeper | None:
         """The keeper of LOOPWIRE_TENANT_LIMITS; None when it is unset (nothing is counted)."""
         limits = ctx.settings.limits_table()
         return None if limits is None else cls(TenantQuotaStore(ctx.redis), limits, ctx.settings.tenant_metrics_labels)

@@ -62,6 +62,7 @@ from ..core.inputs import (
     StartInput,
     ToolsInput,
 )
+from ..core.settings import RouterSettings
 from .dead_letter_inputs import DeadLetterInputs
 from .decision_telemetry import count_approvals, count_decision, record_ended_runs
 from .effect_publishing import EffectPublisher, leading_events
@@ -82,7 +83,7 @@ MAX_COMMIT_ATTEMPTS = 20
 class RouterService:
     name = "router"
 
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(self, ctx: ServiceContext[RouterSettings]) -> None:
         self.ctx = ctx
         self.core = CoreConfig.from_settings(ctx.settings)
         self._locks = KeyedLock()

@@ -2,7 +2,7 @@
 read by the shell.
 
 Where a workspace may be is the operator's decision: `LOOPWIRE_WORKSPACE_ROOTS`
-(`Settings.workspace_roots`). StartRun `metadata.workspace` (any profile) names a
+(`RouterSettings.workspace_roots`). StartRun `metadata.workspace` (any profile) names a
 directory relative to a root or absolute inside one; it is resolved with every symlink
 followed (so neither `..` nor a link can leave the roots) and must be an existing
 directory inside a root, or the start is refused with `error` `workspace_not_allowed`

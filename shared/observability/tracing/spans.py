@@ -40,7 +40,7 @@ _capture_content = False
 
 def set_capture_content(on: bool) -> None:
     """Allow (or forbid) recording message contents; the launcher sets it from
-    ``LOOPWIRE_OTEL_CAPTURE_CONTENT`` (Settings.otel_capture_content). Off until then, so
+    ``LOOPWIRE_OTEL_CAPTURE_CONTENT`` (RuntimeSettings.otel_capture_content). Off until then, so
     an application embedding loopwire records no contents unless it asks."""
     global _capture_content
     _capture_content = on

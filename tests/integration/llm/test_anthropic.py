@@ -18,8 +18,8 @@ from loopwire.llm.errors import ModelCallError
 from loopwire.llm.fallback import FallbackModel
 from loopwire.llm.model_call import ModelRequest
 from loopwire.llm.retrying import RetryingModel, RetryPolicy
+from loopwire.settings import Settings
 from loopwire.shared.contract.envelopes import ToolSpec, Usage
-from loopwire.shared.runtime.settings import Settings
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server  # noqa: F401 - fixture
 from tests.model_streams import Streamed
 from tests.paths import REPO

@@ -18,9 +18,9 @@ from loopwire.llm.model import Model
 from loopwire.llm.model_call import ModelRequest
 from loopwire.llm.retrying import RetryingModel, RetryPolicy
 from loopwire.llm.scripted_model import ScriptedModel
+from loopwire.settings import Settings
 from loopwire.shared.contract import keys
 from loopwire.shared.observability import metrics
-from loopwire.shared.runtime.settings import Settings
 from tests.model_streams import Streamed
 
 pytestmark = pytest.mark.integration

@@ -37,8 +37,8 @@ from loopwire.llm.executors.base import (
 )
 from loopwire.llm.executors.codex import CodexExecutor
 from loopwire.llm.executors.opencode import OpencodeExecutor
+from loopwire.settings import Settings
 from loopwire.shared.contract.envelopes import ToolSpec
-from loopwire.shared.runtime.settings import Settings
 from loopwire.testing.servers import free_port
 from tests.agent_binaries import CODEX, OPENCODE, needs
 from tests.agent_processes import cmdline

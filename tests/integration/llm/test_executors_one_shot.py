@@ -16,7 +16,7 @@ import pytest
 from loopwire.llm.executors.base import ExecutorFailed, ExecutorTask, Finished, TextDelta, ToolCall
 from loopwire.llm.executors.codex import CodexExecutor
 from loopwire.llm.executors.one_shot import IMAGE_NOTE, prompt_text
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 
 pytestmark = pytest.mark.integration
 

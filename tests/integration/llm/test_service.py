@@ -18,11 +18,11 @@ from nats.js import JetStreamContext
 from loopwire.llm.generation import record_key
 from loopwire.llm.providers import ModelFactory, build_model_factory
 from loopwire.llm.service import REDELIVERED_REASON, LlmService
+from loopwire.settings import Settings
 from loopwire.shared.contract import codec
 from loopwire.shared.contract.envelopes import Generate, GenerationResult, ToolSpec
 from loopwire.shared.contract.subjects import WORK_STREAM, stream_name
 from loopwire.shared.runtime.service_context import ServiceContext, build_context
-from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import ensure_streams
 from loopwire.testing.servers import ServerHandle
 from tests.event_collector import Events, watch_session

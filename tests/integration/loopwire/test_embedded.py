@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from loopwire.embedded import ensure_servers
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 from loopwire.testing.servers import free_port
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from loopwire.client import LoopwireClient
 from loopwire.launcher import SERVICE_NAMES, start_services
+from loopwire.settings import Settings
 from loopwire.shared.contract import codec, keys
-from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.stores.blobs import REF_KEY
 from loopwire.shared.stores.redis_connection import connect_redis
 from loopwire.testing import ServerHandle

@@ -9,7 +9,7 @@ import nats
 import pytest
 
 from loopwire.launcher import start_services
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 from loopwire.testing.servers import ServerHandle
 
 pytestmark = pytest.mark.integration

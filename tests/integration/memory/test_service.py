@@ -25,11 +25,11 @@ from loopwire.memory.assembly import normalise_messages
 from loopwire.memory.compaction import SUMMARY_SYSTEM, CompactionRecord
 from loopwire.memory.observations import OBSERVATION_SYSTEM, REFLECTION_SYSTEM
 from loopwire.memory.service import MemoryService
+from loopwire.settings import Settings
 from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.envelopes import AssembleContext, Generate, Usage
 from loopwire.shared.contract.subjects import WORK_STREAM, stream_name
 from loopwire.shared.runtime.service_context import ServiceContext, build_context
-from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import ensure_streams
 from loopwire.testing.servers import ServerHandle
 from tests.event_collector import Events, watch_session

@@ -13,11 +13,11 @@ import pytest
 
 from loopwire.router.shell import erasure
 from loopwire.router.shell.erasure import ErasureQueries, note_user
+from loopwire.settings import Settings
 from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.protocol import SessionGetRequest
 from loopwire.shared.contract.session_state import SessionState, is_deleted
 from loopwire.shared.contract.subjects import Subjects
-from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import ensure_streams
 from loopwire.shared.stores.event_log import RedisEventLog
 from loopwire.shared.stores.redis_connection import connect_redis

@@ -16,9 +16,9 @@ from redis.crc import key_slot
 from loopwire.memory.assembly import normalise_messages
 from loopwire.router.shell.fork import ForkQuery, ForkRefused
 from loopwire.router.shell.rebuild import rebuild_session
+from loopwire.settings import Settings
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.protocol import SessionForkRequest
-from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.stores.event_log import InMemoryEventLog, RedisEventLog
 from loopwire.shared.stores.redis_connection import RedisTopology, connect_redis
 from loopwire.shared.stores.session_store import InMemorySessionStore, RedisSessionStore

@@ -11,8 +11,8 @@ import pytest
 from loopwire.router.core import inputs as i
 from loopwire.router.core.config import executor_stall_after, stall_after
 from loopwire.router.shell.watchdog import Watchdog, note_status
+from loopwire.settings import Settings
 from loopwire.shared.contract import keys
-from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.stores.session_store import RedisSessionStore
 from tests.router_driver import Driver, call
 

@@ -23,10 +23,10 @@ import pytest_asyncio
 from faststream.nats import NatsBroker
 from nats.aio.client import Client as NatsClient
 
+from loopwire.settings import Settings
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
 from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.service_context import ServiceContext, build_context
-from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import ensure_streams
 from loopwire.shared.stores.tool_catalog import catalog_max_age, read_catalog_entries
 from loopwire.testing.servers import ServerHandle

@@ -21,10 +21,10 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.micro.request import Request
 
+from loopwire.settings import Settings
 from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolCallFinished, ToolsResult
 from loopwire.shared.runtime.service_context import ServiceContext, build_context
-from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import ensure_streams
 from loopwire.shared.stores.tool_catalog import catalog_max_age, read_catalog
 from loopwire.testing.servers import ServerHandle

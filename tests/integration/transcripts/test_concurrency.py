@@ -19,7 +19,7 @@ from nats.aio.client import Client as NatsClient
 
 import loopwire.transcripts.service as transcripts_service
 from loopwire.launcher import Running, start_services
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 from loopwire.testing.servers import ServerHandle
 
 pytestmark = pytest.mark.integration

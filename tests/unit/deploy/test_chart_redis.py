@@ -9,8 +9,8 @@ from typing import Any
 import helm_python as helm
 import pytest
 
+from loopwire.settings import Settings
 from loopwire.shared.runtime.credentials import redis_topology, wait_replicas
-from loopwire.shared.runtime.settings import Settings
 from tests.unit.deploy.chart import env_of, of_kind, render
 
 REDIS_LAYOUT = ("LOOPWIRE_REDIS_CLUSTER", "LOOPWIRE_REDIS_SENTINELS", "LOOPWIRE_REDIS_SENTINEL_MASTER",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.shared.runtime.settings import settings_table
+from loopwire.settings import settings_table
 from tests.generated_docs import GENERATED
 from tests.paths import REPO
 

@@ -12,8 +12,8 @@ from loopwire.llm.bench_model import BenchModel, bench_target, calls_done, count
 from loopwire.llm.demo_model import DemoModel
 from loopwire.llm.model_call import ModelRequest
 from loopwire.llm.providers import build_model_factory
+from loopwire.settings import Settings
 from loopwire.shared.contract.envelopes import ToolSpec
-from loopwire.shared.runtime.settings import Settings
 from tests.model_streams import Streamed
 
 pytestmark = pytest.mark.unit

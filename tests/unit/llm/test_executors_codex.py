@@ -23,8 +23,8 @@ from loopwire.llm.executors.base import (
 )
 from loopwire.llm.executors.codex import CodexExecutor, last_token_count, rollout_file
 from loopwire.llm.executors.codex_stream import CodexStream, usage_of
+from loopwire.settings import Settings
 from loopwire.shared.contract.envelopes import ToolSpec, Usage
-from loopwire.shared.runtime.settings import Settings
 
 pytestmark = pytest.mark.unit
 

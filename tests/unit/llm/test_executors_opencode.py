@@ -22,8 +22,8 @@ from loopwire.llm.executors.base import (
 )
 from loopwire.llm.executors.opencode import OpencodeExecutor, merge
 from loopwire.llm.executors.opencode_stream import OpencodeStream, mcp_tool_name
+from loopwire.settings import Settings
 from loopwire.shared.contract.envelopes import ToolSpec, Usage
-from loopwire.shared.runtime.settings import Settings
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ import pytest
 
 from loopwire.llm.executors import registry
 from loopwire.llm.executors.base import Executor, ExecutorFailed, ExecutorRun, ExecutorTask
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 
 pytestmark = pytest.mark.unit
 

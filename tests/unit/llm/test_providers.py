@@ -6,7 +6,7 @@ import pytest
 
 from loopwire.llm.demo_model import DemoModel
 from loopwire.llm.providers import build_model_factory, provider_description, resolve_provider
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 
 pytestmark = pytest.mark.unit
 
@@ -40,16 +40,24 @@ async def test_model_factories() -> None:
     await remote.aclose()
 
 
+def _pool_size(client: object) -> int:
+    """The connections the SDK client's transport holds at most (aiohttp's or httpx's)."""
+    transport = client._client._transport  # type: ignore[attr-defined]  # noqa: SLF001
+    if hasattr(transport, "limits"):  # the aiohttp transport: its connector's limit
+        return int(transport.limits.max_connections)
+    return int(transport._pool._max_connections)  # noqa: SLF001
+
+
 def test_the_model_clients_hold_every_generation_a_replica_may_have_in_flight() -> None:
     from loopwire.llm.anthropic_model import CONNECTIONS_PER_CLIENT, AnthropicModel
     env = {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
     small = AnthropicModel.from_settings(Settings(llm_max_handlers=10), env)
-    assert [c._client._transport._pool._max_connections for c in small._clients] == [10]  # noqa: SLF001
+    assert [_pool_size(c) for c in small._clients] == [10]  # noqa: SLF001
     big = AnthropicModel.from_settings(Settings(llm_max_handlers=4096), env)
     taken = [big._take() for _ in range(2 * CONNECTIONS_PER_CLIENT + 1)]  # noqa: SLF001
     assert len(big._clients) == 3, "more clients as the requests in flight need them, pools of 128 each"  # noqa: SLF001
     assert taken.count(0) == taken.count(1) == CONNECTIONS_PER_CLIENT and taken[-1] == 2
-    assert big._clients[2]._client._transport._pool._max_connections == CONNECTIONS_PER_CLIENT  # noqa: SLF001
+    assert _pool_size(big._clients[2]) == CONNECTIONS_PER_CLIENT  # noqa: SLF001
     big._in_flight[0] -= 1  # noqa: SLF001 - a request of the first client ended
     assert big._take() == 0, "the first client with room: its connections are kept alive"  # noqa: SLF001
     assert big._most * CONNECTIONS_PER_CLIENT >= 4096  # noqa: SLF001

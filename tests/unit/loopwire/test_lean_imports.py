@@ -32,7 +32,7 @@ def test_a_service_imports_no_sdk_it_does_not_use_at_start(service: str) -> None
 
 
 def test_the_model_sdk_loads_once_the_anthropic_model_is_built() -> None:
-    code = ("import sys; from loopwire.llm.providers import ModelFactory; from loopwire.shared.runtime.settings "
+    code = ("import sys; from loopwire.llm.providers import ModelFactory; from loopwire.settings "
             "import Settings; assert 'anthropic' not in sys.modules; "
             "f = ModelFactory(Settings(llm_provider='anthropic'), {'ANTHROPIC_API_KEY': 'x'}); f('claude'); "
             "print('anthropic' in sys.modules)")

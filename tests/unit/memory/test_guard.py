@@ -12,8 +12,8 @@ import pytest
 from loopwire.memory import compaction as c
 from loopwire.memory.context_guard import Context, ContextGuard, GuardConfig, SummaryFailed
 from loopwire.memory.tokens import TokenCounter
+from loopwire.settings import Settings
 from loopwire.shared.contract.envelopes import AssembleContext, Usage
-from loopwire.shared.runtime.settings import Settings
 from tests.memory_helpers import agentic, assert_valid_request, conversation, text
 
 pytestmark = pytest.mark.unit

@@ -19,8 +19,8 @@ import pytest
 
 from loopwire.llm.token_count import token_count_from_settings
 from loopwire.memory.tokens import Count, Estimator, Tally, TokenCounter, build_token_counter
+from loopwire.settings import Settings
 from loopwire.shared.contract.envelopes import CountTokens, TokenCount, ToolSpec
-from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.stores.blobs import REF_KEY, messages_have_refs
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_server, count_tokens  # noqa: F401 - fixture
 from tests.memory_helpers import agentic, conversation, text

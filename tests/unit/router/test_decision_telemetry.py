@@ -14,10 +14,10 @@ from loopwire.router.core.decide import decide
 from loopwire.router.core.effects import PublishNotice
 from loopwire.router.shell.decision_telemetry import count_decision
 from loopwire.router.shell.service import RouterService
+from loopwire.settings import Settings
 from loopwire.shared.contract.protocol import StartRun
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.observability import metrics
-from loopwire.shared.runtime.settings import Settings
 from tests.router_driver import CFG, Driver, call
 
 pytestmark = pytest.mark.unit

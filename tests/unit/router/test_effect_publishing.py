@@ -13,11 +13,11 @@ import pytest
 
 from loopwire.router.core.effects import EmitEvent, PublishNotice, PublishWork
 from loopwire.router.shell.effect_publishing import EffectPublisher
+from loopwire.settings import Settings
 from loopwire.shared.contract.envelopes import ExecuteTools
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.dispatcher import Dispatcher
 from loopwire.shared.runtime.redelivery import RedeliveryPolicy
-from loopwire.shared.runtime.settings import Settings
 
 
 class RecordingInFlight:

@@ -9,9 +9,9 @@ import pytest
 from loopwire.router.core import inputs as i
 from loopwire.router.core.decide import CoreConfig
 from loopwire.router.core.effects import PublishWork
+from loopwire.settings import Settings
 from loopwire.shared.contract.envelopes import GenerationResult, Usage
 from loopwire.shared.runtime.pricing import cost_usd
-from loopwire.shared.runtime.settings import Settings
 from tests.router_driver import Driver
 
 pytestmark = pytest.mark.unit

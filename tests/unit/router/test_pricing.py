@@ -89,7 +89,7 @@ def test_a_start_naming_unknown_tools_gets_a_warning_listing_them() -> None:
 
 def test_the_core_gets_its_prices_in_its_config_the_built_in_table_under_the_operators() -> None:
     from loopwire.router.core.config import CoreConfig
-    from loopwire.shared.runtime.settings import Settings
+    from loopwire.settings import Settings
 
     own = {"my-model": {"input": 2.0, "output": 4.0}, "claude-sonnet-4": {"input": 1.0, "output": 1.0}}
     cfg = CoreConfig.from_settings(Settings(prices=own))

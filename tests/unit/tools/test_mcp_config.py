@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from loopwire.settings import Settings
 from loopwire.shared.contract.redaction import redact, register_secret
-from loopwire.shared.runtime.settings import Settings
 from loopwire.tools.mcp_config import McpConfigError, parse_servers, secret_values
 
 pytestmark = pytest.mark.unit

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from loopwire.client import LoopwireClient
 from loopwire.launcher import SERVICE_NAMES, start_services
-from loopwire.shared.runtime.settings import Settings
+from loopwire.settings import Settings
 from loopwire.testing import ServerHandle
 from tests.fakes.anthropic_server import FakeAnthropic
 

@@ -18,6 +18,7 @@ import pytest
 
 from loopwire.client import LoopwireClient
 from loopwire.launcher import make_broker
+from loopwire.settings import Settings
 from loopwire.shared.contract.redaction import redact
 from loopwire.shared.runtime.credentials import (
     CredentialsError,
@@ -27,7 +28,6 @@ from loopwire.shared.runtime.credentials import (
     redis_connect_options,
     register_configured_secrets,
 )
-from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.stores.redis_connection import connect_redis
 from loopwire.testing.servers import ServerHandle, start_nats, start_redis
 from tests.tls_certs import TlsFiles, make_tls_files

@@ -19,8 +19,8 @@ import pytest
 from nats.aio.client import Client as NatsClient
 from nats.js.api import ConsumerConfig, StreamConfig
 
+from loopwire.settings import Settings
 from loopwire.shared.contract.subjects import Subjects
-from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import (
     StreamSetupError,
     ensure_streams,

@@ -9,12 +9,12 @@ import nats
 import pytest
 
 from loopwire.router.shell.rebuild import rebuild_session
+from loopwire.settings import Settings
 from loopwire.shared.contract.events import user_message_fields
 from loopwire.shared.contract.run_state import RunConfig
 from loopwire.shared.contract.session_state import SessionState
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.bus import Bus
-from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import ensure_streams
 from loopwire.shared.stores.event_archive import read_archive
 from loopwire.shared.stores.event_log import InMemoryEventLog

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from loopwire.settings import Settings
 from loopwire.shared.contract.model_limits import ModelLimit, ModelLimits
-from loopwire.shared.runtime.settings import Settings
 
 pytestmark = pytest.mark.unit
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from loopwire.settings import Settings
 from loopwire.shared.contract.envelopes import AssembleContext
 from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.chain import Chain, Delivery, current_delivery, hand_off, run_handler
 from loopwire.shared.runtime.service_context import ServiceContext
-from loopwire.shared.runtime.settings import Settings
 
 
 class RootMessage:

@@ -16,6 +16,7 @@ import pytest
 from loopwire.memory.context_guard import SummaryFailed
 from loopwire.memory.exact_count import LlmExactCount
 from loopwire.memory.summarizer import LlmSummarizer
+from loopwire.settings import Settings
 from loopwire.shared.contract.envelopes import (
     AssembleContext,
     CountTokens,
@@ -33,7 +34,6 @@ from loopwire.shared.contract.subjects import Subjects
 from loopwire.shared.runtime.chain import Delivery, run_handler
 from loopwire.shared.runtime.dispatcher import RESULTS, index, work_routes
 from loopwire.shared.runtime.service_context import ServiceContext
-from loopwire.shared.runtime.settings import Settings
 from tests.unit.shared.runtime.test_chain import root
 
 

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 from pydantic import ValidationError
 
+from loopwire.settings import Settings
 from loopwire.shared.runtime import gc_tuning
-from loopwire.shared.runtime.settings import Settings
 
 
 @pytest.fixture

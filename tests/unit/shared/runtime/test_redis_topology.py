@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
+from loopwire.settings import Settings
 from loopwire.shared.runtime.credentials import (
     CredentialsError,
     connect_configured_redis,
     redis_topology,
     wait_replicas,
 )
-from loopwire.shared.runtime.settings import Settings
 
 
 def test_one_server_waits_for_no_replica_unless_asked() -> None:

@@ -11,12 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from loopwire.cli import app
+from loopwire.settings import Settings, get_settings
 from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.contract.protocol import Profile
 from loopwire.shared.observability import tracing
 from loopwire.shared.observability.tracing import spans as tracing_spans
 from loopwire.shared.runtime import pricing
-from loopwire.shared.runtime.settings import Settings, get_settings
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import pytest
 from nats import errors as nats_errors
 from nats.js.errors import BadRequestError, ServerError, ServiceUnavailableError
 
+from loopwire.settings import Settings
 from loopwire.shared.contract.subjects import EVENTS_STREAM, INGRESS_STREAM, WORK_STREAM
 from loopwire.shared.runtime.credentials import split_servers
-from loopwire.shared.runtime.settings import Settings
 from loopwire.shared.runtime.streams import config_differences, is_transient, stream_configs
 
 DAY = 24 * 3600
