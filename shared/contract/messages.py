@@ -18,10 +18,10 @@ from typing_extensions import TypedDict
 
 Role = Literal["user", "assistant"]
 
+# How pydantic validates these inside a model (an envelope, the session state, an ingress
+# body): keys they do not name kept, and no value coerced (`"is_error": 1` is refused, not
+# turned into `true`), so what is read is what was sent.
 _KEEP_AS_SENT = ConfigDict(extra="allow", strict=True)
-"""How pydantic validates these inside a model (an envelope, the session state, an ingress
-body): keys they do not name kept, and no value coerced (`"is_error": 1` is refused, not
-turned into `true`), so what is read is what was sent."""
 
 
 @with_config(_KEEP_AS_SENT)
@@ -58,13 +58,14 @@ class BlobRef(TypedDict):
     bytes: int
 
 
+# One TypedDict for every block type, not a union discriminated on `type`: the code reads
+# blocks with `.get` and tests `type` as it goes (mypy does not narrow a union on
+# `.get("type")`), and passes block types it does not read through as they came.
+# `type` is not required: the router's record of a call in flight (RunTools.pending_calls)
+# is only its `id` and `name` when a run was resumed from its transcript.
 @with_config(_KEEP_AS_SENT)
 class ContentBlock(TypedDict, total=False):
-    """One block of a message's content. One TypedDict for every block type, not a union
-    discriminated on `type`: the code reads blocks with `.get` and tests `type` as it goes
-    (mypy does not narrow a union on `.get("type")`), and passes block types it does not
-    read (a server tool's, a citation's fields) through as they came, keys and all
-    (_KEEP_AS_SENT). By type, the keys it holds:
+    """One block of a message's content. By type, the keys it holds:
 
     - `text`: `text`, `citations` (the model's, a list)
     - `tool_use`: `id`, `name`, `input` (the call's arguments, any JSON object)
@@ -74,9 +75,7 @@ class ContentBlock(TypedDict, total=False):
       (whether the model may cite it)
     - any: `cache_control`; a stand-in for content in the blob store: `loopwire_ref`
 
-    `type` is on every block the model or a client writes; the router's record of a call
-    in flight (RunTools.pending_calls) is only its `id` and `name` when a run was resumed
-    from its transcript.
+    Other keys, and blocks of other types, are kept as they are.
     """
 
     type: str
