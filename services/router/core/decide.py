@@ -319,9 +319,9 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
         events.append(EmitEvent(kind="budget.warning", key=keys.event_key("budget.warning", run.run_id, warning["limit"]),
                                 run_id=run.run_id, fields=warning))
 
+    mode = "tools" if profile.offers_tools and run.config.tools != [] else "chat"
     turn = Turn(session=tx.st, run=run, message=message, stop_reason=result.stop_reason, text=text,
-                tool_calls=tool_calls, mode=_mode(run, profile), config=cfg, step_id=result.step_id,
-                transitions=profile.transitions)
+                tool_calls=tool_calls, mode=mode, config=cfg, step_id=result.step_id, transitions=profile.transitions)
     take_turn(tx, turn, profile=profile, schemas=inp.tool_schemas, events=events)
     return tx.finish()
 
@@ -381,10 +381,6 @@ def _on_tools(tx: Transition, inp: ToolsInput, cfg: CoreConfig) -> Decision | No
             blocks.append(tool_result_block(item.tool_use_id, item.content, is_error=item.is_error))
     after_batch(tx, run, blocks, profile=PROFILES[run.config.profile], cfg=cfg)
     return tx.finish()
-
-
-def _mode(run: RunState, profile: Profile) -> str:
-    return "tools" if profile.offers_tools and run.config.tools != [] else "chat"
 
 
 _HANDLERS: dict[type, Any] = {
