@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+__all__ = ["LEASE_S", "ModelLimit", "ModelLimits"]
+
 WINDOW_S = 60
 """The window `rpm`, `input_tpm` and `output_tpm` count in."""
 LEASE_S = 30.0

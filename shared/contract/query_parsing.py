@@ -27,6 +27,8 @@ from loopwire.shared.contract.protocol import (
 )
 from loopwire.shared.contract.subjects import tenant_of, valid_session_id
 
+__all__ = ["Q", "parse_query"]
+
 Q = TypeVar("Q", SessionGetRequest, TranscriptGetRequest, SessionsListRequest, SessionForkRequest,
             SessionDeleteRequest, SessionExportRequest)
 

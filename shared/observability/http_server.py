@@ -35,6 +35,8 @@ import orjson
 
 from loopwire.shared.observability import metrics
 
+__all__ = ["Handle", "log", "start_http_server"]
+
 log = logging.getLogger("loopwire.http")
 
 ReadyCallback = Callable[[], Awaitable[dict[str, bool]]]

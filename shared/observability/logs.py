@@ -41,6 +41,8 @@ from opentelemetry import trace
 
 from loopwire.shared.contract.redaction import redact, register_env_secrets
 
+__all__ = ["log_context", "run_id_var", "session_id_var", "setup_logging"]
+
 session_id_var: ContextVar[str | None] = ContextVar("loopwire_session_id", default=None)
 """Session id of the work being done in this task (None outside a session)."""
 run_id_var: ContextVar[str | None] = ContextVar("loopwire_run_id", default=None)

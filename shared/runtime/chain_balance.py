@@ -28,6 +28,8 @@ from typing import Any
 from loopwire.shared.contract import codec
 from loopwire.shared.runtime.hooks import HOOKS
 
+__all__ = ["ChainBalance", "log"]
+
 log = logging.getLogger("loopwire.chain_balance")
 
 MARGIN_SHARE = 0.05

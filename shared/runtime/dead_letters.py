@@ -30,6 +30,8 @@ from loopwire.shared.contract.headers import RUN_HEADER, SESSION_HEADER
 from loopwire.shared.runtime.redelivery import DeadLetter
 from loopwire.shared.stores.stream_leader import ask_leader, jetstream_timeout
 
+__all__ = ["discard_original", "log", "original_body", "read_dead_letter", "work_label"]
+
 log = logging.getLogger("loopwire.dead_letters")
 
 MAX_DELIVER_TYPE = "io.nats.jetstream.advisory.v1.max_deliver"

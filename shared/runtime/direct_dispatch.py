@@ -26,6 +26,8 @@ from typing import Any
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+__all__ = ["dispatch_directly", "log"]
+
 log = logging.getLogger("loopwire.nats")
 
 Deliver = Callable[[Msg], None]

@@ -36,6 +36,8 @@ import logging
 import time
 from collections.abc import Callable
 
+__all__ = ["IdleCollector", "apply", "log", "parse_thresholds"]
+
 log = logging.getLogger("loopwire.gc")
 
 

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+__all__ = ["HOOKS"]
+
 
 def _nothing() -> None:
     return None

@@ -20,6 +20,8 @@ from nats.aio.msg import Msg
 from loopwire.shared.contract import codec
 from loopwire.shared.contract.subjects import Subjects
 
+__all__ = ["CancelSignal", "Heartbeat", "InflightSteps", "StepCancelled", "log", "unless_cancelled"]
+
 log = logging.getLogger("loopwire.inflight")
 
 T = TypeVar("T")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from types import TracebackType
 
+__all__ = ["KeyedLock"]
+
 
 class KeyedLock:
     def __init__(self) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Generic, TypeVar
 
+__all__ = ["LruCache"]
+
 K = TypeVar("K")
 V = TypeVar("V")
 

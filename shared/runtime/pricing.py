@@ -22,6 +22,17 @@ from collections.abc import Mapping
 
 from loopwire.shared.contract.envelopes import Usage
 
+__all__ = [
+    "DEFAULT_PRICES",
+    "cost_at",
+    "cost_usd",
+    "is_offline_model",
+    "log",
+    "price_for",
+    "price_of",
+    "price_table",
+]
+
 log = logging.getLogger("loopwire.pricing")
 
 DEFAULT_PRICES: dict[str, dict[str, float]] = {

@@ -39,6 +39,8 @@ from loopwire.shared.stores.replication import Replication
 from loopwire.shared.stores.session_store import RedisSessionStore, SessionStore
 from loopwire.shared.stores.step_store import RedisStepStore, StepStore
 
+__all__ = ["Service", "ServiceContext", "T", "build_context", "log"]
+
 log = logging.getLogger("loopwire.runtime")
 
 S = TypeVar("S", bound=RuntimeSettings, covariant=True)

@@ -35,6 +35,8 @@ from loopwire.shared.runtime.direct_dispatch import dispatch_directly
 from loopwire.shared.runtime.hooks import HOOKS
 from loopwire.shared.runtime.redelivery import RedeliveryPolicy
 
+__all__ = ["JetStreamRoot", "WorkConsumer", "delivery_metadata", "log", "root_delivery"]
+
 log = logging.getLogger("loopwire.consumer")
 
 PENDING_MSGS_LIMIT = 512 * 1024

@@ -29,6 +29,8 @@ from loopwire.shared.contract import keys
 from loopwire.shared.contract.model_limits import LEASE_S, ModelLimit
 from loopwire.shared.stores.replication import Replication, ScriptCall
 
+__all__ = ["Admission", "ModelLimitStore", "WAITER_TTL_S", "wake_notice"]
+
 WAITER_TTL_S = 30.0
 """A waiting generation asks again at least this often, or leaves the queue."""
 KEY_TTL_MS = 24 * 3600 * 1000

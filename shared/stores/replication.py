@@ -37,6 +37,8 @@ from redis.exceptions import NoScriptError
 from loopwire.shared.stores.redis_connection import is_cluster
 from loopwire.shared.stores.script_channel import ScriptChannel, run_script
 
+__all__ = ["Replication", "ScriptCall", "log"]
+
 log = logging.getLogger("loopwire.redis.replication")
 
 PROBE_EVERY_S = 5.0

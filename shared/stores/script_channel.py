@@ -38,6 +38,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from loopwire.shared.stores.redis_connection import COMMAND_TIMEOUT_S
 
+__all__ = ["CHECK_EVERY_S", "ScriptChannel", "pack", "run_script"]
+
 CHECK_EVERY_S = 1.0
 """How often a connection with calls in flight checks the oldest one against the timeout."""
 

@@ -34,6 +34,8 @@ from loopwire.shared.stores.capabilities import Declares, Store
 from loopwire.shared.stores.redis_connection import OUTAGE_ERRORS
 from loopwire.shared.stores.replication import Replication, ScriptCall
 
+__all__ = ["InMemoryStepStore", "RedisStepStore", "StepHeld", "StepStore", "renewed"]
+
 
 class StepHeld(Exception):
     """Another live worker holds the step's claim (or took it over from this one): this

@@ -24,6 +24,8 @@ from nats import errors as nats_errors
 from nats.js import JetStreamContext
 from nats.js import errors as js_errors
 
+__all__ = ["ATTEMPT_S", "T", "ask_leader", "jetstream_timeout"]
+
 T = TypeVar("T")
 
 ATTEMPT_S = 2.0

@@ -30,6 +30,8 @@ import redis.asyncio as aioredis
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.tenant_limits import TenantLimit
 
+__all__ = ["Settled", "Snapshot", "TenantQuotaStore"]
+
 DAY_TTL_S = 2 * 24 * 3600
 RUN_TTL_S = 7 * 24 * 3600
 """A run's counted total outlives its last count by this much (a total reported after
