@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from loopwire.shared.contract.messages import Message
+
 
 class Event(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -330,14 +332,14 @@ def validate_event(body: dict[str, Any]) -> Event:
     return model.model_validate(body)
 
 
-def user_message_fields(message: dict[str, Any], turn: int, source: str,
+def user_message_fields(message: Message, turn: int, source: str,
                         *, reported: Iterable[str] = ()) -> dict[str, Any]:
     """The fields of the `user.message` event the router emits for a message it appends
     (`source`: `input`, `follow_up`, `steer`, `router`). A tool_result block whose result
     is in a `tool.result` event already (`reported` tool_use ids) goes without its content:
     the transcript holds each result once."""
     skip = set(reported)
-    content = message.get("content")
+    content: object = message.get("content")
     if isinstance(content, list) and skip:
         content = [{k: v for k, v in b.items() if k != "content"}
                    if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") in skip else b

@@ -37,7 +37,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from loopwire.shared.contract.envelopes import Usage
-from loopwire.shared.contract.messages import message_text, tool_result_block
+from loopwire.shared.contract.messages import ContentBlock, is_block, message_text, tool_result_block
 from loopwire.shared.contract.run_state import Checkpoint, RunConfig, RunState
 from loopwire.shared.runtime.pricing import cost_at, price_for
 
@@ -155,7 +155,7 @@ def _checkpoint(run: RunState, asked: dict[str, Any], kept: list[dict[str, Any]]
         return True
     asking = next((m for m in reversed(kept) if m.get("turn") == asked.get("turn")), None)
     content = ((asking or {}).get("message") or {}).get("content") or []
-    calls = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+    calls = [b for b in content if is_block(b) and b.get("type") == "tool_use"]
     ask = [c["tool_use_id"] for c in asked["tool_calls"]]
     if not calls or not set(ask) <= {c["id"] for c in calls}:
         return False
@@ -170,7 +170,7 @@ def _checkpoint(run: RunState, asked: dict[str, Any], kept: list[dict[str, Any]]
     return True
 
 
-def _block(event: dict[str, Any]) -> dict[str, Any]:
+def _block(event: dict[str, Any]) -> ContentBlock:
     return tool_result_block(event["tool_use_id"], event.get("content", ""), is_error=bool(event.get("is_error")))
 
 

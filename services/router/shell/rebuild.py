@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import Message
 from loopwire.shared.contract.run_state import RunConfig
 from loopwire.shared.contract.session_state import ForkedFrom, SessionState
 from loopwire.shared.stores.event_log import EventLogStore
@@ -46,7 +47,7 @@ log = logging.getLogger("loopwire.router.rebuild")
 
 @dataclass
 class Rebuilt:
-    history: list[dict[str, Any]]
+    history: list[Message]
     state: dict[str, Any]
     """The idle `SessionState`, dumped as the session store keeps it."""
     last_seq: int
