@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopwire.shared.contract.events import AnyEvent, RunEndedEvent, UserMessageEvent
+from loopwire.shared.contract.messages import Message
 
 OPENING_SOURCES = ("input", "follow_up", "steer")
 SETUP_KINDS = frozenset({"run.started", "phase.changed", "user.message", "warning", "plan.updated",
@@ -105,7 +106,7 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
 
 
-def said(message: dict[str, Any]) -> list[dict[str, Any]]:
+def said(message: Message) -> list[dict[str, Any]]:
     """What a user message says besides tool results (a steer rides on the cancelled calls')."""
     return [b for b in _blocks(message.get("content"))
             if not (isinstance(b, dict) and b.get("type") == "tool_result")]

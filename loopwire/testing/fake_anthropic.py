@@ -69,7 +69,9 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypedDict
+
+from loopwire.shared.contract.messages import ContentBlock
 
 from .fake_anthropic_http import MessagesApiHandler
 from .fake_prompt_cache import PromptCache
@@ -122,6 +124,19 @@ def _last_user_text(body: dict[str, Any]) -> str:
             return "tool results: " + "; ".join(str(r.get("content")) for r in results)
         return " ".join(texts)
     return ""
+
+
+class ApiMessage(TypedDict):
+    """The Messages API's answer to one request, as it sends it (a `Message` object)."""
+
+    id: str
+    type: Literal["message"]
+    role: Literal["assistant"]
+    model: str | None
+    content: list[ContentBlock]
+    stop_reason: str
+    stop_sequence: None
+    usage: dict[str, int]
 
 
 @dataclass
@@ -245,11 +260,12 @@ class FakeAnthropic(ScriptedServer[Failure]):
             self._msg_counter += 1
             return f"msg_fake_{self._msg_counter:06d}", self._msg_counter
 
-    def build_message(self, body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    def build_message(self, body: dict[str, Any], spec: dict[str, Any]) -> ApiMessage:
         """The complete `Message` for a response spec."""
         msg_id, n = self._next_ids()
+        content: list[ContentBlock]
         if spec.get("content") is not None:
-            content = [dict(b) for b in spec["content"]]
+            content = [b.copy() for b in spec["content"]]  # the test's blocks, as it wrote them
         else:
             content = []
             text = spec.get("text")
@@ -274,7 +290,7 @@ class FakeAnthropic(ScriptedServer[Failure]):
                 "content": content, "stop_reason": spec.get("stop_reason") or ("tool_use" if has_tools else "end_turn"),
                 "stop_sequence": None, "usage": usage}
 
-    def stream_events(self, message: dict[str, Any], spec: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    def stream_events(self, message: ApiMessage, spec: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         """The SSE events of a streamed `message`, in the API's order."""
         usage = message["usage"]
         start = dict(message, content=[], stop_reason=None,

@@ -33,6 +33,7 @@ import pytest
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.events import AnyEvent
+from loopwire.shared.contract.messages import Message, Role, message_text
 from loopwire.shared.contract.protocol import make_event
 from loopwire.shared.stores.capabilities import Capability, Unsupported
 from loopwire.shared.stores.event_log import EventLogStore
@@ -55,7 +56,7 @@ class Backend:
 Check = Callable[[Backend], Awaitable[None]]
 
 
-def msg(text: str, role: str = "user") -> dict[str, Any]:
+def msg(text: str, role: Role = "user") -> Message:
     return {"role": role, "content": [{"type": "text", "text": text}]}
 
 
@@ -71,8 +72,8 @@ async def commit_bumps_version_and_appends_history(b: Backend) -> None:
     assert await sessions.load("s") == ({"n": 1}, 1)
     assert await sessions.commit("s", 1, {"n": 2}, history_len_before=1, append=[msg("b", "assistant"), msg("c")])
     assert await sessions.load("s") == ({"n": 2}, 2)
-    assert [m["content"][0]["text"] for m in await sessions.history("s")] == ["a", "b", "c"]
-    assert [m["content"][0]["text"] for m in await sessions.history("s", 1, 1)] == ["b"]
+    assert [message_text(m) for m in await sessions.history("s")] == ["a", "b", "c"]
+    assert [message_text(m) for m in await sessions.history("s", 1, 1)] == ["b"]
 
 
 async def commit_with_stale_version_changes_nothing(b: Backend) -> None:
@@ -90,7 +91,7 @@ async def concurrent_commits_on_one_version_exactly_one_wins(b: Backend) -> None
     assert sum(results) == 1
     state, version = await sessions.load("s")
     assert version == 2 and state is not None
-    assert [m["content"][0]["text"] for m in await sessions.history("s")] == [str(state["n"])]
+    assert [message_text(m) for m in await sessions.history("s")] == [str(state["n"])]
 
 
 async def commit_truncates_history_beyond_the_counted_length(b: Backend) -> None:
@@ -98,7 +99,7 @@ async def commit_truncates_history_beyond_the_counted_length(b: Backend) -> None
     sessions = b.sessions
     await sessions.commit("s", 0, {}, history_len_before=0, append=[msg("a"), msg("b", "assistant")])
     await sessions.commit("s", 1, {}, history_len_before=1, append=[msg("c", "assistant")])
-    assert [m["content"][0]["text"] for m in await sessions.history("s")] == ["a", "c"]
+    assert [message_text(m) for m in await sessions.history("s")] == ["a", "c"]
 
 
 async def delete_removes_state_and_history(b: Backend) -> None:

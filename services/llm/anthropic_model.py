@@ -19,6 +19,7 @@ import anthropic
 from anthropic._constants import DEFAULT_CONNECTION_LIMITS
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import ContentBlock
 
 from .errors import classify
 from .model import Model
@@ -70,11 +71,11 @@ def http_client(limits: Any) -> Any:
     return anthropic.DefaultAioHttpClient(limits=limits)
 
 
-def _block_to_dict(block: Any) -> dict[str, Any]:
+def _block_to_dict(block: Any) -> ContentBlock:
     """An SDK content block as the plain dict the history stores (and sends back)."""
     kind = getattr(block, "type", None)
     if kind == "text":
-        out: dict[str, Any] = {"type": "text", "text": block.text}
+        out: ContentBlock = {"type": "text", "text": block.text}
         if getattr(block, "citations", None):
             out["citations"] = [c.model_dump(mode="json", exclude_none=True) for c in block.citations]
         return out
@@ -84,7 +85,7 @@ def _block_to_dict(block: Any) -> dict[str, Any]:
         return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
     if kind == "redacted_thinking":
         return {"type": "redacted_thinking", "data": block.data}
-    dumped: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
+    dumped = block.model_dump(mode="json", exclude_none=True)  # a block type the SDK knows and this module does not
     dumped.pop("parsed_output", None)
     return dumped
 

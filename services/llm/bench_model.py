@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
 
 import orjson
 
 from loopwire.shared.contract.envelopes import Usage
-from loopwire.shared.contract.messages import text_of
+from loopwire.shared.contract.messages import ContentBlock, Message, text_of
 
 from .model import Model
 from .model_call import ModelRequest, ModelResponse
@@ -38,7 +37,7 @@ def bench_target(request: ModelRequest) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def count_tool_results(messages: list[dict[str, Any]]) -> int:
+def count_tool_results(messages: list[Message]) -> int:
     """tool_result blocks in the conversation (one per finished tool call)."""
     count = 0
     for message in messages:
@@ -48,7 +47,7 @@ def count_tool_results(messages: list[dict[str, Any]]) -> int:
     return count
 
 
-def calls_done(messages: list[dict[str, Any]]) -> int:
+def calls_done(messages: list[Message]) -> int:
     """`count_tool_results` of a bench conversation, read from its end: each `noop` call's
     input `n` is one more than the results before it, so the results are the latest call's
     `n` once a result follows it (`n` - 1 before). Its first turn, with no call yet, counts.
@@ -86,11 +85,11 @@ class BenchModel(Model):
     async def stream(self, request: ModelRequest) -> ModelStream:
         target = bench_target(request) or 0
         done = calls_done(request.messages)
-        last = request.messages[-1] if request.messages else {}
+        last: Message | None = request.messages[-1] if request.messages else None
         if done < target:
-            digest = hashlib.sha1(orjson.dumps(last, option=orjson.OPT_SORT_KEYS)
+            digest = hashlib.sha1(orjson.dumps(last if last is not None else {}, option=orjson.OPT_SORT_KEYS)
                                   + f":{len(request.messages)}:{done}".encode())
-            blocks: list[dict[str, Any]] = [{"type": "tool_use", "id": f"toolu_{digest.hexdigest()[:20]}",
+            blocks: list[ContentBlock] = [{"type": "tool_use", "id": f"toolu_{digest.hexdigest()[:20]}",
                                              "name": BENCH_TOOL, "input": {"n": done + 1}}]
             stop = "tool_use"
         else:

@@ -10,9 +10,8 @@ selects it.
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from loopwire.shared.contract.messages import text_of
+from loopwire.shared.contract.messages import ContentBlock, text_of
 
 from .bench_model import BenchModel, bench_target
 from .model import Model
@@ -50,7 +49,7 @@ class DemoModel(Model):
         content = last.get("content", "")
         results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"] \
             if isinstance(content, list) else []
-        tool_uses: list[dict[str, Any]] = []
+        tool_uses: list[ContentBlock] = []
         text: str | None
         if results:
             text = self._answer_results(results)
@@ -73,7 +72,7 @@ class DemoModel(Model):
                                      response_id=stable_id(request, "msg").replace("toolu_", "msg_demo_")))
 
     @staticmethod
-    def _answer_results(results: list[dict[str, Any]]) -> str:
+    def _answer_results(results: list[ContentBlock]) -> str:
         parts = []
         for block in results:
             value = text_of(block.get("content", "")).strip().rstrip(".")

@@ -33,6 +33,7 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from loopwire.shared.contract import keys
+from loopwire.shared.contract.messages import Message
 from loopwire.shared.contract.model_limits import LEASE_S, ModelLimit, ModelLimits
 from loopwire.shared.contract.subjects import tenant_of
 from loopwire.shared.observability import metrics
@@ -275,7 +276,7 @@ class LimitedModel(WrapperModel):
             )
 
 
-def estimated_input(system: str | None, messages: list[dict[str, Any]], tools: list[Any]) -> int:
+def estimated_input(system: str | None, messages: list[Message], tools: list[Any]) -> int:
     """A request's input tokens when the memory service sent no count: about four
     characters a token, as the provider's tokenizers average on English and JSON."""
     chars = (

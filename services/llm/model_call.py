@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
 from loopwire.shared.contract.envelopes import ToolSpec, Usage
-from loopwire.shared.contract.messages import message_text
+from loopwire.shared.contract.messages import ContentBlock, Message, message_text, tool_uses
 
 
 @dataclass
@@ -22,7 +21,7 @@ class ModelRequest:
 
     model: str
     """Model id, e.g. `claude-sonnet-4-5`."""
-    messages: list[dict[str, Any]]
+    messages: list[Message]
     """The conversation in the Anthropic Messages format (alternating user/assistant)."""
     max_tokens: int
     system: str | None = None
@@ -51,7 +50,7 @@ class ModelRequest:
 class ModelResponse:
     """The assistant message a model produced, with what it cost."""
 
-    message: dict[str, Any]
+    message: Message
     """`{"role": "assistant", "content": [blocks]}`."""
     stop_reason: str | None
     model: str
@@ -62,5 +61,5 @@ class ModelResponse:
     def text(self) -> str:
         return message_text(self.message)
 
-    def tool_uses(self) -> list[dict[str, Any]]:
-        return [b for b in self.message.get("content", []) if b.get("type") == "tool_use"]
+    def tool_uses(self) -> list[ContentBlock]:
+        return tool_uses(self.message)

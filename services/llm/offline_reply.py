@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import ContentBlock
 
 from .model_call import ModelRequest
 from .model_events import ModelStream, TextDelta
@@ -44,7 +45,7 @@ def _words(value: Any) -> int:
     return 1 if value is not None else 0
 
 
-def estimate_usage(request: ModelRequest, content: list[dict[str, Any]]) -> Usage:
+def estimate_usage(request: ModelRequest, content: list[ContentBlock]) -> Usage:
     """Rough tokens: one per word of the prompt (system, messages, tools) and of the answer."""
     prompt = _words(request.system or "") + _words(request.messages)
     prompt += sum(_words(t.name) + _words(t.description) for t in request.tools)
@@ -65,9 +66,9 @@ async def stream_text(text: str, delay_s: float = 0.0) -> ModelStream:
         yield TextDelta(piece)
 
 
-def reply_content(request: ModelRequest, text: str | None, tool_uses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def reply_content(request: ModelRequest, text: str | None, tool_uses: list[ContentBlock]) -> list[ContentBlock]:
     """The content blocks of a reply: its text, then its tool_use blocks (stable ids)."""
-    content: list[dict[str, Any]] = []
+    content: list[ContentBlock] = []
     if text:
         content.append({"type": "text", "text": text})
     for i, tu in enumerate(tool_uses):

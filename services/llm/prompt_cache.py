@@ -31,10 +31,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopwire.shared.contract.messages import CacheControl, ContentBlock, Message, text_block
+
 from .model_call import ModelRequest
 
-EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
-EPHEMERAL_1H: dict[str, str] = {"type": "ephemeral", "ttl": "1h"}
+EPHEMERAL: CacheControl = {"type": "ephemeral"}
+EPHEMERAL_1H: CacheControl = {"type": "ephemeral", "ttl": "1h"}
 
 
 def reminders(notes: list[str]) -> str:
@@ -42,7 +44,7 @@ def reminders(notes: list[str]) -> str:
     return "\n".join(f"<system-reminder>{n}</system-reminder>" for n in notes)
 
 
-def marked(block: dict[str, Any], ttl: str = "5m") -> dict[str, Any]:
+def marked(block: ContentBlock, ttl: str = "5m") -> ContentBlock:
     return {**block, "cache_control": EPHEMERAL_1H if ttl == "1h" else EPHEMERAL}
 
 
@@ -56,11 +58,11 @@ def cached_params(request: ModelRequest, params: dict[str, Any]) -> dict[str, An
         out["tools"] = [*tools[:-1], marked(tools[-1], ttl)]
     system = request.stable_system
     notes = list(request.notes)
-    messages = [dict(m) for m in request.messages]
+    messages: list[Message] = [m.copy() for m in request.messages]
     last = messages[-1] if messages else None
     if last is not None and last.get("role") == "user":
         content = last.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+        blocks = [text_block(content)] if isinstance(content, str) else list(content or [])
         if blocks:
             blocks[-1] = marked(blocks[-1], ttl)
             if notes:

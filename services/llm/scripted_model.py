@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import ContentBlock
 
 from .errors import ModelCallError
 from .model import Model
@@ -33,7 +34,7 @@ class ScriptedResponse:
     """One canned answer (or failure)."""
 
     text: str | None = None
-    tool_uses: list[dict[str, Any]] = field(default_factory=list)
+    tool_uses: list[ContentBlock] = field(default_factory=list)
     """`{"name", "input", "id"?}`; ids default to a deterministic `toolu_...`."""
     stop_reason: str | None = None
     """Defaults to `tool_use` when there are tool uses, else `end_turn`."""

@@ -7,15 +7,16 @@ messages under the window, and these put the request together.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loopwire.shared.contract.envelopes import AssembleContext, Generate, ToolSpec, Usage
+from loopwire.shared.contract.messages import Message
 
 if TYPE_CHECKING:
     from .history_memo import HistoryMemo
 
 
-def normalised_one(message: dict[str, Any]) -> dict[str, Any] | None:
+def normalised_one(message: Message) -> Message | None:
     """`message` as the request carries it on its own: its content a list of blocks; None
     when it has none (dropped)."""
     content = message.get("content")
@@ -26,12 +27,12 @@ def normalised_one(message: dict[str, Any]) -> dict[str, Any] | None:
     return {"role": message["role"], "content": list(content)}
 
 
-def normalise_messages(history: list[dict[str, Any]], memo: HistoryMemo | None = None) -> list[dict[str, Any]]:
+def normalise_messages(history: list[Message], memo: HistoryMemo | None = None) -> list[Message]:
     """Merge consecutive messages of one role (e.g. synthetic tool results followed by a
     follow-up) and drop empty ones, so the request keeps the API's alternation rule.
     `memo`: the messages it handed out come with their normalised form made already (a
     message that is not merged is that very form)."""
-    out: list[dict[str, Any]] = []
+    out: list[Message] = []
     for message in history:
         entry = memo.normal(message) if memo is not None else None
         normal = entry.normal if entry is not None else normalised_one(message)
@@ -76,7 +77,7 @@ def system_prompt(system: str | None, notes: list[str]) -> str | None:
     return f"{system}\n\n{reminder}" if system else reminder
 
 
-def build_generate(env: AssembleContext, messages: list[dict[str, Any]], tools: list[ToolSpec],
+def build_generate(env: AssembleContext, messages: list[Message], tools: list[ToolSpec],
                    *, system: str | None, extra_usage: Usage | None = None, no_refs: bool = False,
                    stable_system: str | None = None, notes: list[str] | None = None,
                    input_tokens: int | None = None) -> Generate:

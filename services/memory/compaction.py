@@ -25,7 +25,7 @@ import orjson
 from pydantic import BaseModel, Field
 
 from loopwire.shared.contract.envelopes import Usage
-from loopwire.shared.contract.messages import is_tool_result
+from loopwire.shared.contract.messages import ContentBlock, Message, is_tool_result
 
 from .assembly import normalise_messages
 
@@ -65,20 +65,20 @@ class CompactionRecord(BaseModel):
 
 
 # -- tool pairs and boundaries ---------------------------------------------------------------
-def _blocks(message: dict[str, Any]) -> list[Any]:
+def _blocks(message: Message) -> list[ContentBlock]:
     content = message.get("content")
     return content if isinstance(content, list) else []
 
 
-def tool_use_ids(message: dict[str, Any]) -> list[str]:
+def tool_use_ids(message: Message) -> list[str]:
     return [b["id"] for b in _blocks(message) if isinstance(b, dict) and b.get("type") == "tool_use" and "id" in b]
 
 
-def tool_result_ids(message: dict[str, Any]) -> list[str]:
+def tool_result_ids(message: Message) -> list[str]:
     return [b["tool_use_id"] for b in _blocks(message) if is_tool_result(b)]
 
 
-def unsafe_boundaries(messages: list[dict[str, Any]]) -> set[int]:
+def unsafe_boundaries(messages: list[Message]) -> set[int]:
     """Indices b where cutting `messages[:b] | messages[b:]` would separate a tool_use
     from its tool_result."""
     used_at: dict[str, int] = {}
@@ -93,7 +93,7 @@ def unsafe_boundaries(messages: list[dict[str, Any]]) -> set[int]:
     return unsafe
 
 
-def boundary_candidates(rest: list[dict[str, Any]], keep_turns: int) -> list[int]:
+def boundary_candidates(rest: list[Message], keep_turns: int) -> list[int]:
     """Positions j >= 1 in `rest` where the tail `rest[j:]` may start: an assistant
     message, not inside a tool pair, and at or before the start of the latest
     `keep_turns` turns (which stay verbatim)."""
@@ -117,7 +117,7 @@ def boundary_candidates(rest: list[dict[str, Any]], keep_turns: int) -> list[int
     return [j for j in assistants if 1 <= j <= keep_from and j not in unsafe and j > last_orphan]
 
 
-def choose_boundary(rest: list[dict[str, Any]], tokens: list[int], budget: int, *, keep_turns: int) -> int | None:
+def choose_boundary(rest: list[Message], tokens: list[int], budget: int, *, keep_turns: int) -> int | None:
     """The earliest candidate whose tail fits `budget` tokens (the most history kept
     verbatim), else the latest candidate (as much summarised as allowed); None when no
     message may be summarised."""
@@ -134,21 +134,21 @@ def choose_boundary(rest: list[dict[str, Any]], tokens: list[int], budget: int, 
 
 
 # -- the compacted context -------------------------------------------------------------------
-def summary_block(summary: str, covered: int) -> dict[str, Any]:
+def summary_block(summary: str, covered: int) -> ContentBlock:
     return {"type": "text", "text": (
         f"<conversation-summary>\nSummary of the {covered} messages that followed this request, "
         f"condensed to fit the context window:\n{summary.strip()}\n</conversation-summary>")}
 
 
-def assemble(head: dict[str, Any] | None, summary: str | None, covers: int, tail: list[dict[str, Any]],
-             dropped: int = 0, memo: HistoryMemo | None = None) -> list[dict[str, Any]]:
+def assemble(head: Message | None, summary: str | None, covers: int, tail: list[Message],
+             dropped: int = 0, memo: HistoryMemo | None = None) -> list[Message]:
     """The request's messages: the first request (with the summary of [1, covers) and a
     note about dropped messages in the same user message), then the verbatim tail.
     `memo`: where the messages were decoded (normalise_messages)."""
     if head is None:
         return normalise_messages(tail, memo)
     content = head.get("content")
-    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+    blocks: list[ContentBlock] = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
     if summary:
         blocks.append(summary_block(summary, covers - 1))
     if dropped:
@@ -156,7 +156,7 @@ def assemble(head: dict[str, Any] | None, summary: str | None, covers: int, tail
     return normalise_messages([{"role": head.get("role", "user"), "content": blocks}, *tail], memo)
 
 
-def fingerprint(first: dict[str, Any] | None, last_covered: dict[str, Any] | None, covers: int) -> str:
+def fingerprint(first: Message | None, last_covered: Message | None, covers: int) -> str:
     digest = hashlib.sha256(orjson.dumps([covers, first, last_covered], option=orjson.OPT_SORT_KEYS))
     return digest.hexdigest()[:32]
 
@@ -189,7 +189,7 @@ def _render_block(block: Any) -> str:
     return f"[{kind}]"
 
 
-def render_transcript(messages: list[dict[str, Any]]) -> str:
+def render_transcript(messages: list[Message]) -> str:
     """Messages as plain text for the summariser: tool pairs need no pairing in text,
     and oversized blocks are cut."""
     lines = []
@@ -203,7 +203,7 @@ def render_transcript(messages: list[dict[str, Any]]) -> str:
     return "\n\n".join(lines)
 
 
-def summary_request(previous: str | None, span: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
+def summary_request(previous: str | None, span: list[Message], max_tokens: int) -> list[Message]:
     """The user message asking for the (incremental) summary."""
     parts = []
     if previous:
@@ -214,11 +214,11 @@ def summary_request(previous: str | None, span: list[dict[str, Any]], max_tokens
     return [{"role": "user", "content": [{"type": "text", "text": "\n\n".join(parts)}]}]
 
 
-def chunk_span(span: list[dict[str, Any]], tokens: list[int], budget: int) -> list[list[dict[str, Any]]]:
+def chunk_span(span: list[Message], tokens: list[int], budget: int) -> list[list[Message]]:
     """`span` in consecutive chunks of at most `budget` tokens each (a single message
     larger than that is a chunk of its own: the renderer cuts its blocks)."""
-    chunks: list[list[dict[str, Any]]] = []
-    current: list[dict[str, Any]] = []
+    chunks: list[list[Message]] = []
+    current: list[Message] = []
     used = 0
     for message, cost in zip(span, tokens, strict=True):
         if current and used + cost > budget:

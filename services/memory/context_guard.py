@@ -19,10 +19,11 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loopwire.shared.contract.envelopes import AssembleContext, ToolSpec, Usage
 from loopwire.shared.contract.event_fields import CompactionFields
+from loopwire.shared.contract.messages import Message
 
 from .compaction import (
     SUMMARY_SYSTEM,
@@ -60,7 +61,7 @@ class SummaryFailed(Exception):
         """Tokens spent before the failure (an earlier chunk's summary): still counted."""
 
 
-Summarize = Callable[[str, str, list[dict[str, Any]], int], Awaitable[tuple[str, Usage]]]
+Summarize = Callable[[str, str, list[Message], int], Awaitable[tuple[str, Usage]]]
 """(step suffix, system, messages, max_tokens) -> (text, usage); raises SummaryFailed."""
 
 
@@ -115,9 +116,9 @@ class Context:
     model: str
     system: str | None
     tools: list[ToolSpec]
-    head: dict[str, Any] | None
+    head: Message | None
     """history[0], the first user request (None for an empty history)."""
-    rest: list[dict[str, Any]]
+    rest: list[Message]
     """history[start:], verbatim."""
     start: int
     """1 without a compaction; the record's `covers` with one."""
@@ -128,7 +129,7 @@ class Context:
 
 @dataclass
 class GuardOutcome:
-    messages: list[dict[str, Any]]
+    messages: list[Message]
     tokens: int
     exact: bool
     record: CompactionRecord | None = None
@@ -206,7 +207,7 @@ class ContextGuard:
         return self._done(GuardOutcome(compacted, after.tokens, after.exact, new_record, event, usage), cfg)
 
     # -- pieces ------------------------------------------------------------------------------
-    async def _measure(self, ctx: Context, messages: list[dict[str, Any]], cfg: GuardConfig) -> tuple[Count, int]:
+    async def _measure(self, ctx: Context, messages: list[Message], cfg: GuardConfig) -> tuple[Count, int]:
         """The count of the request, and the blocks by reference its tally found."""
         tally = self.counter.estimator.tally(ctx.system, messages, ctx.tools,
                                              known=ctx.memo.terms if ctx.memo is not None else None)
@@ -220,7 +221,7 @@ class ContextGuard:
     def _text_cost(self, text: str, scale: float) -> int:
         return math.ceil(self.counter.estimator.text_tokens(text) * scale)
 
-    async def _summarise(self, previous: str | None, span: list[dict[str, Any]], tokens: list[int],
+    async def _summarise(self, previous: str | None, span: list[Message], tokens: list[int],
                          *, cfg: GuardConfig) -> tuple[str, Usage]:
         """Fold the span into the previous summary, chunk by chunk when it is larger than
         one summariser request may be."""
@@ -241,8 +242,8 @@ class ContextGuard:
         assert summary is not None
         return summary, usage
 
-    async def _drop_until_fits(self, ctx: Context, summary: str | None, covers: int, *, tail: list[dict[str, Any]],
-                               limit: float, already: int) -> tuple[list[dict[str, Any]], Count, int]:
+    async def _drop_until_fits(self, ctx: Context, summary: str | None, covers: int, *, tail: list[Message],
+                               limit: float, already: int) -> tuple[list[Message], Count, int]:
         """Preflight compression: drop the oldest turns of the tail (tool-pair-safe, the
         latest turn always kept) until the request fits `limit` (in estimated tokens)."""
         dropped = 0

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
 
+from loopwire.shared.contract.messages import Message
 from loopwire.shared.stores.session_store import PipelinedHistory
 
 from .assembly import normalised_one
@@ -38,9 +38,9 @@ bytes took ~1.3 KB in all, measured with tracemalloc)."""
 
 @dataclass(frozen=True, slots=True)
 class Remembered:
-    message: dict[str, Any]
+    message: Message
     """As stored, decoded."""
-    normal: dict[str, Any] | None
+    normal: Message | None
     """Its normalised form on its own (None: it has no content, normalising drops it)."""
     terms: Terms
     """The tally's terms of `normal`'s content blocks."""
@@ -70,7 +70,7 @@ class HistoryMemo:
         """About the memory its entries take (`Remembered.size`)."""
         return self._bytes
 
-    def decode(self, reply: list[bytes]) -> list[dict[str, Any]]:
+    def decode(self, reply: list[bytes]) -> list[Message]:
         """The messages of one history read's reply (`PipelinedHistory.messages`), those
         decoded before handed out again."""
         if not self._max_bytes:
@@ -86,12 +86,12 @@ class HistoryMemo:
             out.append(entry.message)
         return out
 
-    def normal(self, message: dict[str, Any]) -> Remembered | None:
+    def normal(self, message: Message) -> Remembered | None:
         """The entry of a message this memo handed out (None for any other)."""
         entry = self._by_object.get(id(message))
         return entry if entry is not None and entry.message is message else None
 
-    def terms(self, normal: dict[str, Any]) -> Terms | None:
+    def terms(self, normal: Message) -> Terms | None:
         """The terms of a normalised message this memo made (None for any other, e.g. one
         merged from two)."""
         entry = self._by_object.get(id(normal))
@@ -101,7 +101,7 @@ class HistoryMemo:
         message = PipelinedHistory.messages([raw])[0]
         content = message.get("content")
         if type(content) is list and content and len(message) == 2 and "role" in message:
-            normal: dict[str, Any] | None = message  # already its normalised form: not made twice
+            normal: Message | None = message  # already its normalised form: not made twice
         else:
             normal = normalised_one(message)
         terms = self._estimator.content_terms(normal["content"]) if normal is not None else (0, 0, 0.0, 0)

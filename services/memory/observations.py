@@ -28,12 +28,13 @@ from loopwire.shared.contract import keys
 from loopwire.shared.contract.codec import now_rfc3339
 from loopwire.shared.contract.envelopes import AssembleContext, Usage
 from loopwire.shared.contract.event_fields import MemoryObservationFields, MemoryReflectionFields
+from loopwire.shared.contract.messages import Message
 from loopwire.shared.contract.session_state import is_deleted
 from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.stores.session_store import SessionStore
 
 from .compaction import render_transcript
-from .store import MemoryStore, ObservationState, Snapshot
+from .store import MemoryStore, Note, ObservationState, Snapshot
 
 log = logging.getLogger("loopwire.memory.observations")
 
@@ -58,20 +59,20 @@ RECENT_NOTES = 5
 SEEN_SESSIONS = 4096
 """Sessions whose last known `observed_to` the observer keeps in process."""
 
-Complete = Callable[[AssembleContext, str, str, list[dict[str, Any]], int], Awaitable[tuple[str, Usage]]]
+Complete = Callable[[AssembleContext, str, str, list[Message], int], Awaitable[tuple[str, Usage]]]
 """(env, step_id, system, messages, max_tokens) -> (text, usage): LlmSummarizer.complete."""
 Emit = Callable[..., Awaitable[Any]]
-Read = tuple[int, list[dict[str, Any]]]
+Read = tuple[int, list[Message]]
 """(index of the first, messages): a contiguous part of a session's history already read."""
 """Bus.emit."""
 
 
 # -- pure: triggers, prompts, hydration ------------------------------------------------------------
-def model_turns(messages: list[dict[str, Any]]) -> int:
+def model_turns(messages: list[Message]) -> int:
     return sum(1 for m in messages if m.get("role") == "assistant")
 
 
-def observation_request(messages: list[dict[str, Any]], earlier: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def observation_request(messages: list[Message], earlier: list[Note]) -> list[Message]:
     excerpt = render_transcript(messages)
     if len(excerpt) > MAX_EXCERPT_CHARS:
         excerpt = "[...]\n" + excerpt[-MAX_EXCERPT_CHARS:]
@@ -83,7 +84,7 @@ def observation_request(messages: list[dict[str, Any]], earlier: list[dict[str, 
     return [{"role": "user", "content": [{"type": "text", "text": "\n\n".join(parts)}]}]
 
 
-def reflection_request(observations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def reflection_request(observations: list[Note]) -> list[Message]:
     listed = "\n".join(f"- {o['text']}" for o in observations)
     text = f"<observations>\n{listed}\n</observations>\n\nWrite the reflection."
     return [{"role": "user", "content": [{"type": "text", "text": text}]}]
@@ -231,7 +232,7 @@ class Observer:
         # even if every unread message were a model turn: too few, read them later
         return turns + (end - scanned) < self.every_turns
 
-    async def _unread(self, sid: str, start: int, end: int, *, read: Read | None) -> list[dict[str, Any]]:
+    async def _unread(self, sid: str, start: int, end: int, *, read: Read | None) -> list[Message]:
         """History messages [start, end): from what the assembly read when it covers them
         (committed messages never change), else from the store."""
         if read is not None and read[0] <= start and read[0] + len(read[1]) >= end:
@@ -244,7 +245,7 @@ class Observer:
         if seen is None or seen[0] != observed_to:
             self._seen.put(sid, (observed_to, observed_to, 0))
 
-    async def _observe(self, env: AssembleContext, start: int, end: int, earlier: list[dict[str, Any]], *,
+    async def _observe(self, env: AssembleContext, start: int, end: int, earlier: list[Note], *,
                        read: Read | None) -> ObservationState:
         """The observation of history [start, end) written (or the turns marked observed
         when the model finds nothing worth keeping); the observation state after it."""
@@ -258,7 +259,7 @@ class Observer:
         if not text:  # nothing worth keeping: these turns are done all the same
             await self.store.mark_observed(sid, end)
             return await self.store.observation_state(sid)
-        item = {"text": text, "session_id": sid, "run_id": env.run_id, "from_message": start,
+        item: Note = {"text": text, "session_id": sid, "run_id": env.run_id, "from_message": start,
                 "to_message": end, "turns": model_turns(messages), "actor": env.actor, "at": now_rfc3339()}
         state = await self.store.add_observation(sid, item, env.actor, usage=usage, observed_to=end)
         await self.emit(sid, env.run_id, "memory.observation", key=keys.event_key("memory.observation", end),
@@ -282,7 +283,7 @@ class Observer:
         if not text:
             await self.store.mark_reflected(sid, end)
             return
-        item = {"text": text, "session_id": sid, "run_id": env.run_id, "observations": end - start,
+        item: Note = {"text": text, "session_id": sid, "run_id": env.run_id, "observations": end - start,
                 "actor": env.actor, "at": now_rfc3339()}
         await self.store.add_reflection(sid, item, env.actor, usage=usage, reflected=end)
         await self.emit(sid, env.run_id, "memory.reflection", key=keys.event_key("memory.reflection", end),

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, TypeGuard
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
@@ -28,6 +28,7 @@ from redis.exceptions import NoScriptError
 
 from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import Message
 from loopwire.shared.stores.script_channel import ScriptChannel, run_script
 from loopwire.shared.stores.session_store import PipelinedHistory
 
@@ -89,16 +90,37 @@ def _usage_from(flat: list[Any]) -> Usage | None:
     return usage if any(values.values()) else None
 
 
+class Note(TypedDict, total=False):
+    """One observation or reflection, as stored (JSON, one list item) and shown in the
+    memory section: `text` and where it came from; an observation's span of the history
+    (`from_message`, `to_message`, its model `turns`), a reflection's count of the
+    `observations` it read."""
+
+    text: str
+    session_id: str
+    run_id: str
+    actor: str | None
+    at: str
+    from_message: int
+    to_message: int
+    turns: int
+    observations: int
+
+
+def _is_note(value: object) -> TypeGuard[Note]:
+    return isinstance(value, dict)
+
+
 @dataclass
 class Snapshot:
     """What one assembly reads besides the history, in one round trip."""
 
     record: CompactionRecord | None = None
-    observations: list[dict[str, Any]] = field(default_factory=list)
-    reflections: list[dict[str, Any]] = field(default_factory=list)
-    actor_observations: list[dict[str, Any]] = field(default_factory=list)
-    actor_reflections: list[dict[str, Any]] = field(default_factory=list)
-    history: list[list[dict[str, Any]]] = field(default_factory=list)
+    observations: list[Note] = field(default_factory=list)
+    reflections: list[Note] = field(default_factory=list)
+    actor_observations: list[Note] = field(default_factory=list)
+    actor_reflections: list[Note] = field(default_factory=list)
+    history: list[list[Message]] = field(default_factory=list)
     """The history ranges asked for, read in the same round trip."""
     claimed: Usage | None = None
     """With `claim_for`: the tokens spent since the last claim, claimed for that step."""
@@ -139,7 +161,7 @@ class MemoryStore:
     async def snapshot(self, sid: str, actor: str | None, observations: int, reflections: int,
                        history: list[tuple[int, int]] | None = None, claim_for: str | None = None,
                        history_reader: PipelinedHistory | None = None,
-                       decode: Callable[[list[bytes]], list[dict[str, Any]]] = PipelinedHistory.messages) -> Snapshot:
+                       decode: Callable[[list[bytes]], list[Message]] = PipelinedHistory.messages) -> Snapshot:
         """The session's memory, and the history ranges [start, stop] in `history` (read
         by `history_reader`, the router's session store's reader of the history on this
         Redis: capability PIPELINED_HISTORY) in the same trip, their replies decoded by
@@ -212,7 +234,7 @@ class MemoryStore:
         return ObservationState.read(observed_to, count, reflected)
 
     async def begin_observation(self, sid: str, owner: str, *, ttl_s: int,
-                                recent: int) -> tuple[bool, ObservationState, list[dict[str, Any]]]:
+                                recent: int) -> tuple[bool, ObservationState, list[Note]]:
         """The session's observation lock taken for `owner` (False: another replica holds
         it), the observation state and the last `recent` observations, in one round trip
         (read whether or not the lock was taken: nothing to undo)."""
@@ -228,11 +250,11 @@ class MemoryStore:
         pipe.hmget(keys.memory(sid, "meta"), ["observed_to", "reflected"])
         pipe.llen(keys.memory(sid, "obs"))
 
-    async def observations(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
+    async def observations(self, sid: str, start: int = 0, stop: int = -1) -> list[Note]:
         (raw,) = await self._reads().lrange(keys.memory(sid, "obs"), start, stop).execute()
         return _items(raw)
 
-    async def reflections(self, sid: str) -> list[dict[str, Any]]:
+    async def reflections(self, sid: str) -> list[Note]:
         return _items(await self._r.lrange(keys.memory(sid, "refl"), 0, -1))
 
     # -- writing --------------------------------------------------------------------------------
@@ -244,17 +266,17 @@ class MemoryStore:
         self._add_usage(pipe, sid, record.usage)
         await pipe.execute()
 
-    async def add_observation(self, sid: str, item: dict[str, Any], actor: str | None, *, usage: Usage,
+    async def add_observation(self, sid: str, item: Note, actor: str | None, *, usage: Usage,
                               observed_to: int) -> ObservationState:
         return await self._add_note(sid, "obs", item, actor=actor, usage=usage, progress_field="observed_to",
                                     progress=observed_to)
 
-    async def add_reflection(self, sid: str, item: dict[str, Any], actor: str | None, *, usage: Usage,
+    async def add_reflection(self, sid: str, item: Note, actor: str | None, *, usage: Usage,
                              reflected: int) -> ObservationState:
         return await self._add_note(sid, "refl", item, actor=actor, usage=usage, progress_field="reflected",
                                     progress=reflected)
 
-    async def _add_note(self, sid: str, kind: str, item: dict[str, Any], *, actor: str | None, usage: Usage,
+    async def _add_note(self, sid: str, kind: str, item: Note, *, actor: str | None, usage: Usage,
                         progress_field: str, progress: int) -> ObservationState:
         """One observation or reflection, the progress mark it moves and the tokens it
         cost, in one script of the session's slot (the observation state after it is its
@@ -314,7 +336,7 @@ class MemoryStore:
                 pipe.expire(key, self._ttl)
 
 
-def _items(raw: Any) -> list[dict[str, Any]]:
+def _items(raw: Any) -> list[Note]:
     if not isinstance(raw, list):
         return []
     out = []
@@ -323,6 +345,6 @@ def _items(raw: Any) -> list[dict[str, Any]]:
             value = codec.loads(item)
         except ValueError:
             continue
-        if isinstance(value, dict):
+        if _is_note(value):
             out.append(value)
     return out

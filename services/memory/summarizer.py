@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import nats.errors
 from pydantic import ValidationError
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import AssembleContext, Generate, GenerationResult, Usage
-from loopwire.shared.contract.messages import message_text
+from loopwire.shared.contract.messages import Message, message_text
 
 from .context_guard import Summarize, SummaryFailed
 
@@ -37,7 +36,7 @@ class LlmSummarizer:
         """The llm service's answer to a summary request (the dispatcher's `summarize` ask)."""
         self.timeout_s = timeout_s
 
-    async def complete(self, env: AssembleContext, step_id: str, system: str, messages: list[dict[str, Any]],
+    async def complete(self, env: AssembleContext, step_id: str, system: str, messages: list[Message],
                        max_tokens: int) -> tuple[str, Usage]:
         """One non-streamed generation for `env`'s run; the text and what it cost."""
         # The run's memory model when it has one: summaries need no more than that, and
@@ -66,7 +65,7 @@ class LlmSummarizer:
     def for_step(self, env: AssembleContext) -> Summarize:
         """The guard's `Summarize`, bound to one generation step (step ids
         `<step_id>:compact.<n>`, so a redelivered step replays its summaries)."""
-        async def summarize(suffix: str, system: str, messages: list[dict[str, Any]],
+        async def summarize(suffix: str, system: str, messages: list[Message],
                             max_tokens: int) -> tuple[str, Usage]:
             return await self.complete(env, keys.memory_step_id(env.step_id, suffix), system, messages, max_tokens)
 

@@ -29,6 +29,7 @@ import orjson
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import CountTokens, TokenCount, ToolSpec
+from loopwire.shared.contract.messages import ContentBlock, Message, is_block
 from loopwire.shared.runtime.lru import LruCache
 from loopwire.shared.stores.blobs import REF_KEY, messages_have_refs
 
@@ -47,7 +48,7 @@ ExactCount = Callable[[CountTokens], Awaitable[TokenCount]]
 Terms = tuple[int, int, float, int]
 """(chars, blocks, fixed, refs) of some content blocks: a `Tally` without its messages."""
 
-KnownTerms = Callable[[dict[str, Any]], "Terms | None"]
+KnownTerms = Callable[[Message], "Terms | None"]
 """The terms of a message's content worked out before (history_memo.py), or None."""
 
 
@@ -117,7 +118,7 @@ class Estimator:
         made and added per block was most of its cost."""
         if isinstance(block, str):
             return len(block), 1, 0.0, 0
-        if not isinstance(block, dict):
+        if not is_block(block):
             return _chars(block), 1, 0.0, 0
         ref = block.get(REF_KEY)
         if isinstance(ref, dict):  # large content by reference: the model gets all of it
@@ -129,7 +130,7 @@ class Estimator:
             return chars, blocks, fixed, 1
         return self._kind_terms(block)
 
-    def _kind_terms(self, block: dict[str, Any]) -> Terms:
+    def _kind_terms(self, block: ContentBlock) -> Terms:
         kind = block.get("type")
         if kind == "text":
             return len(block.get("text", "")), 1, 0.0, 0
@@ -145,8 +146,8 @@ class Estimator:
         if kind == "image":
             return 0, 1, self.image_tokens, 0
         if kind == "document":
-            source = block.get("source") or {}
-            if source.get("type") == "text":
+            source = block.get("source")
+            if source is not None and source.get("type") == "text":
                 return len(source.get("data", "")), 1, 0.0, 0
             return 0, 1, self.document_tokens, 0
         if kind == "thinking":
@@ -157,7 +158,7 @@ class Estimator:
         chars, blocks, fixed, refs = self.block_terms(block)
         return Tally(chars=chars, blocks=blocks, fixed=fixed, refs=refs)
 
-    def message_tally(self, message: dict[str, Any]) -> Tally:
+    def message_tally(self, message: Message) -> Tally:
         tally = Tally()
         self._add_messages(tally, [message])
         return tally
@@ -175,7 +176,7 @@ class Estimator:
             refs += r
         return chars, blocks, fixed, refs
 
-    def _add_messages(self, tally: Tally, messages: list[dict[str, Any]], known: KnownTerms | None = None) -> None:
+    def _add_messages(self, tally: Tally, messages: list[Message], known: KnownTerms | None = None) -> None:
         chars = blocks = fixed = 0.0
         refs = 0
         for message in messages:
@@ -194,7 +195,7 @@ class Estimator:
         tally.fixed += fixed
         tally.refs += refs
 
-    def tally(self, system: str | None, messages: list[dict[str, Any]], tools: list[ToolSpec],
+    def tally(self, system: str | None, messages: list[Message], tools: list[ToolSpec],
               known: KnownTerms | None = None) -> Tally:
         """`known`: the terms of some of `messages` worked out before (the same as their
         blocks' would add up to)."""
@@ -214,13 +215,13 @@ class Estimator:
         return sum(w * t for w, t in zip(self.weights, self.terms(tally), strict=True)) + tally.fixed
 
     # -- estimates ----------------------------------------------------------------------------
-    def estimate(self, system: str | None, messages: list[dict[str, Any]], tools: list[ToolSpec]) -> int:
+    def estimate(self, system: str | None, messages: list[Message], tools: list[ToolSpec]) -> int:
         return self.estimate_of(self.tally(system, messages, tools))
 
     def estimate_of(self, tally: Tally) -> int:
         return max(1, math.ceil(self.tokens(tally)))
 
-    def message_tokens(self, message: dict[str, Any]) -> int:
+    def message_tokens(self, message: Message) -> int:
         return max(1, math.ceil(self.tokens(self.message_tally(message))))
 
     def text_tokens(self, text: str) -> int:
@@ -271,7 +272,7 @@ class Count:
     exact: bool
 
 
-def strip_refs(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+def strip_refs(messages: list[Message]) -> tuple[list[Message], int]:
     """Messages with each reference block reduced to its preview text, and how many
     characters of content the references stand for beyond their previews."""
     hidden = 0
@@ -298,7 +299,7 @@ def strip_refs(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], in
     return out, hidden
 
 
-def content_hash(model: str, system: str | None, messages: list[dict[str, Any]], *, tools: list[ToolSpec]) -> str:
+def content_hash(model: str, system: str | None, messages: list[Message], *, tools: list[ToolSpec]) -> str:
     payload = [model, system, messages, [t.model_dump() for t in tools]]
     return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
@@ -324,10 +325,10 @@ class TokenCounter:
     def reachable(self) -> bool:
         return self.exact is not None and time.monotonic() >= self._down_until
 
-    def estimate(self, system: str | None, messages: list[dict[str, Any]], tools: list[ToolSpec]) -> int:
+    def estimate(self, system: str | None, messages: list[Message], tools: list[ToolSpec]) -> int:
         return self.estimator.estimate(system, messages, tools)
 
-    async def count(self, model: str, system: str | None, messages: list[dict[str, Any]],
+    async def count(self, model: str, system: str | None, messages: list[Message],
                     tools: list[ToolSpec], *, tally: Tally | None = None) -> Count:
         """The exact count where the endpoint answers, else the estimate (`tally`: the
         estimator's tally of these very messages, which the caller already made: neither
@@ -365,7 +366,7 @@ class TokenCounter:
                 log.debug("token cache write failed: %s", exc)
         return Count(exact, exact=True)
 
-    async def _ask(self, model: str, system: str | None, messages: list[dict[str, Any]],
+    async def _ask(self, model: str, system: str | None, messages: list[Message],
                    *, tools: list[ToolSpec]) -> int | None:
         assert self.exact is not None  # reachable
         self.calls += 1

@@ -31,6 +31,7 @@ from nats.aio.msg import Msg
 from pydantic import BaseModel
 
 from loopwire.shared.contract.input_guard import internal_field_paths
+from loopwire.shared.contract.messages import Content
 
 from .registry import CallContext, PythonTool
 
@@ -48,9 +49,6 @@ NO_RESPONDERS_STATUS = "503"
 RECONNECT_CHECK_S = 0.5
 """How often a call waiting for its reply checks whether the client reconnected (and,
 once its attempt's time is up, whether its provider is still there)."""
-
-Content = str | list[dict[str, Any]]
-
 
 @dataclass(frozen=True)
 class Outcome:

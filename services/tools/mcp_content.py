@@ -24,6 +24,8 @@ from typing import Any
 import orjson
 from mcp import types
 
+from loopwire.shared.contract.messages import ContentBlock, text_block
+
 from .invoke import Content, Outcome
 
 
@@ -42,7 +44,7 @@ def outcome_of(result: types.CallToolResult) -> Outcome:
     return Outcome(content, is_error=bool(result.is_error))
 
 
-def _block(item: Any) -> dict[str, Any]:
+def _block(item: Any) -> ContentBlock:
     if isinstance(item, types.TextContent):
         return {"type": "text", "text": item.text}
     if isinstance(item, types.ImageContent):
@@ -60,15 +62,15 @@ def _block(item: Any) -> dict[str, Any]:
     return _text(f"[{getattr(item, 'type', 'unknown')} content: not shown]")
 
 
-def _text(text: str) -> dict[str, Any]:
-    return {"type": "text", "text": text}
+def _text(text: str) -> ContentBlock:
+    return text_block(text)
 
 
 def _decoded_size(b64: str) -> int:
     return len(b64) * 3 // 4
 
 
-def _already_there(structured: Any, blocks: list[dict[str, Any]]) -> bool:
+def _already_there(structured: Any, blocks: list[ContentBlock]) -> bool:
     """Servers are asked to repeat structured content as text (MCP spec, "Structured
     Content"): the SDK's MCPServer sends a model's JSON, and a plain return value `v` as the
     text `v` with the structured content `{"result": v}`. Then the model needs it once."""

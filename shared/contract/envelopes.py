@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from loopwire.shared.contract.event_fields import EventUsage, ToolResultFields, tool_result_event
+from loopwire.shared.contract.messages import Content, Message
 
 ENVELOPE_VERSION = 1
 
@@ -54,7 +55,7 @@ class ToolCall(BaseModel):
 class ToolResultItem(BaseModel):
     tool_use_id: str
     name: str
-    content: str | list[dict[str, Any]] = ""
+    content: Content = ""
     is_error: bool = False
     recorded: bool = False
     """Answered from a recording (a fork with recorded tools): no tool ran."""
@@ -189,7 +190,7 @@ class Generate(_Envelope):
     kind: Literal["llm.generate"] = "llm.generate"
     models: list[str]
     system: str | None = None
-    messages: list[dict[str, Any]]
+    messages: list[Message]
     tools: list[ToolSpec] = Field(default_factory=list)
     max_tokens: int
     temperature: float | None = None
@@ -226,7 +227,7 @@ class Generate(_Envelope):
 class GenerationResult(_Envelope):
     kind: Literal["llm.result"] = "llm.result"
     ok: bool = True
-    message: dict[str, Any] | None = None
+    message: Message | None = None
     """`{"role": "assistant", "content": [blocks]}`."""
     stop_reason: str | None = None
     model: str | None = None
@@ -328,7 +329,7 @@ class CountTokens(BaseModel):
 
     model: str
     system: str | None = None
-    messages: list[dict[str, Any]]
+    messages: list[Message]
     tools: list[ToolSpec] = Field(default_factory=list)
 
 

@@ -11,6 +11,7 @@ from pydantic import Field
 from typing_extensions import TypedDict
 
 # Relative: mypy, run over the folders, resolves a sibling module but not its `loopwire.` name.
+from .messages import Content, Message
 from .protocol import RunStatus
 
 Source = Literal["executor"]
@@ -78,7 +79,7 @@ class TextDeltaFields(TypedDict):
 
 class MessageFields(TypedDict):
     turn: int
-    message: Annotated[dict[str, Any], Field(description='{"role": "assistant", "content": [blocks]}')]
+    message: Annotated[Message, Field(description='{"role": "assistant", "content": [blocks]}')]
     model: str | None
     stop_reason: str | None
     usage: EventUsage
@@ -99,7 +100,7 @@ class ToolResultFields(TypedDict):
     tool_use_id: str
     name: str
     is_error: bool
-    content: str | list[dict[str, Any]]
+    content: Content
     source: NotRequired[Annotated[Source, Field(description=_EXECUTOR_TOOL)]]
     recorded: NotRequired[Annotated[bool, Field(description=(
         "Addition: true when the result came from the recording of a fork's source (a replay with "
@@ -207,7 +208,7 @@ class UserMessageFields(TypedDict):
     alone can rebuild the session (services/router/shell/rebuild.py)."""
 
     turn: int
-    message: dict[str, Any]
+    message: Message
     source: Annotated[str, Field(description="input, follow_up, steer or router")]
 
 
@@ -327,11 +328,12 @@ class SessionForkedFields(TypedDict):
 
 
 def tool_result_event(*, turn: int, tool_use_id: str, name: str, is_error: bool,
-                      content: str | list[dict[str, Any]], recorded: bool = False,
+                      content: Content, recorded: bool = False,
                       source: Source | None = None) -> ToolResultFields:
     """The fields of the `tool.result` event of one call, whoever emits it: the router (a
-    reserved tool it answers, a single call's result), the tools service (a batch's results
-    as they finish, a direct call), the llm service (an external agent's own tool call,
+    reserved tool it answers, and every call of a batch the tools service ran, as its
+    ToolCallFinished or the batch's ToolsResult comes back: ToolResultItem.event_fields),
+    the tools service (a direct call), the llm service (an external agent's own tool call,
     `source="executor"`). `recorded` (answered from a recording) and `source` only when set."""
     fields: ToolResultFields = {"turn": turn, "tool_use_id": tool_use_id, "name": name, "is_error": is_error,
                                 "content": content}

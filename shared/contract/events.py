@@ -36,6 +36,7 @@ from .event_fields import (
     CompactionFields,
     ErrorFields,
     EventFields,
+    EventUsage,
     GeneratingFields,
     LoopDetectedFields,
     MemoryNoteFields,
@@ -59,6 +60,7 @@ from .event_fields import (
     UserMessageFields,
     WarningFields,
 )
+from .messages import ContentBlock, Message
 
 __all__ = ["AnyEvent", "EventEnvelope", "EventFields"]
 
@@ -201,11 +203,16 @@ class EventModel(BaseModel):
 
 
 _NESTED: dict[Any, type[BaseModel]] = {}
+_FIELDS_MODULE = EventUsage.__module__
 _WRAPPERS = (NotRequired, Required, ReadOnly)
 
 
 def _schema_type(tp: Any) -> Any:
-    """`tp` with each TypedDict in it replaced by its model (the nested shapes: usage, plan steps)."""
+    """`tp` with each TypedDict of the events' own in it replaced by its model (the nested
+    shapes: usage, plan steps); a message or a block (messages.py) is documented as the
+    JSON object it is."""
+    if is_typeddict(tp) and tp.__module__ != _FIELDS_MODULE:
+        return dict[str, Any]
     if is_typeddict(tp):
         if tp not in _NESTED:
             _NESTED[tp] = create_model(tp.__name__, __module__=__name__, **_fields(tp))
@@ -339,16 +346,22 @@ def validate_event(body: Mapping[str, object]) -> Event:
     return model.model_validate(body)
 
 
-def user_message_fields(message: dict[str, Any], turn: int, source: str,
+def user_message_fields(message: Message, turn: int, source: str,
                         *, reported: Iterable[str] = ()) -> UserMessageFields:
     """The fields of the `user.message` event the router emits for a message it appends
     (`source`: `input`, `follow_up`, `steer`, `router`). A tool_result block whose result
     is in a `tool.result` event already (`reported` tool_use ids) goes without its content:
     the transcript holds each result once."""
     skip = set(reported)
-    content = message.get("content")
+    content = message["content"]
     if isinstance(content, list) and skip:
-        content = [{k: v for k, v in b.items() if k != "content"}
+        content = [_without_content(b)
                    if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") in skip else b
                    for b in content]
     return {"turn": turn, "message": {"role": message.get("role", "user"), "content": content}, "source": source}
+
+
+def _without_content(block: ContentBlock) -> ContentBlock:
+    out = block.copy()
+    out.pop("content", None)
+    return out

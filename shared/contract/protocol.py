@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from loopwire.shared.contract.codec import now_rfc3339
+from loopwire.shared.contract.messages import ContentBlock
 from loopwire.shared.contract.redaction import redact
 
 if TYPE_CHECKING:  # events.py imports this module (RunStatus)
@@ -132,7 +133,7 @@ class ExecutorChoice(IngressBody):
     """A name of LOOPWIRE_ACP_AGENTS; any other is refused (`unknown_agent`)."""
 
 
-ContentBlocks = list[dict[str, Any]]
+ContentBlocks = list[ContentBlock]
 
 
 class InputMessage(IngressBody):

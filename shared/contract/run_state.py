@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import ContentBlock
 from loopwire.shared.contract.protocol import RunStatus
 
 
@@ -93,7 +94,7 @@ class Checkpoint(BaseModel):
     kind: Literal["tool_calls", "proposal", "executor"]
     """`executor`: an external agent's permission request, its step still running
     (executor_profiles.py)."""
-    calls: list[dict[str, Any]] = Field(default_factory=list)
+    calls: list[ContentBlock] = Field(default_factory=list)
     """The whole batch: the assistant message's tool_use blocks, in the model's order."""
     ask: list[str] = Field(default_factory=list)
     """tool_use ids the decision is about (the others run or are answered regardless)."""
@@ -155,9 +156,9 @@ class RunTools(BaseModel):
     """The run's tools: what it may use, the batch in flight, what it ran (tool_batches.py,
     strategy_loop.py, finish.py)."""
 
-    pending_calls: list[dict[str, Any]] = Field(default_factory=list)
+    pending_calls: list[ContentBlock] = Field(default_factory=list)
     """tool_use blocks of the last assistant message while their results are awaited."""
-    answered: list[dict[str, Any]] = Field(default_factory=list)
+    answered: list[ContentBlock] = Field(default_factory=list)
     """Results the core made itself for calls of the pending batch (reserved tools)."""
     calls_made: int = 0
     used: list[str] = Field(default_factory=list)

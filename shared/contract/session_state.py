@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, model_validator
 from pydantic_core import to_jsonable_python
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import Message
 from loopwire.shared.contract.run_state import RunConfig, RunState
 
 STATE_SCHEMA = 2
@@ -42,7 +43,7 @@ class WaitingRun(BaseModel):
 
     run_id: str
     config: RunConfig
-    messages: list[dict[str, Any]]
+    messages: list[Message]
     sources: list[str] = Field(default_factory=list)
     """The `user.message` source of each message (`input`, `follow_up`, `steer`)."""
     plan: Any = None
@@ -76,9 +77,9 @@ class SessionState(BaseModel):
     cost_usd: float = 0.0
     cost_unknown: bool = False
     """Some generation of the session had no known price: `session.get` reports `cost_usd` null."""
-    queued: list[dict[str, Any]] = Field(default_factory=list)
+    queued: list[Message] = Field(default_factory=list)
     """Follow-up user messages waiting for the next outer boundary."""
-    steering: list[dict[str, Any]] = Field(default_factory=list)
+    steering: list[Message] = Field(default_factory=list)
     """Steering messages: applied at the next boundary, before queued follow-ups."""
     plan: dict[str, Any] | None = None
     """The latest agentic_planned run's plan: `{"run_id", "steps", "phase", "verification"}`

@@ -16,14 +16,14 @@ the Messages API never sees a `loopwire_ref`.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Final
 
 import redis.asyncio as aioredis
 
 from loopwire.shared.contract import codec, keys
-from loopwire.shared.contract.messages import text_of
+from loopwire.shared.contract.messages import Content, ContentBlock, Message, is_block, text_of
 
-REF_KEY = "loopwire_ref"
+REF_KEY: Final = "loopwire_ref"
 PREVIEW_CHARS = 2000
 
 
@@ -46,14 +46,14 @@ class BlobStore:
         return data if data is None or isinstance(data, bytes) else data.encode()
 
 
-def content_size(content: str | list[dict[str, Any]]) -> int:
+def content_size(content: Content) -> int:
     if isinstance(content, str):
         return len(content.encode())
     return len(codec.dumps(content))
 
 
-async def externalize(content: str | list[dict[str, Any]], blobs: BlobStore,
-                      threshold: int) -> str | list[dict[str, Any]]:
+async def externalize(content: Content, blobs: BlobStore,
+                      threshold: int) -> Content:
     """`content` as it is when small; else one reference block (the full content, a
     string or a block list, is stored as JSON so it comes back exactly)."""
     size = content_size(content)
@@ -66,7 +66,7 @@ async def externalize(content: str | list[dict[str, Any]], blobs: BlobStore,
     return [{"type": "text", "text": preview + note, REF_KEY: {"sha256": digest, "bytes": size}}]
 
 
-def messages_have_refs(messages: list[dict[str, Any]]) -> bool:
+def messages_have_refs(messages: list[Message]) -> bool:
     """Whether any reference block is where `externalize` puts them: a content block of a
     message, or a block inside a tool_result's content. Looks nowhere else (tool inputs,
     texts), so it costs one pass over the blocks, not a walk of every value: it runs on
@@ -87,15 +87,15 @@ def messages_have_refs(messages: list[dict[str, Any]]) -> bool:
     return False
 
 
-async def resolve_messages(messages: list[dict[str, Any]], blobs: BlobStore) -> list[dict[str, Any]]:
+async def resolve_messages(messages: list[Message], blobs: BlobStore) -> list[Message]:
     """Messages with every reference block replaced by its full content."""
     if not messages_have_refs(messages):
         return messages
-    out = []
+    out: list[Message] = []
     for message in messages:
         content = message.get("content")
         if isinstance(content, list):
-            resolved: list[Any] = []
+            resolved: list[ContentBlock] = []
             for block in content:
                 item = await _resolve_block(block, blobs)
                 resolved.extend(item if isinstance(item, list) else [item])
@@ -105,14 +105,14 @@ async def resolve_messages(messages: list[dict[str, Any]], blobs: BlobStore) -> 
 
 
 async def _resolve_block(block: Any, blobs: BlobStore) -> Any:
-    if not isinstance(block, dict):
+    if not is_block(block):
         return block
     if REF_KEY in block:
         return await _expand(block, blobs)
     if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
         parts: list[Any] = []
         for inner in block["content"]:
-            expanded = await _expand(inner, blobs) if isinstance(inner, dict) and REF_KEY in inner else inner
+            expanded = await _expand(inner, blobs) if is_block(inner) and REF_KEY in inner else inner
             if isinstance(expanded, list):
                 parts.extend(expanded)
             else:
@@ -121,7 +121,7 @@ async def _resolve_block(block: Any, blobs: BlobStore) -> Any:
     return block
 
 
-async def _expand(block: dict[str, Any], blobs: BlobStore) -> Any:
+async def _expand(block: ContentBlock, blobs: BlobStore) -> Any:
     ref = block[REF_KEY]
     data = await blobs.get(ref["sha256"])
     if data is None:

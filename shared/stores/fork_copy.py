@@ -25,6 +25,7 @@ import orjson
 import redis.asyncio as aioredis
 
 from loopwire.shared.contract import keys
+from loopwire.shared.contract.messages import Message
 from loopwire.shared.stores.blobs import REF_KEY
 
 
@@ -50,7 +51,7 @@ async def copy_compaction(redis: aioredis.Redis, source: str, fork: str, *, hist
     return True
 
 
-def blob_digests(messages: list[dict[str, Any]]) -> set[str]:
+def blob_digests(messages: list[Message]) -> set[str]:
     """The sha256 of every reference block in `messages`, where blobs.externalize puts them:
     a message's content block, or a block inside a tool_result's content."""
     found: set[str] = set()
@@ -73,7 +74,7 @@ def blob_digests(messages: list[dict[str, Any]]) -> set[str]:
     return found
 
 
-async def keep_blobs(redis: aioredis.Redis, messages: list[dict[str, Any]], ttl_s: int) -> int:
+async def keep_blobs(redis: aioredis.Redis, messages: list[Message], ttl_s: int) -> int:
     """Give every blob `messages` refer to a TTL from now (no TTL: they are kept anyway).
     Returns how many were referred to."""
     digests = blob_digests(messages)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopwire.shared.contract.events import AnyEvent
-from loopwire.shared.contract.messages import is_tool_result
+from loopwire.shared.contract.messages import Message, is_tool_result
 from loopwire.shared.stores.event_log import EventLogStore
 from loopwire.shared.stores.transcript import Archive, read_transcript, restore_log
 
@@ -50,13 +50,13 @@ class ForkPoint:
     """The run settings of the run `at_seq` belongs to (None: no run names them)."""
 
 
-def _tool_uses(message: dict[str, Any]) -> set[str]:
+def _tool_uses(message: Message) -> set[str]:
     content = message.get("content")
     return {b["id"] for b in content if isinstance(b, dict) and b.get("type") == "tool_use" and "id" in b} \
         if isinstance(content, list) else set()
 
 
-def _tool_results(message: dict[str, Any]) -> set[str]:
+def _tool_results(message: Message) -> set[str]:
     content = message.get("content")
     return {b["tool_use_id"] for b in content if is_tool_result(b)} if isinstance(content, list) else set()
 

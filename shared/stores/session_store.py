@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 
 from loopwire.shared.contract import codec, keys
 from loopwire.shared.contract.events import AnyEvent
+from loopwire.shared.contract.messages import Message
 from loopwire.shared.stores.capabilities import Capability, Declares, Store, Unsupported
 from loopwire.shared.stores.event_log import (
     APPEND_EVENTS_LUA,
@@ -41,12 +42,12 @@ class SessionStore(Store, Protocol):
         ...
 
     async def commit(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
-                     *, history_len_before: int, append: list[dict[str, Any]]) -> bool:
+                     *, history_len_before: int, append: list[Message]) -> bool:
         """Write `state` as version expected_version+1 and append `append` to the history,
         truncated first to `history_len_before` messages; False when the version moved."""
         ...
 
-    async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
+    async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[Message]:
         """History messages [start, stop] (inclusive, like LRANGE)."""
         ...
 
@@ -64,7 +65,7 @@ class SessionStore(Store, Protocol):
         ...
 
     async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
-                                 *, history_len_before: int, append: list[dict[str, Any]],
+                                 *, history_len_before: int, append: list[Message],
                                  events: list[Append]) -> list[tuple[AnyEvent, bool]] | None:
         """Capability COMMIT_WITH_EVENTS: `commit`, and `append_many(sid, events)` of the
         backend's event log, at once. The events as appended; None when the version moved
@@ -100,7 +101,7 @@ class PipelinedHistory:
         pipe.lrange(self.key, start, stop)
 
     @staticmethod
-    def messages(reply: list[bytes]) -> list[dict[str, Any]]:
+    def messages(reply: list[bytes]) -> list[Message]:
         """The messages of one queued read's reply."""
         return [codec.loads(m) for m in reply]
 
@@ -125,7 +126,7 @@ class InMemorySessionStore(Declares):
         return codec.loads(raw), version
 
     async def commit(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
-                     *, history_len_before: int, append: list[dict[str, Any]]) -> bool:
+                     *, history_len_before: int, append: list[Message]) -> bool:
         current = self.states.get(sid, (0, b""))[0]
         if current != expected_version:
             return False
@@ -136,7 +137,7 @@ class InMemorySessionStore(Declares):
         hist.extend(codec.dumps(m) for m in append)
         return True
 
-    async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
+    async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[Message]:
         hist = self.histories.get(sid, [])
         end = len(hist) if stop == -1 else stop + 1
         return [codec.loads(m) for m in hist[start:end]]
@@ -156,7 +157,7 @@ class InMemorySessionStore(Declares):
         return [(await self.load(sid))[0] for sid in sids]
 
     async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
-                                 *, history_len_before: int, append: list[dict[str, Any]],
+                                 *, history_len_before: int, append: list[Message],
                                  events: list[Append]) -> list[tuple[AnyEvent, bool]] | None:
         raise Unsupported("the in-memory session store commits no events: commit, then append_many")
 
@@ -267,11 +268,11 @@ class RedisSessionStore(Declares):
         return codec.loads(raw), int(ver)
 
     async def commit(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
-                     *, history_len_before: int, append: list[dict[str, Any]]) -> bool:
+                     *, history_len_before: int, append: list[Message]) -> bool:
         return await self.commit_with_events(sid, expected_version, state, history_len_before=history_len_before, append=append, events=[]) is not None
 
     async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
-                                 *, history_len_before: int, append: list[dict[str, Any]],
+                                 *, history_len_before: int, append: list[Message],
                                  events: list[Append]) -> list[tuple[AnyEvent, bool]] | None:
         """`commit`, and `RedisEventLog.append_many(sid, events)` in the same script: the
         events of a transition are stored (their seqs assigned) exactly when its state is,
@@ -298,7 +299,7 @@ class RedisSessionStore(Declares):
     def pipelined_history(self, sid: str) -> PipelinedHistory:
         return PipelinedHistory(keys.session_history(sid))
 
-    async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
+    async def history(self, sid: str, start: int = 0, stop: int = -1) -> list[Message]:
         raw = await self._r.lrange(keys.session_history(sid), start, stop)
         return [codec.loads(m) for m in raw]
 

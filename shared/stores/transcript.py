@@ -44,7 +44,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopwire.shared.contract.events import AnyEvent, ApprovalRequestedEvent, RetractedEvent
-from loopwire.shared.contract.messages import is_tool_result, tool_result_block
+from loopwire.shared.contract.messages import (
+    ContentBlock,
+    Message,
+    as_blocks,
+    is_tool_result,
+    text_block,
+    tool_result_block,
+)
 from loopwire.shared.stores.event_log import EventLogStore
 
 log = logging.getLogger("loopwire.transcript")
@@ -62,7 +69,7 @@ decision applied, a steer that withdrew the checkpoint, the run's end)."""
 class Replayed:
     """What a session's events say: its conversation and its tallies."""
 
-    history: list[dict[str, Any]]
+    history: list[Message]
     runs: int
     turns: int
     input_tokens: int
@@ -84,10 +91,10 @@ class Replayed:
 class _Builder:
     session_id: str
     default_max_tokens: int
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[Message] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
     """tool_use ids of the latest assistant message, in the model's order."""
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    results: dict[str, ContentBlock] = field(default_factory=dict)
     runs: int = 0
     turns: int = 0
     input_tokens: int = 0
@@ -104,14 +111,14 @@ class _Builder:
     run_events: list[AnyEvent] = field(default_factory=list)
     """The events of the run in progress (since its `run.started`; emptied at its end)."""
 
-    def append(self, message: dict[str, Any]) -> None:
+    def append(self, message: Message) -> None:
         content = message.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+        blocks = [text_block(content)] if isinstance(content, str) else list(content or [])
         if not blocks:
             return
         role = message.get("role", "user")
         if self.history and self.history[-1]["role"] == role == "user":
-            self.history[-1] = {"role": "user", "content": [*self.history[-1]["content"], *blocks]}
+            self.history[-1] = {"role": "user", "content": [*as_blocks(self.history[-1]["content"]), *blocks]}
         else:
             self.history.append({"role": role, "content": blocks})
 
@@ -126,13 +133,14 @@ class _Builder:
         self.waiting, self.results = [], {}
         self.append({"role": "user", "content": blocks})
 
-    def user_message(self, message: dict[str, Any]) -> None:
+    def user_message(self, message: Message) -> None:
         """A message the router appended. Its tool_result blocks answer the waiting
         tool_uses: one without `content` points at its `tool.result` event."""
         content = message.get("content")
         if message.get("role", "user") != "user" or not isinstance(content, list):
             self.settle(NO_RESULT)
-            self.append({"role": message.get("role", "user"), "content": content})
+            if content is not None:  # (a message without content adds nothing)
+                self.append({"role": message.get("role", "user"), "content": content})
             return
         given = {b["tool_use_id"]: b for b in content if is_tool_result(b)}
         others = [b for b in content if not (isinstance(b, dict) and b.get("type") == "tool_result")]

@@ -28,6 +28,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
+from loopwire.shared.contract.messages import ContentBlock
+
 from ..settings import LlmSettings
 from .acp_stream import AcpStream
 from .agent_process import AgentProcess
@@ -213,7 +215,7 @@ class AcpRun(ExecutorRun):
         if answer is not None and not answer.done():
             answer.set_result((allow, message))
 
-    async def steer(self, content: list[dict[str, Any]]) -> None:
+    async def steer(self, content: list[ContentBlock]) -> None:
         """ACP: `session/cancel` ends the turn; the new message is the next prompt (the
         caller's next step)."""
         if self._conn is not None and self.session_id is not None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import ContentBlock
 
 from .base import AssistantMessage, ExecutorEvent, Finished, PlanUpdated, TextDelta, ToolCall, ToolResult
 from .claude_stream import loopwire_tool
@@ -37,7 +38,7 @@ def tool_name(update: dict[str, Any]) -> str:
     return str(named or update.get("kind") or update.get("title") or "tool")
 
 
-def _result_content(update: dict[str, Any]) -> str | list[dict[str, Any]]:
+def _result_content(update: dict[str, Any]) -> str | list[ContentBlock]:
     raw = update.get("rawOutput")
     if isinstance(raw, str) and raw:
         return raw
@@ -107,7 +108,7 @@ class AcpStream:
         if not self._round_reported:
             self._round_reported = True
             self.rounds += 1
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": "".join(self._round_text)}] \
+            blocks: list[ContentBlock] = [{"type": "text", "text": "".join(self._round_text)}] \
                 if "".join(self._round_text) else []
             blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": raw_input})
             out.append(AssistantMessage(message={"role": "assistant", "content": blocks}, stop_reason="tool_use"))

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from loopwire.shared.contract.envelopes import ToolSpec, Usage
+from loopwire.shared.contract.messages import ContentBlock, Message
 
 
 # -- what one step asks of an agent -------------------------------------------------------
@@ -72,7 +73,7 @@ class ExecutorTask:
     """`claude_code`, `opencode`, `codex` or `acp`."""
     model: str
     """`model.primary` of the run, handed to the agent as its model."""
-    prompt: list[dict[str, Any]]
+    prompt: list[ContentBlock]
     """The new user input, as content blocks: what arrived since the agent's last answer
     (the start's input, a follow-up, a steer, a nudge); for a restarted turn without the
     agent's session files, the conversation so far rendered as text first."""
@@ -133,7 +134,7 @@ class AssistantMessage(ExecutorEvent):
     """One finished assistant turn of the agent (one model call), in the Messages format.
     `usage` is that call's, when the agent reports it per turn."""
 
-    message: dict[str, Any]
+    message: Message
     model: str | None = None
     usage: Usage | None = None
     stop_reason: str | None = None
@@ -154,7 +155,7 @@ class ToolCall(ExecutorEvent):
 class ToolResult(ExecutorEvent):
     tool_use_id: str
     name: str
-    content: str | list[dict[str, Any]]
+    content: str | list[ContentBlock]
     is_error: bool = False
     loopwire_tool: str | None = None
 
@@ -232,7 +233,7 @@ class ExecutorRun(ABC):
         """Answer a permission request: allow the tool call, or refuse it with `message`."""
 
     @abstractmethod
-    async def steer(self, content: list[dict[str, Any]]) -> None:
+    async def steer(self, content: list[ContentBlock]) -> None:
         """A new user message into the running agent."""
 
     @abstractmethod

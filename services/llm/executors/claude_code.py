@@ -31,6 +31,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from loopwire.shared.contract.messages import ContentBlock, text_block
+
 from ..settings import LlmSettings
 from .agent_process import AgentProcess
 from .base import (
@@ -57,7 +59,7 @@ def session_file(config_dir: Path, cwd: Path, session: str) -> Path:
     return config_dir / "projects" / re.sub(r"[^A-Za-z0-9]", "-", str(cwd)) / f"{session}.jsonl"
 
 
-def user_line(content: list[dict[str, Any]] | str) -> bytes:
+def user_line(content: list[ContentBlock] | str) -> bytes:
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
     return (json.dumps({"type": "user", "message": {"role": "user", "content": blocks}}) + "\n").encode()
 
@@ -115,7 +117,7 @@ class ClaudeCodeExecutor(Executor):
             _remove(mcp_config)
             raise ExecutorFailed("executor_unavailable", f"Claude Code did not start: {exc}") from None
         run = ClaudeCodeRun(process, mcp_config)
-        first = [{"type": "text", "text": COMPACT_PROMPT}] if task.compact_first else task.prompt
+        first = [text_block(COMPACT_PROMPT)] if task.compact_first else task.prompt
         run.queued = [task.prompt] if task.compact_first else []
         await run.send(first)
         return run
@@ -126,7 +128,7 @@ class ClaudeCodeRun(ExecutorRun):
         self.process = process
         self.mcp_config = mcp_config
         self.stream = ClaudeStream()
-        self.queued: list[list[dict[str, Any]]] = []
+        self.queued: list[list[ContentBlock]] = []
         """Prompts that follow the current one (after `/compact`: the step's own)."""
         self._open = 0
         """User messages sent whose `result` has not come yet."""
@@ -142,7 +144,7 @@ class ClaudeCodeRun(ExecutorRun):
         return dataclasses.replace(finished, usage=before.usage + finished.usage, cost_usd=cost,
                                    turns=before.turns + finished.turns)
 
-    async def send(self, content: list[dict[str, Any]]) -> None:
+    async def send(self, content: list[ContentBlock]) -> None:
         self._open += 1
         await self.process.write(user_line(content))
 
@@ -192,7 +194,7 @@ class ClaudeCodeRun(ExecutorRun):
         await self.process.write((json.dumps({"type": "control_response", "response": {
             "subtype": "success", "request_id": request.request_id, "response": answer}}) + "\n").encode())
 
-    async def steer(self, content: list[dict[str, Any]]) -> None:
+    async def steer(self, content: list[ContentBlock]) -> None:
         await self.send(content)
 
     async def cancel(self) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopwire.shared.contract.envelopes import Usage
-from loopwire.shared.contract.messages import text_of
+from loopwire.shared.contract.messages import ContentBlock, is_block, text_of
 
 from .base import (
     AssistantMessage,
@@ -83,7 +83,7 @@ class _Call:
 
     message_id: str
     model: str | None = None
-    blocks: list[dict[str, Any]] = field(default_factory=list)
+    blocks: list[ContentBlock] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     stop_reason: str | None = None
 
@@ -174,7 +174,7 @@ class ClaudeStream:
         assert call is not None
         if not call.usage.input_tokens and not call.usage.output_tokens:
             call.usage = usage_of(message.get("usage"))  # no partial messages: the line's own
-        call.blocks.extend(b for b in message.get("content") or [] if isinstance(b, dict))
+        call.blocks.extend(b for b in message.get("content") or [] if is_block(b))
         return out
 
     def _user(self, message: dict[str, Any]) -> list[ExecutorEvent]:
@@ -239,9 +239,9 @@ class ClaudeStream:
         return out
 
 
-def _content(raw: Any) -> str | list[dict[str, Any]]:
+def _content(raw: Any) -> str | list[ContentBlock]:
     if isinstance(raw, str):
         return raw
     if isinstance(raw, list):
-        return [b for b in raw if isinstance(b, dict)]
+        return [b for b in raw if is_block(b)]
     return "" if raw is None else str(raw)

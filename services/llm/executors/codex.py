@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.messages import ContentBlock
 from loopwire.shared.runtime.pricing import cost_usd, price_table
 
 from ..settings import LlmSettings
@@ -174,7 +175,7 @@ class CodexRun(OneShotRun):
         """The thread's usage total before this step (Codex reports running totals)."""
         self.stream = CodexStream(task.mcp.server_name if task.mcp is not None else None, task.model)
 
-    async def spawn(self, prompt: list[dict[str, Any]], resume: str | None) -> AgentProcess:
+    async def spawn(self, prompt: list[ContentBlock], resume: str | None) -> AgentProcess:
         process = AgentProcess(self.executor.command(self.task, resume), self.task.cwd,
                                self.executor.environment(self.task))
         self.stream.new_process()

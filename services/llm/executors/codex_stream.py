@@ -35,7 +35,7 @@ import uuid
 from typing import Any
 
 from loopwire.shared.contract.envelopes import Usage
-from loopwire.shared.contract.messages import is_text, text_of
+from loopwire.shared.contract.messages import ContentBlock, is_block, is_text, text_of
 
 from .base import (
     AssistantMessage,
@@ -64,14 +64,14 @@ def usage_of(raw: dict[str, Any] | None) -> Usage:
                  output_tokens=int(raw.get("output_tokens") or 0))
 
 
-def _mcp_text(result: Any) -> str | list[dict[str, Any]]:
+def _mcp_text(result: Any) -> str | list[ContentBlock]:
     """An MCP result's content as a tool result: its text, or its blocks when not all text."""
     content = (result or {}).get("content") if isinstance(result, dict) else None
     if not isinstance(content, list):
         return ""
     if all(is_text(b) for b in content):
         return text_of(content)
-    return [b for b in content if isinstance(b, dict)]
+    return [b for b in content if is_block(b)]
 
 
 class CodexStream:
@@ -86,7 +86,7 @@ class CodexStream:
         self.turns = 0
         self.last_text = ""
         self.error: str | None = None
-        self._content: list[dict[str, Any]] = []
+        self._content: list[ContentBlock] = []
         """The assistant turn being rebuilt (Messages-format blocks)."""
         self._open_calls: set[str] = set()
         self._results_seen = False
@@ -125,7 +125,7 @@ class CodexStream:
         self._content.append({"type": "tool_use", "id": tool_use_id, "name": name, "input": tool_input})
         return [*events, ToolCall(tool_use_id=tool_use_id, name=name, input=tool_input, loopwire_tool=loopwire_tool)]
 
-    def _result(self, tool_use_id: str, name: str, content: str | list[dict[str, Any]], is_error: bool,
+    def _result(self, tool_use_id: str, name: str, content: str | list[ContentBlock], is_error: bool,
                 loopwire_tool: str | None = None) -> list[ExecutorEvent]:
         self._open_calls.discard(tool_use_id)
         self._results_seen = True

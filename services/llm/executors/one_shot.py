@@ -12,6 +12,8 @@ from abc import abstractmethod
 from collections.abc import AsyncIterator
 from typing import Any
 
+from loopwire.shared.contract.messages import ContentBlock
+
 from .agent_process import AgentProcess
 from .base import ExecutorEvent, ExecutorRun, ExecutorTask, Finished, PermissionRequest
 
@@ -20,7 +22,7 @@ log = logging.getLogger("loopwire.llm.executors")
 IMAGE_NOTE = "[an image was attached here; this agent is given text only]"
 
 
-def prompt_text(blocks: list[dict[str, Any]]) -> str:
+def prompt_text(blocks: list[ContentBlock]) -> str:
     """The prompt as these agents take it on stdin: its text; an image block is named."""
     parts = []
     for block in blocks:
@@ -39,7 +41,7 @@ def kept_from_agent(task: ExecutorTask) -> set[str]:
     return {n for n, p in task.permissions.items() if p in ("deny", "approve") and n not in loopwire}
 
 
-async def start_with_prompt(process: AgentProcess, prompt: list[dict[str, Any]]) -> None:
+async def start_with_prompt(process: AgentProcess, prompt: list[ContentBlock]) -> None:
     await process.start()
     await process.write(prompt_text(prompt).encode() + b"\n")
     process.close_stdin()
@@ -53,11 +55,11 @@ class OneShotRun(ExecutorRun):
     def __init__(self, task: ExecutorTask) -> None:
         self.task = task
         self.process: AgentProcess | None = None
-        self._steers: list[list[dict[str, Any]]] = []
+        self._steers: list[list[ContentBlock]] = []
         self._cancelled = False
 
     @abstractmethod
-    async def spawn(self, prompt: list[dict[str, Any]], resume: str | None) -> AgentProcess:
+    async def spawn(self, prompt: list[ContentBlock], resume: str | None) -> AgentProcess:
         """A started process given `prompt`, continuing the agent's session `resume`."""
 
     @abstractmethod
@@ -116,7 +118,7 @@ class OneShotRun(ExecutorRun):
     async def respond(self, request: PermissionRequest, allow: bool, message: str | None = None) -> None:
         """These CLIs ask loopwire for no permission (see `kept_from_agent`)."""
 
-    async def steer(self, content: list[dict[str, Any]]) -> None:
+    async def steer(self, content: list[ContentBlock]) -> None:
         self._steers.append(content)
         if self.process is not None:
             await self.process.stop()

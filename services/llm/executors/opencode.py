@@ -36,6 +36,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from loopwire.shared.contract.messages import ContentBlock
+
 from ..settings import LlmSettings
 from .agent_process import AgentProcess
 from .base import Executor, ExecutorEvent, ExecutorFailed, ExecutorRun, ExecutorTask, Finished
@@ -145,7 +147,7 @@ class OpencodeRun(OneShotRun):
         self.instructions = instructions
         self.stream = OpencodeStream(executor.loopwire_tools(task), task.model)
 
-    async def spawn(self, prompt: list[dict[str, Any]], resume: str | None) -> AgentProcess:
+    async def spawn(self, prompt: list[ContentBlock], resume: str | None) -> AgentProcess:
         process = AgentProcess(self.executor.command(self.task, resume), self.task.cwd,
                                self.executor.environment(self.task, self.instructions))
         try:

@@ -26,7 +26,7 @@ import re
 from typing import Any
 
 from loopwire.shared.contract.envelopes import Usage
-from loopwire.shared.contract.messages import text_of
+from loopwire.shared.contract.messages import ContentBlock, text_of
 
 from .base import AssistantMessage, ExecutorEvent, Finished, SessionStarted, TextDelta, ToolCall, ToolResult
 
@@ -72,7 +72,7 @@ class OpencodeStream:
         self.last_text = ""
         self.context_tokens = 0
         self.error: str | None = None
-        self._content: list[dict[str, Any]] = []
+        self._content: list[ContentBlock] = []
 
     def feed(self, line: dict[str, Any]) -> list[ExecutorEvent]:
         events: list[ExecutorEvent] = []

@@ -16,7 +16,8 @@ what was said.
 from __future__ import annotations
 
 import json
-from typing import Any
+
+from loopwire.shared.contract.messages import ContentBlock, Message
 
 EARLIER = "The conversation so far, for context (you do not remember it):"
 NOW = "The user's new message:"
@@ -25,9 +26,9 @@ RESUMED = ("The process running you was interrupted during your last turn. Conti
 """A step redelivered after a crash, resuming the agent's session: its input was given."""
 
 
-def blocks(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+def blocks(messages: list[Message]) -> list[tuple[str, ContentBlock]]:
     """(role, block) of every content block, in order."""
-    out: list[tuple[str, dict[str, Any]]] = []
+    out: list[tuple[str, ContentBlock]] = []
     for message in messages:
         content = message.get("content")
         if isinstance(content, str):
@@ -38,8 +39,8 @@ def blocks(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def new_input(messages: list[dict[str, Any]], given: int | None,
-              max_chars: int | None = None) -> tuple[list[dict[str, Any]], int]:
+def new_input(messages: list[Message], given: int | None,
+              max_chars: int | None = None) -> tuple[list[ContentBlock], int]:
     """(the prompt's blocks, the block count the agent will have been given).
 
     `given`: the blocks the agent's session has taken (None: a new agent session).
@@ -80,14 +81,14 @@ def trimmed(lines: list[str], max_chars: int) -> list[str]:
     return [first, *([OMITTED.format(n=left_out)] if left_out else []), *reversed(kept)]
 
 
-def _for_agent(block: dict[str, Any]) -> dict[str, Any]:
+def _for_agent(block: ContentBlock) -> ContentBlock:
     """Text and images as they are; anything else as its JSON in a text block."""
     if block.get("type") in ("text", "image"):
         return block
     return {"type": "text", "text": _text(block)}
 
 
-def _text(block: dict[str, Any]) -> str:
+def _text(block: ContentBlock) -> str:
     if block.get("type") == "text":
         return str(block.get("text") or "")
     if block.get("type") == "tool_result":

@@ -41,7 +41,7 @@ from loopwire.shared.contract.event_fields import (
     ToolCallFields,
     tool_result_event,
 )
-from loopwire.shared.contract.messages import message_text
+from loopwire.shared.contract.messages import message_text, text_block, tool_uses
 from loopwire.shared.runtime.inflight import CancelSignal, StepCancelled, unless_cancelled
 from loopwire.shared.runtime.pricing import cost_usd, price_table
 from loopwire.shared.runtime.service_context import ServiceContext
@@ -161,7 +161,7 @@ class ExecutorSteps:
             # told the conversation in a transcript trimmed to a quarter of the threshold.
             resume = given = None
         if redelivered:
-            prompt, total = [{"type": "text", "text": RESUMED}], len(blocks(env.messages))
+            prompt, total = [text_block(RESUMED)], len(blocks(env.messages))
         elif fresh_start:
             budget = int(spec.compaction_at_pct * spec.context_window * CHARS_PER_TOKEN * FRESH_SESSION_SHARE)
             prompt, total = new_input(env.messages, None, max_chars=budget)
@@ -172,7 +172,7 @@ class ExecutorSteps:
         else:
             prompt, total = new_input(env.messages, given)
         if not prompt:
-            prompt = [{"type": "text", "text": "Continue."}]
+            prompt = [text_block("Continue.")]
         new_session = None if resume else str(uuid.uuid5(SESSION_NAMESPACE, f"{env.session_id}:{env.step_id}:{delivered}"))
         mine = AgentSession(profile=spec.profile, agent=spec.agent, agent_session=resume or new_session or "",
                             cwd=str(cwd), given=total, step_id=env.step_id, context_tokens=context_tokens)
@@ -351,7 +351,7 @@ class StepEvents:
         calls were reported as they happened and are not the router's to run). A last
         turn that called tools (the agent stopped at a limit) is reported as it was."""
         held = self._held
-        if held is not None and any(b.get("type") == "tool_use" for b in held.message.get("content", [])):
+        if held is not None and tool_uses(held.message):
             await self._release()
         text = finished.text or self.last_text
         env = self.env

@@ -10,10 +10,9 @@ applied once: a run announced or started already is left alone.
 
 from __future__ import annotations
 
-from typing import Any
-
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.event_fields import ErrorFields, RunQueuedFields
+from loopwire.shared.contract.messages import ContentBlock
 
 from .config import CoreConfig
 from .effects import TenantSlot
@@ -61,7 +60,7 @@ def admit(tx: Transition, inp: AdmissionInput, cfg: CoreConfig) -> Decision:
     return tx.finish()
 
 
-def steer_waiting(tx: Transition, content: list[dict[str, Any]]) -> Decision:
+def steer_waiting(tx: Transition, content: list[ContentBlock]) -> Decision:
     """A steer while the run waits joins what the run starts with."""
     w = tx.st.waiting
     assert w is not None

@@ -40,9 +40,10 @@ steering" results); `abort` ends the run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from loopwire.shared.contract.event_fields import ApprovalDecidedFields, ApprovalRequestedFields
+from loopwire.shared.contract.messages import ContentBlock, Message
 from loopwire.shared.contract.protocol import ApprovalDecision
 from loopwire.shared.contract.run_state import Checkpoint, RunState
 from loopwire.shared.contract.session_state import SessionState
@@ -64,7 +65,7 @@ def checkpoint_id(run: RunState) -> str:
 
 
 def open_checkpoint(session: SessionState, run: RunState, *, kind: Literal["tool_calls", "proposal"],
-                    calls: list[dict[str, Any]], ask: list[str], rejected: dict[str, str],
+                    calls: list[ContentBlock], ask: list[str], rejected: dict[str, str],
                     text: str) -> ApprovalRequestedFields:
     """Pause the run on a new checkpoint; the `approval.requested` fields to emit."""
     cp = Checkpoint(id=checkpoint_id(run), kind=kind, calls=calls, ask=ask, rejected=rejected, text=text)
@@ -113,7 +114,7 @@ def user_denials(cp: Checkpoint, note: str | None) -> dict[str, str]:
     return {i: reason for i in cp.ask}
 
 
-def proposal_denied_message(note: str | None) -> dict[str, Any]:
+def proposal_denied_message(note: str | None) -> Message:
     return user_message(PROPOSAL_DENIED.format(note=(note or "").strip() or NO_NOTE))
 
 

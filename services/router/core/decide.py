@@ -39,7 +39,7 @@ from typing import Any
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult
 from loopwire.shared.contract.event_fields import ErrorFields, ModelFallbackFields
-from loopwire.shared.contract.messages import message_text, tool_result_block
+from loopwire.shared.contract.messages import Message, message_text, tool_result_block
 from loopwire.shared.contract.protocol import text_to_content
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import SessionState
@@ -174,7 +174,7 @@ def _on_start(tx: Transition, inp: StartInput, cfg: CoreConfig) -> Decision:
 
 def _on_message(tx: Transition, inp: MessageInput, cfg: CoreConfig) -> Decision:
     """A follow-up: starts a run on an idle session, else waits for the outer boundary."""
-    user = {"role": "user", "content": text_to_content(inp.body.content)}
+    user: Message = {"role": "user", "content": text_to_content(inp.body.content)}
     if tx.st.status == "idle":
         return new_run(tx, inp, cfg, messages=[user], source="follow_up")
     tx.st.queued.append(user)
@@ -305,7 +305,7 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
 
     message = result.message
     text = message_text(message)
-    tool_calls = [b for b in message.get("content", []) if b.get("type") == "tool_use"]
+    tool_calls = [b for b in message.get("content", []) if not isinstance(b, str) and b.get("type") == "tool_use"]
     events = [EmitEvent(kind="message", key=keys.event_key("message", result.step_id), run_id=run.run_id,
                         fields={"turn": run.turn, "message": message, "model": result.model,
                                 "stop_reason": result.stop_reason,

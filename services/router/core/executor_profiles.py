@@ -36,6 +36,7 @@ from typing import Any
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecutorPermission, ExecutorSpec
 from loopwire.shared.contract.event_fields import ApprovalRequestedFields
+from loopwire.shared.contract.messages import ContentBlock
 from loopwire.shared.contract.protocol import ApprovalDecision
 from loopwire.shared.contract.run_state import Checkpoint, RunState
 from loopwire.shared.contract.session_state import SessionState
@@ -114,7 +115,7 @@ def open_permission(session: SessionState, run: RunState, ask: ExecutorPermissio
         return False, [permission_notice(run, ask.checkpoint_id, answer)]
     if run.approvals.checkpoint is not None:
         return False, []
-    call = {"id": ask.tool_use_id, "name": ask.name, "input": ask.input}
+    call: ContentBlock = {"id": ask.tool_use_id, "name": ask.name, "input": ask.input}
     run.approvals.checkpoint = Checkpoint(id=ask.checkpoint_id, kind="executor", calls=[call], ask=[ask.tool_use_id])
     session.status = "awaiting_approval"
     fields: ApprovalRequestedFields = {"checkpoint_id": ask.checkpoint_id, "turn": ask.turn, "source": "executor",

@@ -66,6 +66,7 @@ from typing import Any
 
 from loopwire.shared.contract import protocol
 from loopwire.shared.contract.envelopes import ToolSpec
+from loopwire.shared.contract.messages import ContentBlock
 from loopwire.shared.contract.run_state import RunState
 
 from .next_step import NextStep, NextStepFinalOutput
@@ -110,7 +111,7 @@ FINISHED_RESULT = "The run is finished."
 _CLEAR_WORDS = frozenset({"clear", "cleared", "resolve", "resolved", "close", "closed", "fixed", "ok"})
 
 
-def finish_call(tool_calls: list[dict[str, Any]]) -> dict[str, Any] | None:
+def finish_call(tool_calls: list[ContentBlock]) -> ContentBlock | None:
     """The first call to the finish tool in a turn, if any."""
     return next((c for c in tool_calls if c.get("name") == FINISH_TOOL), None)
 
@@ -174,7 +175,7 @@ def normalise_conclusion(raw: Any, terminal: str = "finish", complete: bool = Tr
     }
 
 
-def out_of_budget_conclusion(call: dict[str, Any] | None, text: str, best: str) -> dict[str, Any]:
+def out_of_budget_conclusion(call: ContentBlock | None, text: str, best: str) -> dict[str, Any]:
     """The conclusion of a run that ran out of budget: the finish call's, if the last
     generation made one, else one built from its text (or the best answer so far)."""
     if call is not None:
@@ -187,7 +188,7 @@ def out_of_budget_conclusion(call: dict[str, Any] | None, text: str, best: str) 
                                 complete=False)
 
 
-def own_conclusion(call: dict[str, Any], text: str) -> tuple[dict[str, Any], str]:
+def own_conclusion(call: ContentBlock, text: str) -> tuple[dict[str, Any], str]:
     """A call of the application's own finish tool (RunConfig.finish_tool): its input as
     the run's conclusion, as given (the application's schema, not normalised), and the
     run's closing text: the input's `summary` when it has a string one, else `text`."""

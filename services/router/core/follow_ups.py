@@ -16,10 +16,11 @@ A steer and the follow-ups taken are reported with a `steering` event (steering.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.event_fields import RetractedFields
+from loopwire.shared.contract.messages import ContentBlock, as_blocks
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import SessionState
 
@@ -42,20 +43,20 @@ def truncate(text: str, limit: int = PROMPT_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def drain_steering(st: SessionState) -> list[dict[str, Any]]:
+def drain_steering(st: SessionState) -> list[ContentBlock]:
     """Steering messages kept by state written before steering applied at once."""
-    blocks = [b for m in st.steering for b in m["content"]]
+    blocks = [b for m in st.steering for b in as_blocks(m["content"])]
     st.steering = []
     return blocks
 
 
-def drain_queued(st: SessionState) -> list[dict[str, Any]]:
-    blocks = [b for m in st.queued for b in m["content"]]
+def drain_queued(st: SessionState) -> list[ContentBlock]:
+    blocks = [b for m in st.queued for b in as_blocks(m["content"])]
     st.queued = []
     return blocks
 
 
-def steer(tx: Transition, run: RunState, content: list[dict[str, Any]]) -> None:
+def steer(tx: Transition, run: RunState, content: list[ContentBlock]) -> None:
     """A steer with `content` on a running run: the step in flight is abandoned, the
     message joins the history (the abandoned calls' results first) and the loop window
     starts afresh (the caller asks for the next generation). The abandoned step's late

@@ -9,9 +9,7 @@ The core's own answers (reserved tools, the finish call that ended the run) are 
 
 from __future__ import annotations
 
-from typing import Any
-
-from loopwire.shared.contract.messages import tool_result_block
+from loopwire.shared.contract.messages import ContentBlock, tool_result_block, tool_uses
 from loopwire.shared.contract.run_state import RunState
 
 from .finish import FINISH_TOOL, FINISHED_RESULT
@@ -27,15 +25,14 @@ def close_dangling_tool_uses(tx: Transition, run: RunState, status: str) -> None
     else:
         calls = []
         if tx.append and tx.append[-1].get("role") == "assistant":
-            calls = [{"id": b["id"], "name": b["name"]} for b in tx.append[-1].get("content", [])
-                     if b.get("type") == "tool_use"]
+            calls = [{"id": b["id"], "name": b["name"]} for b in tool_uses(tx.append[-1])]
     if calls:
         tx.add_message({"role": "user", "content": batch_results(run, calls, f"not executed: the run ended ({status})")})
     run.tools.pending_calls = []
     run.tools.answered = []
 
 
-def batch_results(run: RunState, calls: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
+def batch_results(run: RunState, calls: list[ContentBlock], why: str) -> list[ContentBlock]:
     """Results for a batch that will not run: the core's own answers where it has them
     (reserved tools; the finish call that ended the run), else an error result `why`."""
     answered = {b["tool_use_id"]: b for b in run.tools.answered}

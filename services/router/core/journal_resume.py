@@ -43,7 +43,7 @@ from loopwire.shared.contract.events import (
     MessageEventBody,
     ToolResultEventBody,
 )
-from loopwire.shared.contract.messages import message_text, tool_result_block
+from loopwire.shared.contract.messages import ContentBlock, is_block, message_text, tool_result_block
 from loopwire.shared.contract.run_state import Checkpoint, RunConfig, RunState
 from loopwire.shared.runtime.pricing import cost_at, price_for
 
@@ -162,7 +162,7 @@ def _checkpoint(run: RunState, asked: ApprovalRequestedEvent, kept: list[Message
         return True
     asking = next((m for m in reversed(kept) if m.get("turn") == asked.get("turn")), None)
     content = ((asking or {}).get("message") or {}).get("content") or []
-    calls = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+    calls = [b for b in content if is_block(b) and b.get("type") == "tool_use"]
     ask = [c["tool_use_id"] for c in asked["tool_calls"]]
     if not calls or not set(ask) <= {c["id"] for c in calls}:
         return False
@@ -177,7 +177,7 @@ def _checkpoint(run: RunState, asked: ApprovalRequestedEvent, kept: list[Message
     return True
 
 
-def _block(event: ToolResultEventBody) -> dict[str, Any]:
+def _block(event: ToolResultEventBody) -> ContentBlock:
     return tool_result_block(event["tool_use_id"], event.get("content", ""), is_error=bool(event.get("is_error")))
 
 

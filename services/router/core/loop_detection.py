@@ -46,11 +46,11 @@ import hashlib
 import re
 from dataclasses import dataclass
 from difflib import SequenceMatcher
-from typing import Any
 
 import orjson
 
 from loopwire.shared.contract.event_fields import Escalation, LoopDetectedFields
+from loopwire.shared.contract.messages import ContentBlock, Message
 from loopwire.shared.contract.run_state import RunState
 
 from .next_step import EventSpec, NextStep, NextStepConverge, NextStepFinalOutput, NextStepRunAgain
@@ -81,7 +81,7 @@ def normalise(text: str) -> str:
     return _NON_WORD.sub(" ", text.lower()).strip()
 
 
-def call_signature(call: dict[str, Any]) -> str:
+def call_signature(call: ContentBlock) -> str:
     # Canonical JSON (sorted keys, compact, UTF-8): the same bytes as json.dumps(sort_keys=True,
     # separators=(",", ":"), ensure_ascii=False) for JSON input, at a tenth of the cost.
     canonical = orjson.dumps(call.get("input") or {}, option=orjson.OPT_SORT_KEYS)
@@ -89,7 +89,7 @@ def call_signature(call: dict[str, Any]) -> str:
     return f"tool:{call.get('name', '')}:{digest}"
 
 
-def turn_signature(tool_calls: list[dict[str, Any]], text: str) -> list[str]:
+def turn_signature(tool_calls: list[ContentBlock], text: str) -> list[str]:
     if tool_calls:
         return sorted(call_signature(c) for c in tool_calls)
     return ["text:" + normalise(text)[:500]]
@@ -231,5 +231,5 @@ class LoopDetectionStage:
                                 events=(EventSpec("loop.detected", event), *switch), retract=dropped, drop_turn=True)
 
 
-def _user(text: str) -> dict[str, Any]:
+def _user(text: str) -> Message:
     return {"role": "user", "content": [{"type": "text", "text": text}]}

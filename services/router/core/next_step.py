@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopwire.shared.contract.events import EventFields
+from loopwire.shared.contract.messages import ContentBlock, Message
 from loopwire.shared.contract.protocol import RunStatus
 
 
@@ -27,7 +28,7 @@ class EventSpec:
 class NextStepRunAgain:
     """Generate again, after adding these user-side messages to the history."""
 
-    append: list[dict[str, Any]] = field(default_factory=list)
+    append: list[Message] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """Ephemeral system reminders for the next generation only."""
     reason: str = ""
@@ -49,7 +50,7 @@ class NextStepExecuteTools:
     """Run the turn's tool calls through the strategy loop (strategy_loop.py): the plan
     gate, the preview (an approval checkpoint when one is needed), then execution."""
 
-    calls: list[dict[str, Any]]
+    calls: list[ContentBlock]
     """tool_use blocks, in the model's order."""
     events: tuple[EventSpec, ...] = ()
 
@@ -70,7 +71,7 @@ class NextStepConverge:
     status: RunStatus
     reason: str
     """`run.ended.reason`: why the run converges (a limit, a detection)."""
-    append: list[dict[str, Any]] = field(default_factory=list)
+    append: list[Message] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     events: tuple[EventSpec, ...] = ()
     retract: str | None = None

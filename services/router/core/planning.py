@@ -33,7 +33,7 @@ from typing import Any
 
 from loopwire.shared.contract.envelopes import ToolSpec
 from loopwire.shared.contract.event_fields import PlanSource, PlanUpdatedFields
-from loopwire.shared.contract.messages import tool_result_block
+from loopwire.shared.contract.messages import ContentBlock, tool_result_block
 from loopwire.shared.contract.protocol import UPDATE_PLAN_TOOL
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import SessionState
@@ -152,8 +152,8 @@ def record(session: SessionState, run: RunState, source: PlanSource) -> EventSpe
     return EventSpec("plan.updated", fields)
 
 
-def apply_update(session: SessionState, run: RunState, call: dict[str, Any], *,
-                 transitions: Transitions) -> tuple[dict[str, Any], list[EventSpec]]:
+def apply_update(session: SessionState, run: RunState, call: ContentBlock, *,
+                 transitions: Transitions) -> tuple[ContentBlock, list[EventSpec]]:
     """An `update_plan` call, answered by the core: its tool_result block and the events
     (plan.updated, and phase.changed, along the profile's `transitions`, when the plan
     was recorded or completed)."""

@@ -10,9 +10,8 @@ StartRun's. Permissions only tighten: the operator's tool policy is the floor
 
 from __future__ import annotations
 
-from typing import Any
-
 from loopwire.shared.contract.event_fields import SubagentLineage
+from loopwire.shared.contract.messages import Message
 from loopwire.shared.contract.protocol import FinishTool, Limits, StartRun, header_value, text_to_content
 from loopwire.shared.contract.run_state import RunConfig
 
@@ -69,7 +68,7 @@ def run_config(body: StartRun, cfg: CoreConfig, strategy: StrategyConfig | None 
     )
 
 
-def input_messages(body: StartRun) -> list[dict[str, Any]]:
+def input_messages(body: StartRun) -> list[Message]:
     """StartRun `input` as history messages (a string is one user message)."""
     if isinstance(body.input, str):
         return [{"role": "user", "content": text_to_content(body.input)}]

@@ -16,6 +16,7 @@ from typing import Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.event_fields import ErrorFields, RunEndedFields, RunStartedFields, WarningFields
+from loopwire.shared.contract.messages import Message
 from loopwire.shared.contract.protocol import RunStatus, StartRun
 from loopwire.shared.contract.run_state import RunConfig, RunState
 from loopwire.shared.contract.session_state import WaitingRun
@@ -35,7 +36,7 @@ from .transition import Decision, Transition
 from .workspace import render as render_workspace
 
 
-def begin_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]], *, run_id: str,
+def begin_run(tx: Transition, config: RunConfig, messages: list[Message], *, run_id: str,
               cfg: CoreConfig, source: str, plan: Any = None, workspace: dict[str, Any] | None = None,
               tools_known: list[str] | None = None) -> None:
     """A new run: started now, or, with tenant limits (tenant_quotas.py), waiting for a
@@ -54,7 +55,7 @@ def begin_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]],
     tx.st.status = "queued"
 
 
-def new_run(tx: Transition, inp: BaseInput, cfg: CoreConfig, *, messages: list[dict[str, Any]], source: str,
+def new_run(tx: Transition, inp: BaseInput, cfg: CoreConfig, *, messages: list[Message], source: str,
             config: RunConfig | None = None, plan: Any = None, workspace: dict[str, Any] | None = None) -> Decision:
     """The run an input begins (`config`: else the session's last settings, for a follow-up
     or a steer on an idle session), or its refusal when the tenant's day is spent."""
@@ -82,7 +83,7 @@ def end_waiting(tx: Transition, status: RunStatus, *, reason: str | None = None,
     st.steering.clear()
 
 
-def start_run(tx: Transition, config: RunConfig, messages: list[dict[str, Any]], run_id: str,
+def start_run(tx: Transition, config: RunConfig, messages: list[Message], run_id: str,
               cfg: CoreConfig, plan: Any = None, workspace: dict[str, Any] | None = None,
               source: str | None = None, tools_known: list[str] | None = None, sources: list[str] | None = None,
               ignored_fields: list[str] | None = None, unknown_tools: list[str] | None = None) -> None:

@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
-from loopwire.shared.contract.messages import text_of, tool_result_block
+from loopwire.shared.contract.messages import ContentBlock, Message, text_of, tool_result_block
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import SessionState
 
@@ -35,11 +35,11 @@ class Turn:
 
     session: SessionState
     run: RunState
-    message: dict[str, Any]
+    message: Message
     stop_reason: str | None
     text: str
     """The whole turn's assembled text (text blocks only, never thinking)."""
-    tool_calls: list[dict[str, Any]]
+    tool_calls: list[ContentBlock]
     mode: str
     """`tools` or `chat`: whether the run offers tools."""
     config: CoreConfig = field(default_factory=CoreConfig)
@@ -67,19 +67,19 @@ def first_step(turn: Turn, stages: Iterable[Stage]) -> NextStep | None:
     return None
 
 
-def user_text(content: str | list[dict[str, Any]]) -> str:
+def user_text(content: str | list[ContentBlock]) -> str:
     """The plain text of a user message's content (tool results and images left out)."""
     if isinstance(content, str):
         return content
     return text_of(content, " ").strip()
 
 
-def user_message(text: str) -> dict[str, Any]:
+def user_message(text: str) -> Message:
     """A user message of one text block: what the router adds to ask the model something."""
     return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
-def not_executed(calls: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
+def not_executed(calls: list[ContentBlock], why: str) -> list[ContentBlock]:
     """Error results for tool_use blocks that will not run: the Messages API needs an
     answer to every tool_use in the next user message."""
     return [tool_result_block(c["id"], why, is_error=True) for c in calls]

@@ -24,6 +24,7 @@ import orjson
 
 from loopwire.shared.contract.argument_schema import ArgumentValidator
 from loopwire.shared.contract.envelopes import ToolSpec
+from loopwire.shared.contract.messages import ContentBlock
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.runtime.lru import LruCache
 
@@ -153,13 +154,13 @@ class Gate:
 
     rejected: dict[str, str]
     """tool_use id -> why the call must not run."""
-    reserved: list[dict[str, Any]]
+    reserved: list[ContentBlock]
     """The calls the core answers itself (reserved tools offered now)."""
     ask: list[str]
     """The ids of the calls that wait for a human decision (empty: the batch runs)."""
 
 
-def gate(run: RunState, profile: Profile, calls: list[dict[str, Any]], *,
+def gate(run: RunState, profile: Profile, calls: list[ContentBlock], *,
          schemas: dict[str, dict[str, Any]] | None, validators: LruCache[bytes, Any] | None) -> Gate:
     """validate, then preview: the batch's verdict in one step."""
     rejected, reserved = validate(run, profile, calls, schemas=schemas, validators=validators)
@@ -169,16 +170,16 @@ def gate(run: RunState, profile: Profile, calls: list[dict[str, Any]], *,
     return Gate(rejected=rejected, reserved=reserved, ask=ask)
 
 
-def validate(run: RunState, profile: Profile, calls: list[dict[str, Any]], *,
+def validate(run: RunState, profile: Profile, calls: list[ContentBlock], *,
              schemas: dict[str, dict[str, Any]] | None, validators: LruCache[bytes, Any] | None = None
-             ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+             ) -> tuple[dict[str, str], list[ContentBlock]]:
     """The plan gate: `(rejected, reserved)`: tool_use id -> why it must not run, and the
     calls the core answers itself (reserved tools offered now)."""
     now = offer(run, profile)
     reserved_names = now.reserved
     allowed = now.tools
     rejected: dict[str, str] = {}
-    reserved: list[dict[str, Any]] = []
+    reserved: list[ContentBlock] = []
     for c in calls:
         name = c.get("name", "")
         permission = run.config.tool_permissions.get(name, "auto")

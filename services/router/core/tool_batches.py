@@ -49,6 +49,7 @@ from typing import Any
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
 from loopwire.shared.contract.event_fields import ToolCallFields, tool_result_event
+from loopwire.shared.contract.messages import ContentBlock
 from loopwire.shared.contract.run_state import RunState
 
 from . import approval, planning, strategy_loop
@@ -63,7 +64,7 @@ from .transition import Transition
 # The batch: dispatched, executed, and its results back.
 
 
-def dispatch(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, profile: Profile,
+def dispatch(tx: Transition, run: RunState, calls: list[ContentBlock], *, profile: Profile,
              schemas: dict[str, dict[str, Any]] | None, cfg: CoreConfig) -> None:
     """The strategy loop after interpret (strategy_loop.py): validate (the plan gate),
     reserved tools answered by the core, preview (an approval checkpoint when a call
@@ -91,7 +92,7 @@ def dispatch(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, prof
     execute(tx, run, calls, profile=profile, denied=verdict.rejected, cfg=cfg, ids=ids)
 
 
-def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, profile: Profile,
+def execute(tx: Transition, run: RunState, calls: list[ContentBlock], *, profile: Profile,
             denied: dict[str, str], cfg: CoreConfig, ids: keys.ToolBatchIds | None = None) -> None:
     """execute: the batch as one ExecuteTools step; calls in `denied` never reach a
     provider (the tools service answers them with the reason); calls the core answered
@@ -119,7 +120,7 @@ def execute(tx: Transition, run: RunState, calls: list[dict[str, Any]], *, profi
     tx.effects.append(PublishWork(work=env, envelope=env.model_dump(mode="json"), msg_id=ids.msg_id))
 
 
-def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]], *, profile: Profile,
+def after_batch(tx: Transition, run: RunState, blocks: list[ContentBlock], *, profile: Profile,
                 cfg: CoreConfig) -> None:
     """summarize: the batch's results go back in one user message, in the model's order,
     and the next generation is reminded of the task and the progress; or, the round at a
@@ -129,7 +130,7 @@ def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]], *, 
     run.tools.answered = []
     record_batch(run, blocks, names)
     # steering kept by state written before steering applied at once (follow_ups.py), if any
-    content: list[dict[str, Any]] = [*blocks, *drain_steering(tx.st)] if tx.st.steering else list(blocks)
+    content: list[ContentBlock] = [*blocks, *drain_steering(tx.st)] if tx.st.steering else list(blocks)
     tx.add_message({"role": "user", "content": content})
     run.limits.inner += 1
     limit = inner_limit(run, profile, cfg)
@@ -143,7 +144,7 @@ def after_batch(tx: Transition, run: RunState, blocks: list[dict[str, Any]], *, 
 # Its record in the technical summary.
 
 
-def record_batch(run: RunState, results: list[dict[str, Any]], names: dict[str, str]) -> None:
+def record_batch(run: RunState, results: list[ContentBlock], names: dict[str, str]) -> None:
     """Count a finished batch into the run's record: its calls and the tools used (what
     the progress note reads) and each result under its tool, ok or error
     (the technical summary's `executed`, finish.stopped_conclusion)."""
@@ -189,7 +190,7 @@ TASK_CHARS = 300
 """How much of the task the progress note shows."""
 
 
-def progress_note(run: RunState, results: list[dict[str, Any]], names: dict[str, str]) -> str:
+def progress_note(run: RunState, results: list[ContentBlock], names: dict[str, str]) -> str:
     """The reminder for the generation after a tool batch."""
     last = ", ".join(f"{names.get(b.get('tool_use_id', ''), '?')} ({'error' if b.get('is_error') else 'ok'})"
                      for b in results)
@@ -202,7 +203,7 @@ def progress_note(run: RunState, results: list[dict[str, Any]], names: dict[str,
             "Continue with the task. When it is done, reply with the final answer.")
 
 
-def progress_notes(run: RunState, results: list[dict[str, Any]], names: dict[str, str], *, mode: str) -> list[str]:
+def progress_notes(run: RunState, results: list[ContentBlock], names: dict[str, str], *, mode: str) -> list[str]:
     """The notes for the profile's `progress_injection` mode (`system_reminder` or `none`)."""
     if mode != "system_reminder":
         return []

@@ -23,6 +23,7 @@ from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecuteTools
 from loopwire.shared.contract.event_fields import ErrorFields
 from loopwire.shared.contract.events import EventFields, user_message_fields
+from loopwire.shared.contract.messages import Message
 from loopwire.shared.contract.run_state import RUN_PARTS, RunState
 from loopwire.shared.contract.session_state import SessionState
 
@@ -59,7 +60,7 @@ class Decision:
     state: SessionState | None
     """The next state; None when the input changes nothing (no commit)."""
     effects: list[Effect] = field(default_factory=list)
-    append: list[dict[str, Any]] = field(default_factory=list)
+    append: list[Message] = field(default_factory=list)
     """Messages this transition adds to the session's history."""
     history_len_before: int = 0
     replay: bool = False
@@ -176,7 +177,7 @@ class Transition:
         self.history_len_before = state.history_len
         self.inp = inp
         self.effects: list[Effect] = []
-        self.append: list[dict[str, Any]] = []
+        self.append: list[Message] = []
         self.sources: dict[int, str] = {}
         """The `user.message` source of an appended message, where the input's is not it
         (follow-ups taken at the outer boundary of a step's result)."""
@@ -196,13 +197,13 @@ class Transition:
     def count(self, name: str, labels: dict[str, str] | None = None, **values: float) -> None:
         self.counts.append(Count(name, labels or {}, values))
 
-    def add_message(self, message: dict[str, Any], source: str | None = None) -> None:
+    def add_message(self, message: Message, source: str | None = None) -> None:
         if source is not None:
             self.sources[len(self.append)] = source
         self.append.append(message)
         self.st.history_len += 1
 
-    def add_turn(self, message: dict[str, Any] | None, events: list[EmitEvent]) -> None:
+    def add_turn(self, message: Message | None, events: list[EmitEvent]) -> None:
         """A generation's turn in one step: its events, and its message in the history
         (None: the turn is dropped, or empty)."""
         self.effects.extend(events)
@@ -233,7 +234,7 @@ class Transition:
         return [e for e in self.st.outbox
                 if e.get("type") == "work" and e.get("envelope", {}).get("step_id") == run.pending_step]
 
-    def _model_wrote(self, message: dict[str, Any]) -> bool:
+    def _model_wrote(self, message: Message) -> bool:
         """The model's own answer has its `message` event; everything else (including an
         assistant turn the user supplied in a list `input`) is reported here."""
         return isinstance(self.inp, GenerationInput) and message.get("role") == "assistant"

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from loopwire.shared.contract.event_fields import SessionForkedFields
 from loopwire.shared.contract.events import AnyEvent
+from loopwire.shared.contract.messages import Message
 from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionForkRequest, error_reply
 from loopwire.shared.contract.run_state import RunConfig
 from loopwire.shared.contract.session_state import ForkedFrom, SessionState, is_deleted, stored_state
@@ -168,14 +169,14 @@ class ForkQuery:
                 return stored.history_len
         raise ForkRefused("session_exists", f"session {new!r} exists (it has state or events)")
 
-    async def _share_memory(self, source: str, new: str, history: list[dict[str, Any]]) -> None:
+    async def _share_memory(self, source: str, new: str, history: list[Message]) -> None:
         if not self.ctx.sessions.supports(Capability.PIPELINED_HISTORY):
             return  # in-memory stores: no memory records or blobs in Redis to share
         settings = self.ctx.settings
         await copy_compaction(self.ctx.redis, source, new, history_len=len(history), ttl_s=settings.session_ttl_s)
         await keep_blobs(self.ctx.redis, history, settings.step_result_ttl_s)
 
-    async def _create(self, new: str, state: SessionState, history: list[dict[str, Any]], *,
+    async def _create(self, new: str, state: SessionState, history: list[Message], *,
                       fields: SessionForkedFields) -> list[tuple[AnyEvent, bool]] | None:
         """State, history and `session.forked` at version 0, at once where the stores can;
         None when the session exists."""

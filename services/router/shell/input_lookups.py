@@ -16,6 +16,7 @@ import asyncio
 import logging
 from typing import Any
 
+from loopwire.shared.contract.messages import tool_uses
 from loopwire.shared.contract.protocol import RESERVED_TOOL_NAMES
 from loopwire.shared.contract.session_state import SessionState
 from loopwire.shared.runtime.service_context import ServiceContext
@@ -84,7 +85,7 @@ class InputLookups:
                     config_of = parent_state.run.config if parent_state.run else parent_state.last_config
                     inp.parent_depth = config_of.subagent_depth if config_of else 0
         elif isinstance(inp, GenerationInput) and inp.result.message:
-            names = {b.get("name") for b in inp.result.message.get("content", []) if b.get("type") == "tool_use"}
+            names = {b.get("name") for b in tool_uses(inp.result.message)}
             if names:
                 try:
                     if self._catalog is None:

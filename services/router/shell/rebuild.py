@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.contract.events import AnyEvent
+from loopwire.shared.contract.messages import Message
 from loopwire.shared.contract.run_state import RunConfig
 from loopwire.shared.contract.session_state import ForkedFrom, SessionState
 from loopwire.shared.stores.event_log import EventLogStore
@@ -47,7 +48,7 @@ log = logging.getLogger("loopwire.router.rebuild")
 
 @dataclass
 class Rebuilt:
-    history: list[dict[str, Any]]
+    history: list[Message]
     state: dict[str, Any]
     """The idle `SessionState`, dumped as the session store keeps it."""
     last_seq: int
