@@ -147,7 +147,7 @@ class Estimator:
             return 0, 1, self.image_tokens, 0
         if kind == "document":
             source = block.get("source")
-            if source is not None and source.get("type") == "text":
+            if isinstance(source, dict) and source.get("type") == "text":
                 return len(source.get("data", "")), 1, 0.0, 0
             return 0, 1, self.document_tokens, 0
         if kind == "thinking":
