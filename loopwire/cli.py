@@ -64,7 +64,7 @@ def up(
         help="Processes to run, each with all five services (default: LOOPWIRE_WORKERS, 1); "
              "worker i serves /metrics on LOOPWIRE_METRICS_PORT + i.", show_default=False)] = None,
     # Set by the parent of `--workers N` on the processes it starts (loopwire/workers.py).
-    worker_index: Annotated[int, typer.Option(hidden=True)] = 0,
+    *, worker_index: Annotated[int, typer.Option(hidden=True)] = 0,
     parent_pid: Annotated[int, typer.Option(hidden=True)] = 0,
 ) -> None:
     """Run all five services in this process (and in N-1 more with --workers N)."""

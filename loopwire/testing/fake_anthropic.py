@@ -212,7 +212,7 @@ class FakeAnthropic(ScriptedServer[Failure]):
 
     # -- steering ---------------------------------------------------------------------------
     def fail_next(self, status: int = 529, n: int | None = 1, model: str | None = None,
-                  message: str | None = None, error_type: str | None = None,
+                  *, message: str | None = None, error_type: str | None = None,
                   retry_after: float | None = None, mid_stream: bool = False) -> None:
         """Fail the next `n` message requests (for `model`, or any); `n=None`: all of them."""
         self._inject(Failure(status, n, model, message, error_type, retry_after, mid_stream))
@@ -366,8 +366,8 @@ def load_script(server: FakeAnthropic, path: str) -> None:
     for model, responses in (data.get("scripts") or {}).items():
         server.script(model, responses)
     for f in data.get("failures") or []:
-        server.fail_next(int(f.get("status", 529)), f.get("n", 1), f.get("model"), f.get("message"),
-                         f.get("type"), f.get("retry_after"), bool(f.get("mid_stream", False)))
+        server.fail_next(int(f.get("status", 529)), f.get("n", 1), f.get("model"), message=f.get("message"),
+                         error_type=f.get("type"), retry_after=f.get("retry_after"), mid_stream=bool(f.get("mid_stream", False)))
 
 
 def main(argv: list[str] | None = None) -> None:

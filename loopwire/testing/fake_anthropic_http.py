@@ -101,8 +101,8 @@ class MessagesApiHandler(BaseHTTPRequestHandler):
             fake.script(body.get("model") or "*", list(body.get("responses") or []))
         elif path == "/_fake/fail_next":
             fake.fail_next(int(body.get("status", 529)), body.get("n", 1), body.get("model"),
-                           body.get("message"), body.get("type"), body.get("retry_after"),
-                           bool(body.get("mid_stream", False)))
+                           message=body.get("message"), error_type=body.get("type"), retry_after=body.get("retry_after"),
+                           mid_stream=bool(body.get("mid_stream", False)))
         elif path == "/_fake/enforce":
             fake.enforce(body.get("model") or "*", rpm=body.get("rpm"), max_in_flight=body.get("max_in_flight"),
                          window_s=float(body.get("window_s", 60.0)), retry_after=float(body.get("retry_after", 1.0)))

@@ -172,7 +172,7 @@ class FakeOpenAI(ScriptedServer[Failure]):
 
     # -- steering ---------------------------------------------------------------------------
     def fail_next(self, status: int = 500, n: int | None = 1, model: str | None = None,
-                  message: str | None = None) -> None:
+                  *, message: str | None = None) -> None:
         """Fail the next `n` model requests (for `model`, or any); `n=None`: all of them."""
         self._inject(Failure(status, n, model, message))
 
@@ -255,7 +255,7 @@ def load_script(server: FakeOpenAI, path: str) -> None:
     for model, responses in (data.get("scripts") or {}).items():
         server.script(model, responses)
     for f in data.get("failures") or []:
-        server.fail_next(int(f.get("status", 500)), f.get("n", 1), f.get("model"), f.get("message"))
+        server.fail_next(int(f.get("status", 500)), f.get("n", 1), f.get("model"), message=f.get("message"))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -84,7 +84,7 @@ class OpenAIApiHandler(BaseHTTPRequestHandler):
         if path == "/_fake/script":
             fake.script(body.get("model") or "*", list(body.get("responses") or []))
         elif path == "/_fake/fail_next":
-            fake.fail_next(int(body.get("status", 500)), body.get("n", 1), body.get("model"), body.get("message"))
+            fake.fail_next(int(body.get("status", 500)), body.get("n", 1), body.get("model"), message=body.get("message"))
         elif path == "/_fake/reset":
             fake.reset()
         else:
@@ -110,7 +110,7 @@ class OpenAIApiHandler(BaseHTTPRequestHandler):
         if error:
             status = int(error.get("status", 500))
             self._send_json(status, error_body(status, error.get("message"), error.get("type"),
-                                                          error.get("code")))
+                                                          code=error.get("code")))
             return
         answer = fake.answer(body, spec)
         if not body.get("stream"):

@@ -129,6 +129,6 @@ def chat_chunks(answer: Answer, include_usage: bool) -> Iterator[dict[str, Any]]
         yield dict(head, choices=[], usage=chat_usage(answer.usage))
 
 def error_body(status: int, message: str | None = None, error_type: str | None = None,
-               code: str | None = None) -> dict[str, Any]:
+               *, code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message or f"error {status}", "type": error_type or ERROR_TYPES.get(
         status, "server_error"), "param": None, "code": code}}

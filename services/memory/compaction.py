@@ -140,7 +140,7 @@ def summary_block(summary: str, covered: int) -> ContentBlock:
         f"condensed to fit the context window:\n{summary.strip()}\n</conversation-summary>")}
 
 
-def assemble(head: Message | None, summary: str | None, covers: int, tail: list[Message],
+def assemble(head: Message | None, summary: str | None, covers: int, *, tail: list[Message],
              dropped: int = 0, memo: HistoryMemo | None = None) -> list[Message]:
     """The request's messages: the first request (with the summary of [1, covers) and a
     note about dropped messages in the same user message), then the verbatim tail.

@@ -152,7 +152,7 @@ class ContextGuard:
 
     async def fit(self, ctx: Context, cfg: GuardConfig, step_id: str) -> GuardOutcome:
         record = ctx.record
-        messages = assemble(ctx.head, record.summary if record else None, ctx.start, ctx.rest, memo=ctx.memo)
+        messages = assemble(ctx.head, record.summary if record else None, ctx.start, tail=ctx.rest, memo=ctx.memo)
         measured, refs = await self._measure(ctx, messages, cfg)
         if not cfg.reduce and measured.tokens < cfg.threshold:
             return self._done(GuardOutcome(messages, measured.tokens, measured.exact, no_refs=refs == 0), cfg)
@@ -184,16 +184,16 @@ class ContextGuard:
             usage = exc.usage
             method = "drop"
             summary_text = record.summary if record else None
-            compacted = assemble(ctx.head, summary_text, ctx.start, tail, dropped=j)
+            compacted = assemble(ctx.head, summary_text, ctx.start, tail=tail, dropped=j)
         else:
             method = "summary"
             summary_text = summary
-            compacted = assemble(ctx.head, summary, covers, tail)
+            compacted = assemble(ctx.head, summary, covers, tail=tail)
             last = span[-1] if span else None
             new_record = CompactionRecord(covers=covers, summary=summary, step_id=step_id, usage=usage,
                                             fingerprint=fingerprint(ctx.head, last, covers),
                                             tokens_before=measured.tokens)
-        after = await self.counter.count(ctx.model, ctx.system, compacted, ctx.tools)
+        after = await self.counter.count(ctx.model, ctx.system, compacted, tools=ctx.tools)
         limit = cfg.target if cfg.reduce else cfg.threshold
         dropped = 0
         if after.tokens >= limit:
@@ -216,7 +216,7 @@ class ContextGuard:
         calibrated = self.counter.estimator.samples >= CALIBRATION_SAMPLES
         if estimate < near and calibrated and not cfg.reduce:
             return Count(estimate, exact=False), tally.refs
-        return await self.counter.count(ctx.model, ctx.system, messages, ctx.tools, tally=tally), tally.refs
+        return await self.counter.count(ctx.model, ctx.system, messages, tools=ctx.tools, tally=tally), tally.refs
 
     def _text_cost(self, text: str, scale: float) -> int:
         return math.ceil(self.counter.estimator.text_tokens(text) * scale)
@@ -254,11 +254,11 @@ class ContextGuard:
             j = candidates[0]
             tail = tail[j:]
             dropped += j
-            messages = assemble(ctx.head, summary, covers, tail, dropped=already + dropped)
+            messages = assemble(ctx.head, summary, covers, tail=tail, dropped=already + dropped)
             if self.counter.estimate(ctx.system, messages, ctx.tools) < limit:
                 break
-        messages = assemble(ctx.head, summary, covers, tail, dropped=already + dropped)
-        return messages, await self.counter.count(ctx.model, ctx.system, messages, ctx.tools), dropped
+        messages = assemble(ctx.head, summary, covers, tail=tail, dropped=already + dropped)
+        return messages, await self.counter.count(ctx.model, ctx.system, messages, tools=ctx.tools), dropped
 
     @staticmethod
     def _done(outcome: GuardOutcome, cfg: GuardConfig) -> GuardOutcome:

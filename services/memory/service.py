@@ -113,7 +113,7 @@ class MemoryService:
         # The tokens memory spent since the last generation (observations, reflections)
         # are claimed for this step in the same round trip as the reads.
         snap = await self.store.snapshot(env.session_id, env.actor, s.memory_observations_in_context,
-                                         s.memory_reflections_in_context, ranges, claim_for=env.step_id,
+                                         reflections=s.memory_reflections_in_context, history=ranges, claim_for=env.step_id,
                                          history_reader=self.ctx.sessions.pipelined_history(env.session_id) if ranges else None,
                                          decode=self.history.decode)
         context = await self._context(env, snap, ranges)
@@ -128,7 +128,7 @@ class MemoryService:
         if env.executor is not None:
             # An external agent keeps and compacts its own context (the llm service asks it
             # to): the history goes as it is, unmeasured.
-            outcome = GuardOutcome(compaction.assemble(context.head, None, context.start, context.rest,
+            outcome = GuardOutcome(compaction.assemble(context.head, None, context.start, tail=context.rest,
                                                        memo=self.history), 0, False)
         else:
             guard = ContextGuard(self.counter, self._summarizer.for_step(env))

@@ -142,7 +142,7 @@ class ObservationState:
 
 class MemoryStore:
     def __init__(self, redis: aioredis.Redis, ttl_s: int = 0, claim_ttl_s: int = 7 * 24 * 3600,
-                 channel: ScriptChannel | None = None) -> None:
+                 *, channel: ScriptChannel | None = None) -> None:
         self._r = redis
         self._ttl = ttl_s
         self._claim_ttl = claim_ttl_s
@@ -158,7 +158,7 @@ class MemoryStore:
         return self._channel.batch() if self._channel is not None else self._r.pipeline(transaction=False)
 
     # -- reading --------------------------------------------------------------------------------
-    async def snapshot(self, sid: str, actor: str | None, observations: int, reflections: int,
+    async def snapshot(self, sid: str, actor: str | None, observations: int, *, reflections: int,
                        history: list[tuple[int, int]] | None = None, claim_for: str | None = None,
                        history_reader: PipelinedHistory | None = None,
                        decode: Callable[[list[bytes]], list[Message]] = PipelinedHistory.messages) -> Snapshot:

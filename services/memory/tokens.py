@@ -147,7 +147,7 @@ class Estimator:
             return 0, 1, self.image_tokens, 0
         if kind == "document":
             source = block.get("source")
-            if source is not None and source.get("type") == "text":
+            if isinstance(source, dict) and source.get("type") == "text":
                 return len(source.get("data", "")), 1, 0.0, 0
             return 0, 1, self.document_tokens, 0
         if kind == "thinking":
@@ -196,7 +196,7 @@ class Estimator:
         tally.refs += refs
 
     def tally(self, system: str | None, messages: list[Message], tools: list[ToolSpec],
-              known: KnownTerms | None = None) -> Tally:
+              *, known: KnownTerms | None = None) -> Tally:
         """`known`: the terms of some of `messages` worked out before (the same as their
         blocks' would add up to)."""
         total = Tally()
@@ -311,7 +311,7 @@ class TokenCounter:
     redis.asyncio client for the shared cache."""
 
     def __init__(self, exact: ExactCount | None = None, estimator: Estimator | None = None, redis: Any = None,
-                 cache_size: int = 4096, cache_ttl_s: int = 0) -> None:
+                 *, cache_size: int = 4096, cache_ttl_s: int = 0) -> None:
         self.exact = exact
         self.estimator = estimator or Estimator()
         self.redis = redis
@@ -329,7 +329,7 @@ class TokenCounter:
         return self.estimator.estimate(system, messages, tools)
 
     async def count(self, model: str, system: str | None, messages: list[Message],
-                    tools: list[ToolSpec], *, tally: Tally | None = None) -> Count:
+                    *, tools: list[ToolSpec], tally: Tally | None = None) -> Count:
         """The exact count where the endpoint answers, else the estimate (`tally`: the
         estimator's tally of these very messages, which the caller already made: neither
         it nor the search for references is made again)."""
@@ -337,7 +337,7 @@ class TokenCounter:
             # Content by reference (shared/stores/blobs.py) reaches the model whole, but the API
             # would reject the reference: count the rest exactly, estimate what it hides.
             visible, hidden_chars = strip_refs(messages)
-            counted = await self.count(model, system, visible, tools)
+            counted = await self.count(model, system, visible, tools=tools)
             hidden = math.ceil(self.estimator.tokens(Tally(chars=hidden_chars)))
             return Count(counted.tokens + hidden, exact=False)
         if not self.reachable:

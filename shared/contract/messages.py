@@ -72,7 +72,8 @@ class ContentBlock(TypedDict, total=False):
     - `tool_result`: `tool_use_id`, `content` (a string or blocks), `is_error`
     - `thinking`: `thinking`, `signature`; `redacted_thinking`: `data`
     - `image`, `document`: `source`, and a document's `title`, `context`, `citations`
-      (whether the model may cite it)
+      (whether the model may cite it); `search_result`: `source` (its URL, a string),
+      `title`, `content`, `citations`
     - any: `cache_control`; a stand-in for content in the blob store: `loopwire_ref`
 
     Other keys, and blocks of other types, are kept as they are.
@@ -90,7 +91,7 @@ class ContentBlock(TypedDict, total=False):
     thinking: str
     signature: str
     data: str
-    source: BlockSource
+    source: BlockSource | str
     title: str
     context: str
     cache_control: CacheControl

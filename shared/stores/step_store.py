@@ -231,7 +231,7 @@ class RedisStepStore(Declares):
     keys.step_claim (TTL: the claim's) with their fencing counter keys.step_fence."""
 
     def __init__(self, redis: aioredis.Redis, ttl_s: int, replication: Replication | None = None,
-                 patience_s: float = 0.0) -> None:
+                 *, patience_s: float = 0.0) -> None:
         """`replication`: records wait for the master's replicas (replication.py).
         `patience_s`: how long a record is retried through an outage (a failover, a
         restart) before it fails: the call it records was made, and a record that fails
@@ -317,7 +317,7 @@ async def renewed(store: StepStore, claim_key: str, token: str, *, ttl_s: float)
     TTL). A worker that stops (SIGSTOP, a long GC pause) stops renewing, and its claim
     expires after one TTL, like its message's AckWait. The renewal is told to stop, never
     cancelled: a Redis command cancelled half-way is not worth the risk to the connection."""
-    renewal = _Renewal(store, claim_key, token, ttl_s)
+    renewal = _Renewal(store, claim_key, token, ttl_s=ttl_s)
     try:
         yield
     finally:
@@ -329,7 +329,7 @@ class _Renewal:
     renewal runs. Most calls end before their first third (a model's answer, a tool's
     result), so a call costs one timer set and cancelled, not a task woken at its end."""
 
-    def __init__(self, store: StepStore, claim_key: str, token: str, ttl_s: float) -> None:
+    def __init__(self, store: StepStore, claim_key: str, token: str, *, ttl_s: float) -> None:
         self.store, self.claim_key, self.token, self.ttl_s = store, claim_key, token, ttl_s
         self._loop = asyncio.get_running_loop()
         self._stopped = False

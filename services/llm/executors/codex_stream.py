@@ -119,13 +119,13 @@ class CodexStream:
                                  stop_reason="tool_use" if has_calls else "end_turn")]
 
     def _call(self, tool_use_id: str, name: str, tool_input: dict[str, Any],
-              loopwire_tool: str | None = None) -> list[ExecutorEvent]:
+              *, loopwire_tool: str | None = None) -> list[ExecutorEvent]:
         events = self._maybe_next_turn()
         self._open_calls.add(tool_use_id)
         self._content.append({"type": "tool_use", "id": tool_use_id, "name": name, "input": tool_input})
         return [*events, ToolCall(tool_use_id=tool_use_id, name=name, input=tool_input, loopwire_tool=loopwire_tool)]
 
-    def _result(self, tool_use_id: str, name: str, content: str | list[ContentBlock], is_error: bool,
+    def _result(self, tool_use_id: str, name: str, content: str | list[ContentBlock], *, is_error: bool,
                 loopwire_tool: str | None = None) -> list[ExecutorEvent]:
         self._open_calls.discard(tool_use_id)
         self._results_seen = True
@@ -188,34 +188,34 @@ class CodexStream:
             events = self._call(item_id, SHELL_TOOL, {"command": str(item.get("command") or "")}) if begins else []
             if done:
                 failed = item.get("status") in ("failed", "declined") or item.get("exit_code") not in (0, None)
-                events += self._result(item_id, SHELL_TOOL, str(item.get("aggregated_output") or ""), failed)
+                events += self._result(item_id, SHELL_TOOL, str(item.get("aggregated_output") or ""), is_error=failed)
             return events
         if kind == "mcp_tool_call":
             server, tool = str(item.get("server") or ""), str(item.get("tool") or "")
             mine = tool if self.mcp_server is not None and server == self.mcp_server else None
             name = tool if mine else f"mcp__{server}__{tool}"
             arguments = item.get("arguments")
-            events = self._call(item_id, name, arguments if isinstance(arguments, dict) else {}, mine) if begins else []
+            events = self._call(item_id, name, arguments if isinstance(arguments, dict) else {}, loopwire_tool=mine) if begins else []
             if done:
                 error = item.get("error") if isinstance(item.get("error"), dict) else None
                 content = str(error.get("message")) if error else _mcp_text(item.get("result"))
-                events += self._result(item_id, name, content, error is not None or item.get("status") == "failed",
-                                       mine)
+                events += self._result(item_id, name, content, is_error=error is not None or item.get("status") == "failed",
+                                       loopwire_tool=mine)
             return events
         if kind == "file_change" and done:
             changes = [c for c in item.get("changes") or [] if isinstance(c, dict)]
             events = self._call(item_id, PATCH_TOOL, {"changes": changes})
             summary = "\n".join(f"{c.get('kind')} {c.get('path')}" for c in changes)
-            return events + self._result(item_id, PATCH_TOOL, summary, item.get("status") == "failed")
+            return events + self._result(item_id, PATCH_TOOL, summary, is_error=item.get("status") == "failed")
         if kind == "web_search" and done:
             events = self._call(item_id, SEARCH_TOOL, {"query": str(item.get("query") or "")})
-            return events + self._result(item_id, SEARCH_TOOL, "", False)
+            return events + self._result(item_id, SEARCH_TOOL, "", is_error=False)
         if kind == "collab_tool_call":
             name = str(item.get("tool") or "collab")
             events = self._call(item_id, name, {"prompt": item.get("prompt")}) if begins else []
             if done:
                 events += self._result(item_id, name, str(item.get("agents_states") or ""),
-                                       item.get("status") == "failed")
+                                       is_error=item.get("status") == "failed")
             return events
         if kind == "todo_list":
             entries = [{"content": str(t.get("text", "")), "status": "completed" if t.get("completed") else "pending"}

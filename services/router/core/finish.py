@@ -227,7 +227,7 @@ def describe(run: RunState) -> str:
     return f"Executed {total} tool call(s) over {run.turn} turn(s): {'; '.join(parts)}."
 
 
-def stopped_conclusion(run: RunState, status: str, text: str, reason: str | None = None) -> dict[str, Any] | None:
+def stopped_conclusion(run: RunState, status: str, text: str, *, reason: str | None = None) -> dict[str, Any] | None:
     """The conclusion of a run that ends with `status` and no conclusion of the model's
     own: the technical summary when the router stopped it, or when its strategy asked for
     a conclusion and it completed in text; else None. The summary opens with why the run

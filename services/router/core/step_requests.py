@@ -87,7 +87,7 @@ def generation_models(run: RunState, profile: Profile) -> list[str]:
 # The next step's work request.
 
 
-def request_generation(tx: Transition, run: RunState, profile: Profile, notes: list[str] | None = None) -> None:
+def request_generation(tx: Transition, run: RunState, profile: Profile, *, notes: list[str] | None = None) -> None:
     """Ask memory for the next generation. When a budget is exhausted, this generation is
     the converging one: no tools, a note asking for the best answer now."""
     notes = list(notes or [])

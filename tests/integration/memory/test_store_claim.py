@@ -16,11 +16,11 @@ async def test_snapshot_claims_the_usage_once_per_step_even_after_a_script_flush
     await store.add_usage(sid, Usage(input_tokens=30, output_tokens=7))
     await redis_client.script_flush()  # as after a Redis restart: EVALSHA answers NOSCRIPT
 
-    snap = await store.snapshot(sid, None, 0, 0, claim_for="run:g1")
+    snap = await store.snapshot(sid, None, 0, reflections=0, claim_for="run:g1")
     assert snap.claimed == Usage(input_tokens=30, output_tokens=7)
 
     # The same step again (a redelivery) gets the same answer; the next step gets nothing new.
-    again = await store.snapshot(sid, None, 0, 0, claim_for="run:g1")
+    again = await store.snapshot(sid, None, 0, reflections=0, claim_for="run:g1")
     assert again.claimed == Usage(input_tokens=30, output_tokens=7)
-    assert (await store.snapshot(sid, None, 0, 0, claim_for="run:g2")).claimed is None
-    assert (await store.snapshot(sid, None, 0, 0)).claimed is None
+    assert (await store.snapshot(sid, None, 0, reflections=0, claim_for="run:g2")).claimed is None
+    assert (await store.snapshot(sid, None, 0, reflections=0)).claimed is None

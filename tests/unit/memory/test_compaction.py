@@ -57,7 +57,7 @@ def test_the_compacted_request_keeps_the_first_request_and_the_tail_verbatim() -
     history = conversation(turns=6)
     covers = 7  # history[7] is an assistant message
     assert history[covers]["role"] == "assistant"
-    messages = c.assemble(history[0], "the user gave the code ALPHA-7", covers, history[covers:])
+    messages = c.assemble(history[0], "the user gave the code ALPHA-7", covers, tail=history[covers:])
     assert_valid_request(messages)
     first = messages[0]["content"]
     assert first[0] == history[0]["content"][0], "the first request is intact"
@@ -68,7 +68,7 @@ def test_the_compacted_request_keeps_the_first_request_and_the_tail_verbatim() -
 
 def test_the_drop_note_says_what_was_left_out() -> None:
     history = conversation(turns=4)
-    messages = c.assemble(history[0], None, 1, history[5:], dropped=4)
+    messages = c.assemble(history[0], None, 1, tail=history[5:], dropped=4)
     assert_valid_request(messages)
     assert "4 earlier messages were left out" in messages[0]["content"][-1]["text"]
 
@@ -78,7 +78,7 @@ def test_every_candidate_cut_of_a_random_tool_run_is_a_valid_request(seed: int) 
     history = agentic(steps=25, seed=seed)
     rest = history[1:]
     for j in c.boundary_candidates(rest, keep_turns=1):
-        assert_valid_request(c.assemble(history[0], "summary", 1 + j, rest[j:]))
+        assert_valid_request(c.assemble(history[0], "summary", 1 + j, tail=rest[j:]))
 
 
 def test_the_summariser_reads_plain_text_with_big_blocks_cut() -> None:

@@ -44,11 +44,11 @@ def test_what_the_memo_gives_is_what_a_fresh_decode_gives(history: list[dict[str
         assert decoded == PipelinedHistory.messages(reply)
         fresh = normalise_messages(PipelinedHistory.messages(reply))
         assert normalise_messages(decoded, memo) == fresh
-        messages = assemble(decoded[0], None, 1, decoded[1:], memo=memo)
-        assert messages == assemble(history[0], None, 1, history[1:upto])
+        messages = assemble(decoded[0], None, 1, tail=decoded[1:], memo=memo)
+        assert messages == assemble(history[0], None, 1, tail=history[1:upto])
         assert estimator.tally("sys", messages, [], known=memo.terms) == estimator.tally("sys", messages, [])
-        with_summary = assemble(decoded[0], "a summary", 3, decoded[1:], dropped=2, memo=memo)
-        assert with_summary == assemble(history[0], "a summary", 3, history[1:upto], dropped=2)
+        with_summary = assemble(decoded[0], "a summary", 3, tail=decoded[1:], dropped=2, memo=memo)
+        assert with_summary == assemble(history[0], "a summary", 3, tail=history[1:upto], dropped=2)
     assert len(memo) == len(set(stored(history)))
 
 

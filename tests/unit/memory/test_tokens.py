@@ -112,7 +112,7 @@ async def test_the_memory_counter_asks_unless_told_to_estimate() -> None:
         return TokenCount(input_tokens=42)
 
     counter = build_token_counter(Settings(), exact)
-    assert (await counter.count("m", "sys", conversation(1), [ADD])) == Count(42, exact=True)
+    assert (await counter.count("m", "sys", conversation(1), tools=[ADD])) == Count(42, exact=True)
     assert asked[0].model == "m" and asked[0].system == "sys" and asked[0].tools == [ADD]
     assert build_token_counter(Settings(memory_token_counting="estimate"), exact).exact is None
 
@@ -132,7 +132,7 @@ async def test_an_answer_without_a_count_falls_back_to_the_estimate(answer: Toke
 
     counter = TokenCounter(exact=exact)
     messages = conversation(2)
-    got = await counter.count("m", None, messages, [])
+    got = await counter.count("m", None, messages, tools=[])
     assert got == Count(counter.estimate(None, messages, []), exact=False)
     assert counter.reachable is not paused
 
@@ -158,7 +158,7 @@ async def test_the_tally_finds_the_references_the_exact_count_looks_for(messages
     assert (tally.refs > 0) == messages_have_refs(messages)
 
     offline = TokenCounter(exact=None)
-    assert await offline.count("m", None, messages, [], tally=tally) == await offline.count("m", None, messages, [])
+    assert await offline.count("m", None, messages, tools=[], tally=tally) == await offline.count("m", None, messages, tools=[])
 
     asked: list[int] = []
 
@@ -167,9 +167,9 @@ async def test_the_tally_finds_the_references_the_exact_count_looks_for(messages
         return TokenCount(input_tokens=1234)
 
     online = TokenCounter(exact=exact)
-    with_tally = await online.count("m", None, messages, [], tally=tally)
+    with_tally = await online.count("m", None, messages, tools=[], tally=tally)
     online_again = TokenCounter(exact=exact)
-    assert with_tally == await online_again.count("m", None, messages, [])
+    assert with_tally == await online_again.count("m", None, messages, tools=[])
     assert asked[0] == asked[1]  # the same messages reached the endpoint
 
 
