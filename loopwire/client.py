@@ -21,22 +21,23 @@ from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from loopwire.settings import Settings
+from loopwire.shared.contract.events import AnyEvent, RunEndedEvent
 from loopwire.shared.contract.subjects import EVENTS_STREAM, Subjects, stream_name
 from loopwire.shared.runtime.credentials import nats_connect_options, split_servers
 
-EventCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
+EventCallback = Callable[[AnyEvent], Awaitable[None] | None]
 
 
 class RunFailedToStart(RuntimeError):
     """The router answered the start with an `error` event (bad input, busy session)."""
 
-    def __init__(self, event: dict[str, Any]) -> None:
+    def __init__(self, event: AnyEvent) -> None:
         super().__init__(f"{event.get('code')}: {event.get('message')}")
         self.event = event
 
 
-async def events_of_the_run(events: AsyncIterable[dict[str, Any]],
-                            on_event: EventCallback | None = None) -> AsyncIterator[dict[str, Any]]:
+async def events_of_the_run(events: AsyncIterable[AnyEvent],
+                            on_event: EventCallback | None = None) -> AsyncIterator[AnyEvent]:
     """The events of the run that the next `run.started` begins, each given to `on_event`
     first; the other runs' are skipped. RunFailedToStart when an `error` of no run comes
     before it (the start was refused)."""
@@ -169,9 +170,9 @@ class LoopwireClient:
                                       orjson.dumps({"session_id": self.scoped(sid)}), timeout=timeout)
         return orjson.loads(reply.data)
 
-    async def transcript(self, sid: str, after_seq: int = 0) -> list[dict[str, Any]]:
+    async def transcript(self, sid: str, after_seq: int = 0) -> list[AnyEvent]:
         """Every stored event of the session after `after_seq`, page by page (`transcript.get`)."""
-        events: list[dict[str, Any]] = []
+        events: list[AnyEvent] = []
         while True:
             page = await self.transcript_get(sid, after_seq=after_seq, limit=1000)
             if "error" in page:
@@ -218,7 +219,7 @@ class LoopwireClient:
             self._events_stream = stream_name(self.subjects.prefix, EVENTS_STREAM)
 
     async def run(self, sid: str, start: dict[str, Any], on_event: EventCallback | None = None,
-                  timeout: float = 300.0) -> dict[str, Any]:
+                  timeout: float = 300.0) -> RunEndedEvent:
         """Start a run and follow its events (`follow`: each once) until its `run.ended`,
         which is returned."""
         async with await self.follow(sid, new_only=True) as events:
@@ -249,8 +250,8 @@ class SessionFollower:
         self.skipped = 0
         """Events dropped as already seen (a recovery's re-publish beyond the dedup window)."""
         self.sub: Any = None
-        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._held: dict[int, dict[str, Any]] = {}
+        self._queue: asyncio.Queue[AnyEvent] = asyncio.Queue()
+        self._held: dict[int, AnyEvent] = {}
         self._held_since = 0.0
         self._first_any = first_any
 
@@ -272,7 +273,7 @@ class SessionFollower:
     def __aiter__(self) -> SessionFollower:
         return self
 
-    async def __anext__(self) -> dict[str, Any]:
+    async def __anext__(self) -> AnyEvent:
         loop = asyncio.get_running_loop()
         while True:
             if self._held and min(self._held) == self.last_seq + 1:
@@ -301,7 +302,7 @@ class SessionFollower:
                 self._held_since = loop.time()
             self._held[seq] = event
 
-    def _hand_out(self, seq: int) -> dict[str, Any]:
+    def _hand_out(self, seq: int) -> AnyEvent:
         event = self._held.pop(seq)
         self.last_seq = seq
         self._held_since = asyncio.get_running_loop().time()  # a further gap waits its own hold

@@ -12,6 +12,7 @@ import orjson
 from rich.console import Console
 from rich.text import Text
 
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.messages import message_text
 
 
@@ -36,75 +37,74 @@ class EventRenderer:
             self.console.print()
             self._in_text = False
 
-    def __call__(self, event: dict[str, Any]) -> None:
-        kind = event["kind"]
+    def __call__(self, event: AnyEvent) -> None:
         c = self.console
         if self.show_json:
             sys.stdout.write(orjson.dumps(event).decode() + "\n")
             sys.stdout.flush()
             return
-        if kind == "text.delta":
+        if event["kind"] == "text.delta":
             if not self._in_text:
                 c.print(Text("assistant ▸ ", style="bold cyan"), end="")
                 self._in_text = True
             c.print(event["text"], end="", markup=False, highlight=False)
             return
         self._end_text()
-        if self.replay and kind == "message":
+        if self.replay and event["kind"] == "message":
             text = message_text(event.get("message"))
             if text:
                 c.print(Text.assemble(("assistant ▸ ", "bold cyan"), text))
-        elif self.replay and kind == "user.message":
+        elif self.replay and event["kind"] == "user.message":
             text = message_text(event.get("message"))
             if text:
                 c.print(Text.assemble((f"{event.get('source', 'user')} ▸ ", "bold"), text))
-        elif kind == "run.queued":
+        elif event["kind"] == "run.queued":
             c.print(f"[dim]run {event['run_id']} queued: place {event['position']} in its tenant's queue[/dim]")
-        elif kind == "run.started":
+        elif event["kind"] == "run.started":
             c.print(f"[dim]run {event['run_id']} started (profile {event['profile']})[/dim]")
-        elif kind == "tool.call":
+        elif event["kind"] == "tool.call":
             c.print(Text.assemble(("tool ▸ ", "bold yellow"), (event["name"], "yellow"),
                                   " ", json.dumps(event.get("input", {}))))
-        elif kind == "tool.result":
+        elif event["kind"] == "tool.result":
             style = "red" if event.get("is_error") else "green"
             content = event.get("content")
             shown = content if isinstance(content, str) else json.dumps(content)
             if len(shown) > 400:
                 shown = shown[:400] + f"… ({len(shown)} chars)"
             c.print(Text.assemble(("result ◂ ", f"bold {style}"), (shown, style)))
-        elif kind == "retracted":
+        elif event["kind"] == "retracted":
             c.print(f"[magenta]↺ turn {event.get('turn')} retracted: {event.get('reason')}[/magenta]")
-        elif kind == "model.fallback":
+        elif event["kind"] == "model.fallback":
             c.print(f"[magenta]⇄ {event['from_model']} → {event['to_model']} ({event['reason']})[/magenta]")
-        elif kind == "loop.detected":
+        elif event["kind"] == "loop.detected":
             c.print(f"[magenta]⟳ loop detected: {event['detection']} → {event['escalation']}[/magenta]")
-        elif kind == "steering":
+        elif event["kind"] == "steering":
             why = f" ({event['reason']})" if event.get("reason") else ""
             c.print(f"[magenta]↪ steering: {event.get('source')}{why}[/magenta]", highlight=False)
-        elif kind == "compaction":
+        elif event["kind"] == "compaction":
             c.print(f"[dim]context compacted {event['tokens_before']} → {event['tokens_after']} tokens[/dim]")
-        elif kind == "approval.requested":
+        elif event["kind"] == "approval.requested":
             c.print(f"[bold yellow]approval requested[/bold yellow] checkpoint {event['checkpoint_id']}")
             for call in event.get("tool_calls") or []:
                 c.print(Text.assemble("  wants to call ", (str(call.get("name")), "yellow"), " ",
                                       json.dumps(call.get("input", {}))))
             if event.get("proposal") is not None:
                 c.print(Text.assemble("  proposes: ", str(event["proposal"])))
-        elif kind == "approval.decided":
+        elif event["kind"] == "approval.decided":
             c.print(f"[yellow]decision[/yellow] {event.get('decision')} checkpoint {event.get('checkpoint_id')}",
                     highlight=False)
-        elif kind == "session.forked":
+        elif event["kind"] == "session.forked":
             c.print(f"[dim]forked from {event.get('from_session_id')} at seq {event.get('from_seq')}"
                     f" ({event.get('messages', 0)} messages)[/dim]", highlight=False)
-        elif kind == "warning":
+        elif event["kind"] == "warning":
             c.print(f"[yellow]warning[/yellow] {event.get('code')}: {event.get('message')}", highlight=False)
-        elif kind == "budget.warning":
+        elif event["kind"] == "budget.warning":
             c.print(f"[yellow]budget[/yellow] {event.get('limit')} at {float(event.get('pct', 0)):.0%}")
-        elif kind == "phase.changed":
+        elif event["kind"] == "phase.changed":
             c.print(f"[dim]phase {event['from']} → {event['to']}[/dim]")
-        elif kind == "error":
+        elif event["kind"] == "error":
             c.print(f"[bold red]error[/bold red] {event['code']}: {event['message']}")
-        elif kind == "run.ended":
+        elif event["kind"] == "run.ended":
             usage = event.get("usage") or {}
             style = "green" if event["status"] == "completed" else "yellow"
             c.print(f"[bold {style}]■ {event['status']}[/bold {style}] after {event['turns']} turn(s), "

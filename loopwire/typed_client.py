@@ -14,7 +14,9 @@
                 break
 
 Events are the models of `loopwire.shared.contract.events` (RunStarted, TextDelta, ToolCallEvent,
-ApprovalRequested, RunEnded, ...; an unknown kind comes as the base `Event`). Input goes
+ApprovalRequested, RunEnded, ...; an unknown kind comes as the base `Event`), which pydantic
+builds from the event TypedDicts: their fields are attributes at run time, not to a type
+checker (the dict-level client's events are the TypedDicts themselves). Input goes
 through the durable ingress (JetStream acknowledges each publish); the queries are core
 request/reply. It is built on `LoopwireClient` (loopwire/client.py), whose dict-level
 methods stay available as `client.raw`.
@@ -31,7 +33,7 @@ import orjson
 
 from loopwire.client import LoopwireClient
 from loopwire.settings import Settings
-from loopwire.shared.contract.events import ApprovalRequested, Event, RunEnded, validate_event
+from loopwire.shared.contract.events import AnyEvent, ApprovalRequested, Event, RunEnded, validate_event
 
 TypedCallback = Callable[[Event], Awaitable[None] | None]
 Approver = Callable[[ApprovalRequested], Awaitable[bool] | bool]
@@ -123,7 +125,7 @@ class Client:
         is refused (an `error` without a run)."""
         sid = session_id or f"py-{uuid.uuid4().hex[:12]}"
 
-        async def typed(body: dict[str, Any]) -> None:
+        async def typed(body: AnyEvent) -> None:
             event = validate_event(body)
             if on_event is not None:
                 maybe = on_event(event)
@@ -132,7 +134,8 @@ class Client:
             if isinstance(event, ApprovalRequested) and approve is not None:
                 verdict = approve(event)
                 ok = await verdict if asyncio.iscoroutine(verdict) else verdict
-                await self.decide(sid, event.checkpoint_id, "approve" if ok else "deny")
+                if body["kind"] == "approval.requested":
+                    await self.decide(sid, body["checkpoint_id"], "approve" if ok else "deny")
 
         ended = await self.raw.run(sid, {"input": input, **fields}, on_event=typed, timeout=timeout)
         return RunEnded.model_validate(ended)

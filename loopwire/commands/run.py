@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import uuid
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, Literal, TypedDict, get_args
 
 import nats.errors
 import typer
@@ -17,6 +17,7 @@ from rich.console import Console
 from loopwire.client import LoopwireClient, RunFailedToStart
 from loopwire.render import EventRenderer
 from loopwire.settings import Settings
+from loopwire.shared.contract.events import AnyEvent, RunEndedEvent
 from loopwire.shared.contract.protocol import Profile
 
 from .connection import cli_settings, client, err_console, no_services, publish, request, run_command
@@ -53,8 +54,8 @@ class Approver:
         self.lw, self.settings, self.sid, self.approve_all = lw, settings, sid, approve_all
         self.stdin_open = True
 
-    async def __call__(self, event: dict[str, Any]) -> None:
-        if event.get("kind") != "approval.requested":
+    async def __call__(self, event: AnyEvent) -> None:
+        if event["kind"] != "approval.requested":
             return
         checkpoint = event["checkpoint_id"]
         if self.approve_all:
@@ -90,15 +91,22 @@ class Approver:
         await publish(self.lw, self.settings, self.sid, verb="decision", body=body)
 
 
+class Unfinished(TypedDict):
+    """What `follow_run` returns for a run that gave no `run.ended`."""
+
+    status: Literal["rejected", "timeout"]
+
+
 async def follow_run(settings: Settings, sid: str, start: dict[str, Any], *, json_events: bool, timeout: float,
-                     approve_all: bool = False, console: Console | None = None) -> dict[str, Any]:
-    """Start a run on `sid` and render it until its `run.ended`, which is returned."""
+                     approve_all: bool = False, console: Console | None = None) -> RunEndedEvent | Unfinished:
+    """Start a run on `sid` and render it until its `run.ended`, which is returned (a
+    refused start or a timeout: `Unfinished`)."""
     renderer = EventRenderer(console or Console(), show_json=json_events)
     async with client(settings) as lw:
         await request(lw, settings, lw.subjects.query("session.get", lw.tenant), body={"session_id": sid}, timeout=3.0)
         approver = Approver(lw, settings, sid, approve_all=approve_all)
 
-        async def on_event(event: dict[str, Any]) -> None:
+        async def on_event(event: AnyEvent) -> None:
             renderer(event)
             await approver(event)
 

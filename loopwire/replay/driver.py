@@ -90,9 +90,9 @@ async def _drive_run(lw: LoopwireClient, sid: str, events: SessionFollower, *, r
             kind = event["kind"]
             if kind == "run.ended":
                 return pending
-            if kind == "message":
+            if event["kind"] == "message":
                 done = max(done, int(event.get("turn") or 0))
-            elif kind == "approval.requested":
+            elif event["kind"] == "approval.requested":
                 answer = decisions.pop(0) if decisions else {"decision": "deny", "note": NO_DECISION_NOTE}
                 await lw.publish(sid, "decision", {"v": 1, "checkpoint_id": event["checkpoint_id"], **answer},
                                  msg_id=uuid.uuid4().hex)

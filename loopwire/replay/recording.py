@@ -20,6 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from loopwire.shared.contract.events import AnyEvent, RunEndedEvent, UserMessageEvent
+from loopwire.shared.contract.messages import Message
+
 OPENING_SOURCES = ("input", "follow_up", "steer")
 SETUP_KINDS = frozenset({"run.started", "phase.changed", "user.message", "warning", "plan.updated",
                          "budget.warning", "generating", "run.queued"})
@@ -48,7 +51,7 @@ class RunRecord:
     inputs: list[InRunInput] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     """`{"decision", "note"}` of each checkpoint the run opened, in order."""
-    ended: dict[str, Any] | None = None
+    ended: RunEndedEvent | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     """`{"name", "input"}` of each tool call, in order."""
     models: list[str] = field(default_factory=list)
@@ -103,19 +106,19 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
 
 
-def said(message: dict[str, Any]) -> list[dict[str, Any]]:
+def said(message: Message) -> list[dict[str, Any]]:
     """What a user message says besides tool results (a steer rides on the cancelled calls')."""
     return [b for b in _blocks(message.get("content"))
             if not (isinstance(b, dict) and b.get("type") == "tool_result")]
 
 
-def recorded_runs(events: list[dict[str, Any]]) -> list[RunRecord]:
+def recorded_runs(events: list[AnyEvent]) -> list[RunRecord]:
     """The session's runs, in order, from its transcript (events in seq order; a fork's
     own events: the history it was forked with is not its input)."""
     runs: dict[str, RunRecord] = {}
     for event in sorted(events, key=lambda e: e.get("seq", 0)):
-        run_id, kind = event.get("run_id"), event.get("kind")
-        if kind == "run.started" and isinstance(run_id, str):
+        run_id, kind = event.get("run_id"), event["kind"]
+        if event["kind"] == "run.started" and isinstance(run_id, str):
             runs[run_id] = RunRecord(run_id=run_id, started_seq=int(event["seq"]), config=event.get("config"),
                                      profile=event.get("profile") or "agentic")
             continue
@@ -124,17 +127,17 @@ def recorded_runs(events: list[dict[str, Any]]) -> list[RunRecord]:
             continue
         if kind not in SETUP_KINDS:
             run.setting_up = False
-        if kind == "user.message":
+        if event["kind"] == "user.message":
             _user_message(run, event)
-        elif kind == "approval.decided":
+        elif event["kind"] == "approval.decided":
             run.decisions.append({"decision": event.get("decision"), "note": event.get("note")})
-        elif kind == "tool.call":
+        elif event["kind"] == "tool.call":
             run.tool_calls.append({"name": event.get("name"), "input": event.get("input")})
-        elif kind == "message":
+        elif event["kind"] == "message":
             model = event.get("model")
             if model and model not in run.models:
                 run.models.append(model)
-        elif kind == "run.ended":
+        elif event["kind"] == "run.ended":
             run.ended = event
             if event.get("status") == "aborted":
                 run.inputs.append(InRunInput("abort", {"reason": event.get("reason") or "aborted"},
@@ -142,7 +145,7 @@ def recorded_runs(events: list[dict[str, Any]]) -> list[RunRecord]:
     return list(runs.values())
 
 
-def _user_message(run: RunRecord, event: dict[str, Any]) -> None:
+def _user_message(run: RunRecord, event: UserMessageEvent) -> None:
     message = event.get("message") or {}
     source, turn = event.get("source"), int(event.get("turn") or 0)
     if run.setting_up and source in OPENING_SOURCES:
@@ -159,7 +162,11 @@ def _user_message(run: RunRecord, event: dict[str, Any]) -> None:
 
 def run_summary(run: RunRecord) -> dict[str, Any]:
     """What a run did, as the comparison shows it."""
-    ended = run.ended or {}
+    ended = run.ended
+    if ended is None:
+        return {"run_id": run.run_id, "status": "unfinished", "final_text": "", "turns": None,
+                "input_tokens": None, "output_tokens": None, "cost_usd": None, "tool_calls": list(run.tool_calls),
+                "models": list(run.models)}
     usage = ended.get("usage") or {}
     return {"run_id": run.run_id, "status": ended.get("status", "unfinished"),
             "final_text": ended.get("final_text") or "", "turns": ended.get("turns"),

@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from loopwire.shared.contract import keys
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.messages import Message, Role, message_text
 from loopwire.shared.contract.protocol import make_event
 from loopwire.shared.stores.capabilities import Capability, Unsupported
@@ -131,9 +132,9 @@ async def put_if_absent_keeps_the_first_record(b: Backend) -> None:
 
 async def event_seq_strictly_increases_and_keys_dedup(b: Backend) -> None:
     log = b.events
-    e1, new1 = await log.append("s", {"v": 1, "session_id": "s", "run_id": "r", "kind": "a", "ts": "t1"}, "k1")
-    e2, new2 = await log.append("s", {"v": 1, "session_id": "s", "run_id": "r", "kind": "b", "ts": "t2"}, "k2")
-    again, new3 = await log.append("s", {"v": 1, "session_id": "s", "run_id": "r", "kind": "a", "ts": "t9"}, "k1")
+    e1, new1 = await log.append("s", _event("a", "r", ts="t1"), "k1")
+    e2, new2 = await log.append("s", _event("b", "r", ts="t2"), "k2")
+    again, new3 = await log.append("s", _event("a", "r", ts="t9"), "k1")
     assert (e1["seq"], e2["seq"]) == (1, 2) and new1 and new2
     assert not new3 and again == e1, "a re-emission returns the original event"
     assert list(e1) == ["v", "session_id", "run_id", "seq", "kind", "ts"]
@@ -143,9 +144,9 @@ async def event_seq_strictly_increases_and_keys_dedup(b: Backend) -> None:
 
 async def ephemeral_events_take_a_seq_but_are_not_stored(b: Backend) -> None:
     log = b.events
-    await log.append("s", {"kind": "a", "run_id": None}, "k1")
-    delta, _ = await log.append("s", {"kind": "text.delta", "run_id": None}, None, store=False)
-    await log.append("s", {"kind": "b", "run_id": None}, "k2")
+    await log.append("s", _event("a", None), "k1")
+    delta, _ = await log.append("s", _event("text.delta", None), None, store=False)
+    await log.append("s", _event("b", None), "k2")
     assert delta["seq"] == 2
     assert [(e["seq"], e["kind"]) for e in await log.read("s")] == [(1, "a"), (3, "b")]
 
@@ -153,17 +154,17 @@ async def ephemeral_events_take_a_seq_but_are_not_stored(b: Backend) -> None:
 async def event_pagination(b: Backend) -> None:
     log = b.events
     for n in range(25):
-        await log.append("s", {"kind": "k", "run_id": None, "n": n}, f"key{n}")
+        await log.append("s", _event("k", None, n=n), f"key{n}")
     page1 = await log.read("s", after_seq=0, limit=10)
     page2 = await log.read("s", after_seq=page1[-1]["seq"], limit=10)
     page3 = await log.read("s", after_seq=page2[-1]["seq"], limit=10)
-    assert [e["n"] for e in page1 + page2 + page3] == list(range(25))
+    assert [e.get("n") for e in page1 + page2 + page3] == list(range(25))
     assert await log.read("s", after_seq=25) == []
 
 
 async def concurrent_appends_keep_seqs_unique(b: Backend) -> None:
     log = b.events
-    got = await asyncio.gather(*(log.append("s", {"kind": "k", "run_id": None}, f"c{n}") for n in range(50)))
+    got = await asyncio.gather(*(log.append("s", _event("k", None), f"c{n}") for n in range(50)))
     seqs = sorted(e["seq"] for e, _ in got)
     assert seqs == list(range(1, 51))
     assert [e["seq"] for e in await log.read("s", limit=100)] == seqs
@@ -171,22 +172,21 @@ async def concurrent_appends_keep_seqs_unique(b: Backend) -> None:
 
 async def seq_is_never_reused_after_delete(b: Backend) -> None:
     log = b.events
-    await log.append("s", {"kind": "k", "run_id": None}, "x")
+    await log.append("s", _event("k", None), "x")
     await log.delete("s")
-    e, _ = await log.append("s", {"kind": "k", "run_id": None}, "y")
+    e, _ = await log.append("s", _event("k", None), "y")
     assert e["seq"] == 2
 
 
 async def append_many_is_append_of_each_in_order(b: Backend) -> None:
     log = b.events
-    first, _ = await log.append("s", {"v": 1, "session_id": "s", "run_id": "r", "seq": 0, "kind": "a", "ts": "t1"},
-                                "k1")
+    first, _ = await log.append("s", _event("a", "r", ts="t1"), "k1")
     got = await log.append_many("s", [
-        ({"v": 1, "session_id": "s", "run_id": "r", "seq": 0, "kind": "b", "ts": "t2"}, "k2", True),
-        ({"v": 1, "session_id": "s", "run_id": "r", "seq": 0, "kind": "a", "ts": "t9"}, "k1", True),  # seen
-        ({"v": 1, "session_id": "s", "run_id": "r", "seq": 0, "kind": "text.delta", "ts": "t3"}, None, False),
-        ({"v": 1, "session_id": "s", "run_id": "r", "seq": 0, "kind": "c", "ts": "t4"}, None, True),
-        ({"v": 1, "session_id": "s", "run_id": "r", "seq": 0, "kind": "d", "ts": "t5"}, "k2", True),  # in batch
+        (_event("b", "r", ts="t2"), "k2", True),
+        (_event("a", "r", ts="t9"), "k1", True),  # seen
+        (_event("text.delta", "r", ts="t3"), None, False),
+        (_event("c", "r", ts="t4"), None, True),
+        (_event("d", "r", ts="t5"), "k2", True),  # in batch
     ])
     assert [(e["seq"], e["kind"], new) for e, new in got] == [
         (2, "b", True), (1, "a", False), (3, "text.delta", True), (4, "c", True), (2, "b", False)]
@@ -195,19 +195,18 @@ async def append_many_is_append_of_each_in_order(b: Backend) -> None:
     assert [(e["seq"], e["kind"]) for e in await log.read("s")] == [(1, "a"), (2, "b"), (4, "c")]
     assert await log.last_seq("s") == 4
     assert await log.append_many("s", []) == []
-    again = await log.append_many("s", [({"kind": "b", "run_id": "r"}, "k2", True)])
+    again = await log.append_many("s", [(_event("b", "r"), "k2", True)])
     assert again == [(got[0][0], False)], "a redelivered transition gets its events back"
 
 
 async def restore_puts_back_a_lost_log_and_the_counter_goes_on(b: Backend) -> None:
     events = b.events
-    archived = [{"v": 1, "session_id": "s", "run_id": "r", "seq": n, "kind": k}
+    archived = [make_event(k, "s", "r", seq=n)
                 for n, k in ((1, "run.started"), (2, "message"), (4, "run.ended"))]
     assert await events.restore("s", archived)
     assert await events.read("s") == archived
     assert await events.last_seq("s") == 4
-    appended, new = await events.append("s", {"v": 1, "session_id": "s", "run_id": "r", "kind": "run.started"},
-                                        "k1")
+    appended, new = await events.append("s", _event("run.started", "r"), "k1")
     assert new and appended["seq"] == 5, "no seq is reused after a restore"
     assert not await events.restore("s", archived), "a log that is there is never overwritten"
     assert [e["seq"] for e in await events.read("s")] == [1, 2, 4, 5]
@@ -263,7 +262,13 @@ async def a_step_claim_fences_its_side_effect(b: Backend) -> None:
     assert await steps.record_claimed(BATCH, first.token, CALL_A, value={"by": "first"}) == {"by": "second"}
 
 
-def _events(sid: str, *specs: tuple[str, str | None]) -> list[tuple[dict[str, Any], str | None, bool]]:
+def _event(kind: str, run_id: str | None, *, ts: str | None = None, **fields: Any) -> AnyEvent:
+    """A body for the event log: its checks use kinds of their own (`a`, `k`), which the log
+    stores as it stores any event."""
+    return make_event(kind, "s", run_id, seq=0, ts=ts, **fields)
+
+
+def _events(sid: str, *specs: tuple[str, str | None]) -> list[tuple[AnyEvent, str | None, bool]]:
     return [(make_event(kind, sid, "r1", seq=0, turn=1), key, kind != "text.delta") for kind, key in specs]
 
 
@@ -313,10 +318,10 @@ async def raise_seq_moves_the_counter_up_and_never_down(b: Backend) -> None:
             await log.raise_seq("s", 10)
         return
     await log.raise_seq("lost", 41)
-    first, _ = await log.append("lost", {"kind": "run.started", "run_id": "r"}, "k1")
+    first, _ = await log.append("lost", _event("run.started", "r"), "k1")
     assert first["seq"] == 42, "a lost session's seqs continue after the floor"
     await log.raise_seq("lost", 7)
-    second, _ = await log.append("lost", {"kind": "message", "run_id": "r"}, "k2")
+    second, _ = await log.append("lost", _event("message", "r"), "k2")
     assert second["seq"] == 43, "a floor below the counter changes nothing"
 
 

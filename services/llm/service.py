@@ -49,6 +49,7 @@ from pydantic import ValidationError
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import CountTokens, Generate, GenerationResult, TokenCount
+from loopwire.shared.contract.event_fields import RetractedFields
 from loopwire.shared.runtime.chain import Delivery, current_delivery, decode
 from loopwire.shared.runtime.inflight import Heartbeat, InflightSteps, StepCancelled, unless_cancelled
 from loopwire.shared.runtime.redelivery import Undeliverable
@@ -183,7 +184,7 @@ class LlmService:
             # The step was claimed before and never recorded: that attempt (a crashed or
             # paused worker's) may have streamed part of an answer, which is void.
             await ctx.bus.emit(env.session_id, env.run_id, "retracted", key=keys.retract_key(env.step_id, attempt),
-                               turn=env.turn, reason=REDELIVERED_REASON)
+                               fields=RetractedFields(turn=env.turn, reason=REDELIVERED_REASON))
         # The delivery's runner keeps it alive meanwhile (shared/runtime/chain.py); `heartbeat` is
         # for a caller outside a delivery.
         # The step's events go out behind the model (step_events.py); its result goes to the
@@ -252,7 +253,7 @@ class LlmService:
                 except StepCancelled:
                     if shown.streamed:
                         shown.emit("retracted", key=keys.retract_key(env.step_id, "cancel"),
-                                   turn=env.turn, reason=CANCELLED_REASON)
+                                   fields=RetractedFields(turn=env.turn, reason=CANCELLED_REASON))
                     log.info("llm step %s cancelled", env.step_id)
                     return result_failed(env, ModelCallError("cancelled",
                                                              "the generation was cancelled (steer or abort)"))

@@ -23,12 +23,21 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import aclosing
-from typing import Any
+from typing import cast
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import Generate
+from loopwire.shared.contract.event_fields import (
+    EventFields,
+    GeneratingFields,
+    ModelFallbackFields,
+    ModelThrottledFields,
+    RetractedFields,
+    TextDeltaFields,
+    ThrottleReason,
+)
 from loopwire.shared.contract.protocol import EPHEMERAL_KINDS
-from loopwire.shared.runtime.bus import Bus
+from loopwire.shared.runtime.bus import Bus, EventItem
 
 from .model_events import (
     Admitted,
@@ -42,9 +51,6 @@ from .model_events import (
 )
 from .step_metrics import count_fallback
 
-Queued = tuple[str | None, str, str | None, dict[str, Any]]
-"""(run_id, kind, key, fields) of an event waiting for the sender."""
-
 
 class StepEvents:
     """The events of the step `env`, claimed for the `attempt`th time."""
@@ -57,7 +63,8 @@ class StepEvents:
         """Whether any text reached the client (a cancelled step retracts it)."""
         self._switches = 0
         self._discards = 0
-        self._queue: list[Queued] = []
+        self._queue: list[EventItem] = []
+        """The events waiting for the sender."""
         self._unsent_kept = False
         """A queued or sending event is one the transcript keeps (not ephemeral)."""
         self._sender: asyncio.Task[None] | None = None
@@ -75,35 +82,38 @@ class StepEvents:
                 match event:
                     case TextDelta(text=text):
                         self.streamed = True
-                        self.emit("text.delta", turn=env.turn, text=text)
+                        self.emit("text.delta", TextDeltaFields(turn=env.turn, text=text))
                     case ModelStarted(model=model, gated=True):
                         gated = model
                     case ModelStarted(model=model):
-                        self.emit("generating", turn=env.turn, model=model)
+                        self.emit("generating", GeneratingFields(turn=env.turn, model=model))
                     case Throttled(model=model, reason=reason, wait_s=wait_s):
                         throttles += 1
                         self.emit("model.throttled", key=keys.throttle_key(env.step_id, self.attempt, throttles),
-                                  turn=env.turn, model=model, reason=reason, wait_s=wait_s)
+                                  # The limit script names one of the documented reasons (limiter.py).
+                                  fields=ModelThrottledFields(turn=env.turn, model=model,
+                                                              reason=cast(ThrottleReason, reason), wait_s=wait_s))
                     case Admitted(model=model) if model == gated:
                         gated = None
-                        self.emit("generating", turn=env.turn, model=model)
-                    case ModelSwitched():
+                        self.emit("generating", GeneratingFields(turn=env.turn, model=model))
+                    case ModelSwitched(from_model=from_model, to_model=to_model, reason=reason):
                         switch = event.as_dict()
-                        self.emit("model.fallback", key=keys.fallback_key(env.step_id, self._switches), **switch)
+                        self.emit("model.fallback", key=keys.fallback_key(env.step_id, self._switches),
+                                  fields=ModelFallbackFields(from_model=from_model, to_model=to_model, reason=reason))
                         self._switches += 1
                         count_fallback(switch)
                     case Retracted(model=model, reason=reason):
                         self._discards += 1
                         self.emit("retracted", key=keys.retract_key(env.step_id, f"{self.attempt}.{self._discards}"),
-                                  turn=env.turn,
-                                  reason=f"{model} failed mid-answer ({reason}): the partial answer is void")
+                                  fields=RetractedFields(turn=env.turn,
+                                  reason=f"{model} failed mid-answer ({reason}): the partial answer is void"))
                     case Finished():
                         outcome = event
         if outcome is None:
             raise RuntimeError("a model stream ended without a response")
         return outcome
 
-    def emit(self, kind: str, key: str | None = None, **fields: Any) -> None:
+    def emit(self, kind: str, fields: EventFields, key: str | None = None) -> None:
         """Queue one event of the step's run; raises what a send before it failed with (the
         stream stops there, as it did when each event was sent in the stream's way)."""
         if self._failed is not None:

@@ -19,9 +19,10 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loopwire.shared.contract.envelopes import AssembleContext, ToolSpec, Usage
+from loopwire.shared.contract.event_fields import CompactionFields
 from loopwire.shared.contract.messages import Message
 
 from .compaction import (
@@ -133,7 +134,7 @@ class GuardOutcome:
     exact: bool
     record: CompactionRecord | None = None
     """A new compaction to store (None: nothing new)."""
-    event: dict[str, Any] | None = None
+    event: CompactionFields | None = None
     """Fields of the `compaction` event, when this generation compacted."""
     usage: Usage = field(default_factory=Usage)
     """Tokens spent on summaries for this generation."""
@@ -201,8 +202,8 @@ class ContextGuard:
                 ctx, summary_text, kept_from, tail=tail, limit=limit / scale, already=0 if method == "summary" else j)
         if new_record is not None:
             new_record.tokens_after = after.tokens
-        event = {"tokens_before": measured.tokens, "tokens_after": after.tokens, "method": method,
-                 "messages_compacted": j + dropped}
+        event: CompactionFields = {"tokens_before": measured.tokens, "tokens_after": after.tokens, "method": method,
+                                   "messages_compacted": j + dropped}
         return self._done(GuardOutcome(compacted, after.tokens, after.exact, new_record, event, usage), cfg)
 
     # -- pieces ------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from typing import Any
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.codec import now_rfc3339
 from loopwire.shared.contract.envelopes import AssembleContext, Usage
+from loopwire.shared.contract.event_fields import MemoryObservationFields, MemoryReflectionFields
 from loopwire.shared.contract.messages import Message
 from loopwire.shared.contract.session_state import is_deleted
 from loopwire.shared.runtime.lru import LruCache
@@ -262,7 +263,7 @@ class Observer:
                 "to_message": end, "turns": model_turns(messages), "actor": env.actor, "at": now_rfc3339()}
         state = await self.store.add_observation(sid, item, env.actor, usage=usage, observed_to=end)
         await self.emit(sid, env.run_id, "memory.observation", key=keys.event_key("memory.observation", end),
-                        observation=text, from_message=start, to_message=end, actor=env.actor)
+                        fields=MemoryObservationFields(observation=text, from_message=start, to_message=end, actor=env.actor))
         return state
 
     async def _deleted(self, sid: str) -> bool:
@@ -286,4 +287,4 @@ class Observer:
                 "actor": env.actor, "at": now_rfc3339()}
         await self.store.add_reflection(sid, item, env.actor, usage=usage, reflected=end)
         await self.emit(sid, env.run_id, "memory.reflection", key=keys.event_key("memory.reflection", end),
-                        reflection=text, observations=end - start, actor=env.actor)
+                        fields=MemoryReflectionFields(reflection=text, observations=end - start, actor=env.actor))

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import AssembleContext, ToolSpec
+from loopwire.shared.contract.event_fields import CompactionFields
 from loopwire.shared.observability import metrics
 from loopwire.shared.runtime.chain import Delivery, decode
 from loopwire.shared.runtime.lru import LruCache
@@ -142,11 +143,12 @@ class MemoryService:
         event = outcome.event
         if event is None and context.record is not None and context.record.step_id == env.step_id:
             # A redelivery of the step that compacted: its event again (deduplicated by key).
-            event = {"tokens_before": context.record.tokens_before, "tokens_after": context.record.tokens_after,
-                     "method": "summary", "messages_compacted": context.record.covers - 1}
+            event = CompactionFields(tokens_before=context.record.tokens_before,
+                                     tokens_after=context.record.tokens_after, method="summary",
+                                     messages_compacted=context.record.covers - 1)
         if event is not None:
             await self.ctx.bus.emit(env.session_id, env.run_id, "compaction", key=keys.compaction_key(env.step_id),
-                                    **event)
+                                    fields=event)
         if outcome.event is not None:  # counted once, not again for a redelivered step
             metrics.COMPACTIONS.inc()
         extra = snap.claimed

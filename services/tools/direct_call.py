@@ -40,7 +40,7 @@ import orjson
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
-from loopwire.shared.contract.messages import tool_result_event
+from loopwire.shared.contract.event_fields import ToolCallFields, tool_result_event
 from loopwire.shared.contract.protocol import error_reply, header_value
 from loopwire.shared.contract.subjects import valid_session_id
 from loopwire.shared.runtime.bus import Bus
@@ -114,12 +114,12 @@ class DirectCalls:
                                                     "for; call it from a run")
 
         call = ToolCall(tool_use_id=tool_use_id, name=name, input=arguments)
-        await self.bus.emit(session_id, run_id, "tool.call", key=keys.tool_call_key(tool_use_id), turn=turn,
-                            tool_use_id=tool_use_id, name=name, input=arguments)
+        await self.bus.emit(session_id, run_id, "tool.call", key=keys.tool_call_key(tool_use_id), fields=ToolCallFields(turn=turn,
+                            tool_use_id=tool_use_id, name=name, input=arguments))
         env = ExecuteTools(session_id=session_id, run_id=run_id or "", step_id=keys.direct_step_id(tool_use_id), calls=[call],
                            user_id=header_value(req.get("user_id")), workspace_id=header_value(req.get("workspace_id")))
         (item,) = await self.executor.execute(env)
         await self.bus.emit(session_id, run_id, "tool.result", key=keys.tool_result_key(tool_use_id),
-                            **tool_result_event(turn=turn, tool_use_id=tool_use_id, name=name, is_error=item.is_error,
+                            fields=tool_result_event(turn=turn, tool_use_id=tool_use_id, name=name, is_error=item.is_error,
                                                 content=item.content))
         return {"tool_use_id": tool_use_id, "content": item.content, "is_error": item.is_error}

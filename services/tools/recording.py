@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolResultItem
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.stores.event_log import EventLogStore
 from loopwire.shared.stores.transcript import read_transcript
 
@@ -36,7 +37,7 @@ def call_key(name: str, arguments: Any) -> bytes:
     return orjson.dumps([name, arguments], option=orjson.OPT_SORT_KEYS)
 
 
-def recorded_results(events: Iterable[dict[str, Any]]) -> dict[bytes, list[dict[str, Any]]]:
+def recorded_results(events: Iterable[AnyEvent]) -> dict[bytes, list[dict[str, Any]]]:
     """The results of a transcript's tool calls by call key, in the order they were recorded."""
     calls: dict[str, bytes] = {}
     results: dict[bytes, list[dict[str, Any]]] = {}
@@ -50,12 +51,12 @@ def recorded_results(events: Iterable[dict[str, Any]]) -> dict[bytes, list[dict[
     return results
 
 
-def position(events: Iterable[dict[str, Any]], tool_use_id: str, key: bytes) -> int:
+def position(events: Iterable[AnyEvent], tool_use_id: str, key: bytes) -> int:
     """How many calls with `key` the session made before `tool_use_id` (its own `tool.call`
     events, emitted before the call is executed)."""
     n = 0
     for event in events:
-        if event.get("kind") != "tool.call":
+        if event["kind"] != "tool.call":
             continue
         if event.get("tool_use_id") == tool_use_id:
             return n

@@ -48,6 +48,7 @@ from loopwire.shared.contract.envelopes import (
     ToolResultItem,
     ToolsResult,
 )
+from loopwire.shared.contract.event_fields import ErrorFields
 from loopwire.shared.contract.protocol import error_reply
 from loopwire.shared.contract.redaction import register_secret
 from loopwire.shared.runtime.chain import Delivery, decode
@@ -292,7 +293,7 @@ class ToolsService:
 
     async def _bad_reply(self, env: ExecuteTools, call: ToolCall, problem: str) -> None:
         await self.ctx.bus.emit(env.session_id, env.run_id, "error", key=keys.event_key("bad_tool_reply", call.tool_use_id),
-                                code="bad_tool_reply", message=f"tool {call.name}: {problem}")
+                                fields=ErrorFields(code="bad_tool_reply", message=f"tool {call.name}: {problem}"))
 
     # -- one call outside any run (loopwire mcp) ------------------------------------------------
     async def on_tools_call(self, msg: NatsMessage) -> bytes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from loopwire.shared.contract.codec import now_rfc3339
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.protocol import (
     PROTOCOL_VERSION,
     SessionExportRequest,
@@ -55,7 +56,7 @@ async def session_export(
     state = await session_get(SessionGetRequest(session_id=req.session_id), sessions, events, archive)
     if state.get("status") == "unknown":
         raise ExportRefused("unknown_session", f"session {req.session_id!r} has no state and no transcript")
-    stored: list[dict[str, Any]] = []
+    stored: list[AnyEvent] = []
     after = 0
     while True:
         page = await transcript_get(

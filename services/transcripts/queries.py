@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionGetRequest, TranscriptGetRequest
 from loopwire.shared.contract.session_state import (
     SessionState,
@@ -83,7 +84,7 @@ def unknown_session(sid: str) -> dict[str, Any]:
             "phase": None, "activity": None}
 
 
-async def lineage(sid: str, source: SessionState | list[dict[str, Any]], sessions: SessionStore) -> dict[str, Any]:
+async def lineage(sid: str, source: SessionState | list[AnyEvent], sessions: SessionStore) -> dict[str, Any]:
     """`forked_from` (`{"session_id", "seq", "cut_seq"}` or null) and `forks` (the sessions
     forked from this one that exist, oldest first): additions to `session.get`. `source`:
     the state, or the lineage events of a session whose state is gone."""

@@ -25,6 +25,7 @@ from typing import Any
 from faststream.nats import NatsBroker
 
 from loopwire.shared.contract import keys
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.protocol import (
     LimitsUsageRequest,
     SessionExportRequest,
@@ -94,7 +95,7 @@ class TranscriptsService:
                 broker.subscriber(subjects.query(name, tenant="*"), queue=queue, max_workers=QUERIES_AT_ONCE)(
                     self._handler(name, model, answer, tenant_scoped=True))
 
-    async def _archive(self, sid: str) -> list[dict[str, Any]]:
+    async def _archive(self, sid: str) -> list[AnyEvent]:
         """The session's events from the LOOPWIRE_EVENTS stream (Redis lost its log)."""
         try:
             return await asyncio.wait_for(read_archive(self.ctx.bus.js, self.ctx.subjects, sid), ARCHIVE_READ_S)

@@ -17,7 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from loopwire.shared.contract.messages import Content, Message, tool_result_event
+from loopwire.shared.contract.event_fields import EventUsage, ToolResultFields, tool_result_event
+from loopwire.shared.contract.messages import Content, Message
 
 ENVELOPE_VERSION = 1
 
@@ -59,8 +60,8 @@ class ToolResultItem(BaseModel):
     recorded: bool = False
     """Answered from a recording (a fork with recorded tools): no tool ran."""
 
-    def event_fields(self, turn: int) -> dict[str, Any]:
-        """The fields of this result's `tool.result` event (messages.tool_result_event)."""
+    def event_fields(self, turn: int) -> ToolResultFields:
+        """The fields of this result's `tool.result` event (event_fields.tool_result_event)."""
         return tool_result_event(turn=turn, tool_use_id=self.tool_use_id, name=self.name, is_error=self.is_error,
                                  content=self.content, recorded=self.recorded)
 
@@ -73,6 +74,12 @@ class Usage(BaseModel):
 
     def total_input(self) -> int:
         return self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
+
+    def event_usage(self) -> EventUsage:
+        """The `usage` of a `run.ended`: all input, the output, and the prompt cache's share."""
+        return {"input_tokens": self.total_input(), "output_tokens": self.output_tokens,
+                "cache_read_input_tokens": self.cache_read_input_tokens,
+                "cache_creation_input_tokens": self.cache_creation_input_tokens}
 
     def cache_fields(self) -> dict[str, int]:
         """The prompt cache's share of the input, as events report it beside `input_tokens`

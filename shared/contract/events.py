@@ -1,347 +1,367 @@
-"""The egress events as typed models: documentation (AsyncAPI, docs/asyncapi.json) and a
-schema a client can validate against. Emitters build bodies with `contract.make_event`;
-tests check that every emitted body validates against its model here."""
+"""The egress events: the envelope every event carries, each kind's event as a TypedDict
+(its envelope and its own fields, event_fields.py), and the pydantic models built from
+those declarations for documentation (AsyncAPI, docs/asyncapi.json) and for a client that
+validates what it receives (`validate_event`). Emitters build bodies with
+`contract.make_event`; tests check that every emitted body validates against its model."""
 
-from __future__ import annotations
+import functools
+import keyword
+import operator
+import sys
+import types
+from collections.abc import Iterable, Mapping
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    Literal,
+    NotRequired,
+    Required,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
-from collections.abc import Iterable
-from typing import Any, Literal
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
+from typing_extensions import ReadOnly, TypedDict, is_typeddict
 
-from pydantic import BaseModel, ConfigDict, Field
+# Relative: mypy, run over the folders, resolves a sibling module but not its `loopwire.` name.
+from .event_fields import (
+    UNDOCUMENTED,
+    ApprovalDecidedFields,
+    ApprovalRequestedFields,
+    BudgetWarningFields,
+    CompactionFields,
+    ErrorFields,
+    EventFields,
+    EventUsage,
+    GeneratingFields,
+    LoopDetectedFields,
+    MemoryNoteFields,
+    MemoryObservationFields,
+    MemoryReflectionFields,
+    MessageFields,
+    ModelFallbackFields,
+    ModelThrottledFields,
+    PhaseChangedFields,
+    PlanUpdatedFields,
+    RetractedFields,
+    RunEndedFields,
+    RunQueuedFields,
+    RunStartedFields,
+    SessionForkedFields,
+    SteeringFields,
+    TextDeltaFields,
+    ToolCallFields,
+    ToolResultFields,
+    ToolsProgressFields,
+    UserMessageFields,
+    WarningFields,
+)
+from .messages import ContentBlock, Message
 
-from loopwire.shared.contract.messages import Message
+__all__ = ["AnyEvent", "EventEnvelope", "EventFields"]
 
 
-class Event(BaseModel):
+class EventEnvelope(TypedDict):
+    """What every event carries before its own fields, in this order on the wire."""
+
+    v: Annotated[Literal[1], Field(default=1)]
+    session_id: str
+    run_id: Annotated[str | None, Field(default=None)]
+    seq: Annotated[int, Field(ge=1, description="Per session, strictly increasing, never reused.")]
+    # Read-only, so that each kind's event below can narrow it to its literal.
+    kind: ReadOnly[str]
+    ts: Annotated[str, Field(description="RFC 3339 time of emission.")]
+
+
+# Each kind's event: `<Kind>Event`, or `<Kind>EventBody` where the model below already has
+# the name `<Kind>Event` (MessageEvent, ToolCallEvent, ...).
+class RunStartedEvent(EventEnvelope, RunStartedFields):
+    kind: ReadOnly[Literal["run.started"]]
+
+
+class PhaseChangedEvent(EventEnvelope, PhaseChangedFields):
+    kind: ReadOnly[Literal["phase.changed"]]
+
+
+class TextDeltaEvent(EventEnvelope, TextDeltaFields):
+    kind: ReadOnly[Literal["text.delta"]]
+
+
+class MessageEventBody(EventEnvelope, MessageFields):
+    kind: ReadOnly[Literal["message"]]
+
+
+class ToolCallEventBody(EventEnvelope, ToolCallFields):
+    kind: ReadOnly[Literal["tool.call"]]
+
+
+class ToolResultEventBody(EventEnvelope, ToolResultFields):
+    kind: ReadOnly[Literal["tool.result"]]
+
+
+class RetractedEvent(EventEnvelope, RetractedFields):
+    kind: ReadOnly[Literal["retracted"]]
+
+
+class ApprovalRequestedEvent(EventEnvelope, ApprovalRequestedFields):
+    kind: ReadOnly[Literal["approval.requested"]]
+
+
+class ApprovalDecidedEvent(EventEnvelope, ApprovalDecidedFields):
+    kind: ReadOnly[Literal["approval.decided"]]
+
+
+class LoopDetectedEvent(EventEnvelope, LoopDetectedFields):
+    kind: ReadOnly[Literal["loop.detected"]]
+
+
+class SteeringEvent(EventEnvelope, SteeringFields):
+    kind: ReadOnly[Literal["steering"]]
+
+
+class ModelFallbackEvent(EventEnvelope, ModelFallbackFields):
+    kind: ReadOnly[Literal["model.fallback"]]
+
+
+class ModelThrottledEvent(EventEnvelope, ModelThrottledFields):
+    kind: ReadOnly[Literal["model.throttled"]]
+
+
+class CompactionEvent(EventEnvelope, CompactionFields):
+    kind: ReadOnly[Literal["compaction"]]
+
+
+class BudgetWarningEvent(EventEnvelope, BudgetWarningFields):
+    kind: ReadOnly[Literal["budget.warning"]]
+
+
+class UserMessageEvent(EventEnvelope, UserMessageFields):
+    kind: ReadOnly[Literal["user.message"]]
+
+
+class GeneratingEvent(EventEnvelope, GeneratingFields):
+    kind: ReadOnly[Literal["generating"]]
+
+
+class ToolsProgressEvent(EventEnvelope, ToolsProgressFields):
+    kind: ReadOnly[Literal["tools.progress"]]
+
+
+class MemoryObservationEvent(EventEnvelope, MemoryObservationFields):
+    kind: ReadOnly[Literal["memory.observation"]]
+
+
+class MemoryReflectionEvent(EventEnvelope, MemoryReflectionFields):
+    kind: ReadOnly[Literal["memory.reflection"]]
+
+
+class PlanUpdatedEvent(EventEnvelope, PlanUpdatedFields):
+    kind: ReadOnly[Literal["plan.updated"]]
+
+
+class WarningEventBody(EventEnvelope, WarningFields):
+    kind: ReadOnly[Literal["warning"]]
+
+
+class ErrorEventBody(EventEnvelope, ErrorFields):
+    kind: ReadOnly[Literal["error"]]
+
+
+class RunQueuedEvent(EventEnvelope, RunQueuedFields):
+    kind: ReadOnly[Literal["run.queued"]]
+
+
+class RunEndedEvent(EventEnvelope, RunEndedFields):
+    kind: ReadOnly[Literal["run.ended"]]
+
+
+class SessionForkedEvent(EventEnvelope, SessionForkedFields):
+    kind: ReadOnly[Literal["session.forked"]]
+
+
+AnyEvent = (RunStartedEvent | PhaseChangedEvent | TextDeltaEvent | MessageEventBody | ToolCallEventBody
+            | ToolResultEventBody | RetractedEvent | ApprovalRequestedEvent | ApprovalDecidedEvent
+            | LoopDetectedEvent | SteeringEvent | ModelFallbackEvent | ModelThrottledEvent | CompactionEvent
+            | BudgetWarningEvent | UserMessageEvent | GeneratingEvent | ToolsProgressEvent | MemoryObservationEvent
+            | MemoryReflectionEvent | PlanUpdatedEvent | WarningEventBody | ErrorEventBody | RunQueuedEvent
+            | RunEndedEvent | SessionForkedEvent)
+"""An event of any kind as it is stored and goes out: a reader narrows it by `kind`
+(`event["kind"] == "run.ended"`) to that kind's fields."""
+
+
+# -- the models, built from the TypedDicts above ------------------------------------------------
+
+class EventModel(BaseModel):
+    """The base of the event models: what a body carries beyond its declared fields is
+    kept (a newer emitter's additions)."""
+
     model_config = ConfigDict(extra="allow")
 
-    v: Literal[1] = 1
-    session_id: str
-    run_id: str | None = None
-    seq: int = Field(ge=1, description="Per session, strictly increasing, never reused.")
-    kind: str
-    ts: str = Field(description="RFC 3339 time of emission.")
 
-
-class EventUsage(BaseModel):
-    input_tokens: int
-    """All input, read from or written to the prompt cache included."""
-    output_tokens: int
-    cache_read_input_tokens: int | None = Field(default=None, description=(
-        "Addition: the part of `input_tokens` read from the prompt cache."))
-    cache_creation_input_tokens: int | None = Field(default=None, description=(
-        "Addition: the part of `input_tokens` written to the prompt cache."))
-
-
-class RunStarted(Event):
-    kind: Literal["run.started"] = "run.started"
-    profile: str
-    ignored_fields: list[str] | None = Field(default=None, description=(
-        "Addition: StartRun fields the request carried that loopwire does not know and ignored "
-        "(`tool_permission`, `limits.max_turn`); absent when there were none."))
-    config: dict[str, Any] | None = Field(default=None, description=(
-        "Addition: what the run was started with as loopwire resolved it (profile, system, models, max_tokens, "
-        "temperature, tools, tool_permissions, limits, strategy, metadata): a rebuilt session's next run "
-        "starts with it."))
-
-
-class PhaseChanged(Event):
-    kind: Literal["phase.changed"] = "phase.changed"
-    from_: str = Field(alias="from")
-    to: str
-
-
-class TextDelta(Event):
-    kind: Literal["text.delta"] = "text.delta"
-    turn: int
-    text: str
-
-
-class MessageEvent(Event):
-    kind: Literal["message"] = "message"
-    turn: int
-    message: dict[str, Any] = Field(description='{"role": "assistant", "content": [blocks]}')
-    model: str | None
-    stop_reason: str | None
-    usage: EventUsage
-    source: Literal["executor"] | None = Field(
-        default=None, description="Addition: `executor` for a model call of an external agent that used tools.")
-
-
-class ToolCallEvent(Event):
-    kind: Literal["tool.call"] = "tool.call"
-    turn: int
-    tool_use_id: str
-    name: str
-    input: dict[str, Any]
-    source: Literal["executor"] | None = Field(
-        default=None, description="Addition: `executor` for an external agent's own tool (profiles claude_code, ...).")
-
-
-class ToolResultEvent(Event):
-    kind: Literal["tool.result"] = "tool.result"
-    turn: int
-    tool_use_id: str
-    name: str
-    is_error: bool
-    content: str | list[dict[str, Any]]
-    source: Literal["executor"] | None = Field(
-        default=None, description="Addition: `executor` for an external agent's own tool (profiles claude_code, ...).")
-    recorded: bool | None = Field(default=None, description=(
-        "Addition: true when the result came from the recording of a fork's source (a replay with "
-        "recorded tools): no tool ran."))
-
-
-class Retracted(Event):
-    kind: Literal["retracted"] = "retracted"
-    turn: int
-    reason: str
-
-
-class ApprovalRequested(Event):
-    kind: Literal["approval.requested"] = "approval.requested"
-    checkpoint_id: str
-    tool_calls: list[dict[str, Any]] | None = Field(
-        default=None, description='The calls the decision is about: [{"tool_use_id", "name", "input"}].')
-    proposal: Any = Field(default=None, description="turn_by_turn: the reply's text, when it calls no tool.")
-    turn: int | None = Field(default=None, description="Addition: the turn that asked.")
-    source: Literal["executor"] | None = Field(
-        default=None, description="Addition: an external agent asks before running a tool; it waits in its turn.")
-
-
-class ApprovalDecided(Event):
-    """Addition: the `decision` that answered a checkpoint was applied, so the transcript
-    holds every human decision, and shows that a run no longer waits on it."""
-
-    kind: Literal["approval.decided"] = "approval.decided"
-    checkpoint_id: str
-    decision: Literal["approve", "deny"]
-    note: str | None = None
-
-
-class LoopDetected(Event):
-    kind: Literal["loop.detected"] = "loop.detected"
-    detection: str
-    escalation: Literal["redirect", "switch_model", "terminate"]
-    occurrences: int | None = Field(default=None, description=(
-        "Addition: how many times the pattern occurred in a row (turns with the same call or answer, "
-        "repetitions of the cycle)."))
-    to_model: str | None = Field(default=None, description="Addition: the fallback model the switch rung chose.")
-    temperature: float | None = Field(default=None, description=(
-        "Addition: the raised temperature of a switch rung without a fallback model."))
-
-
-class Steering(Event):
-    """The loop changed course (shared/protocol.md, "Phases, answers and progress"): where
-    it took one of the paths that steer a run, named by `source`."""
-
-    kind: Literal["steering"] = "steering"
-    source: Literal["priority_queue", "follow_up_queue", "loop_redirect", "model_switch", "retry_reduced_context"] = \
-        Field(description=("`priority_queue`: a steer applied; `follow_up_queue`: queued messages taken at the outer "
-                           "boundary; `loop_redirect`: the loop ladder's redirect; `model_switch`: the run's next "
-                           "model (or, without one, a raised temperature); `retry_reduced_context`: the generation "
-                           "asked again with a reduced context."))
-    turn: int | None = Field(default=None, description="Addition: the run's completed generations at that point.")
-    reason: str | None = Field(default=None, description=(
-        "Addition: why: the loop detection, or the error code of the failed generation."))
-    messages: int | None = Field(default=None, description="Addition: `follow_up_queue`: how many queued messages "
-                                                           "were taken.")
-    to_model: str | None = Field(default=None, description="Addition: `model_switch`: the model the run goes on with.")
-    temperature: float | None = Field(default=None, description=(
-        "Addition: `model_switch` without a fallback model: the raised temperature."))
-    interrupted: Literal["generation", "tools", "approval"] | None = Field(default=None, description=(
-        "Addition: `priority_queue`: what the steer cut short: the generation in flight (dropped, `retracted`), "
-        "the tool calls executing (cancelled, each answered \"cancelled by steering\"), or the open approval "
-        "checkpoint (withdrawn); absent when the run was between steps."))
-
-
-class ModelFallback(Event):
-    kind: Literal["model.fallback"] = "model.fallback"
-    from_model: str
-    to_model: str
-    reason: str
-
-
-class ModelThrottled(Event):
-    """Addition: a generation waits for the model limits (LOOPWIRE_MODEL_LIMITS) before its
-    `generating`; waiting is neither an error nor a reason for a fallback."""
-
-    kind: Literal["model.throttled"] = "model.throttled"
-    turn: int
-    model: str
-    reason: Literal["rpm", "input_tpm", "output_tpm", "concurrency", "cooldown"]
-    wait_s: float = Field(description="The expected wait in seconds (0: until a request in flight ends).")
-
-
-class Compaction(Event):
-    kind: Literal["compaction"] = "compaction"
-    tokens_before: int
-    tokens_after: int
-    method: str | None = Field(default=None, description=(
-        "Addition: summary or drop; for an external agent agent_manual or agent_auto (its own compaction), "
-        "fresh_session (a new agent session told a trimmed transcript)."))
-    messages_compacted: int | None = Field(default=None, description="Addition: history messages it covers.")
-
-
-class BudgetWarning(Event):
-    """Addition: a run crossed LOOPWIRE_BUDGET_WARNING_PCT of one of its limits."""
-
-    kind: Literal["budget.warning"] = "budget.warning"
-    limit: Literal["max_total_tokens", "max_cost_usd"]
-    used: float
-    max: float
-    pct: float
-
-
-class UserMessage(Event):
-    """Addition: a message the router added to the history that the model did not write
-    (the user's input, a follow-up, a steer, a redirect, tool results), so the transcript
-    alone can rebuild the session (services/router/shell/rebuild.py)."""
-
-    kind: Literal["user.message"] = "user.message"
-    turn: int
-    message: dict[str, Any]
-    source: str = Field(description="input, follow_up, steer or router")
-
-
-class Generating(Event):
-    """Addition: a generation has started (again after a model fallback), so a UI can show
-    that the model is working before its first text. Not kept in the transcript."""
-
-    kind: Literal["generating"] = "generating"
-    turn: int
-    model: str = Field(description="The model asked.")
-
-
-class ToolsProgress(Event):
-    """Addition: one more of the calls of a turn has finished (after its `tool.result`).
-    Not kept in the transcript."""
-
-    kind: Literal["tools.progress"] = "tools.progress"
-    turn: int
-    total: int = Field(ge=1, description="The calls of this turn the tools service runs.")
-    completed: int = Field(ge=1, description="How many of them have finished.")
-
-
-class MemoryNote(Event):
-    """Addition: an observation or reflection of the memory service."""
-
-    kind: Literal["memory.observation", "memory.reflection"]
-
-
-class PlanStep(BaseModel):
-    step: str
-    status: Literal["pending", "in_progress", "completed"]
-
-
-class PlanUpdated(Event):
-    """Addition: an agentic_planned run's plan was recorded or changed (docs/profiles.md)."""
-
-    kind: Literal["plan.updated"] = "plan.updated"
-    steps: list[PlanStep]
-    source: Literal["start", "model", "text", "fallback", "verification", "executor"] = Field(
-        description="Where this version came from: StartRun `plan`, an update_plan call, the model's text, "
-                    "the task itself (no plan given), the verify phase (with `verification`), or an external "
-                    "agent's own plan (profile acp).")
-    phase: str = Field(description="The run's profile phase after the update.")
-    verification: str | None = None
-
-
-class WarningEvent(Event):
-    """Addition: something the user should know that does not stop the run: `unknown_price`
-    (a model with no known price: `run.ended.cost_usd` is null), `unknown_tools` (the run
-    named tools nobody serves), `tenant_unpriced` (such a model's cost is not counted
-    against its tenant's `usd_per_day`, only its tokens)."""
-
-    kind: Literal["warning"] = "warning"
-    code: str
-    message: str
-
-
-class ErrorEvent(Event):
-    kind: Literal["error"] = "error"
-    code: str
-    message: str
-    limit: str | None = Field(default=None, description=(
-        "Addition: for `quota_exceeded`, the tenant limit that refused the start (`max_queued`, "
-        "`tokens_per_day`, `usd_per_day`)."))
-
-
-class RunQueued(Event):
-    """Addition: the run waits for a slot of its tenant (LOOPWIRE_TENANT_LIMITS `max_running`);
-    `run.started` follows when it gets one, or `run.ended` (`aborted`) when it is aborted first."""
-
-    kind: Literal["run.queued"] = "run.queued"
-    position: int = Field(ge=1, description="Its place in its tenant's queue (1: next to start).")
-
-
-class RunEnded(Event):
-    kind: Literal["run.ended"] = "run.ended"
-    status: Literal["completed", "aborted", "budget_exhausted", "max_turns", "loop_terminated", "failed"]
-    final_text: str
-    conclusion: Any = Field(default=None, description=(
-        "The finish tool's normalised input (docs/profiles.md): summary, confidence, classification, "
-        "findings (raise/clear), outputs (output proposals); else, for a run that ends max_turns, "
-        "budget_exhausted or loop_terminated, and for a text answer where a strategy asks for a conclusion, "
-        "the technical summary {summary, ...} with `executed` [{tool, calls, ok, error}] (loopwire's addition, docs/protocol.md)."))
-    turns: int
-    usage: EventUsage
-    cost_usd: float | None = Field(description=(
-        "Addition: null when a model of the run has no known price (a `warning` event said so)."))
-    reason: str | None = Field(default=None, description="Addition: why the run did not simply complete.")
-    message_count: int | None = Field(default=None, description=(
-        "The messages in the session's history after the run (2026-12-02)."))
-
-
-class SessionForked(Event):
-    """The first event of a fork (`<prefix>.api.session.fork`): its history is its
-    source's as it stood at `from_seq` (inside a run: at the last complete turn, `cut_seq`)."""
-
-    kind: Literal["session.forked"] = "session.forked"
-    from_session_id: str
-    from_seq: int = Field(description="The source's event the fork was asked at.")
-    cut_seq: int | None = Field(default=None, description=(
-        "Addition: the source's last event the fork's history includes (0: none of the source's own)."))
-    messages: int | None = Field(default=None, description="Addition: the history messages the fork starts with.")
-    config: dict[str, Any] | None = Field(default=None, description=(
-        "Addition: the run settings the fork keeps (those of the run `from_seq` belongs to), as on run.started."))
-    tools: Literal["live", "recorded"] | None = Field(default=None, description=(
-        "Addition: `recorded`: the fork's tool calls are answered from the source's recorded results."))
-
-
-class MemoryObservation(MemoryNote):
-    kind: Literal["memory.observation"] = "memory.observation"
-
-
-class MemoryReflection(MemoryNote):
-    kind: Literal["memory.reflection"] = "memory.reflection"
+_NESTED: dict[Any, type[BaseModel]] = {}
+_FIELDS_MODULE = EventUsage.__module__
+_WRAPPERS = (NotRequired, Required, ReadOnly)
+
+
+def _schema_type(tp: Any) -> Any:
+    """`tp` with each TypedDict of the events' own in it replaced by its model (the nested
+    shapes: usage, plan steps); a message or a block (messages.py) is documented as the
+    JSON object it is."""
+    if is_typeddict(tp) and tp.__module__ != _FIELDS_MODULE:
+        return dict[str, Any]
+    if is_typeddict(tp):
+        if tp not in _NESTED:
+            _NESTED[tp] = create_model(tp.__name__, __module__=__name__, **_fields(tp))
+        return _NESTED[tp]
+    origin, args = get_origin(tp), get_args(tp)
+    if not args or origin is Literal:
+        return tp
+    mapped = tuple(_schema_type(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return functools.reduce(operator.or_, mapped)
+    return origin[mapped]
+
+
+def _admits_none(tp: Any) -> bool:
+    return tp is Any or tp is type(None) or (
+        get_origin(tp) in (Union, types.UnionType) and type(None) in get_args(tp))
+
+
+def _fields(td: Any) -> dict[str, Any]:
+    """The model fields of a TypedDict's keys, in their order. A `Field` in a key's
+    `Annotated` keeps its description, constraints and default; a NotRequired key is a
+    nullable field with default null (absent on the wire, null to a model); a keyword
+    key (`from`) a field under another name with the key as its alias."""
+    hints = get_type_hints(td, globalns=vars(sys.modules[td.__module__]), include_extras=True)
+    out: dict[str, Any] = {}
+    for key, hint in hints.items():
+        tp = hint
+        while get_origin(tp) in _WRAPPERS:
+            tp = get_args(tp)[0]
+        meta: tuple[Any, ...] = ()
+        if get_origin(tp) is Annotated:
+            tp, meta = get_args(tp)[0], tp.__metadata__
+        if UNDOCUMENTED in meta:
+            continue
+        tp = _schema_type(tp)
+        default: Any = ...
+        info = next((m for m in meta if isinstance(m, FieldInfo)), None)
+        if info is not None and not info.is_required():
+            default = info.default
+        elif key not in td.__required_keys__:
+            tp, default = (tp if _admits_none(tp) else tp | None), None
+        if keyword.iskeyword(key):
+            meta = (*meta, Field(alias=key))
+        out[key + "_" if keyword.iskeyword(key) else key] = (Annotated[(tp, *meta)] if meta else tp, default)
+    return out
+
+
+def _model(name: str, kind: str, td: Any) -> type[EventModel]:
+    """The model of one kind's event: the envelope, `kind` fixed, the kind's fields; its
+    description the fields' docstring."""
+    doc = td.__dict__.get("__doc__")
+    return create_model(name, __base__=Event, __doc__=doc, __module__=__name__,
+                        **{"kind": (Literal[kind], kind), **_fields(td)})
+
+
+if TYPE_CHECKING:
+    # To a type checker each model is a class of its own name; pydantic builds its fields
+    # from the TypedDicts (below), so their types are the TypedDicts' to mypy, not attributes.
+    class Event(EventModel): ...
+    class RunStarted(Event): ...
+    class PhaseChanged(Event): ...
+    class TextDelta(Event): ...
+    class MessageEvent(Event): ...
+    class ToolCallEvent(Event): ...
+    class ToolResultEvent(Event): ...
+    class Retracted(Event): ...
+    class ApprovalRequested(Event): ...
+    class ApprovalDecided(Event): ...
+    class LoopDetected(Event): ...
+    class Steering(Event): ...
+    class ModelFallback(Event): ...
+    class ModelThrottled(Event): ...
+    class Compaction(Event): ...
+    class BudgetWarning(Event): ...
+    class UserMessage(Event): ...
+    class Generating(Event): ...
+    class ToolsProgress(Event): ...
+    class MemoryObservation(Event): ...
+    class MemoryReflection(Event): ...
+    class PlanUpdated(Event): ...
+    class WarningEvent(Event): ...
+    class ErrorEvent(Event): ...
+    class RunQueued(Event): ...
+    class RunEnded(Event): ...
+    class SessionForked(Event): ...
+else:
+    Event = create_model("Event", __base__=EventModel, __module__=__name__, **_fields(EventEnvelope))
+    """The model of an event of a kind it does not know: the envelope."""
+
+    RunStarted = _model("RunStarted", "run.started", RunStartedFields)
+    PhaseChanged = _model("PhaseChanged", "phase.changed", PhaseChangedFields)
+    TextDelta = _model("TextDelta", "text.delta", TextDeltaFields)
+    MessageEvent = _model("MessageEvent", "message", MessageFields)
+    ToolCallEvent = _model("ToolCallEvent", "tool.call", ToolCallFields)
+    ToolResultEvent = _model("ToolResultEvent", "tool.result", ToolResultFields)
+    Retracted = _model("Retracted", "retracted", RetractedFields)
+    ApprovalRequested = _model("ApprovalRequested", "approval.requested", ApprovalRequestedFields)
+    ApprovalDecided = _model("ApprovalDecided", "approval.decided", ApprovalDecidedFields)
+    LoopDetected = _model("LoopDetected", "loop.detected", LoopDetectedFields)
+    Steering = _model("Steering", "steering", SteeringFields)
+    ModelFallback = _model("ModelFallback", "model.fallback", ModelFallbackFields)
+    ModelThrottled = _model("ModelThrottled", "model.throttled", ModelThrottledFields)
+    Compaction = _model("Compaction", "compaction", CompactionFields)
+    BudgetWarning = _model("BudgetWarning", "budget.warning", BudgetWarningFields)
+    UserMessage = _model("UserMessage", "user.message", UserMessageFields)
+    Generating = _model("Generating", "generating", GeneratingFields)
+    ToolsProgress = _model("ToolsProgress", "tools.progress", ToolsProgressFields)
+    MemoryObservation = _model("MemoryObservation", "memory.observation", MemoryNoteFields)
+    MemoryReflection = _model("MemoryReflection", "memory.reflection", MemoryNoteFields)
+    PlanUpdated = _model("PlanUpdated", "plan.updated", PlanUpdatedFields)
+    WarningEvent = _model("WarningEvent", "warning", WarningFields)
+    ErrorEvent = _model("ErrorEvent", "error", ErrorFields)
+    RunQueued = _model("RunQueued", "run.queued", RunQueuedFields)
+    RunEnded = _model("RunEnded", "run.ended", RunEndedFields)
+    SessionForked = _model("SessionForked", "session.forked", SessionForkedFields)
 
 
 EVENT_MODELS: dict[str, type[Event]] = {
     m.model_fields["kind"].default: m
     for m in (RunStarted, PhaseChanged, TextDelta, MessageEvent, ToolCallEvent, ToolResultEvent, Retracted,
-              ApprovalRequested, ApprovalDecided, LoopDetected, Steering, ModelFallback, Compaction, ErrorEvent, WarningEvent,
-              RunEnded, BudgetWarning, UserMessage, MemoryObservation, MemoryReflection, PlanUpdated, Generating,
-              ToolsProgress, SessionForked, RunQueued, ModelThrottled)
+              ApprovalRequested, ApprovalDecided, LoopDetected, Steering, ModelFallback, Compaction, ErrorEvent,
+              WarningEvent, RunEnded, BudgetWarning, UserMessage, MemoryObservation, MemoryReflection, PlanUpdated,
+              Generating, ToolsProgress, SessionForked, RunQueued, ModelThrottled)
 }
 
 
-def validate_event(body: dict[str, Any]) -> Event:
+def validate_event(body: Mapping[str, object]) -> Event:
     """Validate an emitted body against its kind's model (unknown kinds: the common fields)."""
-    model = EVENT_MODELS.get(body.get("kind", ""), Event)
+    kind = body.get("kind")
+    model = EVENT_MODELS.get(kind, Event) if isinstance(kind, str) else Event
     return model.model_validate(body)
 
 
 def user_message_fields(message: Message, turn: int, source: str,
-                        *, reported: Iterable[str] = ()) -> dict[str, Any]:
+                        *, reported: Iterable[str] = ()) -> UserMessageFields:
     """The fields of the `user.message` event the router emits for a message it appends
     (`source`: `input`, `follow_up`, `steer`, `router`). A tool_result block whose result
     is in a `tool.result` event already (`reported` tool_use ids) goes without its content:
     the transcript holds each result once."""
     skip = set(reported)
-    content: object = message.get("content")
+    content = message["content"]
     if isinstance(content, list) and skip:
-        content = [{k: v for k, v in b.items() if k != "content"}
+        content = [_without_content(b)
                    if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") in skip else b
                    for b in content]
     return {"turn": turn, "message": {"role": message.get("role", "user"), "content": content}, "source": source}
+
+
+def _without_content(block: ContentBlock) -> ContentBlock:
+    out = block.copy()
+    out.pop("content", None)
+    return out

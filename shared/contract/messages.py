@@ -1,7 +1,7 @@
 """Messages and content blocks, in the Anthropic Messages format every service keeps them in
 (the session history, the model's requests and replies, the events): their types, what a
-message's text is, the one way to write a tool_result block, and the fields of the
-`tool.result` event that reports one to clients.
+message's text is, and the one way to write a tool_result block (the `tool.result` event
+that reports one to clients: event_fields.tool_result_event).
 
 A message is `{"role", "content"}`; its content a string or a list of blocks (`text`,
 `tool_use`, `tool_result`, `image`, `thinking`...), as plain dicts on the hot path: the
@@ -168,20 +168,3 @@ def tool_result_block(tool_use_id: str, content: Content, *, is_error: bool = Fa
 def is_tool_result(block: object) -> TypeGuard[ContentBlock]:
     """Whether `block` is a tool_result block (with the id of the call it answers)."""
     return isinstance(block, dict) and block.get("type") == "tool_result" and "tool_use_id" in block
-
-
-def tool_result_event(*, turn: int, tool_use_id: str, name: str, is_error: bool,
-                      content: Content, recorded: bool = False,
-                      source: str | None = None) -> dict[str, Any]:
-    """The fields of the `tool.result` event of one call, whoever emits it: the router (a
-    reserved tool it answers, and every call of a batch the tools service ran, as its
-    ToolCallFinished or the batch's ToolsResult comes back: ToolResultItem.event_fields),
-    the tools service (a direct call), the llm service (an external agent's own tool call,
-    `source="executor"`). `recorded` (answered from a recording) and `source` only when set."""
-    fields: dict[str, Any] = {"turn": turn, "tool_use_id": tool_use_id, "name": name, "is_error": is_error,
-                              "content": content}
-    if recorded:
-        fields["recorded"] = True
-    if source is not None:
-        fields["source"] = source
-    return fields

@@ -7,13 +7,16 @@ required fields and unknown enum values. Output bodies always carry ``"v": 1``.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from loopwire.shared.contract.codec import now_rfc3339
 from loopwire.shared.contract.messages import ContentBlock
 from loopwire.shared.contract.redaction import redact
+
+if TYPE_CHECKING:  # events.py imports this module (RunStatus)
+    from .events import AnyEvent
 
 PROTOCOL_VERSION = 1
 
@@ -300,14 +303,16 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 
 def make_event(kind: str, session_id: str, run_id: str | None, *, seq: int, ts: str | None = None,
-               **fields: Any) -> dict[str, Any]:
+               **fields: Any) -> AnyEvent:
     """An egress event body: the common fields first, then the kind's own. An `error`'s
     message often quotes an exception: secrets in it (a URL's password, an API key) are
     masked before it is stored or published."""
     if kind == "error" and isinstance(fields.get("message"), str):
         fields["message"] = redact(fields["message"])
-    return {"v": PROTOCOL_VERSION, "session_id": session_id, "run_id": run_id, "seq": seq,
-            "kind": kind, "ts": ts or now_rfc3339(), **fields}
+    # The envelope and `fields` (an emitter's, built through its kind's TypedDict) are the
+    # kind's event.
+    return cast("AnyEvent", {"v": PROTOCOL_VERSION, "session_id": session_id, "run_id": run_id, "seq": seq,
+                             "kind": kind, "ts": ts or now_rfc3339(), **fields})
 
 
 def error_reply(code: str, message: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.contract.messages import ContentBlock
+from loopwire.shared.contract.protocol import RunStatus
 
 
 class RunConfig(BaseModel):
@@ -133,7 +134,7 @@ class RunLimits(BaseModel):
     """Outer iterations: 1 + follow-ups taken at the outer boundary."""
     inner: int = 0
     """Generations completed in the current outer iteration."""
-    converging: str | None = None
+    converging: RunStatus | None = None
     """Set while the last, tool-less generation runs: the `run.ended` status it ends with."""
     converge_reason: str | None = None
     model_offset: int = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from nats.aio.client import Client as NatsClient
@@ -16,6 +17,7 @@ from nats.js import JetStreamContext
 from pydantic import BaseModel
 
 from loopwire.shared.contract import codec, keys
+from loopwire.shared.contract.events import AnyEvent, EventFields
 from loopwire.shared.contract.headers import RUN_HEADER, SESSION_HEADER
 from loopwire.shared.contract.protocol import EPHEMERAL_KINDS, make_event
 from loopwire.shared.contract.subjects import Subjects
@@ -32,6 +34,8 @@ the attempts it had there, counted as deliveries of the message, so its budget i
 hop's own and the same as on the JetStream path."""
 Published = tuple[str, bytes, dict[str, str]]
 """(subject, data, headers) of a JetStream publish."""
+EventItem = tuple[str | None, str, str | None, EventFields]
+"""(run_id, kind, key, fields) of an event to emit."""
 RECOVER_HEADER = "Loopwire-Recover"
 """On a `router.result` produced by a redelivered chain root (shared/runtime/chain.py): if the
 session moved past it, the router performs its current outbox again."""
@@ -69,8 +73,8 @@ class Bus:
         `ask_leader` sends it again."""
         return await (await self.acks.publish(subject, data, headers))
 
-    async def emit(self, session_id: str, run_id: str | None, kind: str, key: str | None = None,
-                   **fields: Any) -> dict[str, Any]:
+    async def emit(self, session_id: str, run_id: str | None, kind: str, key: str | None,
+                   fields: EventFields) -> AnyEvent:
         """Assign a seq, store, and publish one event on `<prefix>.out.<sid>.<kind>`.
 
         With `key` set the event is emitted at most once per key: a re-emission after a
@@ -78,16 +82,14 @@ class Bus:
         Nats-Msg-Id) and the transcript keeps one copy."""
         return (await self.emit_many(session_id, [(run_id, kind, key, fields)]))[0]
 
-    async def emit_many(self, session_id: str,
-                        events: list[tuple[str | None, str, str | None, dict[str, Any]]]) -> list[dict[str, Any]]:
+    async def emit_many(self, session_id: str, events: list[EventItem]) -> list[AnyEvent]:
         """Each (run_id, kind, key, fields), in order: their seqs assigned and stored in one
         Redis call, then published (publish_stored)."""
         in_flight = await self.send_many(session_id, events)
         await in_flight.settle()
         return in_flight.events
 
-    async def send_many(self, session_id: str,
-                        events: list[tuple[str | None, str, str | None, dict[str, Any]]]) -> InFlight:
+    async def send_many(self, session_id: str, events: list[EventItem]) -> InFlight:
         """`emit_many` up to the PubAcks: the events stored (one Redis call) and written to
         the connection, their PubAcks still to come (`InFlight.settle`)."""
         items = event_items(session_id, events)
@@ -100,14 +102,14 @@ class Bus:
             stored = []
         return await self.send_stored(session_id, stored)
 
-    async def publish_stored(self, session_id: str, stored: list[tuple[dict[str, Any], bool]]) -> None:
+    async def publish_stored(self, session_id: str, stored: list[tuple[AnyEvent, bool]]) -> None:
         """Publish events that already have their seq (stored by `append_many`, or with a
         router commit), one after the other on this connection (which keeps their order),
         their PubAcks awaited together. A re-publish of a stored event is dropped by
         JetStream as a duplicate (Nats-Msg-Id `<sid>:<seq>`)."""
         await (await self.send_stored(session_id, stored)).settle()
 
-    async def send_stored(self, session_id: str, stored: list[tuple[dict[str, Any], bool]]) -> InFlight:
+    async def send_stored(self, session_id: str, stored: list[tuple[AnyEvent, bool]]) -> InFlight:
         """`publish_stored` up to the PubAcks: each event written to this connection in
         order, the PubAcks still to come (`InFlight.settle`)."""
         acks: list[tuple[Published, asyncio.Future[Any]]] = []
@@ -150,7 +152,7 @@ class Bus:
 class InFlight:
     """Events written to the connection whose PubAcks are still to come (`Bus.send_stored`)."""
 
-    def __init__(self, bus: Bus, events: list[dict[str, Any]],
+    def __init__(self, bus: Bus, events: list[AnyEvent],
                  acks: list[tuple[Published, asyncio.Future[Any]]]) -> None:
         self.bus = bus
         self.events = events
@@ -198,8 +200,7 @@ def work_headers(envelope: BaseModel | dict[str, Any], msg_id: str, *, recover: 
     return headers
 
 
-def event_items(session_id: str,
-                events: list[tuple[str | None, str, str | None, dict[str, Any]]]) -> list[Append]:
+def event_items(session_id: str, events: Sequence[EventItem]) -> list[Append]:
     """(run_id, kind, key, fields) -> what the event log appends: (body, key, store);
     ephemeral kinds (`text.delta`, progress) take a seq but are not stored."""
     return [(make_event(kind, session_id, run_id, seq=0, **fields), key, kind not in EPHEMERAL_KINDS)

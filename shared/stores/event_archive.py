@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from typing import cast
 
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
@@ -28,6 +28,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from loopwire.shared.contract import codec
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.subjects import EVENTS_STREAM, Subjects, stream_name
 from loopwire.shared.stores.stream_leader import ask_leader, jetstream_timeout
 
@@ -39,7 +40,7 @@ INACTIVE_S = 30.0
 """The server removes the consumer by itself when a reader died before deleting it."""
 
 
-async def read_archive(js: JetStreamContext, subjects: Subjects, sid: str) -> list[dict[str, Any]]:
+async def read_archive(js: JetStreamContext, subjects: Subjects, sid: str) -> list[AnyEvent]:
     """Every durable event of session `sid` in LOOPWIRE_EVENTS, in `seq` order (each
     seq once: a republished event is the same event). Empty when the stream holds none."""
     stream = stream_name(subjects.prefix, EVENTS_STREAM)
@@ -54,7 +55,7 @@ async def read_archive(js: JetStreamContext, subjects: Subjects, sid: str) -> li
             mem_storage=True))
     except NotFoundError:
         return []  # no such stream (yet): nothing was ever archived
-    by_seq: dict[int, dict[str, Any]] = {}
+    by_seq: dict[int, AnyEvent] = {}
     consumer: str | None = None
     try:
         info = await sub.consumer_info()
@@ -69,7 +70,8 @@ async def read_archive(js: JetStreamContext, subjects: Subjects, sid: str) -> li
                 pending = msg.metadata.num_pending
                 event = codec.loads(msg.data)
                 if isinstance(event, dict) and event.get("kind") != "text.delta" and isinstance(event.get("seq"), int):
-                    by_seq[event["seq"]] = event
+                    # A JSON object with a seq on the events stream: an event a loopwire emitter published.
+                    by_seq[event["seq"]] = cast(AnyEvent, event)
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()

@@ -19,21 +19,24 @@ the event body without its seq.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import redis.asyncio as aioredis
 
 from loopwire.shared.contract import codec, keys
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.stores.capabilities import Capability, Declares, Store, Unsupported
 from loopwire.shared.stores.replication import Replication, ScriptCall
 
-Append = tuple[dict[str, Any], str | None, bool]
+Append = tuple[AnyEvent, str | None, bool]
 """One event to append: (body, dedup key or None, store it)."""
 
 
-def with_seq(body: dict[str, Any], seq: int) -> dict[str, Any]:
-    """Put `seq` back in its place among the common fields."""
+def with_seq(body: Mapping[str, Any], seq: int) -> AnyEvent:
+    """Put `seq` back in its place among the common fields: an event again (the body an
+    emitter made, or its JSON read back from the log)."""
     out: dict[str, Any] = {}
     for k, v in body.items():
         if k == "seq":
@@ -42,27 +45,27 @@ def with_seq(body: dict[str, Any], seq: int) -> dict[str, Any]:
         if k == "run_id":
             out["seq"] = seq
     out.setdefault("seq", seq)
-    return out
+    return cast(AnyEvent, out)
 
 
 class EventLogStore(Store, Protocol):
-    async def append(self, sid: str, body: dict[str, Any], key: str | None,
-                     store: bool = True) -> tuple[dict[str, Any], bool]:
+    async def append(self, sid: str, body: AnyEvent, key: str | None,
+                     store: bool = True) -> tuple[AnyEvent, bool]:
         """Assign a seq and store `body`; returns (event with seq, newly appended).
         With a key seen before, returns the original event and False."""
         ...
 
-    async def append_many(self, sid: str, items: list[Append]) -> list[tuple[dict[str, Any], bool]]:
+    async def append_many(self, sid: str, items: list[Append]) -> list[tuple[AnyEvent, bool]]:
         """`append` of each item in order, in one step."""
         ...
 
-    async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]: ...
+    async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[AnyEvent]: ...
 
     async def last_seq(self, sid: str) -> int: ...
 
     async def delete(self, sid: str) -> None: ...
 
-    async def restore(self, sid: str, events: list[dict[str, Any]]) -> bool:
+    async def restore(self, sid: str, events: list[AnyEvent]) -> bool:
         """Put back the events of a session whose log is empty (read from the events
         stream, event_archive.py), with their own seqs; the counter goes on from the
         highest, so no seq is ever reused. False (nothing written) when the log is not
@@ -79,10 +82,10 @@ class EventLogStore(Store, Protocol):
 class InMemoryEventLog(Declares):
     seqs: dict[str, int] = field(default_factory=dict)
     keys: dict[str, dict[str, int]] = field(default_factory=dict)
-    events: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    events: dict[str, dict[int, AnyEvent]] = field(default_factory=dict)
 
-    async def append(self, sid: str, body: dict[str, Any], key: str | None,
-                     store: bool = True) -> tuple[dict[str, Any], bool]:
+    async def append(self, sid: str, body: AnyEvent, key: str | None,
+                     store: bool = True) -> tuple[AnyEvent, bool]:
         known = self.keys.setdefault(sid, {})
         if key is not None and key in known:
             seq = known[key]
@@ -96,10 +99,10 @@ class InMemoryEventLog(Declares):
             self.events.setdefault(sid, {})[seq] = event
         return event, True
 
-    async def append_many(self, sid: str, items: list[Append]) -> list[tuple[dict[str, Any], bool]]:
+    async def append_many(self, sid: str, items: list[Append]) -> list[tuple[AnyEvent, bool]]:
         return [await self.append(sid, body, key, store) for body, key, store in items]
 
-    async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+    async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[AnyEvent]:
         stored = self.events.get(sid, {})
         return [stored[s] for s in sorted(stored) if s > after_seq][:limit]
 
@@ -111,11 +114,11 @@ class InMemoryEventLog(Declares):
         self.keys.pop(sid, None)
         # The counter stays: seqs are never reused.
 
-    async def restore(self, sid: str, events: list[dict[str, Any]]) -> bool:
+    async def restore(self, sid: str, events: list[AnyEvent]) -> bool:
         top = max((e["seq"] for e in events), default=0)
         if self.events.get(sid) or self.seqs.get(sid, 0) >= top:
             return False
-        self.events[sid] = {e["seq"]: dict(e) for e in events}
+        self.events[sid] = {e["seq"]: e.copy() for e in events}
         self.seqs[sid] = top
         return True
 
@@ -200,7 +203,7 @@ def event_args(items: list[Append]) -> tuple[list[dict[str, Any]], list[str | by
     return stripped, args
 
 
-def appended_events(stripped: list[dict[str, Any]], flat: list[Any]) -> list[tuple[dict[str, Any], bool]]:
+def appended_events(stripped: list[dict[str, Any]], flat: list[Any]) -> list[tuple[AnyEvent, bool]]:
     """What `append_events` returned, as (event with seq, newly appended) per item."""
     out = []
     for n, body in enumerate(stripped):
@@ -252,8 +255,8 @@ class RedisEventLog(Declares):
         self._restore = redis.register_script(_RESTORE_LUA)
         self._raise_seq = redis.register_script(_RAISE_SEQ_LUA)
 
-    async def append(self, sid: str, body: dict[str, Any], key: str | None,
-                     store: bool = True) -> tuple[dict[str, Any], bool]:
+    async def append(self, sid: str, body: AnyEvent, key: str | None,
+                     store: bool = True) -> tuple[AnyEvent, bool]:
         stripped = {k: v for k, v in body.items() if k != "seq"}
         seq, original, new = await self._rep.run(ScriptCall(
             self._append, event_keys(sid), [key or "", codec.dumps(stripped), "1" if store else "0", str(self._ttl)]))
@@ -262,17 +265,17 @@ class RedisEventLog(Declares):
             return with_seq(codec.loads(original), seq), False
         return with_seq(stripped, seq), bool(new)
 
-    async def append_many(self, sid: str, items: list[Append]) -> list[tuple[dict[str, Any], bool]]:
+    async def append_many(self, sid: str, items: list[Append]) -> list[tuple[AnyEvent, bool]]:
         if not items:
             return []
         stripped, args = event_args(items)
         flat = await self._rep.run(ScriptCall(self._append_many, event_keys(sid), [str(self._ttl), *args]))
         return appended_events(stripped, flat)
 
-    async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+    async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[AnyEvent]:
         entries = await self._r.xrange(keys.event_stream(sid), min=f"({after_seq}-0" if after_seq else "-",
                                        max="+", count=limit)
-        out = []
+        out: list[AnyEvent] = []
         for entry_id, fields in entries or []:
             # decode_responses is off (shared/stores/redis_connection.py): ids and fields are bytes.
             seq = int(bytes(entry_id).split(b"-")[0])  # type: ignore[arg-type]
@@ -291,7 +294,7 @@ class RedisEventLog(Declares):
     async def delete(self, sid: str) -> None:
         await self._r.delete(keys.event_dedup(sid), keys.event_stream(sid))
 
-    async def restore(self, sid: str, events: list[dict[str, Any]]) -> bool:
+    async def restore(self, sid: str, events: list[AnyEvent]) -> bool:
         ordered = sorted(events, key=lambda e: e["seq"])
         if not ordered:
             return False

@@ -27,7 +27,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from loopwire.shared.contract.messages import is_tool_result
+from loopwire.shared.contract.events import AnyEvent
+from loopwire.shared.contract.messages import Message, is_tool_result
 from loopwire.shared.stores.event_log import EventLogStore
 from loopwire.shared.stores.transcript import Archive, read_transcript, restore_log
 
@@ -49,18 +50,18 @@ class ForkPoint:
     """The run settings of the run `at_seq` belongs to (None: no run names them)."""
 
 
-def _tool_uses(message: dict[str, Any]) -> set[str]:
+def _tool_uses(message: Message) -> set[str]:
     content = message.get("content")
     return {b["id"] for b in content if isinstance(b, dict) and b.get("type") == "tool_use" and "id" in b} \
         if isinstance(content, list) else set()
 
 
-def _tool_results(message: dict[str, Any]) -> set[str]:
+def _tool_results(message: Message) -> set[str]:
     content = message.get("content")
     return {b["tool_use_id"] for b in content if is_tool_result(b)} if isinstance(content, list) else set()
 
 
-def fork_point(events: list[dict[str, Any]], at_seq: int) -> ForkPoint:
+def fork_point(events: list[AnyEvent], at_seq: int) -> ForkPoint:
     """Where a fork of a session asked at `at_seq` cuts its `events` (its own, in seq order)."""
     cut = 0
     config: dict[str, Any] | None = None
@@ -73,16 +74,16 @@ def fork_point(events: list[dict[str, Any]], at_seq: int) -> ForkPoint:
         seq = int(event.get("seq", 0))
         if seq > at_seq:
             break
-        kind = event.get("kind")
-        if kind == "run.started":
+        kind = event["kind"]
+        if event["kind"] == "run.started":
             in_run, waiting = True, set()
             config = event.get("config") or config
         elif kind == "run.ended":
             in_run, waiting = False, set()
-        elif kind == FORKED:
+        elif event["kind"] == "session.forked":
             in_run, waiting = False, set()
             config = event.get("config") or config
-        elif in_run and kind == "message":
+        elif in_run and event["kind"] == "message":
             message = event.get("message") or {}
             if message.get("content"):
                 answer = (event.get("run_id"), event.get("turn"), cut)
@@ -90,13 +91,13 @@ def fork_point(events: list[dict[str, Any]], at_seq: int) -> ForkPoint:
                 if not waiting:
                     cut = seq  # an answer: a complete turn
             continue
-        elif in_run and kind == "retracted":
+        elif in_run and event["kind"] == "retracted":
             if answer is not None and answer[:2] == (event.get("run_id"), event.get("turn")):
                 cut, waiting, answer = answer[2], set(), None
             continue
         elif in_run and waiting and kind in ("tool.result", "user.message"):
-            answered = {event.get("tool_use_id")} if kind == "tool.result" else \
-                _tool_results(event.get("message") or {})
+            answered = {event.get("tool_use_id")} if event["kind"] == "tool.result" else \
+                _tool_results(event.get("message") or {}) if event["kind"] == "user.message" else set()
             if waiting & answered:
                 waiting -= answered
                 if not waiting:
@@ -107,14 +108,14 @@ def fork_point(events: list[dict[str, Any]], at_seq: int) -> ForkPoint:
     return ForkPoint(at_seq=at_seq, cut_seq=cut, config=config)
 
 
-def through(events: list[dict[str, Any]], session_id: str, cut_seq: int) -> list[dict[str, Any]]:
+def through(events: list[AnyEvent], session_id: str, cut_seq: int) -> list[AnyEvent]:
     """A lineage's events (several sessions', in order) with `session_id`'s own cut at
     `cut_seq`: what a fork of it at that cut starts from."""
     return [e for e in events if e.get("session_id") != session_id or int(e.get("seq", 0)) <= cut_seq]
 
 
 async def lineage_events(sid: str, events_store: EventLogStore, archive: Archive | None = None,
-                         own: list[dict[str, Any]] | None = None, depth: int = 0) -> list[dict[str, Any]]:
+                         own: list[AnyEvent] | None = None, depth: int = 0) -> list[AnyEvent]:
     """The events whose replay, in this order, is the session's history: a fork's source's
     up to the fork's cut (the source's own lineage first, when it is a fork too), then the
     session's own (`own`, when read already; else read here, from the events stream when
@@ -122,9 +123,11 @@ async def lineage_events(sid: str, events_store: EventLogStore, archive: Archive
     if own is None:
         own = await read_transcript(sid, events_store) or await restore_log(sid, events_store, archive)
     own = sorted(own, key=lambda e: int(e.get("seq", 0)))  # the events stream's order may be crossed
-    if not own or own[0].get("kind") != FORKED:
+    if not own:
         return own
     first = own[0]
+    if first["kind"] != "session.forked":
+        return own
     source = first.get("from_session_id")
     if not isinstance(source, str) or depth >= MAX_DEPTH:
         log.warning("session %s: its fork's source cannot be followed (%r, depth %d)", sid, source, depth)

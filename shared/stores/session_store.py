@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 
 from loopwire.shared.contract import codec, keys
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.messages import Message
 from loopwire.shared.stores.capabilities import Capability, Declares, Store, Unsupported
 from loopwire.shared.stores.event_log import (
@@ -65,7 +66,7 @@ class SessionStore(Store, Protocol):
 
     async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
                                  *, history_len_before: int, append: list[Message],
-                                 events: list[Append]) -> list[tuple[dict[str, Any], bool]] | None:
+                                 events: list[Append]) -> list[tuple[AnyEvent, bool]] | None:
         """Capability COMMIT_WITH_EVENTS: `commit`, and `append_many(sid, events)` of the
         backend's event log, at once. The events as appended; None when the version moved
         (nothing written)."""
@@ -157,7 +158,7 @@ class InMemorySessionStore(Declares):
 
     async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
                                  *, history_len_before: int, append: list[Message],
-                                 events: list[Append]) -> list[tuple[dict[str, Any], bool]] | None:
+                                 events: list[Append]) -> list[tuple[AnyEvent, bool]] | None:
         raise Unsupported("the in-memory session store commits no events: commit, then append_many")
 
     def pipelined_history(self, sid: str) -> PipelinedHistory:
@@ -272,7 +273,7 @@ class RedisSessionStore(Declares):
 
     async def commit_with_events(self, sid: str, expected_version: int, state: dict[str, Any] | bytes,
                                  *, history_len_before: int, append: list[Message],
-                                 events: list[Append]) -> list[tuple[dict[str, Any], bool]] | None:
+                                 events: list[Append]) -> list[tuple[AnyEvent, bool]] | None:
         """`commit`, and `RedisEventLog.append_many(sid, events)` in the same script: the
         events of a transition are stored (their seqs assigned) exactly when its state is,
         in one round trip. None when the version moved (nothing written); the same TTL."""

@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from loopwire.shared.contract.events import AnyEvent, ApprovalRequestedEvent, RetractedEvent
 from loopwire.shared.contract.messages import (
     ContentBlock,
     Message,
@@ -80,9 +81,9 @@ class Replayed:
     run_config: dict[str, Any] | None
     """What the last run was started with; None when the events do not name its models."""
     last_seq: int
-    open_run: list[dict[str, Any]] = field(default_factory=list)
+    open_run: list[AnyEvent] = field(default_factory=list)
     """The events of the last run, from its `run.started`, when it waits for a decision."""
-    pending_approval: dict[str, Any] | None = None
+    pending_approval: ApprovalRequestedEvent | None = None
     """The `approval.requested` that run waits on."""
 
 
@@ -107,7 +108,7 @@ class _Builder:
     last_model: str | None = None
     last_message: tuple[str | None, int, int] | None = None
     """(run_id, turn, index in the history) of the latest assistant message appended."""
-    run_events: list[dict[str, Any]] = field(default_factory=list)
+    run_events: list[AnyEvent] = field(default_factory=list)
     """The events of the run in progress (since its `run.started`; emptied at its end)."""
 
     def append(self, message: Message) -> None:
@@ -132,7 +133,7 @@ class _Builder:
         self.waiting, self.results = [], {}
         self.append({"role": "user", "content": blocks})
 
-    def user_message(self, message: dict[str, Any]) -> None:
+    def user_message(self, message: Message) -> None:
         """A message the router appended. Its tool_result blocks answer the waiting
         tool_uses: one without `content` points at its `tool.result` event."""
         content = message.get("content")
@@ -154,7 +155,7 @@ class _Builder:
         self.waiting, self.results = [], {}
         self.append({"role": "user", "content": blocks + others})
 
-    def retract(self, event: dict[str, Any]) -> None:
+    def retract(self, event: RetractedEvent) -> None:
         """A `retracted` of the latest assistant message's turn: the router did not store
         it. (A steer's `retracted` names the generation in flight, which has no message.)"""
         latest = self.last_message
@@ -164,43 +165,42 @@ class _Builder:
         self.history.pop()
         self.waiting, self.results, self.last_message = [], {}, None
 
-    def take(self, event: dict[str, Any]) -> None:
-        kind = event.get("kind")
-        if kind == "run.started":
+    def take(self, event: AnyEvent) -> None:
+        if event["kind"] == "run.started":
             self.run_events = []
         self.run_events.append(event)
-        if kind == "run.started":
+        if event["kind"] == "run.started":
             self.settle(NO_RESULT)
             self.runs += 1
             self.profile = event.get("profile") or self.profile
             self.config = event.get("config") or self.config
             self.open_run = {"input_tokens": 0, "output_tokens": 0}
-        elif kind == "user.message":
+        elif event["kind"] == "user.message":
             self.user_message(event.get("message") or {})
-        elif kind == "message":
+        elif event["kind"] == "message":
             self.settle(NO_RESULT)
             message = event.get("message") or {}
             self.turns += 1
             self.last_model = event.get("model") or self.last_model
             usage = event.get("usage") or {}
-            for name in self.open_run:
-                self.open_run[name] += int(usage.get(name, 0) or 0)
+            self.open_run["input_tokens"] += int(usage.get("input_tokens", 0) or 0)
+            self.open_run["output_tokens"] += int(usage.get("output_tokens", 0) or 0)
             if message.get("content"):
                 self.append({"role": "assistant", "content": message["content"]})
                 self.last_message = (event.get("run_id"), event.get("turn", 0), len(self.history) - 1)
                 self.waiting = [b["id"] for b in message["content"]
                                 if isinstance(b, dict) and b.get("type") == "tool_use" and "id" in b]
-        elif kind == "retracted":
+        elif event["kind"] == "retracted":
             self.retract(event)
-        elif kind == "session.forked":
+        elif event["kind"] == "session.forked":
             self.settle(NO_RESULT)
             self.config = event.get("config") or self.config
             self.profile = (self.config or {}).get("profile") or self.profile
-        elif kind == "tool.result":
+        elif event["kind"] == "tool.result":
             tid = event.get("tool_use_id")
             if tid in self.waiting:
                 self.results[tid] = tool_result_block(tid, event.get("content", ""), is_error=bool(event.get("is_error")))
-        elif kind == "run.ended":
+        elif event["kind"] == "run.ended":
             self.settle(RUN_ENDED.format(status=event.get("status", "ended")))
             usage = event.get("usage") or {}
             self.input_tokens += int(usage.get("input_tokens", 0) or 0)
@@ -210,13 +210,12 @@ class _Builder:
             self.open_run = {"input_tokens": 0, "output_tokens": 0}
             self.run_events = []
 
-    def pending_approval(self) -> dict[str, Any] | None:
+    def pending_approval(self) -> ApprovalRequestedEvent | None:
         """The `approval.requested` the run in progress waits on, if it waits on one."""
         for event in reversed(self.run_events):
-            kind = event.get("kind")
-            if kind == "approval.requested":
+            if event["kind"] == "approval.requested":
                 return event if event.get("source") != "executor" else None
-            if kind in ANSWERED_BY:
+            if event["kind"] in ANSWERED_BY:
                 return None
         return None
 
@@ -235,7 +234,7 @@ class _Builder:
         return config
 
 
-def replay(session_id: str, events: list[dict[str, Any]], default_max_tokens: int = 4096,
+def replay(session_id: str, events: list[AnyEvent], default_max_tokens: int = 4096,
            in_order: bool = False) -> Replayed | None:
     """The conversation and tallies the events describe; None when no run ever started
     (a session that only ever had rejected input has nothing to replay). `in_order`: the
@@ -263,9 +262,9 @@ def replay(session_id: str, events: list[dict[str, Any]], default_max_tokens: in
                     open_run=list(builder.run_events) if pending is not None else [], pending_approval=pending)
 
 
-async def read_transcript(sid: str, events: EventLogStore) -> list[dict[str, Any]]:
+async def read_transcript(sid: str, events: EventLogStore) -> list[AnyEvent]:
     """Every stored event of the session, page by page."""
-    out: list[dict[str, Any]] = []
+    out: list[AnyEvent] = []
     after = 0
     while True:
         page = await events.read(sid, after_seq=after, limit=PAGE)
@@ -275,11 +274,11 @@ async def read_transcript(sid: str, events: EventLogStore) -> list[dict[str, Any
         after = page[-1]["seq"]
 
 
-Archive = Callable[[str], Awaitable[list[dict[str, Any]]]]
+Archive = Callable[[str], Awaitable[list[AnyEvent]]]
 """A session's events from the events stream (shared/stores/event_archive.py `read_archive`)."""
 
 
-async def restore_log(sid: str, events_store: EventLogStore, archive: Archive | None) -> list[dict[str, Any]]:
+async def restore_log(sid: str, events_store: EventLogStore, archive: Archive | None) -> list[AnyEvent]:
     """A session's events from the events stream, put back into the event log (which
     must be empty: `EventLogStore.restore` writes nothing into a log that has events)."""
     if archive is None:

@@ -30,7 +30,18 @@ from typing import TYPE_CHECKING, Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecutorSpec, Generate, GenerationResult, StepError, Usage
-from loopwire.shared.contract.messages import message_text, text_block, tool_result_event, tool_uses
+from loopwire.shared.contract.event_fields import (
+    CompactionFields,
+    EventFields,
+    MessageFields,
+    PlanStatus,
+    PlanUpdatedFields,
+    RetractedFields,
+    TextDeltaFields,
+    ToolCallFields,
+    tool_result_event,
+)
+from loopwire.shared.contract.messages import message_text, text_block, tool_uses
 from loopwire.shared.runtime.inflight import CancelSignal, StepCancelled, unless_cancelled
 from loopwire.shared.runtime.pricing import cost_usd, price_table
 from loopwire.shared.runtime.service_context import ServiceContext
@@ -116,7 +127,7 @@ class ExecutorSteps:
         except StepCancelled:
             if events.streamed:
                 await self.ctx.bus.emit(env.session_id, env.run_id, "retracted",
-                                        key=keys.retract_key(env.step_id, "cancel"), turn=env.turn, reason=CANCELLED_REASON)
+                                        key=keys.retract_key(env.step_id, "cancel"), fields=RetractedFields(turn=env.turn, reason=CANCELLED_REASON))
             log.info("executor step %s cancelled", env.step_id)
             return failed(env, "cancelled", "the agent's turn was cancelled (steer or abort)")
         except ExecutorFailed as err:
@@ -259,20 +270,20 @@ class StepEvents:
     def current_turn(self) -> int:
         return self.env.turn + max(0, self.calls - 1) if self.calls else self.env.turn
 
-    async def _emit(self, kind: str, key: str | None, **fields: Any) -> None:
-        await self.ctx.bus.emit(self.env.session_id, self.env.run_id, kind, key=key, **fields)
+    async def _emit(self, kind: str, key: str | None, fields: EventFields) -> None:
+        await self.ctx.bus.emit(self.env.session_id, self.env.run_id, kind, key, fields)
 
     async def compacted(self, *, tokens_before: int, tokens_after: int, messages: int) -> None:
         """ContextGuard started a fresh agent session (`fresh_session`): the `compaction` event."""
         await self._emit("compaction", keys.step_event_key(self.env.step_id, "compaction", "fresh"),
-                         tokens_before=tokens_before, tokens_after=tokens_after, method="fresh_session",
-                         messages_compacted=messages)
+                         CompactionFields(tokens_before=tokens_before, tokens_after=tokens_after, method="fresh_session",
+                         messages_compacted=messages))
 
     async def report(self, event: ExecutorEvent) -> None:
         env, step = self.env, keys.executor_delivery(self.env.step_id, self.delivered)
         if isinstance(event, TextDelta):
             self.streamed = True
-            await self._emit("text.delta", None, turn=self._next_turn(), text=event.text)
+            await self._emit("text.delta", None, TextDeltaFields(turn=self._next_turn(), text=event.text))
         elif isinstance(event, AssistantMessage):
             await self._release()
             self.calls += 1
@@ -293,21 +304,21 @@ class StepEvents:
                 return  # a loopwire tool: the tools service reports the call (mcp_bridge.py)
             if isinstance(event, ToolCall):
                 turn = self._turn_of[event.tool_use_id] = self.current_turn()
-                await self._emit("tool.call", keys.tool_call_key(event.tool_use_id), turn=turn,
-                                 tool_use_id=event.tool_use_id, name=event.name, input=event.input, source="executor")
+                await self._emit("tool.call", keys.tool_call_key(event.tool_use_id), ToolCallFields(turn=turn,
+                                 tool_use_id=event.tool_use_id, name=event.name, input=event.input, source="executor"))
             else:
                 turn = self._turn_of.get(event.tool_use_id, self.current_turn())
                 await self._emit("tool.result", keys.tool_result_key(event.tool_use_id),
-                                 **tool_result_event(turn=turn, tool_use_id=event.tool_use_id, name=event.name,
+                                 tool_result_event(turn=turn, tool_use_id=event.tool_use_id, name=event.name,
                                                      is_error=event.is_error, content=event.content, source="executor"))
         elif isinstance(event, PlanUpdated):
             await self._emit("plan.updated", keys.step_event_key(step, "plan", self.calls, len(event.entries)),
-                             steps=[{"step": str(e.get("content", "")), "status": _plan_status(e.get("status"))}
-                                    for e in event.entries], source="executor", phase="act")
+                             PlanUpdatedFields(steps=[{"step": str(e.get("content", "")), "status": _plan_status(e.get("status"))}
+                                    for e in event.entries], source="executor", phase="act"))
         elif isinstance(event, Compacted):
-            await self._emit("compaction", keys.step_event_key(step, "compaction", self.calls), tokens_before=event.tokens_before,
+            await self._emit("compaction", keys.step_event_key(step, "compaction", self.calls), CompactionFields(tokens_before=event.tokens_before,
                              tokens_after=event.tokens_after if event.tokens_after is not None else 0,
-                             method=f"agent_{event.trigger}")
+                             method=f"agent_{event.trigger}"))
 
     def _next_turn(self) -> int:
         """The turn text being streamed belongs to: the call after the last finished one."""
@@ -319,9 +330,9 @@ class StepEvents:
             return
         usage = held.usage or Usage()
         await self._emit("message", keys.step_event_key(keys.executor_delivery(self.env.step_id, self.delivered), "message", self.calls),
-                         turn=self.env.turn + self.calls - 1, message=held.message, model=held.model,
+                         MessageFields(turn=self.env.turn + self.calls - 1, message=held.message, model=held.model,
                          stop_reason=held.stop_reason, source="executor",
-                         usage={"input_tokens": usage.total_input(), "output_tokens": usage.output_tokens})
+                         usage={"input_tokens": usage.total_input(), "output_tokens": usage.output_tokens}))
 
     def over_budget(self, spec: ExecutorSpec) -> str | None:
         used = self.usage.total_input() + self.usage.output_tokens
@@ -353,7 +364,7 @@ class StepEvents:
             usage=finished.usage, turns=max(1, finished.turns), cost_usd=finished.cost_usd)
 
 
-def _plan_status(raw: Any) -> str:
+def _plan_status(raw: Any) -> PlanStatus:
     return raw if raw in ("pending", "in_progress", "completed") else "pending"
 
 

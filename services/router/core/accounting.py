@@ -12,9 +12,9 @@ The limits on what was spent are budget.py's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from loopwire.shared.contract.envelopes import GenerationResult, Usage
+from loopwire.shared.contract.event_fields import BudgetWarningFields, WarningFields
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.runtime.pricing import is_offline_model, price_of
 
@@ -30,7 +30,7 @@ class Ledgered:
 
     input_tokens: int
     output_tokens: int
-    budget_warnings: list[dict[str, Any]] = field(default_factory=list)
+    budget_warnings: list[BudgetWarningFields] = field(default_factory=list)
     """`budget.warning` fields for each limit the run crossed now (budget.warnings_due)."""
 
 
@@ -84,7 +84,7 @@ def _unpriced(tx: Transition, run: RunState, model: str, *, cfg: CoreConfig) -> 
         return
     run.budget.unpriced.append(model)
     if not is_offline_model(model):
-        tx.emit("warning", f"warning:{run.run_id}:unknown_price:{model}", run.run_id, code="unknown_price",
+        tx.emit("warning", f"warning:{run.run_id}:unknown_price:{model}", run.run_id, WarningFields(code="unknown_price",
                 message=f"no price is known for model {model}: the run's cost_usd is null "
-                        "(LOOPWIRE_PRICES can give it one)")
+                        "(LOOPWIRE_PRICES can give it one)"))
         tenant_quotas.warn_unpriced(tx, run, model, cfg=cfg)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.messages import text_of
 
 from .profiles import PROFILES
@@ -48,16 +49,16 @@ def answers_in(profile: str, phase: str, *, text: str, stop_reason: str | None, 
     return not PROFILES[profile].reviews_every_turn
 
 
-def from_events(profile: str, events: list[dict[str, Any]], retracted: set[Any]) -> list[str]:
+def from_events(profile: str, events: list[AnyEvent], retracted: set[Any]) -> list[str]:
     """The answers of a run as its events tell them (a run rebuilt from its transcript:
     journal_resume.py): its `message` events in order, each in the phase the
     `phase.changed` events before it left, less the turns in `retracted`."""
     out: list[str] = []
     phase = PROFILES[profile].initial_phase
     for e in events:
-        if e.get("kind") == "phase.changed":
+        if e["kind"] == "phase.changed":
             phase = str(e.get("to"))
-        elif e.get("kind") == "message":
+        elif e["kind"] == "message":
             blocks = [b for b in (e.get("message") or {}).get("content") or [] if isinstance(b, dict)]
             text = text_of(blocks)
             calls = any(b.get("type") == "tool_use" for b in blocks)

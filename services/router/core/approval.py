@@ -40,9 +40,11 @@ steering" results); `abort` ends the run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from loopwire.shared.contract.event_fields import ApprovalDecidedFields, ApprovalRequestedFields
 from loopwire.shared.contract.messages import ContentBlock, Message
+from loopwire.shared.contract.protocol import ApprovalDecision
 from loopwire.shared.contract.run_state import Checkpoint, RunState
 from loopwire.shared.contract.session_state import SessionState
 
@@ -64,7 +66,7 @@ def checkpoint_id(run: RunState) -> str:
 
 def open_checkpoint(session: SessionState, run: RunState, *, kind: Literal["tool_calls", "proposal"],
                     calls: list[ContentBlock], ask: list[str], rejected: dict[str, str],
-                    text: str) -> dict[str, Any]:
+                    text: str) -> ApprovalRequestedFields:
     """Pause the run on a new checkpoint; the `approval.requested` fields to emit."""
     cp = Checkpoint(id=checkpoint_id(run), kind=kind, calls=calls, ask=ask, rejected=rejected, text=text)
     run.approvals.checkpoint = cp
@@ -72,12 +74,20 @@ def open_checkpoint(session: SessionState, run: RunState, *, kind: Literal["tool
     run.pending_step = None
     run.tools.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
     session.status = "awaiting_approval"
-    fields: dict[str, Any] = {"checkpoint_id": cp.id, "turn": run.turn}
+    fields: ApprovalRequestedFields = {"checkpoint_id": cp.id, "turn": run.turn}
     if kind == "proposal":
         fields["proposal"] = text
     else:
         fields["tool_calls"] = [{"tool_use_id": c["id"], "name": c["name"], "input": c.get("input") or {}}
                                 for c in calls if c["id"] in ask]
+    return fields
+
+
+def decided_fields(cp: Checkpoint, body: ApprovalDecision) -> ApprovalDecidedFields:
+    """The `approval.decided` fields of the decision `body` on `cp` (`note` only when given)."""
+    fields = ApprovalDecidedFields(checkpoint_id=cp.id, decision=body.decision)
+    if body.note:
+        fields["note"] = body.note
     return fields
 
 

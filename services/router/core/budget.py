@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from loopwire.shared.contract.event_fields import BudgetLimit, BudgetWarningFields
 from loopwire.shared.contract.run_state import RunConfig, RunState
 from loopwire.shared.runtime.pricing import price_for
 
@@ -144,11 +144,13 @@ def end_cause(run: RunState, stop_reason: str | None) -> str | None:
     return None
 
 
-def warnings_due(run: RunState, pct: float) -> list[dict[str, Any]]:
+def warnings_due(run: RunState, pct: float) -> list[BudgetWarningFields]:
     """`budget.warning` fields for each limit that crossed `pct` and was not warned yet."""
     cfg = run.config
-    due = []
-    for limit, maximum in (("max_total_tokens", cfg.max_total_tokens), ("max_cost_usd", cfg.max_cost_usd)):
+    due: list[BudgetWarningFields] = []
+    limits: tuple[tuple[BudgetLimit, float | None], ...] = (("max_total_tokens", cfg.max_total_tokens),
+                                                            ("max_cost_usd", cfg.max_cost_usd))
+    for limit, maximum in limits:
         if maximum is None or limit in run.budget.warned:
             continue  # a limit not set is not measured (as in `exhausted`)
         used = tokens_used(run) if limit == "max_total_tokens" else round(run.budget.cost_usd, 8)

@@ -38,6 +38,7 @@ from typing import Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult
+from loopwire.shared.contract.event_fields import ErrorFields, ModelFallbackFields
 from loopwire.shared.contract.messages import Message, message_text, tool_result_block
 from loopwire.shared.contract.protocol import text_to_content
 from loopwire.shared.contract.run_state import RunState
@@ -215,8 +216,7 @@ def _on_decision(tx: Transition, inp: DecisionInput, cfg: CoreConfig) -> Decisio
     if cp is None or run is None:
         return reject(tx.st, inp, "unknown_checkpoint",
                       message=f"checkpoint {body.checkpoint_id} is unknown or already answered")
-    tx.emit("approval.decided", keys.event_key("approval.decided", cp.id), run.run_id, checkpoint_id=cp.id,
-            decision=body.decision, **({"note": body.note} if body.note else {}))
+    tx.emit("approval.decided", keys.event_key("approval.decided", cp.id), run.run_id, approval.decided_fields(cp, body))
     if cp.kind == "executor":  # the agent waits for it in its step (executor_profiles.py)
         tx.effects.extend(decide_permission(tx.st, run, cp, body=body))
         return tx.finish()
@@ -328,32 +328,30 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
 
 def _on_failed_generation(tx: Transition, run: RunState, result: GenerationResult, *, profile: Profile,
                           cfg: CoreConfig) -> None:
-    """A failed generation, by the error policy's verdict: the run ends, or the
-    generation is asked for again (as it was, with a reduced context, or of the next
-    model)."""
+    """A failed generation, by the error policy's verdict: the run ends, or the generation
+    is asked for again (as it was, with a reduced context, or of the next model)."""
     verdict = classify_generation_failure(result.error, run, cfg)
     if verdict.action == "terminate":
         status = run.limits.converging or "failed"
         end_run(tx, status, None, cfg=cfg, error=(verdict.code, verdict.message),
                 reason=run.limits.converge_reason if run.limits.converging else verdict.code)
         return
-    tx.emit("error", keys.event_key("error", result.step_id), run.run_id, code=verdict.code, message=verdict.message,
-            action=verdict.action)
+    tx.emit("error", keys.event_key("error", result.step_id), run.run_id,
+            ErrorFields(code=verdict.code, message=verdict.message, action=verdict.action))
     if verdict.action == "continue":
         run.limits.step_retries += 1
     elif verdict.action == "retry_reduced_context":
         run.limits.context_retries += 1
         tx.emit("steering", keys.event_key("steering", result.step_id), run.run_id,
-                **steering_fields(run, "retry_reduced_context", reason=verdict.code))
+                steering_fields(run, "retry_reduced_context", reason=verdict.code))
     else:  # switch_model
         models = run.config.models
         tx.emit("model.fallback", f"model.fallback:{result.step_id}", run.run_id,
-                from_model=models[run.limits.model_offset], to_model=models[run.limits.model_offset + 1],
-                reason=verdict.code)
+                ModelFallbackFields(from_model=models[run.limits.model_offset],
+                                    to_model=models[run.limits.model_offset + 1], reason=verdict.code))
         run.limits.model_offset += 1
         tx.emit("steering", keys.event_key("steering", result.step_id), run.run_id,
-                **steering_fields(run, "model_switch", reason=verdict.code,
-                                             to_model=models[run.limits.model_offset]))
+                steering_fields(run, "model_switch", reason=verdict.code, to_model=models[run.limits.model_offset]))
     request_generation(tx, run, profile)
 
 

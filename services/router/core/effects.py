@@ -5,11 +5,16 @@ dedup key, work by Nats-Msg-Id, notices because acting on one twice is harmless)
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, Field, GetPydanticSchema, computed_field
 
 from loopwire.shared.contract.envelopes import AssembleContext, ExecuteTools
+from loopwire.shared.contract.events import EventFields
+
+StoredFields = Annotated[EventFields, GetPydanticSchema(lambda _tp, handler: handler(dict[str, Any]))]
+"""An event's fields in an effect: their declared shape to mypy; to pydantic the JSON
+object they are (validated and dumped as a dict, every key kept as the core wrote it)."""
 
 
 class EmitEvent(BaseModel):
@@ -18,7 +23,7 @@ class EmitEvent(BaseModel):
     key: str
     """Dedup key: the same key is emitted once per session."""
     run_id: str | None = None
-    fields: dict[str, Any] = Field(default_factory=dict)
+    fields: StoredFields
 
 
 class PublishWork(BaseModel):

@@ -35,6 +35,7 @@ from typing import Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecutorPermission, ExecutorSpec
+from loopwire.shared.contract.event_fields import ApprovalRequestedFields
 from loopwire.shared.contract.messages import ContentBlock
 from loopwire.shared.contract.protocol import ApprovalDecision
 from loopwire.shared.contract.run_state import Checkpoint, RunState
@@ -117,9 +118,9 @@ def open_permission(session: SessionState, run: RunState, ask: ExecutorPermissio
     call: ContentBlock = {"id": ask.tool_use_id, "name": ask.name, "input": ask.input}
     run.approvals.checkpoint = Checkpoint(id=ask.checkpoint_id, kind="executor", calls=[call], ask=[ask.tool_use_id])
     session.status = "awaiting_approval"
-    fields: dict[str, Any] = {"checkpoint_id": ask.checkpoint_id, "turn": ask.turn, "source": "executor",
-                              "tool_calls": [{"tool_use_id": ask.tool_use_id, "name": ask.name,
-                                              "input": ask.input}]}
+    fields: ApprovalRequestedFields = {"checkpoint_id": ask.checkpoint_id, "turn": ask.turn, "source": "executor",
+                                       "tool_calls": [{"tool_use_id": ask.tool_use_id, "name": ask.name,
+                                                       "input": ask.input}]}
     return True, [EmitEvent(kind="approval.requested", key=keys.event_key("approval.requested", ask.checkpoint_id),
                             run_id=run.run_id, fields=fields)]
 

@@ -16,7 +16,10 @@ A steer and the follow-ups taken are reported with a `steering` event (steering.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from loopwire.shared.contract import keys
+from loopwire.shared.contract.event_fields import RetractedFields
 from loopwire.shared.contract.messages import ContentBlock, as_blocks
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import SessionState
@@ -62,21 +65,21 @@ def steer(tx: Transition, run: RunState, content: list[ContentBlock]) -> None:
     # What the steer cut short (the `steering` event's `interrupted`): the design's
     # mid-generation priority (`generation`), cancel-executing (`tools`), a withdrawn
     # checkpoint (`approval`); between steps, nothing.
-    interrupted: str | None = None
+    interrupted: Literal["generation", "tools", "approval"] | None = None
     if run.awaiting in ("tools", "approval") and run.tools.pending_calls:
-        interrupted = run.awaiting
+        interrupted = "tools" if run.awaiting == "tools" else "approval"
         message = batch_results(run, run.tools.pending_calls, STEERED_TOOL) + message
         run.tools.pending_calls = []
         run.tools.answered = []
     elif run.awaiting == "generate" and run.pending_step is not None:
         interrupted = "generation"
-        tx.emit("retracted", keys.event_key("retracted", run.pending_step, "steer"), run.run_id, turn=run.turn + 1,
-                reason=STEERED_GENERATION)
+        tx.emit("retracted", keys.event_key("retracted", run.pending_step, "steer"), run.run_id, RetractedFields(turn=run.turn + 1,
+                reason=STEERED_GENERATION))
     if run.approvals.checkpoint is not None:  # a steer withdraws the open checkpoint
         interrupted = "approval"
         approval.close(tx.st, run)  # turn_by_turn stays in review: the next reply is reviewed
     tx.emit("steering", keys.event_key("steering", tx.inp.input_id), run.run_id,
-            **steering_fields(run, "priority_queue", interrupted=interrupted))
+            steering_fields(run, "priority_queue", interrupted=interrupted))
     tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))
     tx.add_message({"role": "user", "content": message})
     run.last_prompt = truncate(user_text(content), PROMPT_CHARS)
@@ -93,7 +96,7 @@ def take_at_outer_boundary(tx: Transition, run: RunState) -> None:
     tx.add_message({"role": "user", "content": content}, source="follow_up")
     run.limits.outer += 1
     tx.emit("steering", keys.event_key("steering", run.run_id, f"o{run.limits.outer}"), run.run_id,
-            **steering_fields(run, "follow_up_queue", messages=messages))
+            steering_fields(run, "follow_up_queue", messages=messages))
     run.limits.inner = 0
     run.last_prompt = truncate(user_text(content), PROMPT_CHARS)
     loop_detection.clear(run)

@@ -37,6 +37,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.events import (
+    AnyEvent,
+    ApprovalRequestedEvent,
+    MessageEventBody,
+    ToolResultEventBody,
+)
 from loopwire.shared.contract.messages import ContentBlock, is_block, message_text, tool_result_block
 from loopwire.shared.contract.run_state import Checkpoint, RunConfig, RunState
 from loopwire.shared.runtime.pricing import cost_at, price_for
@@ -49,7 +55,7 @@ from .stages import user_text
 Prices = Mapping[str, Mapping[str, float]]
 
 
-def resumed_run(asked: dict[str, Any] | None, events: list[dict[str, Any]], last_seq: int, *,
+def resumed_run(asked: ApprovalRequestedEvent | None, events: list[AnyEvent], last_seq: int, *,
                 prices: Prices | None = None) -> RunState | None:
     """The run whose `events` (from its `run.started`) end waiting on `asked` (its
     `approval.requested`), paused on that checkpoint; None when there is none, or when
@@ -61,26 +67,27 @@ def resumed_run(asked: dict[str, Any] | None, events: list[dict[str, Any]], last
         config = RunConfig.model_validate(started.get("config") or {})
     except ValidationError:
         return None  # an older router's run: no settings to go on with
-    if PROFILES[config.profile].executor is not None or started.get("run_id") != asked.get("run_id"):
+    run_id = asked["run_id"]
+    if PROFILES[config.profile].executor is not None or run_id is None or started.get("run_id") != run_id:
         return None
-    retracted = {e.get("turn") for e in events if e.get("kind") == "retracted"}
-    messages = [e for e in events if e.get("kind") == "message"]
+    retracted = {e.get("turn") for e in events if e["kind"] == "retracted"}
+    messages = [e for e in events if e["kind"] == "message"]
     kept = [m for m in messages if m.get("turn") not in retracted]
-    run = RunState(run_id=asked["run_id"], config=config, started_ns=_ns(started.get("ts")), turn=len(messages),
+    run = RunState(run_id=run_id, config=config, started_ns=_ns(started.get("ts")), turn=len(messages),
                    gen_seq=last_seq, phase="approval")
     _ledger(run, messages, prices)
     _course(run, events, kept, waiting_turn=asked.get("turn"))
     run.answers = answers.from_events(config.profile, events, retracted)
-    run.profile_phase = next((e["to"] for e in reversed(events) if e.get("kind") == "phase.changed"),
+    run.profile_phase = next((e["to"] for e in reversed(events) if e["kind"] == "phase.changed"),
                              PROFILES[config.profile].initial_phase)
     if not _checkpoint(run, asked, kept, events=events):
         return None
     return run
 
 
-def plan_of(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+def plan_of(events: list[AnyEvent]) -> dict[str, Any] | None:
     """`SessionState.plan` as the latest `plan.updated` of the transcript left it."""
-    last = next((e for e in reversed(events) if e.get("kind") == "plan.updated"), None)
+    last = next((e for e in reversed(events) if e["kind"] == "plan.updated"), None)
     if last is None:
         return None
     return {"run_id": last.get("run_id"), "steps": last.get("steps") or [], "phase": last.get("phase"),
@@ -94,7 +101,7 @@ def _ns(ts: Any) -> int:
         return 0
 
 
-def _ledger(run: RunState, messages: list[dict[str, Any]], prices: Prices | None) -> None:
+def _ledger(run: RunState, messages: list[MessageEventBody], prices: Prices | None) -> None:
     """Usage and cost of the run's generations."""
     for m in messages:
         raw = m.get("usage") or {}
@@ -111,41 +118,41 @@ def _ledger(run: RunState, messages: list[dict[str, Any]], prices: Prices | None
             run.budget.cost_usd += cost_at(price, usage)
 
 
-def _course(run: RunState, events: list[dict[str, Any]], kept: list[dict[str, Any]], *, waiting_turn: Any) -> None:
+def _course(run: RunState, events: list[AnyEvent], kept: list[MessageEventBody], *, waiting_turn: Any) -> None:
     """What the run's events say of its course: its task and prompts, its outer and inner
     iterations, model switches, plan, tools called and what they gave."""
     prompts = [user_text((e.get("message") or {}).get("content") or "") for e in events
-               if e.get("kind") == "user.message" and e.get("source") in ("input", "follow_up", "steer")]
+               if e["kind"] == "user.message" and e.get("source") in ("input", "follow_up", "steer")]
     prompts = [p for p in prompts if p]
     run.task = truncate(prompts[0] if prompts else "", PROMPT_CHARS)
     run.last_prompt = truncate(prompts[-1] if prompts else "", PROMPT_CHARS)
     texts = [message_text(m.get("message")) for m in kept]
     run.last_text = next((t for t in reversed(texts) if t.strip()), "")
-    steering = [e for e in events if e.get("kind") == "steering"]
+    steering = [e for e in events if e["kind"] == "steering"]
     run.limits.outer = 1 + sum(1 for e in steering if e.get("source") == "follow_up_queue")
     switches = [e for e in steering if e.get("source") == "model_switch"]
     run.limits.model_offset = min(sum(1 for e in switches if e.get("to_model")), len(run.config.models) - 1)
     run.limits.temperature = next((e["temperature"] for e in reversed(switches) if e.get("temperature") is not None),
                                   None)
     run.limits.context_retries = sum(1 for e in steering if e.get("source") == "retry_reduced_context")
-    run.budget.warned = [e["limit"] for e in events if e.get("kind") == "budget.warning" and e.get("limit")]
-    run.phase_changes = sum(1 for e in events if e.get("kind") == "phase.changed")
-    plan = next((e for e in reversed(events) if e.get("kind") == "plan.updated"), None)
+    run.budget.warned = [e["limit"] for e in events if e["kind"] == "budget.warning" and e.get("limit")]
+    run.phase_changes = sum(1 for e in events if e["kind"] == "phase.changed")
+    plan = next((e for e in reversed(events) if e["kind"] == "plan.updated"), None)
     if plan is not None:
         run.plan.steps = [dict(s) for s in plan.get("steps") or []]
         run.plan.verification = plan.get("verification")
-    calls = [e for e in events if e.get("kind") == "tool.call"]
+    calls = [e for e in events if e["kind"] == "tool.call"]
     run.tools.calls_made = len(calls)
     run.tools.used = list(dict.fromkeys(e.get("name", "") for e in calls))
-    last_boundary = max((n for n, e in enumerate(events) if e.get("kind") == "steering"
+    last_boundary = max((n for n, e in enumerate(events) if e["kind"] == "steering"
                          and e.get("source") == "follow_up_queue"), default=-1)
     # A tool round is a turn whose results came back; the waiting batch's is not done.
-    rounds = {e.get("turn") for e in events[last_boundary + 1:] if e.get("kind") == "tool.result"}
+    rounds = {e.get("turn") for e in events[last_boundary + 1:] if e["kind"] == "tool.result"}
     run.limits.inner = len(rounds - {waiting_turn})
 
 
-def _checkpoint(run: RunState, asked: dict[str, Any], kept: list[dict[str, Any]], *,
-                events: list[dict[str, Any]]) -> bool:
+def _checkpoint(run: RunState, asked: ApprovalRequestedEvent, kept: list[MessageEventBody], *,
+                events: list[AnyEvent]) -> bool:
     """Pause `run` on the checkpoint `asked` opened, with its batch; False when the
     transcript does not show that batch."""
     if asked.get("tool_calls") is None:  # a proposal (turn_by_turn): its text is the answer
@@ -161,7 +168,7 @@ def _checkpoint(run: RunState, asked: dict[str, Any], kept: list[dict[str, Any]]
         return False
     batch = {c["id"] for c in calls}
     rejected, _reserved = strategy_loop.validate(run, PROFILES[run.config.profile], calls, schemas=None)
-    run.tools.answered = [_block(e) for e in events if e.get("kind") == "tool.result" and e.get("tool_use_id") in batch]
+    run.tools.answered = [_block(e) for e in events if e["kind"] == "tool.result" and e.get("tool_use_id") in batch]
     run.approvals.checkpoint = Checkpoint(id=asked["checkpoint_id"], kind="tool_calls", calls=calls, ask=ask,
                                           rejected={i: why for i, why in rejected.items() if i not in ask},
                                           text=run.last_text)
@@ -170,16 +177,16 @@ def _checkpoint(run: RunState, asked: dict[str, Any], kept: list[dict[str, Any]]
     return True
 
 
-def _block(event: dict[str, Any]) -> ContentBlock:
+def _block(event: ToolResultEventBody) -> ContentBlock:
     return tool_result_block(event["tool_use_id"], event.get("content", ""), is_error=bool(event.get("is_error")))
 
 
-def _executed(run: RunState, events: list[dict[str, Any]], batch: set[str]) -> None:
+def _executed(run: RunState, events: list[AnyEvent], batch: set[str]) -> None:
     """`RunState.tools.executed` of the batches that finished (the waiting one's are counted
     when it does)."""
     by_tool: dict[str, dict[str, Any]] = {}
     for e in events:
-        if e.get("kind") != "tool.result" or e.get("tool_use_id") in batch or not e.get("name"):
+        if e["kind"] != "tool.result" or e.get("tool_use_id") in batch or not e.get("name"):
             continue
         entry = by_tool.setdefault(e["name"], {"tool": e["name"], "calls": 0, "ok": 0, "error": 0})
         entry["calls"] += 1

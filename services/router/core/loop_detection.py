@@ -46,10 +46,10 @@ import hashlib
 import re
 from dataclasses import dataclass
 from difflib import SequenceMatcher
-from typing import Any
 
 import orjson
 
+from loopwire.shared.contract.event_fields import Escalation, LoopDetectedFields
 from loopwire.shared.contract.messages import ContentBlock, Message
 from loopwire.shared.contract.run_state import RunState
 
@@ -171,7 +171,7 @@ def raised_temperature(run: RunState) -> float:
     return round(min(MAX_TEMPERATURE, base + RAISED_TEMPERATURE_STEP), 3)
 
 
-def escalation(level: int) -> str:
+def escalation(level: int) -> Escalation:
     """The rung for the `level`-th detection in a row (0-based)."""
     return ("redirect", "switch_model")[level] if level < 2 else "terminate"
 
@@ -207,7 +207,7 @@ class LoopDetectionStage:
         rung = escalation(run.limits.loop_level)
         run.limits.loop_level += 1
         what = describe(detection)
-        event: dict[str, Any] = {"detection": detection, "escalation": rung, "occurrences": occurrences}
+        event: LoopDetectedFields = {"detection": detection, "escalation": rung, "occurrences": occurrences}
         dropped = f"loop detected ({detection}): {rung}"
         if rung == "terminate":
             return NextStepConverge(status="loop_terminated", reason=detection, events=(EventSpec("loop.detected", event),),

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from loopwire.shared.contract.events import EventFields
 from loopwire.shared.contract.messages import ContentBlock, Message
+from loopwire.shared.contract.protocol import RunStatus
 
 
 @dataclass(frozen=True)
@@ -19,7 +21,7 @@ class EventSpec:
     """An event a step emits (its key is derived from the step that produced it)."""
 
     kind: str
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: EventFields
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class NextStepReview:
 class NextStepConverge:
     """One last generation without tools, whose answer ends the run with `status`."""
 
-    status: str
+    status: RunStatus
     reason: str
     """`run.ended.reason`: why the run converges (a limit, a detection)."""
     append: list[Message] = field(default_factory=list)
@@ -80,7 +82,7 @@ class NextStepConverge:
 
 @dataclass(frozen=True)
 class NextStepFinalOutput:
-    status: str
+    status: RunStatus
     """A `run.ended` status: completed, max_turns, failed, aborted, ..."""
     text: str | None = None
     """Final text; None means the run's best answer so far."""

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopwire.shared.contract.envelopes import ToolSpec
+from loopwire.shared.contract.event_fields import PlanSource, PlanUpdatedFields
 from loopwire.shared.contract.messages import ContentBlock, tool_result_block
 from loopwire.shared.contract.protocol import UPDATE_PLAN_TOOL
 from loopwire.shared.contract.run_state import RunState
@@ -139,9 +140,11 @@ def status_note(run: RunState) -> str:
     return "Phase: execute. The plan:\n" + "\n".join(lines)
 
 
-def record(session: SessionState, run: RunState, source: str) -> EventSpec:
+def record(session: SessionState, run: RunState, source: PlanSource) -> EventSpec:
     """Keep the plan in the session (session.get) and say so: a `plan.updated` event."""
-    fields: dict[str, Any] = {"steps": [dict(s) for s in run.plan.steps], "source": source, "phase": run.profile_phase}
+    # Each stored step is `{"step", "status"}` (as the parsers above make it).
+    fields: PlanUpdatedFields = {"steps": [{"step": s["step"], "status": s["status"]} for s in run.plan.steps],
+                                 "source": source, "phase": run.profile_phase}
     if run.plan.verification is not None:
         fields["verification"] = run.plan.verification
     session.plan = {"run_id": run.run_id, "steps": fields["steps"], "phase": run.profile_phase,
@@ -208,7 +211,7 @@ class PlanStage:
         if not steps and run.plan.nudges < PLAN_NUDGES:
             run.plan.nudges += 1
             return NextStepRunAgain(append=[user_message(PLAN_NUDGE)], reason="plan_nudge")
-        source = "text"
+        source: PlanSource = "text"
         if not steps:
             steps, source = [{"step": run.task or "Do the task.", "status": "pending"}], "fallback"
         run.plan.steps = steps

@@ -10,8 +10,7 @@ StartRun's. Permissions only tighten: the operator's tool policy is the floor
 
 from __future__ import annotations
 
-from typing import Any
-
+from loopwire.shared.contract.event_fields import SubagentLineage
 from loopwire.shared.contract.messages import Message
 from loopwire.shared.contract.protocol import FinishTool, Limits, StartRun, header_value, text_to_content
 from loopwire.shared.contract.run_state import RunConfig
@@ -76,7 +75,7 @@ def input_messages(body: StartRun) -> list[Message]:
     return [{"role": m.role, "content": text_to_content(m.content)} for m in body.input]
 
 
-def lineage(config: RunConfig) -> dict[str, Any]:
+def lineage(config: RunConfig) -> SubagentLineage:
     """`run.started` of a child run names its parent (loopwire's additions, docs/protocol.md)."""
     if config.subagent_depth == 0:
         return {}

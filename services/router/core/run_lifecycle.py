@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from loopwire.shared.contract import keys
+from loopwire.shared.contract.event_fields import ErrorFields, RunEndedFields, RunStartedFields, WarningFields
 from loopwire.shared.contract.messages import Message
-from loopwire.shared.contract.protocol import StartRun
+from loopwire.shared.contract.protocol import RunStatus, StartRun
 from loopwire.shared.contract.run_state import RunConfig, RunState
 from loopwire.shared.contract.session_state import WaitingRun
 
@@ -65,15 +66,17 @@ def new_run(tx: Transition, inp: BaseInput, cfg: CoreConfig, *, messages: list[M
     return tx.finish()
 
 
-def end_waiting(tx: Transition, status: str, *, reason: str | None = None, text: str = "") -> None:
+def end_waiting(tx: Transition, status: RunStatus, *, reason: str | None = None, text: str = "") -> None:
     """A waiting run ends before it started (an abort; a slot granted on a day whose
     allowance is spent): no turns, nothing spent; the follow-ups sent meanwhile go with it."""
     st = tx.st
     w = st.waiting
     assert w is not None
-    tx.emit("run.ended", keys.event_key("run.ended", w.run_id), w.run_id, status=status, final_text=text, conclusion=None,
-            turns=0, usage={"input_tokens": 0, "output_tokens": 0}, cost_usd=0.0,
-            **({"reason": reason} if reason else {}))
+    ended = RunEndedFields(status=status, final_text=text, conclusion=None, turns=0,
+                           usage={"input_tokens": 0, "output_tokens": 0}, cost_usd=0.0)
+    if reason:
+        ended["reason"] = reason
+    tx.emit("run.ended", keys.event_key("run.ended", w.run_id), w.run_id, ended)
     st.waiting = None
     st.status = "idle"
     st.queued.clear()
@@ -109,23 +112,24 @@ def start_run(tx: Transition, config: RunConfig, messages: list[Message], run_id
     run.profile_phase = profile.initial_phase
     if ignored_fields is None and isinstance(tx.inp, StartInput):
         ignored_fields = tx.inp.ignored_fields
-    ignored = {"ignored_fields": ignored_fields} if ignored_fields else {}
-    tx.emit("run.started", keys.event_key("run.started", run_id), run_id, profile=config.profile,
-            config=config.model_dump(mode="json"), **lineage(config), **ignored)
+    started = RunStartedFields(profile=config.profile, config=config.model_dump(mode="json"), **lineage(config))
+    if ignored_fields:
+        started["ignored_fields"] = ignored_fields
+    tx.emit("run.started", keys.event_key("run.started", run_id), run_id, started)
     unknown = unknown_tools if unknown_tools is not None else \
         tx.inp.unknown_tools if isinstance(tx.inp, StartInput) else []
     if unknown:
-        tx.emit("warning", f"warning:{run_id}:unknown_tools", run_id, code="unknown_tools",
+        tx.emit("warning", f"warning:{run_id}:unknown_tools", run_id, WarningFields(code="unknown_tools",
                 message=f"no tool named {', '.join(unknown)} is known; the run goes on without "
-                        f"{'it' if len(unknown) == 1 else 'them'}", tools=unknown)
+                        f"{'it' if len(unknown) == 1 else 'them'}", tools=unknown))
     if config.over_ceiling:
-        tx.emit("warning", f"warning:{run_id}:limit_above_ceiling", run_id, code="limit_above_ceiling",
+        tx.emit("warning", f"warning:{run_id}:limit_above_ceiling", run_id, WarningFields(code="limit_above_ceiling",
                 message=f"{', '.join(config.over_ceiling)} above the operator's cap: the run is held to the cap",
-                limits=list(config.over_ceiling))
+                limits=list(config.over_ceiling)))
     if config.model_selection == "auto" and config.lightweight_model is None:
-        tx.emit("warning", f"warning:{run_id}:no_lightweight_model", run_id, code="no_lightweight_model",
+        tx.emit("warning", f"warning:{run_id}:no_lightweight_model", run_id, WarningFields(code="no_lightweight_model",
                 message="model.selection is auto but no lightweight model is named (model.lightweight, "
-                        "LOOPWIRE_LIGHTWEIGHT_MODEL): every generation uses the run's own models")
+                        "LOOPWIRE_LIGHTWEIGHT_MODEL): every generation uses the run's own models"))
     move_phase(tx, run, profile.working_phase, profile=profile)
     if profile.snapshots_workspace:
         run.plan.workspace = render_workspace(workspace)
@@ -138,7 +142,7 @@ def start_run(tx: Transition, config: RunConfig, messages: list[Message], run_id
     request_generation(tx, run, profile)
 
 
-def end_run(tx: Transition, status: str, text: str | None, *, cfg: CoreConfig,
+def end_run(tx: Transition, status: RunStatus, text: str | None, *, cfg: CoreConfig,
             error: tuple[str, str] | None = None,
             reason: str | None = None, conclusion: dict[str, Any] | None = None,
             closing: str | None = None) -> None:
@@ -149,8 +153,8 @@ def end_run(tx: Transition, status: str, text: str | None, *, cfg: CoreConfig,
     run = st.run
     assert run is not None
     if error is not None:
-        tx.emit("error", keys.event_key("error", run.run_id, status), run.run_id, code=error[0], message=error[1],
-                action="terminate")
+        tx.emit("error", keys.event_key("error", run.run_id, status), run.run_id,
+                ErrorFields(code=error[0], message=error[1], action="terminate"))
     spent = budget.used_up(run) if status == "completed" else None
     if spent is not None:  # never `completed` over budget, however the run got here
         status, reason = "budget_exhausted", spent
@@ -165,12 +169,13 @@ def end_run(tx: Transition, status: str, text: str | None, *, cfg: CoreConfig,
         conclusion = stopped_conclusion(run, status, final_text, reason=reason)
     if not final_text.strip() and conclusion is not None:
         final_text = conclusion["summary"]  # never silently: the summary is the best answer left
-    tx.emit("run.ended", keys.event_key("run.ended", run.run_id), run.run_id, status=status, final_text=final_text,
-            conclusion=conclusion, turns=run.turn, message_count=st.history_len,
-            usage={"input_tokens": run.budget.usage.total_input(), "output_tokens": run.budget.usage.output_tokens,
-                   **run.budget.usage.cache_fields()},
-            cost_usd=None if run.budget.unpriced else round(run.budget.cost_usd, 8),
-            **({"reason": reason} if reason else {}))
+    ended = RunEndedFields(status=status, final_text=final_text, conclusion=conclusion, turns=run.turn,
+                           message_count=st.history_len,
+                           usage=run.budget.usage.event_usage(),
+                           cost_usd=None if run.budget.unpriced else round(run.budget.cost_usd, 8))
+    if reason:
+        ended["reason"] = reason
+    tx.emit("run.ended", keys.event_key("run.ended", run.run_id), run.run_id, ended)
     run.awaiting = "done"
     run.pending_step = None
     run.approvals.checkpoint = None
@@ -183,8 +188,8 @@ def end_run(tx: Transition, status: str, text: str | None, *, cfg: CoreConfig,
         content = drain_steering(st) + drain_queued(st)
         refused = tenant_quotas.refusal(tx, cfg)
         if refused is not None:
-            tx.emit("error", keys.event_key("error", keys.next_run_id(run.run_id)), None, code=refused[0], message=refused[1],
-                    limit=refused[2])
+            tx.emit("error", keys.event_key("error", keys.next_run_id(run.run_id)), None, ErrorFields(code=refused[0], message=refused[1],
+                    limit=refused[2]))
         else:
             begin_run(tx, st.last_config, [{"role": "user", "content": content}], run_id=keys.next_run_id(run.run_id),
                       cfg=cfg, source="follow_up", tools_known=run.tools.known)

@@ -24,20 +24,35 @@ with `interrupted: "tools"`, and `loop_model_switch` is `model_switch` with
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
+from loopwire.shared.contract.event_fields import SteeringFields, SteeringSource
 from loopwire.shared.contract.run_state import RunState
 
 from .next_step import EventSpec
 
-Source = Literal["priority_queue", "follow_up_queue", "loop_redirect", "model_switch", "retry_reduced_context"]
+
+def steering_fields(run: RunState, source: SteeringSource, *, reason: str | None = None,
+                    messages: int | None = None, to_model: str | None = None, temperature: float | None = None,
+                    interrupted: Literal["generation", "tools", "approval"] | None = None) -> SteeringFields:
+    """The fields of a `steering` event: `source`, the run's turn, then what the path adds
+    (a detail given as None is left out)."""
+    fields: SteeringFields = {"source": source, "turn": run.turn}
+    if reason is not None:
+        fields["reason"] = reason
+    if messages is not None:
+        fields["messages"] = messages
+    if to_model is not None:
+        fields["to_model"] = to_model
+    if temperature is not None:
+        fields["temperature"] = temperature
+    if interrupted is not None:
+        fields["interrupted"] = interrupted
+    return fields
 
 
-def steering_fields(run: RunState, source: Source, **extra: Any) -> dict[str, Any]:
-    """The fields of a `steering` event: `source`, the run's turn, then what the path adds."""
-    return {"source": source, "turn": run.turn, **{k: v for k, v in extra.items() if v is not None}}
-
-
-def steering_spec(run: RunState, source: Source, **extra: Any) -> EventSpec:
+def steering_spec(run: RunState, source: SteeringSource, *, reason: str | None = None,
+                  to_model: str | None = None, temperature: float | None = None) -> EventSpec:
     """The `steering` event of a stage's next step."""
-    return EventSpec("steering", steering_fields(run, source, **extra))
+    return EventSpec("steering", steering_fields(run, source, reason=reason, to_model=to_model,
+                                                 temperature=temperature))

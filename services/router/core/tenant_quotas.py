@@ -23,6 +23,7 @@ they are in, and their converging answers go past the allowance by that much.
 
 from __future__ import annotations
 
+from loopwire.shared.contract.event_fields import WarningFields
 from loopwire.shared.contract.run_state import RunState
 from loopwire.shared.contract.session_state import RunTotals, SessionState
 from loopwire.shared.contract.tenant_limits import TenantLimit, utc_day
@@ -100,9 +101,9 @@ def warn_unpriced(tx: Transition, run: RunState, model: str, *, cfg: CoreConfig)
     tenant's allowance, its cost cannot."""
     limit = limit_of(tx.st.session_id, cfg)
     if limit is not None and limit.usd_per_day is not None:
-        tx.emit("warning", f"warning:{run.run_id}:tenant_unpriced:{model}", run.run_id, code="tenant_unpriced",
+        tx.emit("warning", f"warning:{run.run_id}:tenant_unpriced:{model}", run.run_id, WarningFields(code="tenant_unpriced",
                 message=f"no price is known for model {model}: tenant {tenant(tx.st, cfg)}'s usd_per_day "
-                        "allowance counts none of its cost, only its tokens (tokens_per_day)")
+                        "allowance counts none of its cost, only its tokens (tokens_per_day)"))
 
 
 def add_quota_effects(before: SessionState, decision: Decision, *, now_ns: int, cfg: CoreConfig) -> None:

@@ -48,7 +48,8 @@ from typing import Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
-from loopwire.shared.contract.messages import ContentBlock, tool_result_event
+from loopwire.shared.contract.event_fields import ToolCallFields, tool_result_event
+from loopwire.shared.contract.messages import ContentBlock
 from loopwire.shared.contract.run_state import RunState
 
 from . import approval, planning, strategy_loop
@@ -70,15 +71,15 @@ def dispatch(tx: Transition, run: RunState, calls: list[ContentBlock], *, profil
     needs one: the whole batch waits), else execute."""
     ids = keys.tool_batch_ids(run.run_id, run.turn, [c["id"] for c in calls])
     for c, key in zip(calls, ids.call_keys, strict=True):
-        tx.emit("tool.call", key, run.run_id, turn=run.turn, tool_use_id=c["id"], name=c["name"],
-                input=c.get("input", {}))
+        tx.emit("tool.call", key, run.run_id, ToolCallFields(turn=run.turn, tool_use_id=c["id"], name=c["name"],
+                input=c.get("input", {})))
     verdict = strategy_loop.gate(run, profile, calls, schemas=schemas, validators=cfg.schema_validators)
     run.tools.answered = []
     for n, c in enumerate(verdict.reserved):
         block, specs = planning.apply_update(tx.st, run, c, transitions=profile.transitions)
         run.tools.answered.append(block)
         tx.emit("tool.result", keys.tool_result_key(c["id"]), run.run_id,
-                **tool_result_event(turn=run.turn, tool_use_id=c["id"], name=c["name"],
+                tool_result_event(turn=run.turn, tool_use_id=c["id"], name=c["name"],
                                     is_error=bool(block.get("is_error")), content=block["content"]))
         for m, spec in enumerate(specs):
             tx.emit_spec(run, spec, keys.event_key(spec.kind, ids.step_id, n, m))
@@ -86,7 +87,7 @@ def dispatch(tx: Transition, run: RunState, calls: list[ContentBlock], *, profil
         to_review(tx, run, profile)
         fields = approval.open_checkpoint(tx.st, run, kind="tool_calls", calls=calls, ask=verdict.ask,
                                           rejected=verdict.rejected, text=run.last_text)
-        tx.emit("approval.requested", keys.event_key("approval.requested", fields["checkpoint_id"]), run.run_id, **fields)
+        tx.emit("approval.requested", keys.event_key("approval.requested", fields["checkpoint_id"]), run.run_id, fields)
         return
     execute(tx, run, calls, profile=profile, denied=verdict.rejected, cfg=cfg, ids=ids)
 

@@ -21,7 +21,8 @@ from pydantic import BaseModel
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ExecuteTools
-from loopwire.shared.contract.events import user_message_fields
+from loopwire.shared.contract.event_fields import ErrorFields
+from loopwire.shared.contract.events import EventFields, user_message_fields
 from loopwire.shared.contract.messages import Message
 from loopwire.shared.contract.run_state import RUN_PARTS, RunState
 from loopwire.shared.contract.session_state import SessionState
@@ -184,14 +185,14 @@ class Transition:
         self.quota_added: tuple[int, float] = (0, 0.0)
         """Tokens and USD this transition added to its tenant's usage (tenant_quotas.py)."""
 
-    def emit(self, kind: str, key: str, run_id: str | None, **fields: Any) -> None:
+    def emit(self, kind: str, key: str, run_id: str | None, fields: EventFields) -> None:
         self.effects.append(EmitEvent(kind=kind, key=key, run_id=run_id, fields=fields))
 
     def emit_spec(self, run: RunState, spec: EventSpec, key: str) -> None:
         """Emit an event a rule described (a `phase.changed` is keyed by the run's count of them)."""
         if spec.kind == "phase.changed":
             key = keys.event_key("phase.changed", run.run_id, run.phase_changes)
-        self.emit(spec.kind, key, run.run_id, **spec.fields)
+        self.emit(spec.kind, key, run.run_id, spec.fields)
 
     def count(self, name: str, labels: dict[str, str] | None = None, **values: float) -> None:
         self.counts.append(Count(name, labels or {}, values))
@@ -262,8 +263,15 @@ def replay(state: SessionState, *, of_later_input: bool = False) -> Decision:
                     outbox_of_later_input=of_later_input)
 
 
-def reject(state: SessionState, inp: BaseInput, code: str, *, message: str, **fields: Any) -> Decision:
-    """An `error` event on the session and nothing else: no state is created or changed."""
+def reject(state: SessionState, inp: BaseInput, code: str, *, message: str, limit: str | None = None,
+           model: str | None = None) -> Decision:
+    """An `error` event on the session and nothing else: no state is created or changed.
+    `limit`: the tenant limit that refused a start; `model`: the unpriced model it named."""
     run_id = state.run.run_id if state.run else None
+    fields = ErrorFields(code=code, message=message)
+    if limit is not None:
+        fields["limit"] = limit
+    if model is not None:
+        fields["model"] = model
     return Decision(state=None, effects=[EmitEvent(kind="error", key=keys.event_key("error", inp.input_id), run_id=run_id,
-                                                   fields={"code": code, "message": message, **fields})])
+                                                   fields=fields)])

@@ -58,7 +58,7 @@ def take_turn(tx: Transition, turn: Turn, *, profile: Profile, schemas: dict[str
         if answers.is_answer(turn, phase, kept=not (isinstance(step, NextStepRunAgain) and step.retract)):
             run.answers.append(text)
     events = events + [EmitEvent(kind=spec.kind, key=keys.event_key(spec.kind, turn.step_id, n), run_id=run.run_id,
-                                 fields=dict(spec.fields)) for n, spec in enumerate(step.events)]
+                                 fields=spec.fields.copy()) for n, spec in enumerate(step.events)]
     if voids is not None and voids.retract:
         events.append(EmitEvent(kind="retracted", key=keys.event_key("retracted", turn.step_id), run_id=run.run_id,
                                 fields={"turn": run.turn, "reason": voids.retract}))
@@ -131,7 +131,7 @@ def apply_step(tx: Transition, run: RunState, step: NextStep, *, profile: Profil
         to_review(tx, run, profile)
         fields = approval.open_checkpoint(tx.st, run, kind="proposal", calls=[], ask=[], rejected={},
                                           text=step.text)
-        tx.emit("approval.requested", keys.event_key("approval.requested", fields["checkpoint_id"]), run.run_id, **fields)
+        tx.emit("approval.requested", keys.event_key("approval.requested", fields["checkpoint_id"]), run.run_id, fields)
     elif isinstance(step, NextStepRunAgain):
         for m in step.append:
             tx.add_message(m)

@@ -64,10 +64,16 @@ def record_ended_runs(before: SessionState, decision: Decision) -> None:
         return
     for effect in decision.effects:
         if isinstance(effect, EmitEvent) and effect.kind == "run.ended" and effect.run_id == run.run_id:
-            usage = effect.fields.get("usage") or {}
+            # A `run.ended`'s fields (EmitEvent does not tie its fields' type to its kind).
+            status, usage = effect.fields.get("status"), effect.fields.get("usage")
+            tokens = usage if isinstance(usage, dict) else {}
             record_run_span(run.trace, profile=run.config.profile, session_id=before.session_id,
-                            run_id=run.run_id, start_ns=run.started_ns, status=effect.fields.get("status", ""),
-                            input_tokens=usage.get("input_tokens", 0), output_tokens=usage.get("output_tokens", 0))
+                            run_id=run.run_id, start_ns=run.started_ns, status=status if isinstance(status, str) else "",
+                            input_tokens=tokens.get("input_tokens", 0), output_tokens=tokens.get("output_tokens", 0))
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _count_event(event: EmitEvent, profile: str | None) -> None:
@@ -89,6 +95,6 @@ def _count_event(event: EmitEvent, profile: str | None) -> None:
     elif event.kind == "error":
         metrics.ERRORS.labels(code=f.get("code", "unknown")).inc()
     elif event.kind == "model.fallback":
-        metrics.MODEL_FALLBACKS.labels(from_model=metrics.model_label(f.get("from_model")),
-                                       to_model=metrics.model_label(f.get("to_model")),
+        metrics.MODEL_FALLBACKS.labels(from_model=metrics.model_label(_str(f.get("from_model"))),
+                                       to_model=metrics.model_label(_str(f.get("to_model"))),
                                        reason=str(f.get("reason", "unknown")).split(":", 1)[0]).inc()

@@ -11,18 +11,14 @@ effect is idempotent, so performing a stored outbox again is safe.
 
 from __future__ import annotations
 
-from typing import Any
-
 from loopwire.shared.contract import codec
-from loopwire.shared.runtime.bus import InFlight, event_items
+from loopwire.shared.contract.events import AnyEvent
+from loopwire.shared.runtime.bus import EventItem, InFlight, event_items
 from loopwire.shared.runtime.service_context import ServiceContext
 
 from ..core.effects import CountTenantUsage, Effect, EmitEvent, PublishNotice, PublishWork, TenantSlot
 from ..core.settings import RouterSettings
 from .quota_keeper import Admission, QuotaKeeper
-
-EventItem = tuple[str | None, str, str | None, dict[str, Any]]
-"""(run_id, kind, key, fields) of an event to emit."""
 
 
 def leading_events(effects: list[Effect]) -> list[EventItem]:
@@ -41,7 +37,7 @@ class EffectPublisher:
         self.quotas = quotas
 
     async def perform(self, sid: str, effects: list[Effect],
-                      stored: list[tuple[dict[str, Any], bool]] | None = None, *,
+                      stored: list[tuple[AnyEvent, bool]] | None = None, *,
                       new_events: bool = False) -> list[Admission]:
         """`stored`: the leading events, already stored with the commit: only published.
         `new_events`: of the events, only those not stored before are published (another
@@ -108,8 +104,7 @@ class EffectPublisher:
         refuses the same way every time, and the replica it was delivered to publishes it
         too), the events of a tool step's result the run moved past (those of the calls
         reported as they finished went out then)."""
-        events: list[tuple[str | None, str, str | None, dict[str, Any]]] = [
-            (e.run_id, e.kind, e.key, e.fields) for e in effects if isinstance(e, EmitEvent)]
+        events: list[EventItem] = [(e.run_id, e.kind, e.key, e.fields) for e in effects if isinstance(e, EmitEvent)]
         if events:
             stored = await self.ctx.events.append_many(sid, event_items(sid, events))
             await self.ctx.bus.publish_stored(sid, [(event, new) for event, new in stored if new])

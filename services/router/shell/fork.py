@@ -30,6 +30,8 @@ from typing import Any
 from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
+from loopwire.shared.contract.event_fields import SessionForkedFields
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.messages import Message
 from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionForkRequest, error_reply
 from loopwire.shared.contract.run_state import RunConfig
@@ -141,9 +143,9 @@ class ForkQuery:
             return fork_reply(new, state.forked_from, messages=again, tools=req.tools)
         await sessions.add_fork(source, new)
         await self._share_memory(source, new, history)
-        fields = {"from_session_id": source, "from_seq": at, "cut_seq": point.cut_seq, "messages": len(history),
-                  "config": state.last_config.model_dump(mode="json") if state.last_config else None,
-                  "tools": req.tools}
+        fields: SessionForkedFields = {
+            "from_session_id": source, "from_seq": at, "cut_seq": point.cut_seq, "messages": len(history),
+            "config": state.last_config.model_dump(mode="json") if state.last_config else None, "tools": req.tools}
         stored = await self._create(new, state, history, fields=fields)
         if stored is None:
             raise ForkRefused("session_exists", f"session {new!r} exists")
@@ -175,7 +177,7 @@ class ForkQuery:
         await keep_blobs(self.ctx.redis, history, settings.step_result_ttl_s)
 
     async def _create(self, new: str, state: SessionState, history: list[Message], *,
-                      fields: dict[str, Any]) -> list[tuple[dict[str, Any], bool]] | None:
+                      fields: SessionForkedFields) -> list[tuple[AnyEvent, bool]] | None:
         """State, history and `session.forked` at version 0, at once where the stores can;
         None when the session exists."""
         sessions, events = self.ctx.sessions, self.ctx.events

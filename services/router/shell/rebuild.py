@@ -32,11 +32,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from loopwire.shared.contract.envelopes import Usage
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.messages import Message
 from loopwire.shared.contract.run_state import RunConfig
 from loopwire.shared.contract.session_state import ForkedFrom, SessionState
 from loopwire.shared.stores.event_log import EventLogStore
-from loopwire.shared.stores.lineage import FORKED, lineage_events
+from loopwire.shared.stores.lineage import lineage_events
 from loopwire.shared.stores.session_store import SessionStore
 from loopwire.shared.stores.transcript import Archive, Replayed, replay
 
@@ -67,7 +68,7 @@ def idle_state(session_id: str, replayed: Replayed) -> SessionState:
                         cost_usd=replayed.cost_usd, cost_unknown=replayed.cost_unknown)
 
 
-def reconstruct(session_id: str, events: list[dict[str, Any]], *, default_max_tokens: int = 4096,
+def reconstruct(session_id: str, events: list[AnyEvent], *, default_max_tokens: int = 4096,
                 prices: Prices | None = None, in_order: bool = False) -> Rebuilt | None:
     """The history and state the events describe (idle, or paused on the checkpoint its
     run waits on); None when no run ever started (a session that only ever had rejected
@@ -88,7 +89,7 @@ def reconstruct(session_id: str, events: list[dict[str, Any]], *, default_max_to
         state.cost_usd += run.budget.cost_usd
         state.cost_unknown = state.cost_unknown or bool(run.budget.unpriced)
     forked = next((e for e in events if e.get("session_id") == session_id), None)
-    if forked is not None and forked.get("kind") == FORKED:
+    if forked is not None and forked["kind"] == "session.forked":
         # A fork keeps where it comes from, and a replay's recorded tools.
         source = str(forked.get("from_session_id"))
         state.forked_from = ForkedFrom(session_id=source, seq=int(forked.get("from_seq", 0)),

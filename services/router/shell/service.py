@@ -30,6 +30,7 @@ from loopwire.shared.contract.envelopes import (
     TenantAdmission,
     ToolCallFinished,
 )
+from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.session_state import SessionState, is_deleted
 from loopwire.shared.contract.subjects import (
     DEAD_LETTER_STREAM,
@@ -110,7 +111,7 @@ class RouterService:
         self._sweep: QuotaSweep | None = None
         self._ingress_reader: IngressReader | None = None
 
-    async def _archive(self, sid: str) -> list[dict[str, Any]]:
+    async def _archive(self, sid: str) -> list[AnyEvent]:
         """The session's events from the LOOPWIRE_EVENTS stream (a rebuild after Redis lost
         the event log too)."""
         return await read_archive(self.ctx.bus.js, self.ctx.subjects, sid)
@@ -315,7 +316,7 @@ class RouterService:
                 # latest outbox: decide again on the stored state.
                 use_cache = False
                 continue
-            stored: list[tuple[dict[str, Any], bool]] = []
+            stored: list[tuple[AnyEvent, bool]] = []
             if decision.state is not None:
                 dumped = decision.state.dump_json()
                 committed, stored = await self._commit(sid, version, dumped, decision=decision)
@@ -351,7 +352,7 @@ class RouterService:
         raise CommitContention(f"session {sid}: gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits")
 
     async def _commit(self, sid: str, version: int, dumped: bytes, *,
-                      decision: Decision) -> tuple[bool, list[tuple[dict[str, Any], bool]]]:
+                      decision: Decision) -> tuple[bool, list[tuple[AnyEvent, bool]]]:
         """Commit the new state and history; with Redis, the transition's leading events
         (those before its first other effect) are stored by the same script, so they get
         their seqs in the same round trip. Returns (committed, those events stored)."""
