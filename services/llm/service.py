@@ -47,7 +47,7 @@ from typing import Any
 from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import CountTokens, Generate, GenerationResult, TokenCount
 from loopwire.shared.contract.event_fields import RetractedFields
 from loopwire.shared.runtime.chain import Delivery, current_delivery, decode
@@ -183,7 +183,7 @@ class LlmService:
         if attempt > 1:
             # The step was claimed before and never recorded: that attempt (a crashed or
             # paused worker's) may have streamed part of an answer, which is void.
-            await ctx.bus.emit(env.session_id, env.run_id, "retracted", key=keys.retract_key(env.step_id, attempt),
+            await ctx.bus.emit(env.session_id, env.run_id, "retracted", key=message_ids.retract_key(env.step_id, attempt),
                                fields=RetractedFields(turn=env.turn, reason=REDELIVERED_REASON))
         # The delivery's runner keeps it alive meanwhile (shared/runtime/chain.py); `heartbeat` is
         # for a caller outside a delivery.
@@ -204,7 +204,7 @@ class LlmService:
             # Not recorded: the step is stale for the router, and nothing was decided.
             await ctx.steps.release(key, claim.token)
             await shown.sent()
-            await ctx.dispatch.send(result, msg_id=keys.result_msg_id(env.step_id), replica=env.result_to)
+            await ctx.dispatch.send(result, msg_id=message_ids.result_msg_id(env.step_id), replica=env.result_to)
             count_step("cancelled")
             return result
         if shown.unsent_kept:
@@ -220,13 +220,13 @@ class LlmService:
         await shown.sent()
         if standing != mine:
             return await self._publish_recorded(env, standing)
-        await ctx.dispatch.send(result, msg_id=keys.result_msg_id(env.step_id), replica=env.result_to)
+        await ctx.dispatch.send(result, msg_id=message_ids.result_msg_id(env.step_id), replica=env.result_to)
         count_step("ok" if result.ok else "error")
         return result
 
     async def _publish_recorded(self, env: Generate, recorded: dict[str, Any]) -> GenerationResult:
         result = GenerationResult.model_validate(recorded)
-        await self.ctx.dispatch.send(result, msg_id=keys.result_msg_id(env.step_id), replica=env.result_to)
+        await self.ctx.dispatch.send(result, msg_id=message_ids.result_msg_id(env.step_id), replica=env.result_to)
         return result
 
     # -- the model call ----------------------------------------------------------------------
@@ -252,7 +252,7 @@ class LlmService:
                         shown.follow(runner.stream(model_request(env, default_model))), cancel)
                 except StepCancelled:
                     if shown.streamed:
-                        shown.emit("retracted", key=keys.retract_key(env.step_id, "cancel"),
+                        shown.emit("retracted", key=message_ids.retract_key(env.step_id, "cancel"),
                                    fields=RetractedFields(turn=env.turn, reason=CANCELLED_REASON))
                     log.info("llm step %s cancelled", env.step_id)
                     return result_failed(env, ModelCallError("cancelled",

@@ -25,7 +25,7 @@ import asyncio
 from contextlib import aclosing
 from typing import cast
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import Generate
 from loopwire.shared.contract.event_fields import (
     EventFields,
@@ -89,7 +89,7 @@ class StepEvents:
                         self.emit("generating", GeneratingFields(turn=env.turn, model=model))
                     case Throttled(model=model, reason=reason, wait_s=wait_s):
                         throttles += 1
-                        self.emit("model.throttled", key=keys.throttle_key(env.step_id, self.attempt, throttles),
+                        self.emit("model.throttled", key=message_ids.throttle_key(env.step_id, self.attempt, throttles),
                                   # The limit script names one of the documented reasons (limiter.py).
                                   fields=ModelThrottledFields(turn=env.turn, model=model,
                                                               reason=cast(ThrottleReason, reason), wait_s=wait_s))
@@ -98,13 +98,13 @@ class StepEvents:
                         self.emit("generating", GeneratingFields(turn=env.turn, model=model))
                     case ModelSwitched(from_model=from_model, to_model=to_model, reason=reason):
                         switch = event.as_dict()
-                        self.emit("model.fallback", key=keys.fallback_key(env.step_id, self._switches),
+                        self.emit("model.fallback", key=message_ids.fallback_key(env.step_id, self._switches),
                                   fields=ModelFallbackFields(from_model=from_model, to_model=to_model, reason=reason))
                         self._switches += 1
                         count_fallback(switch)
                     case Retracted(model=model, reason=reason):
                         self._discards += 1
-                        self.emit("retracted", key=keys.retract_key(env.step_id, f"{self.attempt}.{self._discards}"),
+                        self.emit("retracted", key=message_ids.retract_key(env.step_id, f"{self.attempt}.{self._discards}"),
                                   fields=RetractedFields(turn=env.turn,
                                   reason=f"{model} failed mid-answer ({reason}): the partial answer is void"))
                     case Finished():

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.codec import now_rfc3339
 from loopwire.shared.contract.envelopes import AssembleContext, Usage
 from loopwire.shared.contract.event_fields import MemoryObservationFields, MemoryReflectionFields
@@ -251,7 +251,7 @@ class Observer:
         when the model finds nothing worth keeping); the observation state after it."""
         sid = env.session_id
         messages = await self._unread(sid, start, end, read=read)
-        text, usage = await self.complete(env, keys.memory_step_id(sid, "observe", end), OBSERVATION_SYSTEM,
+        text, usage = await self.complete(env, message_ids.memory_step_id(sid, "observe", end), OBSERVATION_SYSTEM,
                                           observation_request(messages, earlier), OBSERVATION_MAX_TOKENS)
         text = text.strip()
         if await self._deleted(sid):
@@ -262,7 +262,7 @@ class Observer:
         item: Note = {"text": text, "session_id": sid, "run_id": env.run_id, "from_message": start,
                 "to_message": end, "turns": model_turns(messages), "actor": env.actor, "at": now_rfc3339()}
         state = await self.store.add_observation(sid, item, env.actor, usage=usage, observed_to=end)
-        await self.emit(sid, env.run_id, "memory.observation", key=keys.event_key("memory.observation", end),
+        await self.emit(sid, env.run_id, "memory.observation", key=message_ids.event_key("memory.observation", end),
                         fields=MemoryObservationFields(observation=text, from_message=start, to_message=end, actor=env.actor))
         return state
 
@@ -275,7 +275,7 @@ class Observer:
     async def _reflect(self, env: AssembleContext, start: int, end: int) -> None:
         sid = env.session_id
         observations = await self.store.observations(sid, start, end - 1)
-        text, usage = await self.complete(env, keys.memory_step_id(sid, "reflect", end), REFLECTION_SYSTEM,
+        text, usage = await self.complete(env, message_ids.memory_step_id(sid, "reflect", end), REFLECTION_SYSTEM,
                                           reflection_request(observations), REFLECTION_MAX_TOKENS)
         text = text.strip()
         if await self._deleted(sid):
@@ -286,5 +286,5 @@ class Observer:
         item: Note = {"text": text, "session_id": sid, "run_id": env.run_id, "observations": end - start,
                 "actor": env.actor, "at": now_rfc3339()}
         await self.store.add_reflection(sid, item, env.actor, usage=usage, reflected=end)
-        await self.emit(sid, env.run_id, "memory.reflection", key=keys.event_key("memory.reflection", end),
+        await self.emit(sid, env.run_id, "memory.reflection", key=message_ids.event_key("memory.reflection", end),
                         fields=MemoryReflectionFields(reflection=text, observations=end - start, actor=env.actor))

@@ -21,7 +21,7 @@ from functools import partial
 from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import AssembleContext, ToolSpec
 from loopwire.shared.contract.event_fields import CompactionFields
 from loopwire.shared.observability import metrics
@@ -147,7 +147,7 @@ class MemoryService:
                                      tokens_after=context.record.tokens_after, method="summary",
                                      messages_compacted=context.record.covers - 1)
         if event is not None:
-            await self.ctx.bus.emit(env.session_id, env.run_id, "compaction", key=keys.compaction_key(env.step_id),
+            await self.ctx.bus.emit(env.session_id, env.run_id, "compaction", key=message_ids.compaction_key(env.step_id),
                                     fields=event)
         if outcome.event is not None:  # counted once, not again for a redelivered step
             metrics.COMPACTIONS.inc()
@@ -155,7 +155,7 @@ class MemoryService:
         if outcome.record is not None or outcome.usage.total_input() or outcome.usage.output_tokens or (
                 context.record is not None and context.record.step_id == env.step_id):
             # This step's own compaction cost (also on a redelivery: the claim is per key).
-            compacting = await self.store.claim_usage(env.session_id, keys.compaction_key(env.step_id))
+            compacting = await self.store.claim_usage(env.session_id, message_ids.compaction_key(env.step_id))
             if compacting is not None:
                 extra = compacting if extra is None else extra + compacting
         notes = [outcome.note] if outcome.note else []
@@ -167,7 +167,7 @@ class MemoryService:
                                  no_refs=outcome.no_refs, stable_system=env.system if remembered else stable,
                                  notes=[*remembered, *env.ephemeral_notes, *notes],
                                  input_tokens=outcome.tokens)
-        msg_id = keys.generate_msg_id(env.step_id)
+        msg_id = message_ids.generate_msg_id(env.step_id)
         # With the llm service in this process the generation runs here, while this step's
         # message stays unacked (kept alive by its handler runner); a crash redelivers it and
         # the llm answers from its record if it got that far. One that fails here goes on as

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 import nats.errors
 from pydantic import ValidationError
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import AssembleContext, Generate, GenerationResult, Usage
 from loopwire.shared.contract.messages import Message, message_text
 
@@ -67,6 +67,6 @@ class LlmSummarizer:
         `<step_id>:compact.<n>`, so a redelivered step replays its summaries)."""
         async def summarize(suffix: str, system: str, messages: list[Message],
                             max_tokens: int) -> tuple[str, Usage]:
-            return await self.complete(env, keys.memory_step_id(env.step_id, suffix), system, messages, max_tokens)
+            return await self.complete(env, message_ids.memory_step_id(env.step_id, suffix), system, messages, max_tokens)
 
         return summarize

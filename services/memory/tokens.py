@@ -11,8 +11,7 @@ instead of paying a timeout on every generation.
 `Estimator` is a character count with per-message and per-block costs, scaled by one
 factor that each exact count nudges (an exponential moving average of exact/raw): the
 estimate starts from Anthropic's rule of thumb (~3.5 characters per token) and converges
-on whatever tokenizer answers count_tokens. tests/unit/memory/test_tokens.py measures its
-error against the local Messages API server.
+on whatever tokenizer answers count_tokens (tests/unit/memory/test_tokens.py measures its error).
 """
 
 from __future__ import annotations

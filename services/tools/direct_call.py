@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
 from loopwire.shared.contract.event_fields import ToolCallFields, tool_result_event
 from loopwire.shared.contract.protocol import error_reply, header_value
@@ -114,12 +114,12 @@ class DirectCalls:
                                                     "for; call it from a run")
 
         call = ToolCall(tool_use_id=tool_use_id, name=name, input=arguments)
-        await self.bus.emit(session_id, run_id, "tool.call", key=keys.tool_call_key(tool_use_id), fields=ToolCallFields(turn=turn,
+        await self.bus.emit(session_id, run_id, "tool.call", key=message_ids.tool_call_key(tool_use_id), fields=ToolCallFields(turn=turn,
                             tool_use_id=tool_use_id, name=name, input=arguments))
-        env = ExecuteTools(session_id=session_id, run_id=run_id or "", step_id=keys.direct_step_id(tool_use_id), calls=[call],
+        env = ExecuteTools(session_id=session_id, run_id=run_id or "", step_id=message_ids.direct_step_id(tool_use_id), calls=[call],
                            user_id=header_value(req.get("user_id")), workspace_id=header_value(req.get("workspace_id")))
         (item,) = await self.executor.execute(env)
-        await self.bus.emit(session_id, run_id, "tool.result", key=keys.tool_result_key(tool_use_id),
+        await self.bus.emit(session_id, run_id, "tool.result", key=message_ids.tool_result_key(tool_use_id),
                             fields=tool_result_event(turn=turn, tool_use_id=tool_use_id, name=name, is_error=item.is_error,
                                                 content=item.content))
         return {"tool_use_id": tool_use_id, "content": item.content, "is_error": item.is_error}

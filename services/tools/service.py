@@ -40,7 +40,7 @@ from faststream.nats.annotations import NatsMessage
 from nats import errors as nats_errors
 from pydantic import ValidationError
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import (
     ExecuteTools,
     ToolCall,
@@ -268,7 +268,7 @@ class ToolsService:
             finished = ToolCallFinished(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
                                         turn=env.turn, trace=env.trace, result=item, total=len(env.calls))
             async with in_order:
-                await self.ctx.dispatch.send(finished, msg_id=keys.call_finished_msg_id(env.step_id, item.tool_use_id),
+                await self.ctx.dispatch.send(finished, msg_id=message_ids.call_finished_msg_id(env.step_id, item.tool_use_id),
                                              replica=env.result_to)
 
         with self._inflight.track(env.session_id, env.run_id) as cancel:
@@ -287,12 +287,12 @@ class ToolsService:
             # results_reported=False: the router emits every event (envelopes.ToolsResult).
             result = ToolsResult(session_id=env.session_id, run_id=env.run_id, step_id=env.step_id,
                                  turn=env.turn, trace=env.trace, results=results, results_reported=False)
-            await self.ctx.dispatch.send(result, msg_id=keys.result_msg_id(env.step_id), replica=env.result_to)
+            await self.ctx.dispatch.send(result, msg_id=message_ids.result_msg_id(env.step_id), replica=env.result_to)
 
         await self.executor.execute(env, on_result=report if per_call else None, cancel=cancel, then=deliver)
 
     async def _bad_reply(self, env: ExecuteTools, call: ToolCall, problem: str) -> None:
-        await self.ctx.bus.emit(env.session_id, env.run_id, "error", key=keys.event_key("bad_tool_reply", call.tool_use_id),
+        await self.ctx.bus.emit(env.session_id, env.run_id, "error", key=message_ids.event_key("bad_tool_reply", call.tool_use_id),
                                 fields=ErrorFields(code="bad_tool_reply", message=f"tool {call.name}: {problem}"))
 
     # -- one call outside any run (loopwire mcp) ------------------------------------------------

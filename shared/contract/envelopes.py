@@ -315,7 +315,7 @@ class TenantAdmission(_Envelope):
     """A tenant's answer for a run that waits for a slot (services/router/core/admission.py),
     sent by the router that freed the slot (or by the tenants' sweep) to whichever router
     takes it: durable, so a crash before the run started redelivers it. `step_id`: the
-    answer's own id (keys.admission_id), the same from every sender."""
+    answer's own id (message_ids.admission_id), the same from every sender."""
 
     kind: Literal["tenant.admission"] = "tenant.admission"
     verdict: Literal["granted", "queued", "refused"]

@@ -16,7 +16,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from pydantic import BaseModel
 
-from loopwire.shared.contract import codec, keys
+from loopwire.shared.contract import codec, message_ids
 from loopwire.shared.contract.events import AnyEvent, EventFields
 from loopwire.shared.contract.headers import RUN_HEADER, SESSION_HEADER
 from loopwire.shared.contract.protocol import EPHEMERAL_KINDS, make_event
@@ -120,7 +120,7 @@ class Bus:
                 if event["kind"] in EPHEMERAL_KINDS:  # no PubAck to wait for: a signal of the moment
                     await self.nc.publish(subject, data)
                 else:
-                    headers = {"Nats-Msg-Id": keys.event_msg_id(session_id, event["seq"])}
+                    headers = {"Nats-Msg-Id": message_ids.event_msg_id(session_id, event["seq"])}
                     acks.append(((subject, data, headers), await self.acks.publish(subject, data, headers)))
         except BaseException:
             _cancel(acks)

@@ -70,17 +70,8 @@ from loopwire.shared.runtime.redelivery import (
     to_jetstream,
 )
 
-__all__ = [
-    "CURRENT_DELIVERY",
-    "Chain",
-    "Delivery",
-    "WorkHandler",
-    "current_delivery",
-    "decode",
-    "hand_off",
-    "log",
-    "run_handler",
-]
+__all__ = ["CURRENT_DELIVERY", "Chain", "Delivery", "WorkHandler", "current_delivery", "decode", "hand_off", "log",
+           "run_handler"]
 
 log = logging.getLogger("loopwire.chain")
 

@@ -32,19 +32,9 @@ from loopwire.shared.contract.redaction import redact, register_secret
 from loopwire.shared.runtime.settings import RuntimeSettings
 from loopwire.shared.stores.redis_connection import RedisTopology, connect_redis
 
-__all__ = [
-    "CredentialsError",
-    "connect_configured_redis",
-    "display_url",
-    "nats_connect_options",
-    "nats_security",
-    "nats_servers",
-    "redis_connect_options",
-    "redis_topology",
-    "register_configured_secrets",
-    "split_servers",
-    "wait_replicas",
-]
+__all__ = ["CredentialsError", "connect_configured_redis", "display_url", "nats_connect_options", "nats_security",
+           "nats_servers", "redis_connect_options", "redis_topology", "register_configured_secrets",
+           "split_servers", "wait_replicas"]
 
 
 class CredentialsError(ValueError):

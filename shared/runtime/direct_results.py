@@ -42,15 +42,8 @@ from loopwire.shared.runtime.hooks import HOOKS
 from loopwire.shared.runtime.pub_acks import InboxReplies
 from loopwire.shared.runtime.redelivery import is_outage
 
-__all__ = [
-    "Apply",
-    "DirectDeliveryFailed",
-    "DirectReceiver",
-    "DirectRequests",
-    "log",
-    "request_applied",
-    "result_applied",
-]
+__all__ = ["Apply", "DirectDeliveryFailed", "DirectReceiver", "DirectRequests", "log", "request_applied",
+           "result_applied"]
 
 log = logging.getLogger("loopwire.direct")
 

@@ -22,16 +22,8 @@ from collections.abc import Mapping
 
 from loopwire.shared.contract.envelopes import Usage
 
-__all__ = [
-    "DEFAULT_PRICES",
-    "cost_at",
-    "cost_usd",
-    "is_offline_model",
-    "log",
-    "price_for",
-    "price_of",
-    "price_table",
-]
+__all__ = ["DEFAULT_PRICES", "cost_at", "cost_usd", "is_offline_model", "log", "price_for", "price_of",
+           "price_table"]
 
 log = logging.getLogger("loopwire.pricing")
 

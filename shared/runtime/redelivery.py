@@ -33,16 +33,8 @@ from redis import exceptions as redis_errors
 
 from loopwire.shared.stores.step_store import StepHeld
 
-__all__ = [
-    "CommitContention",
-    "DeadLetter",
-    "FAULT_DELAY_S",
-    "RedeliveryPolicy",
-    "Undeliverable",
-    "is_outage",
-    "pause_before_jetstream",
-    "to_jetstream",
-]
+__all__ = ["CommitContention", "DeadLetter", "FAULT_DELAY_S", "RedeliveryPolicy", "Undeliverable", "is_outage",
+           "pause_before_jetstream", "to_jetstream"]
 
 FAULT_DELAY_S = 1.0
 """Pause before the next delivery after a fault (few, quick attempts)."""

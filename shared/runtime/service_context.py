@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 from faststream.nats import NatsBroker
 from nats.js.api import ConsumerConfig
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.subjects import INGRESS_STREAM, WORK_STREAM, Subjects, stream_name
 from loopwire.shared.runtime.bus import Bus
 from loopwire.shared.runtime.chain import WorkHandler, run_handler
@@ -93,7 +93,7 @@ class ServiceContext(Generic[S]):
     async def report_dead_letter(self, letter: DeadLetter) -> None:
         """Work given up by a handler, to the router's dead-letter consumer (JetStream,
         LOOPWIRE_DEADLETTERS): its run ends `failed` with an `error` `undeliverable`."""
-        msg_id = keys.dead_letter_msg_id(stream=letter.stream, stream_seq=letter.stream_seq, subject=letter.subject,
+        msg_id = message_ids.dead_letter_msg_id(stream=letter.stream, stream_seq=letter.stream_seq, subject=letter.subject,
                                          step_id=letter.step_id, deliveries=letter.deliveries)
         await self.bus.js.publish(self.subjects.dead_letter, letter.model_dump_json().encode(),
                                   headers={"Nats-Msg-Id": msg_id})

@@ -44,16 +44,8 @@ from loopwire.shared.contract.subjects import (
 )
 from loopwire.shared.runtime.settings import RuntimeSettings
 
-__all__ = [
-    "StreamSetupError",
-    "T",
-    "config_differences",
-    "ensure_streams",
-    "is_transient",
-    "log",
-    "stream_configs",
-    "until_jetstream_answers",
-]
+__all__ = ["StreamSetupError", "T", "config_differences", "ensure_streams", "is_transient", "log", "stream_configs",
+           "until_jetstream_answers"]
 
 log = logging.getLogger("loopwire.streams")
 

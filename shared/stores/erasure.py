@@ -35,19 +35,8 @@ from loopwire.shared.contract.subjects import EVENTS_STREAM, INGRESS_STREAM, Sub
 from loopwire.shared.stores.blobs import REF_KEY
 from loopwire.shared.stores.redis_connection import is_cluster
 
-__all__ = [
-    "STORES",
-    "SessionKeys",
-    "blob_refs",
-    "lineage_blobs",
-    "purge_session_messages",
-    "receipt",
-    "records",
-    "remove_actor_notes",
-    "remove_blobs",
-    "remove_index_entries",
-    "store_of",
-]
+__all__ = ["STORES", "SessionKeys", "blob_refs", "lineage_blobs", "purge_session_messages", "receipt", "records",
+           "remove_actor_notes", "remove_blobs", "remove_index_entries", "store_of"]
 
 STORES = (
     "session_state",

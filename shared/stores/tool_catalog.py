@@ -34,18 +34,8 @@ import redis.asyncio as aioredis
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.envelopes import ToolSpec
 
-__all__ = [
-    "CACHE_TTL_S",
-    "CatalogCache",
-    "CatalogEntry",
-    "OwnerAlive",
-    "catalog_max_age",
-    "log",
-    "publish_entries",
-    "read_catalog",
-    "read_catalog_entries",
-    "withdraw",
-]
+__all__ = ["CACHE_TTL_S", "CatalogCache", "CatalogEntry", "OwnerAlive", "catalog_max_age", "log", "publish_entries",
+           "read_catalog", "read_catalog_entries", "withdraw"]
 
 log = logging.getLogger("loopwire.tool_catalog")
 

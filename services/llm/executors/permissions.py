@@ -20,7 +20,7 @@ import contextlib
 import logging
 from typing import Any
 
-from loopwire.shared.contract import codec, keys
+from loopwire.shared.contract import codec, message_ids
 from loopwire.shared.contract.envelopes import ExecutorPermission, Generate
 from loopwire.shared.runtime.service_context import ServiceContext
 
@@ -72,7 +72,7 @@ class PermissionGate:
                                          tool_use_id=request.tool_use_id, name=request.name, input=request.input,
                                          attempt=attempt)
                 try:
-                    await self.ctx.dispatch.send(ask, msg_id=keys.permission_ask_msg_id(env.step_id, cid, attempt),
+                    await self.ctx.dispatch.send(ask, msg_id=message_ids.permission_ask_msg_id(env.step_id, cid, attempt),
                                                  replica=env.result_to)
                 except Exception as exc:  # NATS away: ask again at the next round
                     log.warning("session %s: permission request %s not sent: %s", env.session_id, cid, exc)

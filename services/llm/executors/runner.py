@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import ExecutorSpec, Generate, GenerationResult, StepError, Usage
 from loopwire.shared.contract.event_fields import (
     CompactionFields,
@@ -127,7 +127,7 @@ class ExecutorSteps:
         except StepCancelled:
             if events.streamed:
                 await self.ctx.bus.emit(env.session_id, env.run_id, "retracted",
-                                        key=keys.retract_key(env.step_id, "cancel"), fields=RetractedFields(turn=env.turn, reason=CANCELLED_REASON))
+                                        key=message_ids.retract_key(env.step_id, "cancel"), fields=RetractedFields(turn=env.turn, reason=CANCELLED_REASON))
             log.info("executor step %s cancelled", env.step_id)
             return failed(env, "cancelled", "the agent's turn was cancelled (steer or abort)")
         except ExecutorFailed as err:
@@ -275,12 +275,12 @@ class StepEvents:
 
     async def compacted(self, *, tokens_before: int, tokens_after: int, messages: int) -> None:
         """ContextGuard started a fresh agent session (`fresh_session`): the `compaction` event."""
-        await self._emit("compaction", keys.step_event_key(self.env.step_id, "compaction", "fresh"),
+        await self._emit("compaction", message_ids.step_event_key(self.env.step_id, "compaction", "fresh"),
                          CompactionFields(tokens_before=tokens_before, tokens_after=tokens_after, method="fresh_session",
                          messages_compacted=messages))
 
     async def report(self, event: ExecutorEvent) -> None:
-        env, step = self.env, keys.executor_delivery(self.env.step_id, self.delivered)
+        env, step = self.env, message_ids.executor_delivery(self.env.step_id, self.delivered)
         if isinstance(event, TextDelta):
             self.streamed = True
             await self._emit("text.delta", None, TextDeltaFields(turn=self._next_turn(), text=event.text))
@@ -304,19 +304,19 @@ class StepEvents:
                 return  # a loopwire tool: the tools service reports the call (mcp_bridge.py)
             if isinstance(event, ToolCall):
                 turn = self._turn_of[event.tool_use_id] = self.current_turn()
-                await self._emit("tool.call", keys.tool_call_key(event.tool_use_id), ToolCallFields(turn=turn,
+                await self._emit("tool.call", message_ids.tool_call_key(event.tool_use_id), ToolCallFields(turn=turn,
                                  tool_use_id=event.tool_use_id, name=event.name, input=event.input, source="executor"))
             else:
                 turn = self._turn_of.get(event.tool_use_id, self.current_turn())
-                await self._emit("tool.result", keys.tool_result_key(event.tool_use_id),
+                await self._emit("tool.result", message_ids.tool_result_key(event.tool_use_id),
                                  tool_result_event(turn=turn, tool_use_id=event.tool_use_id, name=event.name,
                                                      is_error=event.is_error, content=event.content, source="executor"))
         elif isinstance(event, PlanUpdated):
-            await self._emit("plan.updated", keys.step_event_key(step, "plan", self.calls, len(event.entries)),
+            await self._emit("plan.updated", message_ids.step_event_key(step, "plan", self.calls, len(event.entries)),
                              PlanUpdatedFields(steps=[{"step": str(e.get("content", "")), "status": _plan_status(e.get("status"))}
                                     for e in event.entries], source="executor", phase="act"))
         elif isinstance(event, Compacted):
-            await self._emit("compaction", keys.step_event_key(step, "compaction", self.calls), CompactionFields(tokens_before=event.tokens_before,
+            await self._emit("compaction", message_ids.step_event_key(step, "compaction", self.calls), CompactionFields(tokens_before=event.tokens_before,
                              tokens_after=event.tokens_after if event.tokens_after is not None else 0,
                              method=f"agent_{event.trigger}"))
 
@@ -329,7 +329,7 @@ class StepEvents:
         if held is None:
             return
         usage = held.usage or Usage()
-        await self._emit("message", keys.step_event_key(keys.executor_delivery(self.env.step_id, self.delivered), "message", self.calls),
+        await self._emit("message", message_ids.step_event_key(message_ids.executor_delivery(self.env.step_id, self.delivered), "message", self.calls),
                          MessageFields(turn=self.env.turn + self.calls - 1, message=held.message, model=held.model,
                          stop_reason=held.stop_reason, source="executor",
                          usage={"input_tokens": usage.total_input(), "output_tokens": usage.output_tokens}))

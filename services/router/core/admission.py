@@ -10,7 +10,7 @@ applied once: a run announced or started already is left alone.
 
 from __future__ import annotations
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.event_fields import ErrorFields, RunQueuedFields
 from loopwire.shared.contract.messages import ContentBlock
 
@@ -34,11 +34,11 @@ def admit(tx: Transition, inp: AdmissionInput, cfg: CoreConfig) -> Decision:
         if w.position is not None:
             return Decision(state=None)  # announced already
         st.waiting = w.model_copy(update={"position": inp.position})
-        tx.emit("run.queued", keys.event_key("run.queued", w.run_id), w.run_id, RunQueuedFields(position=inp.position))
+        tx.emit("run.queued", message_ids.event_key("run.queued", w.run_id), w.run_id, RunQueuedFields(position=inp.position))
         return tx.finish()
     limit = limit_of(st.session_id, cfg)
     if inp.verdict == "refused":
-        tx.emit("error", keys.event_key("error", w.run_id, QUOTA_EXCEEDED), None, ErrorFields(code=QUOTA_EXCEEDED, limit="max_queued",
+        tx.emit("error", message_ids.event_key("error", w.run_id, QUOTA_EXCEEDED), None, ErrorFields(code=QUOTA_EXCEEDED, limit="max_queued",
                 message=f"tenant {tenant(st, cfg)} has {limit.max_queued if limit else 0} start(s) waiting for "
                         "a slot already (max_queued): this start is refused and no run starts"))
         st.waiting = None
@@ -49,7 +49,7 @@ def admit(tx: Transition, inp: AdmissionInput, cfg: CoreConfig) -> Decision:
     allowance = spent(limit, today_now(tx)) if limit is not None else None
     if allowance is not None:  # the day's allowance was spent while it waited
         message = spent_message(st.session_id, allowance, cfg)
-        tx.emit("error", keys.event_key("error", w.run_id, QUOTA_EXCEEDED), w.run_id, ErrorFields(code=QUOTA_EXCEEDED, limit=allowance,
+        tx.emit("error", message_ids.event_key("error", w.run_id, QUOTA_EXCEEDED), w.run_id, ErrorFields(code=QUOTA_EXCEEDED, limit=allowance,
                 message=message))
         end_waiting(tx, "budget_exhausted", reason=TENANT_QUOTA, text=message)
         return tx.finish()

@@ -8,12 +8,12 @@ that were not reported (a single call's, one whose report was lost or came too l
 recorded one of a redelivered batch), in the model's order, `completed` counting on after
 the reported ones, first among the effects of the step's transition. A result the run
 moved past emits them too: an executed call always has its event. Each event has its dedup
-key (keys.tool_result_key), so the event log stores it once whoever emits it again.
+key (message_ids.tool_result_key), so the event log stores it once whoever emits it again.
 """
 
 from __future__ import annotations
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import ToolResultItem
 from loopwire.shared.contract.session_state import SessionState
 
@@ -63,7 +63,7 @@ def unreported_events(state: SessionState, inp: BaseInput) -> list[Effect]:
 
 
 def _call_events(run_id: str, item: ToolResultItem, *, turn: int, completed: int, total: int) -> list[Effect]:
-    return [EmitEvent(kind="tool.result", key=keys.tool_result_key(item.tool_use_id), run_id=run_id,
+    return [EmitEvent(kind="tool.result", key=message_ids.tool_result_key(item.tool_use_id), run_id=run_id,
                       fields=item.event_fields(turn)),
-            EmitEvent(kind="tools.progress", key=keys.event_key("tools.progress", item.tool_use_id), run_id=run_id,
+            EmitEvent(kind="tools.progress", key=message_ids.event_key("tools.progress", item.tool_use_id), run_id=run_id,
                       fields={"turn": turn, "total": total, "completed": completed})]

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import GenerationResult, ToolsResult
 from loopwire.shared.contract.event_fields import ErrorFields, ModelFallbackFields
 from loopwire.shared.contract.messages import Message, message_text, tool_result_block
@@ -216,7 +216,7 @@ def _on_decision(tx: Transition, inp: DecisionInput, cfg: CoreConfig) -> Decisio
     if cp is None or run is None:
         return reject(tx.st, inp, "unknown_checkpoint",
                       message=f"checkpoint {body.checkpoint_id} is unknown or already answered")
-    tx.emit("approval.decided", keys.event_key("approval.decided", cp.id), run.run_id, approval.decided_fields(cp, body))
+    tx.emit("approval.decided", message_ids.event_key("approval.decided", cp.id), run.run_id, approval.decided_fields(cp, body))
     if cp.kind == "executor":  # the agent waits for it in its step (executor_profiles.py)
         tx.effects.extend(decide_permission(tx.st, run, cp, body=body))
         return tx.finish()
@@ -306,7 +306,7 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
     message = result.message
     text = message_text(message)
     tool_calls = [b for b in message.get("content", []) if not isinstance(b, str) and b.get("type") == "tool_use"]
-    events = [EmitEvent(kind="message", key=keys.event_key("message", result.step_id), run_id=run.run_id,
+    events = [EmitEvent(kind="message", key=message_ids.event_key("message", result.step_id), run_id=run.run_id,
                         fields={"turn": run.turn, "message": message, "model": result.model,
                                 "stop_reason": result.stop_reason,
                                 "usage": {"input_tokens": ledgered.input_tokens,
@@ -316,7 +316,7 @@ def _on_generation(tx: Transition, inp: GenerationInput, cfg: CoreConfig) -> Dec
                                           "cache_creation_input_tokens": result.usage.cache_creation_input_tokens}})]
     for warning in ledgered.budget_warnings:
         run.budget.warned.append(warning["limit"])
-        events.append(EmitEvent(kind="budget.warning", key=keys.event_key("budget.warning", run.run_id, warning["limit"]),
+        events.append(EmitEvent(kind="budget.warning", key=message_ids.event_key("budget.warning", run.run_id, warning["limit"]),
                                 run_id=run.run_id, fields=warning))
 
     mode = "tools" if profile.offers_tools and run.config.tools != [] else "chat"
@@ -336,13 +336,13 @@ def _on_failed_generation(tx: Transition, run: RunState, result: GenerationResul
         end_run(tx, status, None, cfg=cfg, error=(verdict.code, verdict.message),
                 reason=run.limits.converge_reason if run.limits.converging else verdict.code)
         return
-    tx.emit("error", keys.event_key("error", result.step_id), run.run_id,
+    tx.emit("error", message_ids.event_key("error", result.step_id), run.run_id,
             ErrorFields(code=verdict.code, message=verdict.message, action=verdict.action))
     if verdict.action == "continue":
         run.limits.step_retries += 1
     elif verdict.action == "retry_reduced_context":
         run.limits.context_retries += 1
-        tx.emit("steering", keys.event_key("steering", result.step_id), run.run_id,
+        tx.emit("steering", message_ids.event_key("steering", result.step_id), run.run_id,
                 steering_fields(run, "retry_reduced_context", reason=verdict.code))
     else:  # switch_model
         models = run.config.models
@@ -350,7 +350,7 @@ def _on_failed_generation(tx: Transition, run: RunState, result: GenerationResul
                 ModelFallbackFields(from_model=models[run.limits.model_offset],
                                     to_model=models[run.limits.model_offset + 1], reason=verdict.code))
         run.limits.model_offset += 1
-        tx.emit("steering", keys.event_key("steering", result.step_id), run.run_id,
+        tx.emit("steering", message_ids.event_key("steering", result.step_id), run.run_id,
                 steering_fields(run, "model_switch", reason=verdict.code, to_model=models[run.limits.model_offset]))
     request_generation(tx, run, profile)
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import ExecutorPermission, ExecutorSpec
 from loopwire.shared.contract.event_fields import ApprovalRequestedFields
 from loopwire.shared.contract.messages import ContentBlock
@@ -121,7 +121,7 @@ def open_permission(session: SessionState, run: RunState, ask: ExecutorPermissio
     fields: ApprovalRequestedFields = {"checkpoint_id": ask.checkpoint_id, "turn": ask.turn, "source": "executor",
                                        "tool_calls": [{"tool_use_id": ask.tool_use_id, "name": ask.name,
                                                        "input": ask.input}]}
-    return True, [EmitEvent(kind="approval.requested", key=keys.event_key("approval.requested", ask.checkpoint_id),
+    return True, [EmitEvent(kind="approval.requested", key=message_ids.event_key("approval.requested", ask.checkpoint_id),
                             run_id=run.run_id, fields=fields)]
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.event_fields import RetractedFields
 from loopwire.shared.contract.messages import ContentBlock, as_blocks
 from loopwire.shared.contract.run_state import RunState
@@ -73,12 +73,12 @@ def steer(tx: Transition, run: RunState, content: list[ContentBlock]) -> None:
         run.tools.answered = []
     elif run.awaiting == "generate" and run.pending_step is not None:
         interrupted = "generation"
-        tx.emit("retracted", keys.event_key("retracted", run.pending_step, "steer"), run.run_id, RetractedFields(turn=run.turn + 1,
+        tx.emit("retracted", message_ids.event_key("retracted", run.pending_step, "steer"), run.run_id, RetractedFields(turn=run.turn + 1,
                 reason=STEERED_GENERATION))
     if run.approvals.checkpoint is not None:  # a steer withdraws the open checkpoint
         interrupted = "approval"
         approval.close(tx.st, run)  # turn_by_turn stays in review: the next reply is reviewed
-    tx.emit("steering", keys.event_key("steering", tx.inp.input_id), run.run_id,
+    tx.emit("steering", message_ids.event_key("steering", tx.inp.input_id), run.run_id,
             steering_fields(run, "priority_queue", interrupted=interrupted))
     tx.effects.append(PublishNotice(notice="cancel", body={"run_id": run.run_id}))
     tx.add_message({"role": "user", "content": message})
@@ -95,7 +95,7 @@ def take_at_outer_boundary(tx: Transition, run: RunState) -> None:
     content = drain_steering(tx.st) + drain_queued(tx.st)
     tx.add_message({"role": "user", "content": content}, source="follow_up")
     run.limits.outer += 1
-    tx.emit("steering", keys.event_key("steering", run.run_id, f"o{run.limits.outer}"), run.run_id,
+    tx.emit("steering", message_ids.event_key("steering", run.run_id, f"o{run.limits.outer}"), run.run_id,
             steering_fields(run, "follow_up_queue", messages=messages))
     run.limits.inner = 0
     run.last_prompt = truncate(user_text(content), PROMPT_CHARS)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.event_fields import ErrorFields, RunEndedFields, RunStartedFields, WarningFields
 from loopwire.shared.contract.messages import Message
 from loopwire.shared.contract.protocol import RunStatus, StartRun
@@ -76,7 +76,7 @@ def end_waiting(tx: Transition, status: RunStatus, *, reason: str | None = None,
                            usage={"input_tokens": 0, "output_tokens": 0}, cost_usd=0.0)
     if reason:
         ended["reason"] = reason
-    tx.emit("run.ended", keys.event_key("run.ended", w.run_id), w.run_id, ended)
+    tx.emit("run.ended", message_ids.event_key("run.ended", w.run_id), w.run_id, ended)
     st.waiting = None
     st.status = "idle"
     st.queued.clear()
@@ -115,7 +115,7 @@ def start_run(tx: Transition, config: RunConfig, messages: list[Message], run_id
     started = RunStartedFields(profile=config.profile, config=config.model_dump(mode="json"), **lineage(config))
     if ignored_fields:
         started["ignored_fields"] = ignored_fields
-    tx.emit("run.started", keys.event_key("run.started", run_id), run_id, started)
+    tx.emit("run.started", message_ids.event_key("run.started", run_id), run_id, started)
     unknown = unknown_tools if unknown_tools is not None else \
         tx.inp.unknown_tools if isinstance(tx.inp, StartInput) else []
     if unknown:
@@ -138,7 +138,7 @@ def start_run(tx: Transition, config: RunConfig, messages: list[Message], run_id
         if steps:  # a pre-built plan skips the plan phase
             run.plan.steps = steps
             move_phase(tx, run, "execute", profile=profile)
-            tx.emit_spec(run, planning.record(st, run, "start"), keys.event_key("plan.updated", run_id, "start"))
+            tx.emit_spec(run, planning.record(st, run, "start"), message_ids.event_key("plan.updated", run_id, "start"))
     request_generation(tx, run, profile)
 
 
@@ -153,7 +153,7 @@ def end_run(tx: Transition, status: RunStatus, text: str | None, *, cfg: CoreCon
     run = st.run
     assert run is not None
     if error is not None:
-        tx.emit("error", keys.event_key("error", run.run_id, status), run.run_id,
+        tx.emit("error", message_ids.event_key("error", run.run_id, status), run.run_id,
                 ErrorFields(code=error[0], message=error[1], action="terminate"))
     spent = budget.used_up(run) if status == "completed" else None
     if spent is not None:  # never `completed` over budget, however the run got here
@@ -175,7 +175,7 @@ def end_run(tx: Transition, status: RunStatus, text: str | None, *, cfg: CoreCon
                            cost_usd=None if run.budget.unpriced else round(run.budget.cost_usd, 8))
     if reason:
         ended["reason"] = reason
-    tx.emit("run.ended", keys.event_key("run.ended", run.run_id), run.run_id, ended)
+    tx.emit("run.ended", message_ids.event_key("run.ended", run.run_id), run.run_id, ended)
     run.awaiting = "done"
     run.pending_step = None
     run.approvals.checkpoint = None
@@ -188,8 +188,8 @@ def end_run(tx: Transition, status: RunStatus, text: str | None, *, cfg: CoreCon
         content = drain_steering(st) + drain_queued(st)
         refused = tenant_quotas.refusal(tx, cfg)
         if refused is not None:
-            tx.emit("error", keys.event_key("error", keys.next_run_id(run.run_id)), None, ErrorFields(code=refused[0], message=refused[1],
+            tx.emit("error", message_ids.event_key("error", message_ids.next_run_id(run.run_id)), None, ErrorFields(code=refused[0], message=refused[1],
                     limit=refused[2]))
         else:
-            begin_run(tx, st.last_config, [{"role": "user", "content": content}], run_id=keys.next_run_id(run.run_id),
+            begin_run(tx, st.last_config, [{"role": "user", "content": content}], run_id=message_ids.next_run_id(run.run_id),
                       cfg=cfg, source="follow_up", tools_known=run.tools.known)

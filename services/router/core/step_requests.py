@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import AssembleContext
 from loopwire.shared.contract.protocol import RESERVED_TOOL_NAMES, ModelSpec
 from loopwire.shared.contract.run_state import RunState
@@ -111,7 +111,7 @@ def request_generation(tx: Transition, run: RunState, profile: Profile, *, notes
     run.tools.active = offer.active
     run.awaiting = "generate"
     run.gen_seq += 1
-    ids = keys.generation_step_ids(run.run_id, run.gen_seq)
+    ids = message_ids.generation_step_ids(run.run_id, run.gen_seq)
     run.pending_step = ids.step_id
     env = AssembleContext(
         session_id=tx.st.session_id, run_id=run.run_id, step_id=ids.step_id, turn=run.turn + 1,

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall
 from loopwire.shared.contract.event_fields import ToolCallFields, tool_result_event
 from loopwire.shared.contract.messages import ContentBlock
@@ -69,7 +69,7 @@ def dispatch(tx: Transition, run: RunState, calls: list[ContentBlock], *, profil
     """The strategy loop after interpret (strategy_loop.py): validate (the plan gate),
     reserved tools answered by the core, preview (an approval checkpoint when a call
     needs one: the whole batch waits), else execute."""
-    ids = keys.tool_batch_ids(run.run_id, run.turn, [c["id"] for c in calls])
+    ids = message_ids.tool_batch_ids(run.run_id, run.turn, [c["id"] for c in calls])
     for c, key in zip(calls, ids.call_keys, strict=True):
         tx.emit("tool.call", key, run.run_id, ToolCallFields(turn=run.turn, tool_use_id=c["id"], name=c["name"],
                 input=c.get("input", {})))
@@ -78,29 +78,29 @@ def dispatch(tx: Transition, run: RunState, calls: list[ContentBlock], *, profil
     for n, c in enumerate(verdict.reserved):
         block, specs = planning.apply_update(tx.st, run, c, transitions=profile.transitions)
         run.tools.answered.append(block)
-        tx.emit("tool.result", keys.tool_result_key(c["id"]), run.run_id,
+        tx.emit("tool.result", message_ids.tool_result_key(c["id"]), run.run_id,
                 tool_result_event(turn=run.turn, tool_use_id=c["id"], name=c["name"],
                                     is_error=bool(block.get("is_error")), content=block["content"]))
         for m, spec in enumerate(specs):
-            tx.emit_spec(run, spec, keys.event_key(spec.kind, ids.step_id, n, m))
+            tx.emit_spec(run, spec, message_ids.event_key(spec.kind, ids.step_id, n, m))
     if verdict.ask:
         to_review(tx, run, profile)
         fields = approval.open_checkpoint(tx.st, run, kind="tool_calls", calls=calls, ask=verdict.ask,
                                           rejected=verdict.rejected, text=run.last_text)
-        tx.emit("approval.requested", keys.event_key("approval.requested", fields["checkpoint_id"]), run.run_id, fields)
+        tx.emit("approval.requested", message_ids.event_key("approval.requested", fields["checkpoint_id"]), run.run_id, fields)
         return
     execute(tx, run, calls, profile=profile, denied=verdict.rejected, cfg=cfg, ids=ids)
 
 
 def execute(tx: Transition, run: RunState, calls: list[ContentBlock], *, profile: Profile,
-            denied: dict[str, str], cfg: CoreConfig, ids: keys.ToolBatchIds | None = None) -> None:
+            denied: dict[str, str], cfg: CoreConfig, ids: message_ids.ToolBatchIds | None = None) -> None:
     """execute: the batch as one ExecuteTools step; calls in `denied` never reach a
     provider (the tools service answers them with the reason); calls the core answered
     (`run.tools.answered`) are not sent at all. `ids`: the batch's, as `dispatch` took
     them (a batch an approval let through takes its own)."""
     run.awaiting = "tools"
     if ids is None:
-        ids = keys.tool_batch_ids(run.run_id, run.turn, [c["id"] for c in calls])
+        ids = message_ids.tool_batch_ids(run.run_id, run.turn, [c["id"] for c in calls])
     step_id = ids.step_id
     run.tools.pending_calls = [{"id": c["id"], "name": c["name"]} for c in calls]
     answered = {b["tool_use_id"]: b for b in run.tools.answered}

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import ExecuteTools
 from loopwire.shared.contract.event_fields import ErrorFields
 from loopwire.shared.contract.events import EventFields, user_message_fields
@@ -191,7 +191,7 @@ class Transition:
     def emit_spec(self, run: RunState, spec: EventSpec, key: str) -> None:
         """Emit an event a rule described (a `phase.changed` is keyed by the run's count of them)."""
         if spec.kind == "phase.changed":
-            key = keys.event_key("phase.changed", run.run_id, run.phase_changes)
+            key = message_ids.event_key("phase.changed", run.run_id, run.phase_changes)
         self.emit(spec.kind, key, run.run_id, spec.fields)
 
     def count(self, name: str, labels: dict[str, str] | None = None, **values: float) -> None:
@@ -246,7 +246,7 @@ class Transition:
         source = _USER_SOURCES.get(type(self.inp), "router")
         reported = {r.tool_use_id for r in self.inp.result.results} if isinstance(self.inp, ToolsInput) else set()
         turn = self.st.run.turn if self.st.run else 0
-        events = [EmitEvent(kind="user.message", key=keys.event_key("user.message", self.inp.input_id, n),
+        events = [EmitEvent(kind="user.message", key=message_ids.event_key("user.message", self.inp.input_id, n),
                             run_id=self.st.run.run_id if self.st.run else None,
                             fields=user_message_fields(m, turn, source=self.sources.get(n, source), reported=reported))
                   for n, m in enumerate(self.append) if not self._model_wrote(m)]
@@ -273,5 +273,5 @@ def reject(state: SessionState, inp: BaseInput, code: str, *, message: str, limi
         fields["limit"] = limit
     if model is not None:
         fields["model"] = model
-    return Decision(state=None, effects=[EmitEvent(kind="error", key=keys.event_key("error", inp.input_id), run_id=run_id,
+    return Decision(state=None, effects=[EmitEvent(kind="error", key=message_ids.event_key("error", inp.input_id), run_id=run_id,
                                                    fields=fields)])

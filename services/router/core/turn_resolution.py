@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.run_state import RunState
 
 from . import answers, approval, budget, loop_detection, strategy_loop
@@ -57,10 +57,10 @@ def take_turn(tx: Transition, turn: Turn, *, profile: Profile, schemas: dict[str
             run.last_text = text
         if answers.is_answer(turn, phase, kept=not (isinstance(step, NextStepRunAgain) and step.retract)):
             run.answers.append(text)
-    events = events + [EmitEvent(kind=spec.kind, key=keys.event_key(spec.kind, turn.step_id, n), run_id=run.run_id,
+    events = events + [EmitEvent(kind=spec.kind, key=message_ids.event_key(spec.kind, turn.step_id, n), run_id=run.run_id,
                                  fields=spec.fields.copy()) for n, spec in enumerate(step.events)]
     if voids is not None and voids.retract:
-        events.append(EmitEvent(kind="retracted", key=keys.event_key("retracted", turn.step_id), run_id=run.run_id,
+        events.append(EmitEvent(kind="retracted", key=message_ids.event_key("retracted", turn.step_id), run_id=run.run_id,
                                 fields={"turn": run.turn, "reason": voids.retract}))
     tx.add_turn(kept, events)
     apply_step(tx, run, step, profile=profile, cfg=turn.config, schemas=schemas)
@@ -131,7 +131,7 @@ def apply_step(tx: Transition, run: RunState, step: NextStep, *, profile: Profil
         to_review(tx, run, profile)
         fields = approval.open_checkpoint(tx.st, run, kind="proposal", calls=[], ask=[], rejected={},
                                           text=step.text)
-        tx.emit("approval.requested", keys.event_key("approval.requested", fields["checkpoint_id"]), run.run_id, fields)
+        tx.emit("approval.requested", message_ids.event_key("approval.requested", fields["checkpoint_id"]), run.run_id, fields)
     elif isinstance(step, NextStepRunAgain):
         for m in step.append:
             tx.add_message(m)

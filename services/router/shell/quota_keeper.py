@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import TenantAdmission
 from loopwire.shared.contract.tenant_limits import TenantLimits, utc_day
 from loopwire.shared.observability import metrics
@@ -38,13 +38,13 @@ class Admission:
     def as_input(self) -> AdmissionInput:
         # The same id from whichever router answers (the one that freed the slot, the sweep):
         # the core applies it once.
-        return AdmissionInput(input_id=keys.admission_id(self.run_id, self.verdict), run_id=self.run_id,
+        return AdmissionInput(input_id=message_ids.admission_id(self.run_id, self.verdict), run_id=self.run_id,
                               verdict=self.verdict, position=self.position)  # type: ignore[arg-type]
 
     def as_envelope(self) -> TenantAdmission:
         """The answer as a work message to whichever router takes it."""
         return TenantAdmission(session_id=self.sid, run_id=self.run_id,
-                               step_id=keys.admission_id(self.run_id, self.verdict),
+                               step_id=message_ids.admission_id(self.run_id, self.verdict),
                                verdict=self.verdict, position=self.position)  # type: ignore[arg-type]
 
 

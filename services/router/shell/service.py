@@ -21,7 +21,7 @@ import orjson
 from faststream.nats import NatsBroker
 from pydantic import ValidationError
 
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import (
     STEP_RESULT_ADAPTER,
     ExecutorPermission,
@@ -394,6 +394,6 @@ def _result_input(result: HandedResult | TenantAdmission, recover: bool = False)
     if isinstance(result, GenerationResult):
         return GenerationInput(input_id=result.step_id, result=result, recover=recover)
     if isinstance(result, ToolCallFinished):
-        return CallFinishedInput(input_id=keys.call_finished_msg_id(result.step_id, result.result.tool_use_id),
+        return CallFinishedInput(input_id=message_ids.call_finished_msg_id(result.step_id, result.result.tool_use_id),
                                  report=result, recover=recover)
     return ToolsInput(input_id=result.step_id, result=result, recover=recover)

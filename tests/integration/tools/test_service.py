@@ -22,7 +22,7 @@ from nats.aio.msg import Msg
 from nats.micro.request import Request
 
 from loopwire.settings import Settings
-from loopwire.shared.contract import codec, keys
+from loopwire.shared.contract import codec, keys, message_ids
 from loopwire.shared.contract.envelopes import ExecuteTools, ToolCall, ToolCallFinished, ToolsResult
 from loopwire.shared.runtime.service_context import ServiceContext, build_context
 from loopwire.shared.runtime.streams import ensure_streams
@@ -175,7 +175,7 @@ async def test_execute_report_record_publish_and_redeliver(running: Running, pre
     # emits none itself.
     by_id = {report.result.tool_use_id: report for _, report in reports}
     assert set(by_id) == {"toolu_p", "toolu_c", "toolu_d", "toolu_u"}
-    assert [msg_id for msg_id, _ in reports] == [keys.call_finished_msg_id(env.step_id, report.result.tool_use_id)
+    assert [msg_id for msg_id, _ in reports] == [message_ids.call_finished_msg_id(env.step_id, report.result.tool_use_id)
                                                  for _, report in reports]
     assert {item.tool_use_id: item for item in result.results} == {t: report.result for t, report in by_id.items()}
     assert {(report.session_id, report.run_id, report.step_id, report.turn, report.total)

@@ -10,7 +10,7 @@ import pytest
 from loopwire.router.core import inputs as i
 from loopwire.router.core.decide import CoreConfig, Decision, decide
 from loopwire.router.core.effects import EmitEvent, PublishWork
-from loopwire.shared.contract import keys
+from loopwire.shared.contract import message_ids
 from loopwire.shared.contract.envelopes import ToolCallFinished, ToolResultItem, ToolsResult
 from loopwire.shared.contract.protocol import Abort, FollowUp, StartRun
 from loopwire.shared.contract.run_state import RunState
@@ -29,7 +29,7 @@ def item(tid: str) -> ToolResultItem:
 
 
 def finished(step_id: str, tid: str, *, run_id: str = "run1", total: int = 3) -> i.CallFinishedInput:
-    return i.CallFinishedInput(input_id=keys.call_finished_msg_id(step_id, tid), report=ToolCallFinished(
+    return i.CallFinishedInput(input_id=message_ids.call_finished_msg_id(step_id, tid), report=ToolCallFinished(
         session_id="s1", run_id=run_id, step_id=step_id, turn=1, result=item(tid), total=total))
 
 
@@ -82,9 +82,9 @@ def test_each_finished_call_is_reported_once_in_finishing_order(in_batch: tuple[
     st, step_id = in_batch
     d = decided(st, finished(step_id, "t2"))
     assert d.state is not None and reported(d) == events_of("t2", 1)
-    assert d.effects[0] == EmitEvent(kind="tool.result", key=keys.tool_result_key("t2"), run_id="run1",
+    assert d.effects[0] == EmitEvent(kind="tool.result", key=message_ids.tool_result_key("t2"), run_id="run1",
                                      fields=item("t2").event_fields(1))
-    assert d.effects[1].key == keys.event_key("tools.progress", "t2")  # type: ignore[union-attr]
+    assert d.effects[1].key == message_ids.event_key("tools.progress", "t2")  # type: ignore[union-attr]
     assert len(d.effects) == 2, "events only: nothing else is sent"
     after = d.state
     assert run_of(after).tools.reported == ["t2"]
