@@ -22,6 +22,7 @@ from nats.js.errors import NotFoundError
 
 from loopwire.settings import Settings
 from loopwire.shared.contract.events import AnyEvent, RunEndedEvent
+from loopwire.shared.contract.query_replies import LimitsUsage, SessionDeleted, SessionGot, UserErased
 from loopwire.shared.contract.subjects import EVENTS_STREAM, Subjects, stream_name
 from loopwire.shared.runtime.credentials import nats_connect_options, split_servers
 
@@ -107,7 +108,7 @@ class LoopwireClient:
                                       headers=headers)
         return orjson.loads(reply.data)
 
-    async def session_get(self, sid: str, timeout: float = 5.0) -> dict[str, Any]:
+    async def session_get(self, sid: str, timeout: float = 5.0) -> SessionGot:
         reply = await self.nc.request(self.subjects.query("session.get", self.tenant),
                                       orjson.dumps({"session_id": self.scoped(sid)}), timeout=timeout)
         return orjson.loads(reply.data)
@@ -127,7 +128,7 @@ class LoopwireClient:
                                       timeout=timeout)
         return orjson.loads(reply.data)
 
-    async def limits_usage(self, model: str | None = None, timeout: float = 5.0) -> dict[str, Any]:
+    async def limits_usage(self, model: str | None = None, timeout: float = 5.0) -> LimitsUsage:
         """`<prefix>.api.limits.usage`: each LOOPWIRE_MODEL_LIMITS entry (or the one `model`
         counts against) with what it holds now across the llm replicas."""
         body = {"model": model} if model is not None else {}
@@ -148,7 +149,7 @@ class LoopwireClient:
                                       timeout=timeout)
         return orjson.loads(reply.data)
 
-    async def session_delete(self, sid: str, timeout: float = 30.0) -> dict[str, Any]:
+    async def session_delete(self, sid: str, timeout: float = 30.0) -> SessionDeleted:
         """`<prefix>.api.session.delete`: the session removed from every store (a run in
         progress aborted first). The receipt `{"session_id", "deleted", "stores": [{"store",
         "removed"}]}`, or `{"error": ...}`."""
@@ -156,7 +157,7 @@ class LoopwireClient:
                                       orjson.dumps({"session_id": self.scoped(sid)}), timeout=timeout)
         return orjson.loads(reply.data)
 
-    async def user_erase(self, user_id: str, timeout: float = 120.0) -> dict[str, Any]:
+    async def user_erase(self, user_id: str, timeout: float = 120.0) -> UserErased:
         """`<prefix>.api.user.erase`: every session whose runs carried `user_id`, deleted;
         `{"user_id", "sessions": [<session.delete receipts>]}`."""
         reply = await self.nc.request(self.subjects.query("user.erase", self.tenant),

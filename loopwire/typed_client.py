@@ -26,24 +26,37 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Literal, TypeVar, cast
 
 import orjson
 
 from loopwire.client import LoopwireClient
 from loopwire.settings import Settings
 from loopwire.shared.contract.events import AnyEvent, ApprovalRequested, Event, RunEnded, validate_event
+from loopwire.shared.contract.query_replies import (
+    ErrorBody,
+    LimitUsage,
+    SessionDeleted,
+    SessionGot,
+    ToolListed,
+    ToolsListed,
+    UserErased,
+)
 
 TypedCallback = Callable[[Event], Awaitable[None] | None]
 Approver = Callable[[ApprovalRequested], Awaitable[bool] | bool]
 """Answers a checkpoint during `run`: True approves, False denies."""
 
 
+R = TypeVar("R", bound=Mapping[str, object])
+"""A query's reply, of whichever query."""
+
+
 class QueryError(RuntimeError):
     """A query answered `{"error": {"code", "message"}}`."""
 
-    def __init__(self, error: dict[str, Any]) -> None:
+    def __init__(self, error: ErrorBody) -> None:
         super().__init__(f"{error.get('code')}: {error.get('message')}")
         self.code = error.get("code")
 
@@ -142,12 +155,13 @@ class Client:
 
     # -- queries -----------------------------------------------------------------------------
     @staticmethod
-    def _checked(reply: dict[str, Any]) -> dict[str, Any]:
+    def _checked(reply: R) -> R:
+        """`reply`, unless it is a query's error (`{"error": {"code", "message"}}`)."""
         if "error" in reply:
-            raise QueryError(reply["error"])
+            raise QueryError(cast(ErrorBody, reply["error"]))
         return reply
 
-    async def session(self, session_id: str) -> dict[str, Any]:
+    async def session(self, session_id: str) -> SessionGot:
         """`session.get`: status (`unknown` for a session never seen), profile, turns,
         usage, cost_usd, messages, the open checkpoint_id while awaiting approval, and where
         a run stands: `phase` and `activity` (`generating`, `tools`, `awaiting_approval`,
@@ -165,12 +179,12 @@ class Client:
                 return events
             after = page["next_after_seq"]
 
-    async def delete(self, session_id: str) -> dict[str, Any]:
+    async def delete(self, session_id: str) -> SessionDeleted:
         """`session.delete`: the session removed from every store; the receipt
         (`deleted`, and `stores`: what each removed)."""
         return self._checked(await self.raw.session_delete(session_id))
 
-    async def erase_user(self, user_id: str) -> dict[str, Any]:
+    async def erase_user(self, user_id: str) -> UserErased:
         """`user.erase`: every session whose runs carried `user_id`, deleted; their receipts."""
         return self._checked(await self.raw.user_erase(user_id))
 
@@ -178,12 +192,13 @@ class Client:
         """`session.export`: the state and every stored event in one document."""
         return self._checked(await self.raw.session_export(session_id))
 
-    async def tools(self) -> list[dict[str, Any]]:
+    async def tools(self) -> list[ToolListed]:
         """What the tools service knows now: name, description, input_schema, source."""
         reply = await self.raw.nc.request(self.raw.subjects.tools_list, b"{}", timeout=5.0)
-        return list(self._checked(orjson.loads(reply.data))["tools"])
+        listed: ToolsListed = orjson.loads(reply.data)
+        return list(self._checked(listed)["tools"])
 
-    async def limits(self, model: str | None = None) -> list[dict[str, Any]]:
+    async def limits(self, model: str | None = None) -> list[LimitUsage]:
         """The model limits (LOOPWIRE_MODEL_LIMITS) and what each entry holds now: `key`,
         the limits, `in_flight`, `waiting`, `requests_last_60s`, `input_tokens_last_60s`,
         `cooldown_until`."""

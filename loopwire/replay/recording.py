@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopwire.shared.contract.events import AnyEvent, RunEndedEvent, UserMessageEvent
-from loopwire.shared.contract.messages import Message
+from loopwire.shared.contract.messages import Content, ContentBlock, Message
 
 OPENING_SOURCES = ("input", "follow_up", "steer")
 SETUP_KINDS = frozenset({"run.started", "phase.changed", "user.message", "warning", "plan.updated",
@@ -46,7 +46,7 @@ class RunRecord:
     started_seq: int
     config: dict[str, Any] | None = None
     profile: str = "agentic"
-    opening: list[dict[str, Any]] = field(default_factory=list)
+    opening: list[Message] = field(default_factory=list)
     """The messages that opened the run (role and content), in order."""
     inputs: list[InRunInput] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
@@ -87,26 +87,26 @@ class RunRecord:
             body["user_id"] = c["user_id"]
         return {k: v for k, v in body.items() if v is not None}
 
-    def _input(self) -> str | list[dict[str, Any]]:
+    def _input(self) -> str | list[Message]:
         messages = [m for m in self.opening if m.get("content")]
         if len(messages) == 1 and messages[0]["role"] == "user":
             blocks = _blocks(messages[0]["content"])
             if all(isinstance(b, dict) and b.get("type") == "text" for b in blocks):
                 return "".join(b.get("text", "") for b in blocks)
-        merged: list[dict[str, Any]] = []
+        merged: list[Message] = []
         for m in messages:  # StartRun wants alternating roles, from a user message to one
             if merged and merged[-1]["role"] == m["role"]:
                 merged[-1] = {"role": m["role"], "content": _blocks(merged[-1]["content"]) + _blocks(m["content"])}
             else:
-                merged.append(dict(m))
+                merged.append(Message(role=m["role"], content=m["content"]))
         return merged or "(no input was recorded)"
 
 
-def _blocks(content: Any) -> list[dict[str, Any]]:
+def _blocks(content: Content | None) -> list[ContentBlock]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
 
 
-def said(message: Message) -> list[dict[str, Any]]:
+def said(message: Message) -> list[ContentBlock]:
     """What a user message says besides tool results (a steer rides on the cancelled calls')."""
     return [b for b in _blocks(message.get("content"))
             if not (isinstance(b, dict) and b.get("type") == "tool_result")]

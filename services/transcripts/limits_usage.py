@@ -5,14 +5,13 @@ keys (shared/stores/model_budget.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from loopwire.shared.contract.model_limits import ModelLimits
 from loopwire.shared.contract.protocol import PROTOCOL_VERSION, LimitsUsageRequest
+from loopwire.shared.contract.query_replies import LimitsUsage
 from loopwire.shared.stores.model_budget import ModelLimitStore
 
 
-async def limits_usage(req: LimitsUsageRequest, store: ModelLimitStore, table: ModelLimits) -> dict[str, Any]:
+async def limits_usage(req: LimitsUsageRequest, store: ModelLimitStore, table: ModelLimits) -> LimitsUsage:
     names = list(table.entries)
     if req.model is not None:
         key = table.key_for(req.model)

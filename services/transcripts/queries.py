@@ -8,6 +8,7 @@ from typing import Any
 
 from loopwire.shared.contract.events import AnyEvent
 from loopwire.shared.contract.protocol import PROTOCOL_VERSION, SessionGetRequest, TranscriptGetRequest
+from loopwire.shared.contract.query_replies import ForkedFromReply, Lineage, SessionGot
 from loopwire.shared.contract.session_state import (
     SessionState,
     config_in_effect,
@@ -33,7 +34,7 @@ class StoreUnavailable(Exception):
 
 async def session_get(req: SessionGetRequest, sessions: SessionStore,
                       events: EventLogStore | None = None, archive: Archive | None = None,
-                      model_waiting: Callable[[str], Awaitable[bool]] | None = None) -> dict[str, Any]:
+                      model_waiting: Callable[[str], Awaitable[bool]] | None = None) -> SessionGot:
     raw, _version = await sessions.load(req.session_id)
     if is_deleted(raw):
         return unknown_session(req.session_id)  # being deleted: gone already for every reader
@@ -77,24 +78,25 @@ async def session_get(req: SessionGetRequest, sessions: SessionStore,
     }
 
 
-def unknown_session(sid: str) -> dict[str, Any]:
+def unknown_session(sid: str) -> SessionGot:
     """`session.get` of a session that does not exist (never did, or was deleted)."""
     return {"v": PROTOCOL_VERSION, "session_id": sid, "status": "unknown", "profile": None,
             "turns": 0, "usage": {"input_tokens": 0, "output_tokens": 0}, "cost_usd": 0.0, "messages": [],
             "phase": None, "activity": None}
 
 
-async def lineage(sid: str, source: SessionState | list[AnyEvent], sessions: SessionStore) -> dict[str, Any]:
+async def lineage(sid: str, source: SessionState | list[AnyEvent], sessions: SessionStore) -> Lineage:
     """`forked_from` (`{"session_id", "seq", "cut_seq"}` or null) and `forks` (the sessions
     forked from this one that exist, oldest first): additions to `session.get`. `source`:
     the state, or the lineage events of a session whose state is gone."""
-    forked_from: dict[str, Any] | None
+    forked_from: ForkedFromReply | None
     if isinstance(source, SessionState):
         forked_from = forked_from_reply(source)
     else:
         first = next((e for e in source if e.get("session_id") == sid), None)
-        forked_from = {"session_id": first.get("from_session_id"), "seq": first.get("from_seq"),
-                       "cut_seq": first.get("cut_seq")} if first and first.get("kind") == FORKED else None
+        forked_from = ForkedFromReply(session_id=_text_or_none(first.get("from_session_id")),
+                                      seq=_int_or_none(first.get("from_seq")),
+                                      cut_seq=_int_or_none(first.get("cut_seq"))) if first and first.get("kind") == FORKED else None
     listed = await sessions.forks(sid)
     # A fork is listed before it is made: keep those that exist (services/router/shell/fork.py).
     states = await sessions.load_many(listed) if listed else []
@@ -103,7 +105,15 @@ async def lineage(sid: str, source: SessionState | list[AnyEvent], sessions: Ses
     return {"forked_from": forked_from, "forks": forks}
 
 
-def _reply_from_transcript(session_id: str, replayed: Replayed) -> dict[str, Any]:
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _reply_from_transcript(session_id: str, replayed: Replayed) -> SessionGot:
     """`session.get` of a session whose state is gone: as its transcript tallies it
     (`source: "transcript"`): idle, or awaiting the decision its run waits on (the router
     rebuilds that run on its checkpoint at the session's next input)."""

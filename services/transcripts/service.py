@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from faststream.nats import NatsBroker
@@ -56,7 +56,7 @@ ARCHIVE_READ_S = 2.0
 """How long a query may wait for the events stream (a client's request timeout is
 typically 5 s: the CLI's, loopwire.Client's)."""
 
-Answer = Callable[[Any, str | None], Awaitable[dict[str, Any]]]
+Answer = Callable[[Any, str | None], Awaitable[Mapping[str, object]]]
 """A query's answer from its request and the tenant of its subject (None: none)."""
 
 

@@ -17,6 +17,7 @@ from pydantic_core import to_jsonable_python
 
 from loopwire.shared.contract.envelopes import Usage
 from loopwire.shared.contract.messages import Message
+from loopwire.shared.contract.query_replies import ForkedFromReply
 from loopwire.shared.contract.run_state import RunConfig, RunState
 
 STATE_SCHEMA = 2
@@ -230,12 +231,14 @@ def forked_from_session(st: SessionState) -> str | None:
     return (st.forked_from.session_id or None) if st.forked_from is not None else None
 
 
-def forked_from_reply(st: SessionState) -> dict[str, Any] | None:
+def forked_from_reply(st: SessionState) -> ForkedFromReply | None:
     """`forked_from` as `session.get` answers it: `{"session_id", "seq", "cut_seq"}`, with
     `session_id` null and `source_gone` once the source was deleted; None: not a fork."""
     if st.forked_from is None:
         return None
-    reply = st.forked_from.model_dump(exclude={"source_gone"})
-    if st.forked_from.source_gone:
-        reply.update(session_id=None, source_gone=True)
+    source = st.forked_from
+    reply = ForkedFromReply(session_id=source.session_id, seq=source.seq, cut_seq=source.cut_seq)
+    if source.source_gone:
+        reply["session_id"] = None
+        reply["source_gone"] = True
     return reply

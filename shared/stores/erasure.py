@@ -31,6 +31,7 @@ from nats.js import JetStreamContext
 from redis.crc import key_slot
 
 from loopwire.shared.contract import keys
+from loopwire.shared.contract.query_replies import StoreRemoved
 from loopwire.shared.contract.subjects import EVENTS_STREAM, INGRESS_STREAM, Subjects, stream_name
 from loopwire.shared.stores.blobs import REF_KEY
 from loopwire.shared.stores.redis_connection import is_cluster
@@ -253,7 +254,7 @@ async def purge_session_messages(js: JetStreamContext, subjects: Subjects, sid: 
     return counts
 
 
-def receipt(counts: Counter[str]) -> list[dict[str, Any]]:
+def receipt(counts: Counter[str]) -> list[StoreRemoved]:
     """The reply's `stores`: every store, in STORES order, with what was removed from it."""
     extra = sorted(set(counts) - set(STORES))
     return [{"store": store, "removed": counts.get(store, 0)} for store in (*STORES, *extra)]

@@ -27,6 +27,7 @@ from typing import Any
 
 from loopwire.shared.contract import keys
 from loopwire.shared.contract.model_limits import LEASE_S, ModelLimit
+from loopwire.shared.contract.query_replies import LimitUsage
 from loopwire.shared.stores.replication import Replication, ScriptCall
 
 __all__ = ["Admission", "ModelLimitStore", "WAITER_TTL_S", "wake_notice"]
@@ -253,7 +254,7 @@ class ModelLimitStore:
         """No replica sends to `key`'s models for `seconds` (a provider's retry-after)."""
         await self._run(self._cool, key, [max(1, int(seconds * 1000))])
 
-    async def usage(self, key: str, limit: ModelLimit) -> dict[str, Any]:
+    async def usage(self, key: str, limit: ModelLimit) -> LimitUsage:
         in_flight, waiting, requests, input_tokens, _output, cool = await self._run(self._usage, key, [])
         return {
             "key": key,

@@ -3,11 +3,13 @@
 - **RSS and idle CPU** of every process of a split layout, over an idle window: once after
   it started, once after the load (`idle_facts`).
 - **Ready**: a service's processes are stopped, the work only it can take is left waiting
-  (a `start` for the router; a run stalled at its hop for memory, llm and tools), then one
+  (a `start` for the router; a run stalled at its hop for memory and llm), then one
   `loopwire serve NAME` is started, and the time from its exec to the first sign that it
-  handled that work is taken (`run.started`, `generating`, `tool.result`); for transcripts,
-  from its exec to the first `session.get` it answers (`time_to_ready`). Every restart
-  of a pod is that long a gap for what its replicas serve.
+  handled that work is taken (`run.started`, `generating`); for transcripts, from its exec
+  to the first `session.get` it answers; for tools, to the first `tools.list` that offers
+  the tool, its catalog published (with no tools process up nothing offers it, so no run
+  waits on it), then a run's call is answered (`time_to_ready`). Every restart of a pod is
+  that long a gap for what its replicas serve.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ from .procstat import cpu_seconds
 
 IDLE_WINDOW_S = 5.0
 READY_TIMEOUT_S = 120.0
-SIGN_OF_WORK = {"router": "run.started", "memory": "generating", "llm": "generating", "tools": "tool.result"}
+SIGN_OF_WORK = {"router": "run.started", "memory": "generating", "llm": "generating"}
 """The event that shows a restarted service handled the work waiting for it (memory's
 hop is followed by the llm's `generating` a few milliseconds later)."""
-STALLED_AT = {"memory": "run.started", "llm": "run.started", "tools": "tool.call"}
-"""The event after which a run waits on the stopped service."""
+STALLED_AT = {"memory": "run.started", "llm": "run.started"}
+"""The event after which a run waits on the stopped service. A run cannot wait on the tools
+service: with no tools process up, nothing offers its tools (shared/stores/tool_catalog.py),
+so a new tools process is ready once its catalog offers the tool (`_first_listing`)."""
 
 
 def rss_mb(pid: int) -> float:
@@ -109,6 +113,19 @@ async def _first_answer(nc: NatsClient, subjects: Subjects, sid: str, timeout: f
     raise TimeoutError(f"no session.get answered within {timeout:.0f}s")
 
 
+async def _first_listing(nc: NatsClient, subjects: Subjects, tool: str, timeout: float) -> float:
+    """The moment `tools.list` first answers with `tool` on offer: a tools process's first
+    discovery round done and its catalog published."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            reply = await nc.request(subjects.tools_list, b"{}", timeout=0.25)
+            if any(t.get("name") == tool for t in orjson.loads(reply.data).get("tools", [])):
+                return time.monotonic()
+        await asyncio.sleep(0.01)
+    raise TimeoutError(f"no tools.list offered {tool} within {timeout:.0f}s")
+
+
 async def time_to_ready(system: System, nc: NatsClient, service: str, *, prefix: str = "loopwire",
                         tool: str = "noop") -> float:
     """Seconds from the exec of a new `loopwire serve <service>` to its first query or work
@@ -130,6 +147,10 @@ async def time_to_ready(system: System, nc: NatsClient, service: str, *, prefix:
             processes[0].launch(system.part.process_env())
             if service == "transcripts":
                 done_at = await _first_answer(nc, subjects, sid, READY_TIMEOUT_S)
+            elif service == "tools":
+                done_at = await _first_listing(nc, subjects, tool, READY_TIMEOUT_S)
+                await _start(nc, subjects, sid, tool)  # and its tool runs: a run's call answered
+                await events.wait_for("tool.result", 30)
             else:
                 done_at = await events.wait_for(SIGN_OF_WORK[service], READY_TIMEOUT_S)
             if service != "transcripts":

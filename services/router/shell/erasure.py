@@ -51,6 +51,7 @@ from loopwire.shared.contract.protocol import (
     UserEraseRequest,
     error_reply,
 )
+from loopwire.shared.contract.query_replies import SessionDeleted, StoreRemoved, UserErased
 from loopwire.shared.contract.session_state import DELETED, is_deleted, stored_state
 from loopwire.shared.contract.subjects import tenant_of
 from loopwire.shared.runtime.query_handler import QueryHandler, query_handler
@@ -136,16 +137,16 @@ class ErasureQueries:
         for task in list(self._settling):
             task.cancel()
 
-    async def _on_delete(self, req: SessionDeleteRequest, tenant: str | None) -> dict[str, Any]:
+    async def _on_delete(self, req: SessionDeleteRequest, tenant: str | None) -> SessionDeleted:
         return await self.delete(req.session_id, by=_who(tenant))
 
-    async def _on_erase(self, req: UserEraseRequest, tenant: str | None) -> dict[str, Any]:
+    async def _on_erase(self, req: UserEraseRequest, tenant: str | None) -> UserErased:
         if tenant is not None and req.tenant not in (None, tenant):
             raise EraseRefused("forbidden", f"tenant {tenant} may erase only its own sessions")
         return await self.erase(req.user_id, tenant=tenant or req.tenant, by=_who(tenant))
 
     # -- user.erase ---------------------------------------------------------------------------
-    async def erase(self, user_id: str, *, tenant: str | None, by: str) -> dict[str, Any]:
+    async def erase(self, user_id: str, *, tenant: str | None, by: str) -> UserErased:
         """Every session whose runs carried `user_id` (of `tenant` only, when given), deleted."""
         redis = self.ctx.redis
         if tenant is not None:
@@ -164,7 +165,7 @@ class ErasureQueries:
         return {"v": PROTOCOL_VERSION, "user_id": user_id, "sessions": replies}
 
     # -- session.delete -----------------------------------------------------------------------
-    async def delete(self, sid: str, *, by: str) -> dict[str, Any]:
+    async def delete(self, sid: str, *, by: str) -> SessionDeleted:
         sessions = self.ctx.sessions
         raw, _version = await sessions.load(sid)
         resumed = is_deleted(raw)
@@ -282,7 +283,7 @@ class ErasureQueries:
 
     # -- the audit ------------------------------------------------------------------------------
     async def _audit(
-        self, sid: str, *, by: str, deleted: bool, resumed: bool, stores: list[dict[str, Any]]
+        self, sid: str, *, by: str, deleted: bool, resumed: bool, stores: list[StoreRemoved]
     ) -> None:
         record = {
             "at": now_rfc3339(),
