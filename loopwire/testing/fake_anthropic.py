@@ -71,15 +71,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
-from loopwire.shared.contract.messages import ContentBlock
+from loopwire.shared.contract.messages import ContentBlock, MessagesRequest
 
 from .fake_anthropic_http import MessagesApiHandler
 from .fake_prompt_cache import PromptCache
 from .fake_provider_limits import ProviderLimits
 from .fake_server import Failure as BaseFailure
-from .fake_server import RecordedRequest, ScriptedServer
+from .fake_server import RecordedRequest, ResponseSpec, ScriptedServer
 
-Responder = Callable[[dict[str, Any]], dict[str, Any] | None]
+Responder = Callable[[MessagesRequest], ResponseSpec | None]
 
 ERROR_TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
@@ -93,7 +93,7 @@ ERROR_MESSAGES = {
 }
 
 
-def count_tokens(body: dict[str, Any]) -> int:
+def count_tokens(body: MessagesRequest) -> int:
     """Deterministic token count: a quarter of the characters of system+messages+tools."""
     payload = {"system": body.get("system"), "messages": body.get("messages", []), "tools": body.get("tools", [])}
     return max(1, math.ceil(len(json.dumps(payload, separators=(",", ":"), sort_keys=True)) / 4))
@@ -111,7 +111,7 @@ def json_chunks(data: str, parts: int = 3) -> list[str]:
     return [data[i:i + size] for i in range(0, len(data), size)]
 
 
-def _last_user_text(body: dict[str, Any]) -> str:
+def _last_user_text(body: MessagesRequest) -> str:
     for message in reversed(body.get("messages", [])):
         if message.get("role") != "user":
             continue
@@ -175,7 +175,7 @@ class FakeAnthropic(ScriptedServer[Failure]):
         self.served_s: list[float] = []
         """How long each message request took to answer, from its body read to its last byte
         (a latency model's pace, and whatever the fake's own load added to it)."""
-        self.refused: list[tuple[str, dict[str, Any]]] = []
+        self.refused: list[tuple[str, MessagesRequest]] = []
         """(the API's error message, the request body) of each message request refused as
         the real API refuses it (a malformed history: message_rules.py). `reset()` leaves
         it: a suite checks it after each test (`take_refused`)."""
@@ -200,11 +200,11 @@ class FakeAnthropic(ScriptedServer[Failure]):
             self.usages.clear()
         self.provider_limits.clear()
 
-    def refuse(self, problem: str, body: dict[str, Any]) -> None:
+    def refuse(self, problem: str, body: MessagesRequest) -> None:
         with self.lock:
             self.refused.append((problem, body))
 
-    def take_refused(self) -> list[tuple[str, dict[str, Any]]]:
+    def take_refused(self) -> list[tuple[str, MessagesRequest]]:
         """The refused requests so far, and forget them."""
         with self.lock:
             refused, self.refused = self.refused, []
@@ -244,7 +244,7 @@ class FakeAnthropic(ScriptedServer[Failure]):
         return self._wait_for((path,), n, timeout)
 
     # -- answering (called from handler threads) -----------------------------------------
-    def take_response(self, body: dict[str, Any]) -> dict[str, Any]:
+    def take_response(self, body: MessagesRequest) -> ResponseSpec:
         scripted = self._scripted(str(body.get("model", "")))
         if scripted is not None:
             return scripted
@@ -260,7 +260,7 @@ class FakeAnthropic(ScriptedServer[Failure]):
             self._msg_counter += 1
             return f"msg_fake_{self._msg_counter:06d}", self._msg_counter
 
-    def build_message(self, body: dict[str, Any], spec: dict[str, Any]) -> ApiMessage:
+    def build_message(self, body: MessagesRequest, spec: ResponseSpec) -> ApiMessage:
         """The complete `Message` for a response spec."""
         msg_id, n = self._next_ids()
         content: list[ContentBlock]
@@ -290,7 +290,7 @@ class FakeAnthropic(ScriptedServer[Failure]):
                 "content": content, "stop_reason": spec.get("stop_reason") or ("tool_use" if has_tools else "end_turn"),
                 "stop_sequence": None, "usage": usage}
 
-    def stream_events(self, message: ApiMessage, spec: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    def stream_events(self, message: ApiMessage, spec: ResponseSpec) -> Iterator[tuple[str, dict[str, Any]]]:
         """The SSE events of a streamed `message`, in the API's order."""
         usage = message["usage"]
         start = dict(message, content=[], stop_reason=None,

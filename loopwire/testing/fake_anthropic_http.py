@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import time
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+from loopwire.shared.contract.messages import MessagesRequest
 
 from .message_rules import history_problem
 
@@ -82,12 +84,12 @@ class MessagesApiHandler(BaseHTTPRequestHandler):
                 self.fake.entered()
                 began = time.monotonic()
                 try:
-                    self._messages(body)
+                    self._messages(cast(MessagesRequest, body))  # its required keys checked there
                 finally:
                     self.fake.left(time.monotonic() - began)
             elif path == "/v1/messages/count_tokens":
                 self.fake.record(path, dict(self.headers.items()), body)
-                self._send_json(200, {"input_tokens": self.fake.count_tokens(body)})
+                self._send_json(200, {"input_tokens": self.fake.count_tokens(cast(MessagesRequest, body))})
             elif path.startswith("/_fake/"):
                 self._control(path, body)
             else:
@@ -116,7 +118,7 @@ class MessagesApiHandler(BaseHTTPRequestHandler):
             return
         self._send_json(200, {"ok": True})
 
-    def _messages(self, body: dict[str, Any]) -> None:
+    def _messages(self, body: MessagesRequest) -> None:
         fake = self.fake
         model = str(body.get("model", ""))
         if not body.get("messages") or not body.get("max_tokens") or not model:
@@ -140,7 +142,7 @@ class MessagesApiHandler(BaseHTTPRequestHandler):
             self._send_json(failure.status, self.fake.error_body(
                 failure.status, {"type": failure.error_type, "message": failure.message}), headers)
             return
-        spec = fake.provider_limits.paced(model, dict(fake.take_response(body)))
+        spec = fake.provider_limits.paced(model, fake.take_response(body))
         if failure is not None:  # a mid-stream failure: a normal start, then an error event
             spec.setdefault("text", "This answer will break off")
             spec["error"] = {"status": failure.status, "type": failure.error_type, "message": failure.message}

@@ -79,14 +79,22 @@ import math
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 from .fake_anthropic import words_chunks
 from .fake_openai_http import CHAT, RESPONSES, OpenAIApiHandler
-from .fake_openai_wire import Answer
-from .fake_server import Failure, RecordedRequest, ScriptedServer
+from .fake_openai_wire import Answer, FunctionCall
+from .fake_server import Failure, RecordedRequest, ResponseSpec, ScriptedServer
 
-Responder = Callable[[dict[str, Any], str], dict[str, Any] | None]
+
+class ToolOutput(TypedDict):
+    """A function's result a request sends back."""
+
+    call_id: str | None
+    output: str
+
+
+Responder = Callable[[dict[str, Any], str], ResponseSpec | None]
 """`responder(body, path)`: a response spec for the request, or None for the default."""
 
 
@@ -117,10 +125,10 @@ def last_user_text(body: dict[str, Any]) -> str:
 
 
 
-def tool_outputs(body: dict[str, Any]) -> list[dict[str, Any]]:
+def tool_outputs(body: dict[str, Any]) -> list[ToolOutput]:
     """The function results a request sends back: `[{"call_id", "output"}]`, from the
     Responses API's `function_call_output` items or Chat Completions' `tool` messages."""
-    found: list[dict[str, Any]] = []
+    found: list[ToolOutput] = []
     if isinstance(body.get("input"), list):
         for item in body["input"]:
             if isinstance(item, dict) and item.get("type") in ("function_call_output", "custom_tool_call_output"):
@@ -198,7 +206,7 @@ class FakeOpenAI(ScriptedServer[Failure]):
         return self._wait_for((path,) if path else (RESPONSES, CHAT), n, timeout)
 
     # -- answering (called from handler threads) -----------------------------------------
-    def _take_spec(self, body: dict[str, Any], path: str) -> dict[str, Any]:
+    def _take_spec(self, body: dict[str, Any], path: str) -> ResponseSpec:
         scripted = self._scripted(str(body.get("model", "")))
         if scripted is not None:
             return scripted
@@ -206,10 +214,10 @@ class FakeOpenAI(ScriptedServer[Failure]):
         if responder is not None:
             spec = responder(body, path)
             if spec is not None:
-                return dict(spec)
+                return ResponseSpec(**spec)
         return {"text": f"Echo: {last_user_text(body)}"}
 
-    def answer(self, body: dict[str, Any], spec: dict[str, Any]) -> Answer:
+    def answer(self, body: dict[str, Any], spec: ResponseSpec) -> Answer:
         """The concrete answer to `body` for a response spec."""
         with self.lock:
             self._counter += 1
@@ -218,12 +226,12 @@ class FakeOpenAI(ScriptedServer[Failure]):
         if text is None and spec.get("chunks"):
             text = "".join(spec["chunks"])
         text = text or ""
-        calls = []
+        calls: list[FunctionCall] = []
         for i, call in enumerate(spec.get("tool_calls") or spec.get("tool_use") or []):
             arguments = call.get("arguments", call.get("input", {}))
-            calls.append({"id": f"fc_fake_{n:06d}_{i}", "call_id": call.get("id") or f"call_fake_{n:06d}_{i}",
-                          "name": call["name"], "namespace": call.get("namespace"),
-                          "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)})
+            calls.append(FunctionCall(id=f"fc_fake_{n:06d}_{i}", call_id=call.get("id") or f"call_fake_{n:06d}_{i}",
+                                      name=call["name"], namespace=call.get("namespace"),
+                                      arguments=arguments if isinstance(arguments, str) else json.dumps(arguments)))
         out_chars = len(text) + sum(len(c["arguments"]) + len(c["name"]) for c in calls)
         usage = {"input_tokens": count_tokens(body), "output_tokens": max(1, math.ceil(out_chars / 4)),
                  "cached_tokens": 0, "reasoning_tokens": 0}

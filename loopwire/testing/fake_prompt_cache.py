@@ -19,12 +19,14 @@ import math
 import time
 from typing import Any
 
+from loopwire.shared.contract.messages import MessagesRequest
+
 LOOKBACK = 20
 """Blocks before a breakpoint where a remembered prefix is still found (the API's)."""
 TTL_S = {"5m": 300.0, "1h": 3600.0}
 
 
-def _segments(body: dict[str, Any]) -> list[tuple[str, bool, str]]:
+def _segments(body: MessagesRequest) -> list[tuple[str, bool, str]]:
     """(canonical JSON, is a breakpoint, its TTL) of each block, in the API's order."""
     out: list[tuple[str, bool, str]] = []
 
@@ -59,7 +61,7 @@ class PromptCache:
         self._until.clear()
         self.ttl_s = dict(TTL_S)
 
-    def usage(self, model: str, body: dict[str, Any], total: int | None = None) -> dict[str, int] | None:
+    def usage(self, model: str, body: MessagesRequest, total: int | None = None) -> dict[str, int] | None:
         """The request's input usage split by the cache, and the cache updated; None for a
         request without a breakpoint (its usage is counted as before). `total`: the
         request's input tokens as the fake counts them otherwise (count_tokens), which the

@@ -19,7 +19,8 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+
+from .fake_server import ResponseSpec
 
 
 @dataclass
@@ -82,14 +83,14 @@ class ProviderLimits:
             limit.started.append(now)
             return None
 
-    def paced(self, model: str, spec: dict[str, Any]) -> dict[str, Any]:
+    def paced(self, model: str, spec: ResponseSpec) -> ResponseSpec:
         """`spec` with the model's latency, unless it sets its own."""
         with self._lock:
             latency = self.latencies.get(model) or self.latencies.get("*")
         if latency is None or spec.get("delay_s") is not None or spec.get("error"):
             return spec
-        paced = dict(spec, delay_s=latency.first_token_s,
-                     chunk_delay_s=(latency.total_s - latency.first_token_s) / latency.chunks)
+        paced: ResponseSpec = {**spec, "delay_s": latency.first_token_s,
+                               "chunk_delay_s": (latency.total_s - latency.first_token_s) / latency.chunks}
         text = paced.get("text")
         if isinstance(text, str) and text and not paced.get("chunks") and paced.get("content") is None:
             size = max(1, -(-len(text) // latency.chunks))

@@ -12,13 +12,33 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar, Generic, Self, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypedDict, TypeVar
+
+from loopwire.shared.contract.messages import ContentBlock
 
 
 class _Server(ThreadingHTTPServer):
     request_queue_size = 1024
     """The listen backlog: hundreds of model calls may connect at once (http.server's 5
     would drop their connections and leave them to TCP's retransmits)."""
+
+class ResponseSpec(TypedDict, total=False):
+    """A response as a suite scripts it or a responder returns it: what the fake answers
+    (the keys each fake reads; others are kept and ignored)."""
+
+    text: str
+    chunks: list[str]
+    content: list[ContentBlock]
+    tool_use: list[dict[str, Any]]
+    tool_calls: list[dict[str, Any]]
+    usage: dict[str, int]
+    model: str
+    stop_reason: str
+    error: dict[str, Any]
+    error_after: int
+    delay_s: float
+    chunk_delay_s: float
+
 
 class FakeServer:
     handler: ClassVar[type[BaseHTTPRequestHandler]]
@@ -96,11 +116,11 @@ class ScriptedServer(FakeServer, Generic[F]):
         super().__init__(host, port)
         self.requests: list[RecordedRequest] = []
         self.lock = threading.Condition()
-        self._scripts: dict[str, deque[dict[str, Any]]] = {}
+        self._scripts: dict[str, deque[ResponseSpec]] = {}
         self._failures: list[F] = []
 
     # -- steering (the test's side) ---------------------------------------------------------
-    def script(self, model: str, responses: list[dict[str, Any]]) -> None:
+    def script(self, model: str, responses: list[ResponseSpec]) -> None:
         """Queue responses for `model` (`"*"`: any model without a script of its own)."""
         with self.lock:
             self._scripts.setdefault(model, deque()).extend(responses)
@@ -147,11 +167,11 @@ class ScriptedServer(FakeServer, Generic[F]):
                     return failure
         return None
 
-    def _scripted(self, model: str) -> dict[str, Any] | None:
+    def _scripted(self, model: str) -> ResponseSpec | None:
         """The next scripted response for `model`, else for `"*"`, else None."""
         with self.lock:
             for key in (model, "*"):
                 queue = self._scripts.get(key)
                 if queue:
-                    return dict(queue.popleft())
+                    return ResponseSpec(**queue.popleft())  # a copy: the caller may add to it
         return None

@@ -110,6 +110,28 @@ class Message(TypedDict):
     content: Content
 
 
+class ToolParam(TypedDict, total=False):
+    """A tool offered in a Messages API request."""
+
+    name: Required[str]
+    description: str
+    input_schema: Required[dict[str, Any]]
+    cache_control: CacheControl
+
+
+class MessagesRequest(TypedDict, total=False):
+    """The body of a Messages API request (`/v1/messages`, its `count_tokens`), as the SDK
+    sends it: what the fake Messages API reads (loopwire.testing.fake_anthropic)."""
+
+    model: Required[str]
+    messages: Required[list[Message]]
+    max_tokens: int
+    system: str | list[ContentBlock]
+    tools: list[ToolParam]
+    stream: bool
+    temperature: float
+
+
 def is_block(value: object) -> TypeGuard[ContentBlock]:
     """Whether a value read from JSON (an agent's output, a stored list) is taken for a
     block: any object is, as the services pass blocks of types they do not read through."""
