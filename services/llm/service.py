@@ -82,7 +82,7 @@ class LlmService:
     name = "llm"
 
     def __init__(self, ctx: ServiceContext[LlmSettings], model_factory: Callable[[str], Model] | None = None,
-                 breaker: CircuitBreaker | None = None, sleep: Sleep = asyncio.sleep,
+                 breaker: CircuitBreaker | None = None, *, sleep: Sleep = asyncio.sleep,
                  token_count: AnthropicTokenCount | None = None) -> None:
         self.ctx = ctx
         self._owns_factory = model_factory is None

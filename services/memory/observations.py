@@ -208,7 +208,7 @@ class Observer:
             self._moved(sid, state.observed_to)  # it may have moved while we read
             if end - state.observed_to < self.every_turns:
                 return
-            state = await self._observe(env, state.observed_to, end, earlier, read=read)
+            state = await self._observe(env, state.observed_to, end, earlier=earlier, read=read)
             self._moved(sid, state.observed_to)
             if self.reflect_every > 0 and state.observations - state.reflected >= self.reflect_every:
                 await self._reflect(env, state.reflected, state.observations)
@@ -245,7 +245,7 @@ class Observer:
         if seen is None or seen[0] != observed_to:
             self._seen.put(sid, (observed_to, observed_to, 0))
 
-    async def _observe(self, env: AssembleContext, start: int, end: int, earlier: list[Note], *,
+    async def _observe(self, env: AssembleContext, start: int, end: int, *, earlier: list[Note],
                        read: Read | None) -> ObservationState:
         """The observation of history [start, end) written (or the turns marked observed
         when the model finds nothing worth keeping); the observation state after it."""

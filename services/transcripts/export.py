@@ -50,10 +50,10 @@ async def session_export(
     req: SessionExportRequest,
     sessions: SessionStore,
     events: EventLogStore,
-    blobs: BlobStore,
+    *, blobs: BlobStore,
     archive: Archive | None = None,
 ) -> dict[str, Any]:
-    state = await session_get(SessionGetRequest(session_id=req.session_id), sessions, events, archive)
+    state = await session_get(SessionGetRequest(session_id=req.session_id), sessions, events, archive=archive)
     if state.get("status") == "unknown":
         raise ExportRefused("unknown_session", f"session {req.session_id!r} has no state and no transcript")
     stored: list[AnyEvent] = []

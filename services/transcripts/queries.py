@@ -33,7 +33,7 @@ class StoreUnavailable(Exception):
 
 
 async def session_get(req: SessionGetRequest, sessions: SessionStore,
-                      events: EventLogStore | None = None, archive: Archive | None = None,
+                      events: EventLogStore | None = None, *, archive: Archive | None = None,
                       model_waiting: Callable[[str], Awaitable[bool]] | None = None) -> SessionGot:
     raw, _version = await sessions.load(req.session_id)
     if is_deleted(raw):

@@ -75,12 +75,12 @@ class TranscriptsService:
         subjects = self.ctx.subjects
         queries: dict[str, tuple[type[Any], Answer]] = {
             "session.get": (SessionGetRequest,
-                            lambda req, _: session_get(req, self.ctx.sessions, self.ctx.events, self._archive,
+                            lambda req, _: session_get(req, self.ctx.sessions, self.ctx.events, archive=self._archive,
                                                       model_waiting=self._model_waiting)),
             "transcript.get": (TranscriptGetRequest, lambda req, _: transcript_get(req, self.ctx.events, self._archive)),
             "sessions.list": (SessionsListRequest, lambda req, tenant: sessions_list(req, self.ctx.sessions, tenant)),
             "session.export": (SessionExportRequest, lambda req, _: session_export(
-                req, self.ctx.sessions, self.ctx.events, self.ctx.blobs, self._archive)),
+                req, self.ctx.sessions, self.ctx.events, blobs=self.ctx.blobs, archive=self._archive)),
             "tenant.usage": (TenantUsageRequest, lambda req, tenant: tenant_usage(
                 req, self._quotas, self._limits, subject_tenant=tenant)),
         }

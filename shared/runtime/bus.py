@@ -54,7 +54,7 @@ class Bus:
         self.events = events
 
     async def publish_work(self, subject: str, envelope: BaseModel | dict[str, Any], msg_id: str,
-                           recover: bool = False, attempts: int = 0) -> None:
+                           *, recover: bool = False, attempts: int = 0) -> None:
         """Durable publish into LOOPWIRE_WORK; `msg_id` dedups a re-publish after a crash
         (within the stream's duplicate window; beyond it, the consumer's claim of the step
         finds its record). `attempts`: the hop already had that many in process (it
@@ -73,7 +73,7 @@ class Bus:
         `ask_leader` sends it again."""
         return await (await self.acks.publish(subject, data, headers))
 
-    async def emit(self, session_id: str, run_id: str | None, kind: str, key: str | None,
+    async def emit(self, session_id: str, run_id: str | None, kind: str, *, key: str | None,
                    fields: EventFields) -> AnyEvent:
         """Assign a seq, store, and publish one event on `<prefix>.out.<sid>.<kind>`.
 

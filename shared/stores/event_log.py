@@ -50,7 +50,7 @@ def with_seq(body: Mapping[str, Any], seq: int) -> AnyEvent:
 
 class EventLogStore(Store, Protocol):
     async def append(self, sid: str, body: AnyEvent, key: str | None,
-                     store: bool = True) -> tuple[AnyEvent, bool]:
+                     *, store: bool = True) -> tuple[AnyEvent, bool]:
         """Assign a seq and store `body`; returns (event with seq, newly appended).
         With a key seen before, returns the original event and False."""
         ...
@@ -85,7 +85,7 @@ class InMemoryEventLog(Declares):
     events: dict[str, dict[int, AnyEvent]] = field(default_factory=dict)
 
     async def append(self, sid: str, body: AnyEvent, key: str | None,
-                     store: bool = True) -> tuple[AnyEvent, bool]:
+                     *, store: bool = True) -> tuple[AnyEvent, bool]:
         known = self.keys.setdefault(sid, {})
         if key is not None and key in known:
             seq = known[key]
@@ -100,7 +100,7 @@ class InMemoryEventLog(Declares):
         return event, True
 
     async def append_many(self, sid: str, items: list[Append]) -> list[tuple[AnyEvent, bool]]:
-        return [await self.append(sid, body, key, store) for body, key, store in items]
+        return [await self.append(sid, body, key, store=store) for body, key, store in items]
 
     async def read(self, sid: str, after_seq: int = 0, limit: int = 1000) -> list[AnyEvent]:
         stored = self.events.get(sid, {})
@@ -256,7 +256,7 @@ class RedisEventLog(Declares):
         self._raise_seq = redis.register_script(_RAISE_SEQ_LUA)
 
     async def append(self, sid: str, body: AnyEvent, key: str | None,
-                     store: bool = True) -> tuple[AnyEvent, bool]:
+                     *, store: bool = True) -> tuple[AnyEvent, bool]:
         stripped = {k: v for k, v in body.items() if k != "seq"}
         seq, original, new = await self._rep.run(ScriptCall(
             self._append, event_keys(sid), [key or "", codec.dumps(stripped), "1" if store else "0", str(self._ttl)]))

@@ -115,7 +115,7 @@ def through(events: list[AnyEvent], session_id: str, cut_seq: int) -> list[AnyEv
 
 
 async def lineage_events(sid: str, events_store: EventLogStore, archive: Archive | None = None,
-                         own: list[AnyEvent] | None = None, depth: int = 0) -> list[AnyEvent]:
+                         *, own: list[AnyEvent] | None = None, depth: int = 0) -> list[AnyEvent]:
     """The events whose replay, in this order, is the session's history: a fork's source's
     up to the fork's cut (the source's own lineage first, when it is a fork too), then the
     session's own (`own`, when read already; else read here, from the events stream when

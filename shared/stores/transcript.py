@@ -235,7 +235,7 @@ class _Builder:
 
 
 def replay(session_id: str, events: list[AnyEvent], default_max_tokens: int = 4096,
-           in_order: bool = False) -> Replayed | None:
+           *, in_order: bool = False) -> Replayed | None:
     """The conversation and tallies the events describe; None when no run ever started
     (a session that only ever had rejected input has nothing to replay). `in_order`: the
     events are in the order to replay them already (a fork's lineage, lineage.py, holds

@@ -1,6 +1,6 @@
 """A rolling restart under load, as Kubernetes rolls a Deployment (maxSurge 1,
 maxUnavailable 0): in the deployed layout (one `loopwire serve` per service, two routers),
-while 20 sessions of 10 tool-turns each run against a model that takes a second, every
+while 20 sessions of 20 tool-turns each run against a model that takes a second, every
 process in turn gets its replacement started first and is then sent SIGTERM. Each drains
 and exits 0 within LOOPWIRE_DRAIN_TIMEOUT_S, and every run completes, no tool call made
 twice and no event lost or repeated."""
@@ -24,7 +24,9 @@ from .events import SessionEvents
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 SESSIONS = 20
-TURNS = 10
+TURNS = 20
+"""Enough that the runs outlast the roll: six processes, each replaced after its
+replacement is ready and drained, take well over the ten turns' 13 s on a loaded machine."""
 DRAIN_S = 20.0
 MODEL_DELAY_S = 1.2
 
@@ -34,7 +36,7 @@ def tool_rounds(body: dict[str, Any]) -> int:
                and any(b.get("type") == "tool_result" for b in m["content"]))
 
 
-def ten_tool_turns(body: dict[str, Any]) -> dict[str, Any]:
+def tool_turns(body: dict[str, Any]) -> dict[str, Any]:
     done = tool_rounds(body)
     if done < TURNS:
         return {"text": f"Step {done}.", "tool_use": [{"name": "add", "input": {"a": done, "b": 1}}],
@@ -43,7 +45,7 @@ def ten_tool_turns(body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_each_process_replaced_under_load_drains_and_every_run_completes(fake: FakeAnthropic) -> None:
-    fake.responder = ten_tool_turns
+    fake.responder = tool_turns
     with started_system(fake, layout="split", LOOPWIRE_DRAIN_TIMEOUT_S=str(DRAIN_S)) as system:
         async with connected(system) as nc:
             provider, svc = await serve_tools(nc)
@@ -54,7 +56,7 @@ async def test_each_process_replaced_under_load_drains_and_every_run_completes(f
                 await ev.__aenter__()
             try:
                 for ev in followers:
-                    await ev.publish("start", {"input": "count to ten", "tools": ["add"]})
+                    await ev.publish("start", {"input": f"count to {TURNS}", "tools": ["add"]})
                 await asyncio.gather(*(ev.wait_for("tool.result") for ev in followers))
                 stops: list[tuple[str, int, float]] = []
                 for old in list(system.processes):

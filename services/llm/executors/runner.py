@@ -123,7 +123,7 @@ class ExecutorSteps:
         assert spec is not None
         events = StepEvents(self.ctx, env, delivered)
         try:
-            return await unless_cancelled(self._run(env, spec, delivered, events), cancel)
+            return await unless_cancelled(self._run(env, spec, delivered, events=events), cancel)
         except StepCancelled:
             if events.streamed:
                 await self.ctx.bus.emit(env.session_id, env.run_id, "retracted",
@@ -134,7 +134,7 @@ class ExecutorSteps:
             log.warning("executor step %s failed: %s %s", env.step_id, err.code, err.message)
             return failed(env, err.code, err.message, retryable=err.retryable)
 
-    async def _run(self, env: Generate, spec: ExecutorSpec, delivered: int, events: StepEvents) -> GenerationResult:
+    async def _run(self, env: Generate, spec: ExecutorSpec, delivered: int, *, events: StepEvents) -> GenerationResult:
         settings = self.ctx.settings
         earlier = self._active.get(env.session_id)
         if earlier is not None and earlier[0] != env.step_id:
@@ -222,7 +222,7 @@ class ExecutorSteps:
                     record.agent_session = event.agent_session
                     await self.sessions.put(env.session_id, record)
             elif isinstance(event, PermissionRequest):
-                allowed, note = await self._permission(env, spec, event, events.current_turn())
+                allowed, note = await self._permission(env, spec, event, turn=events.current_turn())
                 if allowed:
                     step_tools.approved.add(event.tool_use_id)
                 await run.respond(event, allowed, note)
@@ -238,7 +238,7 @@ class ExecutorSteps:
         raise ExecutorFailed("executor_failed", "the agent ended its turn without an answer")
 
     async def _permission(self, env: Generate, spec: ExecutorSpec, request: PermissionRequest,
-                          turn: int) -> tuple[bool, str | None]:
+                          *, turn: int) -> tuple[bool, str | None]:
         permission = spec.permissions.get(request.name, "auto")
         if permission == "deny":
             return False, DENIED
@@ -271,7 +271,7 @@ class StepEvents:
         return self.env.turn + max(0, self.calls - 1) if self.calls else self.env.turn
 
     async def _emit(self, kind: str, key: str | None, fields: EventFields) -> None:
-        await self.ctx.bus.emit(self.env.session_id, self.env.run_id, kind, key, fields)
+        await self.ctx.bus.emit(self.env.session_id, self.env.run_id, kind, key=key, fields=fields)
 
     async def compacted(self, *, tokens_before: int, tokens_after: int, messages: int) -> None:
         """ContextGuard started a fresh agent session (`fresh_session`): the `compaction` event."""

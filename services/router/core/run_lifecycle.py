@@ -83,7 +83,7 @@ def end_waiting(tx: Transition, status: RunStatus, *, reason: str | None = None,
     st.steering.clear()
 
 
-def start_run(tx: Transition, config: RunConfig, messages: list[Message], run_id: str,
+def start_run(tx: Transition, config: RunConfig, messages: list[Message], *, run_id: str,
               cfg: CoreConfig, plan: Any = None, workspace: dict[str, Any] | None = None,
               source: str | None = None, tools_known: list[str] | None = None, sources: list[str] | None = None,
               ignored_fields: list[str] | None = None, unknown_tools: list[str] | None = None) -> None:

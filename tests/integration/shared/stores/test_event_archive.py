@@ -28,14 +28,14 @@ CONFIG = {"profile": "conversational", "system": "be brief", "models": ["m-own"]
 
 
 async def emit_run(bus: Bus, sid: str) -> None:
-    await bus.emit(sid, "r1", "user.message", "u1", user_message_fields(
+    await bus.emit(sid, "r1", "user.message", key="u1", fields=user_message_fields(
         {"role": "user", "content": [{"type": "text", "text": "My code is ALPHA-7."}]}, 0, "input", reported=set()))
-    await bus.emit(sid, "r1", "run.started", "s1", {"profile": "conversational", "config": CONFIG})
-    await bus.emit(sid, "r1", "text.delta", None, {"turn": 1, "text": "Noted"})
-    await bus.emit(sid, "r1", "message", "m1", {"turn": 1, "message": {"role": "assistant", "content": [
+    await bus.emit(sid, "r1", "run.started", key="s1", fields={"profile": "conversational", "config": CONFIG})
+    await bus.emit(sid, "r1", "text.delta", key=None, fields={"turn": 1, "text": "Noted"})
+    await bus.emit(sid, "r1", "message", key="m1", fields={"turn": 1, "message": {"role": "assistant", "content": [
         {"type": "text", "text": "Noted."}]}, "model": "m-own", "stop_reason": "end_turn",
         "usage": {"input_tokens": 10, "output_tokens": 2}})
-    await bus.emit(sid, "r1", "run.ended", "e1", {"status": "completed", "final_text": "Noted.", "conclusion": None,
+    await bus.emit(sid, "r1", "run.ended", key="e1", fields={"status": "completed", "final_text": "Noted.", "conclusion": None,
                    "turns": 1, "usage": {"input_tokens": 10, "output_tokens": 2}, "cost_usd": 0.0})
 
 
