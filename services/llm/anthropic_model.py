@@ -59,11 +59,13 @@ def build_client(settings: LlmSettings, environ: Mapping[str, str] | None = None
 
 
 def http_client(limits: Any) -> Any:
-    """The SDK's HTTP client on aiohttp, its own transport for it (the `aiohttp` extra), when
-    installed: a generation through it costs about half the CPU of one through the default
-    transport (its connection pool and HTTP/1.1 parser are in C), and the replica's CPU is
-    what bounds its generations in flight on a provider that takes seconds. Its errors
-    reach errors.py as the default transport's do (the SDK maps them to httpx's)."""
+    """The SDK's HTTP client on aiohttp, its own transport for it, when aiohttp is installed
+    (`pip install 'loopwire[aiohttp]'`): a generation through it costs about half the CPU of
+    one through the default transport (its connection pool and HTTP/1.1 parser are in C), and
+    the replica's CPU is what bounds its generations in flight on a provider that takes
+    seconds. Not installed by default: nats-py imports aiohttp at start when it is there, ~11
+    MB in every process. Its errors reach errors.py as the default transport's do (the SDK
+    maps them to httpx's)."""
     try:
         import aiohttp  # noqa: F401  # the extra is installed
     except ImportError:
